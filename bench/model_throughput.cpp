@@ -1,0 +1,240 @@
+// model_throughput: forward+backward throughput of LlamaModel::train_microbatch on one packed
+// microbatch (fp32, CPU), next to the throughput of a single SGEMM of a comparable shape, so the
+// result says how close the model gets to what the BLAS can do on this machine.
+//
+//   model_throughput --layers 4 --hidden 256 --heads 8 --kv-heads 4 --intermediate 688
+//                    --vocab 64 --seqs 256,512,1024 --threads 1 --iters 5
+//
+// Prints one JSON line. FLOP count ("model FLOPs", the MFU convention: what the math needs, not
+// what the implementation executes, so recomputation in the backward is not counted):
+//   linear:    6 * (matmul parameters incl. the LM head) per token       (2 fwd + 4 bwd per MAC)
+//   attention: per layer and sequence of length n, QK^T and PV over the causal triangle are
+//              2 matmuls * 2 FLOP/MAC * q_dim * n(n+1)/2 = 2 * q_dim * n(n+1) forward, and the
+//              backward is twice the forward:  6 * q_dim * n(n+1) per layer.
+// Norms, RoPE, SwiGLU, softmax and the cross-entropy are not counted (O(tokens * hidden)).
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "odc/core/error.h"
+#include "odc/kernels/matmul.h"
+#include "odc/model/batch.h"
+#include "odc/model/llama_config.h"
+#include "odc/model/llama_model.h"
+#include "odc/model/param_io.h"
+#include "odc/model/units.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int layers = 4;
+  std::int64_t hidden = 256;
+  int heads = 8;
+  int kv_heads = 4;
+  int head_dim = 0;  // 0: hidden / heads
+  std::int64_t intermediate = 688;
+  std::int64_t vocab = 64;
+  std::vector<std::int64_t> seqs = {256, 512, 1024};
+  int threads = 1;
+  int iters = 5;
+  int warmup = 2;
+  std::uint64_t seed = 0;
+};
+
+constexpr const char* kUsage =
+    "usage: model_throughput [--layers N] [--hidden N] [--heads N] [--kv-heads N] [--head-dim N]\n"
+    "                        [--intermediate N] [--vocab N] [--seqs L1,L2,...] [--threads N]\n"
+    "                        [--iters N] [--warmup N] [--seed N]\n"
+    "Times LlamaModel::train_microbatch on one packed microbatch of the given sequence lengths and\n"
+    "a comparable SGEMM; prints one JSON line.\n";
+
+std::int64_t parse_int(const std::string& flag, const std::string& text) {
+  std::size_t used = 0;
+  long long value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || value < 0) odc::fail("{} expects a non-negative integer, got '{}'", flag, text);
+  return value;
+}
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (i + 1 >= argc) odc::fail("{} needs a value\n{}", flag, kUsage);
+    const std::string value = argv[++i];
+    if (flag == "--layers") o.layers = static_cast<int>(parse_int(flag, value));
+    else if (flag == "--hidden") o.hidden = parse_int(flag, value);
+    else if (flag == "--heads") o.heads = static_cast<int>(parse_int(flag, value));
+    else if (flag == "--kv-heads") o.kv_heads = static_cast<int>(parse_int(flag, value));
+    else if (flag == "--head-dim") o.head_dim = static_cast<int>(parse_int(flag, value));
+    else if (flag == "--intermediate") o.intermediate = parse_int(flag, value);
+    else if (flag == "--vocab") o.vocab = parse_int(flag, value);
+    else if (flag == "--threads") o.threads = static_cast<int>(parse_int(flag, value));
+    else if (flag == "--iters") o.iters = static_cast<int>(parse_int(flag, value));
+    else if (flag == "--warmup") o.warmup = static_cast<int>(parse_int(flag, value));
+    else if (flag == "--seed") o.seed = static_cast<std::uint64_t>(parse_int(flag, value));
+    else if (flag == "--seqs") {
+      o.seqs.clear();
+      std::stringstream list(value);
+      for (std::string item; std::getline(list, item, ',');) o.seqs.push_back(parse_int(flag, item));
+    } else {
+      odc::fail("unknown option '{}'\n{}", flag, kUsage);
+    }
+  }
+  if (o.seqs.empty() || std::any_of(o.seqs.begin(), o.seqs.end(), [](std::int64_t n) { return n < 2; })) {
+    odc::fail("--seqs needs sequence lengths of at least 2 tokens");
+  }
+  if (o.iters < 1 || o.threads < 1) odc::fail("--iters and --threads must be at least 1");
+  return o;
+}
+
+class ResidentParams final : public odc::model::ParamSource {
+ public:
+  explicit ResidentParams(const std::vector<std::vector<float>>& units) : units_(units) {}
+  const float* acquire(int unit) override { return units_[static_cast<std::size_t>(unit)].data(); }
+  void release(int) override {}
+
+ private:
+  const std::vector<std::vector<float>>& units_;
+};
+
+// Gradients keep accumulating across iterations: the values are irrelevant to the timing and
+// zeroing them is the trainer's cost, not the model's.
+class ResidentGrads final : public odc::model::GradSink {
+ public:
+  explicit ResidentGrads(std::vector<std::vector<float>>& units) : units_(units) {}
+  float* grad_buffer(int unit) override { return units_[static_cast<std::size_t>(unit)].data(); }
+  void push_grad(int) override {}
+
+ private:
+  std::vector<std::vector<float>>& units_;
+};
+
+template <typename F>
+double seconds_per_call(int warmup, int iters, F&& body) {
+  for (int i = 0; i < warmup; ++i) body();
+  const auto start = Clock::now();
+  for (int i = 0; i < iters; ++i) body();
+  return std::chrono::duration<double>(Clock::now() - start).count() / iters;
+}
+
+int run(const Options& o) {
+  nlohmann::json hf = {{"vocab_size", o.vocab},
+                       {"hidden_size", o.hidden},
+                       {"intermediate_size", o.intermediate},
+                       {"num_hidden_layers", o.layers},
+                       {"num_attention_heads", o.heads},
+                       {"num_key_value_heads", o.kv_heads}};
+  if (o.head_dim > 0) hf["head_dim"] = o.head_dim;
+  const auto config = odc::model::LlamaConfig::from_json(hf, "command line", true);
+  config.validate("command line");
+  odc::kernels::cpu::set_num_threads(o.threads);
+
+  odc::model::LlamaModel model(config);
+  std::vector<std::vector<float>> params;
+  std::vector<std::vector<float>> grads;
+  for (const auto& unit : model.units()) {
+    params.emplace_back(static_cast<std::size_t>(unit.numel));
+    grads.emplace_back(static_cast<std::size_t>(unit.numel), 0.0f);
+    odc::model::init_unit_range(unit, config, o.seed, 0, unit.numel, params.back().data());
+  }
+
+  std::mt19937_64 rng(o.seed);
+  std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(o.vocab - 1));
+  std::int64_t tokens = 0;
+  for (auto n : o.seqs) tokens += n;
+  const float weight = 1.0f / static_cast<float>(tokens - static_cast<std::int64_t>(o.seqs.size()));
+  odc::model::PackedBatch batch;
+  for (auto n : o.seqs) {
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(n));
+    for (auto& id : ids) id = token(rng);
+    batch.append(ids.data(), nullptr, n, weight);
+  }
+
+  ResidentParams source(params);
+  ResidentGrads sink(grads);
+  double loss = 0.0;
+  const double model_seconds = seconds_per_call(o.warmup, o.iters, [&] {
+    loss = model.train_microbatch(batch, source, sink).weighted_loss;
+  });
+
+  double attention_flops = 0.0;
+  for (auto n : o.seqs) {
+    attention_flops += 6.0 * static_cast<double>(config.q_dim()) * static_cast<double>(n) *
+                       static_cast<double>(n + 1) * config.num_hidden_layers;
+  }
+  const double linear_flops = config.linear_flops_per_token() * static_cast<double>(tokens);
+  const double model_flops = linear_flops + attention_flops;
+
+  // The MLP gate projection of the whole microbatch: x[tokens, hidden] * W[intermediate, hidden]^T,
+  // the most common matmul shape in the model.
+  const std::int64_t m = tokens, n = o.intermediate, k = o.hidden;
+  std::vector<float> a(static_cast<std::size_t>(m * k), 0.01f);
+  std::vector<float> b(static_cast<std::size_t>(n * k), 0.02f);
+  std::vector<float> c(static_cast<std::size_t>(m * n), 0.0f);
+  const int sgemm_iters = std::max(3, o.iters);
+  const double sgemm_seconds = seconds_per_call(1, sgemm_iters, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), 1.0f, a.data(), static_cast<int>(k), b.data(), static_cast<int>(k),
+                0.0f, c.data(), static_cast<int>(n));
+  });
+  const double sgemm_gflops = 2.0 * static_cast<double>(m * n * k) / sgemm_seconds / 1e9;
+  const double gflops_model = model_flops / model_seconds / 1e9;
+
+  nlohmann::json out = {{"bench", "model_throughput_cpp"},
+                        {"layers", o.layers},
+                        {"hidden", o.hidden},
+                        {"heads", o.heads},
+                        {"kv_heads", o.kv_heads},
+                        {"head_dim", config.head_dim},
+                        {"intermediate", o.intermediate},
+                        {"vocab", o.vocab},
+                        {"seqs", o.seqs},
+                        {"tokens", tokens},
+                        {"threads", o.threads},
+                        {"iters", o.iters},
+                        {"loss", loss},
+                        {"seconds_per_iter", model_seconds},
+                        {"tokens_per_s", static_cast<double>(tokens) / model_seconds},
+                        {"flops_per_iter", model_flops},
+                        {"attention_flops_fraction", attention_flops / model_flops},
+                        {"gflops_model", gflops_model},
+                        {"sgemm_shape", {m, n, k}},
+                        {"sgemm_gflops", sgemm_gflops},
+                        {"sgemm_fraction", gflops_model / sgemm_gflops},
+                        {"activation_bytes", model.activation_bytes()}};
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse_options(argc, argv));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "model_throughput: error: %s\n", e.what());
+    return 1;
+  }
+}

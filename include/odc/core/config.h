@@ -1,0 +1,81 @@
+#pragma once
+// The configuration tree. Every tunable is declared once (path, kind, default, doc); values come,
+// in increasing precedence, from the declared defaults, a YAML file, the environment
+// (ODC_<PATH> with dots as underscores, upper case: train.lr -> ODC_TRAIN_LR) and
+// `--set path=value` assignments. Unknown keys, mistyped values and missing required keys are
+// odc::Error naming the key path and the source (file name, "environment ODC_X", "--set").
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+namespace odc {
+
+enum class ValueKind : std::uint8_t {
+  integer,  // int64
+  number,   // double
+  boolean,  // true/false
+  string,   // free text or one of `choices`
+  map,      // a free-form YAML mapping validated by its consumer (e.g. model.config)
+};
+
+struct TunableSpec {
+  std::string path;                  // "train.lr"
+  ValueKind kind;
+  std::string default_value;         // YAML text; empty with required=false means "unset"
+  std::string doc;
+  std::vector<std::string> choices;  // allowed values for strings (empty = any)
+  bool required = false;             // must be given by the user (no usable default)
+};
+
+class Config {
+ public:
+  explicit Config(std::vector<TunableSpec> specs);
+
+  // Layering. Each throws odc::Error on unknown keys / bad values, naming the source.
+  void load_yaml_file(const std::string& path);
+  void load_yaml_text(const std::string& text, const std::string& source);
+  void apply_environment();                    // reads ODC_* variables of declared keys
+  void apply_assignment(const std::string& assignment);  // "a.b=value" from --set
+  // Checks required keys are present (call after all layers are applied).
+  void validate() const;
+
+  bool has(const std::string& path) const;     // set (by default or by the user)
+  std::int64_t get_int(const std::string& path) const;
+  double get_double(const std::string& path) const;
+  bool get_bool(const std::string& path) const;
+  std::string get_string(const std::string& path) const;
+  YAML::Node get_map(const std::string& path) const;  // for ValueKind::map
+  // Where the effective value came from: "default", a file name, "environment ODC_X", "--set".
+  std::string source_of(const std::string& path) const;
+
+  // The effective configuration as YAML (sections in declaration order, one comment per key).
+  std::string dump(bool with_docs = true) const;
+  // Canonical text of the effective values, for comparing configs across ranks.
+  std::string canonical() const;
+  const std::vector<TunableSpec>& specs() const { return specs_; }
+
+ private:
+  struct Value {
+    YAML::Node node;
+    std::string source;
+  };
+  const TunableSpec& spec(const std::string& path) const;
+  void set_value(const TunableSpec& spec, const YAML::Node& node, const std::string& source);
+  void merge_node(const YAML::Node& node, const std::string& prefix, const std::string& source);
+  std::vector<TunableSpec> specs_;
+  std::map<std::string, Value> values_;
+};
+
+// Splits argv into config file, --set assignments and flags. Shared by the tools.
+struct CommandLine {
+  std::string config_file;               // empty = embedded defaults only
+  std::vector<std::string> assignments;  // from --set k=v (also "--set=k=v")
+  bool dump_config = false;
+  bool help = false;
+};
+CommandLine parse_command_line(int argc, char** argv);
+
+}  // namespace odc

@@ -1,0 +1,54 @@
+#pragma once
+// Token datasets: sequences of token ids, each with a per-token target mask (1 = the token is a
+// prediction target, i.e. it is trained on when predicted from the previous position).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace odc::data {
+
+struct SequenceView {
+  std::span<const std::int32_t> tokens;
+  std::span<const std::uint8_t> target_mask;  // same length as tokens
+};
+
+class TokenDataset {
+ public:
+  virtual ~TokenDataset() = default;
+  virtual std::int64_t size() const = 0;
+  virtual SequenceView get(std::int64_t index) const = 0;
+  virtual std::int64_t length(std::int64_t index) const = 0;
+  // Number of prediction targets of a sequence: positions 1..len-1 whose mask is set.
+  virtual std::int64_t target_count(std::int64_t index) const = 0;
+  virtual std::string describe() const = 0;  // e.g. "data/train.jsonl (1000 sequences)"
+  std::int64_t max_length() const;
+};
+
+// Pre-tokenized JSONL: one object per line, {"input_ids": [...], "loss_mask": [...]}.
+// loss_mask is optional (default: every token is a target); when present it must have the same
+// length as input_ids and hold 0/1 (or booleans). Empty lines are skipped. Token ids must lie in
+// [0, vocab_size). Every problem is an odc::Error naming "file:line" and what is wrong.
+class JsonlTokenDataset final : public TokenDataset {
+ public:
+  JsonlTokenDataset(const std::string& path, std::int64_t vocab_size);
+  std::int64_t size() const override { return static_cast<std::int64_t>(offsets_.size()) - 1; }
+  SequenceView get(std::int64_t index) const override;
+  std::int64_t length(std::int64_t index) const override;
+  std::int64_t target_count(std::int64_t index) const override;
+  std::string describe() const override;
+
+ private:
+  std::string path_;
+  std::vector<std::int32_t> tokens_;
+  std::vector<std::uint8_t> masks_;
+  std::vector<std::int64_t> offsets_;  // size()+1 entries into tokens_/masks_
+  std::vector<std::int64_t> target_counts_;
+};
+
+// Opens a dataset by format name ("tokens" = pre-tokenized JSONL). Errors name the path.
+std::unique_ptr<TokenDataset> open_dataset(const std::string& path, const std::string& format,
+                                           std::int64_t vocab_size);
+
+}  // namespace odc::data

@@ -1,0 +1,27 @@
+#pragma once
+// LocalComm: a world of one rank. The shard is the whole unit, so acquire hands out the master
+// weights themselves and the model accumulates straight into the gradient accumulator: no copies.
+#include "odc/dist/comm.h"
+#include "odc/dist/shard_store.h"
+
+namespace odc::dist {
+
+class LocalComm final : public Comm {
+ public:
+  explicit LocalComm(ShardStore& store);
+  std::string_view name() const override { return "local"; }
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  void begin_minibatch() override;
+  void end_minibatch() override {}
+  void all_reduce_sum(std::span<double>) override {}
+  const float* acquire(int unit) override { return store_.master(unit); }
+  void release(int) override {}
+  float* grad_buffer(int unit) override { return store_.grad(unit); }
+  void push_grad(int) override {}
+
+ private:
+  ShardStore& store_;
+};
+
+}  // namespace odc::dist

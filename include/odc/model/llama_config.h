@@ -1,0 +1,47 @@
+#pragma once
+// LlamaConfig: the model shape, with the Hugging Face config.json field names, for the LLaMA
+// family (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM).
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "odc/kernels/rope.h"
+
+namespace odc::model {
+
+struct LlamaConfig {
+  std::int64_t vocab_size = 0;
+  std::int64_t hidden_size = 0;
+  std::int64_t intermediate_size = 0;
+  int num_hidden_layers = 0;
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0;  // 0 in JSON means "same as num_attention_heads"
+  int head_dim = 0;             // 0 in JSON means hidden_size / num_attention_heads
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  kernels::cpu::RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v biases (Qwen2 has them; o_proj never does)
+  std::int64_t max_position_embeddings = 2048;
+  double initializer_range = 0.02;
+
+  int kv_group() const { return num_attention_heads / num_key_value_heads; }
+  std::int64_t q_dim() const { return static_cast<std::int64_t>(num_attention_heads) * head_dim; }
+  std::int64_t kv_dim() const { return static_cast<std::int64_t>(num_key_value_heads) * head_dim; }
+
+  // Parses HF config.json fields. `where` names the source for errors (file or config key).
+  // strict: unknown fields are errors (YAML written by users); otherwise fields this trainer does
+  // not use are ignored (config.json files carry many).
+  static LlamaConfig from_json(const nlohmann::json& j, const std::string& where, bool strict);
+  nlohmann::json to_json() const;
+
+  // Throws odc::Error naming the offending field when the shape is not a valid model.
+  void validate(const std::string& where) const;
+
+  std::int64_t num_parameters() const;
+  // Forward+backward FLOPs of the linear layers per token (6 * matmul parameters).
+  double linear_flops_per_token() const;
+};
+
+}  // namespace odc::model

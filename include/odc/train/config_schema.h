@@ -1,0 +1,24 @@
+#pragma once
+// The trainer's tunables: every key of odc-train's YAML, declared once with its default and doc.
+// The defaults form the embedded demo job (a small LLaMA-style model on synthetic SFT data).
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "odc/core/config.h"
+#include "odc/model/llama_config.h"
+
+namespace odc::train {
+
+std::vector<TunableSpec> trainer_tunables();
+
+// Loads the effective config: declared defaults < YAML file < environment < --set.
+Config load_trainer_config(const CommandLine& command_line);
+
+// model.config as a LlamaConfig (strict: unknown fields are errors naming "model.config.X").
+model::LlamaConfig model_config_from(const Config& config);
+
+// YAML -> JSON with scalar types inferred the way YAML 1.2 core schema reads them.
+nlohmann::json yaml_to_json(const YAML::Node& node);
+
+}  // namespace odc::train

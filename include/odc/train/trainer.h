@@ -1,0 +1,74 @@
+#pragma once
+// Trainer: the minibatch loop. Every rank draws the same global minibatch (same seed), takes its
+// share, packs it into microbatches under the token cap, runs them through the model against the
+// Comm, then (after end_minibatch) clips by the global gradient norm and steps AdamW on the shards
+// it owns. The loss is normalized over the *global* minibatch, so the gradient does not depend on
+// how sequences were split into ranks and microbatches.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "odc/core/config.h"
+#include "odc/data/dataset.h"
+#include "odc/data/packing.h"
+#include "odc/dist/comm.h"
+#include "odc/dist/shard_store.h"
+#include "odc/model/llama_model.h"
+#include "odc/optim/lr_schedule.h"
+#include "odc/optim/sharded_adamw.h"
+#include "odc/train/metrics.h"
+
+namespace odc::train {
+
+struct StepResult {
+  std::int64_t step = 0;
+  double loss = 0.0;          // the objective: weighted mean NLL over the global minibatch
+  double lr = 0.0;
+  double grad_norm = 0.0;     // before clipping
+  double tokens = 0.0;        // global tokens processed
+  double target_tokens = 0.0; // global positions that carried loss
+  int microbatches = 0;       // this rank's
+  double seconds = 0.0;
+};
+
+class Trainer {
+ public:
+  Trainer(const Config& config, int rank, int world_size);
+  ~Trainer();
+
+  // Runs train.steps optimizer steps; returns the per-step results (also logged and written to the
+  // metrics file).
+  std::vector<StepResult> run();
+  // One optimizer step on the next global minibatch.
+  StepResult step();
+
+  const model::LlamaModel& model() const { return *model_; }
+  dist::ShardStore& store() { return *store_; }
+  std::int64_t token_cap() const { return token_cap_; }
+
+ private:
+  void build_microbatch(const std::vector<std::int64_t>& seq_indices, const std::vector<float>& weights,
+                        model::PackedBatch& out) const;
+
+  const Config& config_;
+  int rank_;
+  int world_size_;
+  model::LlamaConfig model_config_;
+  std::unique_ptr<data::TokenDataset> dataset_;
+  std::unique_ptr<data::Sampler> sampler_;
+  std::unique_ptr<model::LlamaModel> model_;
+  std::unique_ptr<dist::ShardStore> store_;
+  std::unique_ptr<dist::Comm> comm_;
+  std::unique_ptr<optim::ShardedAdamW> optimizer_;
+  optim::LrSchedule schedule_;
+  MetricsWriter metrics_;
+  std::int64_t token_cap_ = 0;
+  std::int64_t minibatch_size_ = 0;
+  std::int64_t step_ = 0;
+  double grad_clip_ = 0.0;
+  bool sequence_reduction_ = false;
+  model::PackedBatch batch_;  // reused across microbatches
+};
+
+}  // namespace odc::train

@@ -1,0 +1,158 @@
+// Pre-tokenized JSONL dataset: parsed once at open into one contiguous token array (plus masks and
+// offsets), so a sequence is a span into it and the trainer never touches JSON again.
+#include "odc/data/dataset.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "odc/core/error.h"
+
+namespace odc::data {
+
+namespace {
+
+using nlohmann::json;
+
+bool is_blank(const std::string& line) {
+  return std::all_of(line.begin(), line.end(),
+                     [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; });
+}
+
+// Reads one element of input_ids as a token id, or fails naming the line and the position.
+std::int32_t parse_token(const json& value, std::size_t position, std::int64_t vocab_size,
+                         const std::string& where) {
+  if (value.is_number_unsigned()) {
+    const auto id = value.get<std::uint64_t>();
+    if (id >= static_cast<std::uint64_t>(vocab_size)) {
+      fail("{}: token id {} at input_ids[{}] out of range [0, {})", where, id, position,
+           vocab_size);
+    }
+    return static_cast<std::int32_t>(id);
+  }
+  if (value.is_number_integer()) {
+    const auto id = value.get<std::int64_t>();
+    if (id < 0 || id >= vocab_size) {
+      fail("{}: token id {} at input_ids[{}] out of range [0, {})", where, id, position,
+           vocab_size);
+    }
+    return static_cast<std::int32_t>(id);
+  }
+  fail("{}: input_ids[{}] must be an integer token id, found {}", where, position, value.dump());
+}
+
+// A mask entry is 0/1 or a boolean; anything else (2, 0.5, "1") is almost certainly a bug upstream.
+std::uint8_t parse_mask(const json& value, std::size_t position, const std::string& where) {
+  if (value.is_boolean()) return value.get<bool>() ? 1 : 0;
+  if (value.is_number_integer()) {
+    const auto flag = value.get<std::int64_t>();
+    if (flag == 0 || flag == 1) return static_cast<std::uint8_t>(flag);
+  }
+  fail("{}: loss_mask[{}] must be 0, 1, true or false, found {}", where, position, value.dump());
+}
+
+}  // namespace
+
+std::int64_t TokenDataset::max_length() const {
+  std::int64_t longest = 0;
+  for (std::int64_t i = 0; i < size(); ++i) longest = std::max(longest, length(i));
+  return longest;
+}
+
+JsonlTokenDataset::JsonlTokenDataset(const std::string& path, std::int64_t vocab_size)
+    : path_(path) {
+  // Token ids are stored as int32, so a larger vocabulary could not be represented anyway.
+  if (vocab_size <= 0 || vocab_size > std::numeric_limits<std::int32_t>::max()) {
+    fail("{}: vocab size must be in [1, {}], got {}", path,
+         std::numeric_limits<std::int32_t>::max(), vocab_size);
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open dataset file (expected a pre-tokenized JSONL file)", path);
+
+  offsets_.push_back(0);
+  std::string line;
+  std::int64_t line_number = 0;
+  while (std::getline(in, line)) {
+    ++line_number;
+    if (is_blank(line)) continue;
+    const std::string where = fmt::format("{}:{}", path, line_number);
+
+    json record;
+    try {
+      record = json::parse(line);
+    } catch (const json::parse_error& e) {
+      fail("{}: malformed JSON ({})", where, e.what());
+    }
+    if (!record.is_object()) {
+      fail("{}: expected a JSON object with \"input_ids\", found {}", where, record.type_name());
+    }
+    const auto ids = record.find("input_ids");
+    if (ids == record.end()) fail("{}: missing \"input_ids\"", where);
+    if (!ids->is_array()) {
+      fail("{}: \"input_ids\" must be an array of token ids, found {}", where, ids->type_name());
+    }
+    if (ids->empty()) fail("{}: \"input_ids\" is empty (a sequence needs at least one token)", where);
+
+    const std::size_t length = ids->size();
+    for (std::size_t j = 0; j < length; ++j) {
+      tokens_.push_back(parse_token((*ids)[j], j, vocab_size, where));
+    }
+
+    const auto mask = record.find("loss_mask");
+    if (mask == record.end()) {
+      masks_.insert(masks_.end(), length, std::uint8_t{1});
+    } else {
+      if (!mask->is_array()) {
+        fail("{}: \"loss_mask\" must be an array of 0/1, found {}", where, mask->type_name());
+      }
+      if (mask->size() != length) {
+        fail("{}: \"loss_mask\" has {} entries but \"input_ids\" has {}", where, mask->size(),
+             length);
+      }
+      for (std::size_t j = 0; j < length; ++j) masks_.push_back(parse_mask((*mask)[j], j, where));
+    }
+
+    const std::int64_t begin = offsets_.back();
+    const std::int64_t end = static_cast<std::int64_t>(tokens_.size());
+    // Position 0 is never predicted (nothing precedes it), so its mask does not count.
+    target_counts_.push_back(
+        std::count_if(masks_.begin() + begin + 1, masks_.begin() + end,
+                      [](std::uint8_t m) { return m != 0; }));
+    offsets_.push_back(end);
+  }
+  if (in.bad()) fail("{}: read error after line {}", path, line_number);
+  if (size() == 0) fail("{}: dataset has no sequences (expected one JSON object per line)", path);
+}
+
+SequenceView JsonlTokenDataset::get(std::int64_t index) const {
+  ODC_CHECK(index >= 0 && index < size(), "index {} of {}", index, describe());
+  const auto begin = static_cast<std::size_t>(offsets_[index]);
+  const auto count = static_cast<std::size_t>(offsets_[index + 1] - offsets_[index]);
+  return SequenceView{std::span<const std::int32_t>(tokens_).subspan(begin, count),
+                      std::span<const std::uint8_t>(masks_).subspan(begin, count)};
+}
+
+std::int64_t JsonlTokenDataset::length(std::int64_t index) const {
+  ODC_CHECK(index >= 0 && index < size(), "index {} of {}", index, describe());
+  return offsets_[index + 1] - offsets_[index];
+}
+
+std::int64_t JsonlTokenDataset::target_count(std::int64_t index) const {
+  ODC_CHECK(index >= 0 && index < size(), "index {} of {}", index, describe());
+  return target_counts_[index];
+}
+
+std::string JsonlTokenDataset::describe() const {
+  return fmt::format("{} ({} sequences, {} tokens)", path_, size(), tokens_.size());
+}
+
+std::unique_ptr<TokenDataset> open_dataset(const std::string& path, const std::string& format,
+                                           std::int64_t vocab_size) {
+  if (format == "tokens") return std::make_unique<JsonlTokenDataset>(path, vocab_size);
+  fail("{}: unknown data.format '{}' (supported formats: tokens)", path, format);
+}
+
+}  // namespace odc::data

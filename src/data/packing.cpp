@@ -1,0 +1,93 @@
+// In-order packing and the epoch sampler. The shuffle uses its own generator (splitmix64) and an
+// unbiased bounded draw, so every rank and every platform computes the same permutation: the global
+// minibatch plan depends on all ranks agreeing on it.
+#include "odc/data/packing.h"
+
+#include <numeric>
+#include <utility>
+
+#include "odc/core/error.h"
+
+namespace odc::data {
+
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// Uniform in [0, bound) without modulo bias.
+std::uint64_t uniform_below(std::uint64_t& state, std::uint64_t bound) {
+  const std::uint64_t threshold = (0 - bound) % bound;
+  for (;;) {
+    const std::uint64_t r = splitmix64(state);
+    if (r >= threshold) return r % bound;
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<std::int64_t>> pack_in_order(const std::vector<std::int64_t>& lengths,
+                                                     std::int64_t max_tokens) {
+  if (max_tokens <= 0) {
+    fail("data.max_tokens_per_microbatch must be > 0, got {}", max_tokens);
+  }
+  std::vector<std::vector<std::int64_t>> microbatches;
+  std::int64_t used = 0;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    const std::int64_t length = lengths[i];
+    if (length <= 0) fail("sequence {} has length {}; expected a length >= 1", i, length);
+    if (length > max_tokens) {
+      fail("sequence of length {} exceeds data.max_tokens_per_microbatch = {} (sequence {} of "
+           "this minibatch); raise the cap or filter out longer sequences",
+           length, max_tokens, i);
+    }
+    if (microbatches.empty() || used + length > max_tokens) {
+      microbatches.emplace_back();
+      used = 0;
+    }
+    microbatches.back().push_back(static_cast<std::int64_t>(i));
+    used += length;
+  }
+  return microbatches;
+}
+
+Sampler::Sampler(std::int64_t dataset_size, std::uint64_t seed, bool shuffle)
+    : size_(dataset_size), seed_(seed), shuffle_(shuffle) {
+  if (dataset_size <= 0) fail("sampler needs a non-empty dataset, got {} sequences", dataset_size);
+  reshuffle();
+}
+
+void Sampler::reshuffle() {
+  order_.resize(static_cast<std::size_t>(size_));
+  std::iota(order_.begin(), order_.end(), std::int64_t{0});
+  if (!shuffle_) return;
+  // Mixing the epoch into the seed gives every epoch its own, reproducible permutation.
+  std::uint64_t state = seed_;
+  state = splitmix64(state) ^ (static_cast<std::uint64_t>(epoch_) * 0xD1B54A32D192ED03ULL);
+  for (std::size_t i = order_.size() - 1; i > 0; --i) {
+    const auto j = static_cast<std::size_t>(uniform_below(state, i + 1));
+    std::swap(order_[i], order_[j]);
+  }
+}
+
+std::vector<std::int64_t> Sampler::next(std::int64_t count) {
+  if (count <= 0) fail("sampler: minibatch size must be > 0, got {}", count);
+  std::vector<std::int64_t> indices;
+  indices.reserve(static_cast<std::size_t>(count));
+  for (std::int64_t k = 0; k < count; ++k) {
+    indices.push_back(order_[static_cast<std::size_t>(position_)]);
+    // Roll over eagerly, so (epoch(), position()) always names the next index to be drawn.
+    if (++position_ == size_) {
+      ++epoch_;
+      position_ = 0;
+      reshuffle();
+    }
+  }
+  return indices;
+}
+
+}  // namespace odc::data

@@ -1,0 +1,262 @@
+// Synthetic SFT data. The random numbers come from a self-contained generator (splitmix64 seeding
+// xoshiro256**, Box-Muller normals) rather than <random> distributions, whose output differs
+// between standard libraries: the same seed must give the same file everywhere.
+#include "odc/data/synth.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <numbers>
+
+#include "odc/core/error.h"
+
+namespace odc::data {
+
+namespace {
+
+constexpr std::int32_t kBos = 1;
+constexpr std::int32_t kSep = 2;
+constexpr std::int32_t kEos = 3;
+constexpr std::int32_t kFirstTaskMarker = 4;  // copy, reverse, sort, add in this order
+constexpr std::int32_t kFirstPayload = 8;
+constexpr std::int32_t kFirstDigit = 8;       // add: digits 0..9 are tokens 8..17
+constexpr std::int64_t kMinVocab = 18;
+constexpr std::int64_t kMinLength = 8;        // the shortest layout any task can fill
+// <bos> <task> ... <sep> ... <eos>
+constexpr std::int64_t kFrameTokens = 4;
+
+enum class Task { copy = 0, reverse = 1, sort = 2, add = 3 };
+constexpr std::array<const char*, 4> kTaskNames = {"copy", "reverse", "sort", "add"};
+
+std::uint64_t splitmix64(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed) {
+    for (auto& word : state_) word = splitmix64(seed);
+  }
+
+  // xoshiro256**
+  std::uint64_t next() {
+    const std::uint64_t result = rotl(state_[1] * 5, 7) * 9;
+    const std::uint64_t t = state_[1] << 17;
+    state_[2] ^= state_[0];
+    state_[3] ^= state_[1];
+    state_[1] ^= state_[2];
+    state_[0] ^= state_[3];
+    state_[2] ^= t;
+    state_[3] = rotl(state_[3], 45);
+    return result;
+  }
+
+  // Uniform in [0, bound) without modulo bias.
+  std::uint64_t below(std::uint64_t bound) {
+    const std::uint64_t threshold = (0 - bound) % bound;
+    for (;;) {
+      const std::uint64_t r = next();
+      if (r >= threshold) return r % bound;
+    }
+  }
+
+  // Uniform in (0, 1]: never 0, so log() below stays finite.
+  double unit_open_zero() { return static_cast<double>((next() >> 11) + 1) * 0x1.0p-53; }
+
+  double normal() {
+    const double u1 = unit_open_zero();
+    const double u2 = unit_open_zero();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+  }
+
+ private:
+  static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  std::array<std::uint64_t, 4> state_{};
+};
+
+std::vector<Task> validate(const SynthOptions& o) {
+  if (o.num_sequences < 1) fail("synth option num_sequences must be >= 1, got {}", o.num_sequences);
+  if (o.vocab_size < kMinVocab || o.vocab_size > std::numeric_limits<std::int32_t>::max()) {
+    fail("synth option vocab_size must be in [{}, {}] (8 special tokens + 10 digits), got {}",
+         kMinVocab, std::numeric_limits<std::int32_t>::max(), o.vocab_size);
+  }
+  if (o.min_length < kMinLength) {
+    fail("synth option min_length must be >= {}, got {}", kMinLength, o.min_length);
+  }
+  if (o.max_length < o.min_length) {
+    fail("synth option max_length must be >= min_length = {}, got {}", o.min_length, o.max_length);
+  }
+  if (!(o.mean_length > 0) || !std::isfinite(o.mean_length)) {
+    fail("synth option mean_length must be a finite number > 0, got {}", o.mean_length);
+  }
+  if (!(o.sigma >= 0) || !std::isfinite(o.sigma)) {
+    fail("synth option sigma must be a finite number >= 0, got {}", o.sigma);
+  }
+  if (o.tasks.empty()) fail("synth option tasks must name at least one of copy, reverse, sort, add");
+  std::vector<Task> tasks;
+  for (const auto& name : o.tasks) {
+    const auto it = std::find(kTaskNames.begin(), kTaskNames.end(), name);
+    if (it == kTaskNames.end()) {
+      fail("synth option tasks: unknown task '{}' (known: copy, reverse, sort, add)", name);
+    }
+    tasks.push_back(static_cast<Task>(it - kTaskNames.begin()));
+  }
+  const bool has_even_task =
+      std::any_of(tasks.begin(), tasks.end(), [](Task t) { return t != Task::add; });
+  if (has_even_task && o.min_length == o.max_length && o.min_length % 2 != 0) {
+    fail("synth options min_length = max_length = {} is odd, but copy/reverse/sort sequences "
+         "always have even length; use an even length or tasks = add only",
+         o.min_length);
+  }
+  return tasks;
+}
+
+// Copy, reverse and sort: 2n + 4 tokens. An odd budget becomes L-1 or L+1 (coin flip, so the mean
+// length is not biased), whichever lies in [min, max].
+SynthSequence make_symbol_task(Task task, std::int64_t length, const SynthOptions& o, Rng& rng) {
+  if (length % 2 != 0) {
+    const bool up = rng.below(2) == 1;
+    if (up && length + 1 <= o.max_length) {
+      ++length;
+    } else if (length - 1 >= o.min_length) {
+      --length;
+    } else {
+      ++length;  // validate() guarantees min < max here, so L+1 fits
+    }
+  }
+  const auto n = static_cast<std::size_t>((length - kFrameTokens) / 2);
+  const auto payload_symbols = static_cast<std::uint64_t>(o.vocab_size - kFirstPayload);
+  std::vector<std::int32_t> input(n);
+  for (auto& symbol : input) {
+    symbol = kFirstPayload + static_cast<std::int32_t>(rng.below(payload_symbols));
+  }
+  std::vector<std::int32_t> output = input;
+  if (task == Task::reverse) std::reverse(output.begin(), output.end());
+  if (task == Task::sort) std::sort(output.begin(), output.end());
+
+  SynthSequence seq;
+  seq.input_ids.reserve(static_cast<std::size_t>(length));
+  seq.input_ids.push_back(kBos);
+  seq.input_ids.push_back(kFirstTaskMarker + static_cast<std::int32_t>(task));
+  seq.input_ids.insert(seq.input_ids.end(), input.begin(), input.end());
+  seq.input_ids.push_back(kSep);
+  seq.input_ids.insert(seq.input_ids.end(), output.begin(), output.end());
+  seq.input_ids.push_back(kEos);
+  seq.loss_mask.assign(seq.input_ids.size(), 0);
+  std::fill(seq.loss_mask.end() - static_cast<std::ptrdiff_t>(n + 1), seq.loss_mask.end(), 1);
+  return seq;
+}
+
+// Add:  <bos> <add> a <add> b <sep> s <eos>  with fixed-width, zero-padded, most-significant-first
+// numbers (the <add> marker doubles as the plus sign). The widths split L-5 tokens as evenly as
+// possible with the sum at least as wide as either operand, so every length is hit exactly.
+SynthSequence make_add_task(std::int64_t length, Rng& rng) {
+  const std::int64_t digits = length - (kFrameTokens + 1);
+  const std::int64_t w = digits / 3;
+  const std::int64_t r = digits % 3;
+  const auto width_sum = static_cast<std::size_t>(w + (r >= 1 ? 1 : 0));
+  const auto width_a = static_cast<std::size_t>(w + (r == 2 ? 1 : 0));
+  const auto width_b = static_cast<std::size_t>(w);
+
+  // Digits least significant first while computing; the operands are zero-extended to the sum's
+  // width. Redraw until the sum fits its width (no carry out): accepted with probability >= 0.45.
+  std::vector<int> a(width_sum, 0), b(width_sum, 0), s(width_sum, 0);
+  for (;;) {
+    for (std::size_t i = 0; i < width_a; ++i) a[i] = static_cast<int>(rng.below(10));
+    for (std::size_t i = 0; i < width_b; ++i) b[i] = static_cast<int>(rng.below(10));
+    int carry = 0;
+    for (std::size_t i = 0; i < width_sum; ++i) {
+      const int total = a[i] + b[i] + carry;
+      s[i] = total % 10;
+      carry = total / 10;
+    }
+    if (carry == 0) break;
+  }
+
+  SynthSequence seq;
+  auto& ids = seq.input_ids;
+  ids.reserve(static_cast<std::size_t>(length));
+  const auto add_marker = kFirstTaskMarker + static_cast<std::int32_t>(Task::add);
+  const auto put_number = [&ids](const std::vector<int>& number, std::size_t width) {
+    for (std::size_t i = width; i-- > 0;) ids.push_back(kFirstDigit + number[i]);
+  };
+  ids.push_back(kBos);
+  ids.push_back(add_marker);
+  put_number(a, width_a);
+  ids.push_back(add_marker);
+  put_number(b, width_b);
+  ids.push_back(kSep);
+  put_number(s, width_sum);
+  ids.push_back(kEos);
+  seq.loss_mask.assign(ids.size(), 0);
+  std::fill(seq.loss_mask.end() - static_cast<std::ptrdiff_t>(width_sum + 1), seq.loss_mask.end(),
+            1);
+  return seq;
+}
+
+}  // namespace
+
+std::vector<SynthSequence> generate_synth(const SynthOptions& options) {
+  const std::vector<Task> tasks = validate(options);
+  // mu chosen so that the mean of the unclipped log-normal is mean_length.
+  const double mu = std::log(options.mean_length) - 0.5 * options.sigma * options.sigma;
+
+  std::vector<SynthSequence> out;
+  out.reserve(static_cast<std::size_t>(options.num_sequences));
+  std::uint64_t seed_state = options.seed;
+  const std::uint64_t base = splitmix64(seed_state);
+  for (std::int64_t i = 0; i < options.num_sequences; ++i) {
+    // One stream per sequence: sequence i does not depend on how many sequences are generated.
+    std::uint64_t sequence_state = base ^ (static_cast<std::uint64_t>(i) * 0xD1B54A32D192ED03ULL);
+    Rng rng(splitmix64(sequence_state));
+
+    const double drawn = std::exp(mu + options.sigma * rng.normal());
+    // Clip in floating point first: exp() may overflow any integer type.
+    const double clipped = std::clamp(drawn, static_cast<double>(options.min_length),
+                                      static_cast<double>(options.max_length));
+    const auto length = static_cast<std::int64_t>(std::llround(clipped));
+    const Task task = tasks[static_cast<std::size_t>(rng.below(tasks.size()))];
+    out.push_back(task == Task::add ? make_add_task(length, rng)
+                                    : make_symbol_task(task, length, options, rng));
+  }
+  return out;
+}
+
+void write_synth_jsonl(const SynthOptions& options, const std::string& path) {
+  const std::vector<SynthSequence> sequences = generate_synth(options);
+  // Written to a sibling temp file and renamed, so a crash never leaves a truncated dataset.
+  const std::string temp_path = path + ".tmp";
+  {
+    std::ofstream out(temp_path, std::ios::binary | std::ios::trunc);
+    if (!out) fail("{}: cannot open for writing", temp_path);
+    std::string line;
+    for (const auto& seq : sequences) {
+      line.clear();
+      line += "{\"input_ids\":[";
+      for (std::size_t j = 0; j < seq.input_ids.size(); ++j) {
+        if (j > 0) line += ',';
+        line += std::to_string(seq.input_ids[j]);
+      }
+      line += "],\"loss_mask\":[";
+      for (std::size_t j = 0; j < seq.loss_mask.size(); ++j) {
+        if (j > 0) line += ',';
+        line += seq.loss_mask[j] != 0 ? '1' : '0';
+      }
+      line += "]}\n";
+      out << line;
+    }
+    out.close();
+    if (!out) fail("{}: write failed (disk full or I/O error?)", temp_path);
+  }
+  std::error_code ec;
+  std::filesystem::rename(temp_path, path, ec);
+  if (ec) fail("{}: cannot rename {} to it: {}", path, temp_path, ec.message());
+}
+
+}  // namespace odc::data

@@ -1,0 +1,35 @@
+#include "odc/dist/mpi_session.h"
+
+#include <cstdlib>
+
+#include <mpi.h>
+
+#include "odc/core/error.h"
+
+namespace odc::dist {
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int provided = 0;
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+    fail("MPI_Init_thread failed");
+  }
+  if (provided < MPI_THREAD_MULTIPLE) {
+    MPI_Finalize();
+    fail("MPI provides thread level {}, but MPI_THREAD_MULTIPLE ({}) is required", provided, MPI_THREAD_MULTIPLE);
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void MpiSession::abort(int code) const {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+}  // namespace odc::dist

@@ -1,0 +1,31 @@
+#include "odc/model/batch.h"
+
+#include <algorithm>
+
+#include "odc/core/error.h"
+
+namespace odc::model {
+
+std::int32_t PackedBatch::max_seqlen() const {
+  std::int32_t longest = 0;
+  for (std::size_t s = 0; s + 1 < cu_seqlens.size(); ++s) {
+    longest = std::max(longest, cu_seqlens[s + 1] - cu_seqlens[s]);
+  }
+  return longest;
+}
+
+void PackedBatch::append(const std::int32_t* seq_tokens, const std::uint8_t* target_mask,
+                         std::int64_t length, float weight) {
+  ODC_CHECK(length > 0, "empty sequence appended to a batch");
+  if (cu_seqlens.empty()) cu_seqlens.push_back(0);
+  for (std::int64_t i = 0; i < length; ++i) {
+    tokens.push_back(seq_tokens[i]);
+    positions.push_back(static_cast<std::int32_t>(i));
+    const bool predicts = i + 1 < length && (target_mask == nullptr || target_mask[i + 1] != 0);
+    targets.push_back(i + 1 < length ? seq_tokens[i + 1] : 0);
+    loss_weights.push_back(predicts ? weight : 0.0f);
+  }
+  cu_seqlens.push_back(static_cast<std::int32_t>(tokens.size()));
+}
+
+}  // namespace odc::model

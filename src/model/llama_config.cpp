@@ -1,0 +1,193 @@
+#include "odc/model/llama_config.h"
+
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "odc/core/error.h"
+
+namespace odc::model {
+
+namespace {
+
+// Fields of LLaMA-family config.json files that do not change the computation (or that we check
+// separately below). Accepted in strict mode; anything else unknown is rejected there.
+const std::set<std::string>& known_unused_fields() {
+  static const std::set<std::string> fields = {
+      "architectures", "model_type", "torch_dtype", "bos_token_id", "eos_token_id",
+      "pad_token_id", "transformers_version", "use_cache", "attention_dropout", "pretraining_tp",
+      "hidden_act", "mlp_bias", "sliding_window", "use_sliding_window", "max_window_layers",
+      "_name_or_path", "dtype"};
+  return fields;
+}
+
+template <typename T>
+T number_field(const nlohmann::json& j, const char* key, const std::string& where, T fallback,
+               bool required) {
+  if (!j.contains(key) || j.at(key).is_null()) {
+    if (required) fail("{}: model config field '{}' is required", where, key);
+    return fallback;
+  }
+  const auto& v = j.at(key);
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!v.is_number()) fail("{}: model config field '{}' must be a number, found {}", where, key, v.dump());
+    return v.get<T>();
+  } else {
+    if (!v.is_number_integer()) {
+      fail("{}: model config field '{}' must be an integer, found {}", where, key, v.dump());
+    }
+    return static_cast<T>(v.get<std::int64_t>());
+  }
+}
+
+bool bool_field(const nlohmann::json& j, const char* key, const std::string& where, bool fallback) {
+  if (!j.contains(key) || j.at(key).is_null()) return fallback;
+  if (!j.at(key).is_boolean()) {
+    fail("{}: model config field '{}' must be true or false, found {}", where, key, j.at(key).dump());
+  }
+  return j.at(key).get<bool>();
+}
+
+}  // namespace
+
+LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& where, bool strict) {
+  if (!j.is_object()) fail("{}: model config must be a mapping of config.json fields", where);
+  LlamaConfig c;
+  c.vocab_size = number_field<std::int64_t>(j, "vocab_size", where, 0, true);
+  c.hidden_size = number_field<std::int64_t>(j, "hidden_size", where, 0, true);
+  c.intermediate_size = number_field<std::int64_t>(j, "intermediate_size", where, 0, true);
+  c.num_hidden_layers = number_field<int>(j, "num_hidden_layers", where, 0, true);
+  c.num_attention_heads = number_field<int>(j, "num_attention_heads", where, 0, true);
+  c.num_key_value_heads =
+      number_field<int>(j, "num_key_value_heads", where, c.num_attention_heads, false);
+  const bool explicit_head_dim = j.contains("head_dim") && !j.at("head_dim").is_null();
+  c.head_dim = number_field<int>(j, "head_dim", where, 0, false);
+  c.rms_norm_eps = number_field<double>(j, "rms_norm_eps", where, 1e-6, false);
+  c.rope_theta = number_field<double>(j, "rope_theta", where, 10000.0, false);
+  c.tie_word_embeddings = bool_field(j, "tie_word_embeddings", where, false);
+  c.attention_bias = bool_field(j, "attention_bias", where, false);
+  c.max_position_embeddings = number_field<std::int64_t>(j, "max_position_embeddings", where, 2048, false);
+  c.initializer_range = number_field<double>(j, "initializer_range", where, 0.02, false);
+
+  // Qwen2 checkpoints carry q/k/v biases without an attention_bias field.
+  if (j.contains("model_type") && j.at("model_type").is_string() &&
+      j.at("model_type").get<std::string>() == "qwen2" && !j.contains("attention_bias")) {
+    c.attention_bias = true;
+  }
+  if (j.contains("hidden_act") && j.at("hidden_act") != "silu") {
+    fail("{}: model config field 'hidden_act' is {}, but only \"silu\" (SwiGLU) is supported", where,
+         j.at("hidden_act").dump());
+  }
+  if (j.contains("mlp_bias") && j.at("mlp_bias").is_boolean() && j.at("mlp_bias").get<bool>()) {
+    fail("{}: model config field 'mlp_bias' is true, but MLP biases are not supported", where);
+  }
+  if (j.contains("rope_scaling") && !j.at("rope_scaling").is_null()) {
+    const auto& rs = j.at("rope_scaling");
+    if (!rs.is_object()) fail("{}: rope_scaling must be a mapping or null", where);
+    std::string type = rs.value("rope_type", rs.value("type", std::string("default")));
+    if (type != "default" && type != "llama3") {
+      fail("{}: rope_scaling type '{}' is not supported (supported: default, llama3)", where, type);
+    }
+    c.rope_scaling.type = type;
+    if (type == "llama3") {
+      c.rope_scaling.factor = number_field<double>(rs, "factor", where + ".rope_scaling", 1.0, true);
+      c.rope_scaling.low_freq_factor = number_field<double>(rs, "low_freq_factor", where + ".rope_scaling", 1.0, true);
+      c.rope_scaling.high_freq_factor = number_field<double>(rs, "high_freq_factor", where + ".rope_scaling", 4.0, true);
+      c.rope_scaling.original_max_position_embeddings =
+          number_field<double>(rs, "original_max_position_embeddings", where + ".rope_scaling", 8192.0, true);
+    }
+  }
+  if (!explicit_head_dim || c.head_dim == 0) {
+    if (c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads != 0) {
+      fail("{}: hidden_size {} is not divisible by num_attention_heads {} (set head_dim explicitly "
+           "or choose a divisible shape)", where, c.hidden_size, c.num_attention_heads);
+    }
+    c.head_dim = c.num_attention_heads > 0 ? static_cast<int>(c.hidden_size / c.num_attention_heads) : 0;
+  }
+  if (strict) {
+    static const std::set<std::string> used = {
+        "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+        "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling",
+        "tie_word_embeddings", "attention_bias", "max_position_embeddings", "initializer_range"};
+    for (const auto& [key, value] : j.items()) {
+      if (!used.contains(key) && !known_unused_fields().contains(key)) {
+        fail("{}: unknown model config field '{}' (expected Hugging Face config.json fields such as "
+             "hidden_size, num_attention_heads, num_key_value_heads)", where, key);
+      }
+    }
+  }
+  c.validate(where);
+  return c;
+}
+
+nlohmann::json LlamaConfig::to_json() const {
+  nlohmann::json j = {
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"vocab_size", vocab_size},
+      {"hidden_size", hidden_size},
+      {"intermediate_size", intermediate_size},
+      {"num_hidden_layers", num_hidden_layers},
+      {"num_attention_heads", num_attention_heads},
+      {"num_key_value_heads", num_key_value_heads},
+      {"head_dim", head_dim},
+      {"rms_norm_eps", rms_norm_eps},
+      {"rope_theta", rope_theta},
+      {"tie_word_embeddings", tie_word_embeddings},
+      {"attention_bias", attention_bias},
+      {"max_position_embeddings", max_position_embeddings},
+      {"initializer_range", initializer_range},
+      {"hidden_act", "silu"},
+  };
+  if (rope_scaling.type == "llama3") {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", rope_scaling.factor},
+                         {"low_freq_factor", rope_scaling.low_freq_factor},
+                         {"high_freq_factor", rope_scaling.high_freq_factor},
+                         {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  return j;
+}
+
+void LlamaConfig::validate(const std::string& where) const {
+  auto positive = [&](std::int64_t v, const char* name) {
+    if (v <= 0) fail("{}: model config field '{}' must be positive, found {}", where, name, v);
+  };
+  positive(vocab_size, "vocab_size");
+  positive(hidden_size, "hidden_size");
+  positive(intermediate_size, "intermediate_size");
+  positive(num_hidden_layers, "num_hidden_layers");
+  positive(num_attention_heads, "num_attention_heads");
+  positive(num_key_value_heads, "num_key_value_heads");
+  positive(head_dim, "head_dim");
+  if (num_attention_heads % num_key_value_heads != 0) {
+    fail("{}: num_key_value_heads {} does not divide num_attention_heads {} (grouped-query attention "
+         "needs an equal number of query heads per key/value head)", where, num_key_value_heads,
+         num_attention_heads);
+  }
+  if (head_dim % 2 != 0) fail("{}: head_dim {} must be even (rotary embedding pairs halves)", where, head_dim);
+  if (!(rms_norm_eps > 0)) fail("{}: rms_norm_eps must be positive, found {}", where, rms_norm_eps);
+  if (!(rope_theta > 0)) fail("{}: rope_theta must be positive, found {}", where, rope_theta);
+  if (vocab_size > (std::int64_t{1} << 31) - 1) fail("{}: vocab_size {} exceeds int32 token ids", where, vocab_size);
+}
+
+std::int64_t LlamaConfig::num_parameters() const {
+  const std::int64_t c = hidden_size;
+  std::int64_t per_layer = 2 * c + c * q_dim() + 2 * c * kv_dim() + q_dim() * c + 3 * c * intermediate_size;
+  if (attention_bias) per_layer += q_dim() + 2 * kv_dim();
+  std::int64_t total = vocab_size * c + num_hidden_layers * per_layer + c;
+  if (!tie_word_embeddings) total += vocab_size * c;
+  return total;
+}
+
+double LlamaConfig::linear_flops_per_token() const {
+  const double c = static_cast<double>(hidden_size);
+  const double per_layer = c * static_cast<double>(q_dim()) * 2 + 2 * c * static_cast<double>(kv_dim()) +
+                           3 * c * static_cast<double>(intermediate_size);
+  const double head = c * static_cast<double>(vocab_size);
+  return 6.0 * (num_hidden_layers * per_layer + head);
+}
+
+}  // namespace odc::model

@@ -1,0 +1,115 @@
+#include "odc/train/config_schema.h"
+
+#include <cctype>
+
+#include "odc/core/error.h"
+
+namespace odc::train {
+
+namespace {
+TunableSpec spec(std::string path, ValueKind kind, std::string default_value, std::string doc,
+                 std::vector<std::string> choices = {}, bool required = false) {
+  return {std::move(path), kind, std::move(default_value), std::move(doc), std::move(choices), required};
+}
+}  // namespace
+
+std::vector<TunableSpec> trainer_tunables() {
+  using K = ValueKind;
+  return {
+      // model
+      spec("model.config", K::map,
+       "{vocab_size: 64, hidden_size: 256, intermediate_size: 688, num_hidden_layers: 6, "
+       "num_attention_heads: 8, num_key_value_heads: 4, rms_norm_eps: 1.0e-5, rope_theta: 10000.0, "
+       "max_position_embeddings: 4096, tie_word_embeddings: false}",
+       "Hugging Face config.json fields of the model to train from random initialization"),
+      spec("model.dtype", K::string, "float32", "compute dtype (the CPU backend computes in float32)",
+       {"float32"}),
+      spec("model.seed", K::integer, "0", "seed of the random initialization (same model on every world size)"),
+      // data
+      spec("data.train", K::string, "", "training data file", {}, true),
+      spec("data.format", K::string, "tokens",
+       "data format: tokens = pre-tokenized JSONL {\"input_ids\": [...], \"loss_mask\": [...]}",
+       {"tokens"}),
+      spec("data.minibatch_size", K::integer, "4", "sequences per rank per optimizer step"),
+      spec("data.max_tokens_per_microbatch", K::integer, "0",
+       "token cap of a packed microbatch; 0 = the longest sequence of the dataset times packing_ratio"),
+      spec("data.packing_ratio", K::number, "1.0", "multiplies the default token cap (ignored when a cap is set)"),
+      spec("data.shuffle", K::boolean, "true", "shuffle the dataset every epoch"),
+      spec("data.seed", K::integer, "0", "seed of the data order"),
+      // train
+      spec("train.comm", K::string, "odc", "communication: odc (on-demand) or collective (FSDP-style)",
+       {"odc", "collective"}),
+      spec("train.steps", K::integer, "200", "optimizer steps (minibatches) to run"),
+      spec("train.lr", K::number, "3.0e-3", "peak learning rate"),
+      spec("train.min_lr", K::number, "3.0e-4", "learning rate at the end of the decay"),
+      spec("train.warmup_steps", K::integer, "20", "linear warmup steps"),
+      spec("train.schedule", K::string, "cosine", "decay after warmup", {"cosine", "linear", "constant"}),
+      spec("train.weight_decay", K::number, "0.01", "decoupled weight decay (matrices only)"),
+      spec("train.beta1", K::number, "0.9", "AdamW beta1"),
+      spec("train.beta2", K::number, "0.95", "AdamW beta2"),
+      spec("train.eps", K::number, "1.0e-8", "AdamW epsilon"),
+      spec("train.grad_clip", K::number, "1.0", "global gradient-norm clip; 0 disables"),
+      spec("train.loss_reduction", K::string, "token",
+       "token = mean over all target tokens of the global minibatch; sequence = mean over sequences "
+       "of each sequence's mean token loss",
+       {"token", "sequence"}),
+      spec("train.threads", K::integer, "1", "compute threads per rank (BLAS)"),
+      spec("train.metrics_file", K::string, "", "JSON lines of per-step metrics (empty = none)"),
+      spec("train.log_every", K::integer, "1", "log a progress line every N steps"),
+      spec("train.log_level", K::string, "info", "log level", {"trace", "debug", "info", "warn", "error"}),
+  };
+}
+
+Config load_trainer_config(const CommandLine& command_line) {
+  Config config(trainer_tunables());
+  if (!command_line.config_file.empty()) config.load_yaml_file(command_line.config_file);
+  config.apply_environment();
+  for (const auto& assignment : command_line.assignments) config.apply_assignment(assignment);
+  return config;
+}
+
+nlohmann::json yaml_to_json(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined: return nullptr;
+    case YAML::NodeType::Sequence: {
+      auto arr = nlohmann::json::array();
+      for (const auto& item : node) arr.push_back(yaml_to_json(item));
+      return arr;
+    }
+    case YAML::NodeType::Map: {
+      auto obj = nlohmann::json::object();
+      for (const auto& kv : node) obj[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+      return obj;
+    }
+    case YAML::NodeType::Scalar: break;
+  }
+  const std::string text = node.Scalar();
+  if (node.Tag() == "!") return text;  // explicitly quoted: a string
+  if (text == "true" || text == "True" || text == "TRUE") return true;
+  if (text == "false" || text == "False" || text == "FALSE") return false;
+  if (text == "null" || text == "~" || text == "Null" || text.empty()) return nullptr;
+  const bool looks_integer = !text.empty() && text.find_first_not_of("+-0123456789") == std::string::npos &&
+                             std::isdigit(static_cast<unsigned char>(text.back()));
+  if (looks_integer) {
+    try {
+      std::size_t used = 0;
+      const long long v = std::stoll(text, &used);
+      if (used == text.size()) return v;
+    } catch (const std::exception&) {
+    }
+  }
+  try {
+    std::size_t used = 0;
+    const double v = std::stod(text, &used);
+    if (used == text.size()) return v;
+  } catch (const std::exception&) {
+  }
+  return text;
+}
+
+model::LlamaConfig model_config_from(const Config& config) {
+  return model::LlamaConfig::from_json(yaml_to_json(config.get_map("model.config")), "model.config", true);
+}
+
+}  // namespace odc::train

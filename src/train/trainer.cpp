@@ -1,0 +1,220 @@
+#include "odc/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+
+#include <spdlog/spdlog.h>
+
+#include "odc/core/error.h"
+#include "odc/dist/local_comm.h"
+#include "odc/kernels/matmul.h"
+#include "odc/train/config_schema.h"
+
+namespace odc::train {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+}  // namespace
+
+Trainer::Trainer(const Config& config, int rank, int world_size)
+    : config_(config),
+      rank_(rank),
+      world_size_(world_size),
+      model_config_(model_config_from(config)),
+      metrics_(rank == 0 ? config.get_string("train.metrics_file") : std::string()) {
+  const auto threads = config.get_int("train.threads");
+  if (threads < 1) fail("train.threads must be at least 1, found {}", threads);
+  kernels::cpu::set_num_threads(static_cast<int>(threads));
+
+  dataset_ = data::open_dataset(config.get_string("data.train"), config.get_string("data.format"),
+                                model_config_.vocab_size);
+  minibatch_size_ = config.get_int("data.minibatch_size");
+  if (minibatch_size_ < 1) fail("data.minibatch_size must be at least 1, found {}", minibatch_size_);
+  const std::int64_t global = minibatch_size_ * world_size_;
+  if (global > dataset_->size()) {
+    fail("data.minibatch_size {} x {} ranks = {} sequences per step, but {} holds only {}", minibatch_size_,
+         world_size_, global, dataset_->describe(), dataset_->size());
+  }
+
+  // Token cap: explicit, or the longest sequence of the dataset scaled by packing_ratio.
+  token_cap_ = config.get_int("data.max_tokens_per_microbatch");
+  if (token_cap_ < 0) fail("data.max_tokens_per_microbatch must be >= 0, found {}", token_cap_);
+  if (token_cap_ == 0) {
+    const double ratio = config.get_double("data.packing_ratio");
+    if (!(ratio > 0)) fail("data.packing_ratio must be positive, found {}", ratio);
+    token_cap_ = static_cast<std::int64_t>(std::floor(static_cast<double>(dataset_->max_length()) * ratio));
+  }
+  for (std::int64_t i = 0; i < dataset_->size(); ++i) {
+    if (dataset_->length(i) > token_cap_) {
+      fail("{}: sequence {} has length {}, which exceeds the microbatch cap "
+           "data.max_tokens_per_microbatch = {}", dataset_->describe(), i, dataset_->length(i), token_cap_);
+    }
+  }
+  if (dataset_->max_length() > model_config_.max_position_embeddings) {
+    spdlog::warn("longest sequence ({} tokens) exceeds model.config.max_position_embeddings = {}",
+                 dataset_->max_length(), model_config_.max_position_embeddings);
+  }
+  sampler_ = std::make_unique<data::Sampler>(dataset_->size(), static_cast<std::uint64_t>(config.get_int("data.seed")),
+                                             config.get_bool("data.shuffle"));
+
+  model_ = std::make_unique<model::LlamaModel>(model_config_);
+  dist::ShardLayout layout(model_->units(), world_size_, rank_);
+  store_ = std::make_unique<dist::ShardStore>(layout, model_->units(), model_config_,
+                                              static_cast<std::uint64_t>(config.get_int("model.seed")));
+  if (world_size_ == 1) {
+    comm_ = std::make_unique<dist::LocalComm>(*store_);
+  } else {
+    fail("train.comm = {} with {} ranks: multi-rank communication is not available in this build",
+         config.get_string("train.comm"), world_size_);
+  }
+
+  optim::AdamWConfig adam;
+  adam.beta1 = config.get_double("train.beta1");
+  adam.beta2 = config.get_double("train.beta2");
+  adam.eps = config.get_double("train.eps");
+  adam.weight_decay = config.get_double("train.weight_decay");
+  optimizer_ = std::make_unique<optim::ShardedAdamW>(adam);
+
+  schedule_.lr = config.get_double("train.lr");
+  schedule_.min_lr = config.get_double("train.min_lr");
+  schedule_.warmup_steps = config.get_int("train.warmup_steps");
+  schedule_.total_steps = config.get_int("train.steps");
+  schedule_.kind = config.get_string("train.schedule");
+  if (schedule_.total_steps < 1) fail("train.steps must be at least 1, found {}", schedule_.total_steps);
+  if (schedule_.warmup_steps < 0) fail("train.warmup_steps must be >= 0, found {}", schedule_.warmup_steps);
+  grad_clip_ = config.get_double("train.grad_clip");
+  sequence_reduction_ = config.get_string("train.loss_reduction") == "sequence";
+
+  spdlog::info("model: {} layers, hidden {}, heads {}/{} (q/kv), vocab {}, {:.2f}M parameters", model_config_.num_hidden_layers,
+               model_config_.hidden_size, model_config_.num_attention_heads, model_config_.num_key_value_heads,
+               model_config_.vocab_size, static_cast<double>(model_config_.num_parameters()) / 1e6);
+  spdlog::info("data: {}, {} sequences per rank per step, microbatch cap {} tokens", dataset_->describe(),
+               minibatch_size_, token_cap_);
+  spdlog::info("comm: {} over {} rank(s); {} threads per rank", comm_->name(), world_size_, threads);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::build_microbatch(const std::vector<std::int64_t>& seq_indices, const std::vector<float>& weights,
+                               model::PackedBatch& out) const {
+  out.tokens.clear();
+  out.positions.clear();
+  out.cu_seqlens.clear();
+  out.targets.clear();
+  out.loss_weights.clear();
+  for (std::size_t i = 0; i < seq_indices.size(); ++i) {
+    const auto seq = dataset_->get(seq_indices[i]);
+    out.append(seq.tokens.data(), seq.target_mask.data(), static_cast<std::int64_t>(seq.tokens.size()), weights[i]);
+  }
+}
+
+StepResult Trainer::step() {
+  const auto start = Clock::now();
+  StepResult r;
+  r.step = step_;
+  r.lr = schedule_.at(step_);
+
+  // The global minibatch is the same on every rank; the loss weights are normalized over all of it.
+  const std::vector<std::int64_t> global = sampler_->next(minibatch_size_ * world_size_);
+  double normalizer = 0.0;
+  for (auto index : global) {
+    const auto targets = dataset_->target_count(index);
+    normalizer += sequence_reduction_ ? (targets > 0 ? 1.0 : 0.0) : static_cast<double>(targets);
+  }
+  if (normalizer == 0.0) spdlog::warn("step {}: the minibatch has no target tokens (all masked)", step_);
+
+  // This rank's share (round-robin), with each sequence's per-target weight.
+  std::vector<std::int64_t> mine;
+  std::vector<std::int64_t> lengths;
+  std::vector<float> weights;
+  for (std::size_t i = static_cast<std::size_t>(rank_); i < global.size(); i += static_cast<std::size_t>(world_size_)) {
+    const auto index = global[i];
+    mine.push_back(index);
+    lengths.push_back(dataset_->length(index));
+    const auto targets = static_cast<double>(dataset_->target_count(index));
+    double w = 0.0;
+    if (normalizer > 0 && targets > 0) w = sequence_reduction_ ? 1.0 / (targets * normalizer) : 1.0 / normalizer;
+    weights.push_back(static_cast<float>(w));
+  }
+  const auto plan = data::pack_in_order(lengths, token_cap_);
+
+  comm_->begin_minibatch();
+  double local_loss = 0.0;
+  double local_tokens = 0.0;
+  double local_targets = 0.0;
+  std::vector<std::int64_t> seqs;
+  std::vector<float> seq_weights;
+  for (const auto& microbatch : plan) {
+    seqs.clear();
+    seq_weights.clear();
+    for (auto i : microbatch) {
+      seqs.push_back(mine[static_cast<std::size_t>(i)]);
+      seq_weights.push_back(weights[static_cast<std::size_t>(i)]);
+    }
+    build_microbatch(seqs, seq_weights, batch_);
+    const auto out = model_->train_microbatch(batch_, *comm_, *comm_);
+    local_loss += out.weighted_loss;
+    local_targets += out.target_tokens;
+    local_tokens += static_cast<double>(batch_.num_tokens());
+  }
+  comm_->end_minibatch();
+
+  std::array<double, 4> sums{store_->grad_sum_of_squares(), local_loss, local_tokens, local_targets};
+  comm_->all_reduce_sum(sums);
+  r.grad_norm = std::sqrt(sums[0]);
+  r.loss = sums[1];
+  r.tokens = sums[2];
+  r.target_tokens = sums[3];
+  r.microbatches = static_cast<int>(plan.size());
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+    fail("step {}: loss ({}) or gradient norm ({}) is not finite; lower train.lr or check the data", step_,
+         r.loss, r.grad_norm);
+  }
+  optimizer_->step(*store_, r.lr, optim::clip_coefficient(r.grad_norm, grad_clip_));
+  ++step_;
+  r.seconds = seconds_since(start);
+  return r;
+}
+
+std::vector<StepResult> Trainer::run() {
+  const std::int64_t steps = config_.get_int("train.steps");
+  const std::int64_t log_every = std::max<std::int64_t>(1, config_.get_int("train.log_every"));
+  std::vector<StepResult> results;
+  const auto start = Clock::now();
+  double tokens_total = 0.0;
+  for (std::int64_t s = 0; s < steps; ++s) {
+    const StepResult r = step();
+    results.push_back(r);
+    tokens_total += r.tokens;
+    const double tokens_per_s = r.tokens / r.seconds;
+    const double samples_per_s_per_rank = static_cast<double>(minibatch_size_) / r.seconds;
+    metrics_.write({{"step", r.step + 1},
+                    {"loss", r.loss},
+                    {"lr", r.lr},
+                    {"grad_norm", r.grad_norm},
+                    {"tokens", r.tokens},
+                    {"target_tokens", r.target_tokens},
+                    {"tokens_per_s", tokens_per_s},
+                    {"samples_per_s_per_rank", samples_per_s_per_rank},
+                    {"microbatches", r.microbatches},
+                    {"step_time_s", r.seconds},
+                    {"epoch", sampler_->epoch()}});
+    if ((s + 1) % log_every == 0 || s + 1 == steps) {
+      const double elapsed = seconds_since(start);
+      const double eta = elapsed / static_cast<double>(s + 1) * static_cast<double>(steps - s - 1);
+      spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}", s + 1,
+                   steps, r.loss, r.lr, r.grad_norm, tokens_per_s, format_duration(eta));
+    }
+  }
+  const double elapsed = seconds_since(start);
+  if (!results.empty()) {
+    spdlog::info("done: {} steps in {}, {:.0f} tokens/s, loss {:.4f} -> {:.4f}", steps, format_duration(elapsed),
+                 tokens_total / elapsed, results.front().loss, results.back().loss);
+  }
+  return results;
+}
+
+}  // namespace odc::train

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# odc-data command-line behaviour: synth writes a valid file and a summary, usage errors exit 2
+# with a message naming the culprit, bad values exit non-zero, --help exits 0.
+# Usage: bash test_odc_data.sh BIN_DIR WORK_DIR
+set -euo pipefail
+
+bin_dir=${1:?usage: test_odc_data.sh BIN_DIR WORK_DIR}
+work_dir=${2:?usage: test_odc_data.sh BIN_DIR WORK_DIR}
+tool="$bin_dir/odc-data"
+rm -rf "$work_dir"
+mkdir -p "$work_dir"
+
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# run_tool NAME ARGS...: runs odc-data, keeping stdout/stderr in $work_dir/NAME.{out,err}, and
+# sets $rc without tripping `set -e`.
+run_tool() {
+  local name=$1
+  shift
+  rc=0
+  "$tool" "$@" >"$work_dir/$name.out" 2>"$work_dir/$name.err" || rc=$?
+}
+
+expect_rc() {  # NAME EXPECTED
+  if [ "$rc" -ne "$2" ]; then
+    fail "$1: exit code $rc, expected $2; stderr: $(cat "$work_dir/$1.err")"
+  fi
+}
+
+expect_in() {  # NAME STREAM(out|err) TEXT
+  if ! grep -qF -- "$3" "$work_dir/$1.$2"; then
+    fail "$1: std$2 does not contain '$3'; it was: $(cat "$work_dir/$1.$2")"
+  fi
+}
+
+[ -x "$tool" ] || { echo "FAIL: $tool is not an executable" >&2; exit 1; }
+
+# --- synth writes the file and a one-line JSON summary ---
+out="$work_dir/synth.jsonl"
+run_tool synth synth --out "$out" --num 300 --max-length 256 --mean-length 64 --seed 5
+expect_rc synth 0
+if [ ! -s "$out" ]; then
+  fail "synth: $out missing or empty"
+else
+  lines=$(wc -l <"$out")
+  [ "$lines" -eq 300 ] || fail "synth: $out has $lines lines, expected 300"
+  head -n 1 "$out" | grep -q '^{"input_ids":\[1,[4-7],' ||
+    fail "synth: first line is not a <bos> <task> record: $(head -c 200 "$out")"
+  grep -q '"loss_mask":\[0,0,' "$out" || fail "synth: no masked-out prompt found in $out"
+fi
+summary_lines=$(wc -l <"$work_dir/synth.out")
+[ "$summary_lines" -eq 1 ] || fail "synth: summary has $summary_lines lines, expected 1"
+for key in '"count":300' '"mean_length":' '"min_length":' '"max_length":' '"p50":' '"p90":' \
+           '"p99":' '"target_tokens":'; do
+  expect_in synth out "$key"
+done
+[ -e "$out.tmp" ] && fail "synth: temporary file $out.tmp left behind"
+
+# Same seed -> byte-identical file; different seed -> different file.
+run_tool synth_again synth --out "$work_dir/again.jsonl" --num 300 --max-length 256 \
+  --mean-length=64 --seed=5
+expect_rc synth_again 0
+cmp -s "$out" "$work_dir/again.jsonl" || fail "synth: same seed produced different files"
+run_tool synth_other synth --out "$work_dir/other.jsonl" --num 300 --max-length 256 \
+  --mean-length 64 --seed 6
+expect_rc synth_other 0
+cmp -s "$out" "$work_dir/other.jsonl" && fail "synth: different seeds produced identical files"
+
+# Task subset and exact length: every line is an add task of 20 tokens.
+run_tool synth_add synth --out "$work_dir/add.jsonl" --num 50 --tasks add --min-length 20 \
+  --max-length 20
+expect_rc synth_add 0
+bad_lines=$(grep -cv '^{"input_ids":\[1,7,' "$work_dir/add.jsonl" || true)
+[ "$bad_lines" -eq 0 ] || fail "synth --tasks add: $bad_lines lines are not add tasks"
+expect_in synth_add out '"min_length":20'
+expect_in synth_add out '"max_length":20'
+
+# --- usage errors: exit 2 and the message names the culprit ---
+run_tool bad_flag synth --out "$work_dir/x.jsonl" --bogus-flag 3
+expect_rc bad_flag 2
+expect_in bad_flag err "--bogus-flag"
+
+run_tool bad_number synth --out "$work_dir/x.jsonl" --num twelve
+expect_rc bad_number 2
+expect_in bad_number err "--num"
+expect_in bad_number err "twelve"
+
+run_tool missing_value synth --out "$work_dir/x.jsonl" --seed
+expect_rc missing_value 2
+expect_in missing_value err "--seed"
+
+run_tool missing_out synth --num 3
+expect_rc missing_out 2
+expect_in missing_out err "--out"
+
+run_tool bad_command frobnicate
+expect_rc bad_command 2
+expect_in bad_command err "frobnicate"
+
+run_tool no_args
+expect_rc no_args 2
+
+# --- bad values (odc::Error): exit 1 and the message names the option ---
+run_tool bad_vocab synth --out "$work_dir/x.jsonl" --vocab 10
+expect_rc bad_vocab 1
+expect_in bad_vocab err "vocab_size"
+
+run_tool bad_task synth --out "$work_dir/x.jsonl" --tasks copy,divide
+expect_rc bad_task 1
+expect_in bad_task err "divide"
+
+run_tool bad_out synth --out "$work_dir/no/such/dir/x.jsonl" --num 3
+expect_rc bad_out 1
+expect_in bad_out err "no/such/dir"
+
+# --- help ---
+run_tool help --help
+expect_rc help 0
+expect_in help out "synth"
+run_tool synth_help synth --help
+expect_rc synth_help 0
+expect_in synth_help out "--mean-length"
+
+if [ "$failures" -ne 0 ]; then
+  echo "test_odc_data: $failures check(s) failed" >&2
+  exit 1
+fi
+echo "test_odc_data: all checks passed"

@@ -1,0 +1,420 @@
+#include "odc/core/config.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include "odc/core/error.h"
+
+namespace {
+
+using Catch::Contains;
+using odc::Config;
+using odc::TunableSpec;
+using odc::ValueKind;
+
+// A small table shaped like the trainer's: optional keys, a required one, choices, a map tunable.
+std::vector<TunableSpec> test_specs() {
+  return {
+      {"model.checkpoint", ValueKind::string, "", "HF checkpoint directory", {}, false},
+      {"model.config", ValueKind::map, "", "HF config.json fields", {}, false},
+      {"model.dtype", ValueKind::string, "float32", "compute dtype", {"float32", "bfloat16"}, false},
+      {"data.train", ValueKind::string, "", "path to the training data", {}, true},
+      {"data.minibatch_size", ValueKind::integer, "4", "sequences per rank per step", {}, false},
+      {"train.comm", ValueKind::string, "odc", "communication scheme", {"odc", "collective"}, false},
+      {"train.lr", ValueKind::number, "3e-4", "peak learning rate", {}, false},
+      {"train.steps", ValueKind::integer, "100", "optimizer steps", {}, false},
+      {"train.shuffle", ValueKind::boolean, "true", "shuffle the data", {}, false},
+      {"train.metrics_file", ValueKind::string, "", "JSONL metrics output", {}, false},
+      {"comm.chunk_bytes", ValueKind::integer, "1048576", "bytes per transfer chunk", {}, false},
+  };
+}
+
+// A fresh directory per test case, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "odc_config_XXXXXX").string();
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  std::string write(const std::string& name, const std::string& text) const {
+    const auto file = path_ / name;
+    std::ofstream(file) << text;
+    return file.string();
+  }
+  std::string path(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Sets an environment variable for one scope, so a failing test cannot leak it into the next.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::string name, const std::string& value) : name_(std::move(name)) {
+    setenv(name_.c_str(), value.c_str(), 1);
+  }
+  ~ScopedEnv() { unsetenv(name_.c_str()); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+};
+
+odc::CommandLine parse(std::vector<std::string> arguments) {
+  arguments.insert(arguments.begin(), "odc-train");
+  std::vector<char*> argv;
+  for (auto& argument : arguments) argv.push_back(argument.data());
+  return odc::parse_command_line(static_cast<int>(argv.size()), argv.data());
+}
+
+}  // namespace
+
+TEST_CASE("config defaults are typed and sourced as 'default'", "[config]") {
+  Config config(test_specs());
+  CHECK(config.get_double("train.lr") == Approx(3e-4));
+  CHECK(config.get_int("train.steps") == 100);
+  CHECK(config.get_bool("train.shuffle"));
+  CHECK(config.get_string("train.comm") == "odc");
+  CHECK(config.source_of("train.lr") == "default");
+  CHECK(config.has("train.lr"));
+  CHECK_FALSE(config.has("model.checkpoint"));
+  CHECK(config.source_of("model.checkpoint") == "unset");
+  REQUIRE_THROWS_WITH(config.get_string("data.train"),
+                      Contains("config key 'data.train' is required but was not set") &&
+                          Contains("path to the training data"));
+  REQUIRE_THROWS_WITH(config.get_string("model.checkpoint"),
+                      Contains("model.checkpoint") && Contains("no value"));
+}
+
+TEST_CASE("config layers: defaults < file < environment < --set", "[config]") {
+  TempDir dir;
+  const std::string file =
+      dir.write("run.yaml", "train:\n  lr: 0.1\n  steps: 5\n  comm: collective\ndata:\n"
+                            "  train: /data/a.jsonl\n");
+  Config config(test_specs());
+  config.load_yaml_file(file);
+  CHECK(config.get_double("train.lr") == Approx(0.1));
+  CHECK(config.source_of("train.lr") == file);
+
+  const ScopedEnv lr("ODC_TRAIN_LR", "0.2");
+  const ScopedEnv chunk("ODC_COMM_CHUNK_BYTES", "4096");
+  config.apply_environment();
+  CHECK(config.get_double("train.lr") == Approx(0.2));
+  CHECK(config.source_of("train.lr") == "environment ODC_TRAIN_LR");
+  CHECK(config.get_int("comm.chunk_bytes") == 4096);
+
+  config.apply_assignment("train.lr=0.3");
+  CHECK(config.get_double("train.lr") == Approx(0.3));
+  CHECK(config.source_of("train.lr") == "--set");
+  // Keys a layer does not name keep the value of the layer below.
+  CHECK(config.get_int("train.steps") == 5);
+  CHECK(config.source_of("train.steps") == file);
+  CHECK(config.get_string("train.comm") == "collective");
+  CHECK(config.get_int("data.minibatch_size") == 4);
+  CHECK(config.source_of("data.minibatch_size") == "default");
+  CHECK_NOTHROW(config.validate());
+}
+
+TEST_CASE("config unknown keys name the path, the source and a suggestion", "[config]") {
+  TempDir dir;
+  Config config(test_specs());
+  const std::string typo = dir.write("typo.yaml", "train:\n  steps: 3\n  lrr: 0.1\n");
+  REQUIRE_THROWS_WITH(config.load_yaml_file(typo), Contains("unknown config key 'train.lrr'") &&
+                                                       Contains(typo + ":3") &&
+                                                       Contains("did you mean 'train.lr'?"));
+  // The file is applied all or nothing: its valid key before the typo did not stick.
+  CHECK(config.get_int("train.steps") == 100);
+
+  SECTION("same key in another section") {
+    REQUIRE_THROWS_WITH(config.load_yaml_text("model:\n  lr: 0.1\n", "inline.yaml"),
+                        Contains("'model.lr'") && Contains("did you mean 'train.lr'?"));
+  }
+  SECTION("misspelled section") {
+    REQUIRE_THROWS_WITH(config.load_yaml_text("trian:\n  lr: 0.1\n", "inline.yaml"),
+                        Contains("unknown config section 'trian'") &&
+                            Contains("inline.yaml:1") && Contains("did you mean 'train'?"));
+  }
+  SECTION("no near match lists the section's keys") {
+    REQUIRE_THROWS_WITH(config.load_yaml_text("comm:\n  banana: 1\n", "inline.yaml"),
+                        Contains("'comm.banana'") && Contains("chunk_bytes"));
+  }
+  SECTION("from --set") {
+    REQUIRE_THROWS_WITH(config.apply_assignment("train.lrr=0.1"),
+                        Contains("'train.lrr'") && Contains("--set") &&
+                            Contains("did you mean 'train.lr'?"));
+    REQUIRE_THROWS_WITH(config.apply_assignment("lr=0.1"), Contains("did you mean 'train.lr'?"));
+  }
+  SECTION("duplicate keys") {
+    REQUIRE_THROWS_WITH(config.load_yaml_text("train:\n  lr: 1\n  lr: 2\n", "dup.yaml"),
+                        Contains("'train.lr' appears twice") && Contains("dup.yaml:3"));
+  }
+}
+
+TEST_CASE("config rejects values of the wrong type", "[config]") {
+  Config config(test_specs());
+  SECTION("integer") {
+    REQUIRE_THROWS_WITH(config.load_yaml_text("train:\n  steps: 1.5\n", "a.yaml"),
+                        Contains("'train.steps'") && Contains("a.yaml:2") &&
+                            Contains("an integer") && Contains("'1.5'"));
+    REQUIRE_THROWS_WITH(config.apply_assignment("train.steps=abc"),
+                        Contains("'train.steps'") && Contains("'abc'"));
+    REQUIRE_THROWS_WITH(config.apply_assignment("train.steps=[1, 2]"), Contains("a list"));
+    config.apply_assignment("train.steps=-7");
+    CHECK(config.get_int("train.steps") == -7);
+  }
+  SECTION("number accepts integers and floats only") {
+    REQUIRE_THROWS_WITH(config.apply_assignment("train.lr=fast"),
+                        Contains("'train.lr'") && Contains("a number") && Contains("'fast'"));
+    REQUIRE_THROWS_WITH(config.apply_assignment("train.lr=nan"), Contains("'nan'"));
+    REQUIRE_THROWS_WITH(config.apply_assignment("train.lr=-inf"), Contains("'-inf'"));
+    config.apply_assignment("train.lr=2");
+    CHECK(config.get_double("train.lr") == 2.0);
+    config.apply_assignment("train.lr=+1.5e-3");
+    CHECK(config.get_double("train.lr") == Approx(1.5e-3));
+  }
+  SECTION("boolean takes the YAML spellings") {
+    REQUIRE_THROWS_WITH(config.apply_assignment("train.shuffle=maybe"),
+                        Contains("'train.shuffle'") && Contains("true or false"));
+    config.apply_assignment("train.shuffle=no");
+    CHECK_FALSE(config.get_bool("train.shuffle"));
+    config.apply_assignment("train.shuffle=True");
+    CHECK(config.get_bool("train.shuffle"));
+  }
+  SECTION("choices are listed") {
+    REQUIRE_THROWS_WITH(config.apply_assignment("train.comm=odx"),
+                        Contains("'train.comm'") && Contains("odc, collective") &&
+                            Contains("did you mean 'odc'?"));
+  }
+  SECTION("a section must be a mapping") {
+    REQUIRE_THROWS_WITH(config.load_yaml_text("data: 5\n", "b.yaml"),
+                        Contains("section 'data'") && Contains("b.yaml:1") &&
+                            Contains("mapping"));
+    REQUIRE_THROWS_WITH(config.load_yaml_text("- train\n", "c.yaml"), Contains("c.yaml:1"));
+  }
+  SECTION("a key with a default cannot be unset, one without can") {
+    REQUIRE_THROWS_WITH(config.load_yaml_text("train:\n  lr:\n", "d.yaml"),
+                        Contains("'train.lr'") && Contains("empty value"));
+    config.apply_assignment("train.metrics_file=/tmp/m.jsonl");
+    CHECK(config.has("train.metrics_file"));
+    config.apply_assignment("train.metrics_file=");
+    CHECK_FALSE(config.has("train.metrics_file"));
+  }
+  SECTION("reading a key as the wrong kind is a clear error") {
+    REQUIRE_THROWS_WITH(config.get_int("train.lr"), Contains("'train.lr'") && Contains("integer"));
+    REQUIRE_THROWS_WITH(config.get_int("train.stepz"),
+                        Contains("not declared") && Contains("did you mean 'train.steps'?"));
+  }
+}
+
+TEST_CASE("config file errors name the file and line", "[config]") {
+  TempDir dir;
+  Config config(test_specs());
+  const std::string broken = dir.write("broken.yaml", "train:\n  lr: 0.1\n  steps: [1, 2\n");
+  REQUIRE_THROWS_WITH(config.load_yaml_file(broken),
+                      Contains("YAML syntax error") && Contains(broken + ":"));
+  const std::string bad_line = dir.write("indent.yaml", "train:\n  lr: 0.1\n steps: 2\n");
+  REQUIRE_THROWS_WITH(config.load_yaml_file(bad_line), Contains(bad_line + ":3"));
+  const std::string missing = dir.path("missing.yaml");
+  REQUIRE_THROWS_WITH(config.load_yaml_file(missing),
+                      Contains("cannot read config file") && Contains(missing));
+  REQUIRE_THROWS_WITH(config.load_yaml_file(dir.path("")), Contains("directory"));
+  // An empty file and a section with every key commented out are valid and change nothing.
+  CHECK_NOTHROW(config.load_yaml_file(dir.write("empty.yaml", "")));
+  CHECK_NOTHROW(config.load_yaml_text("train:\n  # lr: 1\n", "comments.yaml"));
+  CHECK(config.get_double("train.lr") == Approx(3e-4));
+}
+
+TEST_CASE("config validate names missing required keys and their docs", "[config]") {
+  Config config(test_specs());
+  REQUIRE_THROWS_WITH(config.validate(), Contains("data.train") &&
+                                             Contains("path to the training data") &&
+                                             Contains("ODC_DATA_TRAIN"));
+  config.apply_assignment("data.train=/data/train.jsonl");
+  CHECK_NOTHROW(config.validate());
+}
+
+TEST_CASE("config environment values are type-checked and name the variable", "[config]") {
+  Config config(test_specs());
+  {
+    const ScopedEnv steps("ODC_TRAIN_STEPS", "abc");
+    REQUIRE_THROWS_WITH(config.apply_environment(),
+                        Contains("ODC_TRAIN_STEPS") && Contains("'train.steps'"));
+  }
+  {
+    const ScopedEnv dtype("ODC_MODEL_DTYPE", "bfloat16");
+    const ScopedEnv shuffle("ODC_TRAIN_SHUFFLE", "false");
+    config.apply_environment();
+  }
+  CHECK(config.get_string("model.dtype") == "bfloat16");
+  CHECK_FALSE(config.get_bool("train.shuffle"));
+  CHECK(config.source_of("train.shuffle") == "environment ODC_TRAIN_SHUFFLE");
+}
+
+TEST_CASE("config --set assignments are checked for shape", "[config]") {
+  Config config(test_specs());
+  REQUIRE_THROWS_WITH(config.apply_assignment("train.lr"),
+                      Contains("key=value") && Contains("'train.lr'"));
+  REQUIRE_THROWS_WITH(config.apply_assignment("=5"), Contains("'=5'"));
+  REQUIRE_THROWS_WITH(config.apply_assignment("train..lr=5"), Contains("'train..lr'"));
+  REQUIRE_THROWS_WITH(config.apply_assignment("model.config={hidden_size: 64"),
+                      Contains("YAML syntax error") && Contains("model.config={hidden_size: 64"));
+  // A value may itself contain '='; only the first one splits.
+  config.apply_assignment("data.train=/data/a=b.jsonl");
+  CHECK(config.get_string("data.train") == "/data/a=b.jsonl");
+}
+
+TEST_CASE("config map tunables merge layers and take nested --set paths", "[config]") {
+  Config config(test_specs());
+  config.load_yaml_text(
+      "model:\n  config:\n    hidden_size: 64\n    num_hidden_layers: 2\n"
+      "    rope_scaling: {factor: 8.0, type: llama3}\n",
+      "model.yaml");
+  config.apply_assignment("model.config.hidden_size=256");
+  config.apply_assignment("model.config.rope_scaling.factor=2");
+  config.apply_assignment("model.config={vocab_size: 1000}");
+  const YAML::Node map = config.get_map("model.config");
+  CHECK(map["hidden_size"].as<int>() == 256);
+  CHECK(map["num_hidden_layers"].as<int>() == 2);
+  CHECK(map["vocab_size"].as<int>() == 1000);
+  CHECK(map["rope_scaling"]["factor"].as<double>() == 2.0);
+  CHECK(map["rope_scaling"]["type"].as<std::string>() == "llama3");
+  CHECK(config.source_of("model.config") == "model.yaml + --set");
+
+  // get_map hands out a copy: editing it leaves the config alone.
+  YAML::Node copy = config.get_map("model.config");
+  copy["hidden_size"] = 1;
+  CHECK(config.get_map("model.config")["hidden_size"].as<int>() == 256);
+
+  REQUIRE_THROWS_WITH(config.apply_assignment("model.config=5"),
+                      Contains("'model.config'") && Contains("mapping"));
+  REQUIRE_THROWS_WITH(config.apply_assignment("train.lr.value=1"),
+                      Contains("'train.lr'") && Contains("train.lr.value"));
+  // Unsetting the whole map (no default) lets a later layer start afresh.
+  config.apply_assignment("model.config=");
+  CHECK_FALSE(config.has("model.config"));
+  config.apply_assignment("model.config.hidden_size=32");
+  CHECK(config.get_map("model.config")["hidden_size"].as<int>() == 32);
+  CHECK(config.get_map("model.config").size() == 1);
+}
+
+TEST_CASE("config copies are independent", "[config]") {
+  Config original(test_specs());
+  original.apply_assignment("model.config.hidden_size=64");
+  Config copy = original;
+  copy.apply_assignment("model.config.hidden_size=128");
+  copy.apply_assignment("train.lr=0.5");
+  CHECK(original.get_map("model.config")["hidden_size"].as<int>() == 64);
+  CHECK(original.get_double("train.lr") == Approx(3e-4));
+}
+
+TEST_CASE("config dump is YAML that loads back to the same config", "[config]") {
+  Config config(test_specs());
+  config.load_yaml_text(
+      "model:\n  config: {hidden_size: 64, name: \"true\", layers: [1, 2], note: \"a: b # c\"}\n"
+      "data:\n  train: \"/data/with space.jsonl\"\n"
+      "train:\n  lr: 1e-3\n  shuffle: no\n  comm: collective\n  metrics_file: \"null\"\n",
+      "run.yaml");
+  config.apply_assignment("model.checkpoint=");
+
+  const std::string text = config.dump();
+  INFO(text);
+  CHECK_NOTHROW(YAML::Load(text));
+  CHECK_THAT(text, Contains("lr: 1e-3  # peak learning rate [from run.yaml]"));
+  CHECK_THAT(text, Contains("chunk_bytes: 1048576  # bytes per transfer chunk"));
+  // Sections in declaration order.
+  const auto model = text.find("model:");
+  const auto data = text.find("\ndata:");
+  const auto train = text.find("\ntrain:");
+  const auto comm = text.find("\ncomm:");
+  CHECK(model < data);
+  CHECK(data < train);
+  CHECK(train < comm);
+
+  Config reloaded(test_specs());
+  reloaded.load_yaml_text(text, "dump.yaml");
+  CHECK(reloaded.canonical() == config.canonical());
+  CHECK(reloaded.get_string("train.metrics_file") == "null");
+  CHECK(reloaded.get_map("model.config")["name"].as<std::string>() == "true");
+
+  Config bare(test_specs());
+  bare.load_yaml_text(config.dump(false), "bare.yaml");
+  CHECK(bare.canonical() == config.canonical());
+  CHECK_THAT(config.dump(false), !Contains("peak learning rate"));
+
+  // Unset keys are dumped too, so the round trip holds from a fresh config as well.
+  Config fresh(test_specs());
+  Config fresh_reloaded(test_specs());
+  fresh_reloaded.load_yaml_text(fresh.dump(), "fresh.yaml");
+  CHECK(fresh_reloaded.canonical() == fresh.canonical());
+  CHECK_THAT(fresh.dump(), Contains("train: null  # path to the training data [required]"));
+}
+
+TEST_CASE("config map tunable with a default round-trips and merges into it", "[config]") {
+  std::vector<TunableSpec> specs = test_specs();
+  specs.push_back({"model.overrides", ValueKind::map, "{dropout: 0.0}", "extra fields", {}, false});
+  Config config(specs);
+  CHECK(config.get_map("model.overrides")["dropout"].as<double>() == 0.0);
+  config.apply_assignment("model.overrides.bias=true");
+  CHECK(config.get_map("model.overrides").size() == 2);
+  CHECK(config.source_of("model.overrides") == "default + --set");
+  REQUIRE_THROWS_WITH(config.apply_assignment("model.overrides="), Contains("empty value"));
+
+  Config empty_map(specs);
+  empty_map.apply_assignment("model.config={}");
+  Config reloaded(specs);
+  reloaded.load_yaml_text(empty_map.dump(), "dump.yaml");
+  CHECK(reloaded.canonical() == empty_map.canonical());
+  CHECK(reloaded.get_map("model.config").size() == 0);
+}
+
+TEST_CASE("config canonical text compares effective values", "[config]") {
+  Config a(test_specs());
+  Config b(test_specs());
+  CHECK(a.canonical() == b.canonical());
+  a.apply_assignment("train.lr=0.0003");  // the same number as the default 3e-4
+  b.apply_assignment("train.shuffle=yes");  // the same boolean as the default true
+  CHECK(a.canonical() == b.canonical());
+  a.apply_assignment("model.config={x: 1, y: 2}");
+  b.apply_assignment("model.config={y: 2, x: 1}");
+  CHECK(a.canonical() == b.canonical());
+  b.apply_assignment("train.steps=101");
+  CHECK(a.canonical() != b.canonical());
+  CHECK_THAT(b.canonical(), Contains("train.steps=101\n"));
+}
+
+TEST_CASE("config command line", "[config]") {
+  const auto full =
+      parse({"run.yaml", "--set", "train.lr=0.1", "--set=train.steps=3", "--dump-config"});
+  CHECK(full.config_file == "run.yaml");
+  CHECK(full.assignments == std::vector<std::string>{"train.lr=0.1", "train.steps=3"});
+  CHECK(full.dump_config);
+  CHECK_FALSE(full.help);
+  CHECK(parse({"-h"}).help);
+  CHECK(parse({"--help"}).help);
+  const auto bare = parse({});
+  CHECK(bare.config_file.empty());
+  CHECK(bare.assignments.empty());
+
+  REQUIRE_THROWS_WITH(parse({"--dump_config"}),
+                      Contains("'--dump_config'") && Contains("did you mean '--dump-config'?"));
+  REQUIRE_THROWS_WITH(parse({"--verbose"}), Contains("'--verbose'"));
+  REQUIRE_THROWS_WITH(parse({"run.yaml", "--set"}), Contains("--set"));
+  REQUIRE_THROWS_WITH(parse({"--set", "--dump-config"}), Contains("'--dump-config'"));
+  REQUIRE_THROWS_WITH(parse({"--set="}), Contains("key=value"));
+  REQUIRE_THROWS_WITH(parse({"a.yaml", "b.yaml"}), Contains("'a.yaml'") && Contains("'b.yaml'"));
+}

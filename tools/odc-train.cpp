@@ -1,0 +1,63 @@
+// odc-train CONFIG.yaml [--set key.path=value]... [--dump-config]
+// Trains a LLaMA-style model; run directly or under mpirun.
+#include <cstdio>
+#include <exception>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "odc/core/config.h"
+#include "odc/core/error.h"
+#include "odc/core/logging.h"
+#include "odc/dist/mpi_session.h"
+#include "odc/train/config_schema.h"
+#include "odc/train/trainer.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: odc-train [CONFIG.yaml] [--set key.path=value]... [--dump-config]
+
+Trains a LLaMA-style decoder on pre-tokenized data. Run directly (one rank) or under
+  mpirun -np N odc-train CONFIG.yaml
+Values come from the built-in defaults, then CONFIG.yaml, then ODC_<SECTION>_<KEY> environment
+variables, then --set assignments (e.g. --set train.lr=1e-3 --set model.config.num_hidden_layers=2).
+
+  --set k=v       override one key (repeatable)
+  --dump-config   print the effective configuration (YAML, with docs) and exit
+  --help          this text
+)";
+
+int run(int argc, char** argv, const odc::dist::MpiSession& mpi) {
+  const auto command_line = odc::parse_command_line(argc, argv);
+  if (command_line.help) {
+    if (mpi.rank() == 0) std::fputs(kUsage, stdout);
+    return 0;
+  }
+  const auto config = odc::train::load_trainer_config(command_line);
+  if (command_line.dump_config) {
+    if (mpi.rank() == 0) std::fputs(config.dump().c_str(), stdout);
+    return 0;
+  }
+  config.validate();
+  odc::setup_logging(mpi.rank(), mpi.world_size(), config.get_string("train.log_level"));
+  odc::train::Trainer trainer(config, mpi.rank(), mpi.world_size());
+  trainer.run();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::unique_ptr<odc::dist::MpiSession> mpi;
+  try {
+    mpi = std::make_unique<odc::dist::MpiSession>(&argc, &argv);
+    return run(argc, argv, *mpi);
+  } catch (const odc::Error& e) {
+    std::fprintf(stderr, "odc-train: error: %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "odc-train: unexpected error: %s\n", e.what());
+  }
+  std::fflush(stderr);
+  if (mpi && mpi->world_size() > 1) mpi->abort(1);
+  return 1;
+}
