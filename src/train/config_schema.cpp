@@ -54,7 +54,7 @@ std::vector<TunableSpec> trainer_tunables() {
        "of each sequence's mean token loss",
        {"token", "sequence"}),
       spec("train.threads", K::integer, "1", "compute threads per rank (BLAS)"),
-      spec("train.metrics_file", K::string, "", "JSON lines of per-step metrics (empty = none)"),
+      spec("train.metrics_file", K::string, "\"\"", "JSON lines of per-step metrics (empty = none)"),
       spec("train.log_every", K::integer, "1", "log a progress line every N steps"),
       spec("train.log_level", K::string, "info", "log level", {"trace", "debug", "info", "warn", "error"}),
   };

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# odc-train on bad input: each case must exit non-zero with a message that names what is wrong and
+# where (key path, file:line, length and cap, field). Usage: test_odc_train_errors.sh BIN_DIR WORK_DIR
+set -uo pipefail
+bin="$1"
+work="$2"
+rm -rf "$work" && mkdir -p "$work"
+failures=0
+
+# expect_error NAME SUBSTRING... -- ARGS: runs odc-train ARGS, requires exit != 0, no crash signal,
+# and every SUBSTRING in stderr.
+expect_error() {
+  local name="$1"; shift
+  local needles=()
+  while [ "$1" != "--" ]; do needles+=("$1"); shift; done
+  shift
+  local out rc
+  out=$(timeout 60 "$bin/odc-train" "$@" 2>&1 >/dev/null); rc=$?
+  if [ $rc -eq 0 ] || [ $rc -ge 124 ]; then
+    echo "FAIL [$name]: exit code $rc (expected a clean non-zero exit)"; echo "$out" | sed 's/^/    /'
+    failures=$((failures + 1)); return
+  fi
+  for needle in "${needles[@]}"; do
+    if ! grep -qF -- "$needle" <<<"$out"; then
+      echo "FAIL [$name]: message lacks '$needle':"; echo "$out" | sed 's/^/    /'
+      failures=$((failures + 1)); return
+    fi
+  done
+  echo "ok   [$name] exit $rc: $(head -c 200 <<<"$out" | tr '\n' ' ')"
+}
+
+cat > "$work/good.jsonl" <<'JSONL'
+{"input_ids": [1, 4, 9, 10, 2, 9, 10, 3], "loss_mask": [0, 0, 0, 0, 0, 1, 1, 1]}
+{"input_ids": [1, 5, 11, 12, 13, 2, 13, 12, 11, 3]}
+{"input_ids": [1, 6, 14, 2, 14, 3], "loss_mask": [0, 0, 0, 0, 1, 1]}
+JSONL
+printf '{"input_ids": [1, 2, 3]}\n{"input_ids": [1, 2,, 3]}\n' > "$work/malformed.jsonl"
+printf '{"input_ids": [1, 2, 3]}\n{"input_ids": [1, 64, 3]}\n' > "$work/big_id.jsonl"
+small=(--set "model.config={vocab_size: 64, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1, num_attention_heads: 4, num_key_value_heads: 2}")
+base=(--set "data.train=$work/good.jsonl" --set data.minibatch_size=2 --set train.steps=1 "${small[@]}")
+
+printf 'train:\n  lr: 0.001\n  stesp: 10\n' > "$work/mistyped.yaml"
+expect_error "mistyped key" "train.stesp" "mistyped.yaml" -- "$work/mistyped.yaml" "${base[@]}"
+printf 'trainer:\n  steps: 10\n' > "$work/unknown_section.yaml"
+expect_error "unknown section" "trainer" "unknown_section.yaml" -- "$work/unknown_section.yaml" "${base[@]}"
+expect_error "unknown --set key" "data.minibatchsize" "--set" -- "${base[@]}" --set data.minibatchsize=3
+expect_error "wrong value type" "train.steps" -- "${base[@]}" --set train.steps=many
+expect_error "bad choice" "train.schedule" "cosine" -- "${base[@]}" --set train.schedule=exp
+expect_error "missing required key" "data.train" -- --set train.steps=1
+printf 'train:\n  lr: [oops\n' > "$work/syntax.yaml"
+expect_error "YAML syntax error" "syntax.yaml" -- "$work/syntax.yaml" "${base[@]}"
+expect_error "missing config file" "nope.yaml" -- "$work/nope.yaml"
+expect_error "malformed JSONL line" "malformed.jsonl:2" -- "${base[@]}" --set "data.train=$work/malformed.jsonl"
+expect_error "token id >= vocab_size" "big_id.jsonl:2" "64" -- "${base[@]}" --set "data.train=$work/big_id.jsonl"
+expect_error "missing data file" "absent.jsonl" -- "${base[@]}" --set "data.train=$work/absent.jsonl"
+expect_error "sequence longer than the cap" "length 10" "data.max_tokens_per_microbatch = 8" -- \
+  "${base[@]}" --set data.max_tokens_per_microbatch=8
+expect_error "hidden not divisible by heads" "hidden_size 30 is not divisible by num_attention_heads 4" -- \
+  "${base[@]}" --set model.config.hidden_size=30
+expect_error "kv heads not dividing heads" "num_key_value_heads 3 does not divide num_attention_heads 4" -- \
+  "${base[@]}" --set model.config.num_key_value_heads=3
+expect_error "unknown model field" "model.config" "hiden_size" -- "${base[@]}" --set model.config.hiden_size=32
+expect_error "unknown flag" "--frobnicate" -- --frobnicate
+
+# And the good input trains (exit 0), so the cases above fail for the reason they name.
+if out=$(timeout 120 "$bin/odc-train" "${base[@]}" 2>&1); then
+  echo "ok   [good input trains]"
+else
+  echo "FAIL [good input trains]:"; echo "$out" | sed 's/^/    /'; failures=$((failures + 1))
+fi
+if "$bin/odc-train" --help | grep -q "usage: odc-train"; then echo "ok   [--help]"; else echo "FAIL [--help]"; failures=$((failures + 1)); fi
+if "$bin/odc-train" "${base[@]}" --dump-config | grep -q "minibatch_size: 2"; then echo "ok   [--dump-config]"; else echo "FAIL [--dump-config]"; failures=$((failures + 1)); fi
+
+echo "$failures failure(s)"
+[ "$failures" -eq 0 ]
