@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "odc/core/error.h"
+#include "odc/core/hash.h"
 
 namespace odc::model {
 
@@ -22,12 +23,6 @@ std::uint64_t splitmix64(std::uint64_t x) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
-}
-
-std::uint64_t hash_name(const std::string& name) {
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ull;
-  return h;
 }
 
 // Standard normal from a counter: two 53-bit uniforms through Box-Muller. Counter-based so that
@@ -96,7 +91,7 @@ void init_unit_range(const UnitLayout& unit, const LlamaConfig& config, std::uin
     const std::int64_t lo = std::max(begin, t.offset);
     const std::int64_t hi = std::min(end, t.offset + t.numel);
     if (lo >= hi) continue;
-    const std::uint64_t stream = splitmix64(seed ^ hash_name(t.name));
+    const std::uint64_t stream = splitmix64(seed ^ fnv1a64(t.name));
     for (std::int64_t i = lo; i < hi; ++i) {
       float v = 0.0f;
       switch (t.init) {

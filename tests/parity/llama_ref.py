@@ -193,10 +193,10 @@ def causal_attention(q, k, v, bounds, n_heads, n_kv_heads):
     outputs = []
     for s in range(len(bounds) - 1):
         lo, hi = bounds[s], bounds[s + 1]
-        qs = q[lo:hi].transpose(0, 1)  # [H, n, D]
+        qs = q[lo:hi].transpose(0, 1) * scale  # [H, n, D]; scaling q is cheaper than scaling scores
         ks = k[lo:hi].transpose(0, 1).repeat_interleave(group, dim=0)  # query head h uses kv head h // group
         vs = v[lo:hi].transpose(0, 1).repeat_interleave(group, dim=0)
-        scores = torch.matmul(qs, ks.transpose(1, 2)) * scale
+        scores = torch.matmul(qs, ks.transpose(1, 2))
         n = hi - lo
         future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
         scores = scores.masked_fill(future, float("-inf"))

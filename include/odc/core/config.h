@@ -4,6 +4,8 @@
 // (ODC_<PATH> with dots as underscores, upper case: train.lr -> ODC_TRAIN_LR) and
 // `--set path=value` assignments. Unknown keys, mistyped values and missing required keys are
 // odc::Error naming the key path and the source (file name, "environment ODC_X", "--set").
+// Layers override key by key, also inside map tunables (`--set model.config.hidden_size=64` sets
+// one key of the map); a null value (`key:`, `--set key=`) unsets a key that has no default.
 #include <cstdint>
 #include <map>
 #include <string>

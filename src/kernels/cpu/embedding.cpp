@@ -36,7 +36,7 @@ template void embedding_forward<double>(const std::int32_t*, const double*, doub
                                         std::int64_t);
 template void embedding_backward<float>(const std::int32_t*, const float*, float*, std::int64_t,
                                         std::int64_t);
-template void embedding_backward<double>(const std::int32_t*, const double*, double*,
-                                         std::int64_t, std::int64_t);
+template void embedding_backward<double>(const std::int32_t*, const double*, double*, std::int64_t,
+                                         std::int64_t);
 
 }  // namespace odc::kernels::cpu

@@ -1,6 +1,10 @@
 #include "odc/kernels/matmul.h"
 
+// cblas.h declares C99 _Complex types, which -Wpedantic flags in C++ under Clang.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"
 #include <cblas.h>
+#pragma GCC diagnostic pop
 
 #include <algorithm>
 #include <climits>
@@ -83,12 +87,12 @@ void set_num_threads(int threads) {
 
 int num_threads() { return openblas_get_num_threads(); }
 
-#define ODC_INSTANTIATE(T)                                                                        \
-  template void gemm<T>(bool, bool, std::int64_t, std::int64_t, std::int64_t, T, const T*,        \
-                        std::int64_t, const T*, std::int64_t, T, T*, std::int64_t);               \
-  template void linear_forward<T>(const T*, const T*, const T*, T*, std::int64_t, std::int64_t,   \
-                                  std::int64_t);                                                  \
-  template void linear_backward<T>(const T*, const T*, const T*, T*, T*, T*, std::int64_t,        \
+#define ODC_INSTANTIATE(T)                                                                      \
+  template void gemm<T>(bool, bool, std::int64_t, std::int64_t, std::int64_t, T, const T*,      \
+                        std::int64_t, const T*, std::int64_t, T, T*, std::int64_t);             \
+  template void linear_forward<T>(const T*, const T*, const T*, T*, std::int64_t, std::int64_t, \
+                                  std::int64_t);                                                \
+  template void linear_backward<T>(const T*, const T*, const T*, T*, T*, T*, std::int64_t,      \
                                    std::int64_t, std::int64_t, bool);
 ODC_INSTANTIATE(float)
 ODC_INSTANTIATE(double)

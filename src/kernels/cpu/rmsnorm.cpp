@@ -63,12 +63,13 @@ void rmsnorm_backward(const T* dy, const T* x, const T* weight, const T* rstd, T
     const T inv = rstd[r];
     const double dot = triple_dot_row(dyr, weight, xr, dim);
     const T coef = T(double(inv) * double(inv) * double(inv) * dot / double(dim));
-    if (dx_accumulate) {
-      for (std::int64_t i = 0; i < dim; ++i) dxr[i] += inv * weight[i] * dyr[i] - coef * xr[i];
-    } else {
-      for (std::int64_t i = 0; i < dim; ++i) dxr[i] = inv * weight[i] * dyr[i] - coef * xr[i];
+    // dy is read before dx is written at each index, so dx may alias dy.
+    for (std::int64_t i = 0; i < dim; ++i) {
+      const T g = dyr[i];
+      dweight[i] += g * (xr[i] * inv);
+      const T grad = inv * weight[i] * g - coef * xr[i];
+      dxr[i] = dx_accumulate ? dxr[i] + grad : grad;
     }
-    for (std::int64_t i = 0; i < dim; ++i) dweight[i] += dyr[i] * (xr[i] * inv);
   }
 }
 

@@ -35,9 +35,10 @@ std::vector<double> rope_inv_freq(int head_dim, double theta, const RopeScaling&
   const double high = scaling.high_freq_factor;
   const double original = scaling.original_max_position_embeddings;
   if (!(factor > 0.0) || !(high > low) || !(low > 0.0) || !(original > 0.0)) {
-    fail("rope_scaling llama3 needs factor > 0, high_freq_factor > low_freq_factor > 0 and "
-         "original_max_position_embeddings > 0; got factor {}, low {}, high {}, original {}",
-         factor, low, high, original);
+    fail(
+        "rope_scaling llama3 needs factor > 0, high_freq_factor > low_freq_factor > 0 and "
+        "original_max_position_embeddings > 0; got factor {}, low {}, high {}, original {}",
+        factor, low, high, original);
   }
   const double low_freq_wavelen = original / low;
   const double high_freq_wavelen = original / high;

@@ -78,7 +78,7 @@ template void swiglu_forward<float>(const float*, const float*, float*, std::int
 template void swiglu_forward<double>(const double*, const double*, double*, std::int64_t);
 template void swiglu_backward<float>(const float*, const float*, const float*, float*, float*,
                                      std::int64_t);
-template void swiglu_backward<double>(const double*, const double*, const double*, double*,
-                                      double*, std::int64_t);
+template void swiglu_backward<double>(const double*, const double*, const double*, double*, double*,
+                                      std::int64_t);
 
 }  // namespace odc::kernels::cpu

@@ -19,11 +19,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A per-process scratch directory, removed when the test binary exits.
+struct ScratchDir {
+  fs::path path = fs::temp_directory_path() /
+                  ("odc_test_safetensors_" + std::to_string(static_cast<long>(::getpid())));
+  ScratchDir() { fs::create_directories(path); }
+  ~ScratchDir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
 fs::path temp_dir() {
-  const fs::path dir = fs::temp_directory_path() /
-                       ("odc_test_safetensors_" + std::to_string(static_cast<long>(::getpid())));
-  fs::create_directories(dir);
-  return dir;
+  static const ScratchDir dir;
+  return dir.path;
 }
 
 // Writes a file with a hand-made header (length field = header size unless overridden).

@@ -34,7 +34,8 @@ double max_abs(const std::vector<A>& a) {
 template <typename A, typename B>
 double max_abs_diff(const std::vector<A>& a, const std::vector<B>& b) {
   double m = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
+  for (std::size_t i = 0; i < a.size(); ++i)
+    m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
   return m;
 }
 

@@ -112,8 +112,8 @@ Result<T> run_kernel(const Problem& p, const std::vector<double>& dout) {
   r.dq.assign(q.size(), nan);
   r.dk.assign(k.size(), nan);
   r.dv.assign(v.size(), nan);
-  attention_backward(shape, q.data(), k.data(), v.data(), r.out.data(), r.lse.data(),
-                     dout_t.data(), r.dq.data(), r.dk.data(), r.dv.data());
+  attention_backward(shape, q.data(), k.data(), v.data(), r.out.data(), r.lse.data(), dout_t.data(),
+                     r.dq.data(), r.dk.data(), r.dv.data());
   return r;
 }
 
@@ -155,7 +155,8 @@ TEST_CASE("attention forward matches the naive definition (GQA, packed, long seq
 TEST_CASE("attention maps query heads to kv heads for MHA, GQA and MQA", "[kernels][attention]") {
   // The kernel stacks the query heads of a kv group; groups of 8 use 32-row blocks, so the
   // 70-token sequence spans three of them.
-  for (auto [heads, kv_heads] : {std::pair{4, 4}, std::pair{4, 2}, std::pair{4, 1}, std::pair{8, 1}}) {
+  for (auto [heads, kv_heads] :
+       {std::pair{4, 4}, std::pair{4, 2}, std::pair{4, 1}, std::pair{8, 1}}) {
     CAPTURE(heads, kv_heads);
     const Problem p = make_problem({5, 70, 1}, heads, kv_heads, 16, 40 + heads + kv_heads);
     std::vector<double> ref_out, ref_lse;

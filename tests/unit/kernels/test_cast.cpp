@@ -58,11 +58,11 @@ TEST_CASE("bf16 -> f32 -> bf16 is the identity on every non-NaN pattern", "[kern
 TEST_CASE("f32 -> bf16 rounds to nearest, ties to even", "[kernels][cast]") {
   // bf16 has 7 fraction bits: around 1 the spacing is 2^-7.
   const float ulp = std::ldexp(1.0f, -7);
-  CHECK(to_bf16(1.0f + ulp / 2) == 0x3F80);                        // tie, 1.0 is even: down
-  CHECK(to_bf16(1.0f + 3 * ulp / 2) == 0x3F82);                    // tie, 1+ulp is odd: up
+  CHECK(to_bf16(1.0f + ulp / 2) == 0x3F80);                          // tie, 1.0 is even: down
+  CHECK(to_bf16(1.0f + 3 * ulp / 2) == 0x3F82);                      // tie, 1+ulp is odd: up
   CHECK(to_bf16(1.0f + ulp / 2 + std::ldexp(1.0f, -20)) == 0x3F81);  // just above the tie: up
   CHECK(to_bf16(1.0f + ulp / 2 - std::ldexp(1.0f, -20)) == 0x3F80);  // just below: down
-  CHECK(to_bf16(-1.0f - ulp / 2) == 0xBF80);                       // symmetric for negatives
+  CHECK(to_bf16(-1.0f - ulp / 2) == 0xBF80);                         // symmetric for negatives
   CHECK(to_bf16(std::numeric_limits<float>::infinity()) == 0x7F80);
   CHECK(to_bf16(-0.0f) == 0x8000);
   // The largest finite float rounds up to infinity (its bf16 neighbours are 0x7F7F and inf).
@@ -85,23 +85,23 @@ TEST_CASE("f16 -> f32 -> f16 is the identity on every non-NaN pattern", "[kernel
     }
   }
   CHECK(from_f16(0x3C00) == 1.0f);
-  CHECK(from_f16(0x7BFF) == 65504.0f);                   // largest finite half
-  CHECK(from_f16(0x0001) == std::ldexp(1.0f, -24));      // smallest subnormal
-  CHECK(from_f16(0x0400) == std::ldexp(1.0f, -14));      // smallest normal
+  CHECK(from_f16(0x7BFF) == 65504.0f);               // largest finite half
+  CHECK(from_f16(0x0001) == std::ldexp(1.0f, -24));  // smallest subnormal
+  CHECK(from_f16(0x0400) == std::ldexp(1.0f, -14));  // smallest normal
 }
 
 TEST_CASE("f32 -> f16 rounds to nearest, ties to even, incl. subnormals and overflow",
           "[kernels][cast]") {
-  const float ulp = std::ldexp(1.0f, -10);  // half spacing around 1
-  CHECK(to_f16(1.0f + ulp / 2) == 0x3C00);                       // tie to even: down
-  CHECK(to_f16(1.0f + 3 * ulp / 2) == 0x3C02);                   // tie to even: up
+  const float ulp = std::ldexp(1.0f, -10);      // f16 spacing around 1 (10 fraction bits)
+  CHECK(to_f16(1.0f + ulp / 2) == 0x3C00);      // tie to even: down
+  CHECK(to_f16(1.0f + 3 * ulp / 2) == 0x3C02);  // tie to even: up
   CHECK(to_f16(1.0f + ulp / 2 + std::ldexp(1.0f, -20)) == 0x3C01);
   CHECK(to_f16(-(1.0f + 3 * ulp / 2)) == 0xBC02);
   // Subnormal spacing 2^-24: ties at half a unit go to even.
   const float sub = std::ldexp(1.0f, -24);
-  CHECK(to_f16(sub / 2) == 0x0000);                              // 0.5 units: to 0 (even)
-  CHECK(to_f16(3 * sub / 2) == 0x0002);                          // 1.5 units: to 2 (even)
-  CHECK(to_f16(sub / 2 + std::ldexp(1.0f, -40)) == 0x0001);      // above the tie: up
+  CHECK(to_f16(sub / 2) == 0x0000);                          // 0.5 units: to 0 (even)
+  CHECK(to_f16(3 * sub / 2) == 0x0002);                      // 1.5 units: to 2 (even)
+  CHECK(to_f16(sub / 2 + std::ldexp(1.0f, -40)) == 0x0001);  // above the tie: up
   // Overflow: 65520 is the tie between 65504 (odd mantissa) and 65536 (inf): rounds to inf.
   CHECK(to_f16(65519.0f) == 0x7BFF);
   CHECK(to_f16(65520.0f) == 0x7C00);

@@ -26,8 +26,7 @@ TEST_CASE("embedding backward adds each token's gradient into its row", "[kernel
   const auto dout = random_vector(ids.size() * dim, 2);
   const auto dtable0 = random_vector(vocab * dim, 3);  // accumulates onto existing values
   auto dtable = dtable0;
-  embedding_backward<double>(ids.data(), dout.data(), dtable.data(), std::int64_t(ids.size()),
-                             dim);
+  embedding_backward<double>(ids.data(), dout.data(), dtable.data(), std::int64_t(ids.size()), dim);
   // Naive reference: the gradient of sum(out * dout) w.r.t. table row v is the sum of dout over
   // the tokens with id v (the forward is linear in the table).
   auto ref = dtable0;

@@ -135,8 +135,8 @@ TEST_CASE("linear_backward matches central finite differences in double", "[kern
     auto dx_acc = random_vector(rows * in, 26);
     const auto dx_before = dx_acc;
     std::vector<double> dw2(out * in, 0.0);
-    linear_backward<double>(dy.data(), x.data(), w.data(), dx_acc.data(), dw2.data(), nullptr,
-                            rows, in, out, true);
+    linear_backward<double>(dy.data(), x.data(), w.data(), dx_acc.data(), dw2.data(), nullptr, rows,
+                            in, out, true);
     for (std::size_t i = 0; i < dx_acc.size(); ++i) {
       CHECK(dx_acc[i] == Approx(dx_before[i] + dx[i]).margin(1e-14));
     }

@@ -59,7 +59,8 @@ std::vector<double> reference_rope(const std::vector<double>& x,
 TEST_CASE("rope_inv_freq without scaling is theta^(-2i/D)", "[kernels][rope]") {
   const auto f = rope_inv_freq(64, 10000.0, RopeScaling{});
   REQUIRE(f.size() == 32);
-  for (int i = 0; i < 32; ++i) CHECK(f[i] == Approx(std::pow(10000.0, -2.0 * i / 64)).epsilon(1e-15));
+  for (int i = 0; i < 32; ++i)
+    CHECK(f[i] == Approx(std::pow(10000.0, -2.0 * i / 64)).epsilon(1e-15));
   CHECK(f[0] == 1.0);
 }
 

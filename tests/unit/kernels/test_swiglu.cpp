@@ -42,6 +42,16 @@ TEST_CASE("swiglu forward matches silu(gate) * up", "[kernels][swiglu]") {
   std::vector<double> hd(n);
   swiglu_forward<double>(gate.data(), up.data(), hd.data(), std::int64_t(n));
   CHECK(relative_error(hd, ref) < 1e-15);
+
+  // A NaN gate must surface as NaN (a diverged run has to show up in the loss), in the vector
+  // body and in the tail.
+  std::vector<float> nan_gate(6, 1.0f), nan_up(6, 1.0f), nan_h(6);
+  nan_gate[1] = std::nanf("");
+  nan_gate[5] = std::nanf("");
+  swiglu_forward<float>(nan_gate.data(), nan_up.data(), nan_h.data(), 6);
+  CHECK(std::isnan(nan_h[1]));
+  CHECK(std::isnan(nan_h[5]));
+  CHECK(nan_h[0] == Approx(silu(1.0)).epsilon(1e-6));
 }
 
 TEST_CASE("swiglu backward matches central finite differences in double", "[kernels][swiglu]") {
