@@ -1,11 +1,16 @@
 #include "odc/train/trainer.h"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cmath>
 
 #include <spdlog/spdlog.h>
 
 #include "odc/core/error.h"
+#include "odc/core/hash.h"
+#include "odc/dist/bootstrap.h"
+#include "odc/dist/collective_comm.h"
 #include "odc/dist/local_comm.h"
 #include "odc/kernels/matmul.h"
 #include "odc/train/config_schema.h"
@@ -17,6 +22,41 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
+
+double peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024.0;
+}
+
+std::uint64_t dataset_fingerprint(const data::TokenDataset& dataset) {
+  Fnv1a h;
+  for (std::int64_t i = 0; i < dataset.size(); ++i) {
+    const auto seq = dataset.get(i);
+    h.add(seq.tokens.data(), seq.tokens.size_bytes()).add(seq.target_mask.data(), seq.target_mask.size_bytes());
+  }
+  return h.value();
+}
+
+// "metrics-{rank}.jsonl" gives every rank its own file; without the placeholder only rank 0 writes.
+std::string metrics_path(const std::string& pattern, int rank) {
+  const auto at = pattern.find("{rank}");
+  if (at == std::string::npos) return rank == 0 ? pattern : std::string();
+  return pattern.substr(0, at) + std::to_string(rank) + pattern.substr(at + 6);
+}
+
+// Rejects world sizes for which some rank would own nothing but padding of some unit: such a run
+// would still be correct but wastes ranks, and it usually means a wrong -np.
+void check_world_size(const std::vector<model::UnitLayout>& units, int world_size) {
+  for (const auto& unit : units) {
+    const std::int64_t shard = (unit.numel + world_size - 1) / world_size;
+    if (shard * (world_size - 1) >= unit.numel) {
+      const std::int64_t usable = std::max<std::int64_t>(1, (unit.numel + shard - 1) / shard);
+      fail("world size {} is too large for unit '{}' ({} parameters): ranks >= {} would own only padding; "
+           "run with fewer ranks or a larger model", world_size, unit.name, unit.numel, usable);
+    }
+  }
+}
 }  // namespace
 
 Trainer::Trainer(const Config& config, int rank, int world_size)
@@ -24,7 +64,7 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
       rank_(rank),
       world_size_(world_size),
       model_config_(model_config_from(config)),
-      metrics_(rank == 0 ? config.get_string("train.metrics_file") : std::string()) {
+      metrics_(metrics_path(config.get_string("train.metrics_file"), rank)) {
   const auto threads = config.get_int("train.threads");
   if (threads < 1) fail("train.threads must be at least 1, found {}", threads);
   kernels::cpu::set_num_threads(static_cast<int>(threads));
@@ -61,14 +101,26 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
                                              config.get_bool("data.shuffle"));
 
   model_ = std::make_unique<model::LlamaModel>(model_config_);
+  if (world_size_ > 1) {
+    // Every rank must train the same thing: compare fingerprints before any collective that
+    // would otherwise hang or silently mix different inputs.
+    dist::check_identical_across_ranks({{"the configuration", fnv1a64(config.canonical())},
+                                        {"the model config", fnv1a64(model_config_.to_json().dump())},
+                                        {"the dataset " + dataset_->describe(), dataset_fingerprint(*dataset_)}});
+    check_world_size(model_->units(), world_size_);
+  }
   dist::ShardLayout layout(model_->units(), world_size_, rank_);
   store_ = std::make_unique<dist::ShardStore>(layout, model_->units(), model_config_,
                                               static_cast<std::uint64_t>(config.get_int("model.seed")));
+  const std::string comm_name = config.get_string("train.comm");
   if (world_size_ == 1) {
-    comm_ = std::make_unique<dist::LocalComm>(*store_);
+    comm_ = std::make_unique<dist::LocalComm>(*store_);  // nothing to communicate
+  } else if (comm_name == "collective") {
+    comm_ = std::make_unique<dist::CollectiveComm>(*store_, MPI_COMM_WORLD);
+    pad_microbatches_ = true;
   } else {
-    fail("train.comm = {} with {} ranks: multi-rank communication is not available in this build",
-         config.get_string("train.comm"), world_size_);
+    fail("train.comm = {} with {} ranks is not available in this build (use train.comm=collective)", comm_name,
+         world_size_);
   }
 
   optim::AdamWConfig adam;
@@ -126,20 +178,34 @@ StepResult Trainer::step() {
   }
   if (normalizer == 0.0) spdlog::warn("step {}: the minibatch has no target tokens (all masked)", step_);
 
-  // This rank's share (round-robin), with each sequence's per-target weight.
+  // Each rank's share (round-robin) and its packing. Every rank computes every rank's plan, so the
+  // collective baseline knows how many empty microbatches to pad with, without communicating.
   std::vector<std::int64_t> mine;
-  std::vector<std::int64_t> lengths;
   std::vector<float> weights;
-  for (std::size_t i = static_cast<std::size_t>(rank_); i < global.size(); i += static_cast<std::size_t>(world_size_)) {
-    const auto index = global[i];
-    mine.push_back(index);
-    lengths.push_back(dataset_->length(index));
+  std::size_t most_microbatches = 0;
+  std::vector<std::vector<std::int64_t>> plan;
+  for (int rank = 0; rank < world_size_; ++rank) {
+    std::vector<std::int64_t> indices;
+    std::vector<std::int64_t> lengths;
+    for (std::size_t i = static_cast<std::size_t>(rank); i < global.size(); i += static_cast<std::size_t>(world_size_)) {
+      indices.push_back(global[i]);
+      lengths.push_back(dataset_->length(global[i]));
+    }
+    auto rank_plan = data::pack_in_order(lengths, token_cap_);
+    most_microbatches = std::max(most_microbatches, rank_plan.size());
+    if (rank == rank_) {
+      plan = std::move(rank_plan);
+      mine = std::move(indices);
+    }
+  }
+  for (auto index : mine) {
     const auto targets = static_cast<double>(dataset_->target_count(index));
     double w = 0.0;
     if (normalizer > 0 && targets > 0) w = sequence_reduction_ ? 1.0 / (targets * normalizer) : 1.0 / normalizer;
     weights.push_back(static_cast<float>(w));
   }
-  const auto plan = data::pack_in_order(lengths, token_cap_);
+  r.padded_microbatches = pad_microbatches_ ? static_cast<int>(most_microbatches - plan.size()) : 0;
+  if (pad_microbatches_) plan.resize(most_microbatches);  // empty microbatches join the collectives
 
   comm_->begin_minibatch();
   double local_loss = 0.0;
@@ -162,12 +228,14 @@ StepResult Trainer::step() {
   }
   comm_->end_minibatch();
 
-  std::array<double, 4> sums{store_->grad_sum_of_squares(), local_loss, local_tokens, local_targets};
+  std::array<double, 5> sums{store_->grad_sum_of_squares(), local_loss, local_tokens, local_targets,
+                             static_cast<double>(r.padded_microbatches)};
   comm_->all_reduce_sum(sums);
   r.grad_norm = std::sqrt(sums[0]);
   r.loss = sums[1];
   r.tokens = sums[2];
   r.target_tokens = sums[3];
+  r.padded_microbatches_global = static_cast<int>(sums[4]);
   r.microbatches = static_cast<int>(plan.size());
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     fail("step {}: loss ({}) or gradient norm ({}) is not finite; lower train.lr or check the data", step_,
@@ -200,19 +268,29 @@ std::vector<StepResult> Trainer::run() {
                     {"tokens_per_s", tokens_per_s},
                     {"samples_per_s_per_rank", samples_per_s_per_rank},
                     {"microbatches", r.microbatches},
+                    {"padded_microbatches", r.padded_microbatches},
+                    {"rank", rank_},
+                    {"world_size", world_size_},
+                    {"param_state_bytes", store_->bytes()},
+                    {"peak_rss_bytes", peak_rss_bytes()},
                     {"step_time_s", r.seconds},
                     {"epoch", sampler_->epoch()}});
     if ((s + 1) % log_every == 0 || s + 1 == steps) {
       const double elapsed = seconds_since(start);
       const double eta = elapsed / static_cast<double>(s + 1) * static_cast<double>(steps - s - 1);
-      spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}", s + 1,
-                   steps, r.loss, r.lr, r.grad_norm, tokens_per_s, format_duration(eta));
+      spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}{}", s + 1,
+                   steps, r.loss, r.lr, r.grad_norm, tokens_per_s, format_duration(eta),
+                   r.padded_microbatches_global > 0
+                       ? fmt::format(" | {} padding microbatch(es)", r.padded_microbatches_global)
+                       : std::string());
     }
   }
   const double elapsed = seconds_since(start);
   if (!results.empty()) {
-    spdlog::info("done: {} steps in {}, {:.0f} tokens/s, loss {:.4f} -> {:.4f}", steps, format_duration(elapsed),
-                 tokens_total / elapsed, results.front().loss, results.back().loss);
+    spdlog::info("done: {} steps in {}, {:.0f} tokens/s, loss {:.4f} -> {:.4f}; this rank holds {:.1f} MiB of "
+                 "parameter + optimizer shards, peak RSS {:.1f} MiB", steps, format_duration(elapsed),
+                 tokens_total / elapsed, results.front().loss, results.back().loss,
+                 static_cast<double>(store_->bytes()) / 1048576.0, peak_rss_bytes() / 1048576.0);
   }
   return results;
 }

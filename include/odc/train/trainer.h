@@ -28,7 +28,9 @@ struct StepResult {
   double grad_norm = 0.0;     // before clipping
   double tokens = 0.0;        // global tokens processed
   double target_tokens = 0.0; // global positions that carried loss
-  int microbatches = 0;       // this rank's
+  int microbatches = 0;       // this rank's, including padding
+  int padded_microbatches = 0;         // this rank's empty microbatches (collective baseline)
+  int padded_microbatches_global = 0;  // summed over ranks
   double seconds = 0.0;
 };
 
@@ -68,6 +70,7 @@ class Trainer {
   std::int64_t step_ = 0;
   double grad_clip_ = 0.0;
   bool sequence_reduction_ = false;
+  bool pad_microbatches_ = false;  // collective comms need equal microbatch counts
   model::PackedBatch batch_;  // reused across microbatches
 };
 
