@@ -7,12 +7,12 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${ODC_BUILD_DIR:-$root/build}"
 out="${ODC_DEMO_DIR:-$root/demo-out}"
-ranks="${ODC_DEMO_RANKS:-1}"
+ranks="${ODC_DEMO_RANKS:-2}"
 
 "$root/scripts/build.sh"
 mkdir -p "$out"
-"$build/bin/odc-data" synth --out "$out/train.jsonl" --num 4000 --vocab 64 --min-length 16 \
-  --max-length 384 --mean-length 96 --sigma 0.8 --seed 1
+"$build/bin/odc-data" synth --out "$out/train.jsonl" --num 8000 --vocab 32 --min-length 16 \
+  --max-length 192 --mean-length 48 --sigma 0.8 --seed 1
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 mpirun -np "$ranks" --oversubscribe --bind-to none "$build/bin/odc-train" "$root/configs/demo.yaml" \

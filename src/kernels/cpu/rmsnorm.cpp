@@ -1,25 +1,13 @@
 #include "odc/kernels/rmsnorm.h"
 
+#include "odc/kernels/adamw.h"
+
 #include <cmath>
 
 namespace odc::kernels::cpu {
 namespace {
 
-// Row reductions accumulate in double with four independent partial sums: the result does not
-// drift with the row length, and the partial sums break the add latency chain.
-template <typename T>
-double sum_of_squares_row(const T* x, std::int64_t n) {
-  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  std::int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    s0 += double(x[i]) * double(x[i]);
-    s1 += double(x[i + 1]) * double(x[i + 1]);
-    s2 += double(x[i + 2]) * double(x[i + 2]);
-    s3 += double(x[i + 3]) * double(x[i + 3]);
-  }
-  for (; i < n; ++i) s0 += double(x[i]) * double(x[i]);
-  return (s0 + s1) + (s2 + s3);
-}
+// Row reductions accumulate in double (sum_of_squares from adamw.h is the same reduction).
 
 // sum_i a[i] * b[i] * c[i]
 template <typename T>
@@ -44,7 +32,7 @@ void rmsnorm_forward(const T* x, const T* weight, T* y, T* rstd, std::int64_t ro
   for (std::int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * dim;
     T* yr = y + r * dim;
-    const double mean_square = sum_of_squares_row(xr, dim) / double(dim);
+    const double mean_square = sum_of_squares(xr, dim) / double(dim);
     const T inv = T(1.0 / std::sqrt(mean_square + eps));
     rstd[r] = inv;
     for (std::int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * weight[i];
