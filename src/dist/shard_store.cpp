@@ -1,39 +1,44 @@
 #include "odc/dist/shard_store.h"
 
+#include "odc/core/error.h"
 #include "odc/kernels/adamw.h"
 
 namespace odc::dist {
 
 ShardStore::ShardStore(const ShardLayout& layout, const std::vector<model::UnitLayout>& units,
-                       const model::LlamaConfig& config, std::uint64_t seed)
+                       const model::LlamaConfig& config, std::uint64_t seed, std::span<float> master_region)
     : layout_(layout) {
+  std::int64_t total = 0;
   for (int u = 0; u < layout_.num_units(); ++u) {
-    const std::int64_t n = layout_.unit(u).shard;
-    masters_.emplace_back(Shape{n}, DType::f32);
-    grads_.emplace_back(Shape{n}, DType::f32);
-    exp_avg_.emplace_back(Shape{n}, DType::f32);
-    exp_avg_sq_.emplace_back(Shape{n}, DType::f32);
+    offsets_.push_back(total);
+    total += layout_.unit(u).shard;
+  }
+  if (master_region.empty()) {
+    own_masters_ = Tensor(Shape{total}, DType::f32);
+    masters_ = own_masters_.data<float>();
+  } else {
+    ODC_CHECK(static_cast<std::int64_t>(master_region.size()) >= total, "master region of {} floats for {} owned",
+              master_region.size(), total);
+    masters_ = master_region.data();
+  }
+  grads_ = Tensor(Shape{total}, DType::f32);
+  exp_avg_ = Tensor(Shape{total}, DType::f32);
+  exp_avg_sq_ = Tensor(Shape{total}, DType::f32);
+  for (int u = 0; u < layout_.num_units(); ++u) {
     const std::int64_t begin = layout_.shard_begin(u, layout_.rank());
-    model::init_unit_range(units.at(static_cast<std::size_t>(u)), config, seed, begin, begin + n, master(u));
+    model::init_unit_range(units.at(static_cast<std::size_t>(u)), config, seed, begin, begin + shard_size(u),
+                           master(u));
   }
 }
 
-void ShardStore::zero_grads() {
-  for (auto& g : grads_) g.zero();
-}
+void ShardStore::zero_grads() { grads_.zero(); }
 
 double ShardStore::grad_sum_of_squares() const {
-  double sum = 0.0;
-  for (const auto& g : grads_) sum += kernels::cpu::sum_of_squares(g.data<float>(), g.numel());
-  return sum;
+  return kernels::cpu::sum_of_squares(grads_.data<float>(), grads_.numel());
 }
 
 std::int64_t ShardStore::bytes() const {
-  std::int64_t n = 0;
-  for (const auto* group : {&masters_, &grads_, &exp_avg_, &exp_avg_sq_}) {
-    for (const auto& t : *group) n += static_cast<std::int64_t>(t.nbytes());
-  }
-  return n;
+  return static_cast<std::int64_t>(grads_.nbytes()) * 4;  // masters, gradients, two moments
 }
 
 }  // namespace odc::dist
