@@ -54,7 +54,8 @@ void CollectiveComm::wait(MPI_Request& request) {
   if (request == MPI_REQUEST_NULL) return;
   const auto start = std::chrono::steady_clock::now();
   MPI_Wait(&request, MPI_STATUS_IGNORE);
-  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  (in_end_ ? waits_.minibatch_end_s : waits_.in_loop_s) += waited;
 }
 
 CollectiveComm::WeightSlot* CollectiveComm::find_weights(int unit) {
@@ -153,6 +154,7 @@ void CollectiveComm::begin_minibatch() {
 }
 
 void CollectiveComm::end_minibatch() {
+  in_end_ = true;
   for (auto& g : grads_) {
     ODC_CHECK(!g.open, "gradient of unit {} never pushed", g.unit);
     finish_reduce(g);
@@ -163,6 +165,7 @@ void CollectiveComm::end_minibatch() {
     wait(w.request);
     if (!w.in_use) w.unit = -1;
   }
+  in_end_ = false;
 }
 
 void CollectiveComm::all_reduce_sum(std::span<double> values) {

@@ -57,6 +57,13 @@ std::vector<TunableSpec> trainer_tunables() {
       spec("train.metrics_file", K::string, "\"\"", "JSON lines of per-step metrics (empty = none)"),
       spec("train.log_every", K::integer, "1", "log a progress line every N steps"),
       spec("train.log_level", K::string, "info", "log level", {"trace", "debug", "info", "warn", "error"}),
+      // comm
+      spec("comm.chunk_bytes", K::integer, "1048576", "bytes per one-sided get or gradient push message (ODC)"),
+      spec("comm.max_inflight", K::integer, "8", "ODC messages in flight per rank"),
+      spec("comm.timeout_s", K::number, "600", "a wait on a peer longer than this is an error naming the peer"),
+      // debug
+      spec("debug.slow_rank", K::integer, "-1", "rank that sleeps debug.delay_ms before each microbatch (-1: none)"),
+      spec("debug.delay_ms", K::number, "0", "injected per-microbatch delay of debug.slow_rank (straggler studies)"),
   };
 }
 

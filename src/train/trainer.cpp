@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -12,6 +13,7 @@
 #include "odc/dist/bootstrap.h"
 #include "odc/dist/collective_comm.h"
 #include "odc/dist/local_comm.h"
+#include "odc/dist/odc_comm.h"
 #include "odc/kernels/matmul.h"
 #include "odc/train/config_schema.h"
 
@@ -110,18 +112,26 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
     check_world_size(model_->units(), world_size_);
   }
   dist::ShardLayout layout(model_->units(), world_size_, rank_);
-  store_ = std::make_unique<dist::ShardStore>(layout, model_->units(), model_config_,
-                                              static_cast<std::uint64_t>(config.get_int("model.seed")));
+  const auto seed = static_cast<std::uint64_t>(config.get_int("model.seed"));
   const std::string comm_name = config.get_string("train.comm");
   if (world_size_ == 1) {
+    store_ = std::make_unique<dist::ShardStore>(layout, model_->units(), model_config_, seed);
     comm_ = std::make_unique<dist::LocalComm>(*store_);  // nothing to communicate
   } else if (comm_name == "collective") {
+    store_ = std::make_unique<dist::ShardStore>(layout, model_->units(), model_config_, seed);
     comm_ = std::make_unique<dist::CollectiveComm>(*store_, MPI_COMM_WORLD);
     pad_microbatches_ = true;
   } else {
-    fail("train.comm = {} with {} ranks is not available in this build (use train.comm=collective)", comm_name,
-         world_size_);
+    dist::TransportOptions options;
+    options.chunk_bytes = config.get_int("comm.chunk_bytes");
+    options.max_inflight = static_cast<int>(config.get_int("comm.max_inflight"));
+    options.timeout_s = config.get_double("comm.timeout_s");
+    // The masters live in memory the transport registered, so peers can read them one-sidedly.
+    transport_ = std::make_unique<dist::UcxTransport>(MPI_COMM_WORLD, layout.owned_elements(), options);
+    store_ = std::make_unique<dist::ShardStore>(layout, model_->units(), model_config_, seed, transport_->exposed());
+    comm_ = std::make_unique<dist::OdcComm>(*store_, *transport_, MPI_COMM_WORLD);
   }
+  if (config.get_int("debug.slow_rank") == rank_) delay_s_ = config.get_double("debug.delay_ms") / 1000.0;
 
   optim::AdamWConfig adam;
   adam.beta1 = config.get_double("train.beta1");
@@ -207,6 +217,7 @@ StepResult Trainer::step() {
   r.padded_microbatches = pad_microbatches_ ? static_cast<int>(most_microbatches - plan.size()) : 0;
   if (pad_microbatches_) plan.resize(most_microbatches);  // empty microbatches join the collectives
 
+  const dist::CommWaits waits_before = comm_->waits();
   comm_->begin_minibatch();
   double local_loss = 0.0;
   double local_tokens = 0.0;
@@ -221,12 +232,17 @@ StepResult Trainer::step() {
       seq_weights.push_back(weights[static_cast<std::size_t>(i)]);
     }
     build_microbatch(seqs, seq_weights, batch_);
+    if (delay_s_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay_s_));
     const auto out = model_->train_microbatch(batch_, *comm_, *comm_);
     local_loss += out.weighted_loss;
     local_targets += out.target_tokens;
     local_tokens += static_cast<double>(batch_.num_tokens());
   }
   comm_->end_minibatch();
+  const dist::CommWaits waits_after = comm_->waits();
+  r.wait_in_loop_s = waits_after.in_loop_s - waits_before.in_loop_s;
+  r.wait_end_s = waits_after.minibatch_end_s - waits_before.minibatch_end_s;
+  r.comm_thread_cpu_s = comm_->comm_thread_cpu_seconds();
 
   std::array<double, 5> sums{store_->grad_sum_of_squares(), local_loss, local_tokens, local_targets,
                              static_cast<double>(r.padded_microbatches)};
@@ -272,6 +288,9 @@ std::vector<StepResult> Trainer::run() {
                     {"rank", rank_},
                     {"world_size", world_size_},
                     {"param_state_bytes", store_->bytes()},
+                    {"wait_in_loop_s", r.wait_in_loop_s},
+                    {"wait_end_s", r.wait_end_s},
+                    {"comm_thread_cpu_s", r.comm_thread_cpu_s},
                     {"peak_rss_bytes", peak_rss_bytes()},
                     {"step_time_s", r.seconds},
                     {"epoch", sampler_->epoch()}});

@@ -40,8 +40,7 @@ class CollectiveComm final : public Comm {
   float* grad_buffer(int unit) override;
   void push_grad(int unit) override;
 
-  // Seconds spent blocked in gathers and reduce-scatters since construction (waits, not compute).
-  double wait_seconds() const { return wait_seconds_; }
+  CommWaits waits() const override { return waits_; }
 
  private:
   struct WeightSlot {
@@ -68,7 +67,8 @@ class CollectiveComm final : public Comm {
   int world_size_ = 1;
   std::vector<WeightSlot> weights_;
   std::vector<GradSlot> grads_;
-  double wait_seconds_ = 0.0;
+  CommWaits waits_;
+  bool in_end_ = false;  // attributes waits to the minibatch end
 };
 
 }  // namespace odc::dist

@@ -14,6 +14,14 @@
 
 namespace odc::dist {
 
+// Cumulative seconds the compute thread spent blocked on communication, split by where: inside
+// the microbatch loop (waiting for a gather or for a gradient buffer to drain) and at the
+// minibatch end (waiting for every rank's pushes / the last reductions).
+struct CommWaits {
+  double in_loop_s = 0.0;
+  double minibatch_end_s = 0.0;
+};
+
 class Comm : public model::ParamSource, public model::GradSink {
  public:
   virtual std::string_view name() const = 0;
@@ -23,6 +31,9 @@ class Comm : public model::ParamSource, public model::GradSink {
   virtual void end_minibatch() = 0;
   // Element-wise sum over ranks, in place (grad norm, loss and token statistics).
   virtual void all_reduce_sum(std::span<double> values) = 0;
+  virtual CommWaits waits() const { return {}; }
+  // CPU seconds used by a communication thread of this rank (0 when there is none).
+  virtual double comm_thread_cpu_seconds() const { return 0.0; }
 };
 
 }  // namespace odc::dist

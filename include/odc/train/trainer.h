@@ -14,6 +14,7 @@
 #include "odc/data/packing.h"
 #include "odc/dist/comm.h"
 #include "odc/dist/shard_store.h"
+#include "odc/dist/ucx_transport.h"
 #include "odc/model/llama_model.h"
 #include "odc/optim/lr_schedule.h"
 #include "odc/optim/sharded_adamw.h"
@@ -31,6 +32,9 @@ struct StepResult {
   int microbatches = 0;       // this rank's, including padding
   int padded_microbatches = 0;         // this rank's empty microbatches (collective baseline)
   int padded_microbatches_global = 0;  // summed over ranks
+  double wait_in_loop_s = 0.0;         // this rank's comm waits inside the microbatch loop
+  double wait_end_s = 0.0;             // this rank's waits at the minibatch boundaries
+  double comm_thread_cpu_s = 0.0;      // CPU time of this rank's communication thread
   double seconds = 0.0;
 };
 
@@ -60,6 +64,7 @@ class Trainer {
   std::unique_ptr<data::TokenDataset> dataset_;
   std::unique_ptr<data::Sampler> sampler_;
   std::unique_ptr<model::LlamaModel> model_;
+  std::unique_ptr<dist::UcxTransport> transport_;  // owns the masters' memory under ODC: before store_
   std::unique_ptr<dist::ShardStore> store_;
   std::unique_ptr<dist::Comm> comm_;
   std::unique_ptr<optim::ShardedAdamW> optimizer_;
@@ -71,6 +76,7 @@ class Trainer {
   double grad_clip_ = 0.0;
   bool sequence_reduction_ = false;
   bool pad_microbatches_ = false;  // collective comms need equal microbatch counts
+  double delay_s_ = 0.0;           // injected per-microbatch delay on this rank (debug)
   model::PackedBatch batch_;  // reused across microbatches
 };
 

@@ -1,0 +1,139 @@
+#pragma once
+// UcxTransport: the one-sided machinery under OdcComm, over UCX (ucp) bootstrapped with MPI.
+//
+// * Each rank exposes one region (its master shards) allocated by UCX itself (ucp_mem_map with
+//   UCP_MEM_MAP_ALLOCATE): on shared memory, gets from such memory complete without any action of
+//   the owner, like reads from the paper's symmetric heap. Base addresses and packed remote keys
+//   are all-gathered at start.
+// * get(): a one-sided read of a peer's region, in chunks with several in flight.
+// * push(): an active message carrying a slice of a gradient to its owner, whose progress thread
+//   hands it to the receiver callback (accumulation) and counts it.
+// * One progress thread owns the UCX worker: it issues what the compute thread queues and serves
+//   incoming pushes. Idle, it sleeps on the worker's event fd (and an eventfd the compute thread
+//   signals), so it does not take the core the compute thread needs.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <mpi.h>
+
+namespace odc::dist {
+
+struct TransportOptions {
+  std::int64_t chunk_bytes = 1 << 20;  // size of one get or push message
+  int max_inflight = 8;                // operations issued and not yet completed
+  double timeout_s = 600.0;            // a wait longer than this is an error naming the peer
+};
+
+// Tracks a group of operations (e.g. every chunk of one unit's gather); the compute thread waits
+// for it. Must outlive its operations.
+class Completion {
+ public:
+  explicit Completion(int world_size);
+  bool done() const { return pending_.load(std::memory_order_acquire) == 0; }
+
+ private:
+  friend class UcxTransport;
+  std::atomic<std::int64_t> pending_{0};
+  std::unique_ptr<std::atomic<std::int32_t>[]> per_peer_;
+  int world_size_;
+  std::string error_;  // guarded by the transport's mutex
+};
+
+// Header of a pushed gradient slice.
+struct PushHeader {
+  std::int32_t tag = 0;     // the unit
+  std::int32_t from = 0;    // the client rank
+  std::int64_t offset = 0;  // element offset inside the owner's shard of the unit
+  std::int64_t count = 0;   // elements
+};
+
+class UcxTransport {
+ public:
+  // Called on the progress thread for every received push, serially.
+  using Receiver = std::function<void(const PushHeader& header, const float* data)>;
+
+  // Collective over `comm`. Exposes `exposed_floats` floats of UCX-allocated memory.
+  UcxTransport(MPI_Comm comm, std::int64_t exposed_floats, TransportOptions options);
+  ~UcxTransport();  // collective (barriers around the shutdown)
+  UcxTransport(const UcxTransport&) = delete;
+  UcxTransport& operator=(const UcxTransport&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  std::span<float> exposed() { return {exposed_, static_cast<std::size_t>(exposed_floats_)}; }
+  const TransportOptions& options() const { return options_; }
+  void set_receiver(Receiver receiver);
+
+  // Reads `count` floats at element `offset` of `peer`'s exposed region into `dest`.
+  void get(int peer, std::int64_t offset, float* dest, std::int64_t count, Completion& completion);
+  // Sends `count` floats from `src` to `peer`'s receiver. `src` must stay valid until completion.
+  void push(int peer, std::int32_t tag, std::int64_t offset, const float* src, std::int64_t count,
+            Completion& completion);
+  // Blocks until `completion` is done; after options().timeout_s throws odc::Error naming `what`
+  // and the peers whose operations are outstanding.
+  void wait(Completion& completion, const std::string& what);
+
+  // Pushes received and applied from each client since the last reset (progress-thread counts).
+  std::int64_t received_from(int client) const;
+  // Blocks until received_from(c) >= expected[c] for every client, with the timeout as above.
+  void wait_received(const std::vector<std::int64_t>& expected, const std::string& what);
+  void reset_received();
+
+  // CPU seconds the progress thread has used so far.
+  double progress_cpu_seconds() const;
+
+ private:
+  struct Op;
+  struct RecvOp;
+  friend struct UcxCallbacks;
+  void progress_loop();
+  void issue(Op& op);
+  void finish(Op* op, int status);
+  void wake();
+  void deliver(const PushHeader& header, const void* data);
+  void record_fatal(const std::string& message);
+
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int world_size_ = 1;
+  TransportOptions options_;
+  std::int64_t exposed_floats_ = 0;
+  float* exposed_ = nullptr;
+
+  void* context_ = nullptr;  // ucp_context_h
+  void* worker_ = nullptr;   // ucp_worker_h
+  void* memh_ = nullptr;     // ucp_mem_h
+  std::vector<void*> endpoints_;  // ucp_ep_h per peer (self included)
+  std::vector<void*> rkeys_;      // ucp_rkey_h per peer
+  std::vector<std::uint64_t> remote_bases_;
+  int worker_fd_ = -1;
+  int wake_fd_ = -1;
+
+  Receiver receiver_;
+  std::unique_ptr<std::atomic<std::int64_t>[]> received_;
+
+  std::mutex mutex_;  // guards queue_, stop_, Completion::error_
+  std::condition_variable done_cv_;
+  std::deque<std::unique_ptr<Op>> queue_;   // queued by the compute thread
+  bool stop_ = false;
+  // Progress-thread state.
+  std::deque<std::unique_ptr<Op>> waiting_;  // taken from queue_, not yet issued
+  std::unordered_map<Op*, std::unique_ptr<Op>> inflight_ops_;       // owned while UCX holds them
+  std::unordered_map<RecvOp*, std::unique_ptr<RecvOp>> rndv_receives_;
+  std::vector<float> unaligned_;  // staging for pushes whose payload is not float-aligned
+  std::int64_t inflight_ = 0;
+  std::string fatal_;  // a transport-level failure (guarded by mutex_)
+  std::thread progress_;
+};
+
+}  // namespace odc::dist
