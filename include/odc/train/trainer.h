@@ -57,7 +57,7 @@ class Trainer {
   void build_microbatch(const std::vector<std::int64_t>& seq_indices, const std::vector<float>& weights,
                         model::PackedBatch& out) const;
 
-  const Config& config_;
+  const Config config_;  // a copy: the trainer must not depend on the caller keeping it alive
   int rank_;
   int world_size_;
   model::LlamaConfig model_config_;

@@ -1,0 +1,158 @@
+// ODC training under mpirun: same losses and weights as one rank and as the collective baseline,
+// also when ranks run different numbers of microbatches; and decoupling: a slow rank stretches
+// the other ranks' in-loop waits under the collective baseline but not under ODC.
+#include <mpi.h>
+
+#include <fstream>
+#include <numeric>
+
+#include <catch2/catch.hpp>
+
+#include "mpi_test_support.h"
+#include "odc/train/trainer.h"
+
+using namespace odc;
+using test::mpi_rank;
+using test::mpi_world;
+
+namespace {
+
+constexpr int kGlobalMinibatch = 8;
+
+struct Run {
+  std::vector<train::StepResult> steps;
+  std::vector<std::vector<float>> weights;  // valid on rank 0
+};
+
+Run train_with(const std::filesystem::path& data, const std::vector<std::string>& extra) {
+  const auto config = test::small_config(data, kGlobalMinibatch / mpi_world(), extra);
+  train::Trainer trainer(config, mpi_rank(), mpi_world());
+  Run run;
+  run.steps = trainer.run();
+  run.weights = test::gather_weights(trainer.store());
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("ODC training on N ranks matches one rank and the collective baseline", "[mpi][odc]") {
+  const int world = mpi_world();
+  REQUIRE(kGlobalMinibatch % world == 0);
+  const auto data = test::ragged_dataset("odc", 96);
+  const std::vector<std::string> cap = {"data.max_tokens_per_microbatch=64"};
+  auto with = [&](const std::string& comm) {
+    auto extra = cap;
+    extra.push_back("train.comm=" + comm);
+    return extra;
+  };
+  const Run odc = train_with(data, with("odc"));
+  const Run collective = train_with(data, with("collective"));
+  // Microbatch counts differ between ranks in some step (ODC runs them unpadded).
+  int differing_steps = 0;
+  for (const auto& s : odc.steps) {
+    int mine = s.microbatches, lo = 0, hi = 0;
+    MPI_Allreduce(&mine, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&mine, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    differing_steps += lo != hi ? 1 : 0;
+  }
+  if (world > 1) CHECK(differing_steps > 0);
+
+  if (mpi_rank() == 0) {
+    const auto reference_config = test::small_config(data, kGlobalMinibatch, cap);
+    train::Trainer reference(reference_config, 0, 1);
+    const auto expected = reference.run();
+    // Tolerance 1e-5: the same fp32 terms summed in a different order (owners accumulate pushes in
+    // arrival order).
+    for (std::size_t s = 0; s < expected.size(); ++s) {
+      INFO("step " << s);
+      CHECK(odc.steps[s].loss == Approx(expected[s].loss).epsilon(1e-5));
+      CHECK(odc.steps[s].loss == Approx(collective.steps[s].loss).epsilon(1e-5));
+      CHECK(odc.steps[s].grad_norm == Approx(expected[s].grad_norm).epsilon(1e-5));
+    }
+    auto& ref = reference.store();
+    for (int u = 0; u < ref.layout().num_units(); ++u) {
+      std::vector<float> w(ref.master(u), ref.master(u) + ref.layout().unit(u).numel);
+      INFO("unit " << u);
+      CHECK(test::relative_difference(odc.weights[static_cast<std::size_t>(u)], w) < 1e-5);
+      CHECK(test::relative_difference(odc.weights[static_cast<std::size_t>(u)],
+                                      collective.weights[static_cast<std::size_t>(u)]) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("ODC ranks run 1 and 3 microbatches in the same minibatch", "[mpi][odc]") {
+  const int world = mpi_world();
+  if (world != 2) return;
+  // Without shuffling, rank 0 gets the even lines and rank 1 the odd ones. Under a 24-token cap
+  // rank 0 packs its four 5-token sequences into 1 microbatch; rank 1's 20, 10, 10, 20 need 3.
+  const auto path = std::filesystem::temp_directory_path() / "odc_mpi_tests" / "one_vs_three.jsonl";
+  if (mpi_rank() == 0) {
+    std::ofstream out(path);
+    for (int s = 0; s < 16; ++s) {
+      const int len = s % 2 == 0 ? 5 : (s % 8 == 1 || s % 8 == 7 ? 20 : 10);
+      out << "{\"input_ids\": [";
+      for (int i = 0; i < len; ++i) out << (i ? ", " : "") << (s * 7 + i * 3) % 50;
+      out << "]}\n";
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::vector<std::string> extra = {"data.max_tokens_per_microbatch=24", "data.shuffle=false",
+                                          "train.steps=4"};
+  auto odc_extra = extra;
+  odc_extra.push_back("train.comm=odc");
+  const auto config = test::small_config(path, 4, odc_extra);
+  train::Trainer trainer(config, mpi_rank(), world);
+  const auto steps = trainer.run();
+  for (const auto& s : steps) {
+    CHECK(s.microbatches == (mpi_rank() == 0 ? 1 : 3));
+    CHECK(s.padded_microbatches == 0);
+  }
+  const auto weights = test::gather_weights(trainer.store());
+  if (mpi_rank() == 0) {
+    train::Trainer reference(test::small_config(path, 8, extra), 0, 1);
+    const auto expected = reference.run();
+    for (std::size_t s = 0; s < expected.size(); ++s) CHECK(steps[s].loss == Approx(expected[s].loss).epsilon(1e-5));
+    auto& ref = reference.store();
+    for (int u = 0; u < ref.layout().num_units(); ++u) {
+      std::vector<float> w(ref.master(u), ref.master(u) + ref.layout().unit(u).numel);
+      CHECK(test::relative_difference(weights[static_cast<std::size_t>(u)], w) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("a slow rank stretches in-loop waits under collectives but not under ODC", "[mpi][odc]") {
+  const int world = mpi_world();
+  if (world != 2) return;
+  const auto data = test::ragged_dataset("straggler", 64);
+  constexpr double kDelayMs = 40.0;
+  auto measure = [&](const std::string& comm) {
+    const std::vector<std::string> extra = {"train.comm=" + comm, "train.steps=3", "data.max_tokens_per_microbatch=64",
+                                            "debug.slow_rank=1", "debug.delay_ms=" + std::to_string(kDelayMs)};
+    const auto config = test::small_config(data, 4, extra);
+    train::Trainer trainer(config, mpi_rank(), world);
+    const auto steps = trainer.run();
+    double in_loop = 0, at_end = 0;
+    int microbatches = 0;
+    for (const auto& s : steps) {
+      in_loop += s.wait_in_loop_s;
+      at_end += s.wait_end_s;
+      microbatches += s.microbatches;
+    }
+    // The delay rank 1 injected, in seconds, known to rank 0.
+    int slow_microbatches = mpi_rank() == 1 ? microbatches : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &slow_microbatches, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    return std::array<double, 3>{in_loop, at_end, slow_microbatches * kDelayMs / 1000.0};
+  };
+  const auto odc = measure("odc");
+  const auto collective = measure("collective");
+  if (mpi_rank() == 0) {
+    INFO("odc: in-loop wait " << odc[0] << " s, end wait " << odc[1] << " s, injected " << odc[2] << " s");
+    INFO("collective: in-loop wait " << collective[0] << " s, end wait " << collective[1] << " s, injected "
+                                     << collective[2] << " s");
+    // Under ODC the fast rank never waits for the slow one inside the loop; the waiting moves to
+    // the minibatch end. Under collectives it waits inside the loop, at the per-unit barriers.
+    CHECK(odc[0] < 0.2 * odc[2]);
+    CHECK(odc[1] > 0.5 * odc[2]);
+    CHECK(collective[0] > 0.5 * collective[2]);
+  }
+}

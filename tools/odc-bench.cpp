@@ -1,0 +1,454 @@
+// odc-bench: transport microbenchmark. Under `mpirun -np N`, for each unit size S it measures, in
+// the same run and on the same bytes,
+//   gather:             ODC (UcxTransport::get of every owner's shard, as OdcComm::start_gather)
+//                       vs MPI_Allgather of S/N bytes per rank;
+//   scatter_accumulate: ODC (UcxTransport::push of each owner's slice, accumulated by the owner's
+//                       progress thread; completion = Alltoall of counts + wait_received, as
+//                       OdcComm::end_minibatch) vs MPI_Reduce_scatter_block + add into the
+//                       accumulator (the collective baseline).
+// Rank 0 prints one JSON line per (op, size). Exit codes: 0 ok, 1 error, 2 usage error.
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <mpi.h>
+#include <nlohmann/json.hpp>
+
+#include "odc/core/error.h"
+#include "odc/dist/mpi_session.h"
+#include "odc/dist/ucx_transport.h"
+
+namespace {
+
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+constexpr const char* kUsage = R"(usage: mpirun -np N odc-bench [options]
+
+Transport microbenchmark: ODC gather (one-sided UCX gets) vs MPI_Allgather, and ODC
+scatter-accumulate (UCX pushes accumulated by the owner's progress thread) vs
+MPI_Reduce_scatter_block + accumulate, on units of S bytes sharded over N ranks. Rank 0 prints one
+JSON line per (op, size). Bandwidth = S*(N-1)/N bytes per rank / median iteration time (the slowest
+rank's time of each iteration). ODC and MPI iterations alternate, so both see the same load.
+
+options:
+  --sizes-mib LIST     unit sizes in MiB, comma-separated (default 1,16,64,256)
+  --ops LIST           gather,scatter_accumulate (default both)
+  --iters N            timed iterations per cell; 0 = adapt so that each side runs >= --min-time-s
+                       and >= 3 iterations (default 0)
+  --min-time-s T       time per side and cell when adapting (default 0.5)
+  --max-iters N        cap for adapted iterations (default 2000)
+  --warmup N           untimed iterations per side after the verification run (default 1)
+  --chunk-bytes B      transport chunk size: one get or push message (default 1048576)
+  --max-inflight N     transport operations in flight (default 8)
+  --timeout-s T        transport stall timeout (default 120)
+  -h, --help           show this help
+
+UCX settings come from the environment (UCX_TLS, UCX_RNDV_THRESH, ...); pass them with mpirun -x.
+)";
+
+struct Options {
+  std::vector<std::int64_t> sizes_mib{1, 16, 64, 256};
+  bool gather = true;
+  bool scatter = true;
+  int iters = 0;
+  double min_time_s = 0.5;
+  int max_iters = 2000;
+  int warmup = 1;
+  std::int64_t chunk_bytes = 1 << 20;
+  int max_inflight = 8;
+  double timeout_s = 120.0;
+};
+
+template <typename T>
+T parse_number(std::string_view flag, const std::string& text, T min_value) {
+  T value{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+    throw UsageError("odc-bench: " + std::string(flag) + " expects a number, got '" + text + "'");
+  }
+  if (value < min_value) {
+    throw UsageError("odc-bench: " + std::string(flag) + " must be at least " + std::to_string(min_value) +
+                     ", got '" + text + "'");
+  }
+  return value;
+}
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = text.find(',', start);
+    parts.push_back(text.substr(start, comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return parts;
+}
+
+// Returns false when --help was asked for.
+bool parse_options(int argc, char** argv, Options& options) {
+  static const std::vector<std::string> known = {"--sizes-mib", "--ops",         "--iters",        "--min-time-s",
+                                                 "--max-iters", "--warmup",      "--chunk-bytes", "--max-inflight",
+                                                 "--timeout-s"};
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "-h" || flag == "--help") return false;
+    std::string value;
+    bool has_value = false;
+    if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      has_value = true;
+    }
+    if (std::find(known.begin(), known.end(), flag) == known.end()) {
+      throw UsageError("odc-bench: unknown option '" + flag + "'");
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) throw UsageError("odc-bench: " + flag + " needs a value");
+      value = argv[++i];
+    }
+    if (flag == "--sizes-mib") {
+      options.sizes_mib.clear();
+      // 8 GiB per unit is far beyond any layer and keeps MPI's int counts in range.
+      for (const auto& part : split_commas(value)) {
+        const auto mib = parse_number<std::int64_t>(flag, part, 1);
+        if (mib > 8192) throw UsageError("odc-bench: --sizes-mib entries must be at most 8192, got '" + part + "'");
+        options.sizes_mib.push_back(mib);
+      }
+    } else if (flag == "--ops") {
+      options.gather = options.scatter = false;
+      for (const auto& part : split_commas(value)) {
+        if (part == "gather") {
+          options.gather = true;
+        } else if (part == "scatter_accumulate") {
+          options.scatter = true;
+        } else {
+          throw UsageError("odc-bench: --ops expects gather and/or scatter_accumulate, got '" + part + "'");
+        }
+      }
+    } else if (flag == "--iters") {
+      options.iters = parse_number<int>(flag, value, 0);
+    } else if (flag == "--min-time-s") {
+      options.min_time_s = parse_number<double>(flag, value, 0.0);
+    } else if (flag == "--max-iters") {
+      options.max_iters = parse_number<int>(flag, value, 1);
+    } else if (flag == "--warmup") {
+      options.warmup = parse_number<int>(flag, value, 0);
+    } else if (flag == "--chunk-bytes") {
+      options.chunk_bytes = parse_number<std::int64_t>(flag, value, 4096);
+    } else if (flag == "--max-inflight") {
+      options.max_inflight = parse_number<int>(flag, value, 1);
+    } else {
+      options.timeout_s = parse_number<double>(flag, value, 1e-3);
+    }
+  }
+  return true;
+}
+
+double now_s() { return MPI_Wtime(); }
+
+// Exact small integers, distinct per owner and per element, so any misplaced or missing chunk
+// shows, and sums of up to 256 ranks stay exact in fp32.
+float shard_value(int owner, std::int64_t i) { return static_cast<float>((owner * 7919 + i) % 65521); }
+float grad_value(std::int64_t j) { return static_cast<float>(j % 65521); }
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// One unit size: S bytes padded to N equal shards of `shard` floats (ShardLayout's rule).
+struct Cell {
+  std::int64_t size_mib = 0;
+  std::int64_t shard = 0;   // floats per owner
+  std::int64_t padded = 0;  // shard * N
+};
+
+class Bench {
+ public:
+  Bench(const Options& options, int rank, int world)
+      : options_(options), rank_(rank), world_(world), comm_(MPI_COMM_WORLD) {
+    std::int64_t largest = 0;
+    for (const auto mib : options_.sizes_mib) largest = std::max(largest, make_cell(mib).shard);
+    odc::dist::TransportOptions transport_options;
+    transport_options.chunk_bytes = options_.chunk_bytes;
+    transport_options.max_inflight = options_.max_inflight;
+    transport_options.timeout_s = options_.timeout_s;
+    transport_ = std::make_unique<odc::dist::UcxTransport>(comm_, largest, transport_options);
+    full_.resize(static_cast<std::size_t>(largest * world_));
+    grad_.resize(full_.size());
+    accumulator_.resize(static_cast<std::size_t>(largest));
+    reduced_.resize(static_cast<std::size_t>(largest));
+    // The accumulation OdcComm::accumulate does, with the same validation before writing.
+    transport_->set_receiver([this](const odc::dist::PushHeader& header, const float* data) {
+      if (header.offset < 0 || header.count < 0 ||
+          header.offset + header.count > static_cast<std::int64_t>(accumulator_.size())) {
+        odc::fail("rank {}: invalid push from rank {} (offset {}, count {})", rank_, header.from, header.offset,
+                  header.count);
+      }
+      float* acc = accumulator_.data() + header.offset;
+      for (std::int64_t i = 0; i < header.count; ++i) acc[i] += data[i];
+    });
+    const char* tls = std::getenv("UCX_TLS");
+    ucx_tls_ = tls != nullptr && *tls != '\0' ? tls : "default";
+  }
+
+  void run() {
+    for (const auto mib : options_.sizes_mib) {
+      const Cell cell = make_cell(mib);
+      if (options_.gather) run_gather(cell);
+      if (options_.scatter) run_scatter(cell);
+    }
+  }
+
+ private:
+  Cell make_cell(std::int64_t mib) const {
+    Cell cell;
+    cell.size_mib = mib;
+    const std::int64_t floats = (mib << 20) / static_cast<std::int64_t>(sizeof(float));
+    cell.shard = (floats + world_ - 1) / world_;
+    cell.padded = cell.shard * world_;
+    return cell;
+  }
+
+  // ---- gather ----
+  void odc_gather(const Cell& cell) {
+    // Start with the next owner and wrap, as OdcComm::start_gather does.
+    for (int i = 0; i < world_; ++i) {
+      const int owner = (rank_ + 1 + i) % world_;
+      transport_->get(owner, 0, full_.data() + cell.shard * owner, cell.shard, gather_done_);
+    }
+    transport_->wait(gather_done_, "benchmark gather");
+  }
+
+  void mpi_gather(const Cell& cell) {
+    MPI_Allgather(transport_->exposed().data(), static_cast<int>(cell.shard), MPI_FLOAT, full_.data(),
+                  static_cast<int>(cell.shard), MPI_FLOAT, comm_);
+  }
+
+  void check_gather(const Cell& cell, const char* who) const {
+    for (int owner = 0; owner < world_; ++owner) {
+      const float* got = full_.data() + cell.shard * owner;
+      for (std::int64_t i = 0; i < cell.shard; ++i) {
+        if (got[i] != shard_value(owner, i)) {
+          odc::fail("rank {}: {} gather of {} MiB is wrong: element {} of owner {}'s shard is {}, expected {}", rank_,
+                    who, cell.size_mib, i, owner, got[i], shard_value(owner, i));
+        }
+      }
+    }
+  }
+
+  void run_gather(const Cell& cell) {
+    float* shard = transport_->exposed().data();
+    for (std::int64_t i = 0; i < cell.shard; ++i) shard[i] = shard_value(rank_, i);
+    MPI_Barrier(comm_);  // every owner's shard is written before anybody reads it
+    // Verification (also the first warm-up): a sentinel first, so stale data cannot pass.
+    std::fill(full_.begin(), full_.end(), -1.0f);
+    odc_gather(cell);
+    check_gather(cell, "ODC");
+    std::fill(full_.begin(), full_.end(), -1.0f);
+    mpi_gather(cell);
+    check_gather(cell, "MPI_Allgather");
+    measure("gather", cell, [&] { odc_gather(cell); }, [&] { mpi_gather(cell); }, [] {});
+  }
+
+  // ---- scatter-accumulate ----
+  void odc_scatter(const Cell& cell) {
+    const std::int64_t chunk = options_.chunk_bytes / static_cast<std::int64_t>(sizeof(float));
+    std::vector<std::int64_t> pushes_to(static_cast<std::size_t>(world_), 0);
+    for (int i = 0; i < world_; ++i) {
+      const int owner = (rank_ + 1 + i) % world_;
+      transport_->push(owner, 0, 0, grad_.data() + cell.shard * owner, cell.shard, scatter_done_);
+      pushes_to[static_cast<std::size_t>(owner)] += (cell.shard + chunk - 1) / chunk;
+    }
+    // OdcComm::end_minibatch: our pushes left, every owner learns its counts and waits for them.
+    transport_->wait(scatter_done_, "benchmark push");
+    std::vector<std::int64_t> expected(static_cast<std::size_t>(world_));
+    MPI_Alltoall(pushes_to.data(), 1, MPI_INT64_T, expected.data(), 1, MPI_INT64_T, comm_);
+    transport_->wait_received(expected, "benchmark wait for pushes");
+  }
+
+  void mpi_scatter(const Cell& cell) {
+    MPI_Reduce_scatter_block(grad_.data(), reduced_.data(), static_cast<int>(cell.shard), MPI_FLOAT, MPI_SUM, comm_);
+    for (std::int64_t i = 0; i < cell.shard; ++i) accumulator_[static_cast<std::size_t>(i)] += reduced_[static_cast<std::size_t>(i)];
+  }
+
+  void check_scatter(const Cell& cell, const char* who) const {
+    for (std::int64_t i = 0; i < cell.shard; ++i) {
+      const float expected = static_cast<float>(world_) * grad_value(cell.shard * rank_ + i);
+      if (accumulator_[static_cast<std::size_t>(i)] != expected) {
+        odc::fail("rank {}: {} scatter-accumulate of {} MiB is wrong: accumulator element {} is {}, expected {}",
+                  rank_, who, cell.size_mib, i, accumulator_[static_cast<std::size_t>(i)], expected);
+      }
+    }
+  }
+
+  // Must run with no pushes in flight to this rank (between barriers).
+  void reset_accumulator(const Cell& cell) {
+    std::fill_n(accumulator_.begin(), cell.shard, 0.0f);
+    transport_->reset_received();
+  }
+
+  void run_scatter(const Cell& cell) {
+    for (std::int64_t j = 0; j < cell.padded; ++j) grad_[static_cast<std::size_t>(j)] = grad_value(j);
+    reset_accumulator(cell);
+    MPI_Barrier(comm_);  // no push lands before the owner zeroed its accumulator
+    odc_scatter(cell);
+    check_scatter(cell, "ODC");
+    reset_accumulator(cell);
+    mpi_scatter(cell);
+    check_scatter(cell, "MPI_Reduce_scatter_block");
+    // The receive counters restart before each ODC iteration's barrier; after an iteration every
+    // push to this rank was applied (wait_received), so none can race the reset.
+    measure("scatter_accumulate", cell, [&] { odc_scatter(cell); }, [&] { mpi_scatter(cell); },
+            [&] { transport_->reset_received(); });
+  }
+
+  // ---- timing ----
+  // Barrier, then the slowest rank's time of one call.
+  double time_one(const std::function<void()>& body, const std::function<void()>& before) {
+    before();
+    MPI_Barrier(comm_);
+    const double start = now_s();
+    body();
+    const double local = now_s() - start;
+    double slowest = 0;
+    MPI_Allreduce(&local, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm_);
+    return slowest;
+  }
+
+  void measure(const char* op, const Cell& cell, const std::function<void()>& odc_body,
+               const std::function<void()>& mpi_body, const std::function<void()>& before_odc) {
+    static const std::function<void()> nothing = [] {};
+    for (int w = 0; w < options_.warmup; ++w) {
+      time_one(odc_body, before_odc);
+      time_one(mpi_body, nothing);
+    }
+    int iters = options_.iters;
+    if (iters == 0) {
+      // Enough iterations that the faster side still runs min_time_s (bounded by max_iters).
+      const double probe = std::min(time_one(odc_body, before_odc), time_one(mpi_body, nothing));
+      const double wanted = std::ceil(options_.min_time_s / std::max(probe, 1e-7));
+      iters = static_cast<int>(std::clamp(wanted, 3.0, static_cast<double>(options_.max_iters)));
+    }
+    // ODC and MPI alternate so that load from other processes hits both alike. Local per-iteration
+    // times are reduced to the slowest rank after the loop, keeping the loop free of extra traffic.
+    std::vector<double> odc_local, mpi_local;
+    double odc_wall = 0;
+    const double cpu_before = transport_->progress_cpu_seconds();
+    double cpu_in_odc = 0;
+    for (int it = 0; it < iters; ++it) {
+      before_odc();
+      MPI_Barrier(comm_);
+      const double cpu0 = transport_->progress_cpu_seconds();
+      const double t0 = now_s();
+      odc_body();
+      const double t1 = now_s();
+      cpu_in_odc += transport_->progress_cpu_seconds() - cpu0;
+      odc_local.push_back(t1 - t0);
+      odc_wall += t1 - t0;
+      MPI_Barrier(comm_);
+      const double t2 = now_s();
+      mpi_body();
+      mpi_local.push_back(now_s() - t2);
+    }
+    const double cpu_total = transport_->progress_cpu_seconds() - cpu_before;
+    std::vector<double> odc_max(odc_local.size()), mpi_max(mpi_local.size());
+    MPI_Allreduce(odc_local.data(), odc_max.data(), iters, MPI_DOUBLE, MPI_MAX, comm_);
+    MPI_Allreduce(mpi_local.data(), mpi_max.data(), iters, MPI_DOUBLE, MPI_MAX, comm_);
+    if (rank_ != 0) return;
+
+    const double odc_s = median(odc_max);
+    const double mpi_s = median(mpi_max);
+    const double bytes = static_cast<double>(cell.shard) * sizeof(float) * (world_ - 1);
+    const auto round3 = [](double x) { return std::round(x * 1000.0) / 1000.0; };
+    const nlohmann::ordered_json line = {
+        {"bench", "odc_transport"},
+        {"op", op},
+        {"size_mib", cell.size_mib},
+        {"ranks", world_},
+        {"odc_gbps", round3(bytes / odc_s / 1e9)},
+        {"mpi_gbps", round3(bytes / mpi_s / 1e9)},
+        // Equal bytes on both sides, so the ratio of times is the ratio of bandwidths (and stays
+        // defined for one rank).
+        {"ratio", round3(mpi_s / odc_s)},
+        {"odc_ms", round3(odc_s * 1e3)},
+        {"mpi_ms", round3(mpi_s * 1e3)},
+        {"progress_cpu_s", round3(cpu_in_odc)},
+        // Progress-thread CPU per second of (rank 0's) ODC wall time.
+        {"progress_cpu_frac", round3(odc_wall > 0 ? cpu_in_odc / odc_wall : 0.0)},
+        {"progress_cpu_idle_s", round3(cpu_total - cpu_in_odc)},
+        {"iters", iters},
+        {"ucx_tls", ucx_tls_},
+        {"chunk_bytes", options_.chunk_bytes},
+        {"max_inflight", options_.max_inflight},
+    };
+    std::cout << line.dump() << std::endl;
+  }
+
+  Options options_;
+  int rank_;
+  int world_;
+  MPI_Comm comm_;
+  odc::dist::Completion gather_done_{world_};
+  odc::dist::Completion scatter_done_{world_};
+  std::vector<float> full_;         // gathered unit; the client's view
+  std::vector<float> grad_;         // full gradient pushed / reduce-scattered
+  std::vector<float> accumulator_;  // this owner's fp32 gradient accumulator
+  std::vector<float> reduced_;      // MPI_Reduce_scatter_block's output
+  std::string ucx_tls_;
+  // Last, so it is destroyed first: its progress thread uses the buffers and completions above.
+  std::unique_ptr<odc::dist::UcxTransport> transport_;
+};
+
+int run(int argc, char** argv, const odc::dist::MpiSession& mpi) {
+  Options options;
+  if (!parse_options(argc, argv, options)) {
+    if (mpi.rank() == 0) std::cout << kUsage;
+    return 0;
+  }
+  Bench bench(options, mpi.rank(), mpi.world_size());
+  bench.run();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::unique_ptr<odc::dist::MpiSession> mpi;
+  try {
+    mpi = std::make_unique<odc::dist::MpiSession>(&argc, &argv);
+    return run(argc, argv, *mpi);
+  } catch (const UsageError& e) {
+    // Every rank parses the same flags and fails alike; one message is enough.
+    if (mpi == nullptr || mpi->rank() == 0) std::cerr << e.what() << "\n(run 'odc-bench --help' for usage)\n";
+    return kExitUsage;
+  } catch (const odc::Error& e) {
+    std::cerr << "odc-bench: error: " << e.what() << '\n';
+  } catch (const std::exception& e) {
+    std::cerr << "odc-bench: unexpected error: " << e.what() << '\n';
+  }
+  std::cerr.flush();
+  if (mpi && mpi->world_size() > 1) mpi->abort(kExitError);
+  return kExitError;
+}
