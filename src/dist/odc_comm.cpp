@@ -141,15 +141,14 @@ float* OdcComm::grad_buffer(int unit) {
 void OdcComm::push_grad(int unit) {
   const auto& layout = store_.layout();
   const std::int64_t shard = layout.unit(unit).shard;
-  const std::int64_t chunk = transport_.options().chunk_bytes / static_cast<std::int64_t>(sizeof(float));
   for (auto& g : grads_) {
     if (!(g.open && g.unit == unit)) continue;
     g.open = false;
     g.pushing = true;
     for (int i = 0; i < layout.world_size(); ++i) {
       const int owner = (transport_.rank() + 1 + i) % layout.world_size();
-      transport_.push(owner, unit, 0, g.buffer.data<float>() + layout.shard_begin(unit, owner), shard, *g.completion);
-      pushes_to_[static_cast<std::size_t>(owner)] += (shard + chunk - 1) / chunk;
+      pushes_to_[static_cast<std::size_t>(owner)] +=
+          transport_.push(owner, unit, 0, g.buffer.data<float>() + layout.shard_begin(unit, owner), shard, *g.completion);
     }
     return;
   }

@@ -23,9 +23,16 @@ namespace odc::dist {
 namespace {
 
 constexpr unsigned kPushAmId = 7;
+constexpr unsigned kAckAmId = 8;
 
 void check_ucs(ucs_status_t status, const char* what) {
   if (status != UCS_OK) fail("UCX {} failed: {}", what, ucs_status_string(status));
+}
+
+int world_size_of(MPI_Comm comm) {
+  int world = 1;
+  MPI_Comm_size(comm, &world);
+  return world;
 }
 
 ucp_context_h ctx(void* p) { return static_cast<ucp_context_h>(p); }
@@ -46,7 +53,7 @@ std::vector<char> allgather_bytes(MPI_Comm comm, const void* data, int size, std
 }  // namespace
 
 struct UcxTransport::Op {
-  enum class Kind { get, push } kind = Kind::get;
+  enum class Kind { get, push, ack } kind = Kind::get;
   UcxTransport* owner = nullptr;
   int peer = 0;
   float* dest = nullptr;
@@ -65,6 +72,22 @@ struct UcxTransport::RecvOp {
 
 // UCX callbacks with the library's exact signatures, forwarding to the transport.
 struct UcxCallbacks {
+  static ucs_status_t on_ack(void* arg, const void* header, std::size_t header_length, void* /*data*/,
+                             std::size_t /*length*/, const ucp_am_recv_param_t* /*param*/) {
+    auto* t = static_cast<UcxTransport*>(arg);
+    PushHeader h;
+    if (header_length != sizeof(h)) return UCS_OK;
+    std::memcpy(&h, header, sizeof(h));
+    // h.from is the owner that consumed our slot.
+    if (h.from >= 0 && h.from < t->world_size_ && h.slot >= 0 && h.slot < t->options_.slots_per_client) {
+      t->slot_busy_[static_cast<std::size_t>(h.from * t->options_.slots_per_client + h.slot)].store(
+          false, std::memory_order_release);
+      { std::lock_guard<std::mutex> lock(t->mutex_); }
+      t->done_cv_.notify_all();
+    }
+    return UCS_OK;
+  }
+
   static void on_send(void* request, ucs_status_t status, void* user_data) {
     auto* op = static_cast<UcxTransport::Op*>(user_data);
     op->owner->finish(op, status);
@@ -91,6 +114,18 @@ struct UcxCallbacks {
       return UCS_OK;
     }
     std::memcpy(&h, header, sizeof(h));
+    if (h.slot >= 0) {  // slot protocol: the data is already in our region
+      if (h.from < 0 || h.from >= t->world_size_ || h.slot >= t->options_.slots_per_client ||
+          h.count > t->options_.slot_floats) {
+        t->record_fatal(fmt::format("malformed slot notification from rank {} (slot {}, {} floats)", h.from, h.slot,
+                                    h.count));
+        return UCS_OK;
+      }
+      std::atomic_thread_fence(std::memory_order_acquire);
+      t->deliver(h, t->slot_at(t->exposed_, h.from, h.slot));
+      t->acks_.push_back(h);  // sent from the progress loop, not from inside a callback
+      return UCS_OK;
+    }
     if (h.count * static_cast<std::int64_t>(sizeof(float)) != static_cast<std::int64_t>(length)) {
       t->record_fatal(fmt::format("malformed push from rank {}: {} bytes for {} floats", h.from, length, h.count));
       return UCS_OK;
@@ -129,7 +164,7 @@ Completion::Completion(int world_size)
 }
 
 UcxTransport::UcxTransport(MPI_Comm comm, std::int64_t exposed_floats, TransportOptions options)
-    : comm_(comm), options_(options), exposed_floats_(exposed_floats) {
+    : comm_(comm), options_(options), exposed_floats_(exposed_floats), ack_completion_(world_size_of(comm)) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &world_size_);
   if (options_.chunk_bytes < 4096) fail("comm.chunk_bytes must be at least 4096, found {}", options_.chunk_bytes);
@@ -160,7 +195,8 @@ UcxTransport::UcxTransport(MPI_Comm comm, std::int64_t exposed_floats, Transport
   // The exposed region: allocated by UCX so that remote gets need no action of ours.
   ucp_mem_map_params_t mp{};
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-  mp.length = static_cast<std::size_t>(std::max<std::int64_t>(exposed_floats_, 16)) * sizeof(float);
+  const std::int64_t slot_region = options_.slot_floats * options_.slots_per_client * world_size_;
+  mp.length = static_cast<std::size_t>(std::max<std::int64_t>(exposed_floats_ + slot_region, 16)) * sizeof(float);
   mp.flags = UCP_MEM_MAP_ALLOCATE;
   ucp_mem_h memh = nullptr;
   check_ucs(ucp_mem_map(context, &mp, &memh), "mem map");
@@ -198,6 +234,15 @@ UcxTransport::UcxTransport(MPI_Comm comm, std::int64_t exposed_floats, Transport
     ucp_rkey_h rkey = nullptr;
     check_ucs(ucp_ep_rkey_unpack(handle, rkeys.data() + rkey_offsets[static_cast<std::size_t>(r)], &rkey), "rkey unpack");
     rkeys_.push_back(rkey);
+    // Where the transport maps the peer's region into our address space (shared memory), a get
+    // is a plain copy by the calling thread: no hand-off to the progress thread, and still no
+    // action of the owner (the paper's intra-node path: loads from peer memory).
+    void* direct = nullptr;
+    if (options_.direct_load && ucp_rkey_ptr(rkey, remote_bases_[static_cast<std::size_t>(r)], &direct) == UCS_OK) {
+      direct_.push_back(static_cast<const float*>(direct));
+    } else {
+      direct_.push_back(nullptr);
+    }
   }
 
   ucp_am_handler_param_t hp{};
@@ -208,6 +253,12 @@ UcxTransport::UcxTransport(MPI_Comm comm, std::int64_t exposed_floats, Transport
   hp.cb = &UcxCallbacks::on_am;
   hp.arg = this;
   check_ucs(ucp_worker_set_am_recv_handler(worker, &hp), "AM handler");
+  hp.id = kAckAmId;
+  hp.cb = &UcxCallbacks::on_ack;
+  check_ucs(ucp_worker_set_am_recv_handler(worker, &hp), "AM ack handler");
+  slot_busy_ = std::make_unique<std::atomic<bool>[]>(static_cast<std::size_t>(world_size_ * options_.slots_per_client));
+  for (int i = 0; i < world_size_ * options_.slots_per_client; ++i) slot_busy_[static_cast<std::size_t>(i)].store(false);
+  next_slot_.assign(static_cast<std::size_t>(world_size_), 0);
 
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) fail("eventfd failed: {}", std::strerror(errno));
@@ -256,6 +307,10 @@ void UcxTransport::wake() {
 }
 
 void UcxTransport::get(int peer, std::int64_t offset, float* dest, std::int64_t count, Completion& completion) {
+  if (const float* mapped = direct_[static_cast<std::size_t>(peer)]) {
+    std::memcpy(dest, mapped + offset, static_cast<std::size_t>(count) * sizeof(float));
+    return;
+  }
   const std::int64_t chunk = options_.chunk_bytes / static_cast<std::int64_t>(sizeof(float));
   std::lock_guard<std::mutex> lock(mutex_);
   for (std::int64_t done = 0; done < count; done += chunk) {
@@ -274,9 +329,52 @@ void UcxTransport::get(int peer, std::int64_t offset, float* dest, std::int64_t 
   wake();
 }
 
-void UcxTransport::push(int peer, std::int32_t tag, std::int64_t offset, const float* src, std::int64_t count,
-                        Completion& completion) {
+float* UcxTransport::slot_at(float* region_base, int client, int slot) const {
+  return region_base + exposed_floats_ +
+         (static_cast<std::int64_t>(client) * options_.slots_per_client + slot) * options_.slot_floats;
+}
+
+std::int64_t UcxTransport::push(int peer, std::int32_t tag, std::int64_t offset, const float* src,
+                                std::int64_t count, Completion& completion) {
+  const float* mapped = direct_[static_cast<std::size_t>(peer)];
+  if (mapped != nullptr && count <= options_.slot_floats) {
+    // Slot protocol: wait until our next slot at `peer` is acked, fill it, notify.
+    const int s = next_slot_[static_cast<std::size_t>(peer)];
+    next_slot_[static_cast<std::size_t>(peer)] = (s + 1) % options_.slots_per_client;
+    auto& busy = slot_busy_[static_cast<std::size_t>(peer * options_.slots_per_client + s)];
+    if (busy.load(std::memory_order_acquire)) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.timeout_s);
+      while (busy.load(std::memory_order_acquire) && fatal_.empty()) {
+        if (done_cv_.wait_until(lock, deadline) == std::cv_status::timeout && busy.load()) {
+          fail("rank {}: gradient push to rank {} stalled: its slot {} was not released after comm.timeout_s = {} s "
+               "(is that rank alive and making progress?)", rank_, peer, s, options_.timeout_s);
+        }
+      }
+      if (!fatal_.empty()) fail("rank {}: transport failure during a gradient push: {}", rank_, fatal_);
+    }
+    // The peer's region is mapped here: the slot address is computed from its mapped base.
+    float* slot = slot_at(const_cast<float*>(mapped), rank_, s);
+    std::memcpy(slot, src, static_cast<std::size_t>(count) * sizeof(float));
+    std::atomic_thread_fence(std::memory_order_release);
+    busy.store(true, std::memory_order_release);
+    auto op = std::make_unique<Op>();
+    op->kind = Op::Kind::push;
+    op->owner = this;
+    op->peer = peer;
+    op->src = nullptr;
+    op->count = 0;
+    op->header = PushHeader{tag, rank_, offset, count, s, 0};
+    op->completion = &completion;
+    std::lock_guard<std::mutex> lock(mutex_);
+    completion.pending_.fetch_add(1, std::memory_order_relaxed);
+    completion.per_peer_[static_cast<std::size_t>(peer)].fetch_add(1, std::memory_order_relaxed);
+    queue_.push_back(std::move(op));
+    wake();
+    return 1;
+  }
   const std::int64_t chunk = options_.chunk_bytes / static_cast<std::int64_t>(sizeof(float));
+  std::int64_t messages = 0;
   std::lock_guard<std::mutex> lock(mutex_);
   for (std::int64_t done = 0; done < count; done += chunk) {
     auto op = std::make_unique<Op>();
@@ -285,13 +383,15 @@ void UcxTransport::push(int peer, std::int32_t tag, std::int64_t offset, const f
     op->peer = peer;
     op->src = src + done;
     op->count = std::min(chunk, count - done);
-    op->header = PushHeader{tag, rank_, offset + done, op->count};
+    op->header = PushHeader{tag, rank_, offset + done, op->count, -1, 0};
     op->completion = &completion;
     completion.pending_.fetch_add(1, std::memory_order_relaxed);
     completion.per_peer_[static_cast<std::size_t>(peer)].fetch_add(1, std::memory_order_relaxed);
     queue_.push_back(std::move(op));
+    ++messages;
   }
   wake();
+  return messages;
 }
 
 void UcxTransport::issue(Op& op) {
@@ -306,8 +406,10 @@ void UcxTransport::issue(Op& op) {
     const std::uint64_t remote = remote_bases_[static_cast<std::size_t>(op.peer)] +
                                  static_cast<std::uint64_t>(op.offset) * sizeof(float);
     st = ucp_get_nbx(ep, op.dest, bytes, remote, static_cast<ucp_rkey_h>(rkeys_[static_cast<std::size_t>(op.peer)]), &p);
-  } else {
+  } else if (op.kind == Op::Kind::push) {
     st = ucp_am_send_nbx(ep, kPushAmId, &op.header, sizeof(op.header), op.src, bytes, &p);
+  } else {
+    st = ucp_am_send_nbx(ep, kAckAmId, &op.header, sizeof(op.header), nullptr, 0, &p);
   }
   if (st == nullptr) {
     finish(&op, UCS_OK);
@@ -358,6 +460,23 @@ void UcxTransport::deliver(const PushHeader& header, const void* data) {
   done_cv_.notify_all();
 }
 
+void UcxTransport::send_ack(int client, std::int32_t slot) {
+  // An ack is an operation like any other (its header must live until UCX is done with it); the
+  // header names us, the owner, and the slot the client may reuse.
+  auto op = std::make_unique<Op>();
+  op->kind = Op::Kind::ack;
+  op->owner = this;
+  op->peer = client;
+  op->header = PushHeader{0, rank_, 0, 0, slot, 0};
+  op->completion = &ack_completion_;
+  ack_completion_.pending_.fetch_add(1, std::memory_order_relaxed);
+  ack_completion_.per_peer_[static_cast<std::size_t>(client)].fetch_add(1, std::memory_order_relaxed);
+  Op* raw = op.get();
+  inflight_ops_.emplace(raw, std::move(op));
+  ++inflight_;
+  issue(*raw);
+}
+
 void UcxTransport::record_fatal(const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -387,6 +506,10 @@ void UcxTransport::progress_loop() {
       issue(*raw);
     }
     while (ucp_worker_progress(worker) != 0) {
+    }
+    while (!acks_.empty()) {
+      send_ack(acks_.front().from, acks_.front().slot);
+      acks_.pop_front();
     }
     if (stopping && waiting_.empty() && inflight_ == 0) break;
     if (!waiting_.empty() && inflight_ < options_.max_inflight) continue;

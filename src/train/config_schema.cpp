@@ -60,6 +60,9 @@ std::vector<TunableSpec> trainer_tunables() {
       // comm
       spec("comm.chunk_bytes", K::integer, "1048576", "bytes per one-sided get or gradient push message (ODC)"),
       spec("comm.max_inflight", K::integer, "8", "ODC messages in flight per rank"),
+      spec("comm.direct_load", K::boolean, "true",
+           "ODC gathers copy straight from peers' shards where UCX maps them (shared memory); false forces "
+           "ucp_get through the progress thread"),
       spec("comm.timeout_s", K::number, "600", "a wait on a peer longer than this is an error naming the peer"),
       // debug
       spec("debug.slow_rank", K::integer, "-1", "rank that sleeps debug.delay_ms before each microbatch (-1: none)"),

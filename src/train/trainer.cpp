@@ -126,6 +126,8 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
     options.chunk_bytes = config.get_int("comm.chunk_bytes");
     options.max_inflight = static_cast<int>(config.get_int("comm.max_inflight"));
     options.timeout_s = config.get_double("comm.timeout_s");
+    options.direct_load = config.get_bool("comm.direct_load");
+    for (int u = 0; u < layout.num_units(); ++u) options.slot_floats = std::max(options.slot_floats, layout.unit(u).shard);
     // The masters live in memory the transport registered, so peers can read them one-sidedly.
     transport_ = std::make_unique<dist::UcxTransport>(MPI_COMM_WORLD, layout.owned_elements(), options);
     store_ = std::make_unique<dist::ShardStore>(layout, model_->units(), model_config_, seed, transport_->exposed());

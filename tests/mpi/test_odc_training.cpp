@@ -46,6 +46,10 @@ TEST_CASE("ODC training on N ranks matches one rank and the collective baseline"
     return extra;
   };
   const Run odc = train_with(data, with("odc"));
+  // The same through ucp_get and message pushes (the path without shared memory mappings).
+  auto messages_extra = with("odc");
+  messages_extra.push_back("comm.direct_load=false");
+  const Run odc_messages = train_with(data, messages_extra);
   const Run collective = train_with(data, with("collective"));
   // Microbatch counts differ between ranks in some step (ODC runs them unpadded).
   int differing_steps = 0;
@@ -67,6 +71,7 @@ TEST_CASE("ODC training on N ranks matches one rank and the collective baseline"
       INFO("step " << s);
       CHECK(odc.steps[s].loss == Approx(expected[s].loss).epsilon(1e-5));
       CHECK(odc.steps[s].loss == Approx(collective.steps[s].loss).epsilon(1e-5));
+      CHECK(odc_messages.steps[s].loss == Approx(expected[s].loss).epsilon(1e-5));
       CHECK(odc.steps[s].grad_norm == Approx(expected[s].grad_norm).epsilon(1e-5));
     }
     auto& ref = reference.store();
@@ -76,6 +81,7 @@ TEST_CASE("ODC training on N ranks matches one rank and the collective baseline"
       CHECK(test::relative_difference(odc.weights[static_cast<std::size_t>(u)], w) < 1e-5);
       CHECK(test::relative_difference(odc.weights[static_cast<std::size_t>(u)],
                                       collective.weights[static_cast<std::size_t>(u)]) < 1e-5);
+      CHECK(test::relative_difference(odc_messages.weights[static_cast<std::size_t>(u)], w) < 1e-5);
     }
   }
 }

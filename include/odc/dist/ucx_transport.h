@@ -6,8 +6,12 @@
 //   the owner, like reads from the paper's symmetric heap. Base addresses and packed remote keys
 //   are all-gathered at start.
 // * get(): a one-sided read of a peer's region, in chunks with several in flight.
-// * push(): an active message carrying a slice of a gradient to its owner, whose progress thread
-//   hands it to the receiver callback (accumulation) and counts it.
+// * push(): a slice of a gradient to its owner, whose progress thread hands it to the receiver
+//   callback (accumulation) and counts it. Two protocols (docs/ARCHITECTURE.md says why):
+//   - slot: where the owner's region is mapped locally (shared memory), the client copies the slice
+//     into its own slot in the owner's region and sends a small notification; the owner
+//     accumulates from the slot and acks; a slot is rewritten only after its ack;
+//   - message: otherwise the slice travels as active-message payload, in chunks.
 // * One progress thread owns the UCX worker: it issues what the compute thread queues and serves
 //   incoming pushes. Idle, it sleeps on the worker's event fd (and an eventfd the compute thread
 //   signals), so it does not take the core the compute thread needs.
@@ -32,6 +36,9 @@ struct TransportOptions {
   std::int64_t chunk_bytes = 1 << 20;  // size of one get or push message
   int max_inflight = 8;                // operations issued and not yet completed
   double timeout_s = 600.0;            // a wait longer than this is an error naming the peer
+  bool direct_load = true;             // copy from/to peers' regions directly where UCX maps them
+  std::int64_t slot_floats = 0;        // size of each client slot (0: no slots, message pushes only)
+  int slots_per_client = 2;            // slots per (owner, client): pushes in flight per owner
 };
 
 // Tracks a group of operations (e.g. every chunk of one unit's gather); the compute thread waits
@@ -55,6 +62,8 @@ struct PushHeader {
   std::int32_t from = 0;    // the client rank
   std::int64_t offset = 0;  // element offset inside the owner's shard of the unit
   std::int64_t count = 0;   // elements
+  std::int32_t slot = -1;   // slot protocol: the client's slot holding the data; -1: payload attached
+  std::int32_t reserved = 0;
 };
 
 class UcxTransport {
@@ -62,7 +71,8 @@ class UcxTransport {
   // Called on the progress thread for every received push, serially.
   using Receiver = std::function<void(const PushHeader& header, const float* data)>;
 
-  // Collective over `comm`. Exposes `exposed_floats` floats of UCX-allocated memory.
+  // Collective over `comm`. Exposes `exposed_floats` floats of UCX-allocated memory (followed by
+  // the client slots, when options.slot_floats > 0).
   UcxTransport(MPI_Comm comm, std::int64_t exposed_floats, TransportOptions options);
   ~UcxTransport();  // collective (barriers around the shutdown)
   UcxTransport(const UcxTransport&) = delete;
@@ -74,11 +84,13 @@ class UcxTransport {
   const TransportOptions& options() const { return options_; }
   void set_receiver(Receiver receiver);
 
-  // Reads `count` floats at element `offset` of `peer`'s exposed region into `dest`.
+  // Reads `count` floats at element `offset` of `peer`'s exposed region into `dest`. Where the
+  // peer's region is mapped locally (shared memory) this copies at once, on the calling thread.
   void get(int peer, std::int64_t offset, float* dest, std::int64_t count, Completion& completion);
   // Sends `count` floats from `src` to `peer`'s receiver. `src` must stay valid until completion.
-  void push(int peer, std::int32_t tag, std::int64_t offset, const float* src, std::int64_t count,
-            Completion& completion);
+  // Returns the number of messages the receiver will count for it.
+  std::int64_t push(int peer, std::int32_t tag, std::int64_t offset, const float* src, std::int64_t count,
+                    Completion& completion);
   // Blocks until `completion` is done; after options().timeout_s throws odc::Error naming `what`
   // and the peers whose operations are outstanding.
   void wait(Completion& completion, const std::string& what);
@@ -101,6 +113,8 @@ class UcxTransport {
   void finish(Op* op, int status);
   void wake();
   void deliver(const PushHeader& header, const void* data);
+  void send_ack(int client, std::int32_t slot);
+  float* slot_at(float* region_base, int client, int slot) const;
   void record_fatal(const std::string& message);
 
   MPI_Comm comm_;
@@ -109,6 +123,7 @@ class UcxTransport {
   TransportOptions options_;
   std::int64_t exposed_floats_ = 0;
   float* exposed_ = nullptr;
+  Completion ack_completion_;  // tracks acks we send (nobody waits on it)
 
   void* context_ = nullptr;  // ucp_context_h
   void* worker_ = nullptr;   // ucp_worker_h
@@ -116,6 +131,11 @@ class UcxTransport {
   std::vector<void*> endpoints_;  // ucp_ep_h per peer (self included)
   std::vector<void*> rkeys_;      // ucp_rkey_h per peer
   std::vector<std::uint64_t> remote_bases_;
+  std::vector<const float*> direct_;  // peer regions mapped into our address space, or nullptr
+  // Slot protocol. slot_busy_[owner * slots + s]: our slot s at `owner` holds data not yet acked.
+  std::unique_ptr<std::atomic<bool>[]> slot_busy_;
+  std::vector<int> next_slot_;               // per owner, round robin
+  std::deque<PushHeader> acks_;              // progress thread: acks to send after progress returns
   int worker_fd_ = -1;
   int wake_fd_ = -1;
 
