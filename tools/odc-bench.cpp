@@ -6,6 +6,8 @@
 //                       progress thread; completion = Alltoall of counts + wait_received, as
 //                       OdcComm::end_minibatch) vs MPI_Reduce_scatter_block + add into the
 //                       accumulator (the collective baseline).
+// The transport is configured as the trainer configures it (direct loads where UCX maps peers'
+// regions, one slot per push of the largest shard); flags select the other paths.
 // Rank 0 prints one JSON line per (op, size). Exit codes: 0 ok, 1 error, 2 usage error.
 #include <algorithm>
 #include <charconv>
@@ -59,6 +61,12 @@ options:
   --warmup N           untimed iterations per side after the verification run (default 1)
   --chunk-bytes B      transport chunk size: one get or push message (default 1048576)
   --max-inflight N     transport operations in flight (default 8)
+  --direct-load B      true: gathers copy straight from peers' regions where UCX maps them, as
+                       comm.direct_load (default true); false: ucp_get via the progress thread
+  --push-protocol P    slot: pushes go through per-client slots in the owner's region where it
+                       is mapped, as the trainer sets it up (default); message: active-message
+                       payload in --chunk-bytes chunks
+  --slots-per-client N slots per (owner, client) for the slot protocol (default 2)
   --timeout-s T        transport stall timeout (default 120)
   -h, --help           show this help
 
@@ -75,6 +83,9 @@ struct Options {
   int warmup = 1;
   std::int64_t chunk_bytes = 1 << 20;
   int max_inflight = 8;
+  bool direct_load = true;
+  bool slot_pushes = true;
+  int slots_per_client = 2;
   double timeout_s = 120.0;
 };
 
@@ -108,7 +119,8 @@ std::vector<std::string> split_commas(const std::string& text) {
 bool parse_options(int argc, char** argv, Options& options) {
   static const std::vector<std::string> known = {"--sizes-mib", "--ops",         "--iters",        "--min-time-s",
                                                  "--max-iters", "--warmup",      "--chunk-bytes", "--max-inflight",
-                                                 "--timeout-s"};
+                                                 "--timeout-s",   "--direct-load", "--push-protocol",
+                                                 "--slots-per-client"};
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (flag == "-h" || flag == "--help") return false;
@@ -157,6 +169,18 @@ bool parse_options(int argc, char** argv, Options& options) {
       options.chunk_bytes = parse_number<std::int64_t>(flag, value, 4096);
     } else if (flag == "--max-inflight") {
       options.max_inflight = parse_number<int>(flag, value, 1);
+    } else if (flag == "--direct-load") {
+      if (value != "true" && value != "false") {
+        throw UsageError("odc-bench: --direct-load expects true or false, got '" + value + "'");
+      }
+      options.direct_load = value == "true";
+    } else if (flag == "--push-protocol") {
+      if (value != "slot" && value != "message") {
+        throw UsageError("odc-bench: --push-protocol expects slot or message, got '" + value + "'");
+      }
+      options.slot_pushes = value == "slot";
+    } else if (flag == "--slots-per-client") {
+      options.slots_per_client = parse_number<int>(flag, value, 1);
     } else {
       options.timeout_s = parse_number<double>(flag, value, 1e-3);
     }
@@ -194,6 +218,10 @@ class Bench {
     transport_options.chunk_bytes = options_.chunk_bytes;
     transport_options.max_inflight = options_.max_inflight;
     transport_options.timeout_s = options_.timeout_s;
+    transport_options.direct_load = options_.direct_load;
+    // As the trainer: a slot holds the largest shard, so every push of a shard is one slot.
+    transport_options.slot_floats = options_.slot_pushes ? largest : 0;
+    transport_options.slots_per_client = options_.slots_per_client;
     transport_ = std::make_unique<odc::dist::UcxTransport>(comm_, largest, transport_options);
     full_.resize(static_cast<std::size_t>(largest * world_));
     grad_.resize(full_.size());
@@ -211,6 +239,9 @@ class Bench {
     });
     const char* tls = std::getenv("UCX_TLS");
     ucx_tls_ = tls != nullptr && *tls != '\0' ? tls : "default";
+    // The MPI side's transports (Open MPI reads OMPI_MCA_btl), so a TCP run says both sides used TCP.
+    const char* btl = std::getenv("OMPI_MCA_btl");
+    mpi_btl_ = btl != nullptr && *btl != '\0' ? btl : "default";
   }
 
   void run() {
@@ -274,13 +305,14 @@ class Bench {
 
   // ---- scatter-accumulate ----
   void odc_scatter(const Cell& cell) {
-    const std::int64_t chunk = options_.chunk_bytes / static_cast<std::int64_t>(sizeof(float));
     std::vector<std::int64_t> pushes_to(static_cast<std::size_t>(world_), 0);
     for (int i = 0; i < world_; ++i) {
       const int owner = (rank_ + 1 + i) % world_;
-      transport_->push(owner, 0, 0, grad_.data() + cell.shard * owner, cell.shard, scatter_done_);
-      pushes_to[static_cast<std::size_t>(owner)] += (cell.shard + chunk - 1) / chunk;
+      pushes_to[static_cast<std::size_t>(owner)] +=
+          transport_->push(owner, 0, 0, grad_.data() + cell.shard * owner, cell.shard, scatter_done_);
     }
+    push_messages_ = 0;
+    for (const auto n : pushes_to) push_messages_ += n;
     // OdcComm::end_minibatch: our pushes left, every owner learns its counts and waits for them.
     transport_->wait(scatter_done_, "benchmark push");
     std::vector<std::int64_t> expected(static_cast<std::size_t>(world_));
@@ -382,7 +414,7 @@ class Bench {
     const double mpi_s = median(mpi_max);
     const double bytes = static_cast<double>(cell.shard) * sizeof(float) * (world_ - 1);
     const auto round3 = [](double x) { return std::round(x * 1000.0) / 1000.0; };
-    const nlohmann::ordered_json line = {
+    nlohmann::ordered_json line = {
         {"bench", "odc_transport"},
         {"op", op},
         {"size_mib", cell.size_mib},
@@ -400,9 +432,15 @@ class Bench {
         {"progress_cpu_idle_s", round3(cpu_total - cpu_in_odc)},
         {"iters", iters},
         {"ucx_tls", ucx_tls_},
+        {"mpi_btl", mpi_btl_},
         {"chunk_bytes", options_.chunk_bytes},
         {"max_inflight", options_.max_inflight},
+        {"direct_load", options_.direct_load},
+        {"push_protocol", options_.slot_pushes ? "slot" : "message"},
     };
+    // Messages one ODC iteration sent from this rank: 1 per owner means slots were used; more
+    // means the message path (no mapping of the owner's region, e.g. over TCP).
+    if (std::string_view(op) == "scatter_accumulate") line["push_messages"] = push_messages_;
     std::cout << line.dump() << std::endl;
   }
 
@@ -417,6 +455,8 @@ class Bench {
   std::vector<float> accumulator_;  // this owner's fp32 gradient accumulator
   std::vector<float> reduced_;      // MPI_Reduce_scatter_block's output
   std::string ucx_tls_;
+  std::string mpi_btl_;
+  std::int64_t push_messages_ = 0;  // of the last ODC scatter iteration (rank 0 reports)
   // Last, so it is destroyed first: its progress thread uses the buffers and completions above.
   std::unique_ptr<odc::dist::UcxTransport> transport_;
 };

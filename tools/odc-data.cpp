@@ -1,20 +1,27 @@
-// odc-data: dataset utilities. `synth` writes a synthetic pre-tokenized JSONL dataset and prints a
-// one-line JSON summary of it. Exit codes: 0 ok, 1 bad input (odc::Error), 2 usage error.
+// odc-data: dataset utilities. `synth` writes a synthetic pre-tokenized JSONL dataset, `convert`
+// turns pre-tokenized JSONL into the binary format; each prints a one-line JSON summary.
+// Exit codes: 0 ok, 1 bad input (odc::Error), 2 usage error.
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <iostream>
+#include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "odc/core/error.h"
+#include "odc/data/bin_dataset.h"
 #include "odc/data/dataset.h"
 #include "odc/data/synth.h"
 
@@ -33,6 +40,7 @@ constexpr const char* kMainUsage = R"(usage: odc-data <command> [options]
 
 commands:
   synth     write a synthetic pre-tokenized JSONL dataset (copy/reverse/sort/add tasks)
+  convert   convert pre-tokenized JSONL into the binary format (data.format: bin)
 
 Run 'odc-data <command> --help' for the options of a command.
 )";
@@ -55,25 +63,70 @@ options:
   -h, --help           show this help
 )";
 
+constexpr const char* kConvertUsage = R"(usage: odc-data convert --in FILE.jsonl --out PREFIX [--vocab V]
+
+Reads pre-tokenized JSONL ({"input_ids": [...], "loss_mask": [...]} per line, format "tokens"),
+writes the binary pair PREFIX.bin (uint32 token ids) + PREFIX.idx (offsets, target spans,
+checksum), checks that it opens, and prints a one-line JSON summary. Train on it with
+data.format: bin and data.train: PREFIX.
+
+options:
+  --in FILE            pre-tokenized JSONL input (required)
+  --out PREFIX         output prefix; a trailing .bin or .idx is ignored (required)
+  --vocab V            reject token ids >= V (default: any id that fits int32; the trainer
+                       checks the model's vocabulary when it opens the data)
+  -h, --help           show this help
+)";
+
 template <typename T>
-T parse_integer(std::string_view flag, const std::string& text) {
+T parse_integer(std::string_view command, std::string_view flag, const std::string& text) {
   T value{};
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
-    throw UsageError("odc-data synth: " + std::string(flag) + " expects an integer, got '" + text +
-                     "'");
+    throw UsageError("odc-data " + std::string(command) + ": " + std::string(flag) +
+                     " expects an integer, got '" + text + "'");
   }
   return value;
 }
 
-double parse_double(std::string_view flag, const std::string& text) {
+double parse_double(std::string_view command, std::string_view flag, const std::string& text) {
   double value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
-    throw UsageError("odc-data synth: " + std::string(flag) + " expects a number, got '" + text +
-                     "'");
+    throw UsageError("odc-data " + std::string(command) + ": " + std::string(flag) +
+                     " expects a number, got '" + text + "'");
   }
   return value;
+}
+
+// Splits a command's arguments into (flag, value) pairs, accepting both "--flag value" and
+// "--flag=value"; returns nullopt when help was asked for.
+std::optional<std::vector<std::pair<std::string, std::string>>> parse_options(
+    std::string_view command, const std::vector<std::string>& args,
+    const std::vector<std::string>& known) {
+  std::vector<std::pair<std::string, std::string>> options;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i];
+    if (flag == "-h" || flag == "--help") return std::nullopt;
+    std::string value;
+    bool has_value = false;
+    if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      has_value = true;
+    }
+    if (std::find(known.begin(), known.end(), flag) == known.end()) {
+      throw UsageError("odc-data " + std::string(command) + ": unknown option '" + flag + "'");
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) {
+        throw UsageError("odc-data " + std::string(command) + ": " + flag + " needs a value");
+      }
+      value = args[++i];
+    }
+    options.emplace_back(std::move(flag), std::move(value));
+  }
+  return options;
 }
 
 std::vector<std::string> split_commas(const std::string& text) {
@@ -95,51 +148,35 @@ std::int64_t percentile(const std::vector<std::int64_t>& sorted, double p) {
 }
 
 int run_synth(const std::vector<std::string>& args) {
+  const auto parsed = parse_options(
+      "synth", args,
+      {"--out", "--num", "--vocab", "--min-length", "--max-length", "--mean-length", "--sigma",
+       "--tasks", "--seed"});
+  if (!parsed) {
+    std::cout << kSynthUsage;
+    return 0;
+  }
   odc::data::SynthOptions options;
   std::string out_path;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i];
-    if (flag == "-h" || flag == "--help") {
-      std::cout << kSynthUsage;
-      return 0;
-    }
-    // Accept both "--flag value" and "--flag=value".
-    std::string value;
-    bool has_value = false;
-    if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-      has_value = true;
-    }
-    static const std::vector<std::string> known = {"--out",         "--num",   "--vocab",
-                                                   "--min-length",  "--max-length",
-                                                   "--mean-length", "--sigma", "--tasks",
-                                                   "--seed"};
-    if (std::find(known.begin(), known.end(), flag) == known.end()) {
-      throw UsageError("odc-data synth: unknown option '" + flag + "'");
-    }
-    if (!has_value) {
-      if (i + 1 >= args.size()) throw UsageError("odc-data synth: " + flag + " needs a value");
-      value = args[++i];
-    }
+  for (const auto& [flag, value] : *parsed) {
     if (flag == "--out") {
       out_path = value;
     } else if (flag == "--num") {
-      options.num_sequences = parse_integer<std::int64_t>(flag, value);
+      options.num_sequences = parse_integer<std::int64_t>("synth", flag, value);
     } else if (flag == "--vocab") {
-      options.vocab_size = parse_integer<std::int64_t>(flag, value);
+      options.vocab_size = parse_integer<std::int64_t>("synth", flag, value);
     } else if (flag == "--min-length") {
-      options.min_length = parse_integer<std::int64_t>(flag, value);
+      options.min_length = parse_integer<std::int64_t>("synth", flag, value);
     } else if (flag == "--max-length") {
-      options.max_length = parse_integer<std::int64_t>(flag, value);
+      options.max_length = parse_integer<std::int64_t>("synth", flag, value);
     } else if (flag == "--mean-length") {
-      options.mean_length = parse_double(flag, value);
+      options.mean_length = parse_double("synth", flag, value);
     } else if (flag == "--sigma") {
-      options.sigma = parse_double(flag, value);
+      options.sigma = parse_double("synth", flag, value);
     } else if (flag == "--tasks") {
       options.tasks = split_commas(value);
     } else {
-      options.seed = parse_integer<std::uint64_t>(flag, value);
+      options.seed = parse_integer<std::uint64_t>("synth", flag, value);
     }
   }
   if (out_path.empty()) throw UsageError("odc-data synth: --out PATH is required");
@@ -175,6 +212,58 @@ int run_synth(const std::vector<std::string>& args) {
   return 0;
 }
 
+std::uint64_t file_size_or_zero(const std::string& path) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  return ec ? 0 : static_cast<std::uint64_t>(size);
+}
+
+int run_convert(const std::vector<std::string>& args) {
+  const auto parsed = parse_options("convert", args, {"--in", "--out", "--vocab"});
+  if (!parsed) {
+    std::cout << kConvertUsage;
+    return 0;
+  }
+  std::string in_path;
+  std::string out_prefix;
+  std::int64_t vocab_size = std::numeric_limits<std::int32_t>::max();
+  for (const auto& [flag, value] : *parsed) {
+    if (flag == "--in") {
+      in_path = value;
+    } else if (flag == "--out") {
+      out_prefix = odc::data::bin_dataset_prefix(value);
+    } else {
+      vocab_size = parse_integer<std::int64_t>("convert", flag, value);
+    }
+  }
+  if (in_path.empty()) throw UsageError("odc-data convert: --in FILE.jsonl is required");
+  if (out_prefix.empty()) throw UsageError("odc-data convert: --out PREFIX is required");
+
+  const auto start = std::chrono::steady_clock::now();
+  {
+    const odc::data::JsonlTokenDataset source(in_path, vocab_size);
+    odc::data::write_bin_dataset(out_prefix, source);
+  }
+  // The summary is computed from the written pair as the trainer will read it, which also proves
+  // that it opens and validates.
+  const odc::data::BinTokenDataset written(out_prefix, vocab_size);
+  std::int64_t targets = 0;
+  for (std::int64_t i = 0; i < written.size(); ++i) targets += written.target_count(i);
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+
+  const nlohmann::ordered_json summary = {
+      {"in", in_path},
+      {"out", out_prefix},
+      {"sequences", written.size()},
+      {"tokens", written.total_tokens()},
+      {"target_tokens", targets},
+      {"bytes", file_size_or_zero(out_prefix + ".bin") + file_size_or_zero(out_prefix + ".idx")},
+      {"seconds", elapsed.count()},
+  };
+  std::cout << summary.dump() << '\n';
+  return 0;
+}
+
 int run(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
@@ -187,6 +276,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (command == "synth") return run_synth({args.begin() + 1, args.end()});
+  if (command == "convert") return run_convert({args.begin() + 1, args.end()});
   throw UsageError("odc-data: unknown command '" + command + "'");
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/core/error.h"
+#include "odc/data/bin_dataset.h"
 
 namespace odc::data {
 
@@ -152,7 +153,8 @@ std::string JsonlTokenDataset::describe() const {
 std::unique_ptr<TokenDataset> open_dataset(const std::string& path, const std::string& format,
                                            std::int64_t vocab_size) {
   if (format == "tokens") return std::make_unique<JsonlTokenDataset>(path, vocab_size);
-  fail("{}: unknown data.format '{}' (supported formats: tokens)", path, format);
+  if (format == "bin") return std::make_unique<BinTokenDataset>(path, vocab_size);
+  fail("{}: unknown data.format '{}' (supported formats: tokens, bin)", path, format);
 }
 
 }  // namespace odc::data

@@ -74,6 +74,33 @@ void Sampler::reshuffle() {
   }
 }
 
+SamplerState Sampler::state() const {
+  return SamplerState{seed_, epoch_, position_, size_, shuffle_};
+}
+
+void Sampler::restore(const SamplerState& state) {
+  if (state.dataset_size != size_) {
+    fail("sampler restore: dataset_size differs: saved state is over {} sequences, this dataset "
+         "has {} (was the dataset changed?)",
+         state.dataset_size, size_);
+  }
+  if (state.seed != seed_) {
+    fail("sampler restore: seed differs: saved state has seed {}, this sampler {}", state.seed,
+         seed_);
+  }
+  if (state.shuffle != shuffle_) {
+    fail("sampler restore: shuffle differs: saved state has shuffle={}, this sampler shuffle={}",
+         state.shuffle, shuffle_);
+  }
+  if (state.epoch < 0) fail("sampler restore: epoch must be >= 0, got {}", state.epoch);
+  if (state.position < 0 || state.position >= size_) {
+    fail("sampler restore: position must be in [0, {}), got {}", size_, state.position);
+  }
+  epoch_ = state.epoch;
+  position_ = state.position;
+  reshuffle();  // the permutation depends only on (seed, epoch)
+}
+
 std::vector<std::int64_t> Sampler::next(std::int64_t count) {
   if (count <= 0) fail("sampler: minibatch size must be > 0, got {}", count);
   std::vector<std::int64_t> indices;

@@ -34,6 +34,17 @@ std::vector<TunableSpec> trainer_tunables() {
       spec("data.max_tokens_per_microbatch", K::integer, "0",
        "token cap of a packed microbatch; 0 = the longest sequence of the dataset times packing_ratio"),
       spec("data.packing_ratio", K::number, "1.0", "multiplies the default token cap (ignored when a cap is set)"),
+      spec("data.balance", K::string, "auto",
+           "how the global minibatch is split over ranks and microbatches: local_sort, lb_micro (equal "
+           "microbatch counts), lb_mini (balances whole-minibatch work; odc only); auto = lb_mini with odc, "
+           "lb_micro with collective; round_robin = no balancing (items r, r+N, ... packed in order)",
+           {"auto", "local_sort", "lb_micro", "lb_mini", "round_robin"}),
+      spec("data.cost_model", K::string, "flops",
+           "per-sequence cost the balancers equalize: linear (tokens), quadratic (cost_a*s^2 + cost_b*s), "
+           "flops (from the model shape)",
+           {"linear", "quadratic", "flops"}),
+      spec("data.cost_a", K::number, "0.0", "quadratic cost model: coefficient of s^2 (odc-bench calibrate fits it)"),
+      spec("data.cost_b", K::number, "1.0", "quadratic cost model: coefficient of s"),
       spec("data.shuffle", K::boolean, "true", "shuffle the dataset every epoch"),
       spec("data.seed", K::integer, "0", "seed of the data order"),
       // train

@@ -47,6 +47,33 @@ std::string metrics_path(const std::string& pattern, int rank) {
   return pattern.substr(0, at) + std::to_string(rank) + pattern.substr(at + 6);
 }
 
+// No balancing: rank r takes items r, r+N, ... and packs them in order under the cap. Ranks may
+// end up with different microbatch counts (the collective baseline then pads).
+data::Plan round_robin_plan(const data::PlanInput& input) {
+  data::Plan plan;
+  plan.ranks.resize(static_cast<std::size_t>(input.world_size));
+  for (int r = 0; r < input.world_size; ++r) {
+    std::vector<std::int64_t> items, lengths;
+    for (std::size_t i = static_cast<std::size_t>(r); i < input.lengths.size(); i += static_cast<std::size_t>(input.world_size)) {
+      items.push_back(static_cast<std::int64_t>(i));
+      lengths.push_back(input.lengths[i]);
+    }
+    auto& rank = plan.ranks[static_cast<std::size_t>(r)];
+    for (const auto& microbatch : data::pack_in_order(lengths, input.token_cap)) {
+      std::vector<std::int64_t> global_items;
+      double cost = 0.0;
+      for (auto i : microbatch) {
+        global_items.push_back(items[static_cast<std::size_t>(i)]);
+        cost += input.cost.cost(lengths[static_cast<std::size_t>(i)]);
+      }
+      rank.microbatches.push_back(std::move(global_items));
+      rank.microbatch_costs.push_back(cost);
+      rank.cost += cost;
+    }
+  }
+  return plan;
+}
+
 // Rejects world sizes for which some rank would own nothing but padding of some unit: such a run
 // would still be correct but wastes ranks, and it usually means a wrong -np.
 void check_world_size(const std::vector<model::UnitLayout>& units, int world_size) {
@@ -114,6 +141,27 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
   dist::ShardLayout layout(model_->units(), world_size_, rank_);
   const auto seed = static_cast<std::uint64_t>(config.get_int("model.seed"));
   const std::string comm_name = config.get_string("train.comm");
+  const std::string balance = config.get_string("data.balance");
+  round_robin_ = balance == "round_robin";
+  if (!round_robin_) {
+    balance_ = data::parse_balance(balance == "auto" ? (comm_name == "odc" ? "lb_mini" : "lb_micro") : balance);
+  }
+  if (!round_robin_ && balance_ == data::Balance::lb_mini && comm_name == "collective" && world_size_ > 1) {
+    fail("data.balance = lb_mini needs train.comm = odc: LB-Mini gives ranks different numbers of microbatches, "
+         "which collectives cannot run (use lb_micro or local_sort with train.comm = collective)");
+  }
+  const std::string cost_kind = config.get_string("data.cost_model");
+  if (cost_kind == "linear") {
+    cost_model_ = data::CostModel::linear();
+  } else if (cost_kind == "quadratic") {
+    cost_model_ = data::CostModel::quadratic(config.get_double("data.cost_a"), config.get_double("data.cost_b"));
+  } else {
+    // Causal attention: each of the s(s+1)/2 query-key pairs costs 4*q_dim FLOPs forward (QK^T and
+    // PV) and twice that backward, in every layer.
+    cost_model_ = data::CostModel::flops(model_config_.linear_flops_per_token(),
+                                         12.0 * static_cast<double>(model_config_.q_dim()) *
+                                             model_config_.num_hidden_layers / 2.0);
+  }
   if (world_size_ == 1) {
     store_ = std::make_unique<dist::ShardStore>(layout, model_->units(), model_config_, seed);
     comm_ = std::make_unique<dist::LocalComm>(*store_);  // nothing to communicate
@@ -190,31 +238,26 @@ StepResult Trainer::step() {
   }
   if (normalizer == 0.0) spdlog::warn("step {}: the minibatch has no target tokens (all masked)", step_);
 
-  // Each rank's share (round-robin) and its packing. Every rank computes every rank's plan, so the
-  // collective baseline knows how many empty microbatches to pad with, without communicating.
-  std::vector<std::int64_t> mine;
-  std::vector<float> weights;
-  std::size_t most_microbatches = 0;
-  std::vector<std::vector<std::int64_t>> plan;
-  for (int rank = 0; rank < world_size_; ++rank) {
-    std::vector<std::int64_t> indices;
-    std::vector<std::int64_t> lengths;
-    for (std::size_t i = static_cast<std::size_t>(rank); i < global.size(); i += static_cast<std::size_t>(world_size_)) {
-      indices.push_back(global[i]);
-      lengths.push_back(dataset_->length(global[i]));
-    }
-    auto rank_plan = data::pack_in_order(lengths, token_cap_);
-    most_microbatches = std::max(most_microbatches, rank_plan.size());
-    if (rank == rank_) {
-      plan = std::move(rank_plan);
-      mine = std::move(indices);
-    }
-  }
-  for (auto index : mine) {
-    const auto targets = static_cast<double>(dataset_->target_count(index));
+  // The planner splits the global minibatch over the ranks and packs each share into microbatches.
+  // Every rank computes the same plan, so the collective baseline knows how many empty
+  // microbatches to pad with, without communicating.
+  data::PlanInput plan_input;
+  plan_input.world_size = world_size_;
+  plan_input.token_cap = token_cap_;
+  plan_input.cost = cost_model_;
+  plan_input.balance = balance_;
+  for (auto index : global) plan_input.lengths.push_back(dataset_->length(index));
+  const data::Plan global_plan = round_robin_ ? round_robin_plan(plan_input) : data::make_plan(plan_input);
+  last_plan_hash_ = global_plan.hash();
+  std::vector<std::vector<std::int64_t>> plan = global_plan.ranks[static_cast<std::size_t>(rank_)].microbatches;
+  const auto most_microbatches = static_cast<std::size_t>(global_plan.max_microbatches());
+  r.bubble_planned = pad_microbatches_ ? global_plan.bubble_collective() : global_plan.bubble_odc();
+  std::vector<float> weights(global.size(), 0.0f);  // per-target loss weight of each global item
+  for (std::size_t i = 0; i < global.size(); ++i) {
+    const auto targets = static_cast<double>(dataset_->target_count(global[i]));
     double w = 0.0;
     if (normalizer > 0 && targets > 0) w = sequence_reduction_ ? 1.0 / (targets * normalizer) : 1.0 / normalizer;
-    weights.push_back(static_cast<float>(w));
+    weights[i] = static_cast<float>(w);
   }
   r.padded_microbatches = pad_microbatches_ ? static_cast<int>(most_microbatches - plan.size()) : 0;
   if (pad_microbatches_) plan.resize(most_microbatches);  // empty microbatches join the collectives
@@ -230,7 +273,7 @@ StepResult Trainer::step() {
     seqs.clear();
     seq_weights.clear();
     for (auto i : microbatch) {
-      seqs.push_back(mine[static_cast<std::size_t>(i)]);
+      seqs.push_back(global[static_cast<std::size_t>(i)]);
       seq_weights.push_back(weights[static_cast<std::size_t>(i)]);
     }
     build_microbatch(seqs, seq_weights, batch_);
@@ -246,14 +289,17 @@ StepResult Trainer::step() {
   r.wait_end_s = waits_after.minibatch_end_s - waits_before.minibatch_end_s;
   r.comm_thread_cpu_s = comm_->comm_thread_cpu_seconds();
 
-  std::array<double, 5> sums{store_->grad_sum_of_squares(), local_loss, local_tokens, local_targets,
-                             static_cast<double>(r.padded_microbatches)};
+  r.seconds = seconds_since(start);  // up to here: the minibatch's compute and communication
+  std::array<double, 7> sums{store_->grad_sum_of_squares(), local_loss, local_tokens, local_targets,
+                             static_cast<double>(r.padded_microbatches), r.wait_in_loop_s + r.wait_end_s, r.seconds};
   comm_->all_reduce_sum(sums);
   r.grad_norm = std::sqrt(sums[0]);
   r.loss = sums[1];
   r.tokens = sums[2];
   r.target_tokens = sums[3];
   r.padded_microbatches_global = static_cast<int>(sums[4]);
+  // Measured bubble: the fraction of the ranks' minibatch time spent waiting on communication.
+  r.bubble_measured = sums[6] > 0 ? sums[5] / sums[6] : 0.0;
   r.microbatches = static_cast<int>(plan.size());
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     fail("step {}: loss ({}) or gradient norm ({}) is not finite; lower train.lr or check the data", step_,
@@ -286,6 +332,8 @@ std::vector<StepResult> Trainer::run() {
                     {"tokens_per_s", tokens_per_s},
                     {"samples_per_s_per_rank", samples_per_s_per_rank},
                     {"microbatches", r.microbatches},
+                    {"bubble_planned", r.bubble_planned},
+                    {"bubble_measured", r.bubble_measured},
                     {"padded_microbatches", r.padded_microbatches},
                     {"rank", rank_},
                     {"world_size", world_size_},

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# odc-data command-line behaviour: synth writes a valid file and a summary, usage errors exit 2
-# with a message naming the culprit, bad values exit non-zero, --help exits 0.
+# odc-data command-line behaviour: synth writes a valid file and a summary, convert turns it into
+# the binary pair, usage errors exit 2 with a message naming the culprit, bad values exit non-zero,
+# --help exits 0.
 # Usage: bash test_odc_data.sh BIN_DIR WORK_DIR
 set -euo pipefail
 
@@ -79,6 +80,45 @@ bad_lines=$(grep -cv '^{"input_ids":\[1,7,' "$work_dir/add.jsonl" || true)
 expect_in synth_add out '"min_length":20'
 expect_in synth_add out '"max_length":20'
 
+# --- convert: JSONL -> binary pair (PREFIX.bin + PREFIX.idx) and a one-line JSON summary ---
+run_tool convert convert --in "$out" --out "$work_dir/synth_bin" --vocab 64
+expect_rc convert 0
+for ext in bin idx; do
+  [ -s "$work_dir/synth_bin.$ext" ] || fail "convert: $work_dir/synth_bin.$ext missing or empty"
+  [ -e "$work_dir/synth_bin.$ext.tmp" ] && fail "convert: temporary file synth_bin.$ext.tmp left behind"
+done
+summary_lines=$(wc -l <"$work_dir/convert.out")
+[ "$summary_lines" -eq 1 ] || fail "convert: summary has $summary_lines lines, expected 1"
+synth_tokens=$(grep -o '"tokens":[0-9]*' "$work_dir/synth.out")
+for key in '"sequences":300' "$synth_tokens" '"target_tokens":' '"bytes":' '"seconds":'; do
+  expect_in convert out "$key"
+done
+# The .bin holds exactly 4 bytes per token.
+bin_bytes=$(stat -c %s "$work_dir/synth_bin.bin")
+[ "$bin_bytes" -eq $((4 * ${synth_tokens#*:})) ] ||
+  fail "convert: synth_bin.bin has $bin_bytes bytes, expected 4 x ${synth_tokens#*:}"
+
+run_tool convert_missing convert --in "$work_dir/no_such.jsonl" --out "$work_dir/missing_bin"
+expect_rc convert_missing 1
+expect_in convert_missing err "no_such.jsonl"
+[ -e "$work_dir/missing_bin.bin" ] && fail "convert_missing: wrote an output for a missing input"
+
+run_tool convert_vocab convert --in "$out" --out "$work_dir/small_vocab" --vocab 8
+expect_rc convert_vocab 1
+expect_in convert_vocab err "out of range [0, 8)"
+
+run_tool convert_no_out convert --in "$out"
+expect_rc convert_no_out 2
+expect_in convert_no_out err "--out"
+
+run_tool convert_bad_vocab convert --in "$out" --out "$work_dir/x" --vocab lots
+expect_rc convert_bad_vocab 2
+expect_in convert_bad_vocab err "lots"
+
+run_tool convert_help convert --help
+expect_rc convert_help 0
+expect_in convert_help out "--in FILE"
+
 # --- usage errors: exit 2 and the message names the culprit ---
 run_tool bad_flag synth --out "$work_dir/x.jsonl" --bogus-flag 3
 expect_rc bad_flag 2
@@ -121,6 +161,7 @@ expect_in bad_out err "no/such/dir"
 run_tool help --help
 expect_rc help 0
 expect_in help out "synth"
+expect_in help out "convert"
 run_tool synth_help synth --help
 expect_rc synth_help 0
 expect_in synth_help out "--mean-length"

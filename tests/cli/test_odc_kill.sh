@@ -9,6 +9,13 @@ rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 
 "$bin/odc-data" synth --out "$work/data.jsonl" --num 400 --max-length 128 --mean-length 48 --seed 4 >/dev/null
+# A SIGKILLed process cannot unlink the POSIX shared-memory files UCX created for it: remove the
+# ones this test leaves behind (they would otherwise hold memory until reboot).
+shm_before=$(ls /dev/shm 2>/dev/null | sort)
+cleanup_shm() {
+  comm -13 <(echo "$shm_before") <(ls /dev/shm 2>/dev/null | sort) | grep '^ucx_shm_posix_' | sed 's|^|/dev/shm/|' | xargs -r rm -f
+}
+trap cleanup_shm EXIT
 timeout_s=20
 start=$(date +%s)
 mpirun -np 2 --oversubscribe --bind-to none --mca orte_base_help_aggregate 0 "$bin/odc-train" \

@@ -19,7 +19,7 @@ TEST_CASE("collective training on N ranks matches one rank step by step", "[mpi]
   REQUIRE(kGlobalMinibatch % world == 0);
   const auto data = test::ragged_dataset("collective", 96);
   // A small cap makes ranks run different numbers of microbatches, so padding is exercised.
-  const std::vector<std::string> extra = {"train.comm=collective", "data.max_tokens_per_microbatch=64"};
+  const std::vector<std::string> extra = {"train.comm=collective", "data.max_tokens_per_microbatch=64", "data.balance=round_robin"};
   const auto config = test::small_config(data, kGlobalMinibatch / world, extra);
   train::Trainer trainer(config, mpi_rank(), world);
   const auto results = trainer.run();

@@ -39,7 +39,7 @@ TEST_CASE("ODC training on N ranks matches one rank and the collective baseline"
   const int world = mpi_world();
   REQUIRE(kGlobalMinibatch % world == 0);
   const auto data = test::ragged_dataset("odc", 96);
-  const std::vector<std::string> cap = {"data.max_tokens_per_microbatch=64"};
+  const std::vector<std::string> cap = {"data.max_tokens_per_microbatch=64", "data.balance=round_robin"};
   auto with = [&](const std::string& comm) {
     auto extra = cap;
     extra.push_back("train.comm=" + comm);
@@ -102,7 +102,7 @@ TEST_CASE("ODC ranks run 1 and 3 microbatches in the same minibatch", "[mpi][odc
     }
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  const std::vector<std::string> extra = {"data.max_tokens_per_microbatch=24", "data.shuffle=false",
+  const std::vector<std::string> extra = {"data.max_tokens_per_microbatch=24", "data.shuffle=false", "data.balance=round_robin",
                                           "train.steps=4"};
   auto odc_extra = extra;
   odc_extra.push_back("train.comm=odc");
@@ -132,7 +132,7 @@ TEST_CASE("a slow rank stretches in-loop waits under collectives but not under O
   const auto data = test::ragged_dataset("straggler", 64);
   constexpr double kDelayMs = 40.0;
   auto measure = [&](const std::string& comm) {
-    const std::vector<std::string> extra = {"train.comm=" + comm, "train.steps=3", "data.max_tokens_per_microbatch=64",
+    const std::vector<std::string> extra = {"train.comm=" + comm, "train.steps=3", "data.max_tokens_per_microbatch=64", "data.balance=round_robin",
                                             "debug.slow_rank=1", "debug.delay_ms=" + std::to_string(kDelayMs)};
     const auto config = test::small_config(data, 4, extra);
     train::Trainer trainer(config, mpi_rank(), world);

@@ -12,6 +12,7 @@
 #include "odc/core/config.h"
 #include "odc/data/dataset.h"
 #include "odc/data/packing.h"
+#include "odc/data/planner.h"
 #include "odc/dist/comm.h"
 #include "odc/dist/shard_store.h"
 #include "odc/dist/ucx_transport.h"
@@ -35,6 +36,8 @@ struct StepResult {
   double wait_in_loop_s = 0.0;         // this rank's comm waits inside the microbatch loop
   double wait_end_s = 0.0;             // this rank's waits at the minibatch boundaries
   double comm_thread_cpu_s = 0.0;      // CPU time of this rank's communication thread
+  double bubble_planned = 0.0;         // the planner's estimate under this comm's barrier model
+  double bubble_measured = 0.0;        // measured: communication waits / minibatch time, all ranks
   double seconds = 0.0;
 };
 
@@ -52,6 +55,8 @@ class Trainer {
   const model::LlamaModel& model() const { return *model_; }
   dist::ShardStore& store() { return *store_; }
   std::int64_t token_cap() const { return token_cap_; }
+  // Fingerprint of the last step's global plan (identical on every rank).
+  std::uint64_t last_plan_hash() const { return last_plan_hash_; }
 
  private:
   void build_microbatch(const std::vector<std::int64_t>& seq_indices, const std::vector<float>& weights,
@@ -77,6 +82,10 @@ class Trainer {
   bool sequence_reduction_ = false;
   bool pad_microbatches_ = false;  // collective comms need equal microbatch counts
   double delay_s_ = 0.0;           // injected per-microbatch delay on this rank (debug)
+  data::Balance balance_ = data::Balance::lb_mini;
+  bool round_robin_ = false;  // data.balance = round_robin: no planner
+  data::CostModel cost_model_;
+  std::uint64_t last_plan_hash_ = 0;
   model::PackedBatch batch_;  // reused across microbatches
 };
 

@@ -1,0 +1,89 @@
+#pragma once
+// Binary token dataset (format "bin"): two files sharing a PREFIX, mapped read-only so opening a
+// dataset of 100M tokens costs a validation scan, not a parse.
+//
+// PREFIX.bin: raw little-endian uint32 token ids, every sequence back to back.
+// PREFIX.idx: little-endian, 8-byte aligned throughout:
+//   header (48 bytes)
+//     char[8]  magic "ODCIDX\x01\x00"
+//     uint32   version (= 1)
+//     uint32   flags (= 0; reserved, nonzero is rejected so a future feature is never misread)
+//     int64    sequence count N (>= 1)
+//     int64    total tokens T (PREFIX.bin holds exactly 4*T bytes)
+//     int64    total target spans S
+//     uint64   checksum: FNV-1a 64 (odc/core/hash.h) of the header's first 40 bytes followed by
+//              everything after the header, i.e. the whole index except the checksum itself
+//   int64      token offsets[N+1] into PREFIX.bin (in tokens): 0, ..., T, strictly increasing
+//   int64      span offsets[N+1] into the span array: 0, ..., S, non-decreasing
+//   uint32[2]  spans[S]: (start, length) of a run of target positions (loss_mask == 1) within its
+//              sequence; sorted, non-overlapping, length >= 1
+//
+// Everything is validated on open (sizes, checksum, offsets, spans, token ids < vocab_size);
+// every problem is an odc::Error naming the file and what is wrong. Target masks are materialized
+// eagerly at open into one byte per token (the interface hands out spans, which need stable
+// storage); tokens are spans straight into the mapping, never copied.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "odc/data/dataset.h"
+
+namespace odc::data {
+
+// A read-only mmap of a whole file, unmapped on destruction. An empty file maps to an empty span.
+class MappedFile {
+ public:
+  // Throws odc::Error naming `path` when it cannot be opened, stat'ed or mapped.
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  std::span<const std::byte> bytes() const { return {data_, size_}; }
+  std::size_t size() const { return size_; }
+
+ private:
+  void release() noexcept;
+  const std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+class BinTokenDataset final : public TokenDataset {
+ public:
+  // `path` may be the PREFIX itself or PREFIX.bin / PREFIX.idx. Token ids must lie in
+  // [0, vocab_size).
+  BinTokenDataset(const std::string& path, std::int64_t vocab_size);
+
+  std::int64_t size() const override { return static_cast<std::int64_t>(offsets_.size()) - 1; }
+  SequenceView get(std::int64_t index) const override;
+  std::int64_t length(std::int64_t index) const override;
+  std::int64_t target_count(std::int64_t index) const override;  // O(1), computed at open
+  std::string describe() const override;
+
+  const std::string& prefix() const { return prefix_; }
+  std::int64_t total_tokens() const { return static_cast<std::int64_t>(masks_.size()); }
+
+ private:
+  std::string prefix_;
+  MappedFile index_file_;
+  MappedFile token_file_;
+  std::span<const std::int64_t> offsets_;  // into index_file_, size()+1 entries
+  std::span<const std::int32_t> tokens_;   // into token_file_ (ids < vocab_size <= INT32_MAX)
+  std::vector<std::uint8_t> masks_;        // eager: one byte per token
+  std::vector<std::int64_t> target_counts_;
+};
+
+// Strips a trailing ".bin" or ".idx", so "x", "x.bin" and "x.idx" all name the pair with prefix x.
+std::string bin_dataset_prefix(const std::string& path);
+
+// Writes `source` as PREFIX.bin + PREFIX.idx. Both are written to ".tmp" files and synced first;
+// then any old PREFIX.idx is removed, PREFIX.bin is renamed into place and PREFIX.idx last, so a
+// crash at any point leaves either the old pair, the new pair, or a .bin without an .idx (which
+// fails to open) -- never a valid-looking index over the wrong tokens.
+void write_bin_dataset(const std::string& prefix, const TokenDataset& source);
+
+}  // namespace odc::data
