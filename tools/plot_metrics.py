@@ -45,7 +45,12 @@ def main():
     ok = True
     for path in args.metrics:
         steps, losses = load(path)
-        ax.plot(steps, losses, label=os.path.basename(path), linewidth=1.2)
+        line, = ax.plot(steps, losses, linewidth=0.6, alpha=0.35)
+        # Minibatches differ a lot in content: a moving average shows the trend.
+        w = max(1, len(losses) // 20)
+        smooth = [sum(losses[max(0, i - w + 1):i + 1]) / len(losses[max(0, i - w + 1):i + 1]) for i in range(len(losses))]
+        ax.plot(steps, smooth, color=line.get_color(), linewidth=1.8,
+                label=f"{os.path.basename(path)} (mean of {w} steps)")
         k = max(1, len(losses) // 10)
         first, last = sum(losses[:k]) / k, sum(losses[-k:]) / k
         print(json.dumps({"metrics": path, "steps": len(losses), "loss_first": round(first, 4),

@@ -296,8 +296,8 @@ BinTokenDataset::BinTokenDataset(const std::string& path, std::int64_t vocab_siz
     const std::int64_t begin = offsets_[i];
     const std::int64_t end = offsets_[i + 1];
     if (end > header.total_tokens) {
-      fail("{}: end offset {} of sequence {} is past the end of the tokens ({} in total)",
-           idx_path, end, i, header.total_tokens);
+      fail("{}: end offset {} of sequence {} is past the end of {} ({} tokens)", idx_path, end, i,
+           bin_path, header.total_tokens);
     }
     if (end == begin) fail("{}: sequence {} has zero length (offset {})", idx_path, i, begin);
     if (end < begin) {

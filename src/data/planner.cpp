@@ -16,6 +16,9 @@
 #include "odc/data/planner.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -91,11 +94,39 @@ double spread_of(const Tuple& tuple, std::size_t k) {
   return tuple.subsets.front().sum - low;
 }
 
-void sort_subsets(std::vector<Subset>& subsets) {
-  std::sort(subsets.begin(), subsets.end(), [](const Subset& x, const Subset& y) {
-    if (x.sum != y.sum) return x.sum > y.sum;
-    return x.head < y.head;
-  });
+// Decreasing cost, ties by head item: a total order (heads are distinct), so sorting and merging
+// sorted runs give the same unique sequence.
+bool subset_before(const Subset& x, const Subset& y) {
+  if (x.sum != y.sum) return x.sum > y.sum;
+  return x.head < y.head;
+}
+
+void sort_subsets(std::vector<Subset>& subsets) { std::sort(subsets.begin(), subsets.end(), subset_before); }
+
+// Position i of the merged tuple unites a's i-th largest subset with b's (k-1-i)-th largest. Only
+// positions in [k - nb, na) unite two non-empty subsets; elsewhere a subset passes unchanged, and
+// those form two runs that are already sorted: a's first entries and b's first entries. So only the
+// united ones need sorting, then three sorted runs merge in O(k). A full tuple meeting a singleton
+// (the common case while n >> k) costs O(k), not O(k log k).
+template <typename Unite>
+Tuple merge_tuples(const Tuple& a, const Tuple& b, std::size_t k, Unite&& unite) {
+  const std::size_t na = a.subsets.size();
+  const std::size_t nb = b.subsets.size();
+  const std::size_t united_from = k - std::min(k, nb);
+  const std::size_t kept_a = std::min(na, united_from);
+  const std::size_t kept_b = k - std::max(na, united_from);
+  std::vector<Subset> united;
+  for (std::size_t i = united_from; i < na; ++i) united.push_back(unite(a.subsets[i], b.subsets[k - 1 - i]));
+  sort_subsets(united);
+  std::vector<Subset> passed;
+  passed.reserve(kept_a + kept_b);
+  std::merge(a.subsets.begin(), a.subsets.begin() + static_cast<std::ptrdiff_t>(kept_a), b.subsets.begin(),
+             b.subsets.begin() + static_cast<std::ptrdiff_t>(kept_b), std::back_inserter(passed), subset_before);
+  Tuple merged;
+  merged.subsets.reserve(passed.size() + united.size());
+  std::merge(passed.begin(), passed.end(), united.begin(), united.end(), std::back_inserter(merged.subsets),
+             subset_before);
+  return merged;
 }
 
 Parts karmarkar_karp_impl(const std::vector<double>& costs, std::size_t k, bool equal_size) {
@@ -148,20 +179,7 @@ Parts karmarkar_karp_impl(const std::vector<double>& costs, std::size_t k, bool 
     heap.pop();
     Tuple a = std::move(tuples[as_size(first.id)]);
     Tuple b = std::move(tuples[as_size(second.id)]);
-    const std::size_t na = a.subsets.size();
-    const std::size_t nb = b.subsets.size();
-    // Position i pairs a's i-th largest with b's (k-1-i)-th largest; only positions where either
-    // side is non-empty matter: i < na, or k-1-i < nb.
-    Tuple merged;
-    merged.subsets.reserve(std::min(k, na + nb));
-    const Subset empty;
-    auto b_at = [&](std::size_t i) { return k - 1 - i < nb ? b.subsets[k - 1 - i] : empty; };
-    for (std::size_t i = 0; i < na; ++i) merged.subsets.push_back(unite(a.subsets[i], b_at(i)));
-    for (std::size_t i = std::max(na, k - std::min(k, nb)); i < k; ++i) {
-      merged.subsets.push_back(b_at(i));
-    }
-    sort_subsets(merged.subsets);
-    push(std::move(merged));
+    push(merge_tuples(a, b, k, unite));
   }
 
   const Tuple& last = tuples[as_size(heap.top().id)];
@@ -209,7 +227,12 @@ struct Change {
 class Refiner {
  public:
   Refiner(const std::vector<double>& costs, Parts& parts, bool equal_size)
-      : parts_(parts), equal_size_(equal_size), entries_(parts.size()), sums_(parts.size()) {
+      : parts_(parts),
+        equal_size_(equal_size),
+        entries_(parts.size()),
+        sums_(parts.size()),
+        version_(parts.size(), 0),
+        seen_(parts.size(), 0) {
     for (std::size_t p = 0; p < parts.size(); ++p) {
       for (Index item : parts[p]) entries_[p].push_back({costs[as_size(item)], item});
       std::sort(entries_[p].begin(), entries_[p].end());
@@ -218,10 +241,13 @@ class Refiner {
     }
   }
 
-  void run(std::size_t max_iterations) {
-    for (std::size_t iteration = 0; iteration < max_iterations; ++iteration) {
+  void run(std::size_t max_iterations, std::size_t max_pairs) {
+    std::size_t iteration = 0;
+    for (; iteration < max_iterations && pairs_tried_ < max_pairs; ++iteration) {
       if (!step()) break;
+      if (std::getenv("PLAN_DEBUG") && (iteration & (iteration - 1)) == 0) std::fprintf(stderr, "  it %zu pairs %zu max %.9g min %.9g\n", iteration, pairs_tried_, order_.rbegin()->first, order_.begin()->first);
     }
+    if (std::getenv("PLAN_DEBUG")) std::fprintf(stderr, "DEBUG refine iterations %zu of %zu, pairs %zu\n", iteration, max_iterations, pairs_tried_);
     for (std::size_t p = 0; p < parts_.size(); ++p) {
       parts_[p].clear();
       for (const Entry& e : entries_[p]) parts_[p].push_back(e.item);
@@ -243,22 +269,62 @@ class Refiner {
   // others, heaviest first. The first pair that admits an improving change takes its best one.
   bool step() {
     if (order_.size() < 2) return false;
-    const std::size_t top = order_.rbegin()->second;
-    const std::size_t bottom = order_.begin()->second;
-    for (auto it = order_.begin(); it != order_.end(); ++it) {
-      if (it->second == top) continue;
-      if (!(sums_[top] > it->first)) break;
-      if (try_pair(top, it->second)) return true;
+    return scan(order_.rbegin()->second, true, top_cache_) ||
+           scan(order_.begin()->second, false, bottom_cache_);
+  }
+
+  // Whether a pair admits a change depends only on the two parts' contents. So once the anchor
+  // (the top or bottom part) has been scanned in vain, the next scan of the same, unmodified anchor
+  // only needs the parts modified since: the result is what a full scan would give, but a part
+  // stuck at the top no longer costs O(k) pairs per step.
+  struct ScanCache {
+    std::size_t part = std::numeric_limits<std::size_t>::max();
+    std::uint64_t version = 0;
+    std::size_t log_position = 0;  // modifications before this one were checked against the anchor
+  };
+
+  bool scan(std::size_t anchor, bool anchor_is_top, ScanCache& cache) {
+    const std::size_t log_at_start = log_.size();
+    auto attempt = [&](std::size_t other) {
+      return anchor_is_top ? try_pair(anchor, other) : try_pair(other, anchor);
+    };
+    // Candidates come lightest first for the top anchor and heaviest first for the bottom one,
+    // so the gap to the anchor shrinks along the scan and the first empty gap ends it.
+    auto has_gap = [&](std::size_t other) {
+      return anchor_is_top ? sums_[anchor] > sums_[other] : sums_[other] > sums_[anchor];
+    };
+    if (cache.part == anchor && cache.version == version_[anchor]) {
+      std::vector<std::size_t> changed;
+      ++stamp_;
+      for (std::size_t pos = cache.log_position; pos < log_.size(); ++pos) {
+        const std::size_t p = log_[pos];
+        if (p == anchor || seen_[p] == stamp_) continue;
+        seen_[p] = stamp_;
+        changed.push_back(p);
+      }
+      std::sort(changed.begin(), changed.end(), [&](std::size_t x, std::size_t y) {
+        const std::pair<double, std::size_t> kx{sums_[x], x}, ky{sums_[y], y};
+        return anchor_is_top ? kx < ky : ky < kx;
+      });
+      for (std::size_t other : changed) {
+        if (!has_gap(other)) break;
+        if (attempt(other)) return true;
+      }
+    } else if (anchor_is_top) {
+      for (auto it = order_.begin(); it != order_.end() && has_gap(it->second); ++it) {
+        if (attempt(it->second)) return true;
+      }
+    } else {
+      for (auto it = order_.rbegin(); it != order_.rend() && has_gap(it->second); ++it) {
+        if (attempt(it->second)) return true;
+      }
     }
-    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
-      if (it->second == bottom) continue;
-      if (!(it->first > sums_[bottom])) break;
-      if (try_pair(it->second, bottom)) return true;
-    }
+    cache = {anchor, version_[anchor], log_at_start};
     return false;
   }
 
   bool try_pair(std::size_t hi, std::size_t lo) {
+    ++pairs_tried_;
     const double half = (sums_[hi] - sums_[lo]) / 2.0;
     Change best;
     const auto& h = entries_[hi];
@@ -306,6 +372,8 @@ class Refiner {
       order_.erase({sums_[p], p});
       sums_[p] = sum_of(p);
       order_.insert({sums_[p], p});
+      ++version_[p];
+      log_.push_back(p);
     }
   }
 
@@ -314,6 +382,13 @@ class Refiner {
   std::vector<std::vector<Entry>> entries_;  // per part, ascending (cost, item)
   std::vector<double> sums_;
   std::set<std::pair<double, std::size_t>> order_;  // (cost, part): lightest first
+  std::vector<std::uint64_t> version_;               // per part, bumped on every modification
+  std::vector<std::size_t> log_;                     // modified parts, in order
+  std::vector<std::uint64_t> seen_;                  // dedup stamps for a cached scan
+  std::uint64_t stamp_ = 0;
+  ScanCache top_cache_;
+  ScanCache bottom_cache_;
+  std::size_t pairs_tried_ = 0;
 };
 
 // ---- microbatches within one rank ----------------------------------------------------------------
@@ -426,20 +501,63 @@ Parts round_robin(std::size_t n, std::size_t ranks) {
   return parts;
 }
 
+// Refinement bounds. Every accepted change strictly lowers the sum of squared part costs, so the
+// search ends on its own, but with many parts and few items per part it can creep along in tiny
+// steps for a long time; the bounds keep planning time near-linear. Pair checks (each O(items of
+// the two parts)) measure the work; 32 per item or part is where the gains had flattened out on
+// long-tailed inputs (checked up to 16384 sequences x 1024 ranks).
 std::size_t refine_iterations(std::size_t n, std::size_t k) { return 4 * (n + k) + 64; }
+std::size_t refine_pair_checks(std::size_t n, std::size_t k) { return 32 * (n + k) + 1024; }
 
-// LB-Micro's split: equal counts, the better (by max cost) of refined equal-size KK and round-robin.
+void refine(const std::vector<double>& costs, Parts& parts, bool equal_size) {
+  Refiner(costs, parts, equal_size)
+      .run(refine_iterations(costs.size(), parts.size()), refine_pair_checks(costs.size(), parts.size()));
+}
+
+// Equal counts by greed: longest first, each into the lightest part that still has room (the first
+// n % k parts hold one more). With few sequences per rank, verl-style equal-size KK forces one item
+// of every size quantile into each part, so the part holding the longest sequence also receives
+// mid-size ones; this greedy gives the longest sequences the shortest partners, which the
+// refinement would otherwise reach only slowly.
+Parts greedy_equal_count(const std::vector<double>& costs, std::size_t ranks) {
+  const std::size_t n = costs.size();
+  std::vector<Index> order(n);
+  std::iota(order.begin(), order.end(), Index{0});
+  std::sort(order.begin(), order.end(), [&](Index x, Index y) {
+    if (costs[as_size(x)] != costs[as_size(y)]) return costs[as_size(x)] > costs[as_size(y)];
+    return x < y;
+  });
+  Parts parts(ranks);
+  std::set<std::pair<double, std::size_t>> open;  // (cost, part) of the parts with room
+  for (std::size_t p = 0; p < ranks; ++p) open.insert({0.0, p});
+  std::vector<double> sums(ranks, 0.0);
+  for (Index item : order) {
+    const std::size_t p = open.begin()->second;
+    open.erase(open.begin());
+    parts[p].push_back(item);
+    sums[p] += costs[as_size(item)];
+    const std::size_t room = n / ranks + (p < n % ranks ? 1 : 0);
+    if (parts[p].size() < room) open.insert({sums[p], p});
+  }
+  for (auto& part : parts) std::sort(part.begin(), part.end());
+  return parts;
+}
+
+// LB-Micro's split: equal counts. The refined better start (equal-size KK or the greedy), or the
+// round-robin split (LocalSort's) if that has the lower max cost.
 Parts equal_count_split(const std::vector<double>& costs, std::size_t ranks) {
   Parts kk = karmarkar_karp_impl(costs, ranks, true);
-  Refiner(costs, kk, true).run(refine_iterations(costs.size(), ranks));
+  Parts greedy = greedy_equal_count(costs, ranks);
+  Parts best = max_set_cost(costs, greedy) < max_set_cost(costs, kk) ? std::move(greedy) : std::move(kk);
+  refine(costs, best, true);
   Parts rr = round_robin(costs.size(), ranks);
-  return max_set_cost(costs, rr) < max_set_cost(costs, kk) ? rr : kk;
+  return max_set_cost(costs, rr) < max_set_cost(costs, best) ? rr : best;
 }
 
 // LB-Mini's split: total cost balanced, counts free; LB-Micro's split kept when it is better.
 Parts free_count_split(const std::vector<double>& costs, std::size_t ranks) {
   Parts kk = karmarkar_karp_impl(costs, ranks, false);
-  Refiner(costs, kk, false).run(refine_iterations(costs.size(), ranks));
+  refine(costs, kk, false);
   if (costs.size() % ranks == 0) {
     Parts equal = equal_count_split(costs, ranks);
     if (max_set_cost(costs, equal) < max_set_cost(costs, kk)) return equal;
@@ -620,7 +738,7 @@ void refine_partition(const std::vector<double>& costs, std::vector<std::vector<
       seen[as_size(item)] = true;
     }
   }
-  Refiner(costs, parts, equal_size).run(refine_iterations(costs.size(), parts.size()));
+  refine(costs, parts, equal_size);
 }
 
 Plan make_plan(const PlanInput& input) {

@@ -28,8 +28,9 @@ std::vector<TunableSpec> trainer_tunables() {
       // data
       spec("data.train", K::string, "", "training data file", {}, true),
       spec("data.format", K::string, "tokens",
-       "data format: tokens = pre-tokenized JSONL {\"input_ids\": [...], \"loss_mask\": [...]}",
-       {"tokens"}),
+       "data format: tokens = pre-tokenized JSONL {\"input_ids\": [...], \"loss_mask\": [...]}; bin = "
+       "binary PREFIX.bin + PREFIX.idx written by odc-data convert (memory-mapped)",
+       {"tokens", "bin"}),
       spec("data.minibatch_size", K::integer, "4", "sequences per rank per optimizer step"),
       spec("data.max_tokens_per_microbatch", K::integer, "0",
        "token cap of a packed microbatch; 0 = the longest sequence of the dataset times packing_ratio"),
