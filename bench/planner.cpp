@@ -1,5 +1,5 @@
-// planner_bench: how long make_plan takes for LB-Micro and LB-Mini over global minibatches of 256 to
-// 16384 sequences and 8 to 1024 ranks, with LongAlign-like lengths (log-normal, mean about a
+// planner_bench: how long make_plan takes for LB-Micro and LB-Mini over global minibatches of 256
+// to 16384 sequences and 8 to 1024 ranks, with LongAlign-like lengths (log-normal, mean about a
 // quarter of the 64K maximum, long tail, clipped to [64, 65536]; cap 65536) and the reference's
 // fitted 7B quadratic cost. Prints one JSON line per cell, with the planned bubble rates:
 //   {"bench":"planner","balance":"lb_mini","sequences":4096,"ranks":64,"ms":..,
@@ -7,6 +7,8 @@
 // "ms" is the median over several runs (at least 3, more while a cell stays under ~1.5 s).
 //
 //   planner_bench [--seed N]
+#include "odc/data/planner.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,14 +16,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <nlohmann/json.hpp>
 #include <numbers>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "odc/core/error.h"
-#include "odc/data/planner.h"
 
 namespace {
 
@@ -69,9 +69,10 @@ int run(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
-      std::puts("usage: planner_bench [--seed N]\n"
-                "Times make_plan (lb_micro, lb_mini) over 256..16384 sequences x 8..1024 ranks;\n"
-                "one JSON line per cell.");
+      std::puts(
+          "usage: planner_bench [--seed N]\n"
+          "Times make_plan (lb_micro, lb_mini) over 256..16384 sequences x 8..1024 ranks;\n"
+          "one JSON line per cell.");
       return 0;
     }
     if (arg == "--seed" && i + 1 < argc) {
@@ -81,7 +82,8 @@ int run(int argc, char** argv) {
     }
   }
   // The reference's fit for a 7B model, cost = 4.348357 s'^2 + 8.768377 s' with s' = s / 32000.
-  const auto cost = odc::data::CostModel::quadratic(4.348357 / (32000.0 * 32000.0), 8.768377 / 32000.0);
+  const auto cost =
+      odc::data::CostModel::quadratic(4.348357 / (32000.0 * 32000.0), 8.768377 / 32000.0);
   for (const std::size_t sequences : {256u, 1024u, 4096u, 16384u}) {
     for (const int ranks : {8, 64, 256, 1024}) {
       if (sequences < static_cast<std::size_t>(ranks)) continue;

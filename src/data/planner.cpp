@@ -7,7 +7,8 @@
 // index, set_cost) wherever costs are compared across candidate plans.
 //
 // Guarantees by construction (max_cost = the largest per-rank total cost, in set_cost sums):
-//   max_cost(lb_micro) <= max_cost(local_sort): LB-Micro also evaluates the round-robin split (which
+//   max_cost(lb_micro) <= max_cost(local_sort): LB-Micro also evaluates the round-robin split
+//   (which
 //     is exactly LocalSort's rank assignment and has equal counts) and keeps it when it is better.
 //   max_cost(lb_mini) <= max_cost(lb_micro) (when lb_micro is defined, n % D == 0): LB-Mini also
 //     evaluates LB-Micro's split and keeps it when its max cost is lower.
@@ -16,9 +17,6 @@
 #include "odc/data/planner.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <iterator>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -52,7 +50,7 @@ double max_set_cost(const std::vector<double>& costs, const Parts& parts) {
   return worst;
 }
 
-// ---- Karmarkar-Karp ---------------------------------------------------------------------------
+// ---- Karmarkar-Karp -----------------------------------------------------------------------------
 //
 // A partial solution is a k-tuple of disjoint subsets. Start with one tuple per item (or, equal
 // size, per group of k consecutive items in decreasing cost, one item per subset). Repeatedly take
@@ -101,32 +99,43 @@ bool subset_before(const Subset& x, const Subset& y) {
   return x.head < y.head;
 }
 
-void sort_subsets(std::vector<Subset>& subsets) { std::sort(subsets.begin(), subsets.end(), subset_before); }
+void sort_subsets(std::vector<Subset>& subsets) {
+  std::sort(subsets.begin(), subsets.end(), subset_before);
+}
 
-// Position i of the merged tuple unites a's i-th largest subset with b's (k-1-i)-th largest. Only
-// positions in [k - nb, na) unite two non-empty subsets; elsewhere a subset passes unchanged, and
-// those form two runs that are already sorted: a's first entries and b's first entries. So only the
-// united ones need sorting, then three sorted runs merge in O(k). A full tuple meeting a singleton
-// (the common case while n >> k) costs O(k), not O(k log k).
+// v[0, mid) and v[mid, end) are sorted; make all of v sorted. A short tail is inserted element by
+// element (binary search + rotate, no allocation): the common case of a singleton joining a tuple.
+void merge_sorted_tail(std::vector<Subset>& v, std::size_t mid) {
+  if (v.size() - mid <= 8) {
+    for (std::size_t j = mid; j < v.size(); ++j) {
+      const auto at = v.begin() + static_cast<std::ptrdiff_t>(j);
+      std::rotate(std::upper_bound(v.begin(), at, *at, subset_before), at, at + 1);
+    }
+  } else {
+    std::inplace_merge(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end(),
+                       subset_before);
+  }
+}
+
+// Merges b into a. Position i unites a's i-th largest subset with b's (k-1-i)-th largest (the
+// pairing is symmetric, so a can be the larger tuple and be reused). Only positions in [k - nb, na)
+// unite two non-empty subsets; elsewhere a subset passes unchanged, and those form two runs that
+// are already sorted (a's first and b's first entries). So only the united ones need sorting and
+// three sorted runs are merged: a full tuple meeting a singleton costs a binary search and a
+// memmove instead of a sort of k entries.
 template <typename Unite>
-Tuple merge_tuples(const Tuple& a, const Tuple& b, std::size_t k, Unite&& unite) {
-  const std::size_t na = a.subsets.size();
-  const std::size_t nb = b.subsets.size();
+void merge_tuples(std::vector<Subset>& a, std::vector<Subset>& b, std::size_t k, Unite&& unite) {
+  if (b.size() > a.size()) std::swap(a, b);
+  const std::size_t na = a.size();
+  const std::size_t nb = b.size();
   const std::size_t united_from = k - std::min(k, nb);
   const std::size_t kept_a = std::min(na, united_from);
   const std::size_t kept_b = k - std::max(na, united_from);
-  std::vector<Subset> united;
-  for (std::size_t i = united_from; i < na; ++i) united.push_back(unite(a.subsets[i], b.subsets[k - 1 - i]));
-  sort_subsets(united);
-  std::vector<Subset> passed;
-  passed.reserve(kept_a + kept_b);
-  std::merge(a.subsets.begin(), a.subsets.begin() + static_cast<std::ptrdiff_t>(kept_a), b.subsets.begin(),
-             b.subsets.begin() + static_cast<std::ptrdiff_t>(kept_b), std::back_inserter(passed), subset_before);
-  Tuple merged;
-  merged.subsets.reserve(passed.size() + united.size());
-  std::merge(passed.begin(), passed.end(), united.begin(), united.end(), std::back_inserter(merged.subsets),
-             subset_before);
-  return merged;
+  for (std::size_t i = kept_a; i < na; ++i) a[i] = unite(a[i], b[k - 1 - i]);
+  std::sort(a.begin() + static_cast<std::ptrdiff_t>(kept_a), a.end(), subset_before);
+  merge_sorted_tail(a, kept_a);
+  a.insert(a.end(), b.begin(), b.begin() + static_cast<std::ptrdiff_t>(kept_b));
+  merge_sorted_tail(a, na);
 }
 
 Parts karmarkar_karp_impl(const std::vector<double>& costs, std::size_t k, bool equal_size) {
@@ -165,9 +174,7 @@ Parts karmarkar_karp_impl(const std::vector<double>& costs, std::size_t k, bool 
     }
   }
 
-  auto unite = [&](const Subset& x, const Subset& y) {
-    if (x.head < 0) return y;
-    if (y.head < 0) return x;
+  auto unite = [&](const Subset& x, const Subset& y) {  // both non-empty
     next[as_size(x.tail)] = y.head;
     return Subset{x.sum + y.sum, x.head, y.tail};
   };
@@ -179,7 +186,8 @@ Parts karmarkar_karp_impl(const std::vector<double>& costs, std::size_t k, bool 
     heap.pop();
     Tuple a = std::move(tuples[as_size(first.id)]);
     Tuple b = std::move(tuples[as_size(second.id)]);
-    push(merge_tuples(a, b, k, unite));
+    merge_tuples(a.subsets, b.subsets, k, unite);
+    push(std::move(a));
   }
 
   const Tuple& last = tuples[as_size(heap.top().id)];
@@ -201,7 +209,7 @@ void check_costs(const std::vector<double>& costs) {
   }
 }
 
-// ---- refinement -------------------------------------------------------------------------------
+// ---- refinement ---------------------------------------------------------------------------------
 
 struct Entry {
   double cost;
@@ -241,13 +249,11 @@ class Refiner {
     }
   }
 
-  void run(std::size_t max_iterations, std::size_t max_pairs) {
-    std::size_t iteration = 0;
-    for (; iteration < max_iterations && pairs_tried_ < max_pairs; ++iteration) {
+  // Applies changes until none applies or a bound is reached, then writes the parts back.
+  void run(std::size_t max_changes, std::size_t max_pair_checks) {
+    for (std::size_t change = 0; change < max_changes && pair_checks_ < max_pair_checks; ++change) {
       if (!step()) break;
-      if (std::getenv("PLAN_DEBUG") && (iteration & (iteration - 1)) == 0) std::fprintf(stderr, "  it %zu pairs %zu max %.9g min %.9g\n", iteration, pairs_tried_, order_.rbegin()->first, order_.begin()->first);
     }
-    if (std::getenv("PLAN_DEBUG")) std::fprintf(stderr, "DEBUG refine iterations %zu of %zu, pairs %zu\n", iteration, max_iterations, pairs_tried_);
     for (std::size_t p = 0; p < parts_.size(); ++p) {
       parts_[p].clear();
       for (const Entry& e : entries_[p]) parts_[p].push_back(e.item);
@@ -324,7 +330,7 @@ class Refiner {
   }
 
   bool try_pair(std::size_t hi, std::size_t lo) {
-    ++pairs_tried_;
+    ++pair_checks_;
     const double half = (sums_[hi] - sums_[lo]) / 2.0;
     Change best;
     const auto& h = entries_[hi];
@@ -382,16 +388,16 @@ class Refiner {
   std::vector<std::vector<Entry>> entries_;  // per part, ascending (cost, item)
   std::vector<double> sums_;
   std::set<std::pair<double, std::size_t>> order_;  // (cost, part): lightest first
-  std::vector<std::uint64_t> version_;               // per part, bumped on every modification
-  std::vector<std::size_t> log_;                     // modified parts, in order
-  std::vector<std::uint64_t> seen_;                  // dedup stamps for a cached scan
+  std::vector<std::uint64_t> version_;              // per part, bumped on every modification
+  std::vector<std::size_t> log_;                    // modified parts, in order
+  std::vector<std::uint64_t> seen_;                 // dedup stamps for a cached scan
   std::uint64_t stamp_ = 0;
   ScanCache top_cache_;
   ScanCache bottom_cache_;
-  std::size_t pairs_tried_ = 0;
+  std::size_t pair_checks_ = 0;  // work done, for the bound
 };
 
-// ---- microbatches within one rank ----------------------------------------------------------------
+// ---- microbatches within one rank ---------------------------------------------------------------
 
 // The sequences of one rank, as global indices (ascending), and what packing needs of them.
 struct RankItems {
@@ -423,8 +429,11 @@ struct RankItems {
   }
 };
 
-// Retries of the KK count growth before first-fit-decreasing takes over; each failure means the
-// cost-balanced split overfilled some microbatch in tokens, which gets rarer as the count grows.
+// Counts tried with KK before first-fit decreasing takes over. A failure means the cost-balanced
+// split overfilled some microbatch in tokens (cost grows faster than tokens, so the microbatches of
+// short sequences carry the most tokens); on long-tailed data KK typically needs ~8% more
+// microbatches than the token bound, so 16 covers ranks with up to ~200 microbatches, and beyond
+// that the tries (a KK each) would cost more than they are worth.
 constexpr int kMaxKkAttempts = 16;
 
 // First-fit decreasing by tokens: always within the cap (each sequence fits alone), few bins.
@@ -452,8 +461,9 @@ Parts first_fit_decreasing(const RankItems& rank) {
   return bins;
 }
 
-// The smallest count m >= ceil(tokens / cap) whose KK cost partition respects the cap (m = number
-// of sequences always does: KK then keeps every item alone), searched upward from the lower bound.
+// The smallest count m >= ceil(tokens / cap) whose KK cost partition respects the cap, searched
+// upward from that lower bound (m = number of sequences always fits: KK then keeps every item
+// alone); after kMaxKkAttempts counts, first-fit decreasing by tokens.
 Parts minimal_microbatches(const RankItems& rank) {
   if (rank.items.empty()) return {};
   const std::int64_t tokens = rank.tokens(rank.items);
@@ -466,15 +476,16 @@ Parts minimal_microbatches(const RankItems& rank) {
   return first_fit_decreasing(rank);
 }
 
-// Exactly m microbatches (m <= number of sequences) within the cap: KK into m if that fits, else
-// the minimal packing split up: the costliest microbatch that holds two or more sequences is halved
-// by a 2-way KK (a subset of a fitting microbatch fits) until there are m.
-Parts exact_microbatches(const RankItems& rank, std::size_t m) {
+// Exactly m microbatches, given the rank's minimal packing (m between its size and the number of
+// sequences): KK into m if that fits, else the minimal packing split up: the costliest microbatch
+// holding two or more sequences is halved by a 2-way KK (a subset of a fitting microbatch fits)
+// until there are m.
+Parts exact_microbatches(const RankItems& rank, std::size_t m, Parts minimal) {
   Parts result = rank.kk(rank.items, m);
   if (result.size() == m && rank.fits(result)) return result;
-  result = minimal_microbatches(rank);
-  ODC_CHECK(result.size() <= m && m <= rank.items.size(), "{} microbatches for {} sequences, want {}",
-            result.size(), rank.items.size(), m);
+  result = std::move(minimal);
+  ODC_CHECK(result.size() <= m && m <= rank.items.size(),
+            "{} microbatches for {} sequences, want {}", result.size(), rank.items.size(), m);
   while (result.size() < m) {
     std::size_t pick = result.size();
     double pick_cost = -1.0;
@@ -493,7 +504,7 @@ Parts exact_microbatches(const RankItems& rank, std::size_t m) {
   return result;
 }
 
-// ---- splits over the ranks ------------------------------------------------------------------------
+// ---- splits over the ranks ----------------------------------------------------------------------
 
 Parts round_robin(std::size_t n, std::size_t ranks) {
   Parts parts(ranks);
@@ -511,7 +522,8 @@ std::size_t refine_pair_checks(std::size_t n, std::size_t k) { return 32 * (n + 
 
 void refine(const std::vector<double>& costs, Parts& parts, bool equal_size) {
   Refiner(costs, parts, equal_size)
-      .run(refine_iterations(costs.size(), parts.size()), refine_pair_checks(costs.size(), parts.size()));
+      .run(refine_iterations(costs.size(), parts.size()),
+           refine_pair_checks(costs.size(), parts.size()));
 }
 
 // Equal counts by greed: longest first, each into the lightest part that still has room (the first
@@ -548,10 +560,12 @@ Parts greedy_equal_count(const std::vector<double>& costs, std::size_t ranks) {
 Parts equal_count_split(const std::vector<double>& costs, std::size_t ranks) {
   Parts kk = karmarkar_karp_impl(costs, ranks, true);
   Parts greedy = greedy_equal_count(costs, ranks);
-  Parts best = max_set_cost(costs, greedy) < max_set_cost(costs, kk) ? std::move(greedy) : std::move(kk);
+  Parts best =
+      max_set_cost(costs, greedy) < max_set_cost(costs, kk) ? std::move(greedy) : std::move(kk);
   refine(costs, best, true);
   Parts rr = round_robin(costs.size(), ranks);
-  return max_set_cost(costs, rr) < max_set_cost(costs, best) ? rr : best;
+  if (max_set_cost(costs, rr) < max_set_cost(costs, best)) return rr;
+  return best;
 }
 
 // LB-Mini's split: total cost balanced, counts free; LB-Micro's split kept when it is better.
@@ -566,7 +580,8 @@ Parts free_count_split(const std::vector<double>& costs, std::size_t ranks) {
 }
 
 // Microbatches by decreasing cost (ties: smaller first index), costs filled in.
-RankPlan finish_rank(const std::vector<double>& costs, const std::vector<Index>& items, Parts microbatches) {
+RankPlan finish_rank(const std::vector<double>& costs, const std::vector<Index>& items,
+                     Parts microbatches) {
   std::vector<std::pair<double, std::vector<Index>>> keyed;
   keyed.reserve(microbatches.size());
   for (auto& mb : microbatches) {
@@ -600,25 +615,29 @@ void validate(const PlanInput& input) {
   }
   for (std::size_t i = 0; i < input.lengths.size(); ++i) {
     const auto length = input.lengths[i];
-    if (length < 1) fail("planner: sequence {} of the minibatch has length {}; expected >= 1", i, length);
+    if (length < 1) {
+      fail("planner: sequence {} of the minibatch has length {}; expected >= 1", i, length);
+    }
     if (length > input.token_cap) {
-      fail("planner: sequence {} of the minibatch has length {}, longer than the token cap "
-           "data.max_tokens_per_microbatch = {}; raise the cap or filter out longer sequences",
-           i, length, input.token_cap);
+      fail(
+          "planner: sequence {} of the minibatch has length {}, longer than the token cap "
+          "data.max_tokens_per_microbatch = {}; raise the cap or filter out longer sequences",
+          i, length, input.token_cap);
     }
   }
   const auto n = input.lengths.size();
   const auto ranks = static_cast<std::size_t>(input.world_size);
   if (input.balance == Balance::lb_micro && n % ranks != 0) {
-    fail("planner: lb_micro needs the global minibatch ({} sequences) to divide evenly over {} "
-         "ranks (equal sequence counts per rank)",
-         n, ranks);
+    fail(
+        "planner: lb_micro needs the global minibatch ({} sequences) to divide evenly over {} "
+        "ranks (equal sequence counts per rank)",
+        n, ranks);
   }
 }
 
 }  // namespace
 
-// ---- public API -----------------------------------------------------------------------------------
+// ---- public API ---------------------------------------------------------------------------------
 
 Balance parse_balance(const std::string& name) {
   if (name == "local_sort") return Balance::local_sort;
@@ -650,7 +669,8 @@ CostModel CostModel::quadratic(double a, double b) {
 //     (multiply + add) and 4*in*out backward (input gradient and weight gradient), so
 //     linear_flops_per_token = 6 * P, with P = all matmul weights (q, k, v, o, gate, up, down of
 //     every layer and the LM head; the embedding lookup is no matmul).
-//   Causal attention, per layer: query i attends to the keys j <= i, s(s+1)/2 pairs. Each pair costs
+//   Causal attention, per layer: query i attends to the keys j <= i, s(s+1)/2 pairs. Each pair
+//   costs
 //     2*q_dim for its score (q_i . k_j summed over all query heads; with GQA each query head still
 //     does its own dot product) and 2*q_dim for its share of P.V: 4*q_dim forward. Backward does
 //     dP = dO.V^T, dV = P^T.dO, dQ = dS.K, dK = dS^T.Q: 8*q_dim. So attention_flops_per_pair =
@@ -662,9 +682,10 @@ CostModel CostModel::quadratic(double a, double b) {
 CostModel CostModel::flops(double linear_flops_per_token, double attention_flops_per_pair) {
   if (!std::isfinite(linear_flops_per_token) || linear_flops_per_token <= 0.0 ||
       !std::isfinite(attention_flops_per_pair) || attention_flops_per_pair < 0.0) {
-    fail("flops cost model needs linear FLOPs per token > 0 and attention FLOPs per pair >= 0; "
-         "got {} and {}",
-         linear_flops_per_token, attention_flops_per_pair);
+    fail(
+        "flops cost model needs linear FLOPs per token > 0 and attention FLOPs per pair >= 0; "
+        "got {} and {}",
+        linear_flops_per_token, attention_flops_per_pair);
   }
   const double half_ratio = attention_flops_per_pair / (2.0 * linear_flops_per_token);
   return CostModel{"flops", half_ratio, 1.0 + half_ratio};
@@ -674,7 +695,8 @@ CostModel CostModel::flops(double linear_flops_per_token, double attention_flops
 // s^4 of 64K-token sequences is 1.8e19) the unconstrained optimum solves the 2x2 normal equations
 // [Su4 Su3; Su3 Su2] [a'; b'] = [Su2y; Suy]. If a coefficient comes out negative, the constrained
 // optimum lies on that boundary: clamp it to 0 and refit the other alone (1-D least squares).
-CostModel fit_quadratic(const std::vector<std::int64_t>& lengths, const std::vector<double>& seconds) {
+CostModel fit_quadratic(const std::vector<std::int64_t>& lengths,
+                        const std::vector<double>& seconds) {
   if (lengths.size() != seconds.size()) {
     fail("fit_quadratic: {} lengths but {} timings; expected one timing per length", lengths.size(),
          seconds.size());
@@ -713,8 +735,9 @@ CostModel fit_quadratic(const std::vector<std::int64_t>& lengths, const std::vec
     a = std::max(su2y / su4, 0.0);
   }
   if (!(a > 0.0) && !(b > 0.0)) {
-    fail("fit_quadratic: no positive cost fits the timings (best fit a = b = 0); are the times "
-         "positive?");
+    fail(
+        "fit_quadratic: no positive cost fits the timings (best fit a = b = 0); are the times "
+        "positive?");
   }
   return CostModel{"quadratic", a / (scale * scale), b / scale};
 }
@@ -726,14 +749,15 @@ std::vector<std::vector<std::int64_t>> karmarkar_karp(const std::vector<double>&
   return karmarkar_karp_impl(costs, static_cast<std::size_t>(k), equal_size);
 }
 
-void refine_partition(const std::vector<double>& costs, std::vector<std::vector<std::int64_t>>& parts,
-                      bool equal_size) {
+void refine_partition(const std::vector<double>& costs,
+                      std::vector<std::vector<std::int64_t>>& parts, bool equal_size) {
   check_costs(costs);
   std::vector<bool> seen(costs.size(), false);
   for (const auto& part : parts) {
     for (Index item : part) {
       if (item < 0 || as_size(item) >= costs.size() || seen[as_size(item)]) {
-        fail("refine_partition: item {} is out of range [0, {}) or appears twice", item, costs.size());
+        fail("refine_partition: item {} is out of range [0, {}) or appears twice", item,
+             costs.size());
       }
       seen[as_size(item)] = true;
     }
@@ -784,7 +808,8 @@ Plan make_plan(const PlanInput& input) {
     for (const auto& p : packed) common = std::max(common, p.size());
     for (std::size_t r = 0; r < ranks; ++r) {
       if (packed[r].size() == common) continue;
-      packed[r] = exact_microbatches(RankItems{split[r], input.lengths, costs, input.token_cap}, common);
+      packed[r] = exact_microbatches(RankItems{split[r], input.lengths, costs, input.token_cap},
+                                     common, std::move(packed[r]));
     }
   }
   for (std::size_t r = 0; r < ranks; ++r) {

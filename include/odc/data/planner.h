@@ -5,8 +5,9 @@
 //
 //   local_sort : round-robin (rank r gets items r, r+N, ...), sorted by decreasing length, one
 //                sequence per microbatch (the paper's LocalSort).
-//   lb_micro   : Karmarkar-Karp (largest differencing) split into N parts with EQUAL sequence counts,
-//                swap refinement; per rank the smallest microbatch count that respects the cap;
+//   lb_micro   : Karmarkar-Karp (largest differencing) split into N parts with EQUAL sequence counts
+//                (or a longest-first greedy split when that starts better), swap refinement; per
+//                rank the smallest microbatch count that respects the cap;
 //                the maximum of those counts is used by every rank (collectives need equal counts);
 //                a rank's sequences are KK-partitioned by cost into that many microbatches (growing
 //                the count while any microbatch exceeds the cap); microbatches sorted by decreasing
@@ -89,8 +90,10 @@ Plan make_plan(const PlanInput& input);
 // decreasing cost; costs must be finite and >= 0.
 std::vector<std::vector<std::int64_t>> karmarkar_karp(const std::vector<double>& costs, int k, bool equal_size);
 // Swap refinement: repeatedly tries moving/swapping single items between the most (or least)
-// loaded part and another part, accepting changes that strictly shrink max-min without inverting;
-// preserves part sizes when equal_size.
+// loaded part and another part, accepting changes that strictly shrink that pair's gap without
+// inverting it (so the largest part cost never rises and the smallest never falls), until none
+// applies or a work bound proportional to items + parts is reached; moves only when !equal_size,
+// so part sizes are preserved when equal_size. Each part is returned ascending.
 void refine_partition(const std::vector<double>& costs, std::vector<std::vector<std::int64_t>>& parts,
                       bool equal_size);
 
