@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <exception>
 
+#include <nlohmann/json.hpp>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -10,12 +12,13 @@
 #include "odc/core/error.h"
 #include "odc/core/logging.h"
 #include "odc/dist/mpi_session.h"
+#include "odc/train/calibrate.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/trainer.h"
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: odc-train [CONFIG.yaml] [--set key.path=value]... [--dump-config]
+constexpr const char* kUsage = R"(usage: odc-train [CONFIG.yaml] [--set key.path=value]... [--dump-config] [--calibrate-cost]
 
 Trains a LLaMA-style decoder on pre-tokenized data. Run directly (one rank) or under
   mpirun -np N odc-train CONFIG.yaml
@@ -24,6 +27,9 @@ variables, then --set assignments (e.g. --set train.lr=1e-3 --set model.config.n
 
   --set k=v       override one key (repeatable)
   --dump-config   print the effective configuration (YAML, with docs) and exit
+  --calibrate-cost  time forward+backward of sequences of 64..4096 tokens on this model and
+                  machine, fit the quadratic cost model and print it (JSON) with the --set
+                  lines to use it (data.cost_model=quadratic, data.cost_a, data.cost_b)
   --help          this text
 )";
 
@@ -36,6 +42,17 @@ int run(int argc, char** argv, const odc::dist::MpiSession& mpi) {
   const auto config = odc::train::load_trainer_config(command_line);
   if (command_line.dump_config) {
     if (mpi.rank() == 0) std::fputs(config.dump().c_str(), stdout);
+    return 0;
+  }
+  if (command_line.calibrate_cost) {
+    if (mpi.rank() == 0) {
+      std::vector<odc::train::CalibrationPoint> points;
+      const auto cost = odc::train::calibrate_cost_model(config, &points);
+      nlohmann::json out = {{"calibration", "quadratic"}, {"cost_a", cost.a}, {"cost_b", cost.b}};
+      for (const auto& p : points) out["points"].push_back({{"length", p.length}, {"seconds", p.seconds}});
+      std::printf("%s\n--set data.cost_model=quadratic --set data.cost_a=%.6g --set data.cost_b=%.6g\n",
+                  out.dump().c_str(), cost.a, cost.b);
+    }
     return 0;
   }
   config.validate();

@@ -680,6 +680,8 @@ CommandLine parse_command_line(int argc, char** argv) {
       result.help = true;
     } else if (argument == "--dump-config") {
       result.dump_config = true;
+    } else if (argument == "--calibrate-cost") {
+      result.calibrate_cost = true;
     } else if (argument == "--set") {
       if (i + 1 >= argc) fail("--set needs a key=value argument (e.g. --set train.lr=3e-4)");
       split_assignment(argv[++i]);  // reject a malformed assignment where the user typed it
@@ -689,8 +691,8 @@ CommandLine parse_command_line(int argc, char** argv) {
       split_assignment(result.assignments.back());
     } else if (argument.size() > 1 && argument.front() == '-') {
       fail("unknown option '{}'{} (usage: CONFIG.yaml [--set key=value]... [--dump-config] "
-           "[--help])",
-           argument, did_you_mean(closest(argument, {"--set", "--dump-config", "--help"})));
+           "[--calibrate-cost] [--help])",
+           argument, did_you_mean(closest(argument, {"--set", "--dump-config", "--calibrate-cost", "--help"})));
     } else if (argument.empty()) {
       fail("empty command-line argument where a config file name was expected");
     } else if (!result.config_file.empty()) {

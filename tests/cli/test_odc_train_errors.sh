@@ -71,5 +71,13 @@ fi
 if "$bin/odc-train" --help | grep -q "usage: odc-train"; then echo "ok   [--help]"; else echo "FAIL [--help]"; failures=$((failures + 1)); fi
 if "$bin/odc-train" "${base[@]}" --dump-config | grep -q "minibatch_size: 2"; then echo "ok   [--dump-config]"; else echo "FAIL [--dump-config]"; failures=$((failures + 1)); fi
 
+# The cost-model calibration fits a non-negative quadratic on this machine.
+if out=$(timeout 120 "$bin/odc-train" "${small[@]}" --set model.config.max_position_embeddings=512 --calibrate-cost) &&
+   /usr/bin/python3 -c 'import json,sys; r=json.loads(sys.argv[1].splitlines()[0]); assert r["cost_b"] == 1.0 and r["cost_a"] >= 0 and len(r["points"]) == 4, r' "$out"; then
+  echo "ok   [--calibrate-cost] $(head -c 120 <<<"$out")"
+else
+  echo "FAIL [--calibrate-cost]: $out"; failures=$((failures + 1))
+fi
+
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]

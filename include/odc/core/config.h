@@ -76,6 +76,7 @@ struct CommandLine {
   std::string config_file;               // empty = embedded defaults only
   std::vector<std::string> assignments;  // from --set k=v (also "--set=k=v")
   bool dump_config = false;
+  bool calibrate_cost = false;  // odc-train: fit the quadratic cost model on this machine and exit
   bool help = false;
 };
 CommandLine parse_command_line(int argc, char** argv);

@@ -1,0 +1,53 @@
+#include "odc/train/calibrate.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "odc/dist/local_comm.h"
+#include "odc/dist/shard_store.h"
+#include "odc/kernels/matmul.h"
+#include "odc/model/llama_model.h"
+#include "odc/train/config_schema.h"
+
+namespace odc::train {
+
+data::CostModel calibrate_cost_model(const Config& config, std::vector<CalibrationPoint>* points) {
+  const auto model_config = model_config_from(config);
+  kernels::cpu::set_num_threads(static_cast<int>(config.get_int("train.threads")));
+  model::LlamaModel model(model_config);
+  dist::ShardLayout layout(model.units(), 1, 0);
+  dist::ShardStore store(layout, model.units(), model_config, static_cast<std::uint64_t>(config.get_int("model.seed")));
+  dist::LocalComm comm(store);
+
+  // Lengths up to the microbatch cap (or the model's context), at most 4096 to keep this short.
+  std::int64_t longest = config.get_int("data.max_tokens_per_microbatch");
+  if (longest <= 0) longest = model_config.max_position_embeddings;
+  longest = std::min<std::int64_t>(longest, 4096);
+  std::vector<std::int64_t> lengths;
+  for (std::int64_t s = 64; s <= longest; s *= 2) lengths.push_back(s);
+  if (lengths.size() < 3) fail("calibration needs sequences up to at least 256 tokens; the cap is {}", longest);
+
+  std::vector<double> seconds;
+  for (auto length : lengths) {
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(length));
+    for (std::int64_t i = 0; i < length; ++i) tokens[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7 + 3) % model_config.vocab_size);
+    model::PackedBatch batch;
+    batch.append(tokens.data(), nullptr, length, 1.0f / static_cast<float>(length));
+    std::vector<double> runs;
+    for (int rep = 0; rep < 4; ++rep) {  // the first run warms buffers up and is discarded
+      comm.begin_minibatch();
+      const auto start = std::chrono::steady_clock::now();
+      model.train_microbatch(batch, comm, comm);
+      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (rep > 0) runs.push_back(t);
+    }
+    std::sort(runs.begin(), runs.end());
+    seconds.push_back(runs[runs.size() / 2]);
+    if (points != nullptr) points->push_back({length, runs[runs.size() / 2]});
+  }
+  const auto fitted = data::fit_quadratic(lengths, seconds);
+  // Only ratios matter to the balancers: scale so that b = 1.
+  return fitted.b > 0 ? data::CostModel::quadratic(fitted.a / fitted.b, 1.0) : fitted;
+}
+
+}  // namespace odc::train
