@@ -252,6 +252,8 @@ StepResult Trainer::step() {
   std::vector<std::vector<std::int64_t>> plan = global_plan.ranks[static_cast<std::size_t>(rank_)].microbatches;
   const auto most_microbatches = static_cast<std::size_t>(global_plan.max_microbatches());
   r.bubble_planned = pad_microbatches_ ? global_plan.bubble_collective() : global_plan.bubble_odc();
+  r.planned_cost = global_plan.ranks[static_cast<std::size_t>(rank_)].cost;
+  for (const auto& rank_plan : global_plan.ranks) r.planned_cost_max = std::max(r.planned_cost_max, rank_plan.cost);
   std::vector<float> weights(global.size(), 0.0f);  // per-target loss weight of each global item
   for (std::size_t i = 0; i < global.size(); ++i) {
     const auto targets = static_cast<double>(dataset_->target_count(global[i]));
@@ -333,6 +335,8 @@ std::vector<StepResult> Trainer::run() {
                     {"samples_per_s_per_rank", samples_per_s_per_rank},
                     {"microbatches", r.microbatches},
                     {"bubble_planned", r.bubble_planned},
+                    {"planned_cost", r.planned_cost},
+                    {"planned_cost_max", r.planned_cost_max},
                     {"bubble_measured", r.bubble_measured},
                     {"padded_microbatches", r.padded_microbatches},
                     {"rank", rank_},

@@ -37,6 +37,8 @@ struct StepResult {
   double wait_end_s = 0.0;             // this rank's waits at the minibatch boundaries
   double comm_thread_cpu_s = 0.0;      // CPU time of this rank's communication thread
   double bubble_planned = 0.0;         // the planner's estimate under this comm's barrier model
+  double planned_cost = 0.0;           // the planner's cost of this rank's share
+  double planned_cost_max = 0.0;       // the largest rank's
   double bubble_measured = 0.0;        // measured: communication waits / minibatch time, all ranks
   double seconds = 0.0;
 };
