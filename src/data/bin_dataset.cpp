@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "odc/core/error.h"
+#include "odc/core/file_descriptor.h"
 #include "odc/core/hash.h"
 
 namespace odc::data {
@@ -69,26 +70,6 @@ std::uint64_t index_bytes(std::int64_t count, std::int64_t spans) {
   return kHeaderBytes + 16 * static_cast<std::uint64_t>(count + 1) +
          8 * static_cast<std::uint64_t>(spans);
 }
-
-// Closes a POSIX descriptor on scope exit.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  int get() const { return fd_; }
-  // Closes now so that the error of close() (delayed write failures) is reported.
-  int close_checked() {
-    const int fd = std::exchange(fd_, -1);
-    return fd >= 0 ? ::close(fd) : 0;
-  }
-
- private:
-  int fd_;
-};
 
 // A buffered output file under a temporary name, removed on destruction unless it was renamed
 // into place: a failed conversion leaves no half-written ".tmp" behind.

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/core/error.h"
+#include "odc/core/file_descriptor.h"
 
 namespace odc::io {
 
@@ -36,26 +37,6 @@ std::uint64_t read_le64(const std::byte* p) {
   for (int i = 7; i >= 0; --i) value = (value << 8) | static_cast<std::uint64_t>(p[i]);
   return value;
 }
-
-// Closes a POSIX descriptor on scope exit.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  int get() const { return fd_; }
-  // Closes now so that the error of close() (delayed write failures) is reported.
-  int close_checked() {
-    const int fd = std::exchange(fd_, -1);
-    return fd >= 0 ? ::close(fd) : 0;
-  }
-
- private:
-  int fd_;
-};
 
 void write_all(int fd, const void* data, std::size_t bytes, const std::string& path) {
   const auto* p = static_cast<const char*>(data);
