@@ -822,27 +822,17 @@ Plan make_plan(const PlanInput& input) {
 // (odc) or sum_m max_d c_{m,d} (collective). Mathematically the latter X is >= the former; taking
 // the max of the two guards the rounding of the differently ordered sums, so that the computed
 // bubble_collective >= bubble_odc holds exactly (rounding is monotone).
-double Plan::bubble_odc() const {
-  double total = 0.0;
+double Plan::makespan_odc() const {
   double worst = 0.0;
-  for (const auto& rank : ranks) {
-    total += rank.cost;
-    worst = std::max(worst, rank.cost);
-  }
-  if (!(worst > 0.0)) return 0.0;
-  return 1.0 - total / (static_cast<double>(ranks.size()) * worst);
+  for (const auto& rank : ranks) worst = std::max(worst, rank.cost);
+  return worst;
 }
 
-double Plan::bubble_collective() const {
-  double total = 0.0;
-  double worst = 0.0;
+double Plan::makespan_collective() const {
   std::size_t steps = 0;
   for (const auto& rank : ranks) {
     ODC_CHECK(rank.microbatch_costs.size() == rank.microbatches.size(),
-              "{} microbatch costs for {} microbatches", rank.microbatch_costs.size(),
-              rank.microbatches.size());
-    total += rank.cost;
-    worst = std::max(worst, rank.cost);
+              "{} microbatch costs for {} microbatches", rank.microbatch_costs.size(), rank.microbatches.size());
     steps = std::max(steps, rank.microbatch_costs.size());
   }
   double barriers = 0.0;
@@ -853,10 +843,22 @@ double Plan::bubble_collective() const {
     }
     barriers += slowest;
   }
-  barriers = std::max(barriers, worst);
-  if (!(barriers > 0.0)) return 0.0;
-  return 1.0 - total / (static_cast<double>(ranks.size()) * barriers);
+  // Round-off in the sums must not make a barrier schedule look faster than the slowest rank.
+  return std::max(barriers, makespan_odc());
 }
+
+namespace {
+double bubble_of(const std::vector<RankPlan>& ranks, double makespan) {
+  if (!(makespan > 0.0)) return 0.0;
+  double total = 0.0;
+  for (const auto& rank : ranks) total += rank.cost;
+  return 1.0 - total / (static_cast<double>(ranks.size()) * makespan);
+}
+}  // namespace
+
+double Plan::bubble_odc() const { return bubble_of(ranks, makespan_odc()); }
+
+double Plan::bubble_collective() const { return bubble_of(ranks, makespan_collective()); }
 
 std::int64_t Plan::max_microbatches() const {
   std::size_t most = 0;

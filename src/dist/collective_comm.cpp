@@ -50,12 +50,17 @@ CollectiveComm::~CollectiveComm() {
   }
 }
 
-void CollectiveComm::wait(MPI_Request& request) {
+void CollectiveComm::wait(MPI_Request& request, int unit, bool gather) {
   if (request == MPI_REQUEST_NULL) return;
+  int done = 0;
+  MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+  if (done) return;
+  const char* kind = in_end_ ? "barrier wait " : gather ? "gather wait " : "push wait ";
+  const TraceScope trace(tracer_, "wait", kind + store_.layout().unit(unit).name, {{"unit", unit}});
   const auto start = std::chrono::steady_clock::now();
   MPI_Wait(&request, MPI_STATUS_IGNORE);
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  (in_end_ ? waits_.minibatch_end_s : waits_.in_loop_s) += waited;
+  (in_end_ ? waits_.barrier_s : gather ? waits_.gather_s : waits_.push_s) += waited;
 }
 
 CollectiveComm::WeightSlot* CollectiveComm::find_weights(int unit) {
@@ -93,7 +98,7 @@ void CollectiveComm::prefetch(int unit) {
 const float* CollectiveComm::acquire(int unit) {
   WeightSlot* slot = find_weights(unit);
   if (slot == nullptr) slot = &start_gather(unit);
-  wait(slot->request);
+  wait(slot->request, unit, true);
   ODC_CHECK(!slot->in_use, "unit {} acquired twice", unit);
   slot->in_use = true;
   return slot->buffer.data<float>();
@@ -137,7 +142,7 @@ void CollectiveComm::push_grad(int unit) {
 
 void CollectiveComm::finish_reduce(GradSlot& slot) {
   if (slot.request == MPI_REQUEST_NULL) return;
-  wait(slot.request);
+  wait(slot.request, slot.unit, false);
   float* acc = store_.grad(slot.unit);
   const float* in = slot.received.data<float>();
   const std::int64_t n = store_.layout().unit(slot.unit).shard;
@@ -162,7 +167,7 @@ void CollectiveComm::end_minibatch() {
   // A prefetch hint may have started a gather the model never acquired (e.g. the next unit after
   // the last backward); complete it so no request crosses the optimizer step.
   for (auto& w : weights_) {
-    wait(w.request);
+    wait(w.request, w.unit, true);
     if (!w.in_use) w.unit = -1;
   }
   in_end_ = false;

@@ -51,14 +51,16 @@ void OdcComm::accumulate(const PushHeader& header, const float* data) {
   for (std::int64_t i = 0; i < header.count; ++i) acc[i] += data[i];
 }
 
-void OdcComm::timed_wait(Completion& completion, const std::string& what, double& counter) {
+void OdcComm::timed_wait(Completion& completion, const std::string& what, int unit, bool gather) {
   if (completion.done()) {
     transport_.wait(completion, what);  // reports errors of completed operations
     return;
   }
+  const TraceScope trace(tracer_, "wait", (gather ? "gather wait " : "push wait ") + store_.layout().unit(unit).name,
+                         {{"unit", unit}});
   const auto start = std::chrono::steady_clock::now();
   transport_.wait(completion, what);
-  counter += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  (gather ? waits_.gather_s : waits_.push_s) += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 OdcComm::WeightSlot* OdcComm::find_weights(int unit) {
@@ -103,7 +105,7 @@ void OdcComm::prefetch(int unit) {
 const float* OdcComm::acquire(int unit) {
   WeightSlot* slot = find_weights(unit);
   if (slot == nullptr) slot = &start_gather(unit);
-  timed_wait(*slot->completion, fmt::format("gather of unit {}", unit), waits_.in_loop_s);
+  timed_wait(*slot->completion, fmt::format("gather of unit {}", unit), unit, true);
   slot->fetching = false;
   ODC_CHECK(!slot->in_use, "unit {} acquired twice", unit);
   slot->in_use = true;
@@ -119,7 +121,7 @@ void OdcComm::release(int unit) {
 
 void OdcComm::drain(GradSlot& slot) {
   if (!slot.pushing) return;
-  timed_wait(*slot.completion, fmt::format("gradient push of unit {}", slot.unit), waits_.in_loop_s);
+  timed_wait(*slot.completion, fmt::format("gradient push of unit {}", slot.unit), slot.unit, false);
   slot.pushing = false;
 }
 
@@ -167,7 +169,7 @@ void OdcComm::begin_minibatch() {
   // zeroed accumulators (no push may land before them).
   const auto start = std::chrono::steady_clock::now();
   MPI_Barrier(comm_);
-  waits_.minibatch_end_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  waits_.barrier_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void OdcComm::end_minibatch() {
@@ -191,7 +193,7 @@ void OdcComm::end_minibatch() {
   std::vector<std::int64_t> expected(pushes_to_.size());
   MPI_Alltoall(pushes_to_.data(), 1, MPI_INT64_T, expected.data(), 1, MPI_INT64_T, comm_);
   transport_.wait_received(expected, "the minibatch-end wait for gradient pushes");
-  waits_.minibatch_end_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  waits_.barrier_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void OdcComm::all_reduce_sum(std::span<double> values) {

@@ -13,6 +13,7 @@ ShardLayout::ShardLayout(const std::vector<model::UnitLayout>& units, int world_
   }
   for (const auto& u : units) {
     UnitShard s;
+    s.name = u.name;
     s.numel = u.numel;
     s.padded = (u.numel + world_size - 1) / world_size * world_size;
     s.shard = s.padded / world_size;

@@ -14,6 +14,15 @@ std::int32_t PackedBatch::max_seqlen() const {
   return longest;
 }
 
+double PackedBatch::causal_pairs() const {
+  double pairs = 0.0;
+  for (std::size_t s = 0; s + 1 < cu_seqlens.size(); ++s) {
+    const auto length = static_cast<double>(cu_seqlens[s + 1] - cu_seqlens[s]);
+    pairs += length * (length + 1.0) / 2.0;
+  }
+  return pairs;
+}
+
 void PackedBatch::append(const std::int32_t* seq_tokens, const std::uint8_t* target_mask,
                          std::int64_t length, float weight) {
   ODC_CHECK(length > 0, "empty sequence appended to a batch");

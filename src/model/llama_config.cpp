@@ -190,4 +190,8 @@ double LlamaConfig::linear_flops_per_token() const {
   return 6.0 * (num_hidden_layers * per_layer + head);
 }
 
+double LlamaConfig::attention_flops_per_pair() const {
+  return 12.0 * static_cast<double>(q_dim()) * static_cast<double>(num_hidden_layers);
+}
+
 }  // namespace odc::model

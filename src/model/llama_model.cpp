@@ -228,8 +228,11 @@ namespace {
 // With tied embeddings unit 0 stays acquired (the head reads it) and `unit0` receives it.
 void forward_body(const LlamaConfig& config, const std::vector<double>& inv_freq, const PackedBatch& batch,
                   ParamSource& params, std::vector<Workspace>& x, std::vector<detail::LayerBuffers>& layers,
-                  const detail::LayerOffsets& offsets, detail::Scratch& s, const float** unit0) {
+                  const detail::LayerOffsets& offsets, detail::Scratch& s, const float** unit0,
+                  const std::vector<UnitLayout>& units, Tracer* tracer) {
   const auto d = detail::dims_of(config, batch.num_tokens());
+  const double tokens = static_cast<double>(d.t);
+  const double pairs = tracer != nullptr ? batch.causal_pairs() : 0.0;
   const int num_layers = config.num_hidden_layers;
   const k::AttentionShape shape{batch.cu_seqlens.data(), batch.num_seqs(), d.t, d.heads, d.kv_heads, d.head_dim};
 
@@ -237,6 +240,7 @@ void forward_body(const LlamaConfig& config, const std::vector<double>& inv_freq
   const float* embed = params.acquire(0);
   float* x0 = x[0].get(d.t * d.c);
   if (d.t > 0) {
+    const TraceScope trace(tracer, "forward", "forward " + units[0].name, {{"unit", 0}, {"tokens", tokens}, {"pairs", pairs}});
     k::rope_tables<float>(batch.positions.data(), d.t, inv_freq, s.cos.get(d.t * d.head_dim / 2),
                    s.sin.get(d.t * d.head_dim / 2));
     k::embedding_forward<float>(batch.tokens.data(), embed, x0, d.t, d.c);
@@ -251,6 +255,8 @@ void forward_body(const LlamaConfig& config, const std::vector<double>& inv_freq
     params.prefetch(unit + 1);
     const float* w = params.acquire(unit);
     if (d.t > 0) {
+      const TraceScope trace(tracer, "forward", "forward " + units[static_cast<std::size_t>(unit)].name,
+                             {{"unit", unit}, {"tokens", tokens}, {"pairs", pairs}});
       detail::layer_forward(d, offsets, w, layers[static_cast<std::size_t>(l)], x[static_cast<std::size_t>(l)].get(d.t * d.c),
                             x[static_cast<std::size_t>(l) + 1].get(d.t * d.c), shape, s);
     }
@@ -271,7 +277,9 @@ MicrobatchResult LlamaModel::train_microbatch(const PackedBatch& batch, ParamSou
   const k::AttentionShape shape{batch.cu_seqlens.data(), batch.num_seqs(), d.t, d.heads, d.kv_heads, d.head_dim};
 
   const float* unit0 = nullptr;
-  forward_body(config_, inv_freq_, batch, params, a.x, a.layers, a.offsets, s, &unit0);
+  forward_body(config_, inv_freq_, batch, params, a.x, a.layers, a.offsets, s, &unit0, units_, tracer_);
+  const double tokens = static_cast<double>(d.t);
+  const double pairs = tracer_ != nullptr ? batch.causal_pairs() : 0.0;
 
   // Head: final norm, logits in row chunks, weighted cross-entropy and its backward, fused so the
   // [tokens, vocab] logits never exist at once. Only rows with a loss weight need logits.
@@ -286,6 +294,7 @@ MicrobatchResult LlamaModel::train_microbatch(const PackedBatch& batch, ParamSou
   float* dx = s.dx.get(d.t * d.c);
   if (num_layers > 0) params.prefetch(num_layers);
   if (d.t > 0) {
+    const TraceScope trace(tracer_, "head", "head", {{"unit", head}, {"tokens", tokens}, {"pairs", pairs}});
     const float* x_last = a.x[static_cast<std::size_t>(num_layers)].get(d.t * d.c);
     float* xf = s.xf.get(d.t * d.c);
     float* rstd_f = s.rstd_f.get(d.t);
@@ -335,6 +344,8 @@ MicrobatchResult LlamaModel::train_microbatch(const PackedBatch& batch, ParamSou
     const float* w = params.acquire(unit);
     float* g = grads.grad_buffer(unit);
     if (d.t > 0) {
+      const TraceScope trace(tracer_, "backward", "backward " + units_[static_cast<std::size_t>(unit)].name,
+                             {{"unit", unit}, {"tokens", tokens}, {"pairs", pairs}});
       detail::layer_backward(d, a.offsets, w, g, a.layers[static_cast<std::size_t>(l)],
                              a.x[static_cast<std::size_t>(l)].get(d.t * d.c), shape, s);
     }
@@ -344,7 +355,10 @@ MicrobatchResult LlamaModel::train_microbatch(const PackedBatch& batch, ParamSou
 
   // The embedding's backward needs only the token ids, not its weights.
   if (!tied) g0 = grads.grad_buffer(0);
-  if (d.t > 0) k::embedding_backward<float>(batch.tokens.data(), dx, g0, d.t, d.c);
+  if (d.t > 0) {
+    const TraceScope trace(tracer_, "backward", "backward " + units_[0].name, {{"unit", 0}, {"tokens", tokens}, {"pairs", pairs}});
+    k::embedding_backward<float>(batch.tokens.data(), dx, g0, d.t, d.c);
+  }
   grads.push_grad(0);
   return result;
 }
@@ -356,7 +370,7 @@ MicrobatchResult LlamaModel::forward(const PackedBatch& batch, ParamSource& para
   const auto d = detail::dims_of(config_, batch.num_tokens());
   const int head = head_unit();
   const float* unit0 = nullptr;
-  forward_body(config_, inv_freq_, batch, params, a.x, a.layers, a.offsets, s, &unit0);
+  forward_body(config_, inv_freq_, batch, params, a.x, a.layers, a.offsets, s, &unit0, units_, nullptr);
 
   MicrobatchResult result;
   const float* wh = params.acquire(head);

@@ -67,6 +67,12 @@ std::vector<TunableSpec> trainer_tunables() {
        {"token", "sequence"}),
       spec("train.threads", K::integer, "1", "compute threads per rank (BLAS)"),
       spec("train.metrics_file", K::string, "\"\"", "JSON lines of per-step metrics (empty = none)"),
+      spec("train.trace_file", K::string, "\"\"",
+           "Chrome trace-event JSON of the per-rank timeline (one track per rank; opens in Perfetto); "
+           "written by rank 0 at the end (empty = none)"),
+      spec("train.trace_steps", K::integer, "20", "trace only the first N steps (0 = all; a trace holds every unit of every microbatch)"),
+      spec("train.peak_flops", K::number, "0",
+           "peak FLOP/s of one rank for MFU; 0 = measured by an sgemm at start-up (CPU)"),
       spec("train.log_every", K::integer, "1", "log a progress line every N steps"),
       spec("train.log_level", K::string, "info", "log level", {"trace", "debug", "info", "warn", "error"}),
       // comm

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -156,11 +157,8 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
   } else if (cost_kind == "quadratic") {
     cost_model_ = data::CostModel::quadratic(config.get_double("data.cost_a"), config.get_double("data.cost_b"));
   } else {
-    // Causal attention: each of the s(s+1)/2 query-key pairs costs 4*q_dim FLOPs forward (QK^T and
-    // PV) and twice that backward, in every layer.
     cost_model_ = data::CostModel::flops(model_config_.linear_flops_per_token(),
-                                         12.0 * static_cast<double>(model_config_.q_dim()) *
-                                             model_config_.num_hidden_layers / 2.0);
+                                         model_config_.attention_flops_per_pair());
   }
   if (world_size_ == 1) {
     store_ = std::make_unique<dist::ShardStore>(layout, model_->units(), model_config_, seed);
@@ -200,12 +198,28 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
   grad_clip_ = config.get_double("train.grad_clip");
   sequence_reduction_ = config.get_string("train.loss_reduction") == "sequence";
 
+  if (!config.get_string("train.trace_file").empty()) {
+    tracer_ = std::make_unique<Tracer>(rank_);
+    trace_steps_ = config.get_int("train.trace_steps");
+    if (trace_steps_ < 0) fail("train.trace_steps must be >= 0, found {}", trace_steps_);
+  }
+  peak_flops_ = config.get_double("train.peak_flops");
+  if (peak_flops_ < 0) fail("train.peak_flops must be >= 0, found {}", peak_flops_);
+  if (peak_flops_ == 0) peak_flops_ = measure_cpu_peak_flops();
+  if (world_size_ > 1) {
+    // Every rank's clocks (traces) start together.
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  if (tracer_) tracer_->set_origin(Tracer::Clock::now());
+
   spdlog::info("model: {} layers, hidden {}, heads {}/{} (q/kv), vocab {}, {:.2f}M parameters", model_config_.num_hidden_layers,
                model_config_.hidden_size, model_config_.num_attention_heads, model_config_.num_key_value_heads,
                model_config_.vocab_size, static_cast<double>(model_config_.num_parameters()) / 1e6);
   spdlog::info("data: {}, {} sequences per rank per step, microbatch cap {} tokens", dataset_->describe(),
                minibatch_size_, token_cap_);
-  spdlog::info("comm: {} over {} rank(s); {} threads per rank", comm_->name(), world_size_, threads);
+  spdlog::info("comm: {} over {} rank(s); {} threads per rank; MFU against {:.1f} GFLOP/s per rank{}", comm_->name(),
+               world_size_, threads, peak_flops_ / 1e9,
+               config.get_double("train.peak_flops") > 0 ? " (train.peak_flops)" : " (measured sgemm)");
 }
 
 Trainer::~Trainer() = default;
@@ -252,6 +266,7 @@ StepResult Trainer::step() {
   std::vector<std::vector<std::int64_t>> plan = global_plan.ranks[static_cast<std::size_t>(rank_)].microbatches;
   const auto most_microbatches = static_cast<std::size_t>(global_plan.max_microbatches());
   r.bubble_planned = pad_microbatches_ ? global_plan.bubble_collective() : global_plan.bubble_odc();
+  r.planned_makespan = pad_microbatches_ ? global_plan.makespan_collective() : global_plan.makespan_odc();
   r.planned_cost = global_plan.ranks[static_cast<std::size_t>(rank_)].cost;
   for (const auto& rank_plan : global_plan.ranks) r.planned_cost_max = std::max(r.planned_cost_max, rank_plan.cost);
   std::vector<float> weights(global.size(), 0.0f);  // per-target loss weight of each global item
@@ -264,37 +279,60 @@ StepResult Trainer::step() {
   r.padded_microbatches = pad_microbatches_ ? static_cast<int>(most_microbatches - plan.size()) : 0;
   if (pad_microbatches_) plan.resize(most_microbatches);  // empty microbatches join the collectives
 
+  // Tracing covers the first train.trace_steps steps (all when 0).
+  Tracer* tracer = tracer_ && (trace_steps_ == 0 || step_ < trace_steps_) ? tracer_.get() : nullptr;
+  model_->set_tracer(tracer);
+  comm_->set_tracer(tracer);
+  if (tracer != nullptr) tracer->set_step(step_);
+
   const dist::CommWaits waits_before = comm_->waits();
-  comm_->begin_minibatch();
+  const auto minibatch_start = Clock::now();
+  {
+    const TraceScope trace(tracer, "barrier", "minibatch start");
+    comm_->begin_minibatch();
+  }
   double local_loss = 0.0;
   double local_tokens = 0.0;
   double local_targets = 0.0;
   std::vector<std::int64_t> seqs;
   std::vector<float> seq_weights;
-  for (const auto& microbatch : plan) {
+  for (std::size_t m = 0; m < plan.size(); ++m) {
     seqs.clear();
     seq_weights.clear();
-    for (auto i : microbatch) {
+    for (auto i : plan[m]) {
       seqs.push_back(global[static_cast<std::size_t>(i)]);
       seq_weights.push_back(weights[static_cast<std::size_t>(i)]);
     }
     build_microbatch(seqs, seq_weights, batch_);
+    const double tokens = static_cast<double>(batch_.num_tokens());
+    const double pairs = batch_.causal_pairs();
+    if (tracer != nullptr) tracer->set_microbatch(static_cast<std::int64_t>(m));
+    const TraceScope trace(tracer, "microbatch", fmt::format("microbatch {}", m), {{"tokens", tokens}, {"pairs", pairs}});
     if (delay_s_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay_s_));
     const auto out = model_->train_microbatch(batch_, *comm_, *comm_);
     local_loss += out.weighted_loss;
     local_targets += out.target_tokens;
-    local_tokens += static_cast<double>(batch_.num_tokens());
+    local_tokens += tokens;
+    r.flops += model_config_.training_flops(tokens, pairs);
   }
-  comm_->end_minibatch();
-  const dist::CommWaits waits_after = comm_->waits();
-  r.wait_in_loop_s = waits_after.in_loop_s - waits_before.in_loop_s;
-  r.wait_end_s = waits_after.minibatch_end_s - waits_before.minibatch_end_s;
-  r.comm_thread_cpu_s = comm_->comm_thread_cpu_seconds();
-
-  r.seconds = seconds_since(start);  // up to here: the minibatch's compute and communication
-  std::array<double, 7> sums{store_->grad_sum_of_squares(), local_loss, local_tokens, local_targets,
-                             static_cast<double>(r.padded_microbatches), r.wait_in_loop_s + r.wait_end_s, r.seconds};
-  comm_->all_reduce_sum(sums);
+  if (tracer != nullptr) tracer->set_microbatch(-1);
+  std::array<double, 8> sums{};
+  {
+    const TraceScope trace(tracer, "barrier", "minibatch end");
+    comm_->end_minibatch();
+    const dist::CommWaits waits_after = comm_->waits();
+    r.wait_gather_s = waits_after.gather_s - waits_before.gather_s;
+    r.wait_push_s = waits_after.push_s - waits_before.push_s;
+    r.wait_barrier_s = waits_after.barrier_s - waits_before.barrier_s;
+    r.wait_in_loop_s = r.wait_gather_s + r.wait_push_s;
+    r.wait_end_s = r.wait_barrier_s;
+    r.comm_thread_cpu_s = comm_->comm_thread_cpu_seconds();
+    r.minibatch_s = seconds_since(minibatch_start);  // the minibatch's compute and communication
+    r.compute_s = std::max(0.0, r.minibatch_s - r.wait_in_loop_s - r.wait_end_s);
+    sums = {store_->grad_sum_of_squares(), local_loss, local_tokens, local_targets,
+            static_cast<double>(r.padded_microbatches), r.wait_in_loop_s + r.wait_end_s, r.minibatch_s, r.flops};
+    comm_->all_reduce_sum(sums);
+  }
   r.grad_norm = std::sqrt(sums[0]);
   r.loss = sums[1];
   r.tokens = sums[2];
@@ -307,9 +345,23 @@ StepResult Trainer::step() {
     fail("step {}: loss ({}) or gradient norm ({}) is not finite; lower train.lr or check the data", step_,
          r.loss, r.grad_norm);
   }
-  optimizer_->step(*store_, r.lr, optim::clip_coefficient(r.grad_norm, grad_clip_));
+  const auto optimizer_start = Clock::now();
+  {
+    const TraceScope trace(tracer, "optimizer", "optimizer step");
+    optimizer_->step(*store_, r.lr, optim::clip_coefficient(r.grad_norm, grad_clip_));
+  }
+  r.optimizer_s = seconds_since(optimizer_start);
   ++step_;
   r.seconds = seconds_since(start);
+  r.mfu = peak_flops_ > 0 ? sums[7] / (static_cast<double>(world_size_) * r.seconds * peak_flops_) : 0.0;
+  totals_.compute_s += r.compute_s;
+  totals_.gather_s += r.wait_gather_s;
+  totals_.push_s += r.wait_push_s;
+  totals_.barrier_s += r.wait_barrier_s;
+  totals_.optimizer_s += r.optimizer_s;
+  totals_.microbatches += r.microbatches;
+  totals_.tokens += local_tokens;
+  totals_.flops += r.flops;
   return r;
 }
 
@@ -318,11 +370,9 @@ std::vector<StepResult> Trainer::run() {
   const std::int64_t log_every = std::max<std::int64_t>(1, config_.get_int("train.log_every"));
   std::vector<StepResult> results;
   const auto start = Clock::now();
-  double tokens_total = 0.0;
   for (std::int64_t s = 0; s < steps; ++s) {
     const StepResult r = step();
     results.push_back(r);
-    tokens_total += r.tokens;
     const double tokens_per_s = r.tokens / r.seconds;
     const double samples_per_s_per_rank = static_cast<double>(minibatch_size_) / r.seconds;
     metrics_.write({{"step", r.step + 1},
@@ -333,39 +383,133 @@ std::vector<StepResult> Trainer::run() {
                     {"target_tokens", r.target_tokens},
                     {"tokens_per_s", tokens_per_s},
                     {"samples_per_s_per_rank", samples_per_s_per_rank},
+                    {"mfu", r.mfu},
+                    {"flops", r.flops},
                     {"microbatches", r.microbatches},
                     {"bubble_planned", r.bubble_planned},
                     {"planned_cost", r.planned_cost},
                     {"planned_cost_max", r.planned_cost_max},
+                    {"planned_makespan", r.planned_makespan},
                     {"bubble_measured", r.bubble_measured},
                     {"padded_microbatches", r.padded_microbatches},
                     {"rank", rank_},
                     {"world_size", world_size_},
                     {"param_state_bytes", store_->bytes()},
+                    {"compute_s", r.compute_s},
+                    {"wait_gather_s", r.wait_gather_s},
+                    {"wait_push_s", r.wait_push_s},
+                    {"wait_barrier_s", r.wait_barrier_s},
                     {"wait_in_loop_s", r.wait_in_loop_s},
                     {"wait_end_s", r.wait_end_s},
+                    {"optimizer_s", r.optimizer_s},
                     {"comm_thread_cpu_s", r.comm_thread_cpu_s},
                     {"peak_rss_bytes", peak_rss_bytes()},
+                    {"minibatch_time_s", r.minibatch_s},
                     {"step_time_s", r.seconds},
                     {"epoch", sampler_->epoch()}});
     if ((s + 1) % log_every == 0 || s + 1 == steps) {
       const double elapsed = seconds_since(start);
       const double eta = elapsed / static_cast<double>(s + 1) * static_cast<double>(steps - s - 1);
-      spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}{}", s + 1,
-                   steps, r.loss, r.lr, r.grad_norm, tokens_per_s, format_duration(eta),
+      spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | MFU {:.1f}% | "
+                   "bubble {:.1f}% (planned {:.1f}%) | ETA {}{}",
+                   s + 1, steps, r.loss, r.lr, r.grad_norm, tokens_per_s, 100.0 * r.mfu, 100.0 * r.bubble_measured,
+                   100.0 * r.bubble_planned, format_duration(eta),
                    r.padded_microbatches_global > 0
                        ? fmt::format(" | {} padding microbatch(es)", r.padded_microbatches_global)
                        : std::string());
     }
   }
-  const double elapsed = seconds_since(start);
-  if (!results.empty()) {
-    spdlog::info("done: {} steps in {}, {:.0f} tokens/s, loss {:.4f} -> {:.4f}; this rank holds {:.1f} MiB of "
-                 "parameter + optimizer shards, peak RSS {:.1f} MiB", steps, format_duration(elapsed),
-                 tokens_total / elapsed, results.front().loss, results.back().loss,
-                 static_cast<double>(store_->bytes()) / 1048576.0, peak_rss_bytes() / 1048576.0);
-  }
+  log_summary(results, seconds_since(start));
+  write_trace();
   return results;
+}
+
+// Every rank contributes its totals (an all-reduce of a vector where each rank fills its own
+// slots: no extra communication primitive needed), rank 0 prints the table.
+void Trainer::log_summary(const std::vector<StepResult>& results, double elapsed) const {
+  if (results.empty()) return;
+  constexpr std::size_t kFields = 8;
+  std::vector<double> all(static_cast<std::size_t>(world_size_) * kFields, 0.0);
+  const std::size_t at = static_cast<std::size_t>(rank_) * kFields;
+  all[at + 0] = totals_.compute_s;
+  all[at + 1] = totals_.gather_s;
+  all[at + 2] = totals_.push_s;
+  all[at + 3] = totals_.barrier_s;
+  all[at + 4] = totals_.optimizer_s;
+  all[at + 5] = totals_.microbatches;
+  all[at + 6] = totals_.tokens;
+  all[at + 7] = totals_.flops;
+  comm_->all_reduce_sum(all);
+  if (rank_ != 0) return;
+  std::vector<RankTotals> ranks(static_cast<std::size_t>(world_size_));
+  double flops = 0.0, tokens = 0.0, waits = 0.0, minibatch = 0.0;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const double* v = all.data() + r * kFields;
+    ranks[r] = RankTotals{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+    flops += v[7];
+    tokens += v[6];
+    waits += v[1] + v[2] + v[3];
+    minibatch += v[0] + v[1] + v[2] + v[3];
+  }
+  double planned = 0.0;
+  for (const auto& r : results) planned += r.bubble_planned;
+  planned /= static_cast<double>(results.size());
+  const double steps = static_cast<double>(results.size());
+  spdlog::info("done: {} steps in {}, {:.0f} tokens/s, {:.3f} samples/s per rank, MFU {:.1f}% (of {:.1f} GFLOP/s "
+               "per rank), bubble {:.1f}% measured / {:.1f}% planned, loss {:.4f} -> {:.4f}; this rank holds {:.1f} MiB "
+               "of parameter + optimizer shards, peak RSS {:.1f} MiB\n{}",
+               results.size(), format_duration(elapsed), tokens / elapsed,
+               steps * static_cast<double>(minibatch_size_) / elapsed,
+               100.0 * flops / (static_cast<double>(world_size_) * elapsed * peak_flops_), peak_flops_ / 1e9,
+               minibatch > 0 ? 100.0 * waits / minibatch : 0.0, 100.0 * planned, results.front().loss,
+               results.back().loss, static_cast<double>(store_->bytes()) / 1048576.0, peak_rss_bytes() / 1048576.0,
+               format_rank_table(ranks));
+}
+
+// Rank 0 gathers every rank's events and writes one file with a track per rank.
+void Trainer::write_trace() const {
+  if (!tracer_) return;
+  const std::string path = config_.get_string("train.trace_file");
+  nlohmann::json other = {{"world_size", world_size_},
+                          {"comm", std::string(comm_->name())},
+                          {"balance", round_robin_ ? std::string("round_robin") : data::balance_name(balance_)},
+                          {"threads", config_.get_int("train.threads")},
+                          {"minibatch_size", minibatch_size_},
+                          {"token_cap", token_cap_},
+                          {"cost_model", {{"kind", cost_model_.kind}, {"a", cost_model_.a}, {"b", cost_model_.b}}},
+                          {"peak_flops", peak_flops_},
+                          {"param_bytes", 4},
+                          {"model", model_config_.to_json()}};
+  if (world_size_ == 1) {
+    write_chrome_trace(path, tracer_->events(), other);
+    spdlog::info("trace: {} events written to {}", tracer_->size(), path);
+    return;
+  }
+  const std::string mine = tracer_->events().dump();
+  const int length = static_cast<int>(mine.size());
+  std::vector<int> lengths(static_cast<std::size_t>(world_size_), 0);
+  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::vector<int> displs(lengths.size(), 0);
+  std::int64_t total = 0;
+  for (std::size_t r = 0; r < lengths.size(); ++r) {
+    displs[r] = static_cast<int>(total);
+    total += lengths[r];
+  }
+  if (rank_ == 0 && total > std::numeric_limits<int>::max()) {
+    fail("train.trace_file: the trace is {} bytes, too large to gather; lower train.trace_steps", total);
+  }
+  std::string joined(rank_ == 0 ? static_cast<std::size_t>(total) : 0, '\0');
+  MPI_Gatherv(mine.data(), length, MPI_CHAR, joined.data(), lengths.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (rank_ != 0) return;
+  nlohmann::json events = nlohmann::json::array();
+  for (std::size_t r = 0; r < lengths.size(); ++r) {
+    for (auto& event : nlohmann::json::parse(joined.substr(static_cast<std::size_t>(displs[r]), static_cast<std::size_t>(lengths[r])))) {
+      events.push_back(std::move(event));
+    }
+  }
+  write_chrome_trace(path, events, other);
+  spdlog::info("trace: {} events from {} ranks written to {} (open in https://ui.perfetto.dev)", events.size(),
+               world_size_, path);
 }
 
 }  // namespace odc::train

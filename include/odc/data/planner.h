@@ -75,6 +75,11 @@ struct Plan {
   // C_d is RankPlan::cost and c_{m,d} RankPlan::microbatch_costs; an empty plan has bubble 0.
   double bubble_odc() const;
   double bubble_collective() const;
+  // The planned minibatch time (in cost units) with free communication: max_d C_d under ODC (one
+  // barrier), sum_m max_d c_{m,d} under collectives (a barrier per microbatch). The ratio of two
+  // plans' makespans is the speedup their schedules allow: the zero-overhead bound.
+  double makespan_odc() const;
+  double makespan_collective() const;
   std::int64_t max_microbatches() const;
   // Fingerprint of the structure (ranks, microbatches, indices) for cross-rank comparison.
   std::uint64_t hash() const;

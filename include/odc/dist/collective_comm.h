@@ -59,7 +59,9 @@ class CollectiveComm final : public Comm {
   WeightSlot& start_gather(int unit);
   WeightSlot* find_weights(int unit);
   void finish_reduce(GradSlot& slot);
-  void wait(MPI_Request& request);
+  // Waits for a request of `unit`, attributing the time to gathers, pushes or (at the minibatch
+  // end) the barrier.
+  void wait(MPI_Request& request, int unit, bool gather);
 
   ShardStore& store_;
   MPI_Comm comm_;

@@ -10,16 +10,21 @@
 #include <span>
 #include <string_view>
 
+#include "odc/core/trace.h"
 #include "odc/model/param_io.h"
 
 namespace odc::dist {
 
-// Cumulative seconds the compute thread spent blocked on communication, split by where: inside
-// the microbatch loop (waiting for a gather or for a gradient buffer to drain) and at the
-// minibatch end (waiting for every rank's pushes / the last reductions).
+// Cumulative seconds the compute thread spent blocked on communication, split by what it waited
+// for: inside the microbatch loop a gather (weights not there yet) or a gradient push (a gradient
+// buffer still draining); at the minibatch boundaries the barrier (every rank's pushes applied,
+// the last reductions, the start-of-minibatch synchronization).
 struct CommWaits {
-  double in_loop_s = 0.0;
-  double minibatch_end_s = 0.0;
+  double gather_s = 0.0;
+  double push_s = 0.0;
+  double barrier_s = 0.0;
+  double in_loop_s() const { return gather_s + push_s; }
+  double total_s() const { return gather_s + push_s + barrier_s; }
 };
 
 class Comm : public model::ParamSource, public model::GradSink {
@@ -34,6 +39,11 @@ class Comm : public model::ParamSource, public model::GradSink {
   virtual CommWaits waits() const { return {}; }
   // CPU seconds used by a communication thread of this rank (0 when there is none).
   virtual double comm_thread_cpu_seconds() const { return 0.0; }
+  // Waits that block are recorded as "wait" events (null: tracing off).
+  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+
+ protected:
+  Tracer* tracer_ = nullptr;
 };
 
 }  // namespace odc::dist

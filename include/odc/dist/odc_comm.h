@@ -62,7 +62,7 @@ class OdcComm final : public Comm {
   WeightSlot& start_gather(int unit);
   WeightSlot* find_weights(int unit);
   void drain(GradSlot& slot);
-  void timed_wait(Completion& completion, const std::string& what, double& counter);
+  void timed_wait(Completion& completion, const std::string& what, int unit, bool gather);
   void accumulate(const PushHeader& header, const float* data);
 
   ShardStore& store_;

@@ -3,6 +3,7 @@
 // to a multiple of the world size and cut into equal contiguous shards; rank r owns
 // [r * shard, (r + 1) * shard) of the padded buffer (FSDP's flat-parameter sharding).
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "odc/model/units.h"
@@ -10,6 +11,7 @@
 namespace odc::dist {
 
 struct UnitShard {
+  std::string name;         // the unit's name (units.h), for messages and traces
   std::int64_t numel = 0;   // real elements of the unit
   std::int64_t padded = 0;  // numel rounded up to a multiple of the world size
   std::int64_t shard = 0;   // padded / world

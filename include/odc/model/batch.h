@@ -18,6 +18,8 @@ struct PackedBatch {
   std::int64_t num_tokens() const { return static_cast<std::int64_t>(tokens.size()); }
   int num_seqs() const { return cu_seqlens.empty() ? 0 : static_cast<int>(cu_seqlens.size()) - 1; }
   std::int32_t max_seqlen() const;
+  // Causal (query, key <= query) pairs inside the sequences: sum of s(s+1)/2. Attention's work.
+  double causal_pairs() const;
   // Appends one sequence; `target_mask[i] != 0` means token i is a prediction target (it is
   // predicted from position i-1), and `weight` is the loss weight of each such target.
   void append(const std::int32_t* tokens, const std::uint8_t* target_mask, std::int64_t length,

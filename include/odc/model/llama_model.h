@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "odc/core/trace.h"
 #include "odc/model/batch.h"
 #include "odc/model/llama_config.h"
 #include "odc/model/param_io.h"
@@ -45,6 +46,10 @@ class LlamaModel {
   // Returns the weighted loss statistics of the batch's targets.
   MicrobatchResult forward(const PackedBatch& batch, ParamSource& params, std::vector<float>* logits);
 
+  // Records each unit's forward/backward compute as trace events (null: off). Weight gathers and
+  // gradient hand-offs happen outside these events, so they time pure compute.
+  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+
   // Bytes currently held by activation and scratch buffers (for memory-stability checks).
   std::int64_t activation_bytes() const;
 
@@ -54,6 +59,7 @@ class LlamaModel {
   std::vector<UnitLayout> units_;
   std::vector<double> inv_freq_;
   std::unique_ptr<Activations> acts_;
+  Tracer* tracer_ = nullptr;
 };
 
 }  // namespace odc::model

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "odc/core/config.h"
+#include "odc/core/trace.h"
 #include "odc/data/dataset.h"
 #include "odc/data/packing.h"
 #include "odc/data/planner.h"
@@ -20,6 +21,7 @@
 #include "odc/optim/lr_schedule.h"
 #include "odc/optim/sharded_adamw.h"
 #include "odc/train/metrics.h"
+#include "odc/train/performance.h"
 
 namespace odc::train {
 
@@ -33,14 +35,23 @@ struct StepResult {
   int microbatches = 0;       // this rank's, including padding
   int padded_microbatches = 0;         // this rank's empty microbatches (collective baseline)
   int padded_microbatches_global = 0;  // summed over ranks
-  double wait_in_loop_s = 0.0;         // this rank's comm waits inside the microbatch loop
-  double wait_end_s = 0.0;             // this rank's waits at the minibatch boundaries
+  double wait_gather_s = 0.0;          // this rank's waits for weight gathers (microbatch loop)
+  double wait_push_s = 0.0;            // this rank's waits for gradient pushes (microbatch loop)
+  double wait_barrier_s = 0.0;         // this rank's waits at the minibatch boundaries
+  double wait_in_loop_s = 0.0;         // gather + push
+  double wait_end_s = 0.0;             // = wait_barrier_s
+  double compute_s = 0.0;              // this rank's minibatch time not spent waiting
+  double optimizer_s = 0.0;            // this rank's optimizer step (clip + AdamW on its shards)
+  double flops = 0.0;                  // this rank's model FLOPs (linear + causal attention)
+  double mfu = 0.0;                    // all ranks' FLOPs / (ranks * step time * peak FLOP/s)
   double comm_thread_cpu_s = 0.0;      // CPU time of this rank's communication thread
   double bubble_planned = 0.0;         // the planner's estimate under this comm's barrier model
   double planned_cost = 0.0;           // the planner's cost of this rank's share
   double planned_cost_max = 0.0;       // the largest rank's
+  double planned_makespan = 0.0;       // the plan's time in cost units under this comm's barriers
   double bubble_measured = 0.0;        // measured: communication waits / minibatch time, all ranks
-  double seconds = 0.0;
+  double minibatch_s = 0.0;            // this rank's minibatch (compute + waits), before the optimizer
+  double seconds = 0.0;                // this rank's whole step
 };
 
 class Trainer {
@@ -63,6 +74,8 @@ class Trainer {
  private:
   void build_microbatch(const std::vector<std::int64_t>& seq_indices, const std::vector<float>& weights,
                         model::PackedBatch& out) const;
+  void log_summary(const std::vector<StepResult>& results, double elapsed) const;
+  void write_trace() const;
 
   const Config config_;  // a copy: the trainer must not depend on the caller keeping it alive
   int rank_;
@@ -89,6 +102,10 @@ class Trainer {
   data::CostModel cost_model_;
   std::uint64_t last_plan_hash_ = 0;
   model::PackedBatch batch_;  // reused across microbatches
+  std::unique_ptr<Tracer> tracer_;  // null unless train.trace_file is set
+  std::int64_t trace_steps_ = 0;
+  double peak_flops_ = 0.0;         // one rank's, for MFU
+  RankTotals totals_;               // this rank's, for the summary
 };
 
 }  // namespace odc::train

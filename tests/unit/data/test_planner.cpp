@@ -568,6 +568,10 @@ TEST_CASE("planner: bubble closed forms", "[planner]") {
     const double total = c * (2 * d + 2 * x);
     REQUIRE(plan.bubble_odc() == Approx(1 - total / (d * c * (2 + x))));             // 1/6
     REQUIRE(plan.bubble_collective() == Approx(1 - total / (d * 2 * c * (1 + x))));  // 3/8
+    // The makespans behind them, and the zero-overhead speedup of ODC over collectives here.
+    REQUIRE(plan.makespan_odc() == Approx(c * (2 + x)));
+    REQUIRE(plan.makespan_collective() == Approx(2 * c * (1 + x)));
+    REQUIRE(plan.makespan_collective() / plan.makespan_odc() == Approx(4.0 / 3.0));
   }
   SECTION("a rank without an m-th microbatch contributes 0 to that barrier") {
     Plan plan;

@@ -3,8 +3,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include "odc/dist/local_comm.h"
 #include "odc/train/config_schema.h"
@@ -43,6 +45,7 @@ Config make_config(const std::filesystem::path& data, const std::vector<std::str
   config.apply_assignment("train.steps=3");
   config.apply_assignment("train.warmup_steps=0");
   config.apply_assignment("train.lr=0.001");
+  config.apply_assignment("train.peak_flops=1e10");  // skip the start-up sgemm in tests
   for (const auto& e : extra) config.apply_assignment(e);
   config.validate();
   return config;
@@ -119,4 +122,77 @@ TEST_CASE("trainer rejects inputs that cannot train, naming the key", "[train]")
                     Catch::Contains("holds only 24"));
   CHECK_THROWS_WITH(train::Trainer(make_config(data, {"model.config.vocab_size=40"}), 0, 1),
                     Catch::Contains("out of range [0, 40)"));
+}
+
+TEST_CASE("the trace holds every unit's forward and backward of every microbatch, and the metrics add up",
+          "[train][trace]") {
+  const auto data = write_dataset();
+  const auto dir = std::filesystem::temp_directory_path() / "odc_trainer_trace_test";
+  std::filesystem::remove_all(dir);
+  const auto trace_path = dir / "trace.json";
+  const auto metrics_path = dir / "metrics.jsonl";
+  // Cap 40 tokens: the 6 sequences of a step (3..31 tokens) need several microbatches.
+  train::Trainer trainer(make_config(data, {"data.max_tokens_per_microbatch=40", "train.trace_file=" + trace_path.string(),
+                                            "train.metrics_file=" + metrics_path.string(), "train.trace_steps=2"}),
+                         0, 1);
+  const auto results = trainer.run();
+  REQUIRE(results.size() == 3);
+
+  std::ifstream in(trace_path);
+  const auto doc = nlohmann::json::parse(in);
+  REQUIRE(doc["otherData"]["world_size"] == 1);
+  REQUIRE(doc["otherData"]["model"]["num_hidden_layers"] == 2);
+  const int units = trainer.model().num_units();  // embedding, 2 layers, head
+  std::map<std::pair<std::int64_t, std::int64_t>, std::vector<int>> forward, backward, heads;
+  std::map<std::int64_t, double> microbatch_tokens;
+  int optimizer_steps = 0;
+  bool process_named = false;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "M") {
+      process_named = process_named || (e["name"] == "process_name" && e["args"]["name"] == "rank 0");
+      continue;
+    }
+    REQUIRE(e["ph"] == "X");
+    REQUIRE(e["dur"].get<double>() >= 0.0);
+    const auto step = e["args"]["step"].get<std::int64_t>();
+    REQUIRE(step < 2);  // train.trace_steps
+    const std::string cat = e["cat"];
+    if (cat == "optimizer") ++optimizer_steps;
+    if (cat == "microbatch") microbatch_tokens[step] += e["args"]["tokens"].get<double>();
+    if (cat != "forward" && cat != "backward" && cat != "head") continue;
+    const auto key = std::make_pair(step, e["args"]["microbatch"].get<std::int64_t>());
+    auto& seen = cat == "forward" ? forward : cat == "backward" ? backward : heads;
+    seen[key].push_back(static_cast<int>(e["args"]["unit"].get<double>()));
+    REQUIRE(e["args"]["tokens"].get<double>() > 0);
+    REQUIRE(e["args"]["pairs"].get<double>() >= e["args"]["tokens"].get<double>());
+  }
+  REQUIRE(process_named);
+  REQUIRE(optimizer_steps == 2);
+  std::size_t traced_microbatches = 0;
+  for (int s = 0; s < 2; ++s) traced_microbatches += static_cast<std::size_t>(results[static_cast<std::size_t>(s)].microbatches);
+  REQUIRE(results[0].microbatches > 1);
+  REQUIRE(forward.size() == traced_microbatches);
+  for (const auto& [key, list] : forward) {
+    REQUIRE(list == std::vector<int>{0, 1, 2});                          // units in forward order
+    REQUIRE(backward.at(key) == std::vector<int>{2, 1, 0});              // and back
+    REQUIRE(heads.at(key) == std::vector<int>{units - 1});
+  }
+  for (int s = 0; s < 2; ++s) REQUIRE(microbatch_tokens[s] == results[static_cast<std::size_t>(s)].tokens);
+
+  // Metrics: compute + waits = minibatch time <= step time; one rank never waits; MFU positive.
+  std::ifstream metrics(metrics_path);
+  std::string line;
+  int lines = 0;
+  while (std::getline(metrics, line)) {
+    const auto m = nlohmann::json::parse(line);
+    ++lines;
+    const double parts = m["compute_s"].get<double>() + m["wait_gather_s"].get<double>() + m["wait_push_s"].get<double>() +
+                         m["wait_barrier_s"].get<double>();
+    REQUIRE(parts == Approx(m["minibatch_time_s"].get<double>()).epsilon(1e-9));
+    REQUIRE(m["minibatch_time_s"].get<double>() <= m["step_time_s"].get<double>());
+    REQUIRE(m["bubble_measured"].get<double>() == 0.0);
+    REQUIRE(m["mfu"].get<double>() > 0.0);
+    REQUIRE(m["flops"].get<double>() > 0.0);
+  }
+  REQUIRE(lines == 3);
 }

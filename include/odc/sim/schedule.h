@@ -1,0 +1,87 @@
+#pragma once
+// The two schedules of one global minibatch, simulated step by step.
+//
+// Every device runs its microbatches in order; a microbatch is the step sequence of
+// ComputeModel::steps(). Before a step the device needs its unit's parameters (a gather,
+// prefetched one step ahead by default: the gather for step i+1 is issued when step i starts
+// computing; gathers run one after another); after a head or backward step it hands the unit's
+// gradient off (at most 3 outstanding: issuing a 4th waits for the oldest).
+//
+//   collective: every device runs max_d M_d microbatches (missing ones are empty: no compute, but
+//     they still join every collective). Each gather and each reduction is a collective: it
+//     starts when the last device issues it (and the previous one of its kind finished) and
+//     completes for everybody at once, so the slowest device of each step sets the pace. With
+//     prefetch a device that finished a step early may start the next one as soon as every
+//     device *started* the current one, so it can run one step ahead: the per-step barrier of
+//     the paper's Eq. 1 (sum over steps of the max over devices) is exact at depth 0 and an
+//     upper bound otherwise.
+//   odc: each device runs its own microbatches (skipping empty ones) with point-to-point gathers
+//     and pushes that involve nobody else; the only synchronization is one barrier at the end,
+//     after every device finished computing and its pushes drained.
+// Both then run the optimizer step, which takes the same time on every device.
+//
+// The recurrences are exact for this model (no event queue needed): collectives are resolved in
+// step order, which every device shares, and odc devices are independent until the barrier.
+#include <cstdint>
+#include <vector>
+
+#include "odc/data/planner.h"
+#include "odc/sim/compute_model.h"
+#include "odc/sim/link_model.h"
+
+namespace odc::sim {
+
+// The work of one microbatch: its token count and causal attention pairs.
+struct MicrobatchWork {
+  std::int64_t tokens = 0;
+  double pairs = 0.0;
+  std::int64_t sequences = 0;
+};
+using DeviceWork = std::vector<MicrobatchWork>;  // one device's microbatches, in execution order
+
+// Microbatch work of every device from a plan over `lengths` (the PlanInput's lengths).
+std::vector<DeviceWork> work_from_plan(const data::Plan& plan, const std::vector<std::int64_t>& lengths);
+// s(s+1)/2: the (query, key <= query) pairs of one causal sequence.
+double causal_pairs(std::int64_t length);
+
+// A span during which a device computes one step.
+struct BusyInterval {
+  double start = 0.0;
+  double end = 0.0;
+  int microbatch = 0;
+  Step step;
+};
+
+struct DeviceTimeline {
+  std::vector<BusyInterval> busy;  // in time order (only when recorded)
+  double compute_s = 0.0;          // sum of step compute times
+  double gather_wait_s = 0.0;      // waiting for parameters that had not arrived
+  double push_wait_s = 0.0;        // waiting for a gradient hand-off slot
+  double finish_s = 0.0;           // last compute done and own gradients delivered
+  int microbatches = 0;            // run (odc: non-empty ones; collective: padded count)
+};
+
+struct MinibatchTimeline {
+  CommKind comm = CommKind::odc;
+  std::vector<DeviceTimeline> devices;
+  double barrier_s = 0.0;    // every device passed the end-of-minibatch barrier
+  double optimizer_s = 0.0;  // then the optimizer step
+  double total_s() const { return barrier_s + optimizer_s; }
+  // Idle fraction before the optimizer: sum_d (barrier - compute_d) / (D * barrier). The
+  // optimizer step keeps every device busy for the same time and is left out, like the planner's
+  // estimate (data::Plan::bubble_*), which this is compared with.
+  double bubble() const;
+  double barrier_wait_s(std::size_t device) const { return barrier_s - devices.at(device).finish_s; }
+};
+
+struct ScheduleOptions {
+  int prefetch_depth = 1;              // gathers issued this many steps ahead (0: no overlap)
+  int max_outstanding_reductions = 3;  // gradient hand-offs in flight per device
+  bool record_intervals = true;        // keep per-step BusyIntervals (plots, tests)
+};
+
+MinibatchTimeline simulate_minibatch(const std::vector<DeviceWork>& work, const ComputeModel& compute,
+                                     const UnitBytes& bytes, const LinkModel& link, CommKind comm,
+                                     const ScheduleOptions& options = {});
+
+}  // namespace odc::sim

@@ -1,0 +1,67 @@
+#pragma once
+// odc-sim's tunables (declared once, with defaults and docs) and the resolved simulation inputs
+// they describe: model, lengths, planner settings, compute model and links.
+//
+// The defaults are the paper's golden setting with synthetic lengths: DeepSeek-R1-Distill-Qwen-1.5B
+// on 8 A100-80GB, LongAlign-like log-normal lengths (max 64K), 4 sequences per device per step,
+// packing ratio 1.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "odc/core/config.h"
+#include "odc/data/planner.h"
+#include "odc/model/llama_config.h"
+#include "odc/sim/compute_model.h"
+#include "odc/sim/lengths.h"
+#include "odc/sim/link_model.h"
+
+namespace odc::sim {
+
+std::vector<TunableSpec> sim_tunables();
+
+// Declared defaults < YAML file (if any) < environment (ODC_SIM_DEVICES, ...) < assignments.
+Config load_sim_config(const std::string& config_file, const std::vector<std::string>& assignments);
+
+// A schedule to simulate: "collective+lb_micro", "odc+lb_mini", ...
+struct Method {
+  CommKind comm = CommKind::odc;
+  data::Balance balance = data::Balance::lb_mini;
+  std::string name() const;
+  bool operator==(const Method&) const = default;
+};
+// Parses "COMM+BALANCE"; odc::Error naming `key` for a bad name or collective+lb_mini (collectives
+// need equal microbatch counts, which LB-Mini does not give).
+Method parse_method(const std::string& text, const std::string& key);
+std::vector<Method> parse_methods(const std::string& list, const std::string& key);  // comma-separated
+std::vector<Method> all_methods();
+
+struct SimSetup {
+  std::string label;
+  model::LlamaConfig model;
+  LengthPool pool;
+  int devices = 1;
+  std::int64_t minibatch_size = 1;
+  std::int64_t minibatches = 1;
+  std::int64_t skip_minibatches = 0;  // drawn from the sampler and discarded before simulating
+  std::int64_t token_cap = 0;
+  bool shuffle = true;
+  std::uint64_t seed = 0;
+  data::CostModel cost;
+  ComputeModel compute;
+  LinkModel link;
+  UnitBytes collective_bytes;
+  UnitBytes odc_bytes;  // differs when sim.odc_param_bytes is set (fp32 gathers, as the reference)
+  int prefetch_depth = 1;
+  int max_outstanding_reductions = 3;
+  std::vector<Method> methods;
+  Method baseline;
+  std::vector<std::string> notes;  // calibration fits and other facts worth reporting
+  std::string measured;            // calibrated: what the trace itself measured, to compare with
+};
+
+// Validates every value (odc::Error naming the key) and builds the inputs. `default_label` is
+// used when sim.label is empty (odc-sim passes the config file's stem).
+SimSetup build_setup(const Config& config, const std::string& default_label);
+
+}  // namespace odc::sim

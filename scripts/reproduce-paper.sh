@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Reproduces the shape of the paper's throughput study with odc-sim (a simulation, not training):
+#   1. the main table: every configs/paper/*.yaml setting (3 length distributions x 4 models at
+#      their device counts) at 1, 2, 4 and 8 sequences per device -> OUT/main.jsonl, OUT/table.md
+#   2. parametric sweeps around the golden setting (1.5B, LongAlign-like, 4 seq/device, 8 devices,
+#      packing ratio 1): minibatch size, maximum length, packing ratio, devices
+#      -> OUT/sweeps.jsonl, OUT/sweep-*.png
+#   3. a timeline of the golden setting's first minibatch -> OUT/timeline-golden.png
+# Usage: scripts/reproduce-paper.sh [BUILD_DIR (default build)] [OUT_DIR (default paper-out)]
+# Takes about a minute on 2 cores (simulated minibatches: 800 / minibatch size per setting, 400 per sweep point). Plots need /usr/bin/python3 with matplotlib.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build_dir=${1:-$root/build}
+out_dir=${2:-$PWD/paper-out}
+sim="$build_dir/bin/odc-sim"
+python=${PYTHON:-/usr/bin/python3}
+[ -x "$sim" ] || { echo "reproduce-paper.sh: $sim not found; build first (ninja -C $build_dir odc-sim)" >&2; exit 1; }
+mkdir -p "$out_dir"
+
+# --- 1. main table ---
+: >"$out_dir/main.jsonl"
+for name in sft-longalign-{1.5b,7b,14b,32b} sft-swesmith-{1.5b,7b,14b,32b} rl-aime-{1.5b,7b,14b,32b}; do
+  config="$root/configs/paper/$name.yaml"
+  for minibatch in 1 2 4 8; do
+    # More minibatches for small ones: each is short and noisy.
+    steps=$((800 / minibatch))
+    "$sim" "$config" --set data.minibatch_size=$minibatch --set sim.minibatches=$steps \
+      --set "sim.label=$name/mb$minibatch" | grep '^{' >>"$out_dir/main.jsonl"
+  done
+  echo "  $name done" >&2
+done
+"$python" "$root/tools/plot_sim.py" table "$out_dir/main.jsonl" >"$out_dir/table.md"
+
+# --- 2. parametric sweeps around the golden setting ---
+golden="$root/configs/paper/sft-longalign-1.5b.yaml"
+: >"$out_dir/sweeps.jsonl"
+sweep() {  # PARAM_NAME KEY VALUE...
+  local param=$1 key=$2
+  shift 2
+  for value in "$@"; do
+    "$sim" "$golden" --set "$key=$value" --set sim.minibatches=400 --set "sim.label=sweep/$param=$value" |
+      grep '^{' >>"$out_dir/sweeps.jsonl"
+  done
+}
+sweep minibatch_size data.minibatch_size 1 2 4 8 16
+sweep max_length data.max_length 16384 32768 65536
+sweep packing_ratio data.packing_ratio 1 2 4
+sweep devices sim.devices 8 16 32
+"$python" "$root/tools/plot_sim.py" sweeps "$out_dir/sweeps.jsonl" "$out_dir" >/dev/null
+
+# --- 3. the golden setting's first minibatch ---
+"$sim" "$golden" --set sim.minibatches=1 --out "$out_dir/golden" >/dev/null
+"$python" "$root/tools/plot_sim.py" timeline "$out_dir/golden/timeline.json" "$out_dir/timeline-golden.png" \
+  collective+lb_micro odc+lb_mini >/dev/null
+
+echo "wrote $out_dir/table.md, $out_dir/main.jsonl, $out_dir/sweeps.jsonl and $out_dir/*.png"

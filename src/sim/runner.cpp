@@ -1,0 +1,188 @@
+#include "odc/sim/runner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "odc/core/error.h"
+#include "odc/data/packing.h"
+
+namespace odc::sim {
+
+namespace {
+
+// Running sums of one method over the simulated minibatches.
+struct Accumulator {
+  double time = 0.0, barrier_span = 0.0, idle = 0.0, planned = 0.0, free_time = 0.0;
+  double compute = 0.0, gather_wait = 0.0, push_wait = 0.0, barrier_wait = 0.0, optimizer = 0.0;
+  double microbatches = 0.0;
+  bool recorded_first = false;
+};
+
+void accumulate(Accumulator& acc, const MinibatchTimeline& timeline) {
+  const auto d = static_cast<double>(timeline.devices.size());
+  acc.time += timeline.total_s();
+  acc.barrier_span += timeline.barrier_s * d;
+  acc.optimizer += timeline.optimizer_s;
+  for (std::size_t i = 0; i < timeline.devices.size(); ++i) {
+    const auto& device = timeline.devices[i];
+    acc.idle += timeline.barrier_s - device.compute_s;
+    acc.compute += device.compute_s / d;
+    acc.gather_wait += device.gather_wait_s / d;
+    acc.push_wait += device.push_wait_s / d;
+    acc.barrier_wait += timeline.barrier_wait_s(i) / d;
+    acc.microbatches += device.microbatches / d;
+  }
+}
+
+}  // namespace
+
+SimResults run_simulation(const SimSetup& setup) {
+  SimResults results;
+  results.setup = setup;
+  const int devices = setup.devices;
+  const LinkModel free_link = LinkModel::free(devices);
+
+  std::vector<Method> simulated = setup.methods;
+  if (std::find(simulated.begin(), simulated.end(), setup.baseline) == simulated.end()) {
+    simulated.push_back(setup.baseline);  // needed for speedups even when not reported
+  }
+  std::vector<Accumulator> acc(simulated.size());
+  std::vector<MinibatchTimeline> firsts(simulated.size());
+
+  data::Sampler sampler(static_cast<std::int64_t>(setup.pool.lengths.size()), setup.seed, setup.shuffle);
+  double length_sum = 0.0;
+  std::int64_t sequences = 0;
+  ScheduleOptions options;
+  options.prefetch_depth = setup.prefetch_depth;
+  options.max_outstanding_reductions = setup.max_outstanding_reductions;
+  for (std::int64_t step = 0; step < setup.skip_minibatches; ++step) sampler.next(setup.minibatch_size * devices);
+  for (std::int64_t step = 0; step < setup.minibatches; ++step) {
+    data::PlanInput input;
+    input.world_size = devices;
+    input.token_cap = setup.token_cap;
+    input.cost = setup.cost;
+    for (const auto index : sampler.next(setup.minibatch_size * devices)) {
+      const auto length = setup.pool.lengths[static_cast<std::size_t>(index)];
+      input.lengths.push_back(length);
+      length_sum += static_cast<double>(length);
+      results.max_length = std::max(results.max_length, length);
+      ++sequences;
+    }
+    for (std::size_t k = 0; k < simulated.size(); ++k) {
+      const Method& method = simulated[k];
+      input.balance = method.balance;
+      const data::Plan plan = data::make_plan(input);
+      const auto work = work_from_plan(plan, input.lengths);
+      const UnitBytes& bytes = method.comm == CommKind::odc ? setup.odc_bytes : setup.collective_bytes;
+      options.record_intervals = step == 0;
+      MinibatchTimeline timeline = simulate_minibatch(work, setup.compute, bytes, setup.link, method.comm, options);
+      options.record_intervals = false;
+      const auto free = simulate_minibatch(work, setup.compute, bytes, free_link, method.comm, options);
+      accumulate(acc[k], timeline);
+      acc[k].free_time += free.total_s();
+      acc[k].planned += method.comm == CommKind::odc ? plan.bubble_odc() : plan.bubble_collective();
+      if (step == 0) firsts[k] = std::move(timeline);
+    }
+  }
+  results.mean_length = length_sum / static_cast<double>(sequences);
+
+  const auto baseline_index = static_cast<std::size_t>(
+      std::find(simulated.begin(), simulated.end(), setup.baseline) - simulated.begin());
+  const Accumulator& base = acc[baseline_index];
+  const auto n = static_cast<double>(setup.minibatches);
+  for (std::size_t k = 0; k < setup.methods.size(); ++k) {
+    const Accumulator& a = acc[k];
+    MethodResult r;
+    r.method = simulated[k];
+    r.minibatch_time_s = a.time / n;
+    r.samples_per_s_per_device = r.minibatch_time_s > 0.0 ? static_cast<double>(setup.minibatch_size) / r.minibatch_time_s : 0.0;
+    r.speedup = a.time > 0.0 ? base.time / a.time : 1.0;
+    r.bubble_simulated = a.barrier_span > 0.0 ? a.idle / a.barrier_span : 0.0;
+    r.bubble_planned = a.planned / n;
+    r.zero_overhead_bound = a.free_time > 0.0 ? base.free_time / a.free_time : 1.0;
+    r.compute_s = a.compute / n;
+    r.gather_wait_s = a.gather_wait / n;
+    r.push_wait_s = a.push_wait / n;
+    r.barrier_wait_s = a.barrier_wait / n;
+    r.optimizer_s = a.optimizer / n;
+    r.microbatches_per_device = a.microbatches / n;
+    r.first = std::move(firsts[k]);
+    results.methods.push_back(std::move(r));
+  }
+  return results;
+}
+
+nlohmann::ordered_json method_json(const SimResults& results, const MethodResult& r) {
+  const auto& s = results.setup;
+  auto rounded = [](double value, int digits) {
+    const double scale = std::pow(10.0, digits);
+    return std::round(value * scale) / scale;
+  };
+  return nlohmann::ordered_json{
+      {"sim", s.label},
+      {"method", r.method.name()},
+      {"comm", comm_name(r.method.comm)},
+      {"balance", data::balance_name(r.method.balance)},
+      {"devices", s.devices},
+      {"minibatch_size", s.minibatch_size},
+      {"minibatches", s.minibatches},
+      {"token_cap", s.token_cap},
+      {"mean_length", rounded(results.mean_length, 1)},
+      {"minibatch_time_s", rounded(r.minibatch_time_s, 6)},
+      {"samples_per_s_per_device", rounded(r.samples_per_s_per_device, 6)},
+      {"speedup", rounded(r.speedup, 4)},
+      {"bubble_simulated", rounded(r.bubble_simulated, 4)},
+      {"bubble_planned", rounded(r.bubble_planned, 4)},
+      {"zero_overhead_bound", rounded(r.zero_overhead_bound, 4)},
+      {"compute_s", rounded(r.compute_s, 6)},
+      {"gather_wait_s", rounded(r.gather_wait_s, 6)},
+      {"push_wait_s", rounded(r.push_wait_s, 6)},
+      {"barrier_wait_s", rounded(r.barrier_wait_s, 6)},
+      {"optimizer_s", rounded(r.optimizer_s, 6)},
+      {"microbatches_per_device", rounded(r.microbatches_per_device, 3)},
+      {"baseline", s.baseline.name()},
+  };
+}
+
+std::string markdown_table(const SimResults& results) {
+  const auto& s = results.setup;
+  std::string out = fmt::format(
+      "### {}: {} layers x hidden {}, {} devices ({} per node), {} seq/device/step, cap {} tokens, mean length {:.0f}, "
+      "{} minibatches; compute: {}\n\n",
+      s.label, s.model.num_hidden_layers, s.model.hidden_size, s.devices, s.link.devices_per_node, s.minibatch_size,
+      s.token_cap, results.mean_length, s.minibatches, s.compute.description);
+  if (!s.measured.empty()) out += "Calibration: " + s.measured + ".\n\n";
+  out += "| method | minibatch time (s) | samples/s/device | speedup | bubble (simulated) | bubble (planned) | "
+         "zero-overhead bound | microbatches/device |\n";
+  out += "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& r : results.methods) {
+    out += fmt::format("| {}{} | {:.4f} | {:.4f} | {:.3f} | {:.1f}% | {:.1f}% | {:.3f} | {:.2f} |\n", r.method.name(),
+                       r.method == s.baseline ? " (baseline)" : "", r.minibatch_time_s, r.samples_per_s_per_device,
+                       r.speedup, 100.0 * r.bubble_simulated, 100.0 * r.bubble_planned, r.zero_overhead_bound,
+                       r.microbatches_per_device);
+  }
+  return out;
+}
+
+nlohmann::json timelines_json(const SimResults& results) {
+  nlohmann::json out = {{"sim", results.setup.label}, {"methods", nlohmann::json::array()}};
+  for (const auto& r : results.methods) {
+    nlohmann::json devices = nlohmann::json::array();
+    for (const auto& device : r.first.devices) {
+      nlohmann::json busy = nlohmann::json::array();
+      for (const auto& b : device.busy) {
+        busy.push_back({b.start, b.end, b.microbatch, b.step.unit, phase_name(b.step.phase)});
+      }
+      devices.push_back({{"busy", std::move(busy)}, {"compute_s", device.compute_s}, {"finish_s", device.finish_s}});
+    }
+    out["methods"].push_back({{"method", r.method.name()},
+                              {"barrier_s", r.first.barrier_s},
+                              {"optimizer_s", r.first.optimizer_s},
+                              {"devices", std::move(devices)}});
+  }
+  return out;
+}
+
+}  // namespace odc::sim

@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# odc-sim command-line behaviour: --help, a good run (JSON lines + table, --out files), a
+# calibrated run from a small synthetic trace, usage errors exiting 2 and bad inputs (unknown
+# device, missing calibration file, bad length-file line, impossible method) exiting 1 with a
+# message naming the culprit.
+# Usage: bash test_odc_sim.sh BIN_DIR WORK_DIR
+set -euo pipefail
+
+bin_dir=${1:?usage: test_odc_sim.sh BIN_DIR WORK_DIR}
+work_dir=${2:?usage: test_odc_sim.sh BIN_DIR WORK_DIR}
+tool="$bin_dir/odc-sim"
+rm -rf "$work_dir"
+mkdir -p "$work_dir"
+
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# run_tool NAME ARGS...: runs odc-sim, keeping stdout/stderr in $work_dir/NAME.{out,err}, and
+# sets $rc without tripping `set -e`.
+run_tool() {
+  local name=$1
+  shift
+  rc=0
+  "$tool" "$@" >"$work_dir/$name.out" 2>"$work_dir/$name.err" || rc=$?
+}
+
+expect_rc() {  # NAME EXPECTED
+  if [ "$rc" -ne "$2" ]; then
+    fail "$1: exit code $rc, expected $2; stderr: $(cat "$work_dir/$1.err")"
+  fi
+}
+
+expect_in() {  # NAME STREAM(out|err) TEXT
+  if ! grep -qF -- "$3" "$work_dir/$1.$2"; then
+    fail "$1: std$2 does not contain '$3'; it was: $(cat "$work_dir/$1.$2")"
+  fi
+}
+
+[ -x "$tool" ] || { echo "FAIL: $tool is not an executable" >&2; exit 1; }
+
+# --- help and dump-config ---
+run_tool help --help
+expect_rc help 0
+expect_in help out "usage: odc-sim"
+expect_in help out "--out DIR"
+run_tool dump --dump-config
+expect_rc dump 0
+expect_in dump out "odc_inter_node_efficiency"
+
+# --- a good run: small model, a lengths file, every method ---
+lengths="$work_dir/lengths.txt"
+{
+  echo "# sequence lengths, one per line"
+  for i in $(seq 1 64); do echo $(( (i * 7919) % 6000 + 100 )); done
+} >"$lengths"
+config="$work_dir/small.yaml"
+cat >"$config" <<EOF
+model:
+  config: {vocab_size: 32000, hidden_size: 512, intermediate_size: 1376, num_hidden_layers: 4,
+           num_attention_heads: 8, num_key_value_heads: 4, tie_word_embeddings: false, attention_bias: false}
+data: {lengths: $lengths, minibatch_size: 4}
+sim: {devices: 4, minibatches: 3}
+EOF
+run_tool good "$config" --out "$work_dir/out"
+expect_rc good 0
+json_lines=$(grep -c '^{"sim":"small","method":' "$work_dir/good.out" || true)
+[ "$json_lines" -eq 5 ] || fail "good: $json_lines JSON lines, expected 5: $(cat "$work_dir/good.out")"
+for key in '"method":"odc+lb_mini"' '"samples_per_s_per_device":' '"speedup":' '"bubble_simulated":' \
+           '"bubble_planned":' '"zero_overhead_bound":' '| method |' 'collective+lb_micro (baseline)'; do
+  expect_in good out "$key"
+done
+for file in results.jsonl table.md timeline.json; do
+  [ -s "$work_dir/out/$file" ] || fail "good: --out did not write $file"
+done
+if [ -s "$work_dir/out/results.jsonl" ]; then
+  [ "$(wc -l <"$work_dir/out/results.jsonl")" -eq 5 ] || fail "good: results.jsonl does not hold 5 lines"
+fi
+if command -v python3 >/dev/null; then
+  python3 -c 'import json, sys
+for line in open(sys.argv[1]): json.loads(line)
+json.load(open(sys.argv[2]))' "$work_dir/out/results.jsonl" "$work_dir/out/timeline.json" ||
+    fail "good: results.jsonl or timeline.json is not valid JSON"
+fi
+# --set overrides and a subset of methods.
+run_tool subset "$config" --set sim.methods=odc+lb_mini --set=sim.devices=2
+expect_rc subset 0
+json_lines=$(grep -c '^{"sim":' "$work_dir/subset.out" || true)
+[ "$json_lines" -eq 1 ] || fail "subset: $json_lines JSON lines, expected 1"
+expect_in subset out '"devices":2'
+
+# --- calibrated from a trace in odc-train's format ---
+if command -v python3 >/dev/null; then
+  trace="$work_dir/trace.json"
+  python3 - "$trace" <<'EOF'
+import json, sys
+model = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": False}
+events, clock = [], 0.0
+def add(rank, cat, name, seconds, args):
+    global clock
+    events.append({"ph": "X", "cat": cat, "name": name, "ts": clock * 1e6, "dur": seconds * 1e6,
+                   "pid": rank, "tid": 0, "args": args})
+    clock += seconds
+shapes = [(512, 512 * 513 / 2), (512, 2 * 256 * 257 / 2), (1024, 1024 * 1025 / 2), (300, 300 * 301 / 2)]
+for step in range(2):
+    for rank in range(2):
+        for m, (tokens, pairs) in enumerate(shapes):
+            args = {"step": step, "microbatch": m, "tokens": tokens, "pairs": pairs}
+            for unit in range(3):
+                add(rank, "forward", "forward", 1e-4 + 1e-6 * tokens + 1e-10 * pairs * (unit > 0), dict(args, unit=unit))
+            add(rank, "head", "head", 2e-4 + 3e-6 * tokens, dict(args, unit=3))
+            for unit in range(2, -1, -1):
+                add(rank, "backward", "backward", 2e-4 + 2e-6 * tokens + 2e-10 * pairs * (unit > 0), dict(args, unit=unit))
+        add(rank, "optimizer", "optimizer step", 1e-3, {"step": step})
+json.dump({"traceEvents": events, "displayTimeUnit": "ms",
+           "otherData": {"world_size": 2, "comm": "odc", "balance": "lb_mini", "threads": 1, "model": model}},
+          open(sys.argv[1], "w"))
+EOF
+  run_tool calibrated --set sim.device=calibrated --set "sim.calibration=$trace" --set "data.lengths=$lengths" \
+    --set sim.devices=2 --set sim.minibatches=2 --set sim.param_bytes=4
+  expect_rc calibrated 0
+  expect_in calibrated out "calibrated from $trace"
+  expect_in calibrated out "the trace measured"
+  # A different simulated model than the traced one is refused.
+  run_tool calibrated_shape "$config" --set sim.device=calibrated --set "sim.calibration=$trace"
+  expect_rc calibrated_shape 1
+  expect_in calibrated_shape err "hidden_size = 32"
+fi
+
+# --- usage errors: exit 2 ---
+run_tool unknown_option "$config" --frobnicate
+expect_rc unknown_option 2
+expect_in unknown_option err "unknown option '--frobnicate'"
+run_tool set_no_value "$config" --set
+expect_rc set_no_value 2
+expect_in set_no_value err "--set needs a value"
+run_tool set_malformed "$config" --set sim.devices
+expect_rc set_malformed 2
+expect_in set_malformed err "key.path=value"
+run_tool out_no_value "$config" --out
+expect_rc out_no_value 2
+run_tool two_configs "$config" "$config"
+expect_rc two_configs 2
+expect_in two_configs err "only one config file"
+
+# --- bad inputs: exit 1 with the culprit named ---
+run_tool bad_device "$config" --set sim.device=tpu-v9
+expect_rc bad_device 1
+expect_in bad_device err "unknown device 'tpu-v9'"
+run_tool no_calibration "$config" --set sim.device=calibrated
+expect_rc no_calibration 1
+expect_in no_calibration err "sim.calibration"
+run_tool missing_calibration "$config" --set sim.device=calibrated --set sim.calibration="$work_dir/nope.json"
+expect_rc missing_calibration 1
+expect_in missing_calibration err "$work_dir/nope.json"
+bad_lengths="$work_dir/bad_lengths.txt"
+printf '100\n200\nlots\n' >"$bad_lengths"
+run_tool bad_lengths "$config" --set "data.lengths=$bad_lengths"
+expect_rc bad_lengths 1
+expect_in bad_lengths err "$bad_lengths:3"
+expect_in bad_lengths err "'lots'"
+run_tool bad_method "$config" --set sim.methods=collective+lb_mini
+expect_rc bad_method 1
+expect_in bad_method err "collective+lb_mini"
+run_tool unknown_key "$config" --set sim.devcies=4
+expect_rc unknown_key 1
+expect_in unknown_key err "sim.devcies"
+run_tool missing_config "$work_dir/nope.yaml"
+expect_rc missing_config 1
+expect_in missing_config err "nope.yaml"
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "odc-sim CLI: all checks passed"

@@ -1,0 +1,165 @@
+#!/usr/bin/python3
+"""Tables and plots of odc-sim results (JSON lines, one object per method and setting).
+
+  plot_sim.py table MAIN.jsonl              markdown tables: speedup and bubble per method, one row
+                                            per setting (label "CONFIG/mbN")
+  plot_sim.py sweeps SWEEPS.jsonl OUT_DIR   one PNG per swept parameter (labels "sweep/PARAM=VALUE"):
+                                            speedup over the baseline and simulated bubble per method
+  plot_sim.py timeline TIMELINE.json OUT.png [METHOD...]
+                                            per-device busy intervals of the first minibatch (odc-sim
+                                            --out DIR writes DIR/timeline.json)
+
+Uses only the standard library for tables; matplotlib (Agg backend) for plots.
+"""
+import json
+import sys
+from collections import OrderedDict
+
+METHODS = ["collective+local_sort", "collective+lb_micro", "odc+local_sort", "odc+lb_micro", "odc+lb_mini"]
+SHORT = {
+    "collective+local_sort": "Coll LocalSort",
+    "collective+lb_micro": "Coll LB-Micro",
+    "odc+local_sort": "ODC LocalSort",
+    "odc+lb_micro": "ODC LB-Micro",
+    "odc+lb_mini": "ODC LB-Mini",
+}
+
+
+def read_lines(path):
+    rows = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                sys.exit(f"plot_sim.py: {path}:{number}: not a JSON line ({e})")
+    if not rows:
+        sys.exit(f"plot_sim.py: {path} holds no results")
+    return rows
+
+
+def by_label(rows):
+    groups = OrderedDict()
+    for row in rows:
+        groups.setdefault(row["sim"], {})[row["method"]] = row
+    return groups
+
+
+def table(path):
+    groups = by_label(read_lines(path))
+    methods = [m for m in METHODS if any(m in g for g in groups.values())]
+    head = "| setting | devices | seq/device | mean len |"
+    rule = "|---|---:|---:|---:|"
+    out = ["#### Throughput speedup over the baseline (samples/s per device, ratio)", ""]
+    out.append(head + "".join(f" {SHORT[m]} |" for m in methods) + " best ODC bound |")
+    out.append(rule + "---:|" * len(methods) + "---:|")
+    for label, group in groups.items():
+        any_row = next(iter(group.values()))
+        cells = [f"| {label.split('/')[0]} | {any_row['devices']} | {any_row['minibatch_size']} | "
+                 f"{any_row['mean_length'] / 1000:.1f}K |"]
+        for m in methods:
+            cells.append(f" {group[m]['speedup']:.3f} |" if m in group else " - |")
+        best = max((group[m]["zero_overhead_bound"] for m in group if m.startswith("odc")), default=float("nan"))
+        cells.append(f" {best:.3f} |")
+        out.append("".join(cells))
+    out += ["", "#### Bubble rate, simulated (planner estimate in parentheses)", ""]
+    out.append(head + "".join(f" {SHORT[m]} |" for m in methods))
+    out.append(rule + "---:|" * len(methods))
+    for label, group in groups.items():
+        any_row = next(iter(group.values()))
+        cells = [f"| {label.split('/')[0]} | {any_row['devices']} | {any_row['minibatch_size']} | "
+                 f"{any_row['mean_length'] / 1000:.1f}K |"]
+        for m in methods:
+            if m in group:
+                cells.append(f" {100 * group[m]['bubble_simulated']:.1f}% ({100 * group[m]['bubble_planned']:.1f}%) |")
+            else:
+                cells.append(" - |")
+        out.append("".join(cells))
+    print("\n".join(out))
+
+
+def pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def sweeps(path, out_dir):
+    plt = pyplot()
+    params = OrderedDict()
+    for row in read_lines(path):
+        label = row["sim"]
+        if not label.startswith("sweep/") or "=" not in label:
+            continue
+        param, value = label[len("sweep/"):].split("=", 1)
+        params.setdefault(param, OrderedDict()).setdefault(value, {})[row["method"]] = row
+    if not params:
+        sys.exit(f"plot_sim.py: {path} has no 'sweep/PARAM=VALUE' labels")
+    for param, values in params.items():
+        xs = list(values.keys())
+        fig, (ax_speed, ax_bubble) = plt.subplots(1, 2, figsize=(11, 4))
+        for m in METHODS:
+            if not all(m in values[x] for x in xs):
+                continue
+            ax_speed.plot(xs, [values[x][m]["speedup"] for x in xs], marker="o", label=SHORT[m])
+            ax_bubble.plot(xs, [100 * values[x][m]["bubble_simulated"] for x in xs], marker="o", label=SHORT[m])
+        ax_speed.axhline(1.0, color="gray", linewidth=0.8)
+        ax_speed.set_xlabel(param)
+        ax_speed.set_ylabel("speedup over Collective LB-Micro")
+        ax_bubble.set_xlabel(param)
+        ax_bubble.set_ylabel("simulated bubble (%)")
+        ax_speed.legend(fontsize=8)
+        fig.suptitle(f"golden setting (1.5B, LongAlign-like, 4 seq/device, 8 x A100), varying {param}")
+        fig.tight_layout()
+        fig.savefig(f"{out_dir}/sweep-{param}.png", dpi=110)
+        plt.close(fig)
+        print(f"{out_dir}/sweep-{param}.png")
+
+
+def timeline(path, out_png, wanted):
+    plt = pyplot()
+    with open(path) as f:
+        data = json.load(f)
+    methods = [m for m in data["methods"] if not wanted or m["method"] in wanted]
+    if not methods:
+        sys.exit(f"plot_sim.py: {path} has none of the methods {wanted}")
+    fig, axes = plt.subplots(len(methods), 1, figsize=(11, 1.2 + 0.35 * len(methods[0]["devices"]) * len(methods)),
+                             squeeze=False)
+    end = max(m["barrier_s"] for m in methods)
+    colors = {"forward": "tab:blue", "head": "tab:purple", "backward": "tab:orange"}
+    for ax, method in zip(axes[:, 0], methods):
+        for d, device in enumerate(method["devices"]):
+            for phase, color in colors.items():
+                spans = [(b[0], b[1] - b[0]) for b in device["busy"] if b[4] == phase]
+                ax.broken_barh(spans, (d - 0.4, 0.8), facecolors=color, linewidth=0)
+        ax.axvline(method["barrier_s"], color="black", linewidth=1)
+        ax.set_xlim(0, end * 1.02)
+        ax.set_yticks(range(len(method["devices"])))
+        ax.set_yticklabels([f"dev {d}" for d in range(len(method["devices"]))], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_title(f"{SHORT.get(method['method'], method['method'])}: minibatch barrier at "
+                     f"{method['barrier_s']:.2f} s (white = idle)", fontsize=9)
+    axes[-1, 0].set_xlabel("seconds (blue forward, purple head, orange backward)")
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    print(out_png)
+
+
+def main(argv):
+    if len(argv) >= 3 and argv[1] == "table":
+        table(argv[2])
+    elif len(argv) == 4 and argv[1] == "sweeps":
+        sweeps(argv[2], argv[3])
+    elif len(argv) >= 4 and argv[1] == "timeline":
+        timeline(argv[2], argv[3], argv[4:])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
