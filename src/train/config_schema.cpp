@@ -83,6 +83,19 @@ std::vector<TunableSpec> trainer_tunables() {
            "ucp_get through the progress thread"),
       spec("comm.timeout_s", K::number, "600", "a wait on a peer longer than this is an error naming the peer"),
       // debug
+      // checkpoint
+      spec("checkpoint.dir", K::string, "\"\"",
+           "directory of native checkpoints (step-N/: per-rank shards, optimizer state, data position); empty = none"),
+      spec("checkpoint.every", K::integer, "0", "save every N steps (0 = only at the end of the run)"),
+      spec("checkpoint.keep", K::integer, "3", "keep the newest K checkpoints (0 = all)"),
+      spec("checkpoint.resume", K::string, "auto",
+           "auto = continue from the newest complete checkpoint in checkpoint.dir if there is one; never; or a "
+           "checkpoint directory (step-N) to continue from"),
+      spec("train.stop_at_step", K::integer, "0",
+           "end this run (after checkpointing) once this many steps are done, without changing the schedule "
+           "of train.steps (0 = run to train.steps)"),
+      spec("debug.checkpoint_delay_ms", K::number, "0",
+           "sleep after writing this rank's checkpoint shards, before the commit (crash-safety tests)"),
       spec("debug.slow_rank", K::integer, "-1", "rank that sleeps debug.delay_ms before each microbatch (-1: none)"),
       spec("debug.delay_ms", K::number, "0", "injected per-microbatch delay of debug.slow_rank (straggler studies)"),
   };

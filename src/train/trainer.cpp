@@ -15,6 +15,7 @@
 #include "odc/dist/collective_comm.h"
 #include "odc/dist/local_comm.h"
 #include "odc/dist/odc_comm.h"
+#include "odc/io/native_checkpoint.h"
 #include "odc/kernels/matmul.h"
 #include "odc/train/config_schema.h"
 
@@ -131,12 +132,18 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
                                              config.get_bool("data.shuffle"));
 
   model_ = std::make_unique<model::LlamaModel>(model_config_);
+  checkpoint_dir_ = config.get_string("checkpoint.dir");
+  checkpoint_every_ = config.get_int("checkpoint.every");
+  if (checkpoint_every_ < 0) fail("checkpoint.every must be >= 0, found {}", checkpoint_every_);
+  if (config.get_int("checkpoint.keep") < 0) fail("checkpoint.keep must be >= 0, found {}", config.get_int("checkpoint.keep"));
+  const bool resuming_possible = config.get_string("checkpoint.resume") != "never";
+  if (world_size_ > 1 || !checkpoint_dir_.empty() || resuming_possible) data_fingerprint_ = dataset_fingerprint(*dataset_);
   if (world_size_ > 1) {
     // Every rank must train the same thing: compare fingerprints before any collective that
     // would otherwise hang or silently mix different inputs.
     dist::check_identical_across_ranks({{"the configuration", fnv1a64(config.canonical())},
                                         {"the model config", fnv1a64(model_config_.to_json().dump())},
-                                        {"the dataset " + dataset_->describe(), dataset_fingerprint(*dataset_)}});
+                                        {"the dataset " + dataset_->describe(), data_fingerprint_}});
     check_world_size(model_->units(), world_size_);
   }
   dist::ShardLayout layout(model_->units(), world_size_, rank_);
@@ -197,6 +204,21 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
   if (schedule_.warmup_steps < 0) fail("train.warmup_steps must be >= 0, found {}", schedule_.warmup_steps);
   grad_clip_ = config.get_double("train.grad_clip");
   sequence_reduction_ = config.get_string("train.loss_reduction") == "sequence";
+
+  // Resume: an explicit checkpoint, or the newest complete one in checkpoint.dir (auto).
+  const std::string resume = config.get_string("checkpoint.resume");
+  std::string resume_path;
+  if (resume == "auto") {
+    if (!checkpoint_dir_.empty()) resume_path = io::latest_checkpoint(checkpoint_dir_).value_or("");
+  } else if (resume != "never") {
+    resume_path = resume;
+  }
+  if (world_size_ > 1) {
+    // Ranks must continue from the same checkpoint (a shared directory seen at different moments
+    // could differ): compare before reading.
+    dist::check_identical_across_ranks({{"the checkpoint to resume from ('" + resume_path + "')", fnv1a64(resume_path)}});
+  }
+  if (!resume_path.empty()) load_checkpoint(resume_path);
 
   if (!config.get_string("train.trace_file").empty()) {
     tracer_ = std::make_unique<Tracer>(rank_);
@@ -367,10 +389,15 @@ StepResult Trainer::step() {
 
 std::vector<StepResult> Trainer::run() {
   const std::int64_t steps = config_.get_int("train.steps");
+  const std::int64_t stop_at = config_.get_int("train.stop_at_step");
+  if (stop_at < 0) fail("train.stop_at_step must be >= 0, found {}", stop_at);
+  const std::int64_t last = stop_at > 0 ? std::min(stop_at, steps) : steps;
   const std::int64_t log_every = std::max<std::int64_t>(1, config_.get_int("train.log_every"));
   std::vector<StepResult> results;
   const auto start = Clock::now();
-  for (std::int64_t s = 0; s < steps; ++s) {
+  const std::int64_t first = step_;
+  if (first >= last) spdlog::info("nothing to do: {} steps done, this run ends at step {}", first, last);
+  for (std::int64_t s = first; s < last; ++s) {
     const StepResult r = step();
     results.push_back(r);
     const double tokens_per_s = r.tokens / r.seconds;
@@ -407,9 +434,12 @@ std::vector<StepResult> Trainer::run() {
                     {"minibatch_time_s", r.minibatch_s},
                     {"step_time_s", r.seconds},
                     {"epoch", sampler_->epoch()}});
-    if ((s + 1) % log_every == 0 || s + 1 == steps) {
+    if (!checkpoint_dir_.empty() && checkpoint_every_ > 0 && step_ % checkpoint_every_ == 0 && step_ < last) {
+      save_checkpoint();
+    }
+    if ((s + 1) % log_every == 0 || s + 1 == last) {
       const double elapsed = seconds_since(start);
-      const double eta = elapsed / static_cast<double>(s + 1) * static_cast<double>(steps - s - 1);
+      const double eta = elapsed / static_cast<double>(s + 1 - first) * static_cast<double>(last - s - 1);
       spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | MFU {:.1f}% | "
                    "bubble {:.1f}% (planned {:.1f}%) | ETA {}{}",
                    s + 1, steps, r.loss, r.lr, r.grad_norm, tokens_per_s, 100.0 * r.mfu, 100.0 * r.bubble_measured,
@@ -419,9 +449,80 @@ std::vector<StepResult> Trainer::run() {
                        : std::string());
     }
   }
+  if (!checkpoint_dir_.empty() && first < last) save_checkpoint();
   log_summary(results, seconds_since(start));
   write_trace();
   return results;
+}
+
+void Trainer::barrier() {
+  std::array<double, 1> token{0.0};
+  comm_->all_reduce_sum(token);
+}
+
+void Trainer::save_checkpoint() {
+  const auto start = Clock::now();
+  const std::int64_t owned = store_->layout().owned_elements();
+  const std::string staging = io::staging_path(checkpoint_dir_, step_);
+  io::write_rank_shards(staging, rank_,
+                        {{store_->master_base(), static_cast<std::size_t>(owned)},
+                         {store_->exp_avg(0), static_cast<std::size_t>(owned)},
+                         {store_->exp_avg_sq(0), static_cast<std::size_t>(owned)}});
+  const double delay_ms = config_.get_double("debug.checkpoint_delay_ms");
+  if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay_ms));
+  barrier();  // every rank's shards are on disk
+  if (rank_ == 0) {
+    const auto sampler = sampler_->state();
+    const nlohmann::json manifest = {
+        {"comm", std::string(comm_->name())},
+        {"optimizer_steps", optimizer_->steps_taken()},
+        {"sampler", {{"seed", sampler.seed}, {"epoch", sampler.epoch}, {"position", sampler.position},
+                     {"dataset_size", sampler.dataset_size}, {"shuffle", sampler.shuffle}}},
+        {"data_fingerprint", fmt::format("{:016x}", data_fingerprint_)},
+        {"dataset", dataset_->describe()},
+        {"model_config", model_config_.to_json()},
+        {"config", config_.dump()}};
+    const std::string path =
+        io::commit_checkpoint(checkpoint_dir_, step_, world_size_, manifest, static_cast<int>(config_.get_int("checkpoint.keep")));
+    spdlog::info("checkpoint: step {} saved to {} in {:.2f} s", step_, path, seconds_since(start));
+  }
+  barrier();  // nobody moves on (or exits) before the commit
+}
+
+void Trainer::load_checkpoint(const std::string& path) {
+  const nlohmann::json manifest = io::read_manifest(path);
+  const int saved_world = manifest["world_size"].get<int>();
+  if (saved_world != world_size_) {
+    fail("checkpoint '{}' was written by {} ranks, this run has {}: native checkpoints hold per-rank shards; "
+         "export it to a Hugging Face directory and start from model.checkpoint to change the world size",
+         path, saved_world, world_size_);
+  }
+  if (manifest.value("model_config", nlohmann::json()) != model_config_.to_json()) {
+    fail("checkpoint '{}' holds a different model (model_config: {}) than this run's ({})", path,
+         manifest.value("model_config", nlohmann::json()).dump(), model_config_.to_json().dump());
+  }
+  if (manifest.value("data_fingerprint", std::string()) != fmt::format("{:016x}", data_fingerprint_)) {
+    fail("checkpoint '{}' was trained on different data ({}) than {}: resuming would not continue the same "
+         "run (use checkpoint.resume: never to start over)", path, manifest.value("dataset", std::string("?")),
+         dataset_->describe());
+  }
+  const std::int64_t owned = store_->layout().owned_elements();
+  io::read_rank_shards(path, manifest, rank_,
+                       {{store_->master_base(), static_cast<std::size_t>(owned)},
+                        {store_->exp_avg(0), static_cast<std::size_t>(owned)},
+                        {store_->exp_avg_sq(0), static_cast<std::size_t>(owned)}});
+  const auto& s = manifest.at("sampler");
+  data::SamplerState state;
+  state.seed = s.at("seed").get<std::uint64_t>();
+  state.epoch = s.at("epoch").get<std::int64_t>();
+  state.position = s.at("position").get<std::int64_t>();
+  state.dataset_size = s.at("dataset_size").get<std::int64_t>();
+  state.shuffle = s.at("shuffle").get<bool>();
+  sampler_->restore(state);
+  optimizer_->set_steps_taken(manifest.at("optimizer_steps").get<std::int64_t>());
+  step_ = manifest.at("step").get<std::int64_t>();
+  resumed_from_ = path;
+  spdlog::info("resumed from {} (step {}, written with comm {})", path, step_, manifest.value("comm", std::string("?")));
 }
 
 // Every rank contributes its totals (an all-reduce of a vector where each rank fills its own

@@ -68,6 +68,10 @@ class Trainer {
   const model::LlamaModel& model() const { return *model_; }
   dist::ShardStore& store() { return *store_; }
   std::int64_t token_cap() const { return token_cap_; }
+  // Optimizer steps done so far (including those of a checkpoint this run resumed from).
+  std::int64_t steps_done() const { return step_; }
+  // The checkpoint this trainer resumed from (empty when it started fresh).
+  const std::string& resumed_from() const { return resumed_from_; }
   // Fingerprint of the last step's global plan (identical on every rank).
   std::uint64_t last_plan_hash() const { return last_plan_hash_; }
 
@@ -76,6 +80,10 @@ class Trainer {
                         model::PackedBatch& out) const;
   void log_summary(const std::vector<StepResult>& results, double elapsed) const;
   void write_trace() const;
+  // Native checkpoints (io/native_checkpoint.h): every rank writes its shards, rank 0 commits.
+  void save_checkpoint();
+  void load_checkpoint(const std::string& path);
+  void barrier();
 
   const Config config_;  // a copy: the trainer must not depend on the caller keeping it alive
   int rank_;
@@ -106,6 +114,10 @@ class Trainer {
   std::int64_t trace_steps_ = 0;
   double peak_flops_ = 0.0;         // one rank's, for MFU
   RankTotals totals_;               // this rank's, for the summary
+  std::uint64_t data_fingerprint_ = 0;
+  std::string checkpoint_dir_;
+  std::int64_t checkpoint_every_ = 0;
+  std::string resumed_from_;
 };
 
 }  // namespace odc::train

@@ -1,0 +1,65 @@
+#pragma once
+// Native training checkpoints: everything needed to continue a run exactly, per rank its shards.
+//
+//   DIR/step-00000120/manifest.json        step, world size, comm, sampler position, the config,
+//                                          model config and data fingerprint, and per rank the
+//                                          file, its size and checksum
+//   DIR/step-00000120/rank-00000.safetensors   this rank's fp32 master shards and AdamW moments
+//                                          ("masters", "exp_avg", "exp_avg_sq": the owned
+//                                          elements of every unit, back to back)
+//
+// Commit protocol: every rank writes its file (and a small sidecar with its checksum) into
+// DIR/.partial-step-N/, each file fsynced; after a barrier rank 0 writes the manifest, fsyncs the
+// directory and renames it to DIR/step-N, then fsyncs DIR. A crash at any point leaves either no
+// step-N or a complete one, and every older checkpoint untouched; partial directories are
+// ignored by the search and removed by the next commit. Rank 0 then prunes to the newest K.
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace odc::io {
+
+inline constexpr int kNativeCheckpointVersion = 1;
+
+// "step-00000120"
+std::string checkpoint_name(std::int64_t step);
+// DIR/.partial-step-00000120 (created by every rank before writing).
+std::string staging_path(const std::string& dir, std::int64_t step);
+
+// The state a rank saves: spans over its contiguous shard buffers (all the same length).
+struct RankShards {
+  std::span<const float> masters;
+  std::span<const float> exp_avg;
+  std::span<const float> exp_avg_sq;
+};
+
+// Writes rank `rank`'s file and checksum sidecar into the staging directory (creating it).
+void write_rank_shards(const std::string& staging, int rank, const RankShards& shards);
+
+// Rank 0, after every rank wrote: completes `manifest` with the per-rank files (read from the
+// sidecars; odc::Error naming a missing rank), writes it, commits (rename) and prunes the
+// directory to the newest `keep` checkpoints (keep <= 0 keeps all). Returns the final path.
+std::string commit_checkpoint(const std::string& dir, std::int64_t step, int world_size, nlohmann::json manifest,
+                              int keep);
+
+// The newest complete checkpoint under `dir` (a step-N directory with a readable manifest), if any.
+std::optional<std::string> latest_checkpoint(const std::string& dir);
+
+// Reads and validates a checkpoint's manifest (version, fields); odc::Error naming the path.
+nlohmann::json read_manifest(const std::string& checkpoint);
+
+// Reads rank `rank`'s shards into the given buffers, checking the file's size and checksum
+// against the manifest and each tensor's length against the buffers.
+struct RankShardsOut {
+  std::span<float> masters;
+  std::span<float> exp_avg;
+  std::span<float> exp_avg_sq;
+};
+void read_rank_shards(const std::string& checkpoint, const nlohmann::json& manifest, int rank,
+                      const RankShardsOut& out);
+
+}  // namespace odc::io

@@ -1,0 +1,186 @@
+#include "odc/io/native_checkpoint.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "odc/core/atomic_file.h"
+#include "odc/core/error.h"
+#include "odc/core/hash.h"
+#include "odc/io/safetensors.h"
+
+namespace odc::io {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kStepPrefix = "step-";
+constexpr const char* kPartialPrefix = ".partial-step-";
+constexpr const char* kTensorNames[3] = {"masters", "exp_avg", "exp_avg_sq"};
+
+std::string rank_file(int rank) { return fmt::format("rank-{:05}.safetensors", rank); }
+std::string rank_sidecar(int rank) { return fmt::format("rank-{:05}.json", rank); }
+
+// The content checksum of a rank's state: FNV-1a over the three tensors' bytes, in order.
+std::uint64_t checksum(std::span<const float> a, std::span<const float> b, std::span<const float> c) {
+  Fnv1a h;
+  for (const auto s : {a, b, c}) h.add(s.data(), s.size_bytes());
+  return h.value();
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) fail("cannot read '{}'", path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// step-00000120 -> 120; anything else -> -1.
+std::int64_t step_of(const std::string& name) {
+  if (name.rfind(kStepPrefix, 0) != 0) return -1;
+  const std::string_view digits = std::string_view(name).substr(std::string_view(kStepPrefix).size());
+  std::int64_t step = -1;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty()) return -1;
+  return step;
+}
+
+std::vector<std::pair<std::int64_t, fs::path>> complete_checkpoints(const std::string& dir) {
+  std::vector<std::pair<std::int64_t, fs::path>> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return found;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::int64_t step = step_of(entry.path().filename().string());
+    if (step >= 0 && entry.is_directory() && fs::exists(entry.path() / "manifest.json")) {
+      found.emplace_back(step, entry.path());
+    }
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace
+
+std::string checkpoint_name(std::int64_t step) { return fmt::format("{}{:08}", kStepPrefix, step); }
+
+std::string staging_path(const std::string& dir, std::int64_t step) {
+  return (fs::path(dir) / fmt::format("{}{:08}", kPartialPrefix, step)).string();
+}
+
+void write_rank_shards(const std::string& staging, int rank, const RankShards& shards) {
+  ODC_CHECK(shards.masters.size() == shards.exp_avg.size() && shards.masters.size() == shards.exp_avg_sq.size(),
+            "rank shard buffers differ in length");
+  std::error_code ec;
+  fs::create_directories(staging, ec);
+  if (ec) fail("checkpoint: cannot create '{}': {}", staging, ec.message());
+  const Shape shape{static_cast<std::int64_t>(shards.masters.size())};
+  write_safetensors((fs::path(staging) / rank_file(rank)).string(),
+                    {{kTensorNames[0], DType::f32, shape, shards.masters.data()},
+                     {kTensorNames[1], DType::f32, shape, shards.exp_avg.data()},
+                     {kTensorNames[2], DType::f32, shape, shards.exp_avg_sq.data()}});
+  const nlohmann::json sidecar = {
+      {"rank", rank},
+      {"file", rank_file(rank)},
+      {"elements", shards.masters.size()},
+      {"checksum", fmt::format("{:016x}", checksum(shards.masters, shards.exp_avg, shards.exp_avg_sq))}};
+  write_file_atomically((fs::path(staging) / rank_sidecar(rank)).string(), sidecar.dump());
+}
+
+std::string commit_checkpoint(const std::string& dir, std::int64_t step, int world_size, nlohmann::json manifest,
+                              int keep) {
+  const fs::path staging = staging_path(dir, step);
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int r = 0; r < world_size; ++r) {
+    const fs::path sidecar = staging / rank_sidecar(r);
+    if (!fs::exists(sidecar)) fail("checkpoint step {}: rank {} did not write its shards into '{}'", step, r, staging.string());
+    ranks.push_back(nlohmann::json::parse(read_text(sidecar)));
+  }
+  manifest["format_version"] = kNativeCheckpointVersion;
+  manifest["step"] = step;
+  manifest["world_size"] = world_size;
+  manifest["ranks"] = std::move(ranks);
+  write_file_atomically((staging / "manifest.json").string(), manifest.dump(2));
+  for (int r = 0; r < world_size; ++r) fs::remove(staging / rank_sidecar(r));
+  fsync_directory(staging.string());
+
+  const fs::path final_path = fs::path(dir) / checkpoint_name(step);
+  std::error_code ec;
+  if (fs::exists(final_path)) fs::remove_all(final_path, ec);  // a rerun of the same step replaces it
+  fs::rename(staging, final_path, ec);
+  if (ec) fail("checkpoint: cannot rename '{}' to '{}': {}", staging.string(), final_path.string(), ec.message());
+  fsync_directory(dir);
+
+  // Prune: older complete checkpoints beyond `keep`, and partial directories of crashed writes.
+  auto complete = complete_checkpoints(dir);
+  if (keep > 0 && static_cast<int>(complete.size()) > keep) {
+    for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < complete.size(); ++i) fs::remove_all(complete[i].second, ec);
+  }
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kPartialPrefix, 0) == 0 && entry.path() != staging) fs::remove_all(entry.path(), ec);
+  }
+  return final_path.string();
+}
+
+std::optional<std::string> latest_checkpoint(const std::string& dir) {
+  auto complete = complete_checkpoints(dir);
+  // Newest first; a manifest that does not parse (a foreign or damaged directory) is skipped.
+  for (auto it = complete.rbegin(); it != complete.rend(); ++it) {
+    try {
+      read_manifest(it->second.string());
+      return it->second.string();
+    } catch (const Error&) {
+    }
+  }
+  return std::nullopt;
+}
+
+nlohmann::json read_manifest(const std::string& checkpoint) {
+  const fs::path path = fs::path(checkpoint) / "manifest.json";
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(read_text(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail("checkpoint manifest '{}' is not valid JSON: {}", path.string(), e.what());
+  }
+  if (!manifest.is_object() || manifest.value("format_version", 0) != kNativeCheckpointVersion) {
+    fail("checkpoint manifest '{}': format_version {} expected", path.string(), kNativeCheckpointVersion);
+  }
+  for (const char* key : {"step", "world_size", "ranks"}) {
+    if (!manifest.contains(key)) fail("checkpoint manifest '{}': missing '{}'", path.string(), key);
+  }
+  if (!manifest["ranks"].is_array() || manifest["ranks"].size() != manifest["world_size"].get<std::size_t>()) {
+    fail("checkpoint manifest '{}': 'ranks' must list every one of the {} ranks", path.string(),
+         manifest["world_size"].dump());
+  }
+  return manifest;
+}
+
+void read_rank_shards(const std::string& checkpoint, const nlohmann::json& manifest, int rank, const RankShardsOut& out) {
+  const auto& entry = manifest["ranks"].at(static_cast<std::size_t>(rank));
+  const std::string path = (fs::path(checkpoint) / entry.at("file").get<std::string>()).string();
+  const SafetensorsFile file(path);
+  const std::span<float> targets[3] = {out.masters, out.exp_avg, out.exp_avg_sq};
+  for (int i = 0; i < 3; ++i) {
+    const auto& info = file.info(kTensorNames[i]);
+    if (info.dtype != DType::f32 || info.numel() != static_cast<std::int64_t>(targets[i].size())) {
+      fail("checkpoint '{}': tensor '{}' holds {} elements, this rank's shards need {} (a different model or "
+           "world size?)", path, kTensorNames[i], info.numel(), targets[i].size());
+    }
+    std::memcpy(targets[i].data(), info.bytes.data(), targets[i].size_bytes());
+  }
+  const std::string expected = entry.at("checksum").get<std::string>();
+  const std::string actual = fmt::format("{:016x}", checksum(out.masters, out.exp_avg, out.exp_avg_sq));
+  if (actual != expected) {
+    fail("checkpoint '{}': checksum {} does not match the manifest's {} (the file is damaged)", path, actual, expected);
+  }
+}
+
+}  // namespace odc::io
