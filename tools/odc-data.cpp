@@ -1,5 +1,6 @@
 // odc-data: dataset utilities. `synth` writes a synthetic pre-tokenized JSONL dataset, `convert`
-// turns pre-tokenized JSONL into the binary format; each prints a one-line JSON summary.
+// turns pre-tokenized, chat or text JSONL into the binary format; each prints a one-line JSON
+// summary.
 // Exit codes: 0 ok, 1 bad input (odc::Error), 2 usage error.
 #include <algorithm>
 #include <charconv>
@@ -24,6 +25,7 @@
 #include "odc/data/bin_dataset.h"
 #include "odc/data/dataset.h"
 #include "odc/data/synth.h"
+#include "odc/data/tokenizer.h"
 
 namespace {
 
@@ -40,7 +42,7 @@ constexpr const char* kMainUsage = R"(usage: odc-data <command> [options]
 
 commands:
   synth     write a synthetic pre-tokenized JSONL dataset (copy/reverse/sort/add tasks)
-  convert   convert pre-tokenized JSONL into the binary format (data.format: bin)
+  convert   convert pre-tokenized, chat or text JSONL into the binary format (data.format: bin)
 
 Run 'odc-data <command> --help' for the options of a command.
 )";
@@ -63,18 +65,31 @@ options:
   -h, --help           show this help
 )";
 
-constexpr const char* kConvertUsage = R"(usage: odc-data convert --in FILE.jsonl --out PREFIX [--vocab V]
+constexpr const char* kConvertUsage = R"(usage: odc-data convert --in FILE.jsonl --out PREFIX [options]
 
-Reads pre-tokenized JSONL ({"input_ids": [...], "loss_mask": [...]} per line, format "tokens"),
-writes the binary pair PREFIX.bin (uint32 token ids) + PREFIX.idx (offsets, target spans,
-checksum), checks that it opens, and prints a one-line JSON summary. Train on it with
+Reads JSONL, writes the binary pair PREFIX.bin (uint32 token ids) + PREFIX.idx (offsets, target
+spans, checksum), checks that it opens, and prints a one-line JSON summary. Train on it with
 data.format: bin and data.train: PREFIX.
 
+Input formats (--format):
+  tokens   pre-tokenized: {"input_ids": [...], "loss_mask": [...]} per line (default)
+  chat     {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]},
+           {"prompt": "...", "completion": "..."} or {"text": "..."} per line, tokenized with
+           --tokenizer and rendered with --chat-template; targets: assistant turns (content and
+           end-of-turn token), completion + EOS, or all of the text
+  text     {"text": "..."} per line; targets: all tokens
+
 options:
-  --in FILE            pre-tokenized JSONL input (required)
+  --in FILE            JSONL input (required)
   --out PREFIX         output prefix; a trailing .bin or .idx is ignored (required)
-  --vocab V            reject token ids >= V (default: any id that fits int32; the trainer
-                       checks the model's vocabulary when it opens the data)
+  --format F           tokens, chat or text (default tokens)
+  --tokenizer PATH     Hugging Face tokenizer.json (required for chat and text); BOS/EOS come from
+                       tokenizer_config.json next to it when present
+  --chat-template T    auto, llama3 or chatml (default auto: from tokenizer_config.json's
+                       chat_template, else from the tokenizer's special tokens)
+  --vocab V            reject token ids >= V (default: the tokenizer's vocabulary for chat/text,
+                       else any id that fits int32; the trainer checks the model's vocabulary
+                       when it opens the data)
   -h, --help           show this help
 )";
 
@@ -219,30 +234,55 @@ std::uint64_t file_size_or_zero(const std::string& path) {
 }
 
 int run_convert(const std::vector<std::string>& args) {
-  const auto parsed = parse_options("convert", args, {"--in", "--out", "--vocab"});
+  const auto parsed = parse_options("convert", args,
+                                    {"--in", "--out", "--vocab", "--format", "--tokenizer", "--chat-template"});
   if (!parsed) {
     std::cout << kConvertUsage;
     return 0;
   }
   std::string in_path;
   std::string out_prefix;
-  std::int64_t vocab_size = std::numeric_limits<std::int32_t>::max();
+  std::string format = "tokens";
+  odc::data::TextDataOptions text_options;
+  std::optional<std::int64_t> vocab_option;
   for (const auto& [flag, value] : *parsed) {
     if (flag == "--in") {
       in_path = value;
     } else if (flag == "--out") {
       out_prefix = odc::data::bin_dataset_prefix(value);
+    } else if (flag == "--format") {
+      format = value;
+    } else if (flag == "--tokenizer") {
+      text_options.tokenizer_path = value;
+    } else if (flag == "--chat-template") {
+      text_options.chat_template = value;
     } else {
-      vocab_size = parse_integer<std::int64_t>("convert", flag, value);
+      vocab_option = parse_integer<std::int64_t>("convert", flag, value);
     }
   }
   if (in_path.empty()) throw UsageError("odc-data convert: --in FILE.jsonl is required");
   if (out_prefix.empty()) throw UsageError("odc-data convert: --out PREFIX is required");
+  const bool text_format = format == "chat" || format == "text";
+  if (!text_format && format != "tokens") {
+    throw UsageError("odc-data convert: --format must be tokens, chat or text, got '" + format + "'");
+  }
+  if (text_format && text_options.tokenizer_path.empty()) {
+    throw UsageError("odc-data convert: --format " + format + " needs --tokenizer PATH (a tokenizer.json)");
+  }
+  if (!text_format && (!text_options.tokenizer_path.empty() || text_options.chat_template != "auto")) {
+    throw UsageError("odc-data convert: --tokenizer and --chat-template apply to --format chat or text only");
+  }
+  std::int64_t vocab_size = std::numeric_limits<std::int32_t>::max();
+  if (vocab_option) {
+    vocab_size = *vocab_option;
+  } else if (text_format) {
+    vocab_size = odc::data::Tokenizer::from_file(text_options.tokenizer_path).vocab_size();
+  }
 
   const auto start = std::chrono::steady_clock::now();
   {
-    const odc::data::JsonlTokenDataset source(in_path, vocab_size);
-    odc::data::write_bin_dataset(out_prefix, source);
+    const auto source = odc::data::open_dataset(in_path, format, vocab_size, text_options);
+    odc::data::write_bin_dataset(out_prefix, *source);
   }
   // The summary is computed from the written pair as the trainer will read it, which also proves
   // that it opens and validates.
@@ -253,6 +293,7 @@ int run_convert(const std::vector<std::string>& args) {
 
   const nlohmann::ordered_json summary = {
       {"in", in_path},
+      {"format", format},
       {"out", out_prefix},
       {"sequences", written.size()},
       {"tokens", written.total_tokens()},

@@ -11,6 +11,8 @@
 
 #include "odc/core/error.h"
 #include "odc/data/bin_dataset.h"
+#include "odc/data/chat_format.h"
+#include "odc/data/text_dataset.h"
 
 namespace odc::data {
 
@@ -151,10 +153,24 @@ std::string JsonlTokenDataset::describe() const {
 }
 
 std::unique_ptr<TokenDataset> open_dataset(const std::string& path, const std::string& format,
-                                           std::int64_t vocab_size) {
+                                           std::int64_t vocab_size, const TextDataOptions& text) {
   if (format == "tokens") return std::make_unique<JsonlTokenDataset>(path, vocab_size);
   if (format == "bin") return std::make_unique<BinTokenDataset>(path, vocab_size);
-  fail("{}: unknown data.format '{}' (supported formats: tokens, bin)", path, format);
+  if (format == "chat" || format == "text") {
+    if (text.tokenizer_path.empty()) {
+      fail("{}: data.format '{}' needs a tokenizer (data.tokenizer, or a model.checkpoint holding "
+           "tokenizer.json)", path, format);
+    }
+    const Tokenizer tokenizer = Tokenizer::from_file(text.tokenizer_path);
+    // Plain text needs no template; chat data fails here, before reading, if none fits.
+    const std::optional<ChatTemplate> chat_template =
+        format == "chat" ? std::optional(resolve_chat_template(text.chat_template, tokenizer, text.tokenizer_path))
+                         : std::nullopt;
+    const ChatFormatter formatter(tokenizer, chat_template, text.tokenizer_path);
+    return std::make_unique<TextJsonlDataset>(
+        path, format == "chat" ? TextJsonlDataset::Kind::chat : TextJsonlDataset::Kind::text, formatter, vocab_size);
+  }
+  fail("{}: unknown data.format '{}' (supported formats: tokens, bin, chat, text)", path, format);
 }
 
 }  // namespace odc::data

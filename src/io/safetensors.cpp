@@ -96,8 +96,10 @@ DType safetensors_dtype_from_code(std::string_view code) {
   fail("unsupported dtype '{}': expected one of F32, BF16, F16, F64, I32, U32, I64", code);
 }
 
-void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+SafetensorsStreamWriter::SafetensorsStreamWriter(std::string path,
+                                                 const std::vector<SafetensorsEntry>& layout,
+                                                 const std::map<std::string, std::string>& metadata)
+    : path_(std::move(path)), tmp_path_(path_ + ".tmp"), layout_(layout) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
@@ -106,16 +108,13 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
   }
   std::set<std::string> seen;
   std::uint64_t offset = 0;
-  for (const auto& t : tensors) {
+  for (const auto& t : layout_) {
     if (t.name.empty() || t.name == kMetadataKey) {
-      fail("safetensors file '{}': invalid tensor name '{}'", path, t.name);
+      fail("safetensors file '{}': invalid tensor name '{}'", path_, t.name);
     }
-    if (!seen.insert(t.name).second) fail("safetensors file '{}': duplicate tensor '{}'", path, t.name);
+    if (!seen.insert(t.name).second) fail("safetensors file '{}': duplicate tensor '{}'", path_, t.name);
     const std::uint64_t bytes =
         static_cast<std::uint64_t>(shape_numel(t.shape)) * dtype_size(t.dtype);
-    if (bytes > 0 && t.data == nullptr) {
-      fail("safetensors file '{}': tensor '{}' has no data", path, t.name);
-    }
     header[t.name] = {{"dtype", safetensors_dtype_code(t.dtype)},
                       {"shape", t.shape},
                       {"data_offsets", {offset, offset + bytes}}};
@@ -131,22 +130,62 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
     b = static_cast<std::byte>(length & 0xff);
     length >>= 8;
   }
+  fd_.emplace(::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd_->get() < 0) {
+    fd_.reset();
+    fail("safetensors file '{}': cannot create: {}", tmp_path_, std::strerror(errno));
+  }
+  write_all(fd_->get(), length_bytes, sizeof(length_bytes), tmp_path_);
+  write_all(fd_->get(), header_text.data(), header_text.size(), tmp_path_);
+}
 
-  const std::string tmp_path = path + ".tmp";
-  FileDescriptor fd(::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) fail("safetensors file '{}': cannot create: {}", tmp_path, std::strerror(errno));
-  write_all(fd.get(), length_bytes, sizeof(length_bytes), tmp_path);
-  write_all(fd.get(), header_text.data(), header_text.size(), tmp_path);
-  for (const auto& t : tensors) {
-    const auto bytes = static_cast<std::size_t>(shape_numel(t.shape)) * dtype_size(t.dtype);
-    if (bytes > 0) write_all(fd.get(), t.data, bytes, tmp_path);
+SafetensorsStreamWriter::~SafetensorsStreamWriter() {
+  // Not committed (an error on the way): the partial file must not linger next to good ones.
+  if (fd_) {
+    fd_.reset();
+    ::unlink(tmp_path_.c_str());
+  }
+}
+
+void SafetensorsStreamWriter::append(const std::string& name, const void* data) {
+  if (!fd_) fail("safetensors file '{}': tensor '{}' appended after commit", path_, name);
+  if (next_ >= layout_.size()) {
+    fail("safetensors file '{}': tensor '{}' appended, but all {} tensors are written", path_, name,
+         layout_.size());
+  }
+  const SafetensorsEntry& t = layout_[next_];
+  if (t.name != name) {
+    fail("safetensors file '{}': tensor '{}' appended where '{}' comes next", path_, name, t.name);
+  }
+  const auto bytes = static_cast<std::size_t>(shape_numel(t.shape)) * dtype_size(t.dtype);
+  if (bytes > 0 && data == nullptr) fail("safetensors file '{}': tensor '{}' has no data", path_, name);
+  if (bytes > 0) write_all(fd_->get(), data, bytes, tmp_path_);
+  ++next_;
+}
+
+void SafetensorsStreamWriter::commit() {
+  if (!fd_) fail("safetensors file '{}': committed twice", path_);
+  if (next_ != layout_.size()) {
+    fail("safetensors file '{}': commit after {} of {} tensors (next: '{}')", path_, next_,
+         layout_.size(), layout_[next_].name);
   }
   // fsync before rename: otherwise a crash can leave the new name pointing at unwritten blocks.
-  if (::fsync(fd.get()) != 0) fail("safetensors file '{}': fsync failed: {}", tmp_path, std::strerror(errno));
-  if (fd.close_checked() != 0) fail("safetensors file '{}': close failed: {}", tmp_path, std::strerror(errno));
+  if (::fsync(fd_->get()) != 0) {
+    fail("safetensors file '{}': fsync failed: {}", tmp_path_, std::strerror(errno));
+  }
+  const int closed = fd_->close_checked();
+  fd_.reset();
+  if (closed != 0) fail("safetensors file '{}': close failed: {}", tmp_path_, std::strerror(errno));
   std::error_code ec;
-  std::filesystem::rename(tmp_path, path, ec);
-  if (ec) fail("safetensors file '{}': cannot rename from '{}': {}", path, tmp_path, ec.message());
+  std::filesystem::rename(tmp_path_, path_, ec);
+  if (ec) fail("safetensors file '{}': cannot rename from '{}': {}", path_, tmp_path_, ec.message());
+}
+
+void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  SafetensorsStreamWriter writer(path, tensors, metadata);
+  for (const auto& t : tensors) writer.append(t.name, t.data);
+  writer.commit();
 }
 
 void SafetensorsFile::Unmap::operator()(std::byte* base) const noexcept {
@@ -167,7 +206,22 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   void* base = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
   if (base == MAP_FAILED) fail("safetensors file '{}': mmap failed: {}", path, std::strerror(errno));
   mapping_ = std::unique_ptr<std::byte, Unmap>(static_cast<std::byte*>(base), Unmap{file_size});
-  const std::byte* bytes = mapping_.get();
+  parse({mapping_.get(), file_size});
+}
+
+SafetensorsFile::SafetensorsFile(std::vector<std::byte> contents, std::string name)
+    : path_(std::move(name)), contents_(std::move(contents)) {
+  parse(contents_);
+}
+
+void SafetensorsFile::parse(std::span<const std::byte> file) {
+  const std::string& path = path_;
+  const std::uint64_t file_size = file.size();
+  if (file_size < 8) {
+    fail("safetensors file '{}': truncated: {} bytes, expected at least the 8-byte header length",
+         path, file_size);
+  }
+  const std::byte* bytes = file.data();
 
   const std::uint64_t header_len = read_le64(bytes);
   if (header_len > kMaxHeaderBytes || header_len > file_size - 8) {
@@ -289,32 +343,43 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name,
          path_, name, shape_str(t.shape), n, expected_numel);
   }
   std::vector<float> out(static_cast<std::size_t>(n));
-  const std::byte* src = t.bytes.data();
+  read_f32_range(name, 0, n, out.data());
+  return out;
+}
+
+void SafetensorsFile::read_f32_range(const std::string& name, std::int64_t begin,
+                                     std::int64_t count, float* out) const {
+  const SafetensorsTensorInfo& t = info(name);
+  const std::int64_t n = t.numel();
+  if (begin < 0 || count < 0 || begin > n || count > n - begin) {
+    fail("safetensors file '{}': tensor '{}' has {} elements, cannot read [{}, {})", path_, name, n,
+         begin, begin + count);
+  }
+  const std::byte* src = t.bytes.data() + static_cast<std::size_t>(begin) * dtype_size(t.dtype);
   // memcpy per element: tensors inside the mapping need not be aligned for their type.
   switch (t.dtype) {
     case DType::f32:
-      if (n > 0) std::memcpy(out.data(), src, t.bytes.size());
+      if (count > 0) std::memcpy(out, src, static_cast<std::size_t>(count) * 4);
       break;
     case DType::f64:
-      for (std::int64_t i = 0; i < n; ++i) {
+      for (std::int64_t i = 0; i < count; ++i) {
         double v;
         std::memcpy(&v, src + i * 8, 8);
-        out[static_cast<std::size_t>(i)] = static_cast<float>(v);
+        out[i] = static_cast<float>(v);
       }
       break;
     case DType::bf16:
     case DType::f16:
-      for (std::int64_t i = 0; i < n; ++i) {
+      for (std::int64_t i = 0; i < count; ++i) {
         std::uint16_t v;
         std::memcpy(&v, src + i * 2, 2);
-        out[static_cast<std::size_t>(i)] = t.dtype == DType::bf16 ? bf16_to_f32(v) : f16_to_f32(v);
+        out[i] = t.dtype == DType::bf16 ? bf16_to_f32(v) : f16_to_f32(v);
       }
       break;
     default:
       fail("safetensors file '{}': tensor '{}' has dtype {}, expected a floating-point type", path_,
            name, safetensors_dtype_code(t.dtype));
   }
-  return out;
 }
 
 }  // namespace odc::io

@@ -12,7 +12,7 @@
 namespace odc::train {
 
 data::CostModel calibrate_cost_model(const Config& config, std::vector<CalibrationPoint>* points) {
-  const auto model_config = model_config_from(config);
+  const auto model_config = training_model_config(config);
   kernels::cpu::set_num_threads(static_cast<int>(config.get_int("train.threads")));
   model::LlamaModel model(model_config);
   dist::ShardLayout layout(model.units(), 1, 0);

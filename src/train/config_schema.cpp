@@ -1,8 +1,11 @@
 #include "odc/train/config_schema.h"
 
 #include <cctype>
+#include <filesystem>
+#include <fstream>
 
 #include "odc/core/error.h"
+#include "odc/io/hf_checkpoint.h"
 
 namespace odc::train {
 
@@ -22,6 +25,9 @@ std::vector<TunableSpec> trainer_tunables() {
        "num_attention_heads: 8, num_key_value_heads: 4, rms_norm_eps: 1.0e-5, rope_theta: 10000.0, "
        "max_position_embeddings: 4096, tie_word_embeddings: false}",
        "Hugging Face config.json fields of the model to train from random initialization"),
+      spec("model.checkpoint", K::string, "\"\"",
+           "Hugging Face checkpoint directory (config.json + safetensors) to fine-tune; its config.json "
+           "replaces model.config (empty = random initialization from model.config)"),
       spec("model.dtype", K::string, "float32", "compute dtype (the CPU backend computes in float32)",
        {"float32"}),
       spec("model.seed", K::integer, "0", "seed of the random initialization (same model on every world size)"),
@@ -29,8 +35,17 @@ std::vector<TunableSpec> trainer_tunables() {
       spec("data.train", K::string, "", "training data file", {}, true),
       spec("data.format", K::string, "tokens",
        "data format: tokens = pre-tokenized JSONL {\"input_ids\": [...], \"loss_mask\": [...]}; bin = "
-       "binary PREFIX.bin + PREFIX.idx written by odc-data convert (memory-mapped)",
-       {"tokens", "bin"}),
+       "binary PREFIX.bin + PREFIX.idx written by odc-data convert (memory-mapped); chat = JSONL of "
+       "{\"messages\": [...]}, {\"prompt\", \"completion\"} or {\"text\"} records, tokenized with "
+       "data.tokenizer and data.chat_template (loss on assistant turns / completions); text = JSONL of "
+       "{\"text\": ...} records (loss on all tokens)",
+       {"tokens", "bin", "chat", "text"}),
+      spec("data.tokenizer", K::string, "\"\"",
+       "tokenizer.json for data.format chat/text; empty = <model.checkpoint>/tokenizer.json"),
+      spec("data.chat_template", K::string, "auto",
+       "chat template of data.format chat: llama3, chatml (Qwen), or auto (from tokenizer_config.json "
+       "next to the tokenizer, else from its special tokens)",
+       {"auto", "llama3", "chatml"}),
       spec("data.minibatch_size", K::integer, "4", "sequences per rank per optimizer step"),
       spec("data.max_tokens_per_microbatch", K::integer, "0",
        "token cap of a packed microbatch; 0 = the longest sequence of the dataset times packing_ratio"),
@@ -91,6 +106,12 @@ std::vector<TunableSpec> trainer_tunables() {
       spec("checkpoint.resume", K::string, "auto",
            "auto = continue from the newest complete checkpoint in checkpoint.dir if there is one; never; or a "
            "checkpoint directory (step-N) to continue from"),
+      spec("checkpoint.export_hf", K::string, "\"\"",
+           "at the end of the run, write the trained model as a Hugging Face directory here (config.json, "
+           "safetensors, tokenizer files copied from model.checkpoint); empty = no export"),
+      spec("checkpoint.export_dtype", K::string, "auto",
+           "dtype of the exported tensors; auto = model.checkpoint's dtype, else float32",
+           {"auto", "float32", "bfloat16", "float16"}),
       spec("train.stop_at_step", K::integer, "0",
            "end this run (after checkpointing) once this many steps are done, without changing the schedule "
            "of train.steps (0 = run to train.steps)"),
@@ -151,6 +172,21 @@ nlohmann::json yaml_to_json(const YAML::Node& node) {
 
 model::LlamaConfig model_config_from(const Config& config) {
   return model::LlamaConfig::from_json(yaml_to_json(config.get_map("model.config")), "model.config", true);
+}
+
+model::LlamaConfig training_model_config(const Config& config) {
+  const std::string checkpoint = config.get_string("model.checkpoint");
+  if (checkpoint.empty()) return model_config_from(config);
+  const auto path = std::filesystem::path(checkpoint) / "config.json";
+  std::ifstream in(path);
+  if (!in) fail("model.checkpoint: cannot read '{}' (a Hugging Face checkpoint directory holds config.json)", path.string());
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("model.checkpoint: '{}' is not valid JSON: {}", path.string(), e.what());
+  }
+  return io::hf_config_from_json(json, path.string());
 }
 
 }  // namespace odc::train

@@ -15,6 +15,7 @@
 #include "odc/dist/collective_comm.h"
 #include "odc/dist/local_comm.h"
 #include "odc/dist/odc_comm.h"
+#include "odc/io/hf_checkpoint.h"
 #include "odc/io/native_checkpoint.h"
 #include "odc/kernels/matmul.h"
 #include "odc/train/config_schema.h"
@@ -94,7 +95,7 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
     : config_(config),
       rank_(rank),
       world_size_(world_size),
-      model_config_(model_config_from(config)),
+      model_config_(training_model_config(config)),
       metrics_(metrics_path(config.get_string("train.metrics_file"), rank)) {
   const auto threads = config.get_int("train.threads");
   if (threads < 1) fail("train.threads must be at least 1, found {}", threads);
@@ -186,6 +187,17 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
     store_ = std::make_unique<dist::ShardStore>(layout, model_->units(), model_config_, seed, transport_->exposed());
     comm_ = std::make_unique<dist::OdcComm>(*store_, *transport_, MPI_COMM_WORLD);
   }
+  if (const std::string source = config.get_string("model.checkpoint"); !source.empty()) {
+    // Every rank reads only its shard of every unit from the safetensors files.
+    const io::HfCheckpoint checkpoint(source);
+    source_architecture_ = checkpoint.architecture();
+    source_dtype_ = checkpoint.dtype();
+    for (int u = 0; u < layout.num_units(); ++u) {
+      checkpoint.read_unit_range(u, layout.shard_begin(u, rank_), layout.unit(u).shard, store_->master(u));
+    }
+    spdlog::info("model: loaded {} ({}, {}) from {}", checkpoint.architecture(), dtype_name(checkpoint.dtype()),
+                 fmt::format("{:.2f}M parameters", static_cast<double>(model_config_.num_parameters()) / 1e6), source);
+  }
   if (config.get_int("debug.slow_rank") == rank_) delay_s_ = config.get_double("debug.delay_ms") / 1000.0;
 
   optim::AdamWConfig adam;
@@ -200,7 +212,7 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
   schedule_.warmup_steps = config.get_int("train.warmup_steps");
   schedule_.total_steps = config.get_int("train.steps");
   schedule_.kind = config.get_string("train.schedule");
-  if (schedule_.total_steps < 1) fail("train.steps must be at least 1, found {}", schedule_.total_steps);
+  if (schedule_.total_steps < 0) fail("train.steps must be >= 0 (0 = load, export and stop), found {}", schedule_.total_steps);
   if (schedule_.warmup_steps < 0) fail("train.warmup_steps must be >= 0, found {}", schedule_.warmup_steps);
   grad_clip_ = config.get_double("train.grad_clip");
   sequence_reduction_ = config.get_string("train.loss_reduction") == "sequence";
@@ -450,9 +462,50 @@ std::vector<StepResult> Trainer::run() {
     }
   }
   if (!checkpoint_dir_.empty() && first < last) save_checkpoint();
+  if (!config_.get_string("checkpoint.export_hf").empty()) export_hf(config_.get_string("checkpoint.export_hf"));
   log_summary(results, seconds_since(start));
   write_trace();
   return results;
+}
+
+void Trainer::export_hf(const std::string& dir) {
+  const auto start = Clock::now();
+  const std::string wanted = config_.get_string("checkpoint.export_dtype");
+  DType dtype = DType::f32;
+  if (wanted == "auto") {
+    if (source_dtype_) dtype = *source_dtype_;
+  } else {
+    dtype = wanted == "bfloat16" ? DType::bf16 : wanted == "float16" ? DType::f16 : DType::f32;
+  }
+  const std::string architecture =
+      !source_architecture_.empty() ? source_architecture_
+                                    : (model_config_.attention_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM");
+  // Settings that cannot be exported fail here on every rank, before any rank waits in a gather.
+  // (A failure while rank 0 writes ends odc-train with MPI_Abort, which stops the other ranks.)
+  io::check_hf_architecture(architecture, model_config_, "checkpoint.export_hf");
+  const auto& layout = store_->layout();
+  // Rank 0 writes; every rank contributes its shard of one unit at a time (in unit order).
+  auto gather = [&](int unit, float* full) {
+    const std::int64_t shard = layout.unit(unit).shard;
+    if (world_size_ == 1) {
+      std::copy(store_->master(unit), store_->master(unit) + shard, full);
+      return;
+    }
+    MPI_Gather(store_->master(unit), static_cast<int>(shard), MPI_FLOAT, full, static_cast<int>(shard), MPI_FLOAT, 0,
+               MPI_COMM_WORLD);
+  };
+  if (rank_ == 0) {
+    std::vector<float> padded;
+    io::write_hf_checkpoint(dir, model_config_, architecture, dtype, [&](int unit, float* out) {
+      padded.resize(static_cast<std::size_t>(layout.unit(unit).padded));
+      gather(unit, padded.data());
+      std::copy(padded.begin(), padded.begin() + layout.unit(unit).numel, out);
+    }, 5'000'000'000, config_.get_string("model.checkpoint"));
+    spdlog::info("export: {} ({}) written to {} in {:.2f} s", architecture, dtype_name(dtype), dir, seconds_since(start));
+  } else {
+    for (int u = 0; u < layout.num_units(); ++u) gather(u, nullptr);
+  }
+  barrier();
 }
 
 void Trainer::barrier() {

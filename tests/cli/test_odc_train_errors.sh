@@ -69,7 +69,9 @@ else
   echo "FAIL [good input trains]:"; echo "$out" | sed 's/^/    /'; failures=$((failures + 1))
 fi
 if "$bin/odc-train" --help | grep -q "usage: odc-train"; then echo "ok   [--help]"; else echo "FAIL [--help]"; failures=$((failures + 1)); fi
-if "$bin/odc-train" "${base[@]}" --dump-config | grep -q "minibatch_size: 2"; then echo "ok   [--dump-config]"; else echo "FAIL [--dump-config]"; failures=$((failures + 1)); fi
+# (Captured first: `grep -q` closing the pipe early would fail the pipeline under pipefail.)
+dump=$("$bin/odc-train" "${base[@]}" --dump-config)
+if grep -q "minibatch_size: 2" <<<"$dump"; then echo "ok   [--dump-config]"; else echo "FAIL [--dump-config]"; failures=$((failures + 1)); fi
 
 # The cost-model calibration fits a non-negative quadratic on this machine.
 if out=$(timeout 120 "$bin/odc-train" "${small[@]}" --set model.config.max_position_embeddings=512 --calibrate-cost) &&

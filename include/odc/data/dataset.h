@@ -47,8 +47,17 @@ class JsonlTokenDataset final : public TokenDataset {
   std::vector<std::int64_t> target_counts_;
 };
 
-// Opens a dataset by format name ("tokens" = pre-tokenized JSONL). Errors name the path.
+// What the text formats need: the tokenizer.json to tokenize with and the chat template
+// (auto|llama3|chatml; see chat_format.h). Unused by "tokens" and "bin".
+struct TextDataOptions {
+  std::string tokenizer_path;
+  std::string chat_template = "auto";
+};
+
+// Opens a dataset by format name: "tokens" = pre-tokenized JSONL, "bin" = binary shards, "chat" =
+// messages / prompt+completion / text JSONL, "text" = {"text": ...} JSONL (the last two tokenized
+// at open with text.tokenizer_path). Errors name the path.
 std::unique_ptr<TokenDataset> open_dataset(const std::string& path, const std::string& format,
-                                           std::int64_t vocab_size);
+                                           std::int64_t vocab_size, const TextDataOptions& text = {});
 
 }  // namespace odc::data

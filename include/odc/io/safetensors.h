@@ -11,11 +11,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "odc/core/dtype.h"
+#include "odc/core/file_descriptor.h"
 #include "odc/core/tensor.h"
 
 namespace odc::io {
@@ -35,6 +38,75 @@ struct SafetensorsEntry {
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// Streams one safetensors file whose tensor list is known up front (the header comes first) but
+// whose data arrives one tensor at a time, so a writer never holds more than one tensor (e.g. one
+// gathered unit of a sharded model). Same crash safety as write_safetensors: the bytes go to
+// `path + ".tmp"`, which commit() fsyncs and renames; destroying an uncommitted writer removes it.
+class SafetensorsStreamWriter {
+ public:
+  // `layout` gives name, dtype and shape of every tensor in file order (`data` is ignored).
+  SafetensorsStreamWriter(std::string path, const std::vector<SafetensorsEntry>& layout,
+                          const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsStreamWriter();
+  SafetensorsStreamWriter(const SafetensorsStreamWriter&) = delete;
+  SafetensorsStreamWriter& operator=(const SafetensorsStreamWriter&) = delete;
+
+  // Appends the bytes of the next tensor of the layout, which must be named `name`.
+  void append(const std::string& name, const void* data);
+  // After the last tensor: fsync, close, rename to the final path.
+  void commit();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::string tmp_path_;
+  std::vector<SafetensorsEntry> layout_;
+  std::size_t next_ = 0;
+  std::optional<FileDescriptor> fd_;  // open until commit()
+};
+
+// HF's file names: the index of a sharded checkpoint and the single file of an unsharded one.
+inline constexpr char kSafetensorsIndexName[] = "model.safetensors.index.json";
+inline constexpr char kSafetensorsSingleName[] = "model.safetensors";
+
+// Writes `layout`'s tensors into directory `dir` (which must exist) the way Hugging Face does:
+// one file model.safetensors when the whole model fits in `max_shard_bytes`, otherwise shards
+// model-00001-of-0000N.safetensors holding at most max_shard_bytes of tensor data each (the
+// header comes on top, as in transformers; a tensor larger than the limit gets a shard of its
+// own) plus model.safetensors.index.json ({"metadata": {"total_size": bytes}, "weight_map":
+// {tensor: file}}), written last so that an index never names a missing shard. Tensor data is
+// streamed in layout order through write(). `dir` should hold no other checkpoint: a stale index
+// or shard there is neither removed nor overwritten unless its name is reused.
+class ShardedSafetensorsWriter {
+ public:
+  ShardedSafetensorsWriter(std::string dir, std::vector<SafetensorsEntry> layout,
+                           std::int64_t max_shard_bytes,
+                           std::map<std::string, std::string> metadata = {});
+  // Appends the next tensor (layout order).
+  void write(const std::string& name, const void* data);
+  // After the last tensor: commits the last shard and writes the index. Returns the file names
+  // written (relative to dir), shards first.
+  std::vector<std::string> finish();
+  int num_shards() const { return static_cast<int>(shard_files_.size()); }
+
+ private:
+  void open_shard(std::size_t shard);
+  std::string dir_;
+  std::vector<SafetensorsEntry> layout_;
+  std::map<std::string, std::string> metadata_;
+  std::vector<std::size_t> shard_of_;       // shard index of each layout entry
+  std::vector<std::string> shard_files_;    // file name of each shard
+  std::size_t next_ = 0;
+  std::unique_ptr<SafetensorsStreamWriter> current_;
+  std::size_t current_shard_ = 0;
+};
+
+// All tensors at once through ShardedSafetensorsWriter; returns the file names written.
+std::vector<std::string> write_sharded_safetensors(const std::string& dir,
+                                                   const std::vector<SafetensorsEntry>& tensors,
+                                                   std::int64_t max_shard_bytes,
+                                                   const std::map<std::string, std::string>& metadata = {});
+
 // The safetensors dtype code ("F32", "BF16", ...) of a DType, and back. from_code throws odc::Error
 // for codes this trainer does not handle (e.g. "F8_E4M3", "BOOL").
 std::string_view safetensors_dtype_code(DType dtype);
@@ -53,6 +125,9 @@ class SafetensorsFile {
  public:
   // Maps and validates `path`; throws odc::Error naming the file (and tensor) on any problem.
   explicit SafetensorsFile(const std::string& path);
+  // Validates an in-memory image of a file (fuzzing, data that never touched a disk); `name`
+  // stands for the path in messages.
+  SafetensorsFile(std::vector<std::byte> contents, std::string name);
   SafetensorsFile(SafetensorsFile&&) noexcept = default;
   SafetensorsFile& operator=(SafetensorsFile&&) noexcept = default;
 
@@ -67,8 +142,14 @@ class SafetensorsFile {
   // Copies a floating-point tensor (f32, bf16, f16, f64) into fp32, checking that it holds
   // exactly `expected_numel` elements when expected_numel >= 0.
   std::vector<float> read_f32(const std::string& name, std::int64_t expected_numel = -1) const;
+  // Converts elements [begin, begin + count) of a floating-point tensor (row-major flat order) to
+  // fp32 into out[0, count): loading one rank's shard without converting the whole tensor.
+  void read_f32_range(const std::string& name, std::int64_t begin, std::int64_t count,
+                      float* out) const;
 
  private:
+  // Validates the header of `file` (the whole file image) and records every tensor's byte span.
+  void parse(std::span<const std::byte> file);
   // munmap()s the read-only mapping of the whole file; the mapping outlives the descriptor.
   struct Unmap {
     std::size_t size;
@@ -76,8 +157,36 @@ class SafetensorsFile {
   };
   std::string path_;
   std::unique_ptr<std::byte, Unmap> mapping_;
+  std::vector<std::byte> contents_;  // the in-memory image, when not mapped from a file
   std::map<std::string, SafetensorsTensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
+};
+
+// A model's tensors spread over one or more safetensors files: a single file, or the shards that
+// a Hugging Face index (model.safetensors.index.json) lists. Opening validates that every file
+// the index names exists and holds the tensors mapped to it, and that no shard holds a tensor the
+// index does not map to it (a stale shard from another export would otherwise go unnoticed).
+class SafetensorsShards {
+ public:
+  // `path` ending in ".json" is an index (shard names are relative to its directory); anything
+  // else is a single safetensors file.
+  explicit SafetensorsShards(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  bool sharded() const { return sharded_; }
+  const std::vector<SafetensorsFile>& files() const { return files_; }
+  // Every tensor name, in file order and data order within each file.
+  std::vector<std::string> names() const;
+  bool contains(const std::string& name) const { return file_of_.count(name) != 0; }
+  // The file holding tensor `name`; throws odc::Error naming the checkpoint and the tensor.
+  const SafetensorsFile& file_of(const std::string& name) const;
+  const SafetensorsTensorInfo& info(const std::string& name) const { return file_of(name).info(name); }
+
+ private:
+  std::string path_;
+  bool sharded_ = false;
+  std::vector<SafetensorsFile> files_;
+  std::map<std::string, std::size_t> file_of_;
 };
 
 }  // namespace odc::io

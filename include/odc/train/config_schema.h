@@ -17,6 +17,8 @@ Config load_trainer_config(const CommandLine& command_line);
 
 // model.config as a LlamaConfig (strict: unknown fields are errors naming "model.config.X").
 model::LlamaConfig model_config_from(const Config& config);
+// The model a training run uses: model.checkpoint's config.json when set, else model.config.
+model::LlamaConfig training_model_config(const Config& config);
 
 // YAML -> JSON with scalar types inferred the way YAML 1.2 core schema reads them.
 nlohmann::json yaml_to_json(const YAML::Node& node);

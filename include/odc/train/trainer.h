@@ -6,6 +6,7 @@
 // how sequences were split into ranks and microbatches.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,8 @@ class Trainer {
   // Native checkpoints (io/native_checkpoint.h): every rank writes its shards, rank 0 commits.
   void save_checkpoint();
   void load_checkpoint(const std::string& path);
+  // Writes the model as a Hugging Face directory (rank 0; every rank sends its shards).
+  void export_hf(const std::string& dir);
   void barrier();
 
   const Config config_;  // a copy: the trainer must not depend on the caller keeping it alive
@@ -118,6 +121,8 @@ class Trainer {
   std::string checkpoint_dir_;
   std::int64_t checkpoint_every_ = 0;
   std::string resumed_from_;
+  std::string source_architecture_;   // of model.checkpoint, when training started from one
+  std::optional<DType> source_dtype_;
 };
 
 }  // namespace odc::train

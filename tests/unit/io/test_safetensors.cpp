@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -195,5 +196,224 @@ TEST_CASE("safetensors reader rejects corrupted files", "[io]") {
   }
   SECTION("missing file") {
     CHECK_THAT(error_of(dir / "nope.safetensors"), Catch::Contains("cannot open"));
+  }
+}
+
+TEST_CASE("safetensors reader rejects more corruptions", "[io]") {
+  const fs::path path = temp_dir() / "bad2.safetensors";
+  const std::vector<char> eight(8, 0);
+  SECTION("float shape entry") {
+    write_raw(path, R"({"t":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}})", eight);
+    CHECK_THAT(error_of(path), Catch::Contains("tensor 't'") && Catch::Contains("non-negative integers"));
+  }
+  SECTION("string offsets") {
+    write_raw(path, R"({"t":{"dtype":"F32","shape":[2],"data_offsets":["0","8"]}})", eight);
+    CHECK_THAT(error_of(path), Catch::Contains("data_offsets"));
+  }
+  SECTION("three offsets") {
+    write_raw(path, R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8,8]}})", eight);
+    CHECK_THAT(error_of(path), Catch::Contains("expected 2 entries"));
+  }
+  SECTION("file cut inside the header") {
+    const std::string header = R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+    write_raw(path, header.substr(0, 20), {}, static_cast<std::int64_t>(header.size()));
+    CHECK_THAT(error_of(path), Catch::Contains("exceeds the file") && Catch::Contains(path.string()));
+  }
+  SECTION("dtype that is not a string") {
+    write_raw(path, R"({"t":{"dtype":7,"shape":[2],"data_offsets":[0,8]}})", eight);
+    CHECK_THAT(error_of(path), Catch::Contains("tensor 't'") && Catch::Contains("dtype is not a string"));
+  }
+  SECTION("offset past the end of a 64-bit range") {
+    write_raw(path, R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[18446744073709551608,0]}})", eight);
+    CHECK_THAT(error_of(path), Catch::Contains("tensor 't'"));
+  }
+}
+
+TEST_CASE("safetensors parses an in-memory image like the file", "[io]") {
+  const fs::path path = temp_dir() / "memory.safetensors";
+  const std::vector<float> values = {1.5f, -2.0f, 0.25f};
+  odc::io::write_safetensors(path.string(), {{"v", odc::DType::f32, {3}, values.data()}});
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> image(chars.size());
+  std::memcpy(image.data(), chars.data(), chars.size());
+
+  odc::io::SafetensorsFile file(image, "in-memory image");
+  CHECK(file.read_f32("v") == values);
+  // The tensor spans point into the object's own copy, which must survive a move.
+  odc::io::SafetensorsFile moved(std::move(file));
+  CHECK(moved.read_f32("v") == values);
+
+  image.resize(image.size() - 4);  // cut the last element
+  CHECK_THROWS_WITH(odc::io::SafetensorsFile(image, "cut image"),
+                    Catch::Contains("cut image") && Catch::Contains("out of range"));
+  CHECK_THROWS_WITH(odc::io::SafetensorsFile(std::vector<std::byte>(3), "tiny"),
+                    Catch::Contains("tiny") && Catch::Contains("truncated"));
+}
+
+TEST_CASE("safetensors read_f32_range converts a slice of f32, bf16 and f16 tensors", "[io]") {
+  const fs::path path = temp_dir() / "range.safetensors";
+  const std::vector<float> values = {1.0f, -2.0f, 0.5f, 3.0f, -0.125f, 8.0f};
+  std::vector<std::uint16_t> bf16, f16;
+  for (float v : values) {
+    bf16.push_back(odc::f32_to_bf16(v));
+    f16.push_back(odc::f32_to_f16(v));
+  }
+  odc::io::write_safetensors(path.string(), {{"f32", odc::DType::f32, {2, 3}, values.data()},
+                                             {"bf16", odc::DType::bf16, {2, 3}, bf16.data()},
+                                             {"f16", odc::DType::f16, {6}, f16.data()}});
+  odc::io::SafetensorsFile file(path.string());
+  for (const char* name : {"f32", "bf16", "f16"}) {
+    std::vector<float> out(3, -99.0f);
+    file.read_f32_range(name, 2, 3, out.data());
+    CHECK(out == std::vector<float>{0.5f, 3.0f, -0.125f});
+    file.read_f32_range(name, 6, 0, out.data());  // empty range at the end is fine
+  }
+  std::vector<float> out(8);
+  CHECK_THROWS_WITH(file.read_f32_range("f32", 4, 3, out.data()),
+                    Catch::Contains("tensor 'f32'") && Catch::Contains("cannot read [4, 7)"));
+  CHECK_THROWS_WITH(file.read_f32_range("f32", -1, 1, out.data()), Catch::Contains("cannot read"));
+}
+
+TEST_CASE("safetensors stream writer checks the order and never leaves a partial file", "[io]") {
+  const fs::path path = temp_dir() / "stream.safetensors";
+  const std::vector<float> a = {1.0f, 2.0f};
+  const std::vector<float> b = {3.0f};
+  const std::vector<odc::io::SafetensorsEntry> layout = {{"a", odc::DType::f32, {2}, nullptr},
+                                                         {"b", odc::DType::f32, {1}, nullptr}};
+  {
+    odc::io::SafetensorsStreamWriter writer(path.string(), layout);
+    CHECK_THROWS_WITH(writer.append("b", b.data()), Catch::Contains("'b' appended where 'a' comes next"));
+    writer.append("a", a.data());
+    CHECK_THROWS_WITH(writer.commit(), Catch::Contains("commit after 1 of 2 tensors"));
+    CHECK(fs::exists(path.string() + ".tmp"));
+  }
+  // Abandoned: the temporary file is gone and nothing appeared under the final name.
+  CHECK_FALSE(fs::exists(path.string() + ".tmp"));
+  CHECK_FALSE(fs::exists(path));
+
+  odc::io::SafetensorsStreamWriter writer(path.string(), layout, {{"format", "pt"}});
+  writer.append("a", a.data());
+  writer.append("b", b.data());
+  CHECK_THROWS_WITH(writer.append("c", b.data()), Catch::Contains("all 2 tensors are written"));
+  writer.commit();
+  odc::io::SafetensorsFile file(path.string());
+  CHECK(file.read_f32("a") == a);
+  CHECK(file.read_f32("b") == b);
+  CHECK(file.metadata().at("format") == "pt");
+}
+
+namespace {
+
+// Writes tensors t0..t{n-1} of `elements` f32 values each (value = tensor index) as shards.
+std::vector<std::string> write_numbered(const fs::path& dir, int n, std::int64_t elements,
+                                        std::int64_t max_shard_bytes,
+                                        std::vector<std::vector<float>>& storage) {
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::vector<odc::io::SafetensorsEntry> entries;
+  storage.assign(static_cast<std::size_t>(n), {});
+  for (int i = 0; i < n; ++i) {
+    storage[static_cast<std::size_t>(i)].assign(static_cast<std::size_t>(elements), static_cast<float>(i));
+    entries.push_back({"t" + std::to_string(i), odc::DType::f32, {elements},
+                       storage[static_cast<std::size_t>(i)].data()});
+  }
+  return odc::io::write_sharded_safetensors(dir.string(), entries, max_shard_bytes);
+}
+
+std::string shards_error(const fs::path& path) {
+  try {
+    odc::io::SafetensorsShards shards(path.string());
+  } catch (const odc::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("sharded safetensors: writer splits by size, index maps every tensor", "[io]") {
+  const fs::path dir = temp_dir() / "sharded";
+  std::vector<std::vector<float>> storage;
+
+  SECTION("everything fits: one model.safetensors, no index") {
+    const auto files = write_numbered(dir, 3, 4, 1000, storage);
+    CHECK(files == std::vector<std::string>{"model.safetensors"});
+    CHECK_FALSE(fs::exists(dir / "model.safetensors.index.json"));
+    odc::io::SafetensorsShards shards((dir / "model.safetensors").string());
+    CHECK_FALSE(shards.sharded());
+    CHECK(shards.names() == std::vector<std::string>{"t0", "t1", "t2"});
+  }
+  SECTION("shards of at most max_shard_bytes, in order, with an index") {
+    // 16 bytes per tensor, 40 per shard: two tensors per shard, five tensors -> three shards.
+    const auto files = write_numbered(dir, 5, 4, 40, storage);
+    CHECK(files == std::vector<std::string>{"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                                            "model-00003-of-00003.safetensors", "model.safetensors.index.json"});
+    std::ifstream in(dir / "model.safetensors.index.json");
+    const std::string index((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK_THAT(index, Catch::Contains("\"total_size\": 80") &&
+                          Catch::Contains("\"t4\": \"model-00003-of-00003.safetensors\""));
+    odc::io::SafetensorsShards shards((dir / "model.safetensors.index.json").string());
+    CHECK(shards.sharded());
+    CHECK(shards.files().size() == 3);
+    CHECK(shards.names() == std::vector<std::string>{"t0", "t1", "t2", "t3", "t4"});
+    CHECK(shards.file_of("t3").path() == (dir / "model-00002-of-00003.safetensors").string());
+    CHECK(shards.file_of("t4").read_f32("t4") == std::vector<float>(4, 4.0f));
+    CHECK(shards.info("t2").shape == odc::Shape{4});
+    CHECK_THROWS_WITH(shards.file_of("t9"), Catch::Contains("no tensor 't9'"));
+  }
+  SECTION("a tensor larger than the limit gets a shard of its own") {
+    const auto files = write_numbered(dir, 2, 100, 40, storage);
+    CHECK(files.size() == 3);  // two shards + index
+  }
+  SECTION("bad sizes and duplicates") {
+    const float x = 1.0f;
+    CHECK_THROWS_WITH(odc::io::write_sharded_safetensors(dir.string(), {{"a", odc::DType::f32, {1}, &x}}, 0),
+                      Catch::Contains("must be positive"));
+    CHECK_THROWS_WITH(odc::io::write_sharded_safetensors(dir.string(), {{"a", odc::DType::f32, {1}, &x},
+                                                                        {"a", odc::DType::f32, {1}, &x}}, 4),
+                      Catch::Contains("duplicate tensor 'a'"));
+  }
+}
+
+TEST_CASE("sharded safetensors: a damaged index or shard set is a clear error", "[io]") {
+  const fs::path dir = temp_dir() / "sharded_bad";
+  std::vector<std::vector<float>> storage;
+  write_numbered(dir, 4, 4, 32, storage);  // two shards of two tensors
+  const fs::path index = dir / "model.safetensors.index.json";
+  const std::string shard1 = "model-00001-of-00002.safetensors";
+  const std::string shard2 = "model-00002-of-00002.safetensors";
+  auto write_index = [&](const std::string& text) { std::ofstream(index) << text; };
+  REQUIRE(shards_error(index).empty());
+
+  SECTION("missing shard file") {
+    fs::remove(dir / shard2);
+    CHECK_THAT(shards_error(index), Catch::Contains(shard2) && Catch::Contains("does not exist"));
+  }
+  SECTION("tensor mapped to a shard that lacks it") {
+    write_index(R"({"weight_map": {"t0": ")" + shard1 + R"(", "t1": ")" + shard1 + R"(", "t2": ")" + shard1 +
+                R"(", "t3": ")" + shard2 + R"("}})");
+    CHECK_THAT(shards_error(index), Catch::Contains("tensor 't2'") && Catch::Contains("does not contain it"));
+  }
+  SECTION("shard holds a tensor the index does not list") {
+    write_index(R"({"weight_map": {"t0": ")" + shard1 + R"(", "t1": ")" + shard1 + R"(", "t2": ")" + shard2 +
+                R"("}})");
+    CHECK_THAT(shards_error(index), Catch::Contains("holds tensor 't3'") && Catch::Contains("does not list"));
+  }
+  SECTION("shard name climbing out of the directory") {
+    write_index(R"({"weight_map": {"t0": "../x.safetensors"}})");
+    CHECK_THAT(shards_error(index), Catch::Contains("'../x.safetensors'") && Catch::Contains("file name"));
+  }
+  SECTION("no weight_map") {
+    write_index(R"({"metadata": {"total_size": 64}})");
+    CHECK_THAT(shards_error(index), Catch::Contains("weight_map"));
+  }
+  SECTION("not JSON") {
+    write_index("{\"weight_map\": ");
+    CHECK_THAT(shards_error(index), Catch::Contains(index.string()) && Catch::Contains("not valid JSON"));
+  }
+  SECTION("truncated shard") {
+    fs::resize_file(dir / shard1, fs::file_size(dir / shard1) - 3);
+    CHECK_THAT(shards_error(index), Catch::Contains(shard1) && Catch::Contains("out of range"));
   }
 }

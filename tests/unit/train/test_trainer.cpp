@@ -1,5 +1,7 @@
 // Trainer: the minibatch objective does not depend on how a minibatch is cut into microbatches,
 // and the loss is the token-weighted mean over the whole minibatch.
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -20,7 +22,10 @@ std::filesystem::path write_dataset() {
   const auto dir = std::filesystem::temp_directory_path() / "odc_trainer_test";
   std::filesystem::create_directories(dir);
   const auto path = dir / "data.jsonl";
-  std::ofstream out(path);
+  // Tests run in parallel and share this file: write a private copy and rename it into place, so
+  // a reader never sees a half-written file (the content is always the same).
+  const auto tmp = dir / ("data.jsonl." + std::to_string(::getpid()));
+  std::ofstream out(tmp);
   std::uint32_t state = 99;
   for (int s = 0; s < 24; ++s) {
     const int len = 3 + (s * 7) % 29;
@@ -33,6 +38,8 @@ std::filesystem::path write_dataset() {
     for (int i = 0; i < len; ++i) out << (i ? ", " : "") << (i >= len / 2 ? 1 : 0);
     out << "]}\n";
   }
+  out.close();
+  std::filesystem::rename(tmp, path);
   return path;
 }
 

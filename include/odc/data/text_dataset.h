@@ -1,0 +1,39 @@
+#pragma once
+// Datasets of text JSONL tokenized when opened: format "chat" (messages, prompt/completion or text
+// records, see chat_format.h) and format "text" (only {"text": ...} records). The result lives in
+// memory like the pre-tokenized JSONL dataset, so training never tokenizes again.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "odc/data/chat_format.h"
+#include "odc/data/dataset.h"
+
+namespace odc::data {
+
+class TextJsonlDataset final : public TokenDataset {
+ public:
+  enum class Kind { chat, text };
+  // Every problem is an odc::Error naming "file:line". Token ids must lie in [0, vocab_size), the
+  // model's vocabulary (a tokenizer larger than the model is caught here).
+  TextJsonlDataset(const std::string& path, Kind kind, const ChatFormatter& formatter, std::int64_t vocab_size);
+
+  std::int64_t size() const override { return static_cast<std::int64_t>(offsets_.size()) - 1; }
+  SequenceView get(std::int64_t index) const override;
+  std::int64_t length(std::int64_t index) const override;
+  std::int64_t target_count(std::int64_t index) const override;
+  std::string describe() const override;
+
+ private:
+  std::string path_;
+  std::string kind_name_;
+  std::vector<std::int32_t> tokens_;
+  std::vector<std::uint8_t> masks_;
+  std::vector<std::int64_t> offsets_;  // size()+1 entries into tokens_/masks_
+  std::vector<std::int64_t> target_counts_;
+};
+
+// data.tokenizer as configured, or <checkpoint>/tokenizer.json when it is empty.
+std::string resolve_tokenizer_path(const std::string& configured, const std::string& checkpoint_dir);
+
+}  // namespace odc::data

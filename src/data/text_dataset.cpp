@@ -1,0 +1,99 @@
+// Text JSONL datasets: each line is formatted and tokenized once at open into one contiguous token
+// array (plus masks and offsets), the same layout as the pre-tokenized JSONL dataset.
+#include "odc/data/text_dataset.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "odc/core/error.h"
+
+namespace odc::data {
+
+namespace {
+
+bool is_blank(const std::string& line) {
+  return std::all_of(line.begin(), line.end(),
+                     [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; });
+}
+
+}  // namespace
+
+TextJsonlDataset::TextJsonlDataset(const std::string& path, Kind kind, const ChatFormatter& formatter,
+                                   std::int64_t vocab_size)
+    : path_(path), kind_name_(kind == Kind::chat ? "chat" : "text") {
+  if (vocab_size <= 0 || vocab_size > std::numeric_limits<std::int32_t>::max()) {
+    fail("{}: vocab size must be in [1, {}], got {}", path, std::numeric_limits<std::int32_t>::max(), vocab_size);
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open dataset file (expected {} JSONL)", path, kind_name_);
+
+  offsets_.push_back(0);
+  std::string line;
+  std::int64_t line_number = 0;
+  while (std::getline(in, line)) {
+    ++line_number;
+    if (is_blank(line)) continue;
+    const std::string where = fmt::format("{}:{}", path, line_number);
+    nlohmann::json record;
+    try {
+      record = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      fail("{}: malformed JSON ({})", where, e.what());
+    }
+    const TokenizedSample sample =
+        kind == Kind::chat ? formatter.format_record(record, where) : formatter.format_text_record(record, where);
+    if (sample.tokens.empty()) fail("{}: the record tokenizes to no tokens", where);
+    for (std::size_t j = 0; j < sample.tokens.size(); ++j) {
+      if (sample.tokens[j] >= vocab_size) {
+        fail("{}: token id {} (\"{}\") at position {} is outside the model's vocabulary of {} (tokenizer {} has "
+             "{} tokens)",
+             where, sample.tokens[j], formatter.tokenizer().id_to_token(sample.tokens[j]), j, vocab_size,
+             formatter.tokenizer().origin(), formatter.tokenizer().vocab_size());
+      }
+    }
+    tokens_.insert(tokens_.end(), sample.tokens.begin(), sample.tokens.end());
+    masks_.insert(masks_.end(), sample.target_mask.begin(), sample.target_mask.end());
+    const std::int64_t begin = offsets_.back();
+    const auto end = static_cast<std::int64_t>(tokens_.size());
+    // Position 0 is never predicted (nothing precedes it), so its mask does not count.
+    target_counts_.push_back(
+        std::count_if(masks_.begin() + begin + 1, masks_.begin() + end, [](std::uint8_t m) { return m != 0; }));
+    offsets_.push_back(end);
+  }
+  if (in.bad()) fail("{}: read error after line {}", path, line_number);
+  if (size() == 0) fail("{}: dataset has no records (expected one JSON object per line)", path);
+}
+
+SequenceView TextJsonlDataset::get(std::int64_t index) const {
+  ODC_CHECK(index >= 0 && index < size(), "index {} of {}", index, describe());
+  const auto begin = static_cast<std::size_t>(offsets_[index]);
+  const auto count = static_cast<std::size_t>(offsets_[index + 1] - offsets_[index]);
+  return SequenceView{std::span<const std::int32_t>(tokens_).subspan(begin, count),
+                      std::span<const std::uint8_t>(masks_).subspan(begin, count)};
+}
+
+std::int64_t TextJsonlDataset::length(std::int64_t index) const {
+  ODC_CHECK(index >= 0 && index < size(), "index {} of {}", index, describe());
+  return offsets_[index + 1] - offsets_[index];
+}
+
+std::int64_t TextJsonlDataset::target_count(std::int64_t index) const {
+  ODC_CHECK(index >= 0 && index < size(), "index {} of {}", index, describe());
+  return target_counts_[index];
+}
+
+std::string TextJsonlDataset::describe() const {
+  return fmt::format("{} ({} JSONL, {} sequences, {} tokens)", path_, kind_name_, size(), tokens_.size());
+}
+
+std::string resolve_tokenizer_path(const std::string& configured, const std::string& checkpoint_dir) {
+  if (!configured.empty()) return configured;
+  if (checkpoint_dir.empty()) return "";
+  return (std::filesystem::path(checkpoint_dir) / "tokenizer.json").string();
+}
+
+}  // namespace odc::data

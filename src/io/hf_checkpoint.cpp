@@ -1,0 +1,388 @@
+#include "odc/io/hf_checkpoint.h"
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "odc/core/atomic_file.h"
+#include "odc/core/error.h"
+
+namespace odc::io {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Architecture {
+  const char* name;
+  const char* model_type;
+};
+constexpr std::array<Architecture, 3> kArchitectures = {{
+    {"LlamaForCausalLM", "llama"},
+    {"MistralForCausalLM", "mistral"},
+    {"Qwen2ForCausalLM", "qwen2"},
+}};
+
+// Files of an HF model directory that belong to the tokenizer and generation defaults.
+constexpr std::array<const char*, 4> kCopiedFiles = {
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"};
+// config.json fields that give token ids their meaning (generation stops at eos).
+constexpr std::array<const char*, 3> kTokenIdFields = {"bos_token_id", "eos_token_id", "pad_token_id"};
+
+// Buffers transformers registers on the module but that hold no weights (older exports saved them).
+bool ignorable_buffer(const std::string& name) {
+  for (const char* suffix : {"rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached"}) {
+    if (name.ends_with(suffix)) return true;
+  }
+  return false;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot open '{}'", path.string());
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+nlohmann::json read_json(const fs::path& path) {
+  const std::string text = read_text(path);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail("'{}' is not valid JSON: {}", path.string(), e.what());
+  }
+}
+
+std::string architecture_of(const nlohmann::json& j, const std::string& where) {
+  if (j.contains("architectures") && !j.at("architectures").is_null()) {
+    const auto& list = j.at("architectures");
+    if (!list.is_array() || list.empty() || !list.front().is_string()) {
+      fail("{}: \"architectures\" must be a list of names such as [\"LlamaForCausalLM\"], found {}", where,
+           list.dump());
+    }
+    return list.front().get<std::string>();
+  }
+  if (j.contains("model_type") && j.at("model_type").is_string()) {
+    const auto type = j.at("model_type").get<std::string>();
+    for (const auto& a : kArchitectures) {
+      if (type == a.model_type) return a.name;
+    }
+    fail("{}: model_type '{}' is not supported (supported architectures: {})", where, type,
+         supported_hf_architectures());
+  }
+  fail("{}: neither \"architectures\" nor \"model_type\" says which model this is (supported: {})", where,
+       supported_hf_architectures());
+}
+
+// The safetensors of an HF directory: the index when there is one (transformers prefers it).
+std::string safetensors_path(const std::string& dir) {
+  std::error_code ec;
+  const fs::path index = fs::path(dir) / kSafetensorsIndexName;
+  if (fs::exists(index, ec)) return index.string();
+  const fs::path single = fs::path(dir) / kSafetensorsSingleName;
+  if (fs::exists(single, ec)) return single.string();
+  const bool pickle = fs::exists(fs::path(dir) / "pytorch_model.bin", ec) ||
+                      fs::exists(fs::path(dir) / "pytorch_model.bin.index.json", ec);
+  fail("HF checkpoint '{}': no {} or {}{}", dir, kSafetensorsSingleName, kSafetensorsIndexName,
+       pickle ? " (only PyTorch pickle weights, pytorch_model.bin, which are not supported: convert them "
+                "to safetensors)" : "");
+}
+
+void convert_from_f32(const float* in, std::int64_t n, DType dtype, std::vector<std::uint16_t>& out) {
+  out.resize(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    out[static_cast<std::size_t>(i)] = dtype == DType::bf16 ? f32_to_bf16(in[i]) : f32_to_f16(in[i]);
+  }
+}
+
+// Removes the staging directory if the export fails before it is renamed into place.
+class StagingDir {
+ public:
+  explicit StagingDir(fs::path path) : path_(std::move(path)) {}
+  ~StagingDir() {
+    if (!committed_) {
+      std::error_code ignored;
+      fs::remove_all(path_, ignored);
+    }
+  }
+  StagingDir(const StagingDir&) = delete;
+  StagingDir& operator=(const StagingDir&) = delete;
+  const fs::path& path() const { return path_; }
+  void committed() { committed_ = true; }
+
+ private:
+  fs::path path_;
+  bool committed_ = false;
+};
+
+// An existing export target may be replaced only if it is (or was meant to be) an HF checkpoint:
+// a typo in --out must never delete an unrelated directory.
+void check_replaceable(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return;
+  if (!fs::is_directory(dir, ec)) fail("HF export: '{}' exists and is not a directory", dir.string());
+  if (fs::is_empty(dir, ec) || fs::exists(dir / "config.json", ec)) return;
+  fail("HF export: '{}' exists and is not an HF checkpoint (no config.json); refusing to replace it",
+       dir.string());
+}
+
+nlohmann::ordered_json export_config_json(const model::LlamaConfig& config, const std::string& architecture,
+                                          DType dtype, const std::string& copy_from_dir) {
+  const nlohmann::json fields = config.to_json();
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  j["architectures"] = {architecture};
+  j["model_type"] = hf_model_type(architecture);
+  j["torch_dtype"] = dtype_name(dtype);  // "float32", "bfloat16", "float16": HF's spellings
+  for (const auto& [key, value] : fields.items()) {
+    if (key != "architectures" && key != "model_type") j[key] = value;
+  }
+  // HF's Mistral defaults to a 4096-token sliding window and Qwen2 may enable one; the model
+  // attends over the whole sequence, so say so explicitly.
+  if (architecture == "MistralForCausalLM") j["sliding_window"] = nullptr;
+  if (architecture == "Qwen2ForCausalLM") j["use_sliding_window"] = false;
+  if (!copy_from_dir.empty() && fs::exists(fs::path(copy_from_dir) / "config.json")) {
+    const nlohmann::json source = read_json(fs::path(copy_from_dir) / "config.json");
+    for (const char* key : kTokenIdFields) {
+      if (source.is_object() && source.contains(key)) j[key] = source.at(key);
+    }
+  }
+  return j;
+}
+
+}  // namespace
+
+std::string supported_hf_architectures() {
+  std::string out;
+  for (const auto& a : kArchitectures) out += (out.empty() ? "" : ", ") + std::string(a.name);
+  return out;
+}
+
+std::string hf_model_type(const std::string& architecture) {
+  for (const auto& a : kArchitectures) {
+    if (architecture == a.name) return a.model_type;
+  }
+  fail("architecture '{}' is not supported (supported: {})", architecture, supported_hf_architectures());
+}
+
+void check_hf_architecture(const std::string& architecture, const model::LlamaConfig& config,
+                              const std::string& where) {
+  if (architecture == "Qwen2ForCausalLM" && !config.attention_bias) {
+    fail("{}: Qwen2ForCausalLM always has q/k/v biases, but attention_bias is false (export a model "
+         "without biases as LlamaForCausalLM)", where);
+  }
+  if (architecture == "MistralForCausalLM" && config.attention_bias) {
+    fail("{}: MistralForCausalLM has no attention biases, but attention_bias is true (export a model "
+         "with q/k/v biases as Qwen2ForCausalLM)", where);
+  }
+  if (architecture == "LlamaForCausalLM" && config.attention_bias) {
+    fail("{}: LlamaForCausalLM with attention_bias true also has an o_proj bias, which this model does "
+         "not have (a model with q/k/v biases exports as Qwen2ForCausalLM)", where);
+  }
+}
+
+model::LlamaConfig hf_config_from_json(const nlohmann::json& config_json, const std::string& where,
+                                       std::string* architecture_out) {
+  if (!config_json.is_object()) fail("{}: not a JSON object", where);
+  const std::string architecture = architecture_of(config_json, where);
+  try {
+    (void)hf_model_type(architecture);
+  } catch (const Error& e) {
+    fail("{}: {}", where, e.what());
+  }
+  // Non-strict: published config.json files carry many fields that do not affect the weights.
+  model::LlamaConfig config = model::LlamaConfig::from_json(config_json, where, false);
+  if (architecture == "Qwen2ForCausalLM") config.attention_bias = true;
+  if (architecture == "MistralForCausalLM") config.attention_bias = false;
+  check_hf_architecture(architecture, config, where);
+
+  const auto window = config_json.find("sliding_window");
+  const bool window_on = window != config_json.end() && window->is_number_integer() &&
+                         window->get<std::int64_t>() < config.max_position_embeddings &&
+                         (architecture == "MistralForCausalLM" ||
+                          config_json.value("use_sliding_window", false));
+  if (window_on) {
+    spdlog::warn("{}: sliding_window {} is not implemented: attention spans whole sequences, which "
+                 "differs from the original model on sequences longer than the window",
+                 where, window->get<std::int64_t>());
+  }
+  if (architecture_out != nullptr) *architecture_out = architecture;
+  return config;
+}
+
+HfCheckpoint::HfCheckpoint(const std::string& dir)
+    : HfCheckpoint(dir, [&dir] {
+        std::error_code ec;
+        if (!fs::is_directory(dir, ec)) fail("HF checkpoint '{}': not a directory", dir);
+        const fs::path path = fs::path(dir) / "config.json";
+        if (!fs::exists(path, ec)) {
+          fail("HF checkpoint '{}': missing config.json (a Hugging Face model directory holds "
+               "config.json and model.safetensors)", dir);
+        }
+        return read_json(path);
+      }()) {}
+
+HfCheckpoint::HfCheckpoint(std::string dir, const nlohmann::json& config_json)
+    : dir_(std::move(dir)),
+      config_(hf_config_from_json(config_json, (fs::path(dir_) / "config.json").string(), &architecture_)),
+      units_(model::build_unit_layouts(config_)),
+      tensors_(safetensors_path(dir_)) {
+  dtype_ = validate_tensors();
+}
+
+DType HfCheckpoint::validate_tensors() const {
+  std::vector<std::string> problems;
+  std::map<std::string, const model::TensorSlot*> expected;
+  for (const auto& unit : units_) {
+    for (const auto& slot : unit.tensors) expected.emplace(slot.name, &slot);
+  }
+  std::map<DType, std::int64_t> numel_by_dtype;
+  for (const auto& name : tensors_.names()) {
+    const SafetensorsFile& file = tensors_.file_of(name);
+    const SafetensorsTensorInfo& info = file.info(name);
+    const auto it = expected.find(name);
+    if (it == expected.end()) {
+      if (ignorable_buffer(name) || (name == "lm_head.weight" && config_.tie_word_embeddings)) continue;
+      problems.push_back(fmt::format("unexpected tensor '{}' in '{}' (not part of a {} with this config)",
+                                     name, file.path(), architecture_));
+      continue;
+    }
+    const model::TensorSlot& slot = *it->second;
+    if (info.dtype != DType::f32 && info.dtype != DType::bf16 && info.dtype != DType::f16) {
+      problems.push_back(fmt::format("tensor '{}' in '{}' has dtype {}, expected F32, BF16 or F16", name,
+                                     file.path(), safetensors_dtype_code(info.dtype)));
+    }
+    if (info.shape != slot.shape) {
+      problems.push_back(fmt::format("tensor '{}' in '{}' has shape {}, but config.json implies {}", name,
+                                     file.path(), shape_str(info.shape), shape_str(slot.shape)));
+    }
+    numel_by_dtype[info.dtype] += info.numel();
+  }
+  for (const auto& [name, slot] : expected) {
+    if (!tensors_.contains(name)) {
+      problems.push_back(fmt::format("missing tensor '{}' (shape {} required by config.json)", name,
+                                     shape_str(slot->shape)));
+    }
+  }
+  if (!problems.empty()) {
+    std::sort(problems.begin(), problems.end());
+    constexpr std::size_t kShown = 12;
+    std::string list;
+    for (std::size_t i = 0; i < std::min(problems.size(), kShown); ++i) list += "\n  " + problems[i];
+    if (problems.size() > kShown) list += fmt::format("\n  ... and {} more", problems.size() - kShown);
+    fail("HF checkpoint '{}' ({}) does not match its config.json: {} problem(s):{}", dir_,
+         tensors_.path(), problems.size(), list);
+  }
+  if (numel_by_dtype.empty()) return DType::f32;
+  return std::max_element(numel_by_dtype.begin(), numel_by_dtype.end(),
+                          [](const auto& a, const auto& b) { return a.second < b.second; })
+      ->first;
+}
+
+void HfCheckpoint::read_unit_range(int unit, std::int64_t offset, std::int64_t count, float* out) const {
+  if (unit < 0 || unit >= static_cast<int>(units_.size())) {
+    fail("HF checkpoint '{}': unit {} out of range (the model has {} units)", dir_, unit, units_.size());
+  }
+  if (offset < 0 || count < 0) {
+    fail("HF checkpoint '{}': bad element range [{}, {}) of unit {}", dir_, offset, offset + count, unit);
+  }
+  const model::UnitLayout& layout = units_[static_cast<std::size_t>(unit)];
+  const std::int64_t end = offset + count;
+  for (const auto& slot : layout.tensors) {
+    const std::int64_t lo = std::max(offset, slot.offset);
+    const std::int64_t hi = std::min(end, slot.offset + slot.numel);
+    if (lo >= hi) continue;
+    tensors_.file_of(slot.name).read_f32_range(slot.name, lo - slot.offset, hi - lo, out + (lo - offset));
+  }
+  for (std::int64_t i = std::max(offset, layout.numel); i < end; ++i) out[i - offset] = 0.0f;
+}
+
+void write_hf_checkpoint(const std::string& dir, const model::LlamaConfig& config,
+                         const std::string& architecture, DType dtype,
+                         const std::function<void(int unit, float* out)>& full_unit,
+                         std::int64_t max_shard_bytes, const std::string& copy_from_dir) {
+  if (dir.empty()) fail("HF export: empty output directory name");
+  // "out/" and "out" are the same target; DIR.tmp must be a sibling, not a child.
+  fs::path target = fs::path(dir).lexically_normal();
+  if (!target.has_filename()) target = target.parent_path();
+  const std::string where = fmt::format("HF export to '{}'", target.string());
+  try {
+    (void)hf_model_type(architecture);
+  } catch (const Error& e) {
+    fail("{}: {}", where, e.what());
+  }
+  config.validate(where);
+  check_hf_architecture(architecture, config, where);
+  if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16) {
+    fail("{}: dtype {} is not a checkpoint dtype (float32, bfloat16 or float16)", where, dtype_name(dtype));
+  }
+  if (max_shard_bytes <= 0) fail("{}: max shard size must be positive, got {}", where, max_shard_bytes);
+  if (!copy_from_dir.empty() && !fs::is_directory(copy_from_dir)) {
+    fail("{}: '{}' (to copy the tokenizer from) is not a directory", where, copy_from_dir);
+  }
+  check_replaceable(target);
+
+  StagingDir staging(fs::path(target.string() + ".tmp"));
+  std::error_code ec;
+  fs::remove_all(staging.path(), ec);  // left by an export that crashed
+  fs::create_directories(staging.path(), ec);
+  if (ec) fail("{}: cannot create '{}': {}", where, staging.path().string(), ec.message());
+
+  write_file_atomically((staging.path() / "config.json").string(),
+                        export_config_json(config, architecture, dtype, copy_from_dir).dump(2) + "\n");
+
+  const auto units = model::build_unit_layouts(config);
+  std::vector<SafetensorsEntry> layout;
+  for (const auto& unit : units) {
+    for (const auto& slot : unit.tensors) layout.push_back({slot.name, dtype, slot.shape, nullptr});
+  }
+  // transformers refuses safetensors files whose metadata lacks the framework "format".
+  ShardedSafetensorsWriter writer(staging.path().string(), std::move(layout), max_shard_bytes, {{"format", "pt"}});
+  std::vector<float> buffer;
+  std::vector<std::uint16_t> converted;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    buffer.assign(static_cast<std::size_t>(units[u].numel), 0.0f);
+    full_unit(static_cast<int>(u), buffer.data());
+    for (const auto& slot : units[u].tensors) {
+      const float* values = buffer.data() + slot.offset;
+      if (dtype == DType::f32) {
+        writer.write(slot.name, values);
+      } else {
+        convert_from_f32(values, slot.numel, dtype, converted);
+        writer.write(slot.name, converted.data());
+      }
+    }
+  }
+  writer.finish();
+
+  if (!copy_from_dir.empty()) {
+    for (const char* name : kCopiedFiles) {
+      const fs::path source = fs::path(copy_from_dir) / name;
+      if (fs::exists(source)) write_file_atomically((staging.path() / name).string(), read_text(source));
+    }
+  }
+  fsync_directory(staging.path().string());
+
+  const fs::path old = fs::path(target.string() + ".old");
+  const bool replacing = fs::exists(target);
+  if (replacing) {
+    fs::remove_all(old, ec);
+    fs::rename(target, old, ec);
+    if (ec) fail("{}: cannot move the previous export aside to '{}': {}", where, old.string(), ec.message());
+  }
+  fs::rename(staging.path(), target, ec);
+  if (ec) fail("{}: cannot rename '{}' into place: {}", where, staging.path().string(), ec.message());
+  staging.committed();
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  fsync_directory(parent.string());
+  if (replacing) fs::remove_all(old, ec);
+}
+
+}  // namespace odc::io

@@ -1,0 +1,359 @@
+// odc-ckpt: Hugging Face checkpoint utilities. `init` writes a randomly initialized model in HF
+// layout (the model's own initialization, so `odc-ckpt init --seed S` in f32 is exactly the model
+// odc-train builds with model.seed=S); `inspect` prints what a checkpoint holds as one JSON line.
+// Exit codes: 0 ok, 1 bad input (odc::Error), 2 usage error.
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "odc/core/config.h"
+#include "odc/core/dtype.h"
+#include "odc/core/error.h"
+#include "odc/core/logging.h"
+#include "odc/io/hf_checkpoint.h"
+#include "odc/model/units.h"
+#include "odc/train/config_schema.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+
+// A command-line mistake: reported with the usage hint and exit code 2, unlike bad data (1).
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+constexpr const char* kMainUsage = R"(usage: odc-ckpt <command> [options]
+
+commands:
+  init      write a randomly initialized model as a Hugging Face checkpoint directory
+  inspect   print a checkpoint's architecture, dtype, parameter count and tensor shapes (JSON)
+
+Run 'odc-ckpt <command> --help' for the options of a command.
+)";
+
+constexpr const char* kInitUsage = R"(usage: odc-ckpt init --out DIR [--config CONFIG.json] [--set model.config.KEY=VALUE]... [options]
+
+Writes DIR/config.json and DIR/model.safetensors (or shards + model.safetensors.index.json) of a
+model initialized the way odc-train initializes one (model.seed), then prints a one-line JSON
+summary. The model config is odc-train's default model.config, or the Hugging Face config.json
+given with --config, with --set assignments laid over it. An existing DIR is replaced only if it
+is an HF checkpoint; the new one appears atomically.
+
+options:
+  --out DIR              output directory (required)
+  --config FILE          Hugging Face config.json to take the model shape from
+  --set model.config.KEY=VALUE
+                         set one config.json field (repeatable), e.g. --set model.config.hidden_size=64
+  --architecture NAME    LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM (default: the
+                         config's "architectures", else Qwen2ForCausalLM when attention_bias is true,
+                         else LlamaForCausalLM)
+  --dtype D              bf16, f16 or f32 (default bf16)
+  --seed N               initialization seed (default 0)
+  --tokenizer PATH       copy tokenizer.json (+ tokenizer_config.json, special_tokens_map.json,
+                         generation_config.json) from this directory, or this tokenizer.json file
+  --max-shard-bytes N    largest safetensors file before splitting into shards (default 5000000000)
+  -h, --help             show this help
+)";
+
+constexpr const char* kInspectUsage = R"(usage: odc-ckpt inspect DIR
+
+Validates the Hugging Face checkpoint DIR (config.json against every tensor) and prints one JSON
+line: dir, architecture, model_type, dtype, parameters, bytes, files, config and the shape of
+every tensor.
+
+options:
+  -h, --help             show this help
+)";
+
+std::int64_t parse_integer(std::string_view flag, const std::string& text) {
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+    throw UsageError("odc-ckpt init: " + std::string(flag) + " expects an integer, got '" + text + "'");
+  }
+  return value;
+}
+
+// Splits a command's arguments into (flag, value) pairs, accepting both "--flag value" and
+// "--flag=value" (the first '=' only: --set values contain one); nullopt when help was asked for.
+std::optional<std::vector<std::pair<std::string, std::string>>> parse_options(
+    std::string_view command, const std::vector<std::string>& args, const std::vector<std::string>& known) {
+  std::vector<std::pair<std::string, std::string>> options;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i];
+    if (flag == "-h" || flag == "--help") return std::nullopt;
+    std::string value;
+    bool has_value = false;
+    if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      has_value = true;
+    }
+    if (std::find(known.begin(), known.end(), flag) == known.end()) {
+      throw UsageError("odc-ckpt " + std::string(command) + ": unknown option '" + flag + "'");
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) throw UsageError("odc-ckpt " + std::string(command) + ": " + flag + " needs a value");
+      value = args[++i];
+    }
+    options.emplace_back(std::move(flag), std::move(value));
+  }
+  return options;
+}
+
+const odc::TunableSpec& trainer_model_config_spec() {
+  static const auto specs = odc::train::trainer_tunables();
+  for (const auto& spec : specs) {
+    if (spec.path == "model.config") return spec;
+  }
+  odc::fail("odc-train declares no model.config tunable");
+}
+
+// The config.json fields: the file (or odc-train's default model) with the --set assignments over
+// it, through odc::Config so that --set means what it means for odc-train.
+nlohmann::json model_config_json(const std::string& config_file, const std::vector<std::string>& assignments) {
+  odc::TunableSpec spec = trainer_model_config_spec();
+  // A file replaces the default model entirely: its absent fields take HF's defaults, not ours.
+  if (!config_file.empty()) spec.default_value.clear();
+  odc::Config config({spec});
+  if (!config_file.empty()) {
+    std::ifstream in(config_file, std::ios::binary);
+    if (!in) odc::fail("cannot open model config '{}'", config_file);
+    nlohmann::json file;
+    try {
+      file = nlohmann::json::parse(std::string(std::istreambuf_iterator<char>(in), {}));
+    } catch (const nlohmann::json::exception& e) {
+      odc::fail("model config '{}' is not valid JSON: {}", config_file, e.what());
+    }
+    if (!file.is_object()) odc::fail("model config '{}' is not a JSON object of config.json fields", config_file);
+    // JSON is YAML: one flow mapping.
+    config.load_yaml_text(nlohmann::json{{"model", {{"config", file}}}}.dump(), config_file);
+  }
+  for (const auto& assignment : assignments) {
+    if (assignment.rfind("model.config.", 0) != 0) {
+      throw UsageError("odc-ckpt init: --set only sets model.config.KEY=VALUE, got '" + assignment + "'");
+    }
+    try {
+      config.apply_assignment(assignment);
+    } catch (const odc::Error& e) {
+      throw UsageError(std::string("odc-ckpt init: ") + e.what());
+    }
+  }
+  if (!config.has("model.config")) odc::fail("model config '{}' is empty", config_file);
+  return odc::train::yaml_to_json(config.get_map("model.config"));
+}
+
+// --set keys are typed by users, so a misspelt one is an error even when the file's other
+// unknown fields (config.json carries many) are not.
+void check_assigned_keys(const nlohmann::json& merged, const odc::model::LlamaConfig& parsed,
+                         const std::vector<std::string>& assignments) {
+  nlohmann::json probe = parsed.to_json();
+  for (const auto& assignment : assignments) {
+    const std::string key = assignment.substr(13, assignment.find_first_of(".=", 13) - 13);
+    if (merged.contains(key)) probe[key] = merged.at(key);
+  }
+  odc::model::LlamaConfig::from_json(probe, "--set model.config", true);
+}
+
+int run_init(const std::vector<std::string>& args) {
+  const auto parsed = parse_options("init", args,
+                                    {"--out", "--config", "--set", "--architecture", "--dtype", "--seed",
+                                     "--tokenizer", "--max-shard-bytes"});
+  if (!parsed) {
+    std::cout << kInitUsage;
+    return 0;
+  }
+  std::string out_dir, config_file, architecture, tokenizer;
+  std::vector<std::string> assignments;
+  odc::DType dtype = odc::DType::bf16;
+  std::uint64_t seed = 0;
+  std::int64_t max_shard_bytes = 5'000'000'000;
+  for (const auto& [flag, value] : *parsed) {
+    if (flag == "--out") {
+      out_dir = value;
+    } else if (flag == "--config") {
+      config_file = value;
+    } else if (flag == "--set") {
+      assignments.push_back(value);
+    } else if (flag == "--architecture") {
+      architecture = value;
+    } else if (flag == "--dtype") {
+      try {
+        dtype = odc::parse_dtype(value);
+      } catch (const odc::Error&) {
+        dtype = odc::DType::i32;  // reported below with the accepted values
+      }
+      if (dtype != odc::DType::bf16 && dtype != odc::DType::f16 && dtype != odc::DType::f32) {
+        throw UsageError("odc-ckpt init: --dtype expects bf16, f16 or f32, got '" + value + "'");
+      }
+    } else if (flag == "--seed") {
+      const std::int64_t s = parse_integer(flag, value);
+      if (s < 0) throw UsageError("odc-ckpt init: --seed expects a non-negative integer, got '" + value + "'");
+      seed = static_cast<std::uint64_t>(s);
+    } else if (flag == "--tokenizer") {
+      tokenizer = value;
+    } else {
+      max_shard_bytes = parse_integer(flag, value);
+      if (max_shard_bytes <= 0) throw UsageError("odc-ckpt init: --max-shard-bytes must be positive, got '" + value + "'");
+    }
+  }
+  if (out_dir.empty()) throw UsageError("odc-ckpt init: --out DIR is required");
+
+  nlohmann::json fields = model_config_json(config_file, assignments);
+  const std::string where = config_file.empty() ? std::string("model.config") : config_file;
+  if (architecture.empty()) {
+    const bool named = fields.contains("architectures") || fields.contains("model_type");
+    if (!named) {
+      const auto bias_field = fields.find("attention_bias");
+      const bool bias = bias_field != fields.end() && bias_field->is_boolean() && bias_field->get<bool>();
+      architecture = bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+    }
+  } else {
+    (void)odc::io::hf_model_type(architecture);  // odc::Error naming the supported ones
+  }
+  if (!architecture.empty()) {
+    fields["architectures"] = {architecture};
+    fields["model_type"] = odc::io::hf_model_type(architecture);
+  }
+  const auto config = odc::io::hf_config_from_json(fields, where, &architecture);
+  // Loading follows transformers, which ignores attention_bias for Qwen2 and Mistral; a user who
+  // asks for the opposite of what the architecture has gets an error, not a silent override.
+  if (const auto bias = fields.find("attention_bias"); bias != fields.end() && bias->is_boolean()) {
+    auto asked = config;
+    asked.attention_bias = bias->get<bool>();
+    odc::io::check_hf_architecture(architecture, asked, where);
+  }
+  check_assigned_keys(fields, config, assignments);
+
+  std::string copy_from;
+  if (!tokenizer.empty()) {
+    if (fs::is_directory(tokenizer)) {
+      copy_from = tokenizer;
+    } else if (fs::path(tokenizer).filename() == "tokenizer.json" && fs::exists(tokenizer)) {
+      copy_from = fs::path(tokenizer).parent_path().string();
+      if (copy_from.empty()) copy_from = ".";
+    } else {
+      odc::fail("--tokenizer '{}': expected a directory holding tokenizer.json or a tokenizer.json file", tokenizer);
+    }
+    if (!fs::exists(fs::path(copy_from) / "tokenizer.json")) {
+      odc::fail("--tokenizer '{}': no tokenizer.json there", tokenizer);
+    }
+  }
+
+  const auto units = odc::model::build_unit_layouts(config);
+  odc::io::write_hf_checkpoint(
+      out_dir, config, architecture, dtype,
+      [&](int unit, float* out) {
+        const auto& layout = units[static_cast<std::size_t>(unit)];
+        odc::model::init_unit_range(layout, config, seed, 0, layout.numel, out);
+      },
+      max_shard_bytes, copy_from);
+
+  // The summary comes from the written checkpoint as a loader sees it, which also proves it loads.
+  const odc::io::HfCheckpoint written(out_dir);
+  const nlohmann::ordered_json summary = {
+      {"out", out_dir},
+      {"architecture", written.architecture()},
+      {"dtype", odc::dtype_name(written.dtype())},
+      {"parameters", written.config().num_parameters()},
+      {"files", written.tensors().files().size()},
+      {"seed", seed},
+  };
+  std::cout << summary.dump() << '\n';
+  return 0;
+}
+
+int run_inspect(const std::vector<std::string>& args) {
+  std::string dir;
+  for (const auto& arg : args) {
+    if (arg == "-h" || arg == "--help") {
+      std::cout << kInspectUsage;
+      return 0;
+    }
+    if (arg.rfind("-", 0) == 0) throw UsageError("odc-ckpt inspect: unknown option '" + arg + "'");
+    if (!dir.empty()) throw UsageError("odc-ckpt inspect: one directory expected, got '" + dir + "' and '" + arg + "'");
+    dir = arg;
+  }
+  if (dir.empty()) throw UsageError("odc-ckpt inspect: DIR is required");
+
+  const odc::io::HfCheckpoint ckpt(dir);
+  nlohmann::ordered_json files = nlohmann::ordered_json::array();
+  nlohmann::ordered_json shapes = nlohmann::ordered_json::object();
+  std::uint64_t bytes = 0;
+  for (const auto& file : ckpt.tensors().files()) {
+    files.push_back(fs::path(file.path()).filename().string());
+    for (const auto& name : file.names()) {
+      shapes[name] = file.info(name).shape;
+      bytes += file.info(name).bytes.size();
+    }
+  }
+  nlohmann::json config = ckpt.config().to_json();
+  config["architectures"] = {ckpt.architecture()};
+  config["model_type"] = odc::io::hf_model_type(ckpt.architecture());
+  const nlohmann::ordered_json summary = {
+      {"dir", dir},
+      {"architecture", ckpt.architecture()},
+      {"model_type", odc::io::hf_model_type(ckpt.architecture())},
+      {"dtype", odc::dtype_name(ckpt.dtype())},
+      {"parameters", ckpt.config().num_parameters()},
+      {"bytes", bytes},
+      {"files", files},
+      {"config", config},
+      {"tensors", shapes},
+  };
+  std::cout << summary.dump() << '\n';
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::cerr << kMainUsage;
+    return kExitUsage;
+  }
+  const std::string& command = args[0];
+  if (command == "-h" || command == "--help" || command == "help") {
+    std::cout << kMainUsage;
+    return 0;
+  }
+  if (command == "init") return run_init({args.begin() + 1, args.end()});
+  if (command == "inspect") return run_inspect({args.begin() + 1, args.end()});
+  throw UsageError("odc-ckpt: unknown command '" + command + "'");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    // Warnings (e.g. an unimplemented sliding window) go to stderr: stdout is the JSON line.
+    odc::setup_logging(0, 1, "warn");
+    return run(argc, argv);
+  } catch (const UsageError& e) {
+    std::cerr << e.what() << "\n(run 'odc-ckpt --help' for usage)\n";
+    return kExitUsage;
+  } catch (const odc::Error& e) {
+    std::cerr << "odc-ckpt: error: " << e.what() << '\n';
+    return kExitError;
+  } catch (const std::exception& e) {
+    std::cerr << "odc-ckpt: unexpected error: " << e.what() << '\n';
+    return kExitError;
+  }
+}

@@ -1,0 +1,83 @@
+// odc-generate --model DIR --prompt TEXT [options]: continues a prompt with a Hugging Face
+// checkpoint (greedy, or temperature + top-p sampling) and prints the text.
+// Exit codes: 0 ok, 1 bad input (odc::Error), 2 usage error.
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "odc/core/error.h"
+#include "odc/data/tokenizer.h"
+#include "odc/kernels/matmul.h"
+#include "odc/train/inference.h"
+#include "tool_args.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: odc-generate --model DIR --prompt TEXT [options]
+
+Encodes TEXT with DIR/tokenizer.json (adding the tokenizer's special tokens, e.g. a BOS), then
+generates until an end-of-sequence id (config.json / generation_config.json eos_token_id) or
+--max-new-tokens, and prints the continuation.
+
+options:
+  --model DIR            Hugging Face checkpoint directory with tokenizer.json (required)
+  --prompt TEXT          the prompt (required)
+  --tokenizer PATH       tokenizer.json to use instead of DIR/tokenizer.json
+  --max-new-tokens N     default 64
+  --temperature T        0 = greedy (default); > 0 samples from softmax(logits / T)
+  --top-p P              nucleus sampling mass with T > 0 (default 1.0)
+  --seed N               sampling seed (default 0)
+  --json                 print a JSON line {"prompt", "completion", "prompt_ids", "completion_ids"}
+  --threads N            compute threads (default 1)
+  --help                 this text
+)";
+
+int run(int argc, char** argv) {
+  odc::tools::Args args(argc, argv, "odc-generate");
+  if (args.flag("--help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  const std::string model_dir = args.value("--model");
+  const std::string prompt = args.value("--prompt");
+  std::string tokenizer_path = args.value("--tokenizer");
+  odc::train::GenerateOptions options;
+  options.max_new_tokens = args.integer("--max-new-tokens", 64);
+  options.temperature = args.number("--temperature", 0.0);
+  options.top_p = args.number("--top-p", 1.0);
+  options.seed = static_cast<std::uint64_t>(args.integer("--seed", 0));
+  const bool json = args.flag("--json");
+  const auto threads = args.integer("--threads", 1);
+  args.finish();
+  if (model_dir.empty()) throw odc::tools::UsageError("--model DIR is required");
+  if (prompt.empty()) throw odc::tools::UsageError("--prompt TEXT is required");
+  if (threads < 1) throw odc::tools::UsageError("--threads must be at least 1");
+  odc::kernels::cpu::set_num_threads(static_cast<int>(threads));
+  if (tokenizer_path.empty()) {
+    tokenizer_path = (std::filesystem::path(model_dir) / "tokenizer.json").string();
+    if (!std::filesystem::exists(tokenizer_path)) {
+      odc::fail("{} has no tokenizer.json: pass --tokenizer PATH (export with model.checkpoint set copies it)", model_dir);
+    }
+  }
+  const auto tokenizer = odc::data::Tokenizer::from_file(tokenizer_path);
+  odc::train::LoadedModel model(model_dir);
+  const auto prompt_ids = tokenizer.encode(prompt, true);
+  const auto ids = odc::train::generate(model, prompt_ids, options);
+  const std::string text = tokenizer.decode(ids, true);
+  if (json) {
+    const nlohmann::json out = {{"prompt", prompt}, {"completion", text}, {"prompt_ids", prompt_ids}, {"completion_ids", ids}};
+    std::puts(out.dump().c_str());
+  } else {
+    std::puts(text.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return odc::tools::run_tool("odc-generate", kUsage, [&] { return run(argc, argv); });
+}
