@@ -24,6 +24,7 @@
 #include "odc/core/error.h"
 #include "odc/core/logging.h"
 #include "odc/io/hf_checkpoint.h"
+#include "odc/train/checkpoint_convert.h"
 #include "odc/model/units.h"
 #include "odc/train/config_schema.h"
 
@@ -45,8 +46,39 @@ constexpr const char* kMainUsage = R"(usage: odc-ckpt <command> [options]
 commands:
   init      write a randomly initialized model as a Hugging Face checkpoint directory
   inspect   print a checkpoint's architecture, dtype, parameter count and tensor shapes (JSON)
+  export    write a native training checkpoint (checkpoint.dir/step-N) as a Hugging Face directory
+  import    write a Hugging Face directory as a native checkpoint for N ranks (step 0)
 
 Run 'odc-ckpt <command> --help' for the options of a command.
+)";
+
+constexpr const char* kExportUsage = R"(usage: odc-ckpt export --from CKPT --out DIR [options]
+
+Reassembles the model from every rank's shards of the native checkpoint CKPT (a step-N directory
+written by odc-train with checkpoint.dir; any world size) and writes a Hugging Face directory.
+Prints a one-line JSON summary.
+
+options:
+  --from CKPT            native checkpoint directory (step-N) (required)
+  --out DIR              output directory (required)
+  --dtype D              bf16, f16 or f32 (default f32)
+  --architecture NAME    LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM (default: Qwen2 when
+                         the model has attention biases, else LlamaForCausalLM)
+  --tokenizer-from DIR   copy tokenizer.json and friends from this directory
+  -h, --help             show this help
+)";
+
+constexpr const char* kImportUsage = R"(usage: odc-ckpt import --from DIR --out CKPT_DIR --world-size N
+
+Writes the Hugging Face checkpoint DIR as a native checkpoint for N ranks: CKPT_DIR/step-00000000
+with the masters sharded as odc-train shards them, zero AdamW moments and no data position (a run
+with checkpoint.dir=CKPT_DIR resumes from it and starts its data from the beginning).
+
+options:
+  --from DIR             Hugging Face checkpoint directory (required)
+  --out CKPT_DIR         checkpoint.dir to write into (required)
+  --world-size N         number of ranks of the runs that will resume from it (required)
+  -h, --help             show this help
 )";
 
 constexpr const char* kInitUsage = R"(usage: odc-ckpt init --out DIR [--config CONFIG.json] [--set model.config.KEY=VALUE]... [options]
@@ -323,6 +355,51 @@ int run_inspect(const std::vector<std::string>& args) {
   return 0;
 }
 
+int run_export(const std::vector<std::string>& args) {
+  const auto parsed = parse_options("export", args, {"--from", "--out", "--dtype", "--architecture", "--tokenizer-from"});
+  if (!parsed) {
+    std::cout << kExportUsage;
+    return 0;
+  }
+  std::string from, out, architecture, tokenizer_from;
+  odc::DType dtype = odc::DType::f32;
+  for (const auto& [flag, value] : *parsed) {
+    if (flag == "--from") from = value;
+    if (flag == "--out") out = value;
+    if (flag == "--architecture") architecture = value;
+    if (flag == "--tokenizer-from") tokenizer_from = value;
+    if (flag == "--dtype") {
+      if (value != "bf16" && value != "f16" && value != "f32") throw UsageError("odc-ckpt export: --dtype must be bf16, f16 or f32");
+      dtype = value == "bf16" ? odc::DType::bf16 : value == "f16" ? odc::DType::f16 : odc::DType::f32;
+    }
+  }
+  if (from.empty() || out.empty()) throw UsageError("odc-ckpt export: --from and --out are required");
+  const auto step = odc::train::export_native_to_hf(from, out, dtype, architecture, tokenizer_from);
+  std::cout << nlohmann::json{{"from", from}, {"out", out}, {"step", step}, {"dtype", odc::dtype_name(dtype)}}.dump() << '\n';
+  return 0;
+}
+
+int run_import(const std::vector<std::string>& args) {
+  const auto parsed = parse_options("import", args, {"--from", "--out", "--world-size"});
+  if (!parsed) {
+    std::cout << kImportUsage;
+    return 0;
+  }
+  std::string from, out;
+  std::int64_t world = 0;
+  for (const auto& [flag, value] : *parsed) {
+    if (flag == "--from") from = value;
+    if (flag == "--out") out = value;
+    if (flag == "--world-size") world = parse_integer(flag, value);
+  }
+  if (from.empty() || out.empty() || world < 1) {
+    throw UsageError("odc-ckpt import: --from, --out and --world-size (>= 1) are required");
+  }
+  const auto path = odc::train::import_hf_to_native(from, out, static_cast<int>(world));
+  std::cout << nlohmann::json{{"from", from}, {"checkpoint", path}, {"world_size", world}}.dump() << '\n';
+  return 0;
+}
+
 int run(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
@@ -336,6 +413,8 @@ int run(int argc, char** argv) {
   }
   if (command == "init") return run_init({args.begin() + 1, args.end()});
   if (command == "inspect") return run_inspect({args.begin() + 1, args.end()});
+  if (command == "export") return run_export({args.begin() + 1, args.end()});
+  if (command == "import") return run_import({args.begin() + 1, args.end()});
   throw UsageError("odc-ckpt: unknown command '" + command + "'");
 }
 

@@ -554,7 +554,10 @@ void Trainer::load_checkpoint(const std::string& path) {
     fail("checkpoint '{}' holds a different model (model_config: {}) than this run's ({})", path,
          manifest.value("model_config", nlohmann::json()).dump(), model_config_.to_json().dump());
   }
-  if (manifest.value("data_fingerprint", std::string()) != fmt::format("{:016x}", data_fingerprint_)) {
+  // A checkpoint imported from a Hugging Face directory (odc-ckpt import) has weights only: the
+  // data starts from the beginning.
+  const bool imported = manifest.contains("imported_from");
+  if (!imported && manifest.value("data_fingerprint", std::string()) != fmt::format("{:016x}", data_fingerprint_)) {
     fail("checkpoint '{}' was trained on different data ({}) than {}: resuming would not continue the same "
          "run (use checkpoint.resume: never to start over)", path, manifest.value("dataset", std::string("?")),
          dataset_->describe());
@@ -564,14 +567,16 @@ void Trainer::load_checkpoint(const std::string& path) {
                        {{store_->master_base(), static_cast<std::size_t>(owned)},
                         {store_->exp_avg(0), static_cast<std::size_t>(owned)},
                         {store_->exp_avg_sq(0), static_cast<std::size_t>(owned)}});
-  const auto& s = manifest.at("sampler");
-  data::SamplerState state;
-  state.seed = s.at("seed").get<std::uint64_t>();
-  state.epoch = s.at("epoch").get<std::int64_t>();
-  state.position = s.at("position").get<std::int64_t>();
-  state.dataset_size = s.at("dataset_size").get<std::int64_t>();
-  state.shuffle = s.at("shuffle").get<bool>();
-  sampler_->restore(state);
+  if (!imported) {
+    const auto& s = manifest.at("sampler");
+    data::SamplerState state;
+    state.seed = s.at("seed").get<std::uint64_t>();
+    state.epoch = s.at("epoch").get<std::int64_t>();
+    state.position = s.at("position").get<std::int64_t>();
+    state.dataset_size = s.at("dataset_size").get<std::int64_t>();
+    state.shuffle = s.at("shuffle").get<bool>();
+    sampler_->restore(state);
+  }
   optimizer_->set_steps_taken(manifest.at("optimizer_steps").get<std::int64_t>());
   step_ = manifest.at("step").get<std::int64_t>();
   resumed_from_ = path;

@@ -36,7 +36,8 @@ PY
 # Fine-tune on 2 ranks (ODC) and export.
 mpirun -np 2 --oversubscribe --bind-to none "$bin/odc-train" --set "data.train=$work/data.jsonl" \
   --set "model.checkpoint=$work/init" --set train.steps=40 --set train.lr=3e-3 --set data.minibatch_size=8 \
-  --set "checkpoint.export_hf=$work/tuned" --set train.peak_flops=1e10 >"$work/train.log" 2>&1 || fail "fine-tuning: $(tail -5 "$work/train.log")"
+  --set "checkpoint.export_hf=$work/tuned" --set "checkpoint.dir=$work/ckpt" --set train.peak_flops=1e10 \
+  >"$work/train.log" 2>&1 || fail "fine-tuning: $(tail -5 "$work/train.log")"
 before=$("$bin/odc-eval" --model "$work/init" --data "$work/data.jsonl" --max-sequences 200) || fail "odc-eval before"
 after=$("$bin/odc-eval" --model "$work/tuned" --data "$work/data.jsonl" --max-sequences 200) || fail "odc-eval after"
 echo "before: $before"
@@ -49,6 +50,18 @@ assert a['loss'] < 0.9 * b['loss'], f'loss did not fall by 10%: {b[\"loss\"]} ->
 assert abs(a['perplexity'] - __import__('math').exp(a['loss'])) < 1e-9 * a['perplexity']
 " "$before" "$after" || fail "evaluation did not show the fine-tuning"
 grep -q '"torch_dtype": "bfloat16"' "$work/tuned/config.json" || fail "export did not keep the source dtype"
+
+# odc-ckpt export of the run's native checkpoint (2 ranks' shards) = the trainer's own export.
+"$bin/odc-ckpt" export --from "$work/ckpt/step-00000040" --out "$work/from-native" --dtype bf16 >"$work/export.log" 2>&1 ||
+  fail "odc-ckpt export: $(cat "$work/export.log")"
+cmp -s "$work/tuned/model.safetensors" "$work/from-native/model.safetensors" || fail "odc-ckpt export differs from the trainer's export"
+# odc-ckpt import: a native step-0 checkpoint for 2 ranks that a run resumes from.
+"$bin/odc-ckpt" import --from "$work/init" --out "$work/imported" --world-size 2 >"$work/import.log" 2>&1 ||
+  fail "odc-ckpt import: $(cat "$work/import.log")"
+mpirun -np 2 --oversubscribe --bind-to none "$bin/odc-train" --set "data.train=$work/data.jsonl" \
+  --set "model.checkpoint=$work/init" --set train.steps=2 --set "checkpoint.dir=$work/imported" --set train.peak_flops=1e10 \
+  >"$work/resume-imported.log" 2>&1 || fail "resuming from an imported checkpoint: $(tail -3 "$work/resume-imported.log")"
+grep -q "resumed from $work/imported/step-00000000" "$work/resume-imported.log" || fail "the run did not resume from the import"
 
 # Bad input: usage errors exit 2, bad files exit 1 naming the culprit.
 "$bin/odc-eval" --data "$work/data.jsonl" >/dev/null 2>"$work/e1.err"; rc=$?

@@ -1,0 +1,23 @@
+#pragma once
+// Conversions between native checkpoints (per-rank shards, io/native_checkpoint.h) and Hugging
+// Face directories (io/hf_checkpoint.h), for odc-ckpt export / import.
+#include <cstdint>
+#include <string>
+
+#include "odc/core/dtype.h"
+
+namespace odc::train {
+
+// Reassembles the full model from every rank's master shards of a native checkpoint (any world
+// size) and writes it as a Hugging Face directory. `architecture` empty = LlamaForCausalLM, or
+// Qwen2ForCausalLM when the model has attention biases. `copy_from_dir` (optional) supplies the
+// tokenizer files. Returns the step of the checkpoint.
+std::int64_t export_native_to_hf(const std::string& native_checkpoint, const std::string& out_dir, DType dtype,
+                                 const std::string& architecture, const std::string& copy_from_dir);
+
+// Writes a native checkpoint for `world_size` ranks from a Hugging Face directory: step 0, zero
+// AdamW moments, no data position (a run resuming from it starts its data from the beginning).
+// Returns the checkpoint's path (native_dir/step-00000000).
+std::string import_hf_to_native(const std::string& hf_dir, const std::string& native_dir, int world_size);
+
+}  // namespace odc::train

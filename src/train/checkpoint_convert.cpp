@@ -1,0 +1,79 @@
+#include "odc/train/checkpoint_convert.h"
+
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "odc/core/error.h"
+#include "odc/dist/shard_layout.h"
+#include "odc/io/hf_checkpoint.h"
+#include "odc/io/native_checkpoint.h"
+#include "odc/io/safetensors.h"
+#include "odc/model/units.h"
+
+namespace odc::train {
+
+namespace {
+// Offset of unit u's shard in a rank's contiguous buffers: the shards of units 0..u-1 (the same
+// on every rank; ShardStore's layout).
+std::int64_t shard_offset(const dist::ShardLayout& layout, int unit) {
+  std::int64_t offset = 0;
+  for (int u = 0; u < unit; ++u) offset += layout.unit(u).shard;
+  return offset;
+}
+}  // namespace
+
+std::int64_t export_native_to_hf(const std::string& native_checkpoint, const std::string& out_dir, DType dtype,
+                                 const std::string& architecture, const std::string& copy_from_dir) {
+  const nlohmann::json manifest = io::read_manifest(native_checkpoint);
+  if (!manifest.contains("model_config")) fail("checkpoint '{}': the manifest holds no model_config", native_checkpoint);
+  const auto config = model::LlamaConfig::from_json(manifest["model_config"], native_checkpoint + "/manifest.json", false);
+  const int world = manifest["world_size"].get<int>();
+  const auto units = model::build_unit_layouts(config);
+  const dist::ShardLayout layout(units, world, 0);
+  // Each rank's masters, read whole (checksums verified): the model's size in fp32, per rank a shard.
+  std::vector<std::vector<float>> masters(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    const auto owned = static_cast<std::size_t>(layout.owned_elements());
+    auto& mine = masters[static_cast<std::size_t>(r)];
+    mine.resize(owned);
+    std::vector<float> m(owned), v(owned);
+    io::read_rank_shards(native_checkpoint, manifest, r, {mine, m, v});
+  }
+  const std::string arch = !architecture.empty() ? architecture
+                           : config.attention_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  io::write_hf_checkpoint(out_dir, config, arch, dtype, [&](int unit, float* out) {
+    const std::int64_t shard = layout.unit(unit).shard;
+    const std::int64_t numel = layout.unit(unit).numel;
+    const std::int64_t offset = shard_offset(layout, unit);
+    for (int r = 0; r < world; ++r) {
+      const std::int64_t begin = r * shard;
+      const std::int64_t count = std::min(shard, numel - begin);
+      if (count <= 0) break;  // the rest is padding
+      const float* src = masters[static_cast<std::size_t>(r)].data() + offset;
+      std::copy(src, src + count, out + begin);
+    }
+  }, 5'000'000'000, copy_from_dir);
+  return manifest["step"].get<std::int64_t>();
+}
+
+std::string import_hf_to_native(const std::string& hf_dir, const std::string& native_dir, int world_size) {
+  if (world_size < 1) fail("import needs a world size >= 1, found {}", world_size);
+  const io::HfCheckpoint checkpoint(hf_dir);
+  for (int r = 0; r < world_size; ++r) {
+    const dist::ShardLayout layout(checkpoint.units(), world_size, r);
+    const auto owned = static_cast<std::size_t>(layout.owned_elements());
+    std::vector<float> masters(owned), zeros(owned, 0.0f);
+    for (int u = 0; u < layout.num_units(); ++u) {
+      checkpoint.read_unit_range(u, layout.shard_begin(u, r), layout.unit(u).shard, masters.data() + shard_offset(layout, u));
+    }
+    io::write_rank_shards(io::staging_path(native_dir, 0), r, {masters, zeros, zeros});
+  }
+  const nlohmann::json manifest = {{"comm", "any"},
+                                   {"optimizer_steps", 0},
+                                   {"imported_from", hf_dir},
+                                   {"model_config", checkpoint.config().to_json()}};
+  return io::commit_checkpoint(native_dir, 0, world_size, manifest, 0);
+}
+
+}  // namespace odc::train
