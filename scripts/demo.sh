@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The main job on its embedded default: set-up, build, generate a synthetic SFT dataset (copy /
-# reverse / sort / add with long-tailed lengths), fine-tune the default small LLaMA-style model on
-# the CPU under mpirun, and show the loss falling (metrics in demo-out/metrics.jsonl, a loss-curve
-# PNG in demo-out/loss.png). Extra arguments are passed to odc-train (e.g. --set train.steps=50).
+# The main job on its embedded default: set-up, build, then the whole fine-tuning path on the CPU:
+# generate chat SFT data and a tokenizer (tools/make_demo_chat.py: string tasks a small model can
+# learn), write a randomly initialized Hugging Face-layout model (odc-ckpt init), show what it
+# answers, fine-tune it with ODC on 2 ranks under mpirun (loss on assistant turns only), export
+# the result as a Hugging Face directory, and show the answers and the loss again.
+# Outputs in demo-out/: metrics.jsonl, loss.png, base/ and sft/ (HF checkpoints with tokenizer).
+# Extra arguments are passed to odc-train (e.g. --set train.steps=100).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${ODC_BUILD_DIR:-$root/build}"
@@ -11,11 +14,27 @@ ranks="${ODC_DEMO_RANKS:-2}"
 
 "$root/scripts/build.sh"
 mkdir -p "$out"
-"$build/bin/odc-data" synth --out "$out/train.jsonl" --num 8000 --vocab 32 --min-length 16 \
-  --max-length 192 --mean-length 48 --sigma 0.8 --seed 1
+summary=$(/usr/bin/python3 "$root/tools/make_demo_chat.py" --out "$out" --num 8000 --seed 1)
+vocab=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["vocab_size"])' "$summary")
+"$build/bin/odc-ckpt" init --out "$out/base" --set model.config.vocab_size="$vocab" --dtype bf16 \
+  --tokenizer "$out/tokenizer" --seed 0
+
+prompts=("reverse: apple" "repeat: tiger" "sort: lemon" "reverse: mango")
+answers() {  # MODEL_DIR
+  for prompt in "${prompts[@]}"; do
+    printf '  %-16s -> %s\n' "$prompt" "$("$build/bin/odc-generate" --model "$1" --chat --prompt "$prompt" --max-new-tokens 12)"
+  done
+}
+echo "== before fine-tuning ($out/base) =="
+answers "$out/base"
+"$build/bin/odc-eval" --model "$out/base" --data "$out/chat.jsonl" --format chat --max-sequences 1000 | tee "$out/eval-before.json"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
-mpirun -np "$ranks" --oversubscribe --bind-to none "$build/bin/odc-train" "$root/configs/demo.yaml" \
-  --set data.train="$out/train.jsonl" --set train.metrics_file="$out/metrics.jsonl" "$@"
+mpirun -np "$ranks" --oversubscribe --bind-to none "$build/bin/odc-train" "$root/configs/demo-chat.yaml" \
+  --set model.checkpoint="$out/base" --set data.train="$out/chat.jsonl" \
+  --set checkpoint.export_hf="$out/sft" --set train.metrics_file="$out/metrics.jsonl" "$@"
 
+echo "== after fine-tuning ($out/sft) =="
+answers "$out/sft"
+"$build/bin/odc-eval" --model "$out/sft" --data "$out/chat.jsonl" --format chat --max-sequences 1000 | tee "$out/eval-after.json"
 /usr/bin/python3 "$root/tools/plot_metrics.py" "$out/metrics.jsonl" --out "$out/loss.png" --check-decrease

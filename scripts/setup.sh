@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages the project builds, tests and demos with. Idempotent: a machine
-# that already has every package skips apt entirely. No other downloads.
+# that already has every package skips apt entirely. (The tokenizer test installs its pinned npm
+# packages into the build tree itself.)
 set -euo pipefail
 
 packages=(
@@ -15,8 +16,11 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# The tokenizer equality test runs the reference JavaScript tokenizers: any node + npm will do (a
+# machine may have them from elsewhere, e.g. NodeSource, which conflicts with Debian's npm).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then missing+=(nodejs npm); fi
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all ${#packages[@]} packages present"
+  echo "setup: all ${#packages[@]} packages present (and node/npm)"
   exit 0
 fi
 

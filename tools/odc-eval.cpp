@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/core/error.h"
+#include "odc/data/text_dataset.h"
 #include "odc/kernels/matmul.h"
 #include "odc/train/inference.h"
 #include "tool_args.h"
@@ -23,7 +24,11 @@ nats), perplexity (exp(loss)), tokens (target positions scored), sequences.
 options:
   --model DIR          Hugging Face checkpoint directory (required)
   --data PATH          dataset (required)
-  --format F           tokens (pre-tokenized JSONL, default) or bin (odc-data convert output)
+  --format F           tokens (pre-tokenized JSONL, default), bin (odc-data convert output), chat
+                       ({"messages": [...]}: loss on assistant turns) or text ({"text"} / {"prompt",
+                       "completion"}); chat and text are tokenized with the model's tokenizer.json
+  --tokenizer PATH     tokenizer.json for chat/text (default: DIR/tokenizer.json)
+  --chat-template T    auto (default), llama3 or chatml
   --max-tokens N       tokens per forward batch (default 4096)
   --max-sequences N    score only the first N sequences (default: all)
   --threads N          compute threads (default 1)
@@ -42,6 +47,8 @@ int run(int argc, char** argv) {
   const auto max_tokens = args.integer("--max-tokens", 4096);
   const auto max_sequences = args.integer("--max-sequences", 0);
   const auto threads = args.integer("--threads", 1);
+  const std::string tokenizer = args.value("--tokenizer");
+  const std::string chat_template = args.value("--chat-template", "auto");
   args.finish();
   if (model_dir.empty()) throw odc::tools::UsageError("--model DIR is required");
   if (data.empty()) throw odc::tools::UsageError("--data PATH is required");
@@ -49,7 +56,9 @@ int run(int argc, char** argv) {
   odc::kernels::cpu::set_num_threads(static_cast<int>(threads));
 
   odc::train::LoadedModel model(model_dir);
-  const auto dataset = odc::data::open_dataset(data, format, model.config().vocab_size);
+  const auto dataset = odc::data::open_dataset(
+      data, format, model.config().vocab_size,
+      odc::data::TextDataOptions{odc::data::resolve_tokenizer_path(tokenizer, model_dir), chat_template});
   const auto result = odc::train::evaluate(model, *dataset, max_tokens, max_sequences);
   const nlohmann::json out = {{"model", model_dir},       {"data", data},
                               {"loss", result.loss},      {"perplexity", result.perplexity},

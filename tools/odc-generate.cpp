@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/core/error.h"
+#include "odc/data/chat_format.h"
 #include "odc/data/tokenizer.h"
 #include "odc/kernels/matmul.h"
 #include "odc/train/inference.h"
@@ -30,6 +31,9 @@ options:
   --temperature T        0 = greedy (default); > 0 samples from softmax(logits / T)
   --top-p P              nucleus sampling mass with T > 0 (default 1.0)
   --seed N               sampling seed (default 0)
+  --chat                 render TEXT as a user turn of the model's chat template (from
+                         tokenizer_config.json or the special tokens) and answer as the assistant
+  --chat-template T      auto (default), llama3 or chatml (with --chat)
   --json                 print a JSON line {"prompt", "completion", "prompt_ids", "completion_ids"}
   --threads N            compute threads (default 1)
   --help                 this text
@@ -50,6 +54,8 @@ int run(int argc, char** argv) {
   options.top_p = args.number("--top-p", 1.0);
   options.seed = static_cast<std::uint64_t>(args.integer("--seed", 0));
   const bool json = args.flag("--json");
+  const bool chat = args.flag("--chat");
+  const std::string chat_template = args.value("--chat-template", "auto");
   const auto threads = args.integer("--threads", 1);
   args.finish();
   if (model_dir.empty()) throw odc::tools::UsageError("--model DIR is required");
@@ -64,7 +70,14 @@ int run(int argc, char** argv) {
   }
   const auto tokenizer = odc::data::Tokenizer::from_file(tokenizer_path);
   odc::train::LoadedModel model(model_dir);
-  const auto prompt_ids = tokenizer.encode(prompt, true);
+  std::vector<std::int32_t> prompt_ids;
+  if (chat) {
+    const odc::data::ChatFormatter formatter(
+        tokenizer, odc::data::resolve_chat_template(chat_template, tokenizer, tokenizer_path), tokenizer_path);
+    prompt_ids = formatter.generation_prompt(prompt);
+  } else {
+    prompt_ids = tokenizer.encode(prompt, true);
+  }
   const auto ids = odc::train::generate(model, prompt_ids, options);
   const std::string text = tokenizer.decode(ids, true);
   if (json) {

@@ -238,6 +238,32 @@ TokenizedSample ChatFormatter::format_messages(const json& messages, const std::
   return sample;
 }
 
+std::vector<std::int32_t> ChatFormatter::generation_prompt(const std::string& user_message) const {
+  if (!template_) fail("{}: a chat prompt needs a chat template (llama3 or chatml)", tokenizer_.origin());
+  TokenizedSample sample;
+  if (template_ == ChatTemplate::llama3) append(sample, begin_of_text_, false);
+  for (const std::string role : {"user", "assistant"}) {
+    append(sample, turn_start_, false);
+    if (template_ == ChatTemplate::llama3) {
+      append(sample, tokenizer_.encode(role), false);
+      append(sample, header_end_, false);
+      append(sample, tokenizer_.encode("\n\n"), false);
+      if (role == "user") {
+        append(sample, tokenizer_.encode(trim(user_message)), false);
+        append(sample, turn_end_, false);
+      }
+    } else {
+      append(sample, tokenizer_.encode(role + "\n"), false);
+      if (role == "user") {
+        append(sample, tokenizer_.encode(user_message), false);
+        append(sample, turn_end_, false);
+        append(sample, tokenizer_.encode("\n"), false);
+      }
+    }
+  }
+  return sample.tokens;
+}
+
 TokenizedSample ChatFormatter::format_prompt_completion(const json& record, const std::string& where) const {
   const std::string& prompt = string_field(record, "prompt", where);
   const std::string& completion = string_field(record, "completion", where);

@@ -97,18 +97,16 @@ class Regex {
  public:
   // `where` names the pattern in the error for an invalid one.
   Regex(std::string_view pattern, const std::string& where);
-  ~Regex();
-  Regex(Regex&&) noexcept;
-  Regex& operator=(Regex&&) noexcept;
-  Regex(const Regex&) = delete;
-  Regex& operator=(const Regex&) = delete;
 
   // All non-overlapping matches, left to right, as (begin, end) byte offsets. text must be valid
   // UTF-8 (checked by the caller once, not per match).
   std::vector<std::pair<std::size_t, std::size_t>> find_all(std::string_view text) const;
 
  private:
-  pcre2_real_code_8* code_ = nullptr;
+  struct CodeDeleter {
+    void operator()(pcre2_real_code_8* code) const;
+  };
+  std::unique_ptr<pcre2_real_code_8, CodeDeleter> code_;
   std::string where_;
 };
 

@@ -321,41 +321,28 @@ Regex::Regex(std::string_view pattern, const std::string& where) : where_(where)
   const std::string translated = translate_oniguruma(pattern);
   int error = 0;
   PCRE2_SIZE offset = 0;
-  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
-                        PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
-  if (code_ == nullptr) {
+  code_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
+                            PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr));
+  if (!code_) {
     odc::fail("{}: invalid regex /{}/ at offset {}: {}", where, pattern, offset, pcre2_message(error));
   }
   // JIT is an optimization only: without it (error or unsupported platform) matching still works.
-  pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);
+  pcre2_jit_compile(code_.get(), PCRE2_JIT_COMPLETE);
 }
 
-Regex::~Regex() {
-  if (code_ != nullptr) pcre2_code_free(code_);
-}
-
-Regex::Regex(Regex&& other) noexcept : code_(std::exchange(other.code_, nullptr)), where_(std::move(other.where_)) {}
-
-Regex& Regex::operator=(Regex&& other) noexcept {
-  if (this != &other) {
-    if (code_ != nullptr) pcre2_code_free(code_);
-    code_ = std::exchange(other.code_, nullptr);
-    where_ = std::move(other.where_);
-  }
-  return *this;
-}
+void Regex::CodeDeleter::operator()(pcre2_real_code_8* code) const { pcre2_code_free(code); }
 
 std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(std::string_view text) const {
   std::vector<std::pair<std::size_t, std::size_t>> matches;
   std::unique_ptr<pcre2_match_data, MatchDataDeleter> data(
-      pcre2_match_data_create_from_pattern(code_, nullptr));
+      pcre2_match_data_create_from_pattern(code_.get(), nullptr));
   if (!data) odc::fail("{}: out of memory allocating regex match data", where_);
   const auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   std::size_t start = 0;
   while (start <= text.size()) {
     // The caller validated the UTF-8 once; PCRE2 would otherwise re-check the whole subject on
     // every call, which is quadratic over a long text.
-    const int rc = pcre2_match(code_, subject, text.size(), start, PCRE2_NO_UTF_CHECK, data.get(),
+    const int rc = pcre2_match(code_.get(), subject, text.size(), start, PCRE2_NO_UTF_CHECK, data.get(),
                                thread_match_context());
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) odc::fail("{}: regex matching failed: {}", where_, pcre2_message(rc));

@@ -95,7 +95,7 @@ LengthPool load_lengths(const LengthSource& source) {
     return pool;
   }
   if (source.max_length < 0) fail("data.max_length must be >= 0, found {}", source.max_length);
-  if (source.format == "text") {
+  if (source.format == "lengths") {
     pool.lengths = read_length_file(source.path);
     pool.description = fmt::format("{} ({} lengths)", source.path, pool.lengths.size());
   } else if (source.format == "tokens" || source.format == "bin") {

@@ -36,10 +36,10 @@ std::vector<TunableSpec> sim_tunables() {
       spec("data.lengths", K::string, "\"\"",
            "sequence lengths to simulate: a text file with one length per line ('#' comments), or a dataset "
            "(see data.format); empty = the synthetic distribution below"),
-      spec("data.format", K::string, "text",
-           "format of data.lengths: text (one length per line), tokens (pre-tokenized JSONL), bin (odc-data "
+      spec("data.format", K::string, "lengths",
+           "format of data.lengths: lengths (a text file, one length per line), tokens (pre-tokenized JSONL), bin (odc-data "
            "convert output)",
-           {"text", "tokens", "bin"}),
+           {"lengths", "tokens", "bin"}),
       spec("data.distribution", K::string, "lognormal", "synthetic length distribution (when data.lengths is empty)",
            {"lognormal"}),
       spec("data.mean_length", K::number, "18000",

@@ -11,6 +11,7 @@
 
 #include "odc/core/error.h"
 #include "odc/core/hash.h"
+#include "odc/data/text_dataset.h"
 #include "odc/dist/bootstrap.h"
 #include "odc/dist/collective_comm.h"
 #include "odc/dist/local_comm.h"
@@ -101,8 +102,11 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
   if (threads < 1) fail("train.threads must be at least 1, found {}", threads);
   kernels::cpu::set_num_threads(static_cast<int>(threads));
 
-  dataset_ = data::open_dataset(config.get_string("data.train"), config.get_string("data.format"),
-                                model_config_.vocab_size);
+  dataset_ = data::open_dataset(
+      config.get_string("data.train"), config.get_string("data.format"), model_config_.vocab_size,
+      data::TextDataOptions{data::resolve_tokenizer_path(config.get_string("data.tokenizer"),
+                                                         config.get_string("model.checkpoint")),
+                            config.get_string("data.chat_template")});
   minibatch_size_ = config.get_int("data.minibatch_size");
   if (minibatch_size_ < 1) fail("data.minibatch_size must be at least 1, found {}", minibatch_size_);
   const std::int64_t global = minibatch_size_ * world_size_;

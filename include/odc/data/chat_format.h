@@ -50,6 +50,9 @@ class ChatFormatter {
 
   // Any of the three record kinds. `where` ("file:line") prefixes every error.
   TokenizedSample format_record(const nlohmann::json& record, const std::string& where) const;
+  // The ids a model continues to answer `user_message`: one user turn, then the assistant's turn
+  // header, as the chat template's add_generation_prompt renders it (no assistant content).
+  std::vector<std::int32_t> generation_prompt(const std::string& user_message) const;
   // Only {"text": ...} records.
   TokenizedSample format_text_record(const nlohmann::json& record, const std::string& where) const;
 

@@ -10,7 +10,7 @@ namespace odc::sim {
 
 struct LengthSource {
   std::string path;                  // "" = synthetic
-  std::string format = "text";       // text | tokens | bin
+  std::string format = "lengths";    // lengths (one per line) | tokens | bin
   std::int64_t vocab_size = 0;       // token ids of a dataset must lie below it
   // Synthetic log-normal: `mean_length` is the mean of the unclipped distribution (as in
   // odc-data synth), `sigma` its log-space standard deviation.
