@@ -75,7 +75,6 @@ JsonlTokenDataset::JsonlTokenDataset(const std::string& path, std::int64_t vocab
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open dataset file (expected a pre-tokenized JSONL file)", path);
 
-  offsets_.push_back(0);
   std::string line;
   std::int64_t line_number = 0;
   while (std::getline(in, line)) {
@@ -118,34 +117,37 @@ JsonlTokenDataset::JsonlTokenDataset(const std::string& path, std::int64_t vocab
       for (std::size_t j = 0; j < length; ++j) masks_.push_back(parse_mask((*mask)[j], j, where));
     }
 
-    const std::int64_t begin = offsets_.back();
-    const std::int64_t end = static_cast<std::int64_t>(tokens_.size());
-    // Position 0 is never predicted (nothing precedes it), so its mask does not count.
-    target_counts_.push_back(
-        std::count_if(masks_.begin() + begin + 1, masks_.begin() + end,
-                      [](std::uint8_t m) { return m != 0; }));
-    offsets_.push_back(end);
+    end_sequence();
   }
   if (in.bad()) fail("{}: read error after line {}", path, line_number);
   if (size() == 0) fail("{}: dataset has no sequences (expected one JSON object per line)", path);
 }
 
-SequenceView JsonlTokenDataset::get(std::int64_t index) const {
+void InMemoryTokenDataset::end_sequence() {
+  const std::int64_t begin = offsets_.back();
+  const auto end = static_cast<std::int64_t>(tokens_.size());
+  // Position 0 is never predicted (nothing precedes it), so its mask does not count.
+  target_counts_.push_back(
+      std::count_if(masks_.begin() + begin + 1, masks_.begin() + end, [](std::uint8_t m) { return m != 0; }));
+  offsets_.push_back(end);
+}
+
+SequenceView InMemoryTokenDataset::get(std::int64_t index) const {
   ODC_CHECK(index >= 0 && index < size(), "index {} of {}", index, describe());
-  const auto begin = static_cast<std::size_t>(offsets_[index]);
-  const auto count = static_cast<std::size_t>(offsets_[index + 1] - offsets_[index]);
+  const auto begin = static_cast<std::size_t>(offsets_[static_cast<std::size_t>(index)]);
+  const auto count = static_cast<std::size_t>(length(index));
   return SequenceView{std::span<const std::int32_t>(tokens_).subspan(begin, count),
                       std::span<const std::uint8_t>(masks_).subspan(begin, count)};
 }
 
-std::int64_t JsonlTokenDataset::length(std::int64_t index) const {
+std::int64_t InMemoryTokenDataset::length(std::int64_t index) const {
   ODC_CHECK(index >= 0 && index < size(), "index {} of {}", index, describe());
-  return offsets_[index + 1] - offsets_[index];
+  return offsets_[static_cast<std::size_t>(index) + 1] - offsets_[static_cast<std::size_t>(index)];
 }
 
-std::int64_t JsonlTokenDataset::target_count(std::int64_t index) const {
+std::int64_t InMemoryTokenDataset::target_count(std::int64_t index) const {
   ODC_CHECK(index >= 0 && index < size(), "index {} of {}", index, describe());
-  return target_counts_[index];
+  return target_counts_[static_cast<std::size_t>(index)];
 }
 
 std::string JsonlTokenDataset::describe() const {

@@ -31,7 +31,6 @@ TextJsonlDataset::TextJsonlDataset(const std::string& path, Kind kind, const Cha
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open dataset file (expected {} JSONL)", path, kind_name_);
 
-  offsets_.push_back(0);
   std::string line;
   std::int64_t line_number = 0;
   while (std::getline(in, line)) {
@@ -57,33 +56,10 @@ TextJsonlDataset::TextJsonlDataset(const std::string& path, Kind kind, const Cha
     }
     tokens_.insert(tokens_.end(), sample.tokens.begin(), sample.tokens.end());
     masks_.insert(masks_.end(), sample.target_mask.begin(), sample.target_mask.end());
-    const std::int64_t begin = offsets_.back();
-    const auto end = static_cast<std::int64_t>(tokens_.size());
-    // Position 0 is never predicted (nothing precedes it), so its mask does not count.
-    target_counts_.push_back(
-        std::count_if(masks_.begin() + begin + 1, masks_.begin() + end, [](std::uint8_t m) { return m != 0; }));
-    offsets_.push_back(end);
+    end_sequence();
   }
   if (in.bad()) fail("{}: read error after line {}", path, line_number);
   if (size() == 0) fail("{}: dataset has no records (expected one JSON object per line)", path);
-}
-
-SequenceView TextJsonlDataset::get(std::int64_t index) const {
-  ODC_CHECK(index >= 0 && index < size(), "index {} of {}", index, describe());
-  const auto begin = static_cast<std::size_t>(offsets_[index]);
-  const auto count = static_cast<std::size_t>(offsets_[index + 1] - offsets_[index]);
-  return SequenceView{std::span<const std::int32_t>(tokens_).subspan(begin, count),
-                      std::span<const std::uint8_t>(masks_).subspan(begin, count)};
-}
-
-std::int64_t TextJsonlDataset::length(std::int64_t index) const {
-  ODC_CHECK(index >= 0 && index < size(), "index {} of {}", index, describe());
-  return offsets_[index + 1] - offsets_[index];
-}
-
-std::int64_t TextJsonlDataset::target_count(std::int64_t index) const {
-  ODC_CHECK(index >= 0 && index < size(), "index {} of {}", index, describe());
-  return target_counts_[index];
 }
 
 std::string TextJsonlDataset::describe() const {

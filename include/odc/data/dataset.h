@@ -30,21 +30,35 @@ class TokenDataset {
 // loss_mask is optional (default: every token is a target); when present it must have the same
 // length as input_ids and hold 0/1 (or booleans). Empty lines are skipped. Token ids must lie in
 // [0, vocab_size). Every problem is an odc::Error naming "file:line" and what is wrong.
-class JsonlTokenDataset final : public TokenDataset {
+// Sequences held in memory back to back (the JSONL formats read everything at open). A subclass
+// appends each sequence's tokens and mask and calls end_sequence().
+class InMemoryTokenDataset : public TokenDataset {
  public:
-  JsonlTokenDataset(const std::string& path, std::int64_t vocab_size);
   std::int64_t size() const override { return static_cast<std::int64_t>(offsets_.size()) - 1; }
   SequenceView get(std::int64_t index) const override;
   std::int64_t length(std::int64_t index) const override;
   std::int64_t target_count(std::int64_t index) const override;
+
+ protected:
+  InMemoryTokenDataset() : offsets_{0} {}
+  std::int64_t total_tokens() const { return static_cast<std::int64_t>(tokens_.size()); }
+  // Closes the sequence made of the tokens/masks appended since the previous one.
+  void end_sequence();
+  std::vector<std::int32_t> tokens_;
+  std::vector<std::uint8_t> masks_;
+
+ private:
+  std::vector<std::int64_t> offsets_;  // size()+1 entries into tokens_/masks_
+  std::vector<std::int64_t> target_counts_;
+};
+
+class JsonlTokenDataset final : public InMemoryTokenDataset {
+ public:
+  JsonlTokenDataset(const std::string& path, std::int64_t vocab_size);
   std::string describe() const override;
 
  private:
   std::string path_;
-  std::vector<std::int32_t> tokens_;
-  std::vector<std::uint8_t> masks_;
-  std::vector<std::int64_t> offsets_;  // size()+1 entries into tokens_/masks_
-  std::vector<std::int64_t> target_counts_;
 };
 
 // What the text formats need: the tokenizer.json to tokenize with and the chat template

@@ -11,26 +11,17 @@
 
 namespace odc::data {
 
-class TextJsonlDataset final : public TokenDataset {
+class TextJsonlDataset final : public InMemoryTokenDataset {
  public:
   enum class Kind { chat, text };
   // Every problem is an odc::Error naming "file:line". Token ids must lie in [0, vocab_size), the
   // model's vocabulary (a tokenizer larger than the model is caught here).
   TextJsonlDataset(const std::string& path, Kind kind, const ChatFormatter& formatter, std::int64_t vocab_size);
-
-  std::int64_t size() const override { return static_cast<std::int64_t>(offsets_.size()) - 1; }
-  SequenceView get(std::int64_t index) const override;
-  std::int64_t length(std::int64_t index) const override;
-  std::int64_t target_count(std::int64_t index) const override;
   std::string describe() const override;
 
  private:
   std::string path_;
   std::string kind_name_;
-  std::vector<std::int32_t> tokens_;
-  std::vector<std::uint8_t> masks_;
-  std::vector<std::int64_t> offsets_;  // size()+1 entries into tokens_/masks_
-  std::vector<std::int64_t> target_counts_;
 };
 
 // data.tokenizer as configured, or <checkpoint>/tokenizer.json when it is empty.
