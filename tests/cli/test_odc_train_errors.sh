@@ -73,9 +73,10 @@ if "$bin/odc-train" --help | grep -q "usage: odc-train"; then echo "ok   [--help
 dump=$("$bin/odc-train" "${base[@]}" --dump-config)
 if grep -q "minibatch_size: 2" <<<"$dump"; then echo "ok   [--dump-config]"; else echo "FAIL [--dump-config]"; failures=$((failures + 1)); fi
 
-# The cost-model calibration fits a non-negative quadratic on this machine.
+# The cost-model calibration fits a non-negative quadratic on this machine, normalized to b = 1
+# (or b = 0 when the timings are purely quadratic, which a loaded machine can produce).
 if out=$(timeout 120 "$bin/odc-train" "${small[@]}" --set model.config.max_position_embeddings=512 --calibrate-cost) &&
-   /usr/bin/python3 -c 'import json,sys; r=json.loads(sys.argv[1].splitlines()[0]); assert r["cost_b"] == 1.0 and r["cost_a"] >= 0 and len(r["points"]) == 4, r' "$out"; then
+   /usr/bin/python3 -c 'import json,sys; r=json.loads(sys.argv[1].splitlines()[0]); assert r["cost_a"] >= 0 and r["cost_b"] in (0.0, 1.0) and r["cost_a"] + r["cost_b"] > 0 and len(r["points"]) == 4, r' "$out"; then
   echo "ok   [--calibrate-cost] $(head -c 120 <<<"$out")"
 else
   echo "FAIL [--calibrate-cost]: $out"; failures=$((failures + 1))
