@@ -1,0 +1,86 @@
+#pragma once
+// CUDA versions of the elementwise / normalization / embedding / optimizer kernels (built when the
+// CUDA backend is enabled). Same semantics and argument order as the CPU kernels in rmsnorm.h,
+// rope.h, swiglu.h, embedding.h and adamw.h, plus a trailing `void* stream` (a cudaStream_t;
+// nullptr = legacy default stream). All pointers are device pointers.
+//
+// Storage: activations and weights are bf16 (std::uint16_t bit patterns here, __nv_bfloat16 in the
+// .cu files); every computation accumulates in fp32. Per-row statistics (rmsnorm rstd), rope
+// tables and parameter-gradient accumulators (rmsnorm dweight, embedding dtable) are fp32, since
+// they are reduced over many rows and feed the fp32 master/gradient shards.
+//
+// Launches are asynchronous; a launch failure throws odc::Error (check_last_launch).
+#include <cstdint>
+#include <vector>
+
+namespace odc::kernels::cuda {
+
+// ---- RMSNorm (rmsnorm.h) ----
+
+// y = x * rstd * weight per row of `dim`; rstd[rows] = 1/sqrt(mean(x^2)+eps) (fp32).
+void rmsnorm_forward(const std::uint16_t* x, const std::uint16_t* weight, std::uint16_t* y,
+                     float* rstd, std::int64_t rows, std::int64_t dim, double eps, void* stream);
+
+// dx[rows,dim] is overwritten when dx_accumulate is false, else added to. dweight[dim] (fp32) is
+// always accumulated. dx may alias dy.
+void rmsnorm_backward(const std::uint16_t* dy, const std::uint16_t* x, const std::uint16_t* weight,
+                      const float* rstd, std::uint16_t* dx, float* dweight, std::int64_t rows,
+                      std::int64_t dim, bool dx_accumulate, void* stream);
+
+// ---- RoPE (rope.h; "rotate half" layout) ----
+// cos/sin tables [tokens, head_dim/2] in fp32, e.g. cpu::rope_tables<float> uploaded to the device.
+
+// In place on x[tokens, heads*head_dim].
+void rope_forward(std::uint16_t* x, const float* cos_table, const float* sin_table,
+                  std::int64_t tokens, int heads, int head_dim, void* stream);
+// In place on dx[tokens, heads*head_dim]: rotation by -angle.
+void rope_backward(std::uint16_t* dx, const float* cos_table, const float* sin_table,
+                   std::int64_t tokens, int heads, int head_dim, void* stream);
+
+// ---- SwiGLU (swiglu.h): h = silu(gate) * up ----
+
+void swiglu_forward(const std::uint16_t* gate, const std::uint16_t* up, std::uint16_t* h,
+                    std::int64_t n, void* stream);
+// dgate, dup overwritten (each may alias dh).
+void swiglu_backward(const std::uint16_t* dh, const std::uint16_t* gate, const std::uint16_t* up,
+                     std::uint16_t* dgate, std::uint16_t* dup, std::int64_t n, void* stream);
+
+// ---- Embedding (embedding.h) ----
+
+// out[t, :] = table[ids[t], :]   (ids on the device, validated < vocab by the data layer)
+void embedding_forward(const std::int32_t* ids, const std::uint16_t* table, std::uint16_t* out,
+                       std::int64_t tokens, std::int64_t dim, void* stream);
+// dtable[ids[t], :] += dout[t, :]   (fp32 accumulator, atomic adds: order not deterministic)
+void embedding_backward(const std::int32_t* ids, const std::uint16_t* dout, float* dtable,
+                        std::int64_t tokens, std::int64_t dim, void* stream);
+
+// ---- AdamW (adamw.h), multi-tensor ----
+
+// Same hyper-parameters as cpu::AdamWParams (kept separate so this header needs no CPU header).
+struct AdamWConfig {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  std::int64_t step = 1;
+  double grad_scale = 1.0;
+};
+
+// One contiguous fp32 range of the master weights with its gradient and moments. weight_decay =
+// false applies no decay to this range (norm weights, biases); true applies config.weight_decay.
+struct AdamWSegment {
+  float* param = nullptr;
+  const float* grad = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+  std::int64_t count = 0;
+  bool weight_decay = true;
+};
+
+// Updates every segment with one kernel launch per (up to) 64 segments; the per-step scalars are
+// formed on the host in double exactly as cpu::adamw_step does. Throws odc::Error if step < 1.
+void adamw_step_multi(const std::vector<AdamWSegment>& segments, const AdamWConfig& config,
+                      void* stream);
+
+}  // namespace odc::kernels::cuda
