@@ -37,13 +37,13 @@ for _ in $(seq 1 240); do
   sleep 0.25
 done
 [ -f "$ckpt/.partial-step-00000006/rank-00000.json" ] || fail "the step-6 write never started: $(tail -5 "$work/crash.log")"
-victim=$(pgrep -f "odc-train.*checkpoint.delay_ms" | while read -r pid; do
+victim=$(pgrep -f "odc-train.*$work/data.jsonl.*checkpoint.delay_ms" | while read -r pid; do
   if tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=0$'; then echo "$pid"; fi
 done | head -1)
 [ -n "$victim" ] && kill -9 "$victim"
 wait "$launcher"; rc=$?
 [ "$rc" -ne 0 ] || fail "mpirun exited 0 although rank 0 was killed"
-leftover=$(pgrep -f "odc-train.*checkpoint.delay_ms" || true)
+leftover=$(pgrep -f "odc-train.*$work/data.jsonl.*checkpoint.delay_ms" || true)
 [ -z "$leftover" ] || { fail "processes left behind: $leftover"; kill -9 $leftover; }
 [ ! -d "$ckpt/step-00000006" ] || fail "step-00000006 was committed although the writer was killed"
 [ -d "$ckpt/step-00000004" ] || fail "step-00000004 is gone after the crash"

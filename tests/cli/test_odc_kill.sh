@@ -28,7 +28,7 @@ for _ in $(seq 1 120); do
   [ -s "$work/metrics-1.jsonl" ] && [ "$(wc -l < "$work/metrics-1.jsonl")" -ge 3 ] && break
   sleep 0.5
 done
-victim=$(pgrep -f "odc-train.*metrics-\{rank\}" | while read -r pid; do
+victim=$(pgrep -f "odc-train.*$work/metrics-\{rank\}" | while read -r pid; do
   if tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$'; then echo "$pid"; fi
 done | head -1)
 if [ -z "$victim" ]; then
@@ -37,7 +37,7 @@ fi
 kill -9 "$victim"
 wait "$launcher"; rc=$?
 elapsed=$(( $(date +%s) - start ))
-leftover=$(pgrep -f "odc-train.*metrics-\{rank\}" || true)
+leftover=$(pgrep -f "odc-train.*$work/metrics-\{rank\}" || true)
 
 failures=0
 [ "$rc" -ne 0 ] || { echo "FAIL: mpirun exited 0 after a rank was killed"; failures=1; }

@@ -6,8 +6,9 @@
 // step counts from 1. grad_scale carries global-norm clipping.
 #include <cstdint>
 
-namespace odc::kernels::cpu {
+namespace odc::kernels {
 
+// Shared by the CPU and CUDA kernels.
 struct AdamWParams {
   double lr = 1e-3;
   double beta1 = 0.9;
@@ -17,6 +18,12 @@ struct AdamWParams {
   std::int64_t step = 1;
   double grad_scale = 1.0;
 };
+
+}  // namespace odc::kernels
+
+namespace odc::kernels::cpu {
+
+using kernels::AdamWParams;
 
 template <typename T>
 void adamw_step(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, std::int64_t n,

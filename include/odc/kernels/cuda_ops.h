@@ -12,6 +12,7 @@
 // Launches are asynchronous; a launch failure throws odc::Error (check_last_launch).
 #include <cstdint>
 #include <vector>
+#include "odc/kernels/adamw.h"
 
 namespace odc::kernels::cuda {
 
@@ -56,16 +57,8 @@ void embedding_backward(const std::int32_t* ids, const std::uint16_t* dout, floa
 
 // ---- AdamW (adamw.h), multi-tensor ----
 
-// Same hyper-parameters as cpu::AdamWParams (kept separate so this header needs no CPU header).
-struct AdamWConfig {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  std::int64_t step = 1;
-  double grad_scale = 1.0;
-};
+// The hyper-parameters of the CPU kernel (adamw.h).
+using AdamWConfig = kernels::AdamWParams;
 
 // One contiguous fp32 range of the master weights with its gradient and moments. weight_decay =
 // false applies no decay to this range (norm weights, biases); true applies config.weight_decay.

@@ -2,11 +2,13 @@
 #include <cuda_runtime.h>
 
 #include "odc/kernels/cuda_cast.h"
+#include "elementwise.cuh"
 
 namespace odc::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+using elementwise::blocks_for;
+using elementwise::kThreads;
 
 // Grid-stride loops: one launch covers any n without exceeding grid limits.
 __global__ void f32_to_bf16_kernel(const float* in, __nv_bfloat16* out, std::int64_t n) {
@@ -28,11 +30,6 @@ __global__ void fill_kernel(float* out, float value, std::int64_t n) {
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     out[i] = value;
   }
-}
-
-unsigned blocks_for(std::int64_t n) {
-  const std::int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
 }
 
 }  // namespace

@@ -3,16 +3,13 @@
 
 #include "odc/kernels/cuda_device.h"
 #include "odc/kernels/cuda_ops.h"
+#include "elementwise.cuh"
 
 namespace odc::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
-unsigned blocks_for(std::int64_t n) {
-  const std::int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
-}
+using elementwise::blocks_for;
+using elementwise::kThreads;
 
 // One thread per output element; consecutive threads walk one row, so both sides coalesce.
 __global__ void embedding_forward_kernel(const std::int32_t* ids, const std::uint16_t* table,

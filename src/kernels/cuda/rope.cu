@@ -3,16 +3,13 @@
 
 #include "odc/kernels/cuda_device.h"
 #include "odc/kernels/cuda_ops.h"
+#include "elementwise.cuh"
 
 namespace odc::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
-unsigned blocks_for(std::int64_t n) {
-  const std::int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
-}
+using elementwise::blocks_for;
+using elementwise::kThreads;
 
 // One thread per (token, head, i < half) pair; rotates by +angle (sign 1) or -angle (sign -1).
 __global__ void rope_kernel(__nv_bfloat16* x, const float* cos_table, const float* sin_table,

@@ -3,16 +3,13 @@
 
 #include "odc/kernels/cuda_device.h"
 #include "odc/kernels/cuda_ops.h"
+#include "elementwise.cuh"
 
 namespace odc::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
-unsigned blocks_for(std::int64_t n) {
-  const std::int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 65535 ? (blocks > 0 ? blocks : 1) : 65535);
-}
+using elementwise::blocks_for;
+using elementwise::kThreads;
 
 // 1 / (1 + exp(-g)): expf overflows to inf for very negative g, giving 0 (not NaN).
 __device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
