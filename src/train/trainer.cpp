@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "odc/io/native_checkpoint.h"
 #include "odc/kernels/matmul.h"
 #include "odc/train/config_schema.h"
+#include "odc/train/stop_signals.h"
 
 namespace odc::train {
 
@@ -413,6 +415,8 @@ std::vector<StepResult> Trainer::run() {
   const auto start = Clock::now();
   const std::int64_t first = step_;
   if (first >= last) spdlog::info("nothing to do: {} steps done, this run ends at step {}", first, last);
+  const StopSignals signals;
+  bool preempted = false;
   for (std::int64_t s = first; s < last; ++s) {
     const StepResult r = step();
     results.push_back(r);
@@ -450,7 +454,18 @@ std::vector<StepResult> Trainer::run() {
                     {"minibatch_time_s", r.minibatch_s},
                     {"step_time_s", r.seconds},
                     {"epoch", sampler_->epoch()}});
-    if (!checkpoint_dir_.empty() && checkpoint_every_ > 0 && step_ % checkpoint_every_ == 0 && step_ < last) {
+    // A stop signal on any rank: every rank learns it at the same step (one small all-reduce),
+    // finishes here, checkpoints below and returns normally (exit 0).
+    std::array<double, 1> stop{signals.requested() ? 1.0 : 0.0};
+    comm_->all_reduce_sum(stop);
+    if (stop[0] > 0 && step_ < last) {
+      spdlog::warn("stop requested ({} on {} rank(s)) after step {}: {}", signals.requested() ? strsignal(signals.signal_number()) : "a signal",
+                   stop[0], step_,
+                   checkpoint_dir_.empty() ? "no checkpoint.dir is set, so nothing is saved"
+                                           : "saving a checkpoint and exiting; resume with checkpoint.resume: auto");
+      preempted = true;
+    }
+    if (!preempted && !checkpoint_dir_.empty() && checkpoint_every_ > 0 && step_ % checkpoint_every_ == 0 && step_ < last) {
       save_checkpoint();
     }
     if ((s + 1) % log_every == 0 || s + 1 == last) {
@@ -464,9 +479,11 @@ std::vector<StepResult> Trainer::run() {
                        ? fmt::format(" | {} padding microbatch(es)", r.padded_microbatches_global)
                        : std::string());
     }
+    if (preempted) break;
   }
   if (!checkpoint_dir_.empty() && first < last) save_checkpoint();
-  if (!config_.get_string("checkpoint.export_hf").empty()) export_hf(config_.get_string("checkpoint.export_hf"));
+  // A preempted run exports nothing: it is not finished (the checkpoint resumes it).
+  if (!preempted && !config_.get_string("checkpoint.export_hf").empty()) export_hf(config_.get_string("checkpoint.export_hf"));
   log_summary(results, seconds_since(start));
   write_trace();
   return results;

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Preemption: SIGTERM to one rank of a 2-rank ODC run -> every rank finishes the current minibatch,
+# a checkpoint of that step is committed, mpirun exits 0; a resumed run continues from that step.
+# Usage: test_preemption.sh BIN_DIR WORK_DIR
+set -uo pipefail
+bin="$(cd "$1" && pwd)"
+work="$2"
+rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+"$bin/odc-data" synth --out "$work/data.jsonl" --num 400 --max-length 96 --mean-length 40 --seed 5 >/dev/null
+train() {
+  mpirun -np 2 --oversubscribe --bind-to none "$bin/odc-train" --set "data.train=$work/data.jsonl" \
+    --set "model.config={hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2}" \
+    --set data.minibatch_size=4 --set train.steps=100000 --set "checkpoint.dir=$work/ckpt" \
+    --set "train.metrics_file=$work/metrics-{rank}.jsonl" --set train.peak_flops=1e10 --set train.log_every=1000 "$@"
+}
+
+train >"$work/run.log" 2>&1 &
+launcher=$!
+for _ in $(seq 1 120); do
+  [ -s "$work/metrics-1.jsonl" ] && [ "$(wc -l < "$work/metrics-1.jsonl")" -ge 5 ] && break
+  sleep 0.25
+done
+victim=$(pgrep -f "odc-train.*$work/data.jsonl" | while read -r pid; do
+  if tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$'; then echo "$pid"; fi
+done | head -1)
+[ -n "$victim" ] || fail "rank 1 not found"
+kill -TERM "$victim"
+wait "$launcher"; rc=$?
+[ "$rc" -eq 0 ] || fail "mpirun exited $rc after SIGTERM (expected 0): $(tail -5 "$work/run.log")"
+grep -q "stop requested" "$work/run.log" || fail "no 'stop requested' message"
+last=$(tail -1 "$work/metrics-0.jsonl" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')
+ckpt="$work/ckpt/$(printf 'step-%08d' "$last")"
+[ -f "$ckpt/manifest.json" ] || fail "no checkpoint of the last step $last: $(ls "$work/ckpt")"
+[ -z "$(pgrep -f "odc-train.*$work/data.jsonl")" ] || fail "processes left behind"
+
+train --set train.stop_at_step=$((last + 2)) >"$work/resume.log" 2>&1 || fail "resume exited non-zero: $(tail -3 "$work/resume.log")"
+grep -q "resumed from $ckpt" "$work/resume.log" || fail "the resumed run did not start from step $last"
+
+[ "$failures" -eq 0 ] && echo "ok   [SIGTERM on rank 1: all ranks stop after step $last, checkpoint, exit 0; resume continues]"
+exit "$failures"
