@@ -17,6 +17,7 @@ ShardLayout::ShardLayout(const std::vector<model::UnitLayout>& units, int world_
     s.numel = u.numel;
     s.padded = (u.numel + world_size - 1) / world_size * world_size;
     s.shard = s.padded / world_size;
+    owned_offsets_.push_back(shards_.empty() ? 0 : owned_offsets_.back() + shards_.back().shard);
     shards_.push_back(s);
 
     // Intersect this rank's shard with the unit's tensors to know where weight decay applies.

@@ -8,11 +8,7 @@ namespace odc::dist {
 ShardStore::ShardStore(const ShardLayout& layout, const std::vector<model::UnitLayout>& units,
                        const model::LlamaConfig& config, std::uint64_t seed, std::span<float> master_region)
     : layout_(layout) {
-  std::int64_t total = 0;
-  for (int u = 0; u < layout_.num_units(); ++u) {
-    offsets_.push_back(total);
-    total += layout_.unit(u).shard;
-  }
+  const std::int64_t total = layout_.owned_elements();
   if (master_region.empty()) {
     own_masters_ = Tensor(Shape{total}, DType::f32);
     masters_ = own_masters_.data<float>();

@@ -13,16 +13,6 @@
 
 namespace odc::train {
 
-namespace {
-// Offset of unit u's shard in a rank's contiguous buffers: the shards of units 0..u-1 (the same
-// on every rank; ShardStore's layout).
-std::int64_t shard_offset(const dist::ShardLayout& layout, int unit) {
-  std::int64_t offset = 0;
-  for (int u = 0; u < unit; ++u) offset += layout.unit(u).shard;
-  return offset;
-}
-}  // namespace
-
 std::int64_t export_native_to_hf(const std::string& native_checkpoint, const std::string& out_dir, DType dtype,
                                  const std::string& architecture, const std::string& copy_from_dir) {
   const nlohmann::json manifest = io::read_manifest(native_checkpoint);
@@ -45,7 +35,7 @@ std::int64_t export_native_to_hf(const std::string& native_checkpoint, const std
   io::write_hf_checkpoint(out_dir, config, arch, dtype, [&](int unit, float* out) {
     const std::int64_t shard = layout.unit(unit).shard;
     const std::int64_t numel = layout.unit(unit).numel;
-    const std::int64_t offset = shard_offset(layout, unit);
+    const std::int64_t offset = layout.owned_offset(unit);
     for (int r = 0; r < world; ++r) {
       const std::int64_t begin = r * shard;
       const std::int64_t count = std::min(shard, numel - begin);
@@ -65,7 +55,7 @@ std::string import_hf_to_native(const std::string& hf_dir, const std::string& na
     const auto owned = static_cast<std::size_t>(layout.owned_elements());
     std::vector<float> masters(owned), zeros(owned, 0.0f);
     for (int u = 0; u < layout.num_units(); ++u) {
-      checkpoint.read_unit_range(u, layout.shard_begin(u, r), layout.unit(u).shard, masters.data() + shard_offset(layout, u));
+      checkpoint.read_unit_range(u, layout.shard_begin(u, r), layout.unit(u).shard, masters.data() + layout.owned_offset(u));
     }
     io::write_rank_shards(io::staging_path(native_dir, 0), r, {masters, zeros, zeros});
   }

@@ -143,7 +143,9 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
   checkpoint_every_ = config.get_int("checkpoint.every");
   if (checkpoint_every_ < 0) fail("checkpoint.every must be >= 0, found {}", checkpoint_every_);
   if (config.get_int("checkpoint.keep") < 0) fail("checkpoint.keep must be >= 0, found {}", config.get_int("checkpoint.keep"));
-  const bool resuming_possible = config.get_string("checkpoint.resume") != "never";
+  // Only a checkpoint can need the fingerprint (auto without a directory has nothing to resume).
+  const std::string resume_setting = config.get_string("checkpoint.resume");
+  const bool resuming_possible = resume_setting != "never" && (resume_setting != "auto" || !checkpoint_dir_.empty());
   if (world_size_ > 1 || !checkpoint_dir_.empty() || resuming_possible) data_fingerprint_ = dataset_fingerprint(*dataset_);
   if (world_size_ > 1) {
     // Every rank must train the same thing: compare fingerprints before any collective that

@@ -39,12 +39,16 @@ class ShardLayout {
     return segments_.at(static_cast<std::size_t>(u));
   }
   std::int64_t owned_elements() const;
+  // Offset of unit u's shard when a rank keeps its shards of every unit back to back (ShardStore,
+  // native checkpoints): the shards of units 0..u-1. The same on every rank.
+  std::int64_t owned_offset(int u) const { return owned_offsets_.at(static_cast<std::size_t>(u)); }
   std::int64_t largest_padded_unit() const;
 
  private:
   int world_size_;
   int rank_;
   std::vector<UnitShard> shards_;
+  std::vector<std::int64_t> owned_offsets_;
   std::vector<std::vector<DecaySegment>> segments_;
 };
 

@@ -30,7 +30,7 @@ class ShardStore {
   float* exp_avg_sq(int u) { return exp_avg_sq_.data<float>() + offset(u); }
   std::int64_t shard_size(int u) const { return layout_.unit(u).shard; }
   // Offset of unit u's shard inside the contiguous buffers (the same on every rank).
-  std::int64_t offset(int u) const { return offsets_.at(static_cast<std::size_t>(u)); }
+  std::int64_t offset(int u) const { return layout_.owned_offset(u); }
   float* master_base() { return masters_; }
 
   void zero_grads();
@@ -41,7 +41,6 @@ class ShardStore {
 
  private:
   ShardLayout layout_;
-  std::vector<std::int64_t> offsets_;
   Tensor own_masters_;  // used when no master_region is given
   float* masters_ = nullptr;
   Tensor grads_, exp_avg_, exp_avg_sq_;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "odc/core/error.h"
+#include "unit/temp_dir.h"
 #include "odc/core/hash.h"
 #include "odc/data/bin_dataset.h"
 #include "odc/data/dataset.h"
@@ -28,31 +29,9 @@ using odc::data::TokenDataset;
 
 namespace {
 
-// A fresh directory per test, removed afterwards, so parallel ctest runs never collide.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("odc_test_bin_dataset_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string write(const std::string& name, const std::string& content) const {
-    const fs::path file = path_ / name;
-    std::ofstream(file, std::ios::binary) << content;
-    return file.string();
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
+// The test's scratch directory.
+struct TempDir : odc::test::TempDir {
+  TempDir() : odc::test::TempDir("bin_dataset") {}
 };
 
 std::vector<char> read_bytes(const std::string& path) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/core/error.h"
+#include "unit/temp_dir.h"
 #include "odc/data/chat_format.h"
 #include "odc/data/dataset.h"
 #include "odc/data/text_dataset.h"
@@ -27,28 +28,9 @@ using Mask = std::vector<std::uint8_t>;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("odc_test_chat_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string write(const std::string& name, const std::string& content) const {
-    const fs::path file = path_ / name;
-    std::ofstream(file, std::ios::binary) << content;
-    return file.string();
-  }
-
- private:
-  fs::path path_;
+// The test's scratch directory.
+struct TempDir : odc::test::TempDir {
+  TempDir() : odc::test::TempDir("chat") {}
 };
 
 std::string utf8(char32_t cp) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "odc/core/error.h"
+#include "unit/temp_dir.h"
 #include "odc/data/dataset.h"
 
 namespace fs = std::filesystem;
@@ -16,31 +17,9 @@ using odc::data::JsonlTokenDataset;
 
 namespace {
 
-// A fresh directory per test, removed afterwards, so parallel ctest runs never collide.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("odc_test_dataset_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string write(const std::string& name, const std::string& content) const {
-    const fs::path file = path_ / name;
-    std::ofstream(file, std::ios::binary) << content;
-    return file.string();
-  }
-  fs::path path() const { return path_; }
-
- private:
-  fs::path path_;
+// The test's scratch directory.
+struct TempDir : odc::test::TempDir {
+  TempDir() : odc::test::TempDir("dataset") {}
 };
 
 }  // namespace

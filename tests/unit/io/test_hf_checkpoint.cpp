@@ -23,6 +23,7 @@
 #include "odc/io/safetensors.h"
 #include "odc/model/llama_config.h"
 #include "odc/model/units.h"
+#include "unit/temp_dir.h"
 
 namespace {
 
@@ -30,19 +31,10 @@ namespace fs = std::filesystem;
 using odc::io::HfCheckpoint;
 using odc::model::LlamaConfig;
 
-struct ScratchDir {
-  fs::path path = fs::temp_directory_path() /
-                  ("odc_test_hf_checkpoint_" + std::to_string(static_cast<long>(::getpid())));
-  ScratchDir() { fs::create_directories(path); }
-  ~ScratchDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-};
-
+// A per-process scratch directory, removed when the test binary exits.
 fs::path temp_dir() {
-  static const ScratchDir dir;
-  return dir.path;
+  static const odc::test::TempDir dir("hf_checkpoint");
+  return dir.path();
 }
 
 LlamaConfig tiny_config(bool qwen2) {

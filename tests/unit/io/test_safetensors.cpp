@@ -15,25 +15,16 @@
 #include "odc/core/dtype.h"
 #include "odc/core/error.h"
 #include "odc/io/safetensors.h"
+#include "unit/temp_dir.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
 // A per-process scratch directory, removed when the test binary exits.
-struct ScratchDir {
-  fs::path path = fs::temp_directory_path() /
-                  ("odc_test_safetensors_" + std::to_string(static_cast<long>(::getpid())));
-  ScratchDir() { fs::create_directories(path); }
-  ~ScratchDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-};
-
 fs::path temp_dir() {
-  static const ScratchDir dir;
-  return dir.path;
+  static const odc::test::TempDir dir("safetensors");
+  return dir.path();
 }
 
 // Writes a file with a hand-made header (length field = header size unless overridden).
