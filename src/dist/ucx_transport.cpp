@@ -206,6 +206,7 @@ UcxTransport::UcxTransport(MPI_Comm comm, std::int64_t exposed_floats, Transport
   check_ucs(ucp_mem_query(memh, &attr), "mem query");
   exposed_ = static_cast<float*>(attr.address);
   std::memset(exposed_, 0, attr.length);
+  registered_bytes_ += static_cast<std::int64_t>(attr.length);
 
   // Exchange worker addresses, packed remote keys and base addresses.
   ucp_address_t* address = nullptr;
@@ -231,6 +232,7 @@ UcxTransport::UcxTransport(MPI_Comm comm, std::int64_t exposed_floats, Transport
     ucp_ep_h handle = nullptr;
     check_ucs(ucp_ep_create(worker, &ep, &handle), "endpoint create");
     endpoints_.push_back(handle);
+    ++endpoints_created_;
     ucp_rkey_h rkey = nullptr;
     check_ucs(ucp_ep_rkey_unpack(handle, rkeys.data() + rkey_offsets[static_cast<std::size_t>(r)], &rkey), "rkey unpack");
     rkeys_.push_back(rkey);

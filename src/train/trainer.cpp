@@ -1,7 +1,5 @@
 #include "odc/train/trainer.h"
 
-#include <sys/resource.h>
-
 #include <chrono>
 #include <cstring>
 #include <cmath>
@@ -12,6 +10,7 @@
 
 #include "odc/core/error.h"
 #include "odc/core/hash.h"
+#include "odc/core/process_stats.h"
 #include "odc/data/text_dataset.h"
 #include "odc/dist/bootstrap.h"
 #include "odc/dist/collective_comm.h"
@@ -31,11 +30,7 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-double peak_rss_bytes() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) * 1024.0;
-}
+double peak_rss_bytes() { return static_cast<double>(read_process_stats().peak_rss_bytes); }
 
 std::uint64_t dataset_fingerprint(const data::TokenDataset& dataset) {
   Fnv1a h;
@@ -424,6 +419,7 @@ std::vector<StepResult> Trainer::run() {
     results.push_back(r);
     const double tokens_per_s = r.tokens / r.seconds;
     const double samples_per_s_per_rank = static_cast<double>(minibatch_size_) / r.seconds;
+    const ProcessStats process = read_process_stats();
     metrics_.write({{"step", r.step + 1},
                     {"loss", r.loss},
                     {"lr", r.lr},
@@ -452,7 +448,13 @@ std::vector<StepResult> Trainer::run() {
                     {"wait_end_s", r.wait_end_s},
                     {"optimizer_s", r.optimizer_s},
                     {"comm_thread_cpu_s", r.comm_thread_cpu_s},
-                    {"peak_rss_bytes", peak_rss_bytes()},
+                    {"peak_rss_bytes", process.peak_rss_bytes},
+                    {"rss_bytes", process.rss_bytes},
+                    {"pinned_bytes", process.pinned_bytes},
+                    {"open_fds", process.open_fds},
+                    {"threads", process.threads},
+                    {"registered_bytes", transport_ ? transport_->registered_bytes() : 0},
+                    {"ucx_endpoints", transport_ ? transport_->endpoints_created() : 0},
                     {"minibatch_time_s", r.minibatch_s},
                     {"step_time_s", r.seconds},
                     {"epoch", sampler_->epoch()}});

@@ -104,6 +104,11 @@ class UcxTransport {
   // CPU seconds the progress thread has used so far.
   double progress_cpu_seconds() const;
 
+  // Resources held for the lifetime of the transport (the long-run benchmark checks they stay
+  // flat): bytes of memory mapped and registered with UCX, and endpoints created.
+  std::int64_t registered_bytes() const { return registered_bytes_; }
+  int endpoints_created() const { return endpoints_created_; }
+
  private:
   struct Op;
   struct RecvOp;
@@ -123,6 +128,8 @@ class UcxTransport {
   TransportOptions options_;
   std::int64_t exposed_floats_ = 0;
   float* exposed_ = nullptr;
+  std::int64_t registered_bytes_ = 0;
+  int endpoints_created_ = 0;
   Completion ack_completion_;  // tracks acks we send (nobody waits on it)
 
   void* context_ = nullptr;  // ucp_context_h
