@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "odc/core/error.h"
+#include "odc/dist/watchdog.h"
 
 namespace odc::dist {
 
@@ -58,7 +59,10 @@ void CollectiveComm::wait(MPI_Request& request, int unit, bool gather) {
   const char* kind = in_end_ ? "barrier wait " : gather ? "gather wait " : "push wait ";
   const TraceScope trace(tracer_, "wait", kind + store_.layout().unit(unit).name, {{"unit", unit}});
   const auto start = std::chrono::steady_clock::now();
-  MPI_Wait(&request, MPI_STATUS_IGNORE);
+  {
+    const Watchdog::Wait watch(watchdog_, gather ? "an all-gather of unit weights" : "a reduce-scatter of unit gradients");
+    MPI_Wait(&request, MPI_STATUS_IGNORE);
+  }
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   (in_end_ ? waits_.barrier_s : gather ? waits_.gather_s : waits_.push_s) += waited;
 }
@@ -174,6 +178,7 @@ void CollectiveComm::end_minibatch() {
 }
 
 void CollectiveComm::all_reduce_sum(std::span<double> values) {
+  const Watchdog::Wait wait(watchdog_, "an all-reduce");
   MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM, comm_);
 }
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "odc/core/error.h"
+#include "odc/dist/watchdog.h"
 
 namespace odc::dist {
 
@@ -168,7 +169,10 @@ void OdcComm::begin_minibatch() {
   // Publishes every rank's optimizer step (no gather may read half-updated masters) and the
   // zeroed accumulators (no push may land before them).
   const auto start = std::chrono::steady_clock::now();
-  MPI_Barrier(comm_);
+  {
+    const Watchdog::Wait wait(watchdog_, "the minibatch-start barrier");
+    MPI_Barrier(comm_);
+  }
   waits_.barrier_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -191,12 +195,16 @@ void OdcComm::end_minibatch() {
   }
   // Every owner learns how many pushes each client sent it, then waits until it applied them all.
   std::vector<std::int64_t> expected(pushes_to_.size());
-  MPI_Alltoall(pushes_to_.data(), 1, MPI_INT64_T, expected.data(), 1, MPI_INT64_T, comm_);
+  {
+    const Watchdog::Wait wait(watchdog_, "the minibatch-end exchange of push counts");
+    MPI_Alltoall(pushes_to_.data(), 1, MPI_INT64_T, expected.data(), 1, MPI_INT64_T, comm_);
+  }
   transport_.wait_received(expected, "the minibatch-end wait for gradient pushes");
   waits_.barrier_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void OdcComm::all_reduce_sum(std::span<double> values) {
+  const Watchdog::Wait wait(watchdog_, "an all-reduce");
   MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM, comm_);
 }
 

@@ -117,6 +117,8 @@ std::vector<TunableSpec> trainer_tunables() {
            "of train.steps (0 = run to train.steps)"),
       spec("debug.checkpoint_delay_ms", K::number, "0",
            "sleep after writing this rank's checkpoint shards, before the commit (crash-safety tests)"),
+      spec("debug.checkpoint_delay_rank", K::integer, "-1",
+           "the rank that sleeps debug.checkpoint_delay_ms (-1: every rank; rank-failure tests)"),
       spec("debug.slow_rank", K::integer, "-1", "rank that sleeps debug.delay_ms before each microbatch (-1: none)"),
       spec("debug.delay_ms", K::number, "0", "injected per-microbatch delay of debug.slow_rank (straggler studies)"),
   };

@@ -98,6 +98,12 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
   const auto threads = config.get_int("train.threads");
   if (threads < 1) fail("train.threads must be at least 1, found {}", threads);
   kernels::cpu::set_num_threads(static_cast<int>(threads));
+  if (world_size_ > 1) {
+    const double timeout_s = config.get_double("comm.timeout_s");
+    if (!(timeout_s > 0)) fail("comm.timeout_s must be positive, found {}", timeout_s);
+    watchdog_ = std::make_unique<dist::Watchdog>(MPI_COMM_WORLD, timeout_s);
+    watchdog_->set_activity("starting up (data, model, checkpoint)");
+  }
 
   dataset_ = data::open_dataset(
       config.get_string("data.train"), config.get_string("data.format"), model_config_.vocab_size,
@@ -190,6 +196,7 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
     store_ = std::make_unique<dist::ShardStore>(layout, model_->units(), model_config_, seed, transport_->exposed());
     comm_ = std::make_unique<dist::OdcComm>(*store_, *transport_, MPI_COMM_WORLD);
   }
+  comm_->set_watchdog(watchdog_.get());
   if (const std::string source = config.get_string("model.checkpoint"); !source.empty()) {
     // Every rank reads only its shard of every unit from the safetensors files.
     const io::HfCheckpoint checkpoint(source);
@@ -231,6 +238,7 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
   if (world_size_ > 1) {
     // Ranks must continue from the same checkpoint (a shared directory seen at different moments
     // could differ): compare before reading.
+    const dist::Watchdog::Wait wait(watchdog_.get(), "the start-up check that every rank resumes from the same checkpoint");
     dist::check_identical_across_ranks({{"the checkpoint to resume from ('" + resume_path + "')", fnv1a64(resume_path)}});
   }
   if (!resume_path.empty()) load_checkpoint(resume_path);
@@ -245,6 +253,7 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
   if (peak_flops_ == 0) peak_flops_ = measure_cpu_peak_flops();
   if (world_size_ > 1) {
     // Every rank's clocks (traces) start together.
+    const dist::Watchdog::Wait wait(watchdog_.get(), "the start-up barrier");
     MPI_Barrier(MPI_COMM_WORLD);
   }
   if (tracer_) tracer_->set_origin(Tracer::Clock::now());
@@ -324,6 +333,7 @@ StepResult Trainer::step() {
 
   const dist::CommWaits waits_before = comm_->waits();
   const auto minibatch_start = Clock::now();
+  announce(fmt::format("step {}: minibatch start", step_ + 1));
   {
     const TraceScope trace(tracer, "barrier", "minibatch start");
     comm_->begin_minibatch();
@@ -344,6 +354,7 @@ StepResult Trainer::step() {
     const double tokens = static_cast<double>(batch_.num_tokens());
     const double pairs = batch_.causal_pairs();
     if (tracer != nullptr) tracer->set_microbatch(static_cast<std::int64_t>(m));
+    announce(fmt::format("step {}: microbatch {}/{}", step_ + 1, m + 1, plan.size()));
     const TraceScope trace(tracer, "microbatch", fmt::format("microbatch {}", m), {{"tokens", tokens}, {"pairs", pairs}});
     if (delay_s_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay_s_));
     const auto out = model_->train_microbatch(batch_, *comm_, *comm_);
@@ -356,6 +367,7 @@ StepResult Trainer::step() {
   std::array<double, 8> sums{};
   {
     const TraceScope trace(tracer, "barrier", "minibatch end");
+    announce(fmt::format("step {}: minibatch end", step_ + 1));
     comm_->end_minibatch();
     const dist::CommWaits waits_after = comm_->waits();
     r.wait_gather_s = waits_after.gather_s - waits_before.gather_s;
@@ -383,6 +395,7 @@ StepResult Trainer::step() {
          r.loss, r.grad_norm);
   }
   const auto optimizer_start = Clock::now();
+  announce(fmt::format("step {}: optimizer", step_ + 1));
   {
     const TraceScope trace(tracer, "optimizer", "optimizer step");
     optimizer_->step(*store_, r.lr, optim::clip_coefficient(r.grad_norm, grad_clip_));
@@ -461,6 +474,7 @@ std::vector<StepResult> Trainer::run() {
     // A stop signal on any rank: every rank learns it at the same step (one small all-reduce),
     // finishes here, checkpoints below and returns normally (exit 0).
     std::array<double, 1> stop{signals.requested() ? 1.0 : 0.0};
+    announce(fmt::format("step {}: stop-signal check", step_));
     comm_->all_reduce_sum(stop);
     if (stop[0] > 0 && step_ < last) {
       spdlog::warn("stop requested ({} on {} rank(s)) after step {}: {}", signals.requested() ? strsignal(signals.signal_number()) : "a signal",
@@ -486,6 +500,7 @@ std::vector<StepResult> Trainer::run() {
     if (preempted) break;
   }
   if (!checkpoint_dir_.empty() && first < last) save_checkpoint();
+  announce("finishing (export, summary, trace)");
   // A preempted run exports nothing: it is not finished (the checkpoint resumes it).
   if (!preempted && !config_.get_string("checkpoint.export_hf").empty()) export_hf(config_.get_string("checkpoint.export_hf"));
   log_summary(results, seconds_since(start));
@@ -516,6 +531,7 @@ void Trainer::export_hf(const std::string& dir) {
       std::copy(store_->master(unit), store_->master(unit) + shard, full);
       return;
     }
+    const dist::Watchdog::Wait wait(watchdog_.get(), "the export's gather of unit weights");
     MPI_Gather(store_->master(unit), static_cast<int>(shard), MPI_FLOAT, full, static_cast<int>(shard), MPI_FLOAT, 0,
                MPI_COMM_WORLD);
   };
@@ -533,6 +549,10 @@ void Trainer::export_hf(const std::string& dir) {
   barrier();
 }
 
+void Trainer::announce(std::string activity) {
+  if (watchdog_) watchdog_->set_activity(std::move(activity));
+}
+
 void Trainer::barrier() {
   std::array<double, 1> token{0.0};
   comm_->all_reduce_sum(token);
@@ -542,14 +562,18 @@ void Trainer::save_checkpoint() {
   const auto start = Clock::now();
   const std::int64_t owned = store_->layout().owned_elements();
   const std::string staging = io::staging_path(checkpoint_dir_, step_);
+  announce(fmt::format("step {}: checkpoint write", step_));
   io::write_rank_shards(staging, rank_,
                         {{store_->master_base(), static_cast<std::size_t>(owned)},
                          {store_->exp_avg(0), static_cast<std::size_t>(owned)},
                          {store_->exp_avg_sq(0), static_cast<std::size_t>(owned)}});
   const double delay_ms = config_.get_double("debug.checkpoint_delay_ms");
-  if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay_ms));
+  const auto delay_rank = config_.get_int("debug.checkpoint_delay_rank");
+  if (delay_ms > 0 && (delay_rank < 0 || delay_rank == rank_)) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(delay_ms));
+  announce(fmt::format("step {}: checkpoint: every rank's shards written?", step_));
   barrier();  // every rank's shards are on disk
   if (rank_ == 0) {
+    announce(fmt::format("step {}: checkpoint commit", step_));
     const auto sampler = sampler_->state();
     const nlohmann::json manifest = {
         {"comm", std::string(comm_->name())},
@@ -564,6 +588,7 @@ void Trainer::save_checkpoint() {
         io::commit_checkpoint(checkpoint_dir_, step_, world_size_, manifest, static_cast<int>(config_.get_int("checkpoint.keep")));
     spdlog::info("checkpoint: step {} saved to {} in {:.2f} s", step_, path, seconds_since(start));
   }
+  announce(fmt::format("step {}: checkpoint committed?", step_));
   barrier();  // nobody moves on (or exits) before the commit
 }
 
@@ -672,6 +697,7 @@ void Trainer::write_trace() const {
   const std::string mine = tracer_->events().dump();
   const int length = static_cast<int>(mine.size());
   std::vector<int> lengths(static_cast<std::size_t>(world_size_), 0);
+  const dist::Watchdog::Wait wait(watchdog_.get(), "the trace gather");
   MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
   std::vector<int> displs(lengths.size(), 0);
   std::int64_t total = 0;

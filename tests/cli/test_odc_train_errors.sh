@@ -62,6 +62,26 @@ expect_error "kv heads not dividing heads" "num_key_value_heads 3 does not divid
 expect_error "unknown model field" "model.config" "hiden_size" -- "${base[@]}" --set model.config.hiden_size=32
 expect_error "unknown flag" "--frobnicate" -- --frobnicate
 
+# Native checkpoints that cannot be resumed here, and a checkpoint directory that cannot be created.
+# The checkpoints are imported (odc-ckpt import) from a tiny HF model whose hidden size (16) differs
+# from the run's (32).
+hf_shape=(--set model.config.vocab_size=64 --set model.config.hidden_size=16 --set model.config.intermediate_size=32
+          --set model.config.num_hidden_layers=1 --set model.config.num_attention_heads=4 --set model.config.num_key_value_heads=2)
+if "$bin/odc-ckpt" init --out "$work/hf16" "${hf_shape[@]}" >/dev/null 2>&1 &&
+   "$bin/odc-ckpt" import --from "$work/hf16" --out "$work/ws2" --world-size 2 >/dev/null 2>&1 &&
+   "$bin/odc-ckpt" import --from "$work/hf16" --out "$work/ws1" --world-size 1 >/dev/null 2>&1; then
+  expect_error "checkpoint of another world size" "was written by 2 ranks, this run has 1" -- \
+    "${base[@]}" --set "checkpoint.dir=$work/ws2"
+  expect_error "checkpoint of another model" "holds a different model" -- "${base[@]}" --set "checkpoint.dir=$work/ws1"
+  rm -f "$work/ws1/step-00000000/rank-00000.safetensors"
+  expect_error "checkpoint rank shard missing" "rank-00000.safetensors" "cannot open" -- \
+    "${base[@]}" --set "model.checkpoint=$work/hf16" --set "checkpoint.dir=$work/ws1"
+else
+  echo "FAIL [odc-ckpt init/import for the checkpoint cases]"; failures=$((failures + 1))
+fi
+expect_error "checkpoint dir cannot be created" "checkpoint: cannot create" "good.jsonl/ckpt" -- \
+  "${base[@]}" --set "checkpoint.dir=$work/good.jsonl/ckpt"
+
 # And the good input trains (exit 0), so the cases above fail for the reason they name.
 if out=$(timeout 120 "$bin/odc-train" "${base[@]}" 2>&1); then
   echo "ok   [good input trains]"

@@ -15,6 +15,8 @@
 
 namespace odc::dist {
 
+class Watchdog;
+
 // Cumulative seconds the compute thread spent blocked on communication, split by what it waited
 // for: inside the microbatch loop a gather (weights not there yet) or a gradient push (a gradient
 // buffer still draining); at the minibatch boundaries the barrier (every rank's pushes applied,
@@ -41,9 +43,12 @@ class Comm : public model::ParamSource, public model::GradSink {
   virtual double comm_thread_cpu_seconds() const { return 0.0; }
   // Waits that block are recorded as "wait" events (null: tracing off).
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+  // MPI waits run under this watchdog (null: unwatched), which names unresponsive peers.
+  void set_watchdog(Watchdog* watchdog) { watchdog_ = watchdog; }
 
  protected:
   Tracer* tracer_ = nullptr;
+  Watchdog* watchdog_ = nullptr;
 };
 
 }  // namespace odc::dist

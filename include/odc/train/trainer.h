@@ -16,6 +16,7 @@
 #include "odc/data/packing.h"
 #include "odc/data/planner.h"
 #include "odc/dist/comm.h"
+#include "odc/dist/watchdog.h"
 #include "odc/dist/shard_store.h"
 #include "odc/dist/ucx_transport.h"
 #include "odc/model/llama_model.h"
@@ -87,11 +88,16 @@ class Trainer {
   // Writes the model as a Hugging Face directory (rank 0; every rank sends its shards).
   void export_hf(const std::string& dir);
   void barrier();
+  // Tells the watchdog what this rank does now (peers ask when they are stuck waiting for it).
+  void announce(std::string activity);
 
   const Config config_;  // a copy: the trainer must not depend on the caller keeping it alive
   int rank_;
   int world_size_;
   model::LlamaConfig model_config_;
+  // Names unresponsive peers when an MPI wait outlives comm.timeout_s (multi-rank runs); the
+  // comms hold a pointer to it: declared before them.
+  std::unique_ptr<dist::Watchdog> watchdog_;
   std::unique_ptr<data::TokenDataset> dataset_;
   std::unique_ptr<data::Sampler> sampler_;
   std::unique_ptr<model::LlamaModel> model_;
