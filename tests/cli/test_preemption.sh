@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Preemption: SIGTERM to one rank of a 2-rank ODC run -> every rank finishes the current minibatch,
 # a checkpoint of that step is committed, mpirun exits 0; a resumed run continues from that step.
+# A second SIGTERM before the minibatch ends stops that rank at once (the default action): the job
+# ends within seconds although the step had several seconds left, and no checkpoint is committed.
 # Usage: test_preemption.sh BIN_DIR WORK_DIR
 set -uo pipefail
 bin="$(cd "$1" && pwd)"
@@ -40,5 +42,31 @@ ckpt="$work/ckpt/$(printf 'step-%08d' "$last")"
 train --set train.stop_at_step=$((last + 2)) >"$work/resume.log" 2>&1 || fail "resume exited non-zero: $(tail -3 "$work/resume.log")"
 grep -q "resumed from $ckpt" "$work/resume.log" || fail "the resumed run did not start from step $last"
 
-[ "$failures" -eq 0 ] && echo "ok   [SIGTERM on rank 1: all ranks stop after step $last, checkpoint, exit 0; resume continues]"
+# Second signal: rank 1 sleeps 6 s in each microbatch, so the first signal leaves it seconds of work.
+rm -f "$work"/metrics-*
+before=$(ls "$work/ckpt")
+train --set debug.slow_rank=1 --set debug.delay_ms=6000 >"$work/twice.log" 2>&1 &
+launcher=$!
+for _ in $(seq 1 200); do
+  [ -s "$work/metrics-1.jsonl" ] && break
+  sleep 0.25
+done
+victim=$(pgrep -f "odc-train.*$work/data.jsonl.*debug.delay_ms" | while read -r pid; do
+  if tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$'; then echo "$pid"; fi
+done | head -1)
+[ -n "$victim" ] || fail "second signal: rank 1 not found: $(tail -3 "$work/twice.log")"
+sleep 0.5
+kill -TERM "$victim"
+sleep 0.5
+t0=$(date +%s.%N)
+kill -TERM "$victim"
+wait "$launcher"; rc=$?
+elapsed=$(echo "$(date +%s.%N) - $t0" | bc)
+[ "$rc" -ne 0 ] || fail "second signal: mpirun exited 0 (expected the rank to die of SIGTERM)"
+grep -Eq "process rank 1 .*exited on signal 15" "$work/twice.log" || fail "second signal: rank 1 did not die of SIGTERM: $(tail -5 "$work/twice.log")"
+[ "$(echo "$elapsed < 4" | bc)" = 1 ] || fail "second signal: the job took ${elapsed}s to end (the step had ~5 s left)"
+[ "$(ls "$work/ckpt")" = "$before" ] || fail "second signal: a checkpoint was committed: $(ls "$work/ckpt")"
+[ -z "$(pgrep -f "odc-train.*$work/data.jsonl")" ] || fail "second signal: processes left behind"
+
+[ "$failures" -eq 0 ] && echo "ok   [SIGTERM on rank 1: all ranks stop after step $last, checkpoint, exit 0; resume continues; a second SIGTERM ends it in $(printf %.1f "$elapsed") s]"
 exit "$failures"
