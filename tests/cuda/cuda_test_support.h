@@ -1,0 +1,112 @@
+#pragma once
+// Shared by the CUDA tests (tests/cuda/*.cpp): bf16 random inputs that the CPU reference sees
+// exactly, host<->device buffers, and the two parity checks with their stated tolerances.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "odc/core/dtype.h"
+#include "odc/kernels/cuda_device.h"
+
+namespace odc::test::cuda {
+
+namespace cu = odc::kernels::cuda;
+
+using Bits = std::vector<std::uint16_t>;
+
+// Random normal values already rounded to bf16, as float (the CPU input) and as bits (the GPU's).
+struct Bf16Data {
+  std::vector<float> f;
+  Bits bits;
+};
+
+inline Bf16Data random_bf16(std::size_t n, std::mt19937& rng, float scale = 1.0f, float offset = 0.0f) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  Bf16Data out;
+  out.f.resize(n);
+  out.bits.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    out.bits[i] = odc::f32_to_bf16(offset + scale * dist(rng));
+    out.f[i] = odc::bf16_to_f32(out.bits[i]);
+  }
+  return out;
+}
+
+inline std::vector<float> random_f32(std::size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> out(n);
+  for (auto& v : out) v = dist(rng);
+  return out;
+}
+
+inline std::vector<float> to_f32(const Bits& bits) {
+  std::vector<float> out(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) out[i] = odc::bf16_to_f32(bits[i]);
+  return out;
+}
+
+// A device buffer filled from a host vector.
+template <typename T>
+cu::DeviceBuffer to_device(cu::DeviceAllocator& alloc, const std::vector<T>& host) {
+  cu::DeviceBuffer buf(alloc, host.size() * sizeof(T));
+  cu::upload(buf.get(), host);
+  return buf;
+}
+
+template <typename T>
+std::vector<T> from_device(const cu::DeviceBuffer& buf, std::size_t count) {
+  cu::device_synchronize();
+  return cu::download<T>(buf.get(), count);
+}
+
+// Forward parity: |gpu - ref| <= rel * |ref| + atol_frac * max|ref| elementwise.
+inline void check_close(const char* what, const std::vector<float>& gpu, const std::vector<float>& ref,
+                 double rel = 1e-2, double atol_frac = 1e-4) {
+  REQUIRE(gpu.size() == ref.size());
+  double ref_max = 0.0;
+  for (float v : ref) ref_max = std::max(ref_max, double(std::fabs(v)));
+  const double atol = atol_frac * ref_max;
+  double max_err = 0.0;
+  std::size_t bad = 0, first_bad = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::fabs(double(gpu[i]) - double(ref[i]));
+    max_err = std::max(max_err, err);
+    if (!(err <= rel * std::fabs(double(ref[i])) + atol)) {
+      if (bad++ == 0) first_bad = i;
+    }
+  }
+  std::printf("[cuda] %-34s n=%zu max_abs_err=%.3e (ref max %.3e) mismatches=%zu\n", what,
+              ref.size(), max_err, ref_max, bad);
+  INFO(what << ": " << bad << " mismatches, first at " << first_bad << " gpu="
+            << (bad ? gpu[first_bad] : 0.0f) << " ref=" << (bad ? ref[first_bad] : 0.0f));
+  CHECK(bad == 0);
+}
+
+// Gradient parity: cosine similarity >= 0.999; the max abs error is printed.
+inline void check_grad(const char* what, const std::vector<float>& gpu, const std::vector<float>& ref,
+                double min_cosine = 0.999) {
+  REQUIRE(gpu.size() == ref.size());
+  double dot = 0.0, na = 0.0, nb = 0.0, max_err = 0.0;
+  bool finite = true;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double a = gpu[i], b = ref[i];
+    finite = finite && std::isfinite(a);
+    dot += a * b;
+    na += a * a;
+    nb += b * b;
+    max_err = std::max(max_err, std::fabs(a - b));
+  }
+  const double cosine = (na > 0 && nb > 0) ? dot / std::sqrt(na * nb) : (na == nb ? 1.0 : 0.0);
+  std::printf("[cuda] %-34s n=%zu cosine=%.8f max_abs_err=%.3e (ref rms %.3e)\n", what,
+              ref.size(), cosine, max_err, std::sqrt(nb / double(std::max<std::size_t>(1, ref.size()))));
+  INFO(what << ": cosine " << cosine << ", max abs error " << max_err);
+  CHECK(finite);
+  CHECK(cosine >= min_cosine);
+}
+
+}  // namespace odc::test::cuda
