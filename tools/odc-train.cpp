@@ -58,7 +58,7 @@ int run(int argc, char** argv, const odc::dist::MpiSession& mpi) {
   config.validate();
   odc::setup_logging(mpi.rank(), mpi.world_size(), config.get_string("train.log_level"));
   odc::train::Trainer trainer(config, mpi.rank(), mpi.world_size());
-  trainer.run();
+  trainer.run(/*keep_results=*/false);  // constant memory over any number of steps
   return 0;
 }
 

@@ -415,13 +415,21 @@ StepResult Trainer::step() {
   return r;
 }
 
-std::vector<StepResult> Trainer::run() {
+void Trainer::RunTotals::add(const StepResult& r) {
+  if (steps == 0) first_loss = r.loss;
+  last_loss = r.loss;
+  bubble_planned_sum += r.bubble_planned;
+  ++steps;
+}
+
+std::vector<StepResult> Trainer::run(bool keep_results) {
   const std::int64_t steps = config_.get_int("train.steps");
   const std::int64_t stop_at = config_.get_int("train.stop_at_step");
   if (stop_at < 0) fail("train.stop_at_step must be >= 0, found {}", stop_at);
   const std::int64_t last = stop_at > 0 ? std::min(stop_at, steps) : steps;
   const std::int64_t log_every = std::max<std::int64_t>(1, config_.get_int("train.log_every"));
   std::vector<StepResult> results;
+  RunTotals totals;
   const auto start = Clock::now();
   const std::int64_t first = step_;
   if (first >= last) spdlog::info("nothing to do: {} steps done, this run ends at step {}", first, last);
@@ -429,7 +437,8 @@ std::vector<StepResult> Trainer::run() {
   bool preempted = false;
   for (std::int64_t s = first; s < last; ++s) {
     const StepResult r = step();
-    results.push_back(r);
+    totals.add(r);
+    if (keep_results) results.push_back(r);
     const double tokens_per_s = r.tokens / r.seconds;
     const double samples_per_s_per_rank = static_cast<double>(minibatch_size_) / r.seconds;
     const ProcessStats process = read_process_stats();
@@ -503,7 +512,7 @@ std::vector<StepResult> Trainer::run() {
   announce("finishing (export, summary, trace)");
   // A preempted run exports nothing: it is not finished (the checkpoint resumes it).
   if (!preempted && !config_.get_string("checkpoint.export_hf").empty()) export_hf(config_.get_string("checkpoint.export_hf"));
-  log_summary(results, seconds_since(start));
+  log_summary(totals, seconds_since(start));
   write_trace();
   return results;
 }
@@ -635,8 +644,8 @@ void Trainer::load_checkpoint(const std::string& path) {
 
 // Every rank contributes its totals (an all-reduce of a vector where each rank fills its own
 // slots: no extra communication primitive needed), rank 0 prints the table.
-void Trainer::log_summary(const std::vector<StepResult>& results, double elapsed) const {
-  if (results.empty()) return;
+void Trainer::log_summary(const RunTotals& run, double elapsed) const {
+  if (run.steps == 0) return;
   constexpr std::size_t kFields = 8;
   std::vector<double> all(static_cast<std::size_t>(world_size_) * kFields, 0.0);
   const std::size_t at = static_cast<std::size_t>(rank_) * kFields;
@@ -660,18 +669,16 @@ void Trainer::log_summary(const std::vector<StepResult>& results, double elapsed
     waits += v[1] + v[2] + v[3];
     minibatch += v[0] + v[1] + v[2] + v[3];
   }
-  double planned = 0.0;
-  for (const auto& r : results) planned += r.bubble_planned;
-  planned /= static_cast<double>(results.size());
-  const double steps = static_cast<double>(results.size());
+  const double planned = run.bubble_planned_sum / static_cast<double>(run.steps);
+  const double steps = static_cast<double>(run.steps);
   spdlog::info("done: {} steps in {}, {:.0f} tokens/s, {:.3f} samples/s per rank, MFU {:.1f}% (of {:.1f} GFLOP/s "
                "per rank), bubble {:.1f}% measured / {:.1f}% planned, loss {:.4f} -> {:.4f}; this rank holds {:.1f} MiB "
                "of parameter + optimizer shards, peak RSS {:.1f} MiB\n{}",
-               results.size(), format_duration(elapsed), tokens / elapsed,
+               run.steps, format_duration(elapsed), tokens / elapsed,
                steps * static_cast<double>(minibatch_size_) / elapsed,
                100.0 * flops / (static_cast<double>(world_size_) * elapsed * peak_flops_), peak_flops_ / 1e9,
-               minibatch > 0 ? 100.0 * waits / minibatch : 0.0, 100.0 * planned, results.front().loss,
-               results.back().loss, static_cast<double>(store_->bytes()) / 1048576.0, peak_rss_bytes() / 1048576.0,
+               minibatch > 0 ? 100.0 * waits / minibatch : 0.0, 100.0 * planned, run.first_loss,
+               run.last_loss, static_cast<double>(store_->bytes()) / 1048576.0, peak_rss_bytes() / 1048576.0,
                format_rank_table(ranks));
 }
 

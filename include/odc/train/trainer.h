@@ -61,9 +61,11 @@ class Trainer {
   Trainer(const Config& config, int rank, int world_size);
   ~Trainer();
 
-  // Runs train.steps optimizer steps; returns the per-step results (also logged and written to the
-  // metrics file).
-  std::vector<StepResult> run();
+  // Runs to train.steps (or train.stop_at_step); every step is logged and written to the metrics
+  // file. Returns every step's result when keep_results (tests compare losses step by step);
+  // odc-train passes false so that a run of any length holds constant memory (the end-of-run
+  // summary keeps running totals).
+  std::vector<StepResult> run(bool keep_results = true);
   // One optimizer step on the next global minibatch.
   StepResult step();
 
@@ -80,7 +82,15 @@ class Trainer {
  private:
   void build_microbatch(const std::vector<std::int64_t>& seq_indices, const std::vector<float>& weights,
                         model::PackedBatch& out) const;
-  void log_summary(const std::vector<StepResult>& results, double elapsed) const;
+  // Running totals of a run for the end-of-run summary.
+  struct RunTotals {
+    std::int64_t steps = 0;
+    double first_loss = 0.0;
+    double last_loss = 0.0;
+    double bubble_planned_sum = 0.0;
+    void add(const StepResult& r);
+  };
+  void log_summary(const RunTotals& run, double elapsed) const;
   void write_trace() const;
   // Native checkpoints (io/native_checkpoint.h): every rank writes its shards, rank 0 commits.
   void save_checkpoint();
