@@ -1,0 +1,147 @@
+// GPU attention throughput: cuda::attention_forward and forward + backward on packed causal batches
+// of 4096 tokens (one sequence, 8 x 512, 16 ragged sequences) with 16/16 and 32/8 heads, head_dim
+// 128. Prints one JSON line per shape (bench/gpu_attention_torch.py prints the same fields for
+// PyTorch's flash SDPA). Exits 77 when no CUDA device is visible.
+//
+//   gpu_attention [ITERS]     (default 20 timed iterations after 3 warm-ups; the median is reported)
+//
+// FLOPs are causal: forward 4 * sum_i s_i (s_i + 1) / 2 * head_dim * n_heads; the backward is
+// counted as 2.5x the forward (the convention of FlashAttention's benchmarks), so fwdbwd = 3.5x.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "odc/core/dtype.h"
+#include "odc/kernels/cuda_attention.h"
+#include "odc/kernels/cuda_cast.h"
+#include "odc/kernels/cuda_device.h"
+
+namespace cu = odc::kernels::cuda;
+
+namespace {
+
+struct BenchShape {
+  std::string name;
+  std::vector<std::int32_t> seqlens;
+  int n_heads;
+  int n_kv_heads;
+  int head_dim;
+};
+
+// Deterministic pseudo-random bf16 values in about [-2, 2).
+std::vector<std::uint16_t> random_bits(std::size_t n, std::uint64_t seed) {
+  std::vector<std::uint16_t> out(n);
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& b : out) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    const float u = static_cast<float>(x >> 40) / static_cast<float>(1ull << 24);  // [0, 1)
+    b = odc::f32_to_bf16(4.0f * u - 2.0f);
+  }
+  return out;
+}
+
+cu::DeviceBuffer upload_random(cu::DeviceAllocator& alloc, std::size_t n, std::uint64_t seed) {
+  cu::DeviceBuffer buf(alloc, n * sizeof(std::uint16_t));
+  cu::upload(buf.get(), random_bits(n, seed));
+  return buf;
+}
+
+template <typename F>
+double median_ms(int warmup, int iters, cu::Stream& stream, F&& body) {
+  for (int i = 0; i < warmup; ++i) body();
+  stream.synchronize();
+  std::vector<float> times;
+  cu::Event start(true), stop(true);
+  for (int i = 0; i < iters; ++i) {
+    start.record(stream);
+    body();
+    stop.record(stream);
+    stop.synchronize();
+    times.push_back(start.elapsed_ms(stop));
+  }
+  std::sort(times.begin(), times.end());
+  return times.size() % 2 ? times[times.size() / 2]
+                          : 0.5 * (times[times.size() / 2 - 1] + times[times.size() / 2]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int iters = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
+  std::string why;
+  if (cu::device_count(&why) == 0) {
+    std::fprintf(stderr, "SKIP: no CUDA device visible (%s)\n", why.c_str());
+    return 77;
+  }
+
+  // 16 ragged sequences, 4096 tokens in all.
+  const std::vector<std::int32_t> ragged = {1024, 700, 512, 400, 300, 256, 200, 180,
+                                            150,  100, 90,  70,  50,  30,  20,  14};
+  std::vector<BenchShape> shapes;
+  for (auto [heads, kv] : {std::pair{16, 16}, std::pair{32, 8}}) {
+    shapes.push_back({"1x4096", {4096}, heads, kv, 128});
+    shapes.push_back({"8x512", std::vector<std::int32_t>(8, 512), heads, kv, 128});
+    shapes.push_back({"ragged16", ragged, heads, kv, 128});
+  }
+
+  cu::DeviceAllocator alloc;
+  cu::Stream stream;
+  for (const BenchShape& b : shapes) {
+    std::vector<std::int32_t> cu_seqlens{0};
+    for (std::int32_t len : b.seqlens) cu_seqlens.push_back(cu_seqlens.back() + len);
+    cu::CudaAttentionShape shape;
+    shape.cu_seqlens = cu_seqlens.data();
+    shape.num_seqs = static_cast<int>(b.seqlens.size());
+    shape.tokens = cu_seqlens.back();
+    shape.n_heads = b.n_heads;
+    shape.n_kv_heads = b.n_kv_heads;
+    shape.head_dim = b.head_dim;
+    const std::size_t nq = static_cast<std::size_t>(shape.tokens) * b.n_heads * b.head_dim;
+    const std::size_t nkv = static_cast<std::size_t>(shape.tokens) * b.n_kv_heads * b.head_dim;
+
+    auto q = upload_random(alloc, nq, 1);
+    auto k = upload_random(alloc, nkv, 2);
+    auto v = upload_random(alloc, nkv, 3);
+    auto dout = upload_random(alloc, nq, 4);
+    cu::DeviceBuffer out(alloc, nq * 2, stream), lse(alloc, shape.tokens * b.n_heads * 4, stream);
+    cu::DeviceBuffer dq(alloc, nq * 2, stream), dk(alloc, nkv * 2, stream), dv(alloc, nkv * 2, stream);
+    cu::device_synchronize();
+    const auto* qp = q.as<std::uint16_t>();
+    const auto* kp = k.as<std::uint16_t>();
+    const auto* vp = v.as<std::uint16_t>();
+    auto forward = [&] {
+      cu::attention_forward(shape, qp, kp, vp, out.as<std::uint16_t>(), lse.as<float>(), alloc,
+                            stream.handle());
+    };
+    auto backward = [&] {
+      cu::attention_backward(shape, qp, kp, vp, out.as<std::uint16_t>(), lse.as<float>(),
+                             dout.as<std::uint16_t>(), dq.as<std::uint16_t>(),
+                             dk.as<std::uint16_t>(), dv.as<std::uint16_t>(), alloc,
+                             stream.handle());
+    };
+    const double fwd_ms = median_ms(3, iters, stream, forward);
+    const double fwdbwd_ms = median_ms(3, iters, stream, [&] {
+      forward();
+      backward();
+    });
+    const double fwd_flops = cu::attention_forward_flops(shape);
+    const double fwdbwd_flops = 3.5 * fwd_flops;
+    int max_seqlen = 0;
+    for (std::int32_t len : b.seqlens) max_seqlen = std::max(max_seqlen, static_cast<int>(len));
+    std::printf(
+        "{\"bench\":\"gpu_attention\",\"impl\":\"odc\",\"shape\":\"%s\",\"tokens\":%lld,"
+        "\"num_seqs\":%d,\"max_seqlen\":%d,\"n_heads\":%d,\"n_kv_heads\":%d,\"head_dim\":%d,"
+        "\"fwd_ms\":%.4f,\"fwd_tflops\":%.2f,\"fwdbwd_ms\":%.4f,\"fwdbwd_tflops\":%.2f}\n",
+        b.name.c_str(), static_cast<long long>(shape.tokens), shape.num_seqs, max_seqlen,
+        b.n_heads, b.n_kv_heads, b.head_dim, fwd_ms, fwd_flops / (fwd_ms * 1e-3) / 1e12,
+        fwdbwd_ms, fwdbwd_flops / (fwdbwd_ms * 1e-3) / 1e12);
+    std::fflush(stdout);
+  }
+  return 0;
+}

@@ -1,0 +1,201 @@
+// CUDA causal varlen GQA attention (cuda_attention.h) against cpu::attention_forward/backward<float>
+// on the same bf16-rounded inputs. The CPU reference gets its own fp32 out/lse for the backward;
+// the GPU backward uses the GPU forward's bf16 out and fp32 lse (as training does).
+//
+// Tolerances:
+//   out  check_close(rel 1e-2, atol 4e-3 * max|ref|). The GPU rounds the unnormalized
+//        probabilities (<= 1) to bf16 before P V: each has relative error <= 2^-9, so
+//        |d out| <= 2^-9 * sum_j p_j |v_j| <= 2^-9 max|v| (~2e-3 max|ref|, as row 0 of every
+//        sequence copies v); the bf16 storage of out adds <= 2^-9 |out| (covered by rel 1e-2).
+//   lse  check_close(rel 1e-4, atol 1e-5 * max|ref|): fp32 on both sides (exp2 approximation and
+//        summation order only).
+//   dq/dk/dv  check_grad (cosine >= 0.999): P and dS are rounded to bf16 for the tensor-core GEMMs
+//        and the results are stored as bf16 (2^-8 relative spacing), which costs ~1e-5 of cosine.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "odc/core/error.h"
+#include "odc/kernels/attention.h"
+#include "odc/kernels/cuda_attention.h"
+#include "odc/kernels/cuda_device.h"
+
+#include "cuda_test_support.h"
+
+using namespace odc::test::cuda;
+namespace cu = odc::kernels::cuda;
+namespace cpu = odc::kernels::cpu;
+
+namespace {
+
+struct AttnCase {
+  std::vector<std::int32_t> seqlens;
+  int n_heads;
+  int n_kv_heads;
+  int head_dim;
+  float q_scale = 1.0f;  // > 1 sharpens the softmax (larger logits, more max rescaling)
+};
+
+std::string describe(const AttnCase& c) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < c.seqlens.size(); ++i) s += (i ? "," : "") + std::to_string(c.seqlens[i]);
+  s += "] " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + " d" +
+       std::to_string(c.head_dim);
+  if (c.q_scale != 1.0f) s += " sharp";
+  return s;
+}
+
+void run_case(const AttnCase& c, std::mt19937& rng, cu::DeviceAllocator& alloc) {
+  const std::string name = describe(c);
+  INFO("case " << name);
+  std::vector<std::int32_t> cu_seqlens{0};
+  for (std::int32_t len : c.seqlens) cu_seqlens.push_back(cu_seqlens.back() + len);
+  const std::int64_t tokens = cu_seqlens.back();
+  const int num_seqs = static_cast<int>(c.seqlens.size());
+  const std::size_t nq = static_cast<std::size_t>(tokens) * c.n_heads * c.head_dim;
+  const std::size_t nkv = static_cast<std::size_t>(tokens) * c.n_kv_heads * c.head_dim;
+  const std::size_t nlse = static_cast<std::size_t>(tokens) * c.n_heads;
+
+  auto q = random_bf16(nq, rng, c.q_scale);
+  auto k = random_bf16(nkv, rng);
+  auto v = random_bf16(nkv, rng);
+  auto dout = random_bf16(nq, rng);
+
+  // ---- CPU reference (fp32) ----
+  cpu::AttentionShape cshape;
+  cshape.cu_seqlens = cu_seqlens.data();
+  cshape.num_seqs = num_seqs;
+  cshape.tokens = tokens;
+  cshape.n_heads = c.n_heads;
+  cshape.n_kv_heads = c.n_kv_heads;
+  cshape.head_dim = c.head_dim;
+  std::vector<float> out_ref(nq), lse_ref(nlse), dq_ref(nq), dk_ref(nkv), dv_ref(nkv);
+  cpu::attention_forward<float>(cshape, q.f.data(), k.f.data(), v.f.data(), out_ref.data(),
+                                lse_ref.data());
+  cpu::attention_backward<float>(cshape, q.f.data(), k.f.data(), v.f.data(), out_ref.data(),
+                                 lse_ref.data(), dout.f.data(), dq_ref.data(), dk_ref.data(),
+                                 dv_ref.data());
+
+  // ---- GPU ----
+  cu::CudaAttentionShape gshape;
+  gshape.cu_seqlens = cu_seqlens.data();
+  gshape.num_seqs = num_seqs;
+  gshape.tokens = tokens;
+  gshape.n_heads = c.n_heads;
+  gshape.n_kv_heads = c.n_kv_heads;
+  gshape.head_dim = c.head_dim;
+  auto d_q = to_device(alloc, q.bits), d_k = to_device(alloc, k.bits), d_v = to_device(alloc, v.bits);
+  auto d_dout = to_device(alloc, dout.bits);
+  cu::DeviceBuffer d_out(alloc, nq * 2), d_lse(alloc, nlse * 4);
+  cu::DeviceBuffer d_dq(alloc, nq * 2), d_dk(alloc, nkv * 2), d_dv(alloc, nkv * 2);
+  // Poison the outputs: every element must be written.
+  cu::memset_async(d_out.get(), 0xff, nq * 2, nullptr);
+  cu::memset_async(d_lse.get(), 0xff, nlse * 4, nullptr);
+  cu::memset_async(d_dq.get(), 0xff, nq * 2, nullptr);
+  cu::memset_async(d_dk.get(), 0xff, nkv * 2, nullptr);
+  cu::memset_async(d_dv.get(), 0xff, nkv * 2, nullptr);
+
+  cu::attention_forward(gshape, d_q.as<std::uint16_t>(), d_k.as<std::uint16_t>(),
+                        d_v.as<std::uint16_t>(), d_out.as<std::uint16_t>(), d_lse.as<float>(),
+                        alloc, nullptr);
+  const auto out_bits = from_device<std::uint16_t>(d_out, nq);
+  const auto lse = from_device<float>(d_lse, nlse);
+  check_close(("attention out " + name).c_str(), to_f32(out_bits), out_ref, 1e-2, 4e-3);
+  check_close(("attention lse " + name).c_str(), lse, lse_ref, 1e-4, 1e-5);
+
+  cu::attention_backward(gshape, d_q.as<std::uint16_t>(), d_k.as<std::uint16_t>(),
+                         d_v.as<std::uint16_t>(), d_out.as<std::uint16_t>(), d_lse.as<float>(),
+                         d_dout.as<std::uint16_t>(), d_dq.as<std::uint16_t>(),
+                         d_dk.as<std::uint16_t>(), d_dv.as<std::uint16_t>(), alloc, nullptr);
+  const auto dq_bits = from_device<std::uint16_t>(d_dq, nq);
+  const auto dk_bits = from_device<std::uint16_t>(d_dk, nkv);
+  const auto dv_bits = from_device<std::uint16_t>(d_dv, nkv);
+  check_grad(("attention dq " + name).c_str(), to_f32(dq_bits), dq_ref);
+  check_grad(("attention dk " + name).c_str(), to_f32(dk_bits), dk_ref);
+  check_grad(("attention dv " + name).c_str(), to_f32(dv_bits), dv_ref);
+
+  // Deterministic: no atomics, fixed reduction orders -> bitwise identical reruns.
+  cu::attention_forward(gshape, d_q.as<std::uint16_t>(), d_k.as<std::uint16_t>(),
+                        d_v.as<std::uint16_t>(), d_out.as<std::uint16_t>(), d_lse.as<float>(),
+                        alloc, nullptr);
+  cu::attention_backward(gshape, d_q.as<std::uint16_t>(), d_k.as<std::uint16_t>(),
+                         d_v.as<std::uint16_t>(), d_out.as<std::uint16_t>(), d_lse.as<float>(),
+                         d_dout.as<std::uint16_t>(), d_dq.as<std::uint16_t>(),
+                         d_dk.as<std::uint16_t>(), d_dv.as<std::uint16_t>(), alloc, nullptr);
+  CHECK(from_device<std::uint16_t>(d_out, nq) == out_bits);
+  CHECK(from_device<float>(d_lse, nlse) == lse);
+  CHECK(from_device<std::uint16_t>(d_dq, nq) == dq_bits);
+  CHECK(from_device<std::uint16_t>(d_dk, nkv) == dk_bits);
+  CHECK(from_device<std::uint16_t>(d_dv, nkv) == dv_bits);
+}
+
+}  // namespace
+
+TEST_CASE("attention matches the CPU kernel", "[cuda][attention]") {
+  std::mt19937 rng(2024);
+  cu::DeviceAllocator alloc;
+  const std::vector<std::vector<std::int32_t>> batches = {
+      {1, 17, 64, 200, 3}, {512}, {130, 1000}};
+  std::vector<AttnCase> cases;
+  for (const auto& seqlens : batches) {
+    cases.push_back({seqlens, 8, 2, 128});
+    cases.push_back({seqlens, 4, 4, 64});
+  }
+  cases.push_back({{1, 17, 64, 200, 3}, 8, 2, 64});
+  cases.push_back({{1, 17, 64, 200, 3}, 4, 4, 128});
+  // Tile boundaries (64 / 128 rows), an empty sequence, a group of 8 heads per kv head.
+  cases.push_back({{127, 128, 129, 0, 63, 65}, 8, 1, 128});
+  cases.push_back({{127, 128, 129, 0, 63, 65}, 8, 1, 64});
+  // Large logits: the online max moves a lot between key tiles.
+  cases.push_back({{300, 40}, 4, 2, 128, 4.0f});
+  cases.push_back({{300, 40}, 4, 2, 64, 4.0f});
+  for (const auto& c : cases) run_case(c, rng, alloc);
+}
+
+TEST_CASE("attention rejects unsupported shapes", "[cuda][attention]") {
+  cu::DeviceAllocator alloc;
+  const std::vector<std::int32_t> cu_seqlens{0, 4};
+  cu::DeviceBuffer buf(alloc, 4 * 8 * 128 * 2);
+  cu::DeviceBuffer lse(alloc, 8 * 4 * 4);
+  auto* p = buf.as<std::uint16_t>();
+  cu::CudaAttentionShape shape;
+  shape.cu_seqlens = cu_seqlens.data();
+  shape.num_seqs = 1;
+  shape.tokens = 4;
+  shape.n_heads = 2;
+  shape.n_kv_heads = 1;
+
+  shape.head_dim = 96;
+  CHECK_THROWS_AS(cu::attention_forward(shape, p, p, p, p, lse.as<float>(), alloc, nullptr),
+                  odc::Error);
+  shape.head_dim = 64;
+  shape.n_kv_heads = 3;  // not a divisor of n_heads
+  CHECK_THROWS_AS(cu::attention_forward(shape, p, p, p, p, lse.as<float>(), alloc, nullptr),
+                  odc::Error);
+  shape.n_kv_heads = 1;
+  shape.tokens = 5;  // cu_seqlens ends at 4
+  CHECK_THROWS_AS(cu::attention_backward(shape, p, p, p, p, lse.as<float>(), p, p, p, p, alloc,
+                                         nullptr),
+                  odc::Error);
+  shape.tokens = 4;
+  CHECK_NOTHROW(cu::attention_forward(shape, p, p, p, p + 4 * 2 * 64, lse.as<float>(), alloc,
+                                      nullptr));
+  cu::device_synchronize();
+}
+
+TEST_CASE("attention FLOP count is causal", "[cuda][attention]") {
+  const std::vector<std::int32_t> cu_seqlens{0, 3, 5};
+  cu::CudaAttentionShape shape;
+  shape.cu_seqlens = cu_seqlens.data();
+  shape.num_seqs = 2;
+  shape.tokens = 5;
+  shape.n_heads = 2;
+  shape.n_kv_heads = 1;
+  shape.head_dim = 64;
+  // pairs: 3*4/2 + 2*3/2 = 9
+  CHECK(cu::attention_forward_flops(shape) == 4.0 * 9 * 64 * 2);
+}
