@@ -15,6 +15,9 @@
 #include <system_error>
 #include <utility>
 
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
+
 #include "odc/core/error.h"
 
 namespace odc {
@@ -172,8 +175,91 @@ std::string location(const std::string& source, const YAML::Mark& mark) {
   return source;
 }
 
+// More nodes than this reached through aliases is an "alias bomb", not a config: a few lines of
+// nested aliases can describe 10^9 nodes, which every walk of the tree (dump, canonical, the model
+// config) would expand. Real configs reuse an anchor for a value or a small block.
+constexpr std::uint64_t kMaxAliasedNodes = 10000;
+
+// A first pass over the parse events of the document YAML::Load reads, rejecting what it accepts
+// but no config can hold: an alias inside the very node its anchor names (a cyclic tree, on which
+// every recursive walk overflows the stack) and aliases expanding to more than kMaxAliasedNodes.
+// Errors are YAML::ParserException at the alias, so parse_yaml names the file, line and column.
+class AliasCheck final : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnAnchor(const YAML::Mark&, const std::string& name) override { pending_name_ = name; }
+  void OnNull(const YAML::Mark&, YAML::anchor_t anchor) override { leaf(anchor); }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t anchor, const std::string&) override {
+    leaf(anchor);
+  }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    const auto known = names_.find(anchor);
+    const std::string alias = known != names_.end() && !known->second.empty() ? "*" + known->second : "an alias";
+    if (std::any_of(open_.begin(), open_.end(), [&](const Open& o) { return o.anchor == anchor; })) {
+      throw YAML::ParserException(
+          mark, fmt::format("{} refers to a node that contains it (a cycle, which no config value can be)", alias));
+    }
+    const auto size = sizes_.find(anchor);
+    if (size == sizes_.end()) return;  // unknown anchors are the parser's own error
+    aliased_ += size->second;
+    if (aliased_ > kMaxAliasedNodes) {
+      throw YAML::ParserException(mark, fmt::format("{} makes the aliases of this document expand to more than {} "
+                                                    "nodes (nested aliases multiply)",
+                                                    alias, kMaxAliasedNodes));
+    }
+    add(size->second);
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor, YAML::EmitterStyle::value) override {
+    open(anchor);
+  }
+  void OnSequenceEnd() override { close(); }
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor, YAML::EmitterStyle::value) override {
+    open(anchor);
+  }
+  void OnMapEnd() override { close(); }
+
+ private:
+  struct Open {
+    YAML::anchor_t anchor;
+    std::uint64_t nodes;  // expanded, this node included
+  };
+  void name(YAML::anchor_t anchor) {
+    if (anchor != YAML::NullAnchor) names_[anchor] = pending_name_;
+    pending_name_.clear();
+  }
+  void add(std::uint64_t nodes) {
+    if (!open_.empty()) open_.back().nodes += nodes;
+  }
+  void leaf(YAML::anchor_t anchor) {
+    name(anchor);
+    if (anchor != YAML::NullAnchor) sizes_[anchor] = 1;
+    add(1);
+  }
+  void open(YAML::anchor_t anchor) {
+    name(anchor);
+    open_.push_back({anchor, 1});
+  }
+  void close() {
+    const Open done = open_.back();
+    open_.pop_back();
+    if (done.anchor != YAML::NullAnchor) sizes_[done.anchor] = done.nodes;
+    add(done.nodes);
+  }
+
+  std::vector<Open> open_;  // collections being read, innermost last
+  std::map<YAML::anchor_t, std::uint64_t> sizes_;
+  std::map<YAML::anchor_t, std::string> names_;
+  std::string pending_name_;
+  std::uint64_t aliased_ = 0;
+};
+
 YAML::Node parse_yaml(const std::string& text, const std::string& label, bool with_line) {
   try {
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    AliasCheck check;
+    parser.HandleNextDocument(check);
     return YAML::Load(text);
   } catch (const YAML::Exception& error) {
     if (with_line) {
@@ -242,6 +328,67 @@ void check_value(const TunableSpec& spec, const YAML::Node& node, const std::str
   }
 }
 
+// Offset of the first byte that does not begin a well-formed UTF-8 sequence (overlong forms,
+// surrogates and code points past U+10FFFF are not well-formed), or npos.
+std::size_t invalid_utf8_at(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+    const unsigned char lead = byte(i);
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t length = 0;
+    unsigned char low = 0x80;  // the range the second byte must lie in
+    unsigned char high = 0xBF;
+    if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+      if (lead == 0xE0) low = 0xA0;   // overlong
+      if (lead == 0xED) high = 0x9F;  // surrogates
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+      if (lead == 0xF0) low = 0x90;   // overlong
+      if (lead == 0xF4) high = 0x8F;  // past U+10FFFF
+    } else {
+      return i;
+    }
+    if (text.size() - i < length || byte(i + 1) < low || byte(i + 1) > high) return i;
+    for (std::size_t k = 2; k < length; ++k) {
+      if ((byte(i + k) & 0xC0) != 0x80) return i;
+    }
+    i += length;
+  }
+  return std::string_view::npos;
+}
+
+// Text is UTF-8, as YAML requires (yaml-cpp passes other bytes through, but no dump could write
+// them back: the emitter replaces them, so the dump would name a different file), and the keys of
+// a map tunable are names at every depth: dotted --set paths address them and the consumers turn
+// the map into JSON (model.config -> LlamaConfig, config.json), whose keys are strings.
+void check_text(const TunableSpec& spec, const YAML::Node& node, const std::string& source) {
+  if (node.IsScalar()) {
+    const std::string& text = node.Scalar();
+    if (const std::size_t at = invalid_utf8_at(text); at != std::string_view::npos) {
+      fail("config key '{}' in {} holds text that is not valid UTF-8 (byte {:#04x} after '{}')", spec.path,
+           location(source, node.Mark()), static_cast<unsigned char>(text[at]), text.substr(0, at));
+    }
+  } else if (node.IsSequence()) {
+    for (const auto& item : node) check_text(spec, item, source);
+  } else if (node.IsMap()) {
+    for (const auto& entry : node) {
+      if (!entry.first.IsScalar()) {
+        fail("config key '{}' in {} has a key that is {}, expected a name", spec.path,
+             location(source, entry.first.Mark()), describe(entry.first));
+      }
+      check_text(spec, entry.first, source);
+      check_text(spec, entry.second, source);
+    }
+  }
+}
+
 // base with overlay's keys laid over it, recursively: inside a map tunable every layer overrides
 // only the keys it names, as it does for the sections. Returns a fresh tree (no aliasing).
 YAML::Node merged(const YAML::Node& base, const YAML::Node& overlay) {
@@ -267,6 +414,18 @@ YAML::Node nested(const std::vector<std::string>& keys, std::size_t first, const
   return map;
 }
 
+constexpr std::size_t kMaxImplicitKeyBytes = 200;
+
+// True when a scalar holds a control character. yaml-cpp reads a lone carriage return as part of
+// a plain scalar ("lr: 0.1\r # x", "{a: 1\r, b: 2}") but its emitter writes such text plain, where
+// a reader takes the carriage return for a line break: only the double-quoted style ("\r")
+// carries it through a dump.
+bool has_control_character(std::string_view text) {
+  return std::any_of(text.begin(), text.end(), [](char c) {
+    return static_cast<unsigned char>(c) < 0x20 || c == '\x7f';
+  });
+}
+
 // Emits a node keeping quoted scalars quoted, so a dumped "true" string stays a string.
 void emit(YAML::Emitter& out, const YAML::Node& node) {
   switch (node.Type()) {
@@ -274,7 +433,7 @@ void emit(YAML::Emitter& out, const YAML::Node& node) {
       if (!node.Tag().empty() && node.Tag() != "?" && node.Tag() != "!") {
         out << YAML::VerbatimTag(node.Tag());
       }
-      if (node.Tag() == "!") out << YAML::DoubleQuoted;
+      if (node.Tag() == "!" || has_control_character(node.Scalar())) out << YAML::DoubleQuoted;
       out << node.Scalar();
       return;
     case YAML::NodeType::Sequence:
@@ -285,6 +444,10 @@ void emit(YAML::Emitter& out, const YAML::Node& node) {
     case YAML::NodeType::Map:
       out << YAML::BeginMap;
       for (const auto& entry : node) {
+        // YAML caps an implicit key at 1024 characters, which yaml-cpp's emitter does not check
+        // (and its parser enforces): a long key, whose escapes may take four characters a byte,
+        // goes in the explicit "? key" form.
+        if (entry.first.Scalar().size() + entry.first.Tag().size() > kMaxImplicitKeyBytes) out << YAML::LongKey;
         out << YAML::Key;
         emit(out, entry.first);
         out << YAML::Value;
@@ -614,6 +777,7 @@ void Config::set_value(const TunableSpec& target, const YAML::Node& node,
     return;
   }
   check_value(target, node, where);
+  check_text(target, node, source);
   Value value{YAML::Clone(node), source};
   const auto it = values_.find(target.path);
   if (target.kind == ValueKind::map && it != values_.end()) {

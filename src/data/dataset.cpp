@@ -25,6 +25,14 @@ bool is_blank(const std::string& line) {
                      [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; });
 }
 
+// A value an error message shows: scalars as JSON, arrays and objects by kind only (dump() recurses
+// once per nesting level, so a line of 100k nested brackets would overflow the stack).
+std::string shown(const json& value) {
+  if (value.is_array()) return "an array";
+  if (value.is_object()) return "an object";
+  return value.dump();
+}
+
 // Reads one element of input_ids as a token id, or fails naming the line and the position.
 std::int32_t parse_token(const json& value, std::size_t position, std::int64_t vocab_size,
                          const std::string& where) {
@@ -44,7 +52,7 @@ std::int32_t parse_token(const json& value, std::size_t position, std::int64_t v
     }
     return static_cast<std::int32_t>(id);
   }
-  fail("{}: input_ids[{}] must be an integer token id, found {}", where, position, value.dump());
+  fail("{}: input_ids[{}] must be an integer token id, found {}", where, position, shown(value));
 }
 
 // A mask entry is 0/1 or a boolean; anything else (2, 0.5, "1") is almost certainly a bug upstream.
@@ -54,7 +62,7 @@ std::uint8_t parse_mask(const json& value, std::size_t position, const std::stri
     const auto flag = value.get<std::int64_t>();
     if (flag == 0 || flag == 1) return static_cast<std::uint8_t>(flag);
   }
-  fail("{}: loss_mask[{}] must be 0, 1, true or false, found {}", where, position, value.dump());
+  fail("{}: loss_mask[{}] must be 0, 1, true or false, found {}", where, position, shown(value));
 }
 
 }  // namespace
@@ -85,7 +93,7 @@ JsonlTokenDataset::JsonlTokenDataset(const std::string& path, std::int64_t vocab
     json record;
     try {
       record = json::parse(line);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
       fail("{}: malformed JSON ({})", where, e.what());
     }
     if (!record.is_object()) {

@@ -40,7 +40,7 @@ TextJsonlDataset::TextJsonlDataset(const std::string& path, Kind kind, const Cha
     nlohmann::json record;
     try {
       record = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
       fail("{}: malformed JSON ({})", where, e.what());
     }
     const TokenizedSample sample =

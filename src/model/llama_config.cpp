@@ -84,7 +84,15 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
   if (j.contains("rope_scaling") && !j.at("rope_scaling").is_null()) {
     const auto& rs = j.at("rope_scaling");
     if (!rs.is_object()) fail("{}: rope_scaling must be a mapping or null", where);
-    std::string type = rs.value("rope_type", rs.value("type", std::string("default")));
+    // rope_type (current HF) wins over type (older configs); either must be a string.
+    std::string type = "default";
+    for (const char* key : {"type", "rope_type"}) {
+      if (!rs.contains(key)) continue;
+      if (!rs.at(key).is_string()) {
+        fail("{}: rope_scaling field '{}' must be a string, found {}", where, key, rs.at(key).type_name());
+      }
+      type = rs.at(key).get<std::string>();
+    }
     if (type != "default" && type != "llama3") {
       fail("{}: rope_scaling type '{}' is not supported (supported: default, llama3)", where, type);
     }

@@ -253,3 +253,17 @@ TEST_CASE("chat format: open_dataset tokenizes chat and text JSONL", "[chat]") {
   CHECK(odc::data::resolve_tokenizer_path("", "/ckpt") == "/ckpt/tokenizer.json");
   CHECK(odc::data::resolve_tokenizer_path("/t/tok.json", "/ckpt") == "/t/tok.json");
 }
+
+// Found by tests/fuzz/fuzz_jsonl: nlohmann reports a number too large for a double as out_of_range,
+// not parse_error, and it escaped the chat/text reader as a non-odc exception.
+TEST_CASE("chat format: a number overflow in a record is malformed JSON naming file:line", "[chat]") {
+  TempDir dir;
+  const std::string tokenizer = dir.write("tokenizer.json", tiny_tokenizer(kChatml).dump());
+  const odc::data::TextDataOptions options{tokenizer, "auto"};
+  const std::string text = dir.write("big.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"x\", \"weight\": 1e999}\n");
+  for (const std::string format : {"text", "chat"}) {
+    REQUIRE_THROWS_AS(odc::data::open_dataset(text, format, 400, options), odc::Error);
+    REQUIRE_THROWS_WITH(odc::data::open_dataset(text, format, 400, options),
+                        Catch::Contains(text + ":2") && Catch::Contains("malformed JSON"));
+  }
+}

@@ -164,3 +164,31 @@ TEST_CASE("JsonlTokenDataset rejects missing and empty files and unknown formats
                       Catch::Contains("parquet") && Catch::Contains("tokens") &&
                           Catch::Contains(good));
 }
+
+// Found by tests/fuzz/fuzz_jsonl: a number too large for a double made nlohmann throw out_of_range
+// (not parse_error), which escaped the reader as a non-odc exception.
+TEST_CASE("JsonlTokenDataset rejects numbers too large for a double with file:line", "[data]") {
+  TempDir dir;
+  const std::string good = "{\"input_ids\": [1, 2, 3]}\n";
+  for (const std::string record : {"{\"input_ids\": [1e999]}", "{\"input_ids\": [1], \"loss_mask\": [-1e400]}"}) {
+    const auto path = dir.write("overflow.jsonl", good + record + "\n");
+    REQUIRE_THROWS_AS(JsonlTokenDataset(path, 32), odc::Error);
+    REQUIRE_THROWS_WITH(JsonlTokenDataset(path, 32),
+                        Catch::Contains(path + ":2:") && Catch::Contains("malformed JSON"));
+  }
+}
+
+// Found by tests/fuzz/fuzz_jsonl: a deeply nested value in input_ids or loss_mask overflowed the
+// stack while the error message dumped it.
+TEST_CASE("JsonlTokenDataset errors about deeply nested values do not overflow the stack", "[data]") {
+  TempDir dir;
+  const std::string good = "{\"input_ids\": [1, 2, 3]}\n";
+  constexpr std::size_t kDepth = 1'000'000;
+  const std::string nested = std::string(kDepth, '[') + std::string(kDepth, ']');
+  const auto ids = dir.write("deep_ids.jsonl", good + "{\"input_ids\": [1, " + nested + "]}\n");
+  REQUIRE_THROWS_WITH(JsonlTokenDataset(ids, 32), Catch::Contains(ids + ":2:") &&
+                                                      Catch::Contains("input_ids[1] must be an integer token id, found an array"));
+  const auto mask = dir.write("deep_mask.jsonl", good + "{\"input_ids\": [1], \"loss_mask\": [{\"a\": " + nested + "}]}\n");
+  REQUIRE_THROWS_WITH(JsonlTokenDataset(mask, 32),
+                      Catch::Contains(mask + ":2:") && Catch::Contains("loss_mask[0]") && Catch::Contains("found an object"));
+}

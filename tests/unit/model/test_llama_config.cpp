@@ -57,6 +57,22 @@ TEST_CASE("invalid model shapes are clear errors naming the field", "[model]") {
   CHECK_THROWS_WITH(LlamaConfig::from_json(j, "model.config", true), Contains("rope_scaling type 'yarn' is not supported"));
 }
 
+// Found by tests/fuzz/fuzz_config_yaml: a non-string rope_scaling type (model.config: {rope_scaling:
+// {type: [1]}}) escaped as nlohmann's type_error instead of an odc::Error naming the field.
+TEST_CASE("rope_scaling type fields must be strings", "[model]") {
+  auto j = base();
+  j["rope_scaling"] = {{"type", nlohmann::json::array({1})}, {"factor", 4.0}};
+  CHECK_THROWS_AS(LlamaConfig::from_json(j, "model.config", true), odc::Error);
+  CHECK_THROWS_WITH(LlamaConfig::from_json(j, "model.config", true),
+                    Contains("model.config") && Contains("rope_scaling field 'type' must be a string, found array"));
+  j["rope_scaling"] = {{"rope_type", nullptr}};
+  CHECK_THROWS_WITH(LlamaConfig::from_json(j, "model.config", true), Contains("'rope_type' must be a string"));
+  // rope_type wins over type, as in Hugging Face.
+  j["rope_scaling"] = {{"type", "default"}, {"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  CHECK(LlamaConfig::from_json(j, "model.config", true).rope_scaling.type == "llama3");
+}
+
 TEST_CASE("unit layouts use Hugging Face tensor names and count every parameter", "[model]") {
   auto j = base();
   j["attention_bias"] = true;
