@@ -54,8 +54,10 @@ train --set train.steps=1000 --set train.stop_at_step=4 >"$work/first.log" 2>&1 
 [ "$(latest_step)" = 4 ] || fail "no step-4 checkpoint after the first run: $(ls "$ckpt")"
 
 case "$moment" in
-  microbatch) moment_args=(--set debug.slow_rank=0 --set debug.delay_ms=150) ;;
-  barrier) moment_args=(--set debug.slow_rank=1 --set debug.delay_ms=3000) ;;
+  # No checkpoint in the failing run of these two moments: a checkpoint write would be a moment of
+  # its own (the third case).
+  microbatch) moment_args=(--set debug.slow_rank=0 --set debug.delay_ms=400 --set checkpoint.every=100000) ;;
+  barrier) moment_args=(--set debug.slow_rank=1 --set debug.delay_ms=3000 --set checkpoint.every=100000) ;;
   checkpoint) moment_args=(--set debug.checkpoint_delay_ms=60000 --set debug.checkpoint_delay_rank=1) ;;
   *) echo "unknown moment '$moment'"; exit 2 ;;
 esac
