@@ -94,23 +94,6 @@ void read_everything(const odc::data::BinTokenDataset& dataset, std::int64_t voc
   (void)keep;
 }
 
-void check_rewrite(const odc::data::BinTokenDataset& dataset, std::int64_t vocab) {
-  const std::string prefix = scratch().file("rewritten");
-  odc::data::write_bin_dataset(prefix, dataset);
-  const odc::data::BinTokenDataset again(prefix, vocab);
-  if (again.size() != dataset.size()) __builtin_trap();
-  for (std::int64_t i = 0; i < dataset.size(); ++i) {
-    const auto a = dataset.get(i);
-    const auto b = again.get(i);
-    if (!std::equal(a.tokens.begin(), a.tokens.end(), b.tokens.begin(), b.tokens.end()) ||
-        !std::equal(a.target_mask.begin(), a.target_mask.end(), b.target_mask.begin(),
-                    b.target_mask.end()) ||
-        again.target_count(i) != dataset.target_count(i)) {
-      __builtin_trap();
-    }
-  }
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -145,7 +128,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const odc::data::BinTokenDataset dataset(prefix, vocab);
     read_everything(dataset, vocab);
     try {
-      check_rewrite(dataset, vocab);
+      odc::fuzz::check_binary_round_trip(dataset, vocab, scratch().file("rewritten"));
     } catch (const odc::Error&) {
       __builtin_trap();  // the writer refused (or misread) a dataset the reader accepted
     }

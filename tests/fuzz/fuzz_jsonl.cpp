@@ -128,24 +128,6 @@ void check_dataset(const odc::data::TokenDataset& dataset, std::int64_t vocab) {
   (void)dataset.describe();
 }
 
-// odc-data convert's step: the binary pair must read back as the same sequences and masks.
-void check_binary_round_trip(const odc::data::TokenDataset& dataset, std::int64_t vocab) {
-  const std::string prefix = scratch().file("converted");
-  odc::data::write_bin_dataset(prefix, dataset);
-  const odc::data::BinTokenDataset binary(prefix, vocab);
-  if (binary.size() != dataset.size()) __builtin_trap();
-  for (std::int64_t i = 0; i < dataset.size(); ++i) {
-    const auto a = dataset.get(i);
-    const auto b = binary.get(i);
-    if (!std::equal(a.tokens.begin(), a.tokens.end(), b.tokens.begin(), b.tokens.end()) ||
-        !std::equal(a.target_mask.begin(), a.target_mask.end(), b.target_mask.begin(),
-                    b.target_mask.end()) ||
-        binary.target_count(i) != dataset.target_count(i)) {
-      __builtin_trap();
-    }
-  }
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -177,7 +159,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // Accepted: an odc::Error from here on means the reader accepted what it cannot serve.
   try {
     check_dataset(*dataset, vocab);
-    check_binary_round_trip(*dataset, vocab);
+    odc::fuzz::check_binary_round_trip(*dataset, vocab, scratch().file("converted"));
   } catch (const odc::Error&) {
     __builtin_trap();
   }

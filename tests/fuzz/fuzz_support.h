@@ -5,6 +5,7 @@
 // dataset writer costs nothing), else under the system temporary directory ($TMPDIR or /tmp).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -15,6 +16,8 @@
 #include <string_view>
 
 #include "odc/core/error.h"
+#include "odc/data/bin_dataset.h"
+#include "odc/data/dataset.h"
 
 namespace odc::fuzz {
 
@@ -59,6 +62,25 @@ inline void check_rejection(const odc::Error& error) {
   if (verbose) std::fprintf(stderr, "rejected: %s\n", error.what());
   // ODC_CHECK's message starts so; a rejection may quote the input anywhere after its own prefix.
   if (std::string_view(error.what()).starts_with("internal check failed at ")) __builtin_trap();
+}
+
+// Writes `dataset` as a binary pair under `prefix` (odc-data convert's step) and traps unless it
+// reads back as the same sequences, masks and target counts.
+inline void check_binary_round_trip(const odc::data::TokenDataset& dataset, std::int64_t vocab,
+                                    const std::string& prefix) {
+  odc::data::write_bin_dataset(prefix, dataset);
+  const odc::data::BinTokenDataset binary(prefix, vocab);
+  if (binary.size() != dataset.size()) __builtin_trap();
+  for (std::int64_t i = 0; i < dataset.size(); ++i) {
+    const auto a = dataset.get(i);
+    const auto b = binary.get(i);
+    if (!std::equal(a.tokens.begin(), a.tokens.end(), b.tokens.begin(), b.tokens.end()) ||
+        !std::equal(a.target_mask.begin(), a.target_mask.end(), b.target_mask.begin(),
+                    b.target_mask.end()) ||
+        binary.target_count(i) != dataset.target_count(i)) {
+      __builtin_trap();
+    }
+  }
 }
 
 }  // namespace odc::fuzz
