@@ -28,8 +28,8 @@
 
 #include "odc/core/error.h"
 #include "odc/core/tensor.h"
-#include "odc/dist/mpi_session.h"
-#include "odc/dist/ucx_transport.h"
+#include "odc/distributed/mpi_session.h"
+#include "odc/distributed/ucx_transport.h"
 
 namespace {
 
@@ -220,7 +220,7 @@ class Bench {
       : options_(options), rank_(rank), world_(world), comm_(MPI_COMM_WORLD) {
     std::int64_t largest = 0;
     for (const auto mib : options_.sizes_mib) largest = std::max(largest, make_cell(mib).shard);
-    odc::dist::TransportOptions transport_options;
+    odc::distributed::TransportOptions transport_options;
     transport_options.chunk_bytes = options_.chunk_bytes;
     transport_options.max_inflight = options_.max_inflight;
     transport_options.timeout_s = options_.timeout_s;
@@ -228,7 +228,7 @@ class Bench {
     // As the trainer: a slot holds the largest shard, so every push of a shard is one slot.
     transport_options.slot_floats = options_.slot_pushes ? largest : 0;
     transport_options.slots_per_client = options_.slots_per_client;
-    transport_ = std::make_unique<odc::dist::UcxTransport>(comm_, largest, transport_options);
+    transport_ = std::make_unique<odc::distributed::UcxTransport>(comm_, largest, transport_options);
     // odc::Tensor, as OdcComm's and CollectiveComm's buffers and ShardStore's accumulator: 64-byte
     // aligned. Alignment matters here: a 16-byte offset between source and destination (what
     // std::vector gives) makes the kernel's CMA copies behind MPI 2-3x slower on this machine.
@@ -237,7 +237,7 @@ class Bench {
     accumulator_ = odc::Tensor(odc::Shape{largest}, odc::DType::f32);
     reduced_ = odc::Tensor(odc::Shape{largest}, odc::DType::f32);
     // The accumulation OdcComm::accumulate does, with the same validation before writing.
-    transport_->set_receiver([this](const odc::dist::PushHeader& header, const float* data) {
+    transport_->set_receiver([this](const odc::distributed::PushHeader& header, const float* data) {
       if (header.offset < 0 || header.count < 0 ||
           header.offset + header.count > accumulator_.numel()) {
         odc::fail("rank {}: invalid push from rank {} (offset {}, count {})", rank_, header.from, header.offset,
@@ -463,8 +463,8 @@ class Bench {
   int rank_;
   int world_;
   MPI_Comm comm_;
-  odc::dist::Completion gather_done_{world_};
-  odc::dist::Completion scatter_done_{world_};
+  odc::distributed::Completion gather_done_{world_};
+  odc::distributed::Completion scatter_done_{world_};
   odc::Tensor full_;         // gathered unit; the client's view
   odc::Tensor grad_;         // full gradient pushed / reduce-scattered
   odc::Tensor accumulator_;  // this owner's fp32 gradient accumulator
@@ -473,10 +473,10 @@ class Bench {
   std::string mpi_btl_;
   std::int64_t push_messages_ = 0;  // of the last ODC scatter iteration (rank 0 reports)
   // Last, so it is destroyed first: its progress thread uses the buffers and completions above.
-  std::unique_ptr<odc::dist::UcxTransport> transport_;
+  std::unique_ptr<odc::distributed::UcxTransport> transport_;
 };
 
-int run(int argc, char** argv, const odc::dist::MpiSession& mpi) {
+int run(int argc, char** argv, const odc::distributed::MpiSession& mpi) {
   Options options;
   if (!parse_options(argc, argv, options)) {
     if (mpi.rank() == 0) std::cout << kUsage;
@@ -490,9 +490,9 @@ int run(int argc, char** argv, const odc::dist::MpiSession& mpi) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::unique_ptr<odc::dist::MpiSession> mpi;
+  std::unique_ptr<odc::distributed::MpiSession> mpi;
   try {
-    mpi = std::make_unique<odc::dist::MpiSession>(&argc, &argv);
+    mpi = std::make_unique<odc::distributed::MpiSession>(&argc, &argv);
     return run(argc, argv, *mpi);
   } catch (const UsageError& e) {
     // Every rank parses the same flags and fails alike; one message is enough.

@@ -11,7 +11,7 @@
 #include "odc/core/config.h"
 #include "odc/core/error.h"
 #include "odc/core/logging.h"
-#include "odc/dist/mpi_session.h"
+#include "odc/distributed/mpi_session.h"
 #include "odc/train/calibrate.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/trainer.h"
@@ -33,7 +33,7 @@ variables, then --set assignments (e.g. --set train.lr=1e-3 --set model.config.n
   --help          this text
 )";
 
-int run(int argc, char** argv, const odc::dist::MpiSession& mpi) {
+int run(int argc, char** argv, const odc::distributed::MpiSession& mpi) {
   const auto command_line = odc::parse_command_line(argc, argv);
   if (command_line.help) {
     if (mpi.rank() == 0) std::fputs(kUsage, stdout);
@@ -65,9 +65,9 @@ int run(int argc, char** argv, const odc::dist::MpiSession& mpi) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::unique_ptr<odc::dist::MpiSession> mpi;
+  std::unique_ptr<odc::distributed::MpiSession> mpi;
   try {
-    mpi = std::make_unique<odc::dist::MpiSession>(&argc, &argv);
+    mpi = std::make_unique<odc::distributed::MpiSession>(&argc, &argv);
     return run(argc, argv, *mpi);
   } catch (const odc::Error& e) {
     std::fprintf(stderr, "odc-train: error: %s\n", e.what());

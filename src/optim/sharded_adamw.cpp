@@ -10,7 +10,7 @@ double clip_coefficient(double grad_norm, double max_norm) {
   return coef < 1.0 ? coef : 1.0;
 }
 
-void ShardedAdamW::step(dist::ShardStore& store, double lr, double grad_scale) {
+void ShardedAdamW::step(distributed::ShardStore& store, double lr, double grad_scale) {
   ++step_;
   const auto& layout = store.layout();
   for (int u = 0; u < layout.num_units(); ++u) {

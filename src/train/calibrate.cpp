@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
-#include "odc/dist/local_comm.h"
-#include "odc/dist/shard_store.h"
+#include "odc/distributed/local_comm.h"
+#include "odc/distributed/shard_store.h"
 #include "odc/kernels/matmul.h"
 #include "odc/model/llama_model.h"
 #include "odc/train/config_schema.h"
@@ -15,9 +15,9 @@ data::CostModel calibrate_cost_model(const Config& config, std::vector<Calibrati
   const auto model_config = training_model_config(config);
   kernels::cpu::set_num_threads(static_cast<int>(config.get_int("train.threads")));
   model::LlamaModel model(model_config);
-  dist::ShardLayout layout(model.units(), 1, 0);
-  dist::ShardStore store(layout, model.units(), model_config, static_cast<std::uint64_t>(config.get_int("model.seed")));
-  dist::LocalComm comm(store);
+  distributed::ShardLayout layout(model.units(), 1, 0);
+  distributed::ShardStore store(layout, model.units(), model_config, static_cast<std::uint64_t>(config.get_int("model.seed")));
+  distributed::LocalComm comm(store);
 
   // Lengths up to the microbatch cap (or the model's context), at most 4096 to keep this short.
   std::int64_t longest = config.get_int("data.max_tokens_per_microbatch");

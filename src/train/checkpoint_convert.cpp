@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/core/error.h"
-#include "odc/dist/shard_layout.h"
+#include "odc/distributed/shard_layout.h"
 #include "odc/io/hf_checkpoint.h"
 #include "odc/io/native_checkpoint.h"
 #include "odc/io/safetensors.h"
@@ -20,7 +20,7 @@ std::int64_t export_native_to_hf(const std::string& native_checkpoint, const std
   const auto config = model::LlamaConfig::from_json(manifest["model_config"], native_checkpoint + "/manifest.json", false);
   const int world = manifest["world_size"].get<int>();
   const auto units = model::build_unit_layouts(config);
-  const dist::ShardLayout layout(units, world, 0);
+  const distributed::ShardLayout layout(units, world, 0);
   // Each rank's masters, read whole (checksums verified): the model's size in fp32, per rank a shard.
   std::vector<std::vector<float>> masters(static_cast<std::size_t>(world));
   for (int r = 0; r < world; ++r) {
@@ -51,7 +51,7 @@ std::string import_hf_to_native(const std::string& hf_dir, const std::string& na
   if (world_size < 1) fail("import needs a world size >= 1, found {}", world_size);
   const io::HfCheckpoint checkpoint(hf_dir);
   for (int r = 0; r < world_size; ++r) {
-    const dist::ShardLayout layout(checkpoint.units(), world_size, r);
+    const distributed::ShardLayout layout(checkpoint.units(), world_size, r);
     const auto owned = static_cast<std::size_t>(layout.owned_elements());
     std::vector<float> masters(owned), zeros(owned, 0.0f);
     for (int u = 0; u < layout.num_units(); ++u) {

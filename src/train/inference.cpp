@@ -47,10 +47,10 @@ LoadedModel::LoadedModel(const std::string& dir) {
   const io::HfCheckpoint checkpoint(dir);
   architecture_ = checkpoint.architecture();
   model_ = std::make_unique<model::LlamaModel>(checkpoint.config());
-  const dist::ShardLayout layout(model_->units(), 1, 0);
-  store_ = std::make_unique<dist::ShardStore>(layout, model_->units(), checkpoint.config(), 0);
+  const distributed::ShardLayout layout(model_->units(), 1, 0);
+  store_ = std::make_unique<distributed::ShardStore>(layout, model_->units(), checkpoint.config(), 0);
   for (int u = 0; u < layout.num_units(); ++u) checkpoint.read_unit_range(u, 0, layout.unit(u).shard, store_->master(u));
-  comm_ = std::make_unique<dist::LocalComm>(*store_);
+  comm_ = std::make_unique<distributed::LocalComm>(*store_);
   collect_eos(std::filesystem::path(dir) / "config.json", eos_);
   collect_eos(std::filesystem::path(dir) / "generation_config.json", eos_);
 }

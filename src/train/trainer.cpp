@@ -12,10 +12,10 @@
 #include "odc/core/hash.h"
 #include "odc/core/process_stats.h"
 #include "odc/data/text_dataset.h"
-#include "odc/dist/bootstrap.h"
-#include "odc/dist/collective_comm.h"
-#include "odc/dist/local_comm.h"
-#include "odc/dist/odc_comm.h"
+#include "odc/distributed/bootstrap.h"
+#include "odc/distributed/collective_comm.h"
+#include "odc/distributed/local_comm.h"
+#include "odc/distributed/odc_comm.h"
 #include "odc/io/hf_checkpoint.h"
 #include "odc/io/native_checkpoint.h"
 #include "odc/kernels/matmul.h"
@@ -101,7 +101,7 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
   if (world_size_ > 1) {
     const double timeout_s = config.get_double("comm.timeout_s");
     if (!(timeout_s > 0)) fail("comm.timeout_s must be positive, found {}", timeout_s);
-    watchdog_ = std::make_unique<dist::Watchdog>(MPI_COMM_WORLD, timeout_s);
+    watchdog_ = std::make_unique<distributed::Watchdog>(MPI_COMM_WORLD, timeout_s);
     watchdog_->set_activity("starting up (data, model, checkpoint)");
   }
 
@@ -151,12 +151,12 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
   if (world_size_ > 1) {
     // Every rank must train the same thing: compare fingerprints before any collective that
     // would otherwise hang or silently mix different inputs.
-    dist::check_identical_across_ranks({{"the configuration", fnv1a64(config.canonical())},
+    distributed::check_identical_across_ranks({{"the configuration", fnv1a64(config.canonical())},
                                         {"the model config", fnv1a64(model_config_.to_json().dump())},
                                         {"the dataset " + dataset_->describe(), data_fingerprint_}});
     check_world_size(model_->units(), world_size_);
   }
-  dist::ShardLayout layout(model_->units(), world_size_, rank_);
+  distributed::ShardLayout layout(model_->units(), world_size_, rank_);
   const auto seed = static_cast<std::uint64_t>(config.get_int("model.seed"));
   const std::string comm_name = config.get_string("train.comm");
   const std::string balance = config.get_string("data.balance");
@@ -178,23 +178,23 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
                                          model_config_.attention_flops_per_pair());
   }
   if (world_size_ == 1) {
-    store_ = std::make_unique<dist::ShardStore>(layout, model_->units(), model_config_, seed);
-    comm_ = std::make_unique<dist::LocalComm>(*store_);  // nothing to communicate
+    store_ = std::make_unique<distributed::ShardStore>(layout, model_->units(), model_config_, seed);
+    comm_ = std::make_unique<distributed::LocalComm>(*store_);  // nothing to communicate
   } else if (comm_name == "collective") {
-    store_ = std::make_unique<dist::ShardStore>(layout, model_->units(), model_config_, seed);
-    comm_ = std::make_unique<dist::CollectiveComm>(*store_, MPI_COMM_WORLD);
+    store_ = std::make_unique<distributed::ShardStore>(layout, model_->units(), model_config_, seed);
+    comm_ = std::make_unique<distributed::CollectiveComm>(*store_, MPI_COMM_WORLD);
     pad_microbatches_ = true;
   } else {
-    dist::TransportOptions options;
+    distributed::TransportOptions options;
     options.chunk_bytes = config.get_int("comm.chunk_bytes");
     options.max_inflight = static_cast<int>(config.get_int("comm.max_inflight"));
     options.timeout_s = config.get_double("comm.timeout_s");
     options.direct_load = config.get_bool("comm.direct_load");
     for (int u = 0; u < layout.num_units(); ++u) options.slot_floats = std::max(options.slot_floats, layout.unit(u).shard);
     // The masters live in memory the transport registered, so peers can read them one-sidedly.
-    transport_ = std::make_unique<dist::UcxTransport>(MPI_COMM_WORLD, layout.owned_elements(), options);
-    store_ = std::make_unique<dist::ShardStore>(layout, model_->units(), model_config_, seed, transport_->exposed());
-    comm_ = std::make_unique<dist::OdcComm>(*store_, *transport_, MPI_COMM_WORLD);
+    transport_ = std::make_unique<distributed::UcxTransport>(MPI_COMM_WORLD, layout.owned_elements(), options);
+    store_ = std::make_unique<distributed::ShardStore>(layout, model_->units(), model_config_, seed, transport_->exposed());
+    comm_ = std::make_unique<distributed::OdcComm>(*store_, *transport_, MPI_COMM_WORLD);
   }
   comm_->set_watchdog(watchdog_.get());
   if (const std::string source = config.get_string("model.checkpoint"); !source.empty()) {
@@ -238,8 +238,8 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
   if (world_size_ > 1) {
     // Ranks must continue from the same checkpoint (a shared directory seen at different moments
     // could differ): compare before reading.
-    const dist::Watchdog::Wait wait(watchdog_.get(), "the start-up check that every rank resumes from the same checkpoint");
-    dist::check_identical_across_ranks({{"the checkpoint to resume from ('" + resume_path + "')", fnv1a64(resume_path)}});
+    const distributed::Watchdog::Wait wait(watchdog_.get(), "the start-up check that every rank resumes from the same checkpoint");
+    distributed::check_identical_across_ranks({{"the checkpoint to resume from ('" + resume_path + "')", fnv1a64(resume_path)}});
   }
   if (!resume_path.empty()) load_checkpoint(resume_path);
 
@@ -253,7 +253,7 @@ Trainer::Trainer(const Config& config, int rank, int world_size)
   if (peak_flops_ == 0) peak_flops_ = measure_cpu_peak_flops();
   if (world_size_ > 1) {
     // Every rank's clocks (traces) start together.
-    const dist::Watchdog::Wait wait(watchdog_.get(), "the start-up barrier");
+    const distributed::Watchdog::Wait wait(watchdog_.get(), "the start-up barrier");
     MPI_Barrier(MPI_COMM_WORLD);
   }
   if (tracer_) tracer_->set_origin(Tracer::Clock::now());
@@ -331,7 +331,7 @@ StepResult Trainer::step() {
   comm_->set_tracer(tracer);
   if (tracer != nullptr) tracer->set_step(step_);
 
-  const dist::CommWaits waits_before = comm_->waits();
+  const distributed::CommWaits waits_before = comm_->waits();
   const auto minibatch_start = Clock::now();
   announce(fmt::format("step {}: minibatch start", step_ + 1));
   {
@@ -369,7 +369,7 @@ StepResult Trainer::step() {
     const TraceScope trace(tracer, "barrier", "minibatch end");
     announce(fmt::format("step {}: minibatch end", step_ + 1));
     comm_->end_minibatch();
-    const dist::CommWaits waits_after = comm_->waits();
+    const distributed::CommWaits waits_after = comm_->waits();
     r.wait_gather_s = waits_after.gather_s - waits_before.gather_s;
     r.wait_push_s = waits_after.push_s - waits_before.push_s;
     r.wait_barrier_s = waits_after.barrier_s - waits_before.barrier_s;
@@ -540,7 +540,7 @@ void Trainer::export_hf(const std::string& dir) {
       std::copy(store_->master(unit), store_->master(unit) + shard, full);
       return;
     }
-    const dist::Watchdog::Wait wait(watchdog_.get(), "the export's gather of unit weights");
+    const distributed::Watchdog::Wait wait(watchdog_.get(), "the export's gather of unit weights");
     MPI_Gather(store_->master(unit), static_cast<int>(shard), MPI_FLOAT, full, static_cast<int>(shard), MPI_FLOAT, 0,
                MPI_COMM_WORLD);
   };
@@ -704,7 +704,7 @@ void Trainer::write_trace() const {
   const std::string mine = tracer_->events().dump();
   const int length = static_cast<int>(mine.size());
   std::vector<int> lengths(static_cast<std::size_t>(world_size_), 0);
-  const dist::Watchdog::Wait wait(watchdog_.get(), "the trace gather");
+  const distributed::Watchdog::Wait wait(watchdog_.get(), "the trace gather");
   MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
   std::vector<int> displs(lengths.size(), 0);
   std::int64_t total = 0;

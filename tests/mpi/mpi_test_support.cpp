@@ -60,7 +60,7 @@ Config small_config(const std::filesystem::path& data, int minibatch_size, const
   return config;
 }
 
-std::vector<std::vector<float>> gather_weights(dist::ShardStore& store) {
+std::vector<std::vector<float>> gather_weights(distributed::ShardStore& store) {
   const auto& layout = store.layout();
   std::vector<std::vector<float>> units;
   for (int u = 0; u < layout.num_units(); ++u) {

@@ -8,7 +8,7 @@
 #include <mpi.h>
 
 #include "odc/core/config.h"
-#include "odc/dist/shard_store.h"
+#include "odc/distributed/shard_store.h"
 
 namespace odc::test {
 
@@ -22,7 +22,7 @@ std::filesystem::path ragged_dataset(const std::string& name, int sequences);
 Config small_config(const std::filesystem::path& data, int minibatch_size, const std::vector<std::string>& extra);
 
 // Full unit buffers reassembled from every rank's shard (valid on rank 0).
-std::vector<std::vector<float>> gather_weights(dist::ShardStore& store);
+std::vector<std::vector<float>> gather_weights(distributed::ShardStore& store);
 
 // max |a - b| / max |b| over one buffer.
 double relative_difference(const std::vector<float>& a, const std::vector<float>& b);

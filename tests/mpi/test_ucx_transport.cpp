@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "mpi_test_support.h"
-#include "odc/dist/ucx_transport.h"
+#include "odc/distributed/ucx_transport.h"
 
 using namespace odc;
 using test::mpi_rank;
@@ -17,20 +17,20 @@ TEST_CASE("gets read every peer's exposed region and pushes arrive whole", "[mpi
   const int world = mpi_world();
   const int rank = mpi_rank();
   constexpr std::int64_t kFloats = 300000;  // > 1 chunk of 1 MiB: exercises chunking
-  dist::TransportOptions options;
+  distributed::TransportOptions options;
   options.chunk_bytes = 256 * 1024;
-  dist::UcxTransport transport(MPI_COMM_WORLD, kFloats, options);
+  distributed::UcxTransport transport(MPI_COMM_WORLD, kFloats, options);
   auto exposed = transport.exposed();
   for (std::int64_t i = 0; i < kFloats; ++i) exposed[static_cast<std::size_t>(i)] = static_cast<float>(rank * 1000000 + i);
   std::vector<double> received(static_cast<std::size_t>(kFloats), 0.0);
   std::vector<std::int64_t> calls(static_cast<std::size_t>(world), 0);
-  transport.set_receiver([&](const dist::PushHeader& h, const float* data) {
+  transport.set_receiver([&](const distributed::PushHeader& h, const float* data) {
     for (std::int64_t i = 0; i < h.count; ++i) received[static_cast<std::size_t>(h.offset + i)] += data[i];
     ++calls[static_cast<std::size_t>(h.from)];
   });
   MPI_Barrier(MPI_COMM_WORLD);
 
-  dist::Completion gets(world);
+  distributed::Completion gets(world);
   std::vector<float> pulled(static_cast<std::size_t>(kFloats * world));
   for (int peer = 0; peer < world; ++peer) {
     transport.get(peer, 0, pulled.data() + peer * kFloats, kFloats, gets);
@@ -44,7 +44,7 @@ TEST_CASE("gets read every peer's exposed region and pushes arrive whole", "[mpi
 
   std::vector<float> gradient(static_cast<std::size_t>(kFloats));
   std::iota(gradient.begin(), gradient.end(), static_cast<float>(rank));
-  dist::Completion pushes(world);
+  distributed::Completion pushes(world);
   for (int peer = 0; peer < world; ++peer) transport.push(peer, 0, 0, gradient.data(), kFloats, pushes);
   transport.wait(pushes, "test push");
   const std::int64_t chunks = (kFloats * 4 + options.chunk_bytes - 1) / options.chunk_bytes;
@@ -62,10 +62,10 @@ TEST_CASE("gets read every peer's exposed region and pushes arrive whole", "[mpi
 TEST_CASE("a peer that never pushes is named after the timeout", "[mpi][ucx]") {
   const int world = mpi_world();
   if (world < 2) return;
-  dist::TransportOptions options;
+  distributed::TransportOptions options;
   options.timeout_s = 0.5;
-  dist::UcxTransport transport(MPI_COMM_WORLD, 1024, options);
-  transport.set_receiver([](const dist::PushHeader&, const float*) {});
+  distributed::UcxTransport transport(MPI_COMM_WORLD, 1024, options);
+  transport.set_receiver([](const distributed::PushHeader&, const float*) {});
   if (mpi_rank() == 0) {
     std::vector<std::int64_t> expected(static_cast<std::size_t>(world), 0);
     expected[1] = 2;  // rank 1 owes two pushes it will never send

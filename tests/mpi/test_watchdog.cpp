@@ -13,7 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include "mpi_test_support.h"
-#include "odc/dist/watchdog.h"
+#include "odc/distributed/watchdog.h"
 
 using namespace odc;
 using test::mpi_rank;
@@ -25,14 +25,14 @@ constexpr double kTimeout = 0.5;  // s; every wait below is ≥ 2.4 timeouts lon
 
 struct Recorder {
   std::mutex mutex;
-  std::vector<dist::WatchdogReport> reports;
-  dist::Watchdog::Handler handler() {
-    return [this](const dist::WatchdogReport& r) {
+  std::vector<distributed::WatchdogReport> reports;
+  distributed::Watchdog::Handler handler() {
+    return [this](const distributed::WatchdogReport& r) {
       const std::lock_guard lock(mutex);
       reports.push_back(r);
     };
   }
-  std::vector<dist::WatchdogReport> take() {
+  std::vector<distributed::WatchdogReport> take() {
     const std::lock_guard lock(mutex);
     return reports;
   }
@@ -44,9 +44,9 @@ void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<doubl
 
 TEST_CASE("a single rank has nothing to watch", "[mpi][watchdog]") {
   Recorder recorder;
-  dist::Watchdog watchdog(MPI_COMM_SELF, kTimeout, recorder.handler());
+  distributed::Watchdog watchdog(MPI_COMM_SELF, kTimeout, recorder.handler());
   {
-    const dist::Watchdog::Wait wait(&watchdog, "a wait nobody can lose");
+    const distributed::Watchdog::Wait wait(&watchdog, "a wait nobody can lose");
     sleep_s(3 * kTimeout);
   }
   CHECK(recorder.take().empty());
@@ -55,11 +55,11 @@ TEST_CASE("a single rank has nothing to watch", "[mpi][watchdog]") {
 TEST_CASE("a wait on a busy peer is reported with what the peer does, and goes on", "[mpi][watchdog]") {
   if (mpi_world() < 2) return;
   Recorder recorder;
-  dist::Watchdog watchdog(MPI_COMM_WORLD, kTimeout, recorder.handler());
+  distributed::Watchdog watchdog(MPI_COMM_WORLD, kTimeout, recorder.handler());
   MPI_Barrier(MPI_COMM_WORLD);
   if (mpi_rank() == 0) {
     watchdog.set_activity("step 3: minibatch end");
-    const dist::Watchdog::Wait wait(&watchdog, "the test barrier");
+    const distributed::Watchdog::Wait wait(&watchdog, "the test barrier");
     sleep_s(5 * kTimeout);
   } else {
     watchdog.set_activity("step 3: microbatch 2/9");
@@ -93,10 +93,10 @@ TEST_CASE("a wait on a busy peer is reported with what the peer does, and goes o
 TEST_CASE("every rank waiting is a deadlock: fatal, each peer's wait named", "[mpi][watchdog]") {
   if (mpi_world() < 2) return;
   Recorder recorder;
-  dist::Watchdog watchdog(MPI_COMM_WORLD, kTimeout, recorder.handler());
+  distributed::Watchdog watchdog(MPI_COMM_WORLD, kTimeout, recorder.handler());
   MPI_Barrier(MPI_COMM_WORLD);
   {
-    const dist::Watchdog::Wait wait(&watchdog, "wait of rank " + std::to_string(mpi_rank()));
+    const distributed::Watchdog::Wait wait(&watchdog, "wait of rank " + std::to_string(mpi_rank()));
     sleep_s(5 * kTimeout);
   }
   const auto reports = recorder.take();
@@ -116,20 +116,20 @@ TEST_CASE("every rank waiting is a deadlock: fatal, each peer's wait named", "[m
 TEST_CASE("a peer that does not answer is named as dead or frozen", "[mpi][watchdog]") {
   if (mpi_world() < 2) return;
   Recorder recorder;
-  auto watchdog = std::make_unique<dist::Watchdog>(MPI_COMM_WORLD, kTimeout, recorder.handler());
+  auto watchdog = std::make_unique<distributed::Watchdog>(MPI_COMM_WORLD, kTimeout, recorder.handler());
   MPI_Barrier(MPI_COMM_WORLD);
   const int silent = mpi_world() - 1;  // stops answering, like a frozen process
   if (mpi_rank() == silent) watchdog.reset();
   MPI_Barrier(MPI_COMM_WORLD);
   if (mpi_rank() == 0) {
     watchdog->set_activity("step 7: checkpoint: every rank's shards written?");
-    const dist::Watchdog::Wait wait(watchdog.get(), "an all-reduce");
+    const distributed::Watchdog::Wait wait(watchdog.get(), "an all-reduce");
     sleep_s(6 * kTimeout);
   } else if (mpi_rank() != silent) {
     watchdog->set_activity("computing");
     sleep_s(6.5 * kTimeout);
   }
-  std::vector<dist::WatchdogReport> reports = recorder.take();
+  std::vector<distributed::WatchdogReport> reports = recorder.take();
   MPI_Barrier(MPI_COMM_WORLD);
   if (mpi_rank() != 0) return;
   REQUIRE(!reports.empty());

@@ -3,7 +3,7 @@
 // decaying segments of each shard (matrices; not norms, biases or padding).
 #include <cstdint>
 
-#include "odc/dist/shard_store.h"
+#include "odc/distributed/shard_store.h"
 
 namespace odc::optim {
 
@@ -22,7 +22,7 @@ class ShardedAdamW {
  public:
   explicit ShardedAdamW(AdamWConfig config) : config_(config) {}
   // One optimizer step on every owned shard; gradients are multiplied by grad_scale first.
-  void step(dist::ShardStore& store, double lr, double grad_scale);
+  void step(distributed::ShardStore& store, double lr, double grad_scale);
   std::int64_t steps_taken() const { return step_; }
   void set_steps_taken(std::int64_t steps) { step_ = steps; }
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "odc/data/dataset.h"
-#include "odc/dist/local_comm.h"
-#include "odc/dist/shard_store.h"
+#include "odc/distributed/local_comm.h"
+#include "odc/distributed/shard_store.h"
 #include "odc/model/llama_model.h"
 
 namespace odc::train {
@@ -30,8 +30,8 @@ class LoadedModel {
  private:
   std::string architecture_;
   std::unique_ptr<model::LlamaModel> model_;
-  std::unique_ptr<dist::ShardStore> store_;
-  std::unique_ptr<dist::LocalComm> comm_;
+  std::unique_ptr<distributed::ShardStore> store_;
+  std::unique_ptr<distributed::LocalComm> comm_;
   std::vector<std::int32_t> eos_;
 };
 

@@ -15,10 +15,10 @@
 #include "odc/data/dataset.h"
 #include "odc/data/packing.h"
 #include "odc/data/planner.h"
-#include "odc/dist/comm.h"
-#include "odc/dist/watchdog.h"
-#include "odc/dist/shard_store.h"
-#include "odc/dist/ucx_transport.h"
+#include "odc/distributed/comm.h"
+#include "odc/distributed/watchdog.h"
+#include "odc/distributed/shard_store.h"
+#include "odc/distributed/ucx_transport.h"
 #include "odc/model/llama_model.h"
 #include "odc/optim/lr_schedule.h"
 #include "odc/optim/sharded_adamw.h"
@@ -70,7 +70,7 @@ class Trainer {
   StepResult step();
 
   const model::LlamaModel& model() const { return *model_; }
-  dist::ShardStore& store() { return *store_; }
+  distributed::ShardStore& store() { return *store_; }
   std::int64_t token_cap() const { return token_cap_; }
   // Optimizer steps done so far (including those of a checkpoint this run resumed from).
   std::int64_t steps_done() const { return step_; }
@@ -107,13 +107,13 @@ class Trainer {
   model::LlamaConfig model_config_;
   // Names unresponsive peers when an MPI wait outlives comm.timeout_s (multi-rank runs); the
   // comms hold a pointer to it: declared before them.
-  std::unique_ptr<dist::Watchdog> watchdog_;
+  std::unique_ptr<distributed::Watchdog> watchdog_;
   std::unique_ptr<data::TokenDataset> dataset_;
   std::unique_ptr<data::Sampler> sampler_;
   std::unique_ptr<model::LlamaModel> model_;
-  std::unique_ptr<dist::UcxTransport> transport_;  // owns the masters' memory under ODC: before store_
-  std::unique_ptr<dist::ShardStore> store_;
-  std::unique_ptr<dist::Comm> comm_;
+  std::unique_ptr<distributed::UcxTransport> transport_;  // owns the masters' memory under ODC: before store_
+  std::unique_ptr<distributed::ShardStore> store_;
+  std::unique_ptr<distributed::Comm> comm_;
   std::unique_ptr<optim::ShardedAdamW> optimizer_;
   optim::LrSchedule schedule_;
   MetricsWriter metrics_;

@@ -8,8 +8,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "odc/dist/local_comm.h"
-#include "odc/dist/shard_store.h"
+#include "odc/distributed/local_comm.h"
+#include "odc/distributed/shard_store.h"
 #include "odc/model/llama_model.h"
 
 using namespace odc;
@@ -44,9 +44,9 @@ std::vector<Seq> sequences(std::int64_t vocab) {
 }
 
 // Gradient of every unit (full, world of one), after one microbatch per entry of `batches`.
-std::vector<std::vector<float>> grads_after(model::LlamaModel& m, dist::ShardStore& store,
+std::vector<std::vector<float>> grads_after(model::LlamaModel& m, distributed::ShardStore& store,
                                             const std::vector<model::PackedBatch>& batches, double* loss) {
-  dist::LocalComm comm(store);
+  distributed::LocalComm comm(store);
   comm.begin_minibatch();
   *loss = 0;
   for (const auto& b : batches) *loss += m.train_microbatch(b, comm, comm).weighted_loss;
@@ -67,12 +67,12 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // Records the order of ParamSource/GradSink calls, serving weights from a ShardStore.
 class RecordingComm final : public model::ParamSource, public model::GradSink {
  public:
-  explicit RecordingComm(dist::ShardStore& s) : store(s) {}
+  explicit RecordingComm(distributed::ShardStore& s) : store(s) {}
   const float* acquire(int u) override { log.push_back("A" + std::to_string(u)); return store.master(u); }
   void release(int u) override { log.push_back("R" + std::to_string(u)); }
   float* grad_buffer(int u) override { log.push_back("G" + std::to_string(u)); return store.grad(u); }
   void push_grad(int u) override { log.push_back("P" + std::to_string(u)); }
-  dist::ShardStore& store;
+  distributed::ShardStore& store;
   std::vector<std::string> log;
 };
 
@@ -82,8 +82,8 @@ TEST_CASE("packing is exact: a packed microbatch equals its sequences run one at
   for (bool tied : {false, true}) {
     const auto config = tiny_config(tied);
     model::LlamaModel m(config);
-    dist::ShardLayout layout(m.units(), 1, 0);
-    dist::ShardStore store(layout, m.units(), config, 7);
+    distributed::ShardLayout layout(m.units(), 1, 0);
+    distributed::ShardStore store(layout, m.units(), config, 7);
     const auto seqs = sequences(config.vocab_size);
 
     model::PackedBatch packed;
@@ -106,7 +106,7 @@ TEST_CASE("packing is exact: a packed microbatch equals its sequences run one at
     }
 
     // Per-sequence losses: weight only one sequence's targets inside the packed batch.
-    dist::LocalComm comm(store);
+    distributed::LocalComm comm(store);
     for (std::size_t s = 0; s < seqs.size(); ++s) {
       model::PackedBatch masked;
       for (std::size_t o = 0; o < seqs.size(); ++o) {
@@ -125,8 +125,8 @@ TEST_CASE("the model fetches every unit before use and hands off every gradient 
   for (bool tied : {false, true}) {
     const auto config = tiny_config(tied);
     model::LlamaModel m(config);
-    dist::ShardLayout layout(m.units(), 1, 0);
-    dist::ShardStore store(layout, m.units(), config, 1);
+    distributed::ShardLayout layout(m.units(), 1, 0);
+    distributed::ShardStore store(layout, m.units(), config, 1);
     RecordingComm rec(store);
     const auto seqs = sequences(config.vocab_size);
     model::PackedBatch b;
@@ -149,9 +149,9 @@ TEST_CASE("the model fetches every unit before use and hands off every gradient 
 TEST_CASE("activation memory reaches a steady state across microbatches", "[model]") {
   const auto config = tiny_config();
   model::LlamaModel m(config);
-  dist::ShardLayout layout(m.units(), 1, 0);
-  dist::ShardStore store(layout, m.units(), config, 3);
-  dist::LocalComm comm(store);
+  distributed::ShardLayout layout(m.units(), 1, 0);
+  distributed::ShardStore store(layout, m.units(), config, 3);
+  distributed::LocalComm comm(store);
   const auto seqs = sequences(config.vocab_size);
   model::PackedBatch big, small;
   for (const auto& s : seqs) big.append(s.tokens.data(), s.mask.data(), static_cast<std::int64_t>(s.tokens.size()), 1.0f);
@@ -169,9 +169,9 @@ TEST_CASE("activation memory reaches a steady state across microbatches", "[mode
 TEST_CASE("out-of-range token ids are rejected before any computation", "[model]") {
   const auto config = tiny_config();
   model::LlamaModel m(config);
-  dist::ShardLayout layout(m.units(), 1, 0);
-  dist::ShardStore store(layout, m.units(), config, 3);
-  dist::LocalComm comm(store);
+  distributed::ShardLayout layout(m.units(), 1, 0);
+  distributed::ShardStore store(layout, m.units(), config, 3);
+  distributed::LocalComm comm(store);
   std::vector<std::int32_t> tokens = {1, 2, 37, 4};
   model::PackedBatch b;
   b.append(tokens.data(), nullptr, 4, 1.0f);

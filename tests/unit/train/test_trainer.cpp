@@ -10,7 +10,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "odc/dist/local_comm.h"
+#include "odc/distributed/local_comm.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/trainer.h"
 
@@ -105,7 +105,7 @@ TEST_CASE("the reported loss is the token-weighted mean over the minibatch", "[t
   train::Trainer t(config, 0, 1);
   // Independent evaluation before the step: sum of per-token NLL over the first 6 sequences.
   model::LlamaModel& m = const_cast<model::LlamaModel&>(t.model());
-  dist::LocalComm comm(t.store());
+  distributed::LocalComm comm(t.store());
   auto dataset = data::open_dataset(data.string(), "tokens", 50);
   double nll = 0, targets = 0;
   for (int s = 0; s < 6; ++s) {

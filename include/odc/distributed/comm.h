@@ -13,7 +13,7 @@
 #include "odc/core/trace.h"
 #include "odc/model/param_io.h"
 
-namespace odc::dist {
+namespace odc::distributed {
 
 class Watchdog;
 
@@ -51,4 +51,4 @@ class Comm : public model::ParamSource, public model::GradSink {
   Watchdog* watchdog_ = nullptr;
 };
 
-}  // namespace odc::dist
+}  // namespace odc::distributed

@@ -1,4 +1,4 @@
-#include "odc/dist/mpi_session.h"
+#include "odc/distributed/mpi_session.h"
 
 #include <cstdlib>
 
@@ -6,7 +6,7 @@
 
 #include "odc/core/error.h"
 
-namespace odc::dist {
+namespace odc::distributed {
 
 MpiSession::MpiSession(int* argc, char*** argv) {
   int provided = 0;
@@ -32,4 +32,4 @@ void MpiSession::abort(int code) const {
   std::_Exit(code);
 }
 
-}  // namespace odc::dist
+}  // namespace odc::distributed

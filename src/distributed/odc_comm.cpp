@@ -1,4 +1,4 @@
-#include "odc/dist/odc_comm.h"
+#include "odc/distributed/odc_comm.h"
 
 #include <chrono>
 #include <cstring>
@@ -6,9 +6,9 @@
 #include <fmt/format.h>
 
 #include "odc/core/error.h"
-#include "odc/dist/watchdog.h"
+#include "odc/distributed/watchdog.h"
 
-namespace odc::dist {
+namespace odc::distributed {
 
 namespace {
 constexpr int kWeightSlots = 3;  // as CollectiveComm: current + prefetched + tied embedding
@@ -208,4 +208,4 @@ void OdcComm::all_reduce_sum(std::span<double> values) {
   MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM, comm_);
 }
 
-}  // namespace odc::dist
+}  // namespace odc::distributed

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "odc/core/tensor.h"
-#include "odc/dist/shard_layout.h"
+#include "odc/distributed/shard_layout.h"
 #include "odc/model/llama_config.h"
 
-namespace odc::dist {
+namespace odc::distributed {
 
 class ShardStore {
  public:
@@ -46,4 +46,4 @@ class ShardStore {
   Tensor grads_, exp_avg_, exp_avg_sq_;
 };
 
-}  // namespace odc::dist
+}  // namespace odc::distributed

@@ -1,4 +1,4 @@
-#include "odc/dist/bootstrap.h"
+#include "odc/distributed/bootstrap.h"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 
 #include "odc/core/error.h"
 
-namespace odc::dist {
+namespace odc::distributed {
 
 Topology discover_topology() {
   Topology t;
@@ -53,4 +53,4 @@ void check_identical_across_ranks(const std::vector<std::pair<std::string, std::
   }
 }
 
-}  // namespace odc::dist
+}  // namespace odc::distributed

@@ -1,8 +1,8 @@
-#include "odc/dist/local_comm.h"
+#include "odc/distributed/local_comm.h"
 
 #include "odc/core/error.h"
 
-namespace odc::dist {
+namespace odc::distributed {
 
 LocalComm::LocalComm(ShardStore& store) : store_(store) {
   if (store.layout().world_size() != 1) {
@@ -13,4 +13,4 @@ LocalComm::LocalComm(ShardStore& store) : store_(store) {
 
 void LocalComm::begin_minibatch() { store_.zero_grads(); }
 
-}  // namespace odc::dist
+}  // namespace odc::distributed

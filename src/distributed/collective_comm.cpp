@@ -1,13 +1,13 @@
-#include "odc/dist/collective_comm.h"
+#include "odc/distributed/collective_comm.h"
 
 #include <chrono>
 #include <cstring>
 #include <limits>
 
 #include "odc/core/error.h"
-#include "odc/dist/watchdog.h"
+#include "odc/distributed/watchdog.h"
 
-namespace odc::dist {
+namespace odc::distributed {
 
 namespace {
 // Tied embeddings keep unit 0 acquired across the forward while the current unit is in use and
@@ -182,4 +182,4 @@ void CollectiveComm::all_reduce_sum(std::span<double> values) {
   MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM, comm_);
 }
 
-}  // namespace odc::dist
+}  // namespace odc::distributed

@@ -25,7 +25,7 @@
 
 #include <mpi.h>
 
-namespace odc::dist {
+namespace odc::distributed {
 
 // What a peer answered (or not) when queried.
 struct PeerState {
@@ -112,4 +112,4 @@ class Watchdog {
   std::thread thread_;
 };
 
-}  // namespace odc::dist
+}  // namespace odc::distributed

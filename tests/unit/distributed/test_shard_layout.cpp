@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "odc/dist/shard_store.h"
+#include "odc/distributed/shard_store.h"
 
 using namespace odc;
 
@@ -20,7 +20,7 @@ TEST_CASE("units are padded to the world size and split into equal contiguous sh
   for (int world : {1, 2, 3, 4, 7}) {
     std::int64_t covered = 0;
     for (int r = 0; r < world; ++r) {
-      dist::ShardLayout layout(units, world, r);
+      distributed::ShardLayout layout(units, world, r);
       for (int u = 0; u < layout.num_units(); ++u) {
         const auto& s = layout.unit(u);
         CHECK(s.padded % world == 0);
@@ -33,7 +33,7 @@ TEST_CASE("units are padded to the world size and split into equal contiguous sh
       covered += layout.owned_elements();
     }
     std::int64_t padded_total = 0;
-    dist::ShardLayout any(units, world, 0);
+    distributed::ShardLayout any(units, world, 0);
     for (int u = 0; u < any.num_units(); ++u) padded_total += any.unit(u).padded;
     CHECK(covered == padded_total);
   }
@@ -42,10 +42,10 @@ TEST_CASE("units are padded to the world size and split into equal contiguous sh
 TEST_CASE("sharded initialization reassembles to the single-rank model", "[dist]") {
   const auto c = config();
   const auto units = model::build_unit_layouts(c);
-  dist::ShardStore whole(dist::ShardLayout(units, 1, 0), units, c, 5);
+  distributed::ShardStore whole(distributed::ShardLayout(units, 1, 0), units, c, 5);
   for (int world : {2, 3}) {
     for (int r = 0; r < world; ++r) {
-      dist::ShardStore part(dist::ShardLayout(units, world, r), units, c, 5);
+      distributed::ShardStore part(distributed::ShardLayout(units, world, r), units, c, 5);
       for (int u = 0; u < static_cast<int>(units.size()); ++u) {
         const auto begin = part.layout().shard_begin(u, r);
         for (std::int64_t i = 0; i < part.shard_size(u); ++i) {
@@ -60,7 +60,7 @@ TEST_CASE("sharded initialization reassembles to the single-rank model", "[dist]
 TEST_CASE("weight decay covers matrices only", "[dist]") {
   const auto c = config();
   const auto units = model::build_unit_layouts(c);
-  dist::ShardLayout layout(units, 1, 0);
+  distributed::ShardLayout layout(units, 1, 0);
   // Layer unit: norm (8, no decay), q/k/v/o (decay), norm (no decay), mlp (decay).
   const auto& segs = layout.decay_segments(1);
   REQUIRE(segs.size() == 4);

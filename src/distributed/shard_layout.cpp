@@ -1,10 +1,10 @@
-#include "odc/dist/shard_layout.h"
+#include "odc/distributed/shard_layout.h"
 
 #include <algorithm>
 
 #include "odc/core/error.h"
 
-namespace odc::dist {
+namespace odc::distributed {
 
 ShardLayout::ShardLayout(const std::vector<model::UnitLayout>& units, int world_size, int rank)
     : world_size_(world_size), rank_(rank) {
@@ -59,4 +59,4 @@ std::int64_t ShardLayout::largest_padded_unit() const {
   return n;
 }
 
-}  // namespace odc::dist
+}  // namespace odc::distributed

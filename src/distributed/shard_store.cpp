@@ -1,9 +1,9 @@
-#include "odc/dist/shard_store.h"
+#include "odc/distributed/shard_store.h"
 
 #include "odc/core/error.h"
 #include "odc/kernels/adamw.h"
 
-namespace odc::dist {
+namespace odc::distributed {
 
 ShardStore::ShardStore(const ShardLayout& layout, const std::vector<model::UnitLayout>& units,
                        const model::LlamaConfig& config, std::uint64_t seed, std::span<float> master_region)
@@ -37,4 +37,4 @@ std::int64_t ShardStore::bytes() const {
   return static_cast<std::int64_t>(grads_.nbytes()) * 4;  // masters, gradients, two moments
 }
 
-}  // namespace odc::dist
+}  // namespace odc::distributed

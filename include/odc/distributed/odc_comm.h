@@ -15,11 +15,11 @@
 #include <mpi.h>
 
 #include "odc/core/tensor.h"
-#include "odc/dist/comm.h"
-#include "odc/dist/shard_store.h"
-#include "odc/dist/ucx_transport.h"
+#include "odc/distributed/comm.h"
+#include "odc/distributed/shard_store.h"
+#include "odc/distributed/ucx_transport.h"
 
-namespace odc::dist {
+namespace odc::distributed {
 
 class OdcComm final : public Comm {
  public:
@@ -74,4 +74,4 @@ class OdcComm final : public Comm {
   CommWaits waits_;
 };
 
-}  // namespace odc::dist
+}  // namespace odc::distributed

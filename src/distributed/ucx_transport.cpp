@@ -1,4 +1,4 @@
-#include "odc/dist/ucx_transport.h"
+#include "odc/distributed/ucx_transport.h"
 
 #include <poll.h>
 #include <pthread.h>
@@ -18,7 +18,7 @@
 
 #include "odc/core/error.h"
 
-namespace odc::dist {
+namespace odc::distributed {
 
 namespace {
 
@@ -600,4 +600,4 @@ double UcxTransport::progress_cpu_seconds() const {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-}  // namespace odc::dist
+}  // namespace odc::distributed

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-namespace odc::dist {
+namespace odc::distributed {
 
 struct Topology {
   int rank = 0;
@@ -24,4 +24,4 @@ Topology discover_topology();
 // disagree with rank 0, so the whole job stops instead of training on inconsistent inputs.
 void check_identical_across_ranks(const std::vector<std::pair<std::string, std::uint64_t>>& items);
 
-}  // namespace odc::dist
+}  // namespace odc::distributed

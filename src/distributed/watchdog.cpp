@@ -1,4 +1,4 @@
-#include "odc/dist/watchdog.h"
+#include "odc/distributed/watchdog.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,7 +10,7 @@
 
 #include "odc/core/error.h"
 
-namespace odc::dist {
+namespace odc::distributed {
 
 namespace {
 
@@ -258,4 +258,4 @@ void Watchdog::diagnose(const std::string& what, const std::string& activity, do
   handler_(report);
 }
 
-}  // namespace odc::dist
+}  // namespace odc::distributed

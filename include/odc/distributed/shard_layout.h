@@ -8,7 +8,7 @@
 
 #include "odc/model/units.h"
 
-namespace odc::dist {
+namespace odc::distributed {
 
 struct UnitShard {
   std::string name;         // the unit's name (units.h), for messages and traces
@@ -52,4 +52,4 @@ class ShardLayout {
   std::vector<std::vector<DecaySegment>> segments_;
 };
 
-}  // namespace odc::dist
+}  // namespace odc::distributed

@@ -15,10 +15,10 @@
 #include <mpi.h>
 
 #include "odc/core/tensor.h"
-#include "odc/dist/comm.h"
-#include "odc/dist/shard_store.h"
+#include "odc/distributed/comm.h"
+#include "odc/distributed/shard_store.h"
 
-namespace odc::dist {
+namespace odc::distributed {
 
 class CollectiveComm final : public Comm {
  public:
@@ -73,4 +73,4 @@ class CollectiveComm final : public Comm {
   bool in_end_ = false;  // attributes waits to the minibatch end
 };
 
-}  // namespace odc::dist
+}  // namespace odc::distributed

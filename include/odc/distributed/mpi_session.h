@@ -3,7 +3,7 @@
 // progress thread talks to MPI next to the compute thread). Works under mpirun and as a singleton.
 #include <string>
 
-namespace odc::dist {
+namespace odc::distributed {
 
 class MpiSession {
  public:
@@ -23,4 +23,4 @@ class MpiSession {
   int world_size_ = 1;
 };
 
-}  // namespace odc::dist
+}  // namespace odc::distributed

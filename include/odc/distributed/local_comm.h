@@ -1,10 +1,10 @@
 #pragma once
 // LocalComm: a world of one rank. The shard is the whole unit, so acquire hands out the master
 // weights themselves and the model accumulates straight into the gradient accumulator: no copies.
-#include "odc/dist/comm.h"
-#include "odc/dist/shard_store.h"
+#include "odc/distributed/comm.h"
+#include "odc/distributed/shard_store.h"
 
-namespace odc::dist {
+namespace odc::distributed {
 
 class LocalComm final : public Comm {
  public:
@@ -24,4 +24,4 @@ class LocalComm final : public Comm {
   ShardStore& store_;
 };
 
-}  // namespace odc::dist
+}  // namespace odc::distributed

@@ -30,7 +30,7 @@
 
 #include <mpi.h>
 
-namespace odc::dist {
+namespace odc::distributed {
 
 struct TransportOptions {
   std::int64_t chunk_bytes = 1 << 20;  // size of one get or push message
@@ -163,4 +163,4 @@ class UcxTransport {
   std::thread progress_;
 };
 
-}  // namespace odc::dist
+}  // namespace odc::distributed
