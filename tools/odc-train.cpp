@@ -11,6 +11,7 @@
 #include "odc/core/config.h"
 #include "odc/core/error.h"
 #include "odc/core/logging.h"
+#include "odc/distributed/mpi_host_group.h"
 #include "odc/distributed/mpi_session.h"
 #include "odc/train/calibrate.h"
 #include "odc/train/config_schema.h"
@@ -57,7 +58,8 @@ int run(int argc, char** argv, const odc::distributed::MpiSession& mpi) {
   }
   config.validate();
   odc::setup_logging(mpi.rank(), mpi.world_size(), config.get_string("train.log_level"));
-  odc::train::Trainer trainer(config, mpi.rank(), mpi.world_size());
+  const auto group = odc::distributed::make_world_group(config.get_double("comm.timeout_s"));
+  odc::train::Trainer trainer(config, *group);
   trainer.run(/*keep_results=*/false);  // constant memory over any number of steps
   return 0;
 }

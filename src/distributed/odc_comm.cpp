@@ -1,7 +1,6 @@
 #include "odc/distributed/odc_comm.h"
 
 #include <chrono>
-#include <cstring>
 
 #include <fmt/format.h>
 
@@ -10,26 +9,16 @@
 
 namespace odc::distributed {
 
-namespace {
-constexpr int kWeightSlots = 3;  // as CollectiveComm: current + prefetched + tied embedding
-constexpr int kGradSlots = 3;    // being computed + being pushed + tied embedding held open
-}  // namespace
-
-OdcComm::OdcComm(ShardStore& store, UcxTransport& transport, MPI_Comm comm)
-    : store_(store), transport_(transport), comm_(comm) {
+OdcComm::OdcComm(ShardStore& store, UcxTransport& transport, MPI_Comm comm, Watchdog* watchdog)
+    : store_(store), transport_(transport), comm_(comm), watchdog_(watchdog), pool_(store.layout(), *this) {
   const auto& layout = store.layout();
   if (layout.world_size() != transport.world_size() || layout.rank() != transport.rank()) {
     fail("shard layout is for rank {} of {}, but the transport has rank {} of {}", layout.rank(), layout.world_size(),
          transport.rank(), transport.world_size());
   }
   ODC_CHECK(store.master_base() == transport.exposed().data(), "masters must live in the transport's exposed region");
-  const std::int64_t largest = layout.largest_padded_unit();
-  for (int i = 0; i < kWeightSlots; ++i) {
-    weights_.push_back({Tensor(Shape{largest}, DType::f32), std::make_unique<Completion>(layout.world_size())});
-  }
-  for (int i = 0; i < kGradSlots; ++i) {
-    grads_.push_back({Tensor(Shape{largest}, DType::f32), std::make_unique<Completion>(layout.world_size())});
-  }
+  for (int i = 0; i < UnitBufferPool::kWeightBuffers; ++i) gathers_.push_back(std::make_unique<Completion>(layout.world_size()));
+  for (int i = 0; i < UnitBufferPool::kGradBuffers; ++i) pushes_.push_back(std::make_unique<Completion>(layout.world_size()));
   pushes_to_.assign(static_cast<std::size_t>(layout.world_size()), 0);
   transport_.set_receiver([this](const PushHeader& header, const float* data) { accumulate(header, data); });
 }
@@ -38,6 +27,10 @@ OdcComm::~OdcComm() {
   // Operations still in flight reference our buffers; on an error path the transport is torn down
   // without waiting (see UcxTransport), otherwise everything completed in end_minibatch.
   transport_.set_receiver([](const PushHeader&, const float*) {});
+}
+
+CommResources OdcComm::resources() const {
+  return {transport_.progress_cpu_seconds(), transport_.registered_bytes(), transport_.endpoints_created()};
 }
 
 void OdcComm::accumulate(const PushHeader& header, const float* data) {
@@ -52,117 +45,41 @@ void OdcComm::accumulate(const PushHeader& header, const float* data) {
   for (std::int64_t i = 0; i < header.count; ++i) acc[i] += data[i];
 }
 
-void OdcComm::timed_wait(Completion& completion, const std::string& what, int unit, bool gather) {
-  if (completion.done()) {
-    transport_.wait(completion, what);  // reports errors of completed operations
-    return;
-  }
-  const TraceScope trace(tracer_, "wait", (gather ? "gather wait " : "push wait ") + store_.layout().unit(unit).name,
-                         {{"unit", unit}});
-  const auto start = std::chrono::steady_clock::now();
-  transport_.wait(completion, what);
-  (gather ? waits_.gather_s : waits_.push_s) += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-OdcComm::WeightSlot* OdcComm::find_weights(int unit) {
-  for (auto& w : weights_) {
-    if (w.unit == unit) return &w;
-  }
-  return nullptr;
-}
-
-OdcComm::WeightSlot& OdcComm::start_gather(int unit) {
-  WeightSlot* slot = nullptr;
-  for (auto& w : weights_) {
-    if (!w.in_use && !w.fetching) {
-      slot = &w;
-      break;
-    }
-  }
-  ODC_CHECK(slot != nullptr, "no free weight buffer for unit {}", unit);
+void OdcComm::start_gather(int unit, int buffer, float* full) {
   const auto& layout = store_.layout();
   const std::int64_t shard = layout.unit(unit).shard;
-  slot->unit = unit;
-  slot->fetching = true;
   // Start with the next owner and wrap, so that ranks do not all read from rank 0 first.
   for (int i = 0; i < layout.world_size(); ++i) {
     const int owner = (transport_.rank() + 1 + i) % layout.world_size();
-    transport_.get(owner, store_.offset(unit), slot->buffer.data<float>() + layout.shard_begin(unit, owner), shard,
-                   *slot->completion);
-  }
-  return *slot;
-}
-
-void OdcComm::prefetch(int unit) {
-  if (unit < 0 || unit >= store_.layout().num_units() || find_weights(unit) != nullptr) return;
-  for (const auto& w : weights_) {
-    if (!w.in_use && !w.fetching) {
-      start_gather(unit);
-      return;
-    }
+    transport_.get(owner, store_.offset(unit), full + layout.shard_begin(unit, owner), shard,
+                   *gathers_[static_cast<std::size_t>(buffer)]);
   }
 }
 
-const float* OdcComm::acquire(int unit) {
-  WeightSlot* slot = find_weights(unit);
-  if (slot == nullptr) slot = &start_gather(unit);
-  timed_wait(*slot->completion, fmt::format("gather of unit {}", unit), unit, true);
-  slot->fetching = false;
-  ODC_CHECK(!slot->in_use, "unit {} acquired twice", unit);
-  slot->in_use = true;
-  return slot->buffer.data<float>();
+bool OdcComm::gather_done(int buffer) { return gathers_[static_cast<std::size_t>(buffer)]->done(); }
+
+void OdcComm::wait_gather(int unit, int buffer) {
+  transport_.wait(*gathers_[static_cast<std::size_t>(buffer)], fmt::format("gather of unit {}", unit));
 }
 
-void OdcComm::release(int unit) {
-  WeightSlot* slot = find_weights(unit);
-  ODC_CHECK(slot != nullptr && slot->in_use, "release of unit {} that is not acquired", unit);
-  slot->in_use = false;
-  slot->unit = -1;  // reshard after use, as the collective baseline does
-}
-
-void OdcComm::drain(GradSlot& slot) {
-  if (!slot.pushing) return;
-  timed_wait(*slot.completion, fmt::format("gradient push of unit {}", slot.unit), slot.unit, false);
-  slot.pushing = false;
-}
-
-float* OdcComm::grad_buffer(int unit) {
-  GradSlot* slot = nullptr;
-  for (auto& g : grads_) {
-    ODC_CHECK(!(g.open && g.unit == unit), "gradient buffer of unit {} requested twice", unit);
-    // Prefer a slot whose pushes are done; else the one pushing (we wait for it).
-    if (!g.open && (slot == nullptr || (slot->pushing && !g.pushing))) slot = &g;
-  }
-  ODC_CHECK(slot != nullptr, "no free gradient buffer for unit {}", unit);
-  drain(*slot);  // a client reuses its buffer only after every owner has taken the data
-  slot->unit = unit;
-  slot->open = true;
-  std::memset(slot->buffer.raw(), 0, static_cast<std::size_t>(store_.layout().unit(unit).padded) * sizeof(float));
-  return slot->buffer.data<float>();
-}
-
-void OdcComm::push_grad(int unit) {
+void OdcComm::start_push(int unit, int buffer, const float* full) {
   const auto& layout = store_.layout();
   const std::int64_t shard = layout.unit(unit).shard;
-  for (auto& g : grads_) {
-    if (!(g.open && g.unit == unit)) continue;
-    g.open = false;
-    g.pushing = true;
-    for (int i = 0; i < layout.world_size(); ++i) {
-      const int owner = (transport_.rank() + 1 + i) % layout.world_size();
-      pushes_to_[static_cast<std::size_t>(owner)] +=
-          transport_.push(owner, unit, 0, g.buffer.data<float>() + layout.shard_begin(unit, owner), shard, *g.completion);
-    }
-    return;
+  for (int i = 0; i < layout.world_size(); ++i) {
+    const int owner = (transport_.rank() + 1 + i) % layout.world_size();
+    pushes_to_[static_cast<std::size_t>(owner)] += transport_.push(
+        owner, unit, 0, full + layout.shard_begin(unit, owner), shard, *pushes_[static_cast<std::size_t>(buffer)]);
   }
-  ODC_CHECK(false, "push of unit {} without an open gradient buffer", unit);
+}
+
+bool OdcComm::push_done(int buffer) { return pushes_[static_cast<std::size_t>(buffer)]->done(); }
+
+void OdcComm::wait_push(int unit, int buffer) {
+  transport_.wait(*pushes_[static_cast<std::size_t>(buffer)], fmt::format("gradient push of unit {}", unit));
 }
 
 void OdcComm::begin_minibatch() {
-  for (auto& w : weights_) {
-    ODC_CHECK(!w.in_use && !w.fetching, "weights of unit {} still held at minibatch start", w.unit);
-    w.unit = -1;
-  }
+  pool_.check_idle();
   store_.zero_grads();
   transport_.reset_received();
   std::fill(pushes_to_.begin(), pushes_to_.end(), 0);
@@ -173,26 +90,14 @@ void OdcComm::begin_minibatch() {
     const Watchdog::Wait wait(watchdog_, "the minibatch-start barrier");
     MPI_Barrier(comm_);
   }
-  waits_.barrier_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  pool_.waits().barrier_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void OdcComm::end_minibatch() {
+  // This rank's own pushes and any prefetch the model never acquired (it must land before the
+  // optimizer rewrites the masters).
+  pool_.drain();
   const auto start = std::chrono::steady_clock::now();
-  for (auto& g : grads_) {
-    ODC_CHECK(!g.open, "gradient of unit {} never pushed", g.unit);
-    if (g.pushing) {
-      transport_.wait(*g.completion, fmt::format("gradient push of unit {}", g.unit));
-      g.pushing = false;
-    }
-  }
-  // A prefetch the model never acquired must land before the optimizer rewrites the masters.
-  for (auto& w : weights_) {
-    if (w.fetching) {
-      transport_.wait(*w.completion, fmt::format("gather of unit {}", w.unit));
-      w.fetching = false;
-      w.unit = -1;
-    }
-  }
   // Every owner learns how many pushes each client sent it, then waits until it applied them all.
   std::vector<std::int64_t> expected(pushes_to_.size());
   {
@@ -200,12 +105,7 @@ void OdcComm::end_minibatch() {
     MPI_Alltoall(pushes_to_.data(), 1, MPI_INT64_T, expected.data(), 1, MPI_INT64_T, comm_);
   }
   transport_.wait_received(expected, "the minibatch-end wait for gradient pushes");
-  waits_.barrier_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-void OdcComm::all_reduce_sum(std::span<double> values) {
-  const Watchdog::Wait wait(watchdog_, "an all-reduce");
-  MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM, comm_);
+  pool_.waits().barrier_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace odc::distributed

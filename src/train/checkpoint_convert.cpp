@@ -10,15 +10,17 @@
 #include "odc/io/native_checkpoint.h"
 #include "odc/io/safetensors.h"
 #include "odc/model/units.h"
+#include "odc/train/checkpointing.h"
 
 namespace odc::train {
 
 std::int64_t export_native_to_hf(const std::string& native_checkpoint, const std::string& out_dir, DType dtype,
                                  const std::string& architecture, const std::string& copy_from_dir) {
-  const nlohmann::json manifest = io::read_manifest(native_checkpoint);
-  if (!manifest.contains("model_config")) fail("checkpoint '{}': the manifest holds no model_config", native_checkpoint);
-  const auto config = model::LlamaConfig::from_json(manifest["model_config"], native_checkpoint + "/manifest.json", false);
-  const int world = manifest["world_size"].get<int>();
+  const nlohmann::json json = io::read_manifest(native_checkpoint);
+  const TrainingManifest manifest = TrainingManifest::from_json(json, native_checkpoint);
+  if (manifest.model_config.is_null()) fail("checkpoint '{}': the manifest holds no model_config", native_checkpoint);
+  const auto config = model::LlamaConfig::from_json(manifest.model_config, native_checkpoint + "/manifest.json", false);
+  const int world = manifest.world_size;
   const auto units = model::build_unit_layouts(config);
   const distributed::ShardLayout layout(units, world, 0);
   // Each rank's masters, read whole (checksums verified): the model's size in fp32, per rank a shard.
@@ -28,7 +30,7 @@ std::int64_t export_native_to_hf(const std::string& native_checkpoint, const std
     auto& mine = masters[static_cast<std::size_t>(r)];
     mine.resize(owned);
     std::vector<float> m(owned), v(owned);
-    io::read_rank_shards(native_checkpoint, manifest, r, {mine, m, v});
+    io::read_rank_shards(native_checkpoint, json, r, {mine, m, v});
   }
   const std::string arch = !architecture.empty() ? architecture
                            : config.attention_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
@@ -44,7 +46,7 @@ std::int64_t export_native_to_hf(const std::string& native_checkpoint, const std
       std::copy(src, src + count, out + begin);
     }
   }, 5'000'000'000, copy_from_dir);
-  return manifest["step"].get<std::int64_t>();
+  return manifest.step;
 }
 
 std::string import_hf_to_native(const std::string& hf_dir, const std::string& native_dir, int world_size) {
@@ -59,11 +61,11 @@ std::string import_hf_to_native(const std::string& hf_dir, const std::string& na
     }
     io::write_rank_shards(io::staging_path(native_dir, 0), r, {masters, zeros, zeros});
   }
-  const nlohmann::json manifest = {{"comm", "any"},
-                                   {"optimizer_steps", 0},
-                                   {"imported_from", hf_dir},
-                                   {"model_config", checkpoint.config().to_json()}};
-  return io::commit_checkpoint(native_dir, 0, world_size, manifest, 0);
+  TrainingManifest manifest;
+  manifest.comm = "any";
+  manifest.imported_from = hf_dir;
+  manifest.model_config = checkpoint.config().to_json();
+  return io::commit_checkpoint(native_dir, 0, world_size, manifest.to_json(), 0);
 }
 
 }  // namespace odc::train

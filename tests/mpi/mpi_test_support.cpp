@@ -20,6 +20,8 @@ int mpi_world() {
   return w;
 }
 
+std::unique_ptr<distributed::MpiHostGroup> world_group() { return distributed::make_world_group(600.0); }
+
 std::filesystem::path ragged_dataset(const std::string& name, int sequences) {
   const auto dir = std::filesystem::temp_directory_path() / "odc_mpi_tests";
   const auto path = dir / (name + ".jsonl");

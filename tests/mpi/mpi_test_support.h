@@ -8,12 +8,15 @@
 #include <mpi.h>
 
 #include "odc/core/config.h"
+#include "odc/distributed/mpi_host_group.h"
 #include "odc/distributed/shard_store.h"
 
 namespace odc::test {
 
 int mpi_rank();
 int mpi_world();
+// The group of every rank of the test job (collective), watched with comm.timeout_s's default.
+std::unique_ptr<distributed::MpiHostGroup> world_group();
 
 // Writes (on rank 0) a dataset whose lengths vary from 3 to ~60 tokens, so ranks get different
 // amounts of work; returns its path on every rank.

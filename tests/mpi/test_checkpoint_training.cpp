@@ -32,15 +32,18 @@ TEST_CASE("training resumed from a native checkpoint continues exactly", "[mpi][
     };
     std::vector<train::StepResult> all;
     {
-      train::Trainer straight(with({"checkpoint.resume=never"}), mpi_rank(), world);
+      const auto straight_group = test::world_group();
+      train::Trainer straight(with({"checkpoint.resume=never"}), *straight_group);
       all = straight.run();
     }
     const std::string ckpt = "checkpoint.dir=" + (dir / "ckpt").string();
     {
-      train::Trainer first(with({ckpt, "train.stop_at_step=10"}), mpi_rank(), world);
+      const auto first_group = test::world_group();
+      train::Trainer first(with({ckpt, "train.stop_at_step=10"}), *first_group);
       REQUIRE(first.run().size() == 10);
     }
-    train::Trainer second(with({ckpt}), mpi_rank(), world);
+    const auto second_group = test::world_group();
+    train::Trainer second(with({ckpt}), *second_group);
     REQUIRE(second.steps_done() == 10);
     const auto rest = second.run();
     REQUIRE(rest.size() == 10);

@@ -21,7 +21,8 @@ TEST_CASE("collective training on N ranks matches one rank step by step", "[mpi]
   // A small cap makes ranks run different numbers of microbatches, so padding is exercised.
   const std::vector<std::string> extra = {"train.comm=collective", "data.max_tokens_per_microbatch=64", "data.balance=round_robin"};
   const auto config = test::small_config(data, kGlobalMinibatch / world, extra);
-  train::Trainer trainer(config, mpi_rank(), world);
+  const auto trainer_group = test::world_group();
+  train::Trainer trainer(config, *trainer_group);
   const auto results = trainer.run();
   int padded = 0;
   for (const auto& r : results) padded += r.padded_microbatches_global;
@@ -30,7 +31,7 @@ TEST_CASE("collective training on N ranks matches one rank step by step", "[mpi]
   if (mpi_rank() == 0) {
     // The reference: the same job on one rank, computed here on rank 0 alone.
     const auto reference_config = test::small_config(data, kGlobalMinibatch, extra);
-    train::Trainer reference(reference_config, 0, 1);
+    train::Trainer reference(reference_config);
     const auto expected = reference.run();
     REQUIRE(expected.size() == results.size());
     // Tolerance 1e-5: the ranks sum the same fp32 gradient terms in a different order.
@@ -57,7 +58,7 @@ TEST_CASE("ranks that loaded different configs stop with an error naming them", 
   const std::string lr = mpi_rank() == world - 1 ? "train.lr=0.002" : "train.lr=0.001";
   const auto config = test::small_config(data, 2, {"train.comm=collective", lr});
   const std::string who = "rank(s) " + std::to_string(world - 1);
-  CHECK_THROWS_WITH(train::Trainer(config, mpi_rank(), world),
+  CHECK_THROWS_WITH(train::Trainer(config, *test::world_group()),
                     Catch::Contains("the configuration differs between rank 0 and " + who));
 }
 
@@ -71,6 +72,6 @@ TEST_CASE("a world size too large to shard the model is refused on every rank", 
       {"train.comm=collective", "model.config={vocab_size: 50, hidden_size: 2, intermediate_size: 4, "
                                 "num_hidden_layers: 1, num_attention_heads: 1, num_key_value_heads: 1, "
                                 "tie_word_embeddings: true}"});
-  CHECK_THROWS_WITH(train::Trainer(config, mpi_rank(), world),
+  CHECK_THROWS_WITH(train::Trainer(config, *test::world_group()),
                     Catch::Contains("world size " + std::to_string(world) + " is too large for unit 'head'"));
 }

@@ -29,7 +29,8 @@ struct Run {
 
 Run train_with(const std::filesystem::path& data, const std::vector<std::string>& extra) {
   const auto config = test::small_config(data, kGlobalMinibatch / mpi_world(), extra);
-  train::Trainer trainer(config, mpi_rank(), mpi_world());
+  const auto trainer_group = test::world_group();
+  train::Trainer trainer(config, *trainer_group);
   Run run;
   run.steps = trainer.run();
   run.weights = test::gather_weights(trainer.store());
@@ -66,7 +67,7 @@ TEST_CASE("ODC training on N ranks matches one rank and the collective baseline"
 
   if (mpi_rank() == 0) {
     const auto reference_config = test::small_config(data, kGlobalMinibatch, cap);
-    train::Trainer reference(reference_config, 0, 1);
+    train::Trainer reference(reference_config);
     const auto expected = reference.run();
     // Tolerance 1e-5: the same fp32 terms summed in a different order (owners accumulate pushes in
     // arrival order).
@@ -110,7 +111,8 @@ TEST_CASE("ODC ranks run 1 and 3 microbatches in the same minibatch", "[mpi][odc
   auto odc_extra = extra;
   odc_extra.push_back("train.comm=odc");
   const auto config = test::small_config(path, 4, odc_extra);
-  train::Trainer trainer(config, mpi_rank(), world);
+  const auto trainer_group = test::world_group();
+  train::Trainer trainer(config, *trainer_group);
   const auto steps = trainer.run();
   for (const auto& s : steps) {
     CHECK(s.microbatches == (mpi_rank() == 0 ? 1 : 3));
@@ -118,7 +120,7 @@ TEST_CASE("ODC ranks run 1 and 3 microbatches in the same minibatch", "[mpi][odc
   }
   const auto weights = test::gather_weights(trainer.store());
   if (mpi_rank() == 0) {
-    train::Trainer reference(test::small_config(path, 8, extra), 0, 1);
+    train::Trainer reference(test::small_config(path, 8, extra));
     const auto expected = reference.run();
     for (std::size_t s = 0; s < expected.size(); ++s) CHECK(steps[s].loss == Approx(expected[s].loss).epsilon(1e-5));
     auto& ref = reference.store();
@@ -138,7 +140,8 @@ TEST_CASE("a slow rank stretches in-loop waits under collectives but not under O
     const std::vector<std::string> extra = {"train.comm=" + comm, "train.steps=3", "data.max_tokens_per_microbatch=64", "data.balance=round_robin",
                                             "debug.slow_rank=1", "debug.delay_ms=" + std::to_string(kDelayMs)};
     const auto config = test::small_config(data, 4, extra);
-    train::Trainer trainer(config, mpi_rank(), world);
+    const auto trainer_group = test::world_group();
+    train::Trainer trainer(config, *trainer_group);
     const auto steps = trainer.run();
     double in_loop = 0, at_end = 0;
     int microbatches = 0;
@@ -177,7 +180,8 @@ TEST_CASE("one trace file shows every rank, and where each comm waits for a stra
     const std::vector<std::string> extra = {"train.comm=" + comm, "train.steps=3", "data.max_tokens_per_microbatch=64",
                                             "data.balance=round_robin", "debug.slow_rank=1",
                                             "debug.delay_ms=" + std::to_string(kDelayMs), "train.trace_file=" + path.string()};
-    train::Trainer trainer(test::small_config(data, 4, extra), mpi_rank(), world);
+    const auto trainer_group = test::world_group();
+    train::Trainer trainer(test::small_config(data, 4, extra), *trainer_group);
     const auto steps = trainer.run();
     int microbatches = 0;
     for (const auto& s : steps) microbatches += s.microbatches;

@@ -18,7 +18,7 @@ TEST_CASE("every planner trains the same model on every comm, with identical pla
   // Reference: one rank (any planner would do: the gradient does not depend on the plan).
   std::vector<train::StepResult> reference;
   if (mpi_rank() == 0) {
-    train::Trainer one(test::small_config(data, 8, {"data.balance=local_sort", "data.max_tokens_per_microbatch=64", "train.steps=8"}), 0, 1);
+    train::Trainer one(test::small_config(data, 8, {"data.balance=local_sort", "data.max_tokens_per_microbatch=64", "train.steps=8"}));
     reference = one.run();
   }
   struct Case {
@@ -32,7 +32,8 @@ TEST_CASE("every planner trains the same model on every comm, with identical pla
                                            {"train.comm=" + c.comm, "data.balance=" + c.balance,
                                             "data.cost_model=" + c.cost, "data.max_tokens_per_microbatch=64",
                                             "train.steps=8"});
-    train::Trainer trainer(config, mpi_rank(), world);
+    const auto trainer_group = test::world_group();
+    train::Trainer trainer(config, *trainer_group);
     std::vector<train::StepResult> steps;
     for (int s = 0; s < 8; ++s) {
       steps.push_back(trainer.step());
@@ -52,6 +53,6 @@ TEST_CASE("every planner trains the same model on every comm, with identical pla
   }
   if (world > 1) {
     const auto bad = test::small_config(data, 8 / world, {"train.comm=collective", "data.balance=lb_mini"});
-    CHECK_THROWS_WITH(train::Trainer(bad, mpi_rank(), world), Catch::Contains("lb_mini needs train.comm = odc"));
+    CHECK_THROWS_WITH(train::Trainer(bad, *test::world_group()), Catch::Contains("lb_mini needs train.comm = odc"));
   }
 }

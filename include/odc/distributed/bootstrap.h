@@ -1,10 +1,8 @@
 #pragma once
-// Bootstrap over MPI: where this rank sits (world and node-local rank/size) and the start-up check
-// that every rank loaded the same configuration, model and data.
-#include <cstdint>
+// Bootstrap over MPI: where this rank sits — world and node-local rank/size, host name.
 #include <string>
-#include <utility>
-#include <vector>
+
+#include <mpi.h>
 
 namespace odc::distributed {
 
@@ -13,15 +11,11 @@ struct Topology {
   int world_size = 1;
   int local_rank = 0;  // among the ranks of this host
   int local_size = 1;
+  int hosts = 1;       // distinct hosts of the job
   std::string hostname;
 };
 
-// Collective over MPI_COMM_WORLD (every rank must call it).
-Topology discover_topology();
-
-// Collective: every rank passes the same labels with its own fingerprint of each. If any
-// fingerprint differs, every rank throws the same odc::Error naming the item and the ranks that
-// disagree with rank 0, so the whole job stops instead of training on inconsistent inputs.
-void check_identical_across_ranks(const std::vector<std::pair<std::string, std::uint64_t>>& items);
+// Collective over `comm` (every rank must call it).
+Topology discover_topology(MPI_Comm comm);
 
 }  // namespace odc::distributed

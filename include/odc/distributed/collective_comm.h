@@ -7,9 +7,7 @@
 //
 // Overlap: the model's prefetch hint starts the next unit's MPI_Iallgather while the current unit
 // computes, and a gradient's MPI_Ireduce_scatter_block completes while the next unit's backward
-// runs. Memory: full weights exist only for the units in use or in flight (at most 3 with tied
-// embeddings), full gradients only for the unit being reduced and the one being computed.
-#include <cstdint>
+// runs. The buffers and the protocol are the UnitBufferPool's; this class is the MPI transport.
 #include <vector>
 
 #include <mpi.h>
@@ -17,12 +15,16 @@
 #include "odc/core/tensor.h"
 #include "odc/distributed/comm.h"
 #include "odc/distributed/shard_store.h"
+#include "odc/distributed/unit_buffer_pool.h"
 
 namespace odc::distributed {
 
-class CollectiveComm final : public Comm {
+class Watchdog;
+
+class CollectiveComm final : public Comm, private UnitTransport {
  public:
-  CollectiveComm(ShardStore& store, MPI_Comm comm);
+  // `watchdog` (may be null) watches every MPI wait.
+  CollectiveComm(ShardStore& store, MPI_Comm comm, Watchdog* watchdog);
   ~CollectiveComm() override;
   CollectiveComm(const CollectiveComm&) = delete;
   CollectiveComm& operator=(const CollectiveComm&) = delete;
@@ -30,47 +32,36 @@ class CollectiveComm final : public Comm {
   std::string_view name() const override { return "collective"; }
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
+  bool needs_equal_microbatches() const override { return true; }
   void begin_minibatch() override;
   void end_minibatch() override;
-  void all_reduce_sum(std::span<double> values) override;
+  CommWaits waits() const override { return pool_.waits(); }
+  void set_tracer(Tracer* tracer) override { pool_.set_tracer(tracer); }
 
-  const float* acquire(int unit) override;
-  void release(int unit) override;
-  void prefetch(int unit) override;
-  float* grad_buffer(int unit) override;
-  void push_grad(int unit) override;
-
-  CommWaits waits() const override { return waits_; }
+  const float* acquire(int unit) override { return pool_.acquire(unit); }
+  void release(int unit) override { pool_.release(unit); }
+  void prefetch(int unit) override { pool_.prefetch(unit); }
+  float* grad_buffer(int unit) override { return pool_.grad_buffer(unit); }
+  void push_grad(int unit) override { pool_.push_grad(unit); }
 
  private:
-  struct WeightSlot {
-    Tensor buffer;
-    int unit = -1;        // which unit the buffer holds (or is receiving)
-    bool in_use = false;  // acquired and not yet released
-    MPI_Request request = MPI_REQUEST_NULL;
-  };
-  struct GradSlot {
-    Tensor buffer;
-    Tensor received;  // this rank's reduced slice
-    int unit = -1;
-    bool open = false;  // handed out by grad_buffer, not yet pushed
-    MPI_Request request = MPI_REQUEST_NULL;
-  };
-  WeightSlot& start_gather(int unit);
-  WeightSlot* find_weights(int unit);
-  void finish_reduce(GradSlot& slot);
-  // Waits for a request of `unit`, attributing the time to gathers, pushes or (at the minibatch
-  // end) the barrier.
-  void wait(MPI_Request& request, int unit, bool gather);
+  void start_gather(int unit, int buffer, float* full) override;
+  bool gather_done(int buffer) override;
+  void wait_gather(int unit, int buffer) override;
+  void start_push(int unit, int buffer, const float* full) override;
+  bool push_done(int buffer) override;
+  void wait_push(int unit, int buffer) override;
+  void finish_push(int unit, int buffer) override;
 
   ShardStore& store_;
   MPI_Comm comm_;
+  Watchdog* watchdog_;
   int rank_ = 0;
   int world_size_ = 1;
-  std::vector<WeightSlot> weights_;
-  std::vector<GradSlot> grads_;
-  CommWaits waits_;
-  bool in_end_ = false;  // attributes waits to the minibatch end
+  std::vector<MPI_Request> gathers_;   // per weight buffer
+  std::vector<MPI_Request> pushes_;    // per gradient buffer
+  std::vector<Tensor> received_;       // per gradient buffer: this rank's reduced slice
+  UnitBufferPool pool_;                // last: its buffers' transfers use the state above
 };
 
 }  // namespace odc::distributed

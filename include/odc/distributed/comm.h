@@ -2,12 +2,13 @@
 // Comm: how a rank obtains full unit weights and hands off unit gradients when parameters are
 // sharded. It is the model's ParamSource and GradSink. Implementations: LocalComm (one rank),
 // CollectiveComm (all-gather / reduce-scatter per unit) and OdcComm (one-sided gather and
-// push-accumulate); the trainer uses them interchangeably.
+// push-accumulate); make_comm (comm_factory.h) builds the one a run asks for, and the trainer
+// uses them interchangeably.
 //
 // Per minibatch:  begin_minibatch(); for each microbatch the model calls acquire/release/
 // grad_buffer/push_grad; end_minibatch();  after which every owner's ShardStore::grad holds the sum
 // of all ranks' gradients for its shard.
-#include <span>
+#include <cstdint>
 #include <string_view>
 
 #include "odc/core/trace.h"
@@ -15,7 +16,14 @@
 
 namespace odc::distributed {
 
-class Watchdog;
+// The two sharded schedules a run can ask for (train.comm).
+enum class CommKind { odc, collective };
+CommKind parse_comm_kind(std::string_view name);  // "odc" | "collective", else odc::Error
+std::string_view comm_kind_name(CommKind kind);
+// Whether `kind` needs every rank to run the same number of microbatches in a minibatch: the
+// collective baseline's gathers and pushes are collectives, so a rank with fewer microbatches
+// runs empty ones. A single rank communicates nothing and never does.
+bool needs_equal_microbatches(CommKind kind, int world_size);
 
 // Cumulative seconds the compute thread spent blocked on communication, split by what it waited
 // for: inside the microbatch loop a gather (weights not there yet) or a gradient push (a gradient
@@ -29,26 +37,27 @@ struct CommWaits {
   double total_s() const { return gather_s + push_s + barrier_s; }
 };
 
+// What a comm holds of the machine, for the metrics (the long-run benchmark checks it stays flat).
+struct CommResources {
+  double thread_cpu_s = 0.0;          // CPU seconds of its communication thread, if it has one
+  std::int64_t registered_bytes = 0;  // memory mapped and registered with the transport
+  int endpoints = 0;                  // transport endpoints created
+};
+
 class Comm : public model::ParamSource, public model::GradSink {
  public:
   virtual std::string_view name() const = 0;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
+  // True when every rank must run the same number of microbatches (see needs_equal_microbatches):
+  // the trainer then pads short ranks with empty ones, and plans under per-microbatch barriers.
+  virtual bool needs_equal_microbatches() const = 0;
   virtual void begin_minibatch() = 0;
   virtual void end_minibatch() = 0;
-  // Element-wise sum over ranks, in place (grad norm, loss and token statistics).
-  virtual void all_reduce_sum(std::span<double> values) = 0;
   virtual CommWaits waits() const { return {}; }
-  // CPU seconds used by a communication thread of this rank (0 when there is none).
-  virtual double comm_thread_cpu_seconds() const { return 0.0; }
+  virtual CommResources resources() const { return {}; }
   // Waits that block are recorded as "wait" events (null: tracing off).
-  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
-  // MPI waits run under this watchdog (null: unwatched), which names unresponsive peers.
-  void set_watchdog(Watchdog* watchdog) { watchdog_ = watchdog; }
-
- protected:
-  Tracer* tracer_ = nullptr;
-  Watchdog* watchdog_ = nullptr;
+  virtual void set_tracer(Tracer* tracer) { (void)tracer; }
 };
 
 }  // namespace odc::distributed

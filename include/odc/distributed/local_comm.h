@@ -12,9 +12,9 @@ class LocalComm final : public Comm {
   std::string_view name() const override { return "local"; }
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
+  bool needs_equal_microbatches() const override { return false; }
   void begin_minibatch() override;
   void end_minibatch() override {}
-  void all_reduce_sum(std::span<double>) override {}
   const float* acquire(int unit) override { return store_.master(unit); }
   void release(int) override {}
   float* grad_buffer(int unit) override { return store_.grad(unit); }

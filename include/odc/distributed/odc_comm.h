@@ -8,23 +8,27 @@
 // microbatches. The only synchronization is at the minibatch boundaries:
 //   begin_minibatch: zero accumulators, barrier (publishes the previous optimizer step);
 //   end_minibatch:   exchange per-owner push counts, wait until this owner applied all of them.
+// The buffers and the protocol are the UnitBufferPool's; this class is the UCX transport.
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include <mpi.h>
 
-#include "odc/core/tensor.h"
 #include "odc/distributed/comm.h"
 #include "odc/distributed/shard_store.h"
 #include "odc/distributed/ucx_transport.h"
+#include "odc/distributed/unit_buffer_pool.h"
 
 namespace odc::distributed {
 
-class OdcComm final : public Comm {
+class Watchdog;
+
+class OdcComm final : public Comm, private UnitTransport {
  public:
-  // `transport` must expose `store`'s master region (ShardStore built on transport.exposed()).
-  OdcComm(ShardStore& store, UcxTransport& transport, MPI_Comm comm);
+  // `transport` must expose `store`'s master region (ShardStore built on transport.exposed());
+  // `watchdog` (may be null) watches the minibatch-boundary MPI waits.
+  OdcComm(ShardStore& store, UcxTransport& transport, MPI_Comm comm, Watchdog* watchdog);
   ~OdcComm() override;
   OdcComm(const OdcComm&) = delete;
   OdcComm& operator=(const OdcComm&) = delete;
@@ -32,46 +36,36 @@ class OdcComm final : public Comm {
   std::string_view name() const override { return "odc"; }
   int rank() const override { return transport_.rank(); }
   int world_size() const override { return transport_.world_size(); }
+  bool needs_equal_microbatches() const override { return false; }
   void begin_minibatch() override;
   void end_minibatch() override;
-  void all_reduce_sum(std::span<double> values) override;
-  CommWaits waits() const override { return waits_; }
-  double comm_thread_cpu_seconds() const override { return transport_.progress_cpu_seconds(); }
+  CommWaits waits() const override { return pool_.waits(); }
+  CommResources resources() const override;
+  void set_tracer(Tracer* tracer) override { pool_.set_tracer(tracer); }
 
-  const float* acquire(int unit) override;
-  void release(int unit) override;
-  void prefetch(int unit) override;
-  float* grad_buffer(int unit) override;
-  void push_grad(int unit) override;
+  const float* acquire(int unit) override { return pool_.acquire(unit); }
+  void release(int unit) override { pool_.release(unit); }
+  void prefetch(int unit) override { pool_.prefetch(unit); }
+  float* grad_buffer(int unit) override { return pool_.grad_buffer(unit); }
+  void push_grad(int unit) override { pool_.push_grad(unit); }
 
  private:
-  struct WeightSlot {
-    Tensor buffer;
-    std::unique_ptr<Completion> completion;
-    int unit = -1;
-    bool in_use = false;
-    bool fetching = false;
-  };
-  struct GradSlot {
-    Tensor buffer;
-    std::unique_ptr<Completion> completion;
-    int unit = -1;
-    bool open = false;
-    bool pushing = false;
-  };
-  WeightSlot& start_gather(int unit);
-  WeightSlot* find_weights(int unit);
-  void drain(GradSlot& slot);
-  void timed_wait(Completion& completion, const std::string& what, int unit, bool gather);
+  void start_gather(int unit, int buffer, float* full) override;
+  bool gather_done(int buffer) override;
+  void wait_gather(int unit, int buffer) override;
+  void start_push(int unit, int buffer, const float* full) override;
+  bool push_done(int buffer) override;
+  void wait_push(int unit, int buffer) override;
   void accumulate(const PushHeader& header, const float* data);
 
   ShardStore& store_;
   UcxTransport& transport_;
   MPI_Comm comm_;
-  std::vector<WeightSlot> weights_;
-  std::vector<GradSlot> grads_;
-  std::vector<std::int64_t> pushes_to_;  // chunks sent to each owner this minibatch
-  CommWaits waits_;
+  Watchdog* watchdog_;
+  std::vector<std::unique_ptr<Completion>> gathers_;  // per weight buffer
+  std::vector<std::unique_ptr<Completion>> pushes_;   // per gradient buffer
+  std::vector<std::int64_t> pushes_to_;               // messages sent to each owner this minibatch
+  UnitBufferPool pool_;                               // last: its buffers' transfers use the state above
 };
 
 }  // namespace odc::distributed

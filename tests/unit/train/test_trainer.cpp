@@ -76,8 +76,8 @@ TEST_CASE("microbatch size does not change the minibatch gradient", "[train]") {
   for (const std::string reduction : {"token", "sequence"}) {
     const auto one = make_config(data, {"data.max_tokens_per_microbatch=1000", "train.loss_reduction=" + reduction});
     const auto many = make_config(data, {"data.max_tokens_per_microbatch=31", "train.loss_reduction=" + reduction});
-    train::Trainer a(one, 0, 1);
-    train::Trainer b(many, 0, 1);
+    train::Trainer a(one);
+    train::Trainer b(many);
     for (int s = 0; s < 3; ++s) {
       const auto ra = a.step();
       const auto rb = b.step();
@@ -102,7 +102,7 @@ TEST_CASE("microbatch size does not change the minibatch gradient", "[train]") {
 TEST_CASE("the reported loss is the token-weighted mean over the minibatch", "[train]") {
   const auto data = write_dataset();
   const auto config = make_config(data, {"data.max_tokens_per_microbatch=31", "data.shuffle=false"});
-  train::Trainer t(config, 0, 1);
+  train::Trainer t(config);
   // Independent evaluation before the step: sum of per-token NLL over the first 6 sequences.
   model::LlamaModel& m = const_cast<model::LlamaModel&>(t.model());
   distributed::LocalComm comm(t.store());
@@ -123,11 +123,11 @@ TEST_CASE("the reported loss is the token-weighted mean over the minibatch", "[t
 
 TEST_CASE("trainer rejects inputs that cannot train, naming the key", "[train]") {
   const auto data = write_dataset();
-  CHECK_THROWS_WITH(train::Trainer(make_config(data, {"data.max_tokens_per_microbatch=20"}), 0, 1),
+  CHECK_THROWS_WITH(train::Trainer(make_config(data, {"data.max_tokens_per_microbatch=20"})),
                     Catch::Contains("sequence 3 has length 24") && Catch::Contains("data.max_tokens_per_microbatch = 20"));
-  CHECK_THROWS_WITH(train::Trainer(make_config(data, {"data.minibatch_size=25"}), 0, 1),
+  CHECK_THROWS_WITH(train::Trainer(make_config(data, {"data.minibatch_size=25"})),
                     Catch::Contains("holds only 24"));
-  CHECK_THROWS_WITH(train::Trainer(make_config(data, {"model.config.vocab_size=40"}), 0, 1),
+  CHECK_THROWS_WITH(train::Trainer(make_config(data, {"model.config.vocab_size=40"})),
                     Catch::Contains("out of range [0, 40)"));
 }
 
@@ -140,8 +140,7 @@ TEST_CASE("the trace holds every unit's forward and backward of every microbatch
   const auto metrics_path = dir / "metrics.jsonl";
   // Cap 40 tokens: the 6 sequences of a step (3..31 tokens) need several microbatches.
   train::Trainer trainer(make_config(data, {"data.max_tokens_per_microbatch=40", "train.trace_file=" + trace_path.string(),
-                                            "train.metrics_file=" + metrics_path.string(), "train.trace_steps=2"}),
-                         0, 1);
+                                            "train.metrics_file=" + metrics_path.string(), "train.trace_steps=2"}));
   const auto results = trainer.run();
   REQUIRE(results.size() == 3);
 
@@ -215,20 +214,20 @@ TEST_CASE("stopping at step 10 and resuming gives bit-identical losses and weigh
     extra.insert(extra.end(), common.begin(), common.end());
     return make_config(data, extra);
   };
-  train::Trainer straight(with({"checkpoint.resume=never"}), 0, 1);
+  train::Trainer straight(with({"checkpoint.resume=never"}));
   const auto all = straight.run();
   REQUIRE(all.size() == 20);
 
   const std::string ckpt = "checkpoint.dir=" + (dir / "ckpt").string();
   {
-    train::Trainer first(with({ckpt, "train.stop_at_step=10", "checkpoint.every=4"}), 0, 1);
+    train::Trainer first(with({ckpt, "train.stop_at_step=10", "checkpoint.every=4"}));
     const auto part = first.run();
     REQUIRE(part.size() == 10);
     REQUIRE(first.resumed_from().empty());
   }
   REQUIRE(std::filesystem::exists(dir / "ckpt" / "step-00000010"));
   REQUIRE(std::filesystem::exists(dir / "ckpt" / "step-00000008"));
-  train::Trainer second(with({ckpt}), 0, 1);
+  train::Trainer second(with({ckpt}));
   REQUIRE(second.steps_done() == 10);
   REQUIRE_FALSE(second.resumed_from().empty());
   const auto rest = second.run();
@@ -249,6 +248,6 @@ TEST_CASE("stopping at step 10 and resuming gives bit-identical losses and weigh
     std::string line;
     for (int i = 0; std::getline(in, line) && i < 20; ++i) out << line << '\n';
   }
-  REQUIRE_THROWS_WITH(train::Trainer(make_config(other, {ckpt, "train.steps=20", "data.max_tokens_per_microbatch=40"}), 0, 1),
+  REQUIRE_THROWS_WITH(train::Trainer(make_config(other, {ckpt, "train.steps=20", "data.max_tokens_per_microbatch=40"})),
                       Catch::Contains("different data") && Catch::Contains("checkpoint.resume: never"));
 }

@@ -1,0 +1,58 @@
+#pragma once
+// make_comm: the sharded state of a run and the Comm over it, built in the order their lifetimes
+// need — ODC's transport first (it owns the memory the master shards live in, so peers can read
+// them one-sidedly), then the ShardStore (masters initialized, accumulators, optimizer moments),
+// then the Comm — and torn down in reverse.
+//
+//   one rank        LocalComm (nothing to communicate)
+//   collective      CollectiveComm over the group's MPI communicator
+//   odc             UcxTransport + OdcComm
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "odc/distributed/comm.h"
+#include "odc/distributed/host_group.h"
+#include "odc/distributed/shard_store.h"
+#include "odc/distributed/transport_options.h"
+#include "odc/model/llama_config.h"
+#include "odc/model/units.h"
+
+namespace odc::distributed {
+
+class UcxTransport;
+
+struct CommOptions {
+  CommKind kind = CommKind::odc;
+  TransportOptions transport;  // ODC: chunking, in-flight limit, timeout, direct loads
+};
+
+class CommStack {
+ public:
+  ~CommStack();
+  CommStack(const CommStack&) = delete;
+  CommStack& operator=(const CommStack&) = delete;
+
+  Comm& comm() { return *comm_; }
+  const Comm& comm() const { return *comm_; }
+  ShardStore& store() { return *store_; }
+  const ShardStore& store() const { return *store_; }
+
+ private:
+  friend std::unique_ptr<CommStack> make_comm(const CommOptions&, HostGroup&, const ShardLayout&,
+                                               const std::vector<model::UnitLayout>&, const model::LlamaConfig&,
+                                               std::uint64_t);
+  CommStack() = default;
+  std::unique_ptr<UcxTransport> transport_;  // declared first: destroyed after the store and comm
+  std::unique_ptr<ShardStore> store_;
+  std::unique_ptr<Comm> comm_;
+};
+
+// Collective over `group`. A multi-rank group must be an MpiHostGroup (the comms run on its
+// communicator and watchdog); a single rank needs no communicator. The masters are initialized
+// deterministically from `seed` (ShardStore), the same for every world size.
+std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& group, const ShardLayout& layout,
+                                     const std::vector<model::UnitLayout>& units, const model::LlamaConfig& config,
+                                     std::uint64_t seed);
+
+}  // namespace odc::distributed

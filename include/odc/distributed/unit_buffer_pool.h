@@ -1,0 +1,95 @@
+#pragma once
+// UnitBufferPool: the full-size unit buffers of a sharded comm and the ParamSource/GradSink
+// protocol over them, shared by the collective baseline and ODC. A comm supplies only its
+// transport (UnitTransport): how a buffer is filled with a unit's weights from every owner's
+// shard, and how a full gradient is handed to every owner. The pool decides which buffer serves
+// which unit and when a transfer must have finished, times and traces every wait that blocks,
+// and checks the protocol (acquire before use, a gradient pushed exactly once, nothing held
+// across a minibatch boundary).
+//
+// Weight buffers: a unit is gathered on acquire (or earlier, on the model's prefetch hint, when a
+// buffer is free) and dropped on release, as FSDP's reshard-after-forward does: weights may only
+// be held while a unit computes, so the backward gathers again. Gradient buffers: zeroed when
+// handed out, pushed once complete; a buffer is reused only after its push finished.
+//
+// Buffers: kWeightBuffers and kGradBuffers of the largest padded unit — the unit computing, the
+// one prefetched (or being pushed) and, with tied embeddings, unit 0 kept across the microbatch.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "odc/core/tensor.h"
+#include "odc/core/trace.h"
+#include "odc/distributed/comm.h"
+#include "odc/distributed/shard_layout.h"
+
+namespace odc::distributed {
+
+
+// A sharded comm's transport, driven by the pool. `buffer` indexes the pool's weight or gradient
+// buffers, so a transport keeps its per-transfer state (requests, completions) in arrays of the
+// same size. Every started transfer is waited for exactly once.
+class UnitTransport {
+ public:
+  virtual ~UnitTransport() = default;
+  // Starts filling `full` (the padded unit) with every owner's shard of `unit`.
+  virtual void start_gather(int unit, int buffer, float* full) = 0;
+  virtual bool gather_done(int buffer) = 0;
+  virtual void wait_gather(int unit, int buffer) = 0;
+  // Starts handing every owner its slice of the full gradient `full` of `unit`.
+  virtual void start_push(int unit, int buffer, const float* full) = 0;
+  virtual bool push_done(int buffer) = 0;
+  virtual void wait_push(int unit, int buffer) = 0;
+  // After the wait: whatever completes a push on this rank (the collective adds its reduced slice
+  // into the accumulator). Not counted as waiting.
+  virtual void finish_push(int unit, int buffer) { (void)unit, (void)buffer; }
+};
+
+class UnitBufferPool {
+ public:
+  static constexpr int kWeightBuffers = 3;
+  static constexpr int kGradBuffers = 3;
+
+  UnitBufferPool(const ShardLayout& layout, UnitTransport& transport);
+
+  // The ParamSource / GradSink protocol (param_io.h).
+  const float* acquire(int unit);
+  void release(int unit);
+  void prefetch(int unit);
+  float* grad_buffer(int unit);
+  void push_grad(int unit);
+
+  // Minibatch start: nothing may be held or in flight (the optimizer just rewrote the masters).
+  void check_idle() const;
+  // Minibatch end: waits for every push and every gather still in flight (e.g. a prefetch of a
+  // unit the model never acquired), attributing the waits to the barrier.
+  void drain();
+
+  const CommWaits& waits() const { return waits_; }
+  CommWaits& waits() { return waits_; }
+  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+
+ private:
+  struct Buffer {
+    Tensor data;
+    int unit = -1;           // the unit held, arriving or pushed; -1: none
+    bool held = false;       // weights: acquired, not released; gradients: handed out, not pushed
+    bool in_flight = false;  // a transfer is started and not waited for
+  };
+  int find_weights(int unit) const;
+  int free_weights() const;
+  int start_gather(int unit);
+  // Waits for a buffer's transfer; when it blocks, the time counts as a gather or push wait (the
+  // barrier while draining) and is traced.
+  void wait(bool gather, int unit, int buffer);
+
+  const ShardLayout& layout_;
+  UnitTransport& transport_;
+  std::vector<Buffer> weights_;
+  std::vector<Buffer> grads_;
+  CommWaits waits_;
+  Tracer* tracer_ = nullptr;
+  bool draining_ = false;
+};
+
+}  // namespace odc::distributed

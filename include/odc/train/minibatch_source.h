@@ -1,0 +1,66 @@
+#pragma once
+// MinibatchSource: the data side of a training step. Every rank draws the same global minibatch
+// from the seeded sampler, the planner splits it over the ranks and packs each share into
+// microbatches under the token cap, and every sequence gets its loss weight, normalized over the
+// *global* minibatch — so the gradient does not depend on how sequences were split into ranks and
+// microbatches, and no rank needs to communicate to learn any of it.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "odc/core/config.h"
+#include "odc/data/dataset.h"
+#include "odc/data/packing.h"
+#include "odc/data/planner.h"
+#include "odc/distributed/comm.h"
+#include "odc/model/batch.h"
+#include "odc/model/llama_config.h"
+
+namespace odc::train {
+
+struct Minibatch {
+  std::vector<std::int64_t> global;  // dataset indices of the global minibatch, in sampler order
+  data::Plan plan;                   // every rank's microbatches (items index `global`)
+  std::vector<float> weights;        // per global item: the loss weight of each of its targets
+  double normalizer = 0.0;           // target tokens (or sequences with targets) of the minibatch
+  // This rank's microbatches; with `equal_counts`, padded with empty ones to the most of any rank.
+  std::vector<std::vector<std::int64_t>> mine;
+  int padded = 0;                    // empty microbatches appended to `mine`
+};
+
+class MinibatchSource {
+ public:
+  // Opens data.train and checks it against the model and the world (minibatch size, token cap).
+  // `comm` decides what data.balance = auto means and whether lb_mini is possible.
+  MinibatchSource(const Config& config, const model::LlamaConfig& model, int rank, int world_size,
+                  distributed::CommKind comm);
+
+  // The next global minibatch and its plan.
+  Minibatch next(bool equal_counts);
+  // Packs microbatch `m` of this rank's share into `out` (reused across microbatches).
+  void build(const Minibatch& minibatch, std::size_t m, model::PackedBatch& out) const;
+
+  const data::TokenDataset& dataset() const { return *dataset_; }
+  data::Sampler& sampler() { return *sampler_; }
+  std::int64_t minibatch_size() const { return minibatch_size_; }  // sequences per rank
+  std::int64_t token_cap() const { return token_cap_; }
+  data::Balance balance() const { return balance_; }
+  const data::CostModel& cost_model() const { return cost_model_; }
+  // Fingerprint of every sequence's tokens and mask (reads the whole dataset).
+  std::uint64_t fingerprint() const;
+
+ private:
+  int rank_;
+  int world_size_;
+  std::unique_ptr<data::TokenDataset> dataset_;
+  std::unique_ptr<data::Sampler> sampler_;
+  std::int64_t minibatch_size_ = 0;
+  std::int64_t token_cap_ = 0;
+  bool sequence_reduction_ = false;
+  data::Balance balance_ = data::Balance::lb_mini;
+  bool round_robin_ = false;
+  data::CostModel cost_model_;
+};
+
+}  // namespace odc::train

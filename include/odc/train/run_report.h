@@ -1,0 +1,60 @@
+#pragma once
+// RunReport: what a training run tells its user — one JSON line per step in the metrics file
+// (fields: docs/performance.md), the progress line (step, loss, tokens/s, MFU, bubble, ETA), the
+// end-of-run summary with a per-rank table of compute and waits (rank 0), and the Chrome trace of
+// every rank's timeline (gathered to rank 0). The summary and the trace are collective.
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "odc/core/config.h"
+#include "odc/core/trace.h"
+#include "odc/distributed/comm.h"
+#include "odc/distributed/host_group.h"
+#include "odc/train/metrics.h"
+#include "odc/train/performance.h"
+#include "odc/train/step_result.h"
+
+namespace odc::train {
+
+// What a step's metrics line says besides the StepResult.
+struct StepContext {
+  std::int64_t epoch = 0;
+  std::int64_t param_state_bytes = 0;  // this rank's masters, gradients and optimizer state
+  distributed::CommResources comm;
+};
+
+class RunReport {
+ public:
+  // train.metrics_file ("m-{rank}.jsonl": one file per rank; without the placeholder only rank 0
+  // writes), train.log_every; `minibatch_size` sequences per rank per step, `peak_flops` per rank.
+  RunReport(const Config& config, distributed::HostGroup& group, std::int64_t minibatch_size, double peak_flops);
+
+  void begin_run(std::int64_t first_step, std::int64_t last_step, std::int64_t total_steps);
+  // After every step: the metrics line and this run's totals.
+  void record(const StepResult& result, const StepContext& context);
+  // The progress line, every train.log_every steps and at the last.
+  void progress(const StepResult& result);
+  // Collective: the end-of-run summary (rank 0 logs it).
+  void summary(double param_state_bytes) const;
+  // Collective: every rank's trace events into one Chrome trace (train.trace_file) by rank 0.
+  void write_trace(const Tracer& tracer, const nlohmann::json& other) const;
+
+ private:
+  distributed::HostGroup& group_;
+  MetricsWriter metrics_;
+  std::string trace_path_;
+  std::int64_t minibatch_size_;
+  double peak_flops_;
+  std::int64_t log_every_ = 1;
+  std::int64_t first_ = 0, last_ = 0, total_ = 0;
+  std::chrono::steady_clock::time_point start_;
+  // This run's running totals (constant memory over any number of steps).
+  std::int64_t steps_ = 0;
+  double first_loss_ = 0.0, last_loss_ = 0.0, bubble_planned_sum_ = 0.0;
+  RankTotals totals_;
+};
+
+}  // namespace odc::train

@@ -1,0 +1,39 @@
+#pragma once
+// What one optimizer step did, as the trainer measured it: the objective and the optimizer's
+// inputs, this rank's work and waits, and the plan's estimates. The run report turns it into the
+// metrics line and the progress line; tests compare it step by step.
+#include <cstdint>
+
+namespace odc::train {
+
+struct StepResult {
+  std::int64_t step = 0;
+  double loss = 0.0;          // the objective: weighted mean NLL over the global minibatch
+  double lr = 0.0;
+  double grad_norm = 0.0;     // before clipping
+  double tokens = 0.0;        // global tokens processed
+  double target_tokens = 0.0; // global positions that carried loss
+  int microbatches = 0;       // this rank's, including padding
+  int padded_microbatches = 0;         // this rank's empty microbatches (collective baseline)
+  int padded_microbatches_global = 0;  // summed over ranks
+  double wait_gather_s = 0.0;          // this rank's waits for weight gathers (microbatch loop)
+  double wait_push_s = 0.0;            // this rank's waits for gradient pushes (microbatch loop)
+  double wait_barrier_s = 0.0;         // this rank's waits at the minibatch boundaries
+  double wait_in_loop_s = 0.0;         // gather + push
+  double wait_end_s = 0.0;             // = wait_barrier_s
+  double compute_s = 0.0;              // this rank's minibatch time not spent waiting
+  double optimizer_s = 0.0;            // this rank's optimizer step (clip + AdamW on its shards)
+  double flops = 0.0;                  // this rank's model FLOPs (linear + causal attention)
+  double mfu = 0.0;                    // all ranks' FLOPs / (ranks * step time * peak FLOP/s)
+  double comm_thread_cpu_s = 0.0;      // CPU time of this rank's communication thread
+  double bubble_planned = 0.0;         // the planner's estimate under this comm's barrier model
+  double planned_cost = 0.0;           // the planner's cost of this rank's share
+  double planned_cost_max = 0.0;       // the largest rank's
+  double planned_makespan = 0.0;       // the plan's time in cost units under this comm's barriers
+  double bubble_measured = 0.0;        // measured: communication waits / minibatch time, all ranks
+  double minibatch_s = 0.0;            // this rank's minibatch (compute + waits), before the optimizer
+  double seconds = 0.0;                // this rank's whole step
+  double local_tokens = 0.0;           // this rank's tokens
+};
+
+}  // namespace odc::train

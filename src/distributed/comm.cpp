@@ -1,0 +1,17 @@
+#include "odc/distributed/comm.h"
+
+#include "odc/core/error.h"
+
+namespace odc::distributed {
+
+CommKind parse_comm_kind(std::string_view name) {
+  if (name == "odc") return CommKind::odc;
+  if (name == "collective") return CommKind::collective;
+  fail("unknown comm '{}': expected odc or collective", name);
+}
+
+std::string_view comm_kind_name(CommKind kind) { return kind == CommKind::odc ? "odc" : "collective"; }
+
+bool needs_equal_microbatches(CommKind kind, int world_size) { return kind == CommKind::collective && world_size > 1; }
+
+}  // namespace odc::distributed

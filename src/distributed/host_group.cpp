@@ -1,0 +1,40 @@
+#include "odc/distributed/host_group.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "odc/core/error.h"
+
+namespace odc::distributed {
+
+void check_identical_across_ranks(HostGroup& group, const std::vector<std::pair<std::string, std::uint64_t>>& items) {
+  const std::size_t n = items.size();
+  const auto world = static_cast<std::size_t>(group.size());
+  std::vector<std::uint64_t> mine;
+  for (const auto& item : items) mine.push_back(item.second);
+  std::vector<std::uint64_t> all(group.is_root() ? n * world : 0);
+  group.gather_values<std::uint64_t>(mine, all, "the start-up check that every rank loaded the same inputs");
+  // Rank 0 compares and tells everyone, so that every rank fails with the same message.
+  std::string verdict;
+  if (group.is_root()) {
+    std::vector<std::string> problems;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::vector<std::size_t> differing;
+      for (std::size_t r = 1; r < world; ++r) {
+        if (all[r * n + i] != all[i]) differing.push_back(r);
+      }
+      if (!differing.empty()) {
+        problems.push_back(fmt::format("{} differs between rank 0 and rank(s) {}", items[i].first,
+                                       fmt::join(differing, ", ")));
+      }
+    }
+    verdict = fmt::format("{}", fmt::join(problems, "; "));
+  }
+  group.broadcast(verdict, "the start-up check's verdict");
+  if (!verdict.empty()) {
+    fail("ranks did not load the same inputs: {} (every rank must be started with the same config, "
+         "--set overrides, environment and data files)", verdict);
+  }
+}
+
+}  // namespace odc::distributed

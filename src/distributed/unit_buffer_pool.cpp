@@ -1,0 +1,151 @@
+#include "odc/distributed/unit_buffer_pool.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "odc/core/error.h"
+
+namespace odc::distributed {
+
+UnitBufferPool::UnitBufferPool(const ShardLayout& layout, UnitTransport& transport)
+    : layout_(layout), transport_(transport) {
+  const std::int64_t largest = layout.largest_padded_unit();
+  for (int i = 0; i < kWeightBuffers; ++i) weights_.push_back({Tensor(Shape{largest}, DType::f32)});
+  for (int i = 0; i < kGradBuffers; ++i) grads_.push_back({Tensor(Shape{largest}, DType::f32)});
+}
+
+void UnitBufferPool::wait(bool gather, int unit, int buffer) {
+  if (gather ? transport_.gather_done(buffer) : transport_.push_done(buffer)) {
+    // Done already: the wait only reports errors of the completed transfer.
+    gather ? transport_.wait_gather(unit, buffer) : transport_.wait_push(unit, buffer);
+    return;
+  }
+  const char* kind = draining_ ? "barrier wait " : gather ? "gather wait " : "push wait ";
+  const TraceScope trace(tracer_, "wait", kind + layout_.unit(unit).name, {{"unit", unit}});
+  const auto start = std::chrono::steady_clock::now();
+  gather ? transport_.wait_gather(unit, buffer) : transport_.wait_push(unit, buffer);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  (draining_ ? waits_.barrier_s : gather ? waits_.gather_s : waits_.push_s) += waited;
+}
+
+int UnitBufferPool::find_weights(int unit) const {
+  for (std::size_t i = 0; i < weights_.size(); ++i) {
+    if (weights_[i].unit == unit) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int UnitBufferPool::free_weights() const {
+  for (std::size_t i = 0; i < weights_.size(); ++i) {
+    if (!weights_[i].held && !weights_[i].in_flight) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int UnitBufferPool::start_gather(int unit) {
+  const int b = free_weights();
+  ODC_CHECK(b >= 0, "no free weight buffer for unit {}", unit);
+  Buffer& buffer = weights_[static_cast<std::size_t>(b)];
+  buffer.unit = unit;
+  buffer.in_flight = true;
+  transport_.start_gather(unit, b, buffer.data.data<float>());
+  return b;
+}
+
+void UnitBufferPool::prefetch(int unit) {
+  if (unit < 0 || unit >= layout_.num_units() || find_weights(unit) >= 0) return;
+  // Only into a buffer nobody holds; otherwise the acquire gathers on demand.
+  if (free_weights() >= 0) start_gather(unit);
+}
+
+const float* UnitBufferPool::acquire(int unit) {
+  int b = find_weights(unit);
+  if (b < 0) b = start_gather(unit);
+  Buffer& buffer = weights_[static_cast<std::size_t>(b)];
+  ODC_CHECK(!buffer.held, "unit {} acquired twice", unit);
+  if (buffer.in_flight) {
+    wait(true, unit, b);
+    buffer.in_flight = false;
+  }
+  buffer.held = true;
+  return buffer.data.data<float>();
+}
+
+void UnitBufferPool::release(int unit) {
+  const int b = find_weights(unit);
+  ODC_CHECK(b >= 0 && weights_[static_cast<std::size_t>(b)].held, "release of unit {} that is not acquired", unit);
+  // The buffer may serve another unit now: a later acquire of this unit gathers again.
+  weights_[static_cast<std::size_t>(b)].held = false;
+  weights_[static_cast<std::size_t>(b)].unit = -1;
+}
+
+float* UnitBufferPool::grad_buffer(int unit) {
+  // The first buffer with no push in flight; if every free buffer is still pushing, the last one.
+  // (Which buffer drains first decides the order in which the collective adds reduced slices into
+  // the accumulator: this choice keeps that order, and so the results, of earlier versions.)
+  int chosen = -1;
+  for (std::size_t i = 0; i < grads_.size(); ++i) {
+    const Buffer& g = grads_[i];
+    ODC_CHECK(!(g.held && g.unit == unit), "gradient buffer of unit {} requested twice", unit);
+    if (!g.held && (chosen < 0 || grads_[static_cast<std::size_t>(chosen)].in_flight)) chosen = static_cast<int>(i);
+  }
+  ODC_CHECK(chosen >= 0, "no free gradient buffer for unit {}", unit);
+  Buffer& buffer = grads_[static_cast<std::size_t>(chosen)];
+  if (buffer.in_flight) {
+    // A buffer is reused only after every owner has taken its data.
+    wait(false, buffer.unit, chosen);
+    buffer.in_flight = false;
+    transport_.finish_push(buffer.unit, chosen);
+  }
+  buffer.unit = unit;
+  buffer.held = true;
+  std::memset(buffer.data.raw(), 0, static_cast<std::size_t>(layout_.unit(unit).padded) * sizeof(float));
+  return buffer.data.data<float>();
+}
+
+void UnitBufferPool::push_grad(int unit) {
+  for (std::size_t i = 0; i < grads_.size(); ++i) {
+    Buffer& g = grads_[i];
+    if (!(g.held && g.unit == unit)) continue;
+    g.held = false;
+    g.in_flight = true;
+    transport_.start_push(unit, static_cast<int>(i), g.data.data<float>());
+    return;
+  }
+  ODC_CHECK(false, "push of unit {} without an open gradient buffer", unit);
+}
+
+void UnitBufferPool::check_idle() const {
+  for (const auto& w : weights_) {
+    ODC_CHECK(!w.held && !w.in_flight, "weights of unit {} still held at minibatch start", w.unit);
+  }
+  for (const auto& g : grads_) {
+    ODC_CHECK(!g.held && !g.in_flight, "gradient of unit {} still open at minibatch start", g.unit);
+  }
+}
+
+void UnitBufferPool::drain() {
+  struct Draining {
+    bool& flag;
+    explicit Draining(bool& f) : flag(f) { flag = true; }
+    ~Draining() { flag = false; }
+  } const draining(draining_);
+  for (std::size_t i = 0; i < grads_.size(); ++i) {
+    Buffer& g = grads_[i];
+    ODC_CHECK(!g.held, "gradient of unit {} never pushed", g.unit);
+    if (!g.in_flight) continue;
+    wait(false, g.unit, static_cast<int>(i));
+    g.in_flight = false;
+    transport_.finish_push(g.unit, static_cast<int>(i));
+  }
+  for (std::size_t i = 0; i < weights_.size(); ++i) {
+    Buffer& w = weights_[i];
+    if (w.in_flight) {
+      wait(true, w.unit, static_cast<int>(i));
+      w.in_flight = false;
+    }
+    if (!w.held) w.unit = -1;
+  }
+}
+
+}  // namespace odc::distributed

@@ -1,0 +1,49 @@
+#include "odc/train/model_export.h"
+
+#include <chrono>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "odc/io/hf_checkpoint.h"
+
+namespace odc::train {
+
+void export_hf(const Config& config, distributed::HostGroup& group, const distributed::ShardStore& store,
+               const model::LlamaConfig& model_config, const ModelSource& source) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string dir = config.get_string("checkpoint.export_hf");
+  const std::string wanted = config.get_string("checkpoint.export_dtype");
+  DType dtype = DType::f32;
+  if (wanted == "auto") {
+    if (source.dtype) dtype = *source.dtype;
+  } else {
+    dtype = wanted == "bfloat16" ? DType::bf16 : wanted == "float16" ? DType::f16 : DType::f32;
+  }
+  const std::string architecture = !source.architecture.empty() ? source.architecture
+                                   : model_config.attention_bias ? "Qwen2ForCausalLM"
+                                                                 : "LlamaForCausalLM";
+  // Settings that cannot be exported fail here on every rank, before any rank waits in a gather.
+  // (A failure while rank 0 writes ends odc-train with MPI_Abort, which stops the other ranks.)
+  io::check_hf_architecture(architecture, model_config, "checkpoint.export_hf");
+  const auto& layout = store.layout();
+  std::vector<float> padded;
+  auto gather = [&](int unit) {
+    const auto shard = static_cast<std::size_t>(layout.unit(unit).shard);
+    padded.resize(group.is_root() ? static_cast<std::size_t>(layout.unit(unit).padded) : 0);
+    group.gather_values<float>({store.master(unit), shard}, padded, "the export's gather of unit weights");
+  };
+  if (group.is_root()) {
+    io::write_hf_checkpoint(dir, model_config, architecture, dtype, [&](int unit, float* out) {
+      gather(unit);
+      std::copy(padded.begin(), padded.begin() + layout.unit(unit).numel, out);
+    }, 5'000'000'000, config.get_string("model.checkpoint"));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    spdlog::info("export: {} ({}) written to {} in {:.2f} s", architecture, dtype_name(dtype), dir, seconds);
+  } else {
+    for (int u = 0; u < layout.num_units(); ++u) gather(u);
+  }
+  group.barrier("the end of the export");
+}
+
+}  // namespace odc::train

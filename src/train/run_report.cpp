@@ -1,0 +1,152 @@
+#include "odc/train/run_report.h"
+
+#include <array>
+
+#include <spdlog/spdlog.h>
+
+#include "odc/core/process_stats.h"
+
+namespace odc::train {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// "metrics-{rank}.jsonl" gives every rank its own file; without the placeholder only rank 0 writes.
+std::string metrics_path(const std::string& pattern, int rank) {
+  const auto at = pattern.find("{rank}");
+  if (at == std::string::npos) return rank == 0 ? pattern : std::string();
+  return pattern.substr(0, at) + std::to_string(rank) + pattern.substr(at + 6);
+}
+
+constexpr std::size_t kSummaryFields = 8;
+}  // namespace
+
+RunReport::RunReport(const Config& config, distributed::HostGroup& group, std::int64_t minibatch_size,
+                     double peak_flops)
+    : group_(group),
+      metrics_(metrics_path(config.get_string("train.metrics_file"), group.rank())),
+      trace_path_(config.get_string("train.trace_file")),
+      minibatch_size_(minibatch_size),
+      peak_flops_(peak_flops),
+      log_every_(std::max<std::int64_t>(1, config.get_int("train.log_every"))) {}
+
+void RunReport::begin_run(std::int64_t first_step, std::int64_t last_step, std::int64_t total_steps) {
+  first_ = first_step;
+  last_ = last_step;
+  total_ = total_steps;
+  start_ = std::chrono::steady_clock::now();
+}
+
+void RunReport::record(const StepResult& r, const StepContext& context) {
+  if (steps_ == 0) first_loss_ = r.loss;
+  last_loss_ = r.loss;
+  bubble_planned_sum_ += r.bubble_planned;
+  ++steps_;
+  totals_.compute_s += r.compute_s;
+  totals_.gather_s += r.wait_gather_s;
+  totals_.push_s += r.wait_push_s;
+  totals_.barrier_s += r.wait_barrier_s;
+  totals_.optimizer_s += r.optimizer_s;
+  totals_.microbatches += r.microbatches;
+  totals_.tokens += r.local_tokens;
+  totals_.flops += r.flops;
+  if (!metrics_.enabled()) return;
+  const ProcessStats process = read_process_stats();
+  metrics_.write({{"step", r.step + 1},
+                  {"loss", r.loss},
+                  {"lr", r.lr},
+                  {"grad_norm", r.grad_norm},
+                  {"tokens", r.tokens},
+                  {"target_tokens", r.target_tokens},
+                  {"tokens_per_s", r.tokens / r.seconds},
+                  {"samples_per_s_per_rank", static_cast<double>(minibatch_size_) / r.seconds},
+                  {"mfu", r.mfu},
+                  {"flops", r.flops},
+                  {"microbatches", r.microbatches},
+                  {"bubble_planned", r.bubble_planned},
+                  {"planned_cost", r.planned_cost},
+                  {"planned_cost_max", r.planned_cost_max},
+                  {"planned_makespan", r.planned_makespan},
+                  {"bubble_measured", r.bubble_measured},
+                  {"padded_microbatches", r.padded_microbatches},
+                  {"rank", group_.rank()},
+                  {"world_size", group_.size()},
+                  {"param_state_bytes", context.param_state_bytes},
+                  {"compute_s", r.compute_s},
+                  {"wait_gather_s", r.wait_gather_s},
+                  {"wait_push_s", r.wait_push_s},
+                  {"wait_barrier_s", r.wait_barrier_s},
+                  {"wait_in_loop_s", r.wait_in_loop_s},
+                  {"wait_end_s", r.wait_end_s},
+                  {"optimizer_s", r.optimizer_s},
+                  {"comm_thread_cpu_s", r.comm_thread_cpu_s},
+                  {"peak_rss_bytes", process.peak_rss_bytes},
+                  {"rss_bytes", process.rss_bytes},
+                  {"pinned_bytes", process.pinned_bytes},
+                  {"open_fds", process.open_fds},
+                  {"threads", process.threads},
+                  {"registered_bytes", context.comm.registered_bytes},
+                  {"ucx_endpoints", context.comm.endpoints},
+                  {"minibatch_time_s", r.minibatch_s},
+                  {"step_time_s", r.seconds},
+                  {"epoch", context.epoch}});
+}
+
+void RunReport::progress(const StepResult& r) {
+  const std::int64_t done = r.step + 1;
+  if (done % log_every_ != 0 && done != last_) return;
+  const double elapsed = seconds_since(start_);
+  const double eta = elapsed / static_cast<double>(done - first_) * static_cast<double>(last_ - done);
+  spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | MFU {:.1f}% | "
+               "bubble {:.1f}% (planned {:.1f}%) | ETA {}{}",
+               done, total_, r.loss, r.lr, r.grad_norm, r.tokens / r.seconds, 100.0 * r.mfu,
+               100.0 * r.bubble_measured, 100.0 * r.bubble_planned, format_duration(eta),
+               r.padded_microbatches_global > 0 ? fmt::format(" | {} padding microbatch(es)", r.padded_microbatches_global)
+                                                : std::string());
+}
+
+void RunReport::summary(double param_state_bytes) const {
+  if (steps_ == 0) return;
+  const double elapsed = seconds_since(start_);
+  const std::array<double, kSummaryFields> mine{totals_.compute_s, totals_.gather_s, totals_.push_s,
+                                                totals_.barrier_s, totals_.optimizer_s, totals_.microbatches,
+                                                totals_.tokens, totals_.flops};
+  std::vector<double> all(group_.is_root() ? kSummaryFields * static_cast<std::size_t>(group_.size()) : 0);
+  group_.gather_values<double>(mine, all, "the end-of-run summary");
+  if (!group_.is_root()) return;
+  std::vector<RankTotals> ranks(static_cast<std::size_t>(group_.size()));
+  double flops = 0.0, tokens = 0.0, waits = 0.0, minibatch = 0.0;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const double* v = all.data() + r * kSummaryFields;
+    ranks[r] = RankTotals{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+    flops += v[7];
+    tokens += v[6];
+    waits += v[1] + v[2] + v[3];
+    minibatch += v[0] + v[1] + v[2] + v[3];
+  }
+  const double steps = static_cast<double>(steps_);
+  spdlog::info("done: {} steps in {}, {:.0f} tokens/s, {:.3f} samples/s per rank, MFU {:.1f}% (of {:.1f} GFLOP/s "
+               "per rank), bubble {:.1f}% measured / {:.1f}% planned, loss {:.4f} -> {:.4f}; this rank holds {:.1f} MiB "
+               "of parameter + optimizer shards, peak RSS {:.1f} MiB\n{}",
+               steps_, format_duration(elapsed), tokens / elapsed, steps * static_cast<double>(minibatch_size_) / elapsed,
+               100.0 * flops / (static_cast<double>(group_.size()) * elapsed * peak_flops_), peak_flops_ / 1e9,
+               minibatch > 0 ? 100.0 * waits / minibatch : 0.0, 100.0 * bubble_planned_sum_ / steps, first_loss_,
+               last_loss_, param_state_bytes / 1048576.0,
+               static_cast<double>(read_process_stats().peak_rss_bytes) / 1048576.0, format_rank_table(ranks));
+}
+
+void RunReport::write_trace(const Tracer& tracer, const nlohmann::json& other) const {
+  const auto parts = group_.gather_text(tracer.events().dump(), "the trace gather");
+  if (!group_.is_root()) return;
+  nlohmann::json events = nlohmann::json::array();
+  for (const auto& part : parts) {
+    for (auto& event : nlohmann::json::parse(part)) events.push_back(std::move(event));
+  }
+  write_chrome_trace(trace_path_, events, other);
+  spdlog::info("trace: {} events from {} rank(s) written to {} (open in https://ui.perfetto.dev)", events.size(),
+               group_.size(), trace_path_);
+}
+
+}  // namespace odc::train
