@@ -1,0 +1,158 @@
+// UnitBufferPool over a scripted transport: which transfers it starts and waits for, in which
+// order, what it hands the model, and the protocol errors it refuses.
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "odc/core/error.h"
+#include "odc/distributed/unit_buffer_pool.h"
+#include "odc/model/llama_config.h"
+#include "odc/model/units.h"
+
+using namespace odc;
+using distributed::UnitBufferPool;
+
+namespace {
+
+model::LlamaConfig small_model() {
+  model::LlamaConfig c;
+  c.vocab_size = 16;
+  c.hidden_size = 8;
+  c.intermediate_size = 12;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 1;
+  c.head_dim = 4;
+  return c;
+}
+
+// Fills gathered buffers with the unit's number; transfers finish only when the test says so
+// (`done`), or when waited for. Every call is logged.
+class ScriptedTransport final : public distributed::UnitTransport {
+ public:
+  explicit ScriptedTransport(const distributed::ShardLayout& layout) : layout_(layout) {}
+  void start_gather(int unit, int buffer, float* full) override {
+    log.push_back("gather " + std::to_string(unit) + "@" + std::to_string(buffer));
+    for (std::int64_t i = 0; i < layout_.unit(unit).padded; ++i) full[i] = static_cast<float>(unit);
+  }
+  bool gather_done(int) override { return done; }
+  void wait_gather(int unit, int buffer) override {
+    log.push_back("wait gather " + std::to_string(unit) + "@" + std::to_string(buffer));
+  }
+  void start_push(int unit, int buffer, const float* full) override {
+    log.push_back("push " + std::to_string(unit) + "@" + std::to_string(buffer));
+    pushed_first_value.push_back(full[0]);
+  }
+  bool push_done(int) override { return done; }
+  void wait_push(int unit, int buffer) override {
+    log.push_back("wait push " + std::to_string(unit) + "@" + std::to_string(buffer));
+  }
+  void finish_push(int unit, int buffer) override {
+    log.push_back("finish " + std::to_string(unit) + "@" + std::to_string(buffer));
+  }
+  bool done = false;
+  std::vector<std::string> log;
+  std::vector<float> pushed_first_value;
+
+ private:
+  const distributed::ShardLayout& layout_;
+};
+
+struct Fixture {
+  model::LlamaConfig config = small_model();
+  std::vector<model::UnitLayout> units = model::build_unit_layouts(config);
+  distributed::ShardLayout layout{units, 2, 0};
+  ScriptedTransport transport{layout};
+  UnitBufferPool pool{layout, transport};
+};
+
+}  // namespace
+
+TEST_CASE("unit buffer pool: a prefetched unit is gathered once, waited for at acquire, and dropped at release",
+          "[distributed]") {
+  Fixture f;
+  f.pool.prefetch(1);
+  f.pool.prefetch(1);  // already arriving: no second gather
+  const float* w = f.pool.acquire(1);
+  CHECK(w[0] == 1.0f);
+  CHECK(f.transport.log == std::vector<std::string>{"gather 1@0", "wait gather 1@0"});
+  CHECK(f.pool.waits().gather_s >= 0.0);
+  f.pool.release(1);
+  // Released weights are gone (FSDP's reshard after forward): the next acquire gathers again.
+  f.transport.log.clear();
+  f.transport.done = true;  // completed transfers are still waited for (to report their errors)
+  f.pool.acquire(1);
+  CHECK(f.transport.log == std::vector<std::string>{"gather 1@0", "wait gather 1@0"});
+  f.pool.release(1);
+  // Out-of-range hints (past the last unit) are ignored.
+  f.pool.prefetch(-1);
+  f.pool.prefetch(static_cast<int>(f.units.size()));
+  CHECK(f.transport.log.size() == 2);
+}
+
+TEST_CASE("unit buffer pool: prefetch only uses a free buffer; with all held, acquire gathers on demand", "[distributed]") {
+  Fixture f;
+  f.pool.acquire(0);
+  f.pool.acquire(1);
+  f.pool.prefetch(2);  // the third and last buffer
+  f.pool.prefetch(3);  // none free: ignored
+  CHECK(f.transport.log == std::vector<std::string>{"gather 0@0", "wait gather 0@0", "gather 1@1", "wait gather 1@1",
+                                                    "gather 2@2"});
+  CHECK_THROWS_WITH(f.pool.acquire(3), Catch::Contains("no free weight buffer for unit 3"));
+  CHECK_THROWS_WITH(f.pool.acquire(0), Catch::Contains("unit 0 acquired twice"));
+  CHECK_THROWS_WITH(f.pool.release(4), Catch::Contains("release of unit 4 that is not acquired"));
+}
+
+TEST_CASE("unit buffer pool: gradient buffers are zeroed, pushed once, and reused only after their push", "[distributed]") {
+  Fixture f;
+  float* g = f.pool.grad_buffer(4);
+  for (std::int64_t i = 0; i < f.layout.unit(4).padded; ++i) CHECK(g[i] == 0.0f);
+  g[0] = 2.5f;
+  CHECK_THROWS_WITH(f.pool.grad_buffer(4), Catch::Contains("gradient buffer of unit 4 requested twice"));
+  f.pool.push_grad(4);
+  CHECK(f.transport.pushed_first_value == std::vector<float>{2.5f});
+  CHECK_THROWS_WITH(f.pool.push_grad(4), Catch::Contains("push of unit 4 without an open gradient buffer"));
+  // Three pushes in flight fill the pool; the fourth buffer request waits for one of them and
+  // completes it (finish_push) before zeroing it for the new unit.
+  f.pool.grad_buffer(3)[0] = 1.0f;
+  f.pool.push_grad(3);
+  f.pool.grad_buffer(2);
+  f.pool.push_grad(2);
+  f.transport.log.clear();
+  float* reused = f.pool.grad_buffer(1);
+  CHECK(reused[0] == 0.0f);
+  CHECK(f.transport.log == std::vector<std::string>{"wait push 2@2", "finish 2@2"});
+  // At the minibatch end every push still in flight is waited for and finished, in buffer order.
+  f.pool.push_grad(1);
+  f.transport.log.clear();
+  f.pool.drain();
+  CHECK(f.transport.log == std::vector<std::string>{"wait push 4@0", "finish 4@0", "wait push 3@1", "finish 3@1",
+                                                    "wait push 1@2", "finish 1@2"});
+  f.pool.check_idle();
+}
+
+TEST_CASE("unit buffer pool: an idle buffer is preferred over waiting for a push", "[distributed]") {
+  Fixture f;
+  f.pool.grad_buffer(4);
+  f.pool.push_grad(4);  // buffer 0 pushing
+  f.transport.log.clear();
+  f.pool.grad_buffer(3);  // buffer 1 is idle: no wait
+  CHECK(f.transport.log.empty());
+}
+
+TEST_CASE("unit buffer pool: the minibatch boundaries refuse open or held buffers", "[distributed]") {
+  Fixture f;
+  f.pool.grad_buffer(2);
+  CHECK_THROWS_WITH(f.pool.drain(), Catch::Contains("gradient of unit 2 never pushed"));
+  Fixture g;
+  g.pool.acquire(1);
+  CHECK_THROWS_WITH(g.pool.check_idle(), Catch::Contains("weights of unit 1 still held at minibatch start"));
+  // A prefetch the model never acquired is completed by the drain, so nothing crosses the step.
+  Fixture h;
+  h.pool.prefetch(2);
+  h.pool.drain();
+  CHECK(h.transport.log == std::vector<std::string>{"gather 2@0", "wait gather 2@0"});
+  h.pool.check_idle();
+  CHECK(h.pool.waits().barrier_s >= 0.0);
+}
