@@ -31,6 +31,7 @@
 #include "odc/kernels/matmul.h"
 #include "odc/model/batch.h"
 #include "odc/model/llama_config.h"
+#include "odc/backend/cpu_backend.h"
 #include "odc/model/llama_model.h"
 #include "odc/model/param_io.h"
 #include "odc/model/units.h"
@@ -149,9 +150,9 @@ int run(const Options& o) {
   if (o.head_dim > 0) hf["head_dim"] = o.head_dim;
   const auto config = odc::model::LlamaConfig::from_json(hf, "command line", true);
   config.validate("command line");
-  odc::kernels::cpu::set_num_threads(o.threads);
 
-  odc::model::LlamaModel model(config);
+
+  odc::model::LlamaModel model(config, std::make_unique<odc::backend::CpuBackend>(o.threads));
   std::vector<std::vector<float>> params;
   std::vector<std::vector<float>> grads;
   for (const auto& unit : model.units()) {

@@ -9,7 +9,6 @@
 
 #include "odc/core/error.h"
 #include "odc/data/text_dataset.h"
-#include "odc/kernels/matmul.h"
 #include "odc/train/inference.h"
 #include "tool_args.h"
 
@@ -53,9 +52,8 @@ int run(int argc, char** argv) {
   if (model_dir.empty()) throw odc::tools::UsageError("--model DIR is required");
   if (data.empty()) throw odc::tools::UsageError("--data PATH is required");
   if (threads < 1) throw odc::tools::UsageError("--threads must be at least 1");
-  odc::kernels::cpu::set_num_threads(static_cast<int>(threads));
 
-  odc::train::LoadedModel model(model_dir);
+  odc::train::LoadedModel model(model_dir, static_cast<int>(threads));
   const auto dataset = odc::data::open_dataset(
       data, format, model.config().vocab_size,
       odc::data::TextDataOptions{odc::data::resolve_tokenizer_path(tokenizer, model_dir), chat_template});

@@ -11,7 +11,6 @@
 #include "odc/core/error.h"
 #include "odc/data/chat_format.h"
 #include "odc/data/tokenizer.h"
-#include "odc/kernels/matmul.h"
 #include "odc/train/inference.h"
 #include "tool_args.h"
 
@@ -61,7 +60,6 @@ int run(int argc, char** argv) {
   if (model_dir.empty()) throw odc::tools::UsageError("--model DIR is required");
   if (prompt.empty()) throw odc::tools::UsageError("--prompt TEXT is required");
   if (threads < 1) throw odc::tools::UsageError("--threads must be at least 1");
-  odc::kernels::cpu::set_num_threads(static_cast<int>(threads));
   if (tokenizer_path.empty()) {
     tokenizer_path = (std::filesystem::path(model_dir) / "tokenizer.json").string();
     if (!std::filesystem::exists(tokenizer_path)) {
@@ -69,7 +67,7 @@ int run(int argc, char** argv) {
     }
   }
   const auto tokenizer = odc::data::Tokenizer::from_file(tokenizer_path);
-  odc::train::LoadedModel model(model_dir);
+  odc::train::LoadedModel model(model_dir, static_cast<int>(threads));
   std::vector<std::int32_t> prompt_ids;
   if (chat) {
     const odc::data::ChatFormatter formatter(

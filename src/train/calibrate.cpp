@@ -5,7 +5,7 @@
 
 #include "odc/distributed/local_comm.h"
 #include "odc/distributed/shard_store.h"
-#include "odc/kernels/matmul.h"
+#include "odc/backend/cpu_backend.h"
 #include "odc/model/llama_model.h"
 #include "odc/train/config_schema.h"
 
@@ -13,8 +13,8 @@ namespace odc::train {
 
 data::CostModel calibrate_cost_model(const Config& config, std::vector<CalibrationPoint>* points) {
   const auto model_config = training_model_config(config);
-  kernels::cpu::set_num_threads(static_cast<int>(config.get_int("train.threads")));
-  model::LlamaModel model(model_config);
+  model::LlamaModel model(model_config,
+                         std::make_unique<backend::CpuBackend>(static_cast<int>(config.get_int("train.threads"))));
   distributed::ShardLayout layout(model.units(), 1, 0);
   distributed::ShardStore store(layout, model.units(), model_config, static_cast<std::uint64_t>(config.get_int("model.seed")));
   distributed::LocalComm comm(store);

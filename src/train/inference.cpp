@@ -1,5 +1,6 @@
 #include "odc/train/inference.h"
 
+#include "odc/backend/cpu_backend.h"
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -43,10 +44,10 @@ void collect_eos(const std::filesystem::path& file, std::vector<std::int32_t>& e
 
 }  // namespace
 
-LoadedModel::LoadedModel(const std::string& dir) {
+LoadedModel::LoadedModel(const std::string& dir, int threads) {
   const io::HfCheckpoint checkpoint(dir);
   architecture_ = checkpoint.architecture();
-  model_ = std::make_unique<model::LlamaModel>(checkpoint.config());
+  model_ = std::make_unique<model::LlamaModel>(checkpoint.config(), std::make_unique<backend::CpuBackend>(threads));
   const distributed::ShardLayout layout(model_->units(), 1, 0);
   store_ = std::make_unique<distributed::ShardStore>(layout, model_->units(), checkpoint.config(), 0);
   for (int u = 0; u < layout.num_units(); ++u) checkpoint.read_unit_range(u, 0, layout.unit(u).shard, store_->master(u));

@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include <fmt/format.h>
+
 #include <spdlog/spdlog.h>
 
 #include "odc/core/process_stats.h"
@@ -21,6 +23,33 @@ std::string metrics_path(const std::string& pattern, int rank) {
 }
 
 constexpr std::size_t kSummaryFields = 8;
+
+// The summary table rank 0 prints at the end: one row per rank and a total row.
+std::string format_rank_table(const std::vector<RankTotals>& ranks) {
+  std::string out = fmt::format("{:>6} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8}\n", "rank", "microbat.",
+                                "compute s", "gather s", "push s", "barrier s", "optim. s", "busy %", "GFLOP/s");
+  RankTotals total;
+  auto row = [&](const std::string& label, const RankTotals& r) {
+    const double minibatch = r.compute_s + r.gather_s + r.push_s + r.barrier_s;
+    out += fmt::format("{:>6} {:>9.0f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>8.1f}% {:>8.2f}\n", label,
+                       r.microbatches, r.compute_s, r.gather_s, r.push_s, r.barrier_s, r.optimizer_s,
+                       minibatch > 0 ? 100.0 * r.compute_s / minibatch : 0.0,
+                       r.compute_s > 0 ? r.flops / r.compute_s / 1e9 : 0.0);
+  };
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    row(std::to_string(i), ranks[i]);
+    total.compute_s += ranks[i].compute_s;
+    total.gather_s += ranks[i].gather_s;
+    total.push_s += ranks[i].push_s;
+    total.barrier_s += ranks[i].barrier_s;
+    total.optimizer_s += ranks[i].optimizer_s;
+    total.microbatches += ranks[i].microbatches;
+    total.tokens += ranks[i].tokens;
+    total.flops += ranks[i].flops;
+  }
+  if (ranks.size() > 1) row("all", total);
+  return out;
+}
 }  // namespace
 
 RunReport::RunReport(const Config& config, distributed::HostGroup& group, std::int64_t minibatch_size,

@@ -10,7 +10,7 @@
 #include "odc/core/hash.h"
 #include "odc/distributed/in_process_group.h"
 #include "odc/io/hf_checkpoint.h"
-#include "odc/kernels/matmul.h"
+#include "odc/backend/cpu_backend.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/stop_signals.h"
 
@@ -59,13 +59,12 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
       comm_kind_(distributed::parse_comm_kind(config.get_string("train.comm"))) {
   const auto threads = config.get_int("train.threads");
   if (threads < 1) fail("train.threads must be at least 1, found {}", threads);
-  kernels::cpu::set_num_threads(static_cast<int>(threads));
   const int rank = group_.rank();
   const int world = group_.size();
   group_.announce("starting up (data, model, checkpoint)");
 
   data_ = std::make_unique<MinibatchSource>(config, model_config_, rank, world, comm_kind_);
-  model_ = std::make_unique<model::LlamaModel>(model_config_);
+  model_ = std::make_unique<model::LlamaModel>(model_config_, std::make_unique<backend::CpuBackend>(static_cast<int>(threads)));
   checkpointer_ = std::make_unique<Checkpointer>(config, group_);
   // Only a checkpoint (or another rank) can need the fingerprint: it reads the whole dataset.
   if (world > 1 || checkpointer_->in_use()) data_fingerprint_ = data_->fingerprint();
@@ -123,7 +122,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   }
   peak_flops_ = config.get_double("train.peak_flops");
   if (peak_flops_ < 0) fail("train.peak_flops must be >= 0, found {}", peak_flops_);
-  if (peak_flops_ == 0) peak_flops_ = measure_cpu_peak_flops();
+  if (peak_flops_ == 0) peak_flops_ = model_->backend().measure_peak_flops();
   report_ = std::make_unique<RunReport>(config, group_, data_->minibatch_size(), peak_flops_);
   // Every rank's clocks (traces) start together.
   if (world > 1) group_.barrier("the start-up barrier");

@@ -188,10 +188,10 @@ TEST_CASE("rope matches the CPU kernel", "[cuda][rope]") {
   const int heads = 6, head_dim = 128;
   std::vector<std::int32_t> positions(tokens);
   for (std::int64_t t = 0; t < tokens; ++t) positions[t] = std::int32_t(t < 40 ? t : (t - 40) * 97);
-  cpu::RopeScaling scaling;
+  odc::kernels::RopeScaling scaling;
   scaling.type = "llama3";
   scaling.factor = 8.0;
-  const auto inv_freq = cpu::rope_inv_freq(head_dim, 500000.0, scaling);
+  const auto inv_freq = odc::kernels::rope_inv_freq(head_dim, 500000.0, scaling);
   const std::int64_t half = head_dim / 2;
   std::vector<float> cos_t(tokens * half), sin_t(tokens * half);
   cpu::rope_tables(positions.data(), tokens, inv_freq, cos_t.data(), sin_t.data());

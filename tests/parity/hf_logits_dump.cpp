@@ -23,6 +23,7 @@
 #include "odc/io/hf_checkpoint.h"
 #include "odc/io/safetensors.h"
 #include "odc/model/batch.h"
+#include "odc/backend/cpu_backend.h"
 #include "odc/model/llama_model.h"
 #include "odc/model/param_io.h"
 
@@ -74,7 +75,7 @@ int run(const std::string& checkpoint, const std::string& case_path, const std::
   }
   const UnitBuffers buffers = load_units(ckpt, world);
   LocalParams source(buffers);
-  odc::model::LlamaModel model(ckpt.config());
+  odc::model::LlamaModel model(ckpt.config(), std::make_unique<odc::backend::CpuBackend>());
   std::vector<float> logits;
   model.forward(batch, source, &logits);
   odc::io::write_safetensors(out_path,

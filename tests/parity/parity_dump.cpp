@@ -29,6 +29,7 @@
 #include "odc/kernels/adamw.h"
 #include "odc/model/batch.h"
 #include "odc/model/llama_config.h"
+#include "odc/backend/cpu_backend.h"
 #include "odc/model/llama_model.h"
 #include "odc/model/param_io.h"
 #include "odc/model/units.h"
@@ -168,7 +169,7 @@ int run(const std::string& case_path, const std::string& out_dir) {
     batches.push_back(std::move(batch));
   }
 
-  odc::model::LlamaModel model(config);
+  odc::model::LlamaModel model(config, std::make_unique<odc::backend::CpuBackend>());
   const auto& units = model.units();
   UnitBuffers params = zeros_like(units);
   for (std::size_t u = 0; u < units.size(); ++u) {

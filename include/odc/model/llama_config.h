@@ -6,7 +6,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "odc/kernels/rope.h"
+#include "odc/kernels/rope_scaling.h"
 
 namespace odc::model {
 
@@ -20,7 +20,7 @@ struct LlamaConfig {
   int head_dim = 0;             // 0 in JSON means hidden_size / num_attention_heads
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
-  kernels::cpu::RopeScaling rope_scaling;
+  kernels::RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v biases (Qwen2 has them; o_proj never does)
   std::int64_t max_position_embeddings = 2048;

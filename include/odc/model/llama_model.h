@@ -1,6 +1,6 @@
 #pragma once
 // LlamaModel: hand-written forward and backward of a LLaMA-style decoder over packed sequences,
-// fp32 on the CPU. No autograd graph: each unit saves exactly the activations its backward needs
+// every op run by the backend chosen at construction (backend/backend.h). No autograd graph: each unit saves exactly the activations its backward needs
 // in buffers sized by the microbatch token count and reused across microbatches (capacity only
 // grows to the largest microbatch seen).
 //
@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "odc/backend/backend.h"
 #include "odc/core/trace.h"
 #include "odc/model/batch.h"
 #include "odc/model/llama_config.h"
@@ -28,12 +29,16 @@ struct MicrobatchResult {
 
 class LlamaModel {
  public:
-  explicit LlamaModel(const LlamaConfig& config);
+  // The model owns its backend: its activations live in the backend's memory. The weights that
+  // params.acquire hands out and the gradient buffers of grads.grad_buffer must be in that memory
+  // too (fp32 unit buffers).
+  LlamaModel(const LlamaConfig& config, std::unique_ptr<backend::Backend> backend);
   ~LlamaModel();
   LlamaModel(const LlamaModel&) = delete;
   LlamaModel& operator=(const LlamaModel&) = delete;
 
   const LlamaConfig& config() const { return config_; }
+  backend::Backend& backend() const { return *backend_; }
   const std::vector<UnitLayout>& units() const { return units_; }
   int num_units() const { return static_cast<int>(units_.size()); }
   int head_unit() const { return num_units() - 1; }
@@ -42,7 +47,7 @@ class LlamaModel {
   // loss weights (so summing over microbatches and ranks gives the minibatch gradient).
   MicrobatchResult train_microbatch(const PackedBatch& batch, ParamSource& params, GradSink& grads);
 
-  // Forward only. If logits != nullptr it is resized to [tokens, vocab] and filled.
+  // Forward only. If logits != nullptr it is resized to [tokens, vocab] and filled (on the host).
   // Returns the weighted loss statistics of the batch's targets.
   MicrobatchResult forward(const PackedBatch& batch, ParamSource& params, std::vector<float>* logits);
 
@@ -55,7 +60,10 @@ class LlamaModel {
 
  private:
   struct Activations;
+  // Checks the batch, uploads its index data and builds what every layer shares (acts_->context).
+  void begin_microbatch(const PackedBatch& batch);
   LlamaConfig config_;
+  std::unique_ptr<backend::Backend> backend_;  // before acts_: the buffers release into its memory
   std::vector<UnitLayout> units_;
   std::vector<double> inv_freq_;
   std::unique_ptr<Activations> acts_;

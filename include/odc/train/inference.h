@@ -18,7 +18,8 @@ namespace odc::train {
 class LoadedModel {
  public:
   // Reads DIR (config.json + safetensors, validated; odc::Error naming the file/tensor).
-  explicit LoadedModel(const std::string& dir);
+  // `threads`: compute threads of the CPU backend.
+  LoadedModel(const std::string& dir, int threads);
   const model::LlamaConfig& config() const { return model_->config(); }
   const std::string& architecture() const { return architecture_; }
   // eos ids from config.json / generation_config.json ("eos_token_id": int or list), if any.

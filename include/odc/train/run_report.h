@@ -14,10 +14,21 @@
 #include "odc/distributed/comm.h"
 #include "odc/distributed/host_group.h"
 #include "odc/train/metrics.h"
-#include "odc/train/performance.h"
 #include "odc/train/step_result.h"
 
 namespace odc::train {
+
+// One rank's totals over a run, for the summary table.
+struct RankTotals {
+  double compute_s = 0.0;   // minibatch time not spent waiting
+  double gather_s = 0.0;
+  double push_s = 0.0;
+  double barrier_s = 0.0;
+  double optimizer_s = 0.0;
+  double microbatches = 0.0;
+  double tokens = 0.0;
+  double flops = 0.0;
+};
 
 // What a step's metrics line says besides the StepResult.
 struct StepContext {

@@ -13,6 +13,7 @@
 
 namespace {
 
+using namespace odc::kernels;
 using namespace odc::kernels::cpu;
 using namespace odc::kernels::test;
 

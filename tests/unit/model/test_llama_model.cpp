@@ -10,6 +10,7 @@
 
 #include "odc/distributed/local_comm.h"
 #include "odc/distributed/shard_store.h"
+#include "odc/backend/cpu_backend.h"
 #include "odc/model/llama_model.h"
 
 using namespace odc;
@@ -81,7 +82,7 @@ class RecordingComm final : public model::ParamSource, public model::GradSink {
 TEST_CASE("packing is exact: a packed microbatch equals its sequences run one at a time", "[model]") {
   for (bool tied : {false, true}) {
     const auto config = tiny_config(tied);
-    model::LlamaModel m(config);
+    model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
     distributed::ShardLayout layout(m.units(), 1, 0);
     distributed::ShardStore store(layout, m.units(), config, 7);
     const auto seqs = sequences(config.vocab_size);
@@ -124,7 +125,7 @@ TEST_CASE("packing is exact: a packed microbatch equals its sequences run one at
 TEST_CASE("the model fetches every unit before use and hands off every gradient once", "[model]") {
   for (bool tied : {false, true}) {
     const auto config = tiny_config(tied);
-    model::LlamaModel m(config);
+    model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
     distributed::ShardLayout layout(m.units(), 1, 0);
     distributed::ShardStore store(layout, m.units(), config, 1);
     RecordingComm rec(store);
@@ -148,7 +149,7 @@ TEST_CASE("the model fetches every unit before use and hands off every gradient 
 
 TEST_CASE("activation memory reaches a steady state across microbatches", "[model]") {
   const auto config = tiny_config();
-  model::LlamaModel m(config);
+  model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
   distributed::ShardLayout layout(m.units(), 1, 0);
   distributed::ShardStore store(layout, m.units(), config, 3);
   distributed::LocalComm comm(store);
@@ -168,7 +169,7 @@ TEST_CASE("activation memory reaches a steady state across microbatches", "[mode
 
 TEST_CASE("out-of-range token ids are rejected before any computation", "[model]") {
   const auto config = tiny_config();
-  model::LlamaModel m(config);
+  model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
   distributed::ShardLayout layout(m.units(), 1, 0);
   distributed::ShardStore store(layout, m.units(), config, 3);
   distributed::LocalComm comm(store);

@@ -1,0 +1,98 @@
+#pragma once
+// Backend: every operation the model runs, on one device, chosen when the model is built (CPU
+// now: cpu_backend.h; a CUDA backend plugs in here). The model holds its activations in the
+// backend's Buffers and hands the backend views; it never touches a pointer's memory itself, so
+// it runs unchanged wherever its backend runs. Each op has the semantics of the kernel family of
+// the same name (odc/kernels/*.h): row-major, a linear layer's weight is [out, in], gradients of
+// weights are *added* into the given views.
+//
+// Element types: weights and weight gradients are fp32 (the comm's unit buffers); activations
+// are in activation_dtype(); per-row statistics (RMSNorm rstd, attention log-sum-exp, per-token
+// losses) and RoPE tables are fp32; token ids, positions, targets and row indices are int32.
+// Optional arguments are empty views.
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "odc/backend/buffer.h"
+
+namespace odc::backend {
+
+// Packed causal attention (kernels/attention.h): sequence s owns rows [cu_seqlens[s], cu_seqlens[s+1]).
+struct AttentionShape {
+  ConstView cu_seqlens;  // int32, num_seqs + 1 entries
+  int num_seqs = 0;
+  std::int64_t tokens = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+};
+
+// Running sums of a loss over row chunks (cross_entropy adds each chunk's rows in order).
+struct LossSums {
+  double weighted = 0.0;  // sum_r weight[r] * nll[r]
+  double nll = 0.0;       // sum_r nll[r] (rows with weight 0 count 0)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  virtual DeviceMemory& memory() = 0;
+  Device device() { return memory().device(); }
+  virtual DType activation_dtype() const = 0;
+  // Peak FLOP/s of this device as the training's matmuls can reach it (the MFU denominator).
+  virtual double measure_peak_flops() = 0;
+
+  // ---- views and data movement ----
+  // The fp32 unit buffer the comm handed out (ParamSource / GradSink), in this backend's memory.
+  ConstView weights(const float* unit, std::int64_t count) { return {unit, DType::f32, device(), count}; }
+  View gradients(float* unit, std::int64_t count) { return {unit, DType::f32, device(), count}; }
+  // Host data the ops read (ids, positions, loss weights): a view of it on the device — the host
+  // memory itself where the device is the host, else a copy in `staging`. Valid while both live.
+  virtual ConstView upload(std::span<const std::int32_t> host, Buffer& staging) = 0;
+  virtual ConstView upload(std::span<const float> host, Buffer& staging) = 0;
+  // Copies fp32 (or activation) elements back to the host as fp32.
+  virtual void download(ConstView source, std::span<float> host) = 0;
+  virtual void copy(ConstView source, View target) = 0;  // same dtype and count
+  virtual void zero(View target) = 0;
+  // target[i, :] = source[rows[i], :] for i < rows.count; rows of `width` elements.
+  virtual void gather_rows(ConstView source, ConstView rows, std::int64_t width, View target) = 0;
+  // target[rows[i], :] = source[i, :].
+  virtual void scatter_rows(ConstView source, ConstView rows, std::int64_t width, View target) = 0;
+
+  // ---- ops (kernels/*.h for the math) ----
+  virtual void rmsnorm_forward(ConstView x, ConstView weight, View y, View rstd, std::int64_t rows, std::int64_t dim,
+                               double eps) = 0;
+  virtual void rmsnorm_backward(ConstView dy, ConstView x, ConstView weight, ConstView rstd, View dx, View dweight,
+                                std::int64_t rows, std::int64_t dim, bool dx_accumulate) = 0;
+  // y = x W^T (+ bias).
+  virtual void linear_forward(ConstView x, ConstView weight, ConstView bias, View y, std::int64_t rows,
+                              std::int64_t in, std::int64_t out) = 0;
+  // y += x W^T: the residual connections (attention and MLP outputs added into the stream).
+  virtual void linear_forward_add(ConstView x, ConstView weight, View y, std::int64_t rows, std::int64_t in,
+                                  std::int64_t out) = 0;
+  virtual void linear_backward(ConstView dy, ConstView x, ConstView weight, View dx, View dweight, View dbias,
+                               std::int64_t rows, std::int64_t in, std::int64_t out, bool dx_accumulate) = 0;
+  // cos/sin [tokens, head_dim/2] for the positions (int32), from rope_inv_freq (kernels/rope_scaling.h).
+  virtual void rope_tables(ConstView positions, std::int64_t tokens, const std::vector<double>& inv_freq, View cos,
+                           View sin) = 0;
+  virtual void rope_forward(View x, ConstView cos, ConstView sin, std::int64_t tokens, int heads, int head_dim) = 0;
+  virtual void rope_backward(View dx, ConstView cos, ConstView sin, std::int64_t tokens, int heads, int head_dim) = 0;
+  virtual void attention_forward(const AttentionShape& shape, ConstView q, ConstView k, ConstView v, View out,
+                                 View lse) = 0;
+  virtual void attention_backward(const AttentionShape& shape, ConstView q, ConstView k, ConstView v, ConstView out,
+                                  ConstView lse, ConstView dout, View dq, View dk, View dv) = 0;
+  virtual void swiglu_forward(ConstView gate, ConstView up, View h, std::int64_t n) = 0;
+  virtual void swiglu_backward(ConstView dh, ConstView gate, ConstView up, View dgate, View dup, std::int64_t n) = 0;
+  virtual void embedding_forward(ConstView ids, ConstView table, View out, std::int64_t tokens, std::int64_t dim) = 0;
+  virtual void embedding_backward(ConstView ids, ConstView dout, View dtable, std::int64_t tokens, std::int64_t dim) = 0;
+  // Weighted cross-entropy of `rows` logits rows (targets int32, weights fp32); `dlogits` (may be
+  // `logits` itself, or empty) receives weight * (softmax - onehot), `nll` each row's loss; the
+  // chunk's sums are added into `sums`.
+  virtual void cross_entropy(ConstView logits, ConstView targets, ConstView weights, std::int64_t rows,
+                             std::int64_t vocab, View dlogits, View nll, LossSums& sums) = 0;
+};
+
+}  // namespace odc::backend

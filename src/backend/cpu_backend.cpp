@@ -1,0 +1,208 @@
+#include "odc/backend/cpu_backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "odc/core/error.h"
+#include "odc/kernels/attention.h"
+#include "odc/kernels/cross_entropy.h"
+#include "odc/kernels/embedding.h"
+#include "odc/kernels/matmul.h"
+#include "odc/kernels/rmsnorm.h"
+#include "odc/kernels/rope.h"
+#include "odc/kernels/swiglu.h"
+
+namespace odc::backend {
+
+namespace k = kernels::cpu;
+
+namespace {
+
+class HostMemory final : public DeviceMemory {
+ public:
+  Device device() const override { return Device::cpu(); }
+  void* allocate(std::size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    constexpr std::size_t kAlignment = 64;
+    const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* p = std::aligned_alloc(kAlignment, rounded);
+    if (p == nullptr) fail("out of host memory allocating {} bytes", bytes);
+    std::memset(p, 0, rounded);
+    return p;
+  }
+  void deallocate(void* data, std::size_t) noexcept override { std::free(data); }
+};
+
+// The raw pointer of a view, after checking it is host memory of the element type T.
+template <typename T>
+DType dtype_for() {
+  if constexpr (std::is_same_v<T, float>) return DType::f32;
+  return DType::i32;
+}
+template <typename T>
+const T* in(ConstView v) {
+  ODC_CHECK(v.device.kind == DeviceKind::cpu, "the CPU backend got a view of device memory");
+  ODC_CHECK(v.empty() || v.count == 0 || v.dtype == dtype_for<T>(), "the CPU backend got a {} view for {}",
+            dtype_name(v.dtype), dtype_name(dtype_for<T>()));
+  return static_cast<const T*>(v.data);
+}
+template <typename T>
+T* out(View v) {
+  return const_cast<T*>(in<T>(v));
+}
+const float* f(ConstView v) { return in<float>(v); }
+float* f(View v) { return out<float>(v); }
+const std::int32_t* ids(ConstView v) { return in<std::int32_t>(v); }
+
+}  // namespace
+
+CpuBackend::CpuBackend(int threads) : memory_(std::make_unique<HostMemory>()) {
+  if (threads < 1) fail("train.threads must be at least 1, found {}", threads);
+  k::set_num_threads(threads);
+}
+
+DeviceMemory& CpuBackend::memory() { return *memory_; }
+
+double CpuBackend::measure_peak_flops() {
+  constexpr std::int64_t n = 1024;
+  std::vector<float> a(static_cast<std::size_t>(n * n), 0.5f), b(a.size(), 0.25f), c(a.size(), 0.0f);
+  double best = 0.0;
+  // The first product warms caches and BLAS's thread pool; the best of the rest is the peak.
+  for (int i = 0; i < 10; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    k::gemm<float>(false, true, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (i > 0 && seconds > 0) best = std::max(best, 2.0 * n * n * n / seconds);
+  }
+  return best;
+}
+
+ConstView CpuBackend::upload(std::span<const std::int32_t> host, Buffer&) {
+  return {host.data(), DType::i32, Device::cpu(), static_cast<std::int64_t>(host.size())};
+}
+
+ConstView CpuBackend::upload(std::span<const float> host, Buffer&) {
+  return {host.data(), DType::f32, Device::cpu(), static_cast<std::int64_t>(host.size())};
+}
+
+void CpuBackend::download(ConstView source, std::span<float> host) {
+  ODC_CHECK(static_cast<std::int64_t>(host.size()) == source.count, "download of {} elements into {}", source.count,
+            host.size());
+  if (!host.empty()) std::memcpy(host.data(), f(source), host.size_bytes());
+}
+
+void CpuBackend::copy(ConstView source, View target) {
+  ODC_CHECK(source.count == target.count && source.dtype == target.dtype, "copy of {} {} into {} {}", source.count,
+            dtype_name(source.dtype), target.count, dtype_name(target.dtype));
+  if (source.count > 0) std::memcpy(out<float>(target), f(source), static_cast<std::size_t>(source.count) * dtype_size(source.dtype));
+}
+
+void CpuBackend::zero(View target) {
+  if (target.count > 0) std::memset(f(target), 0, static_cast<std::size_t>(target.count) * dtype_size(target.dtype));
+}
+
+void CpuBackend::gather_rows(ConstView source, ConstView rows, std::int64_t width, View target) {
+  const float* src = f(source);
+  const std::int32_t* index = ids(rows);
+  float* dst = f(target);
+  for (std::int64_t i = 0; i < rows.count; ++i) {
+    std::memcpy(dst + i * width, src + static_cast<std::int64_t>(index[i]) * width, static_cast<std::size_t>(width) * sizeof(float));
+  }
+}
+
+void CpuBackend::scatter_rows(ConstView source, ConstView rows, std::int64_t width, View target) {
+  const float* src = f(source);
+  const std::int32_t* index = ids(rows);
+  float* dst = f(target);
+  for (std::int64_t i = 0; i < rows.count; ++i) {
+    std::memcpy(dst + static_cast<std::int64_t>(index[i]) * width, src + i * width, static_cast<std::size_t>(width) * sizeof(float));
+  }
+}
+
+void CpuBackend::rmsnorm_forward(ConstView x, ConstView weight, View y, View rstd, std::int64_t rows, std::int64_t dim,
+                                 double eps) {
+  k::rmsnorm_forward<float>(f(x), f(weight), f(y), f(rstd), rows, dim, eps);
+}
+
+void CpuBackend::rmsnorm_backward(ConstView dy, ConstView x, ConstView weight, ConstView rstd, View dx, View dweight,
+                                  std::int64_t rows, std::int64_t dim, bool dx_accumulate) {
+  k::rmsnorm_backward<float>(f(dy), f(x), f(weight), f(rstd), f(dx), f(dweight), rows, dim, dx_accumulate);
+}
+
+void CpuBackend::linear_forward(ConstView x, ConstView weight, ConstView bias, View y, std::int64_t rows,
+                                std::int64_t in_features, std::int64_t out_features) {
+  k::linear_forward<float>(f(x), f(weight), f(bias), f(y), rows, in_features, out_features);
+}
+
+void CpuBackend::linear_forward_add(ConstView x, ConstView weight, View y, std::int64_t rows, std::int64_t in_features,
+                                    std::int64_t out_features) {
+  k::gemm<float>(false, true, rows, out_features, in_features, 1.0f, f(x), in_features, f(weight), in_features, 1.0f,
+                 f(y), out_features);
+}
+
+void CpuBackend::linear_backward(ConstView dy, ConstView x, ConstView weight, View dx, View dweight, View dbias,
+                                 std::int64_t rows, std::int64_t in_features, std::int64_t out_features,
+                                 bool dx_accumulate) {
+  k::linear_backward<float>(f(dy), f(x), f(weight), f(dx), f(dweight), f(dbias), rows, in_features, out_features,
+                            dx_accumulate);
+}
+
+void CpuBackend::rope_tables(ConstView positions, std::int64_t tokens, const std::vector<double>& inv_freq, View cos,
+                             View sin) {
+  k::rope_tables<float>(ids(positions), tokens, inv_freq, f(cos), f(sin));
+}
+
+void CpuBackend::rope_forward(View x, ConstView cos, ConstView sin, std::int64_t tokens, int heads, int head_dim) {
+  k::rope_forward<float>(f(x), f(cos), f(sin), tokens, heads, head_dim);
+}
+
+void CpuBackend::rope_backward(View dx, ConstView cos, ConstView sin, std::int64_t tokens, int heads, int head_dim) {
+  k::rope_backward<float>(f(dx), f(cos), f(sin), tokens, heads, head_dim);
+}
+
+namespace {
+k::AttentionShape cpu_shape(const AttentionShape& s) {
+  return {ids(s.cu_seqlens), s.num_seqs, s.tokens, s.n_heads, s.n_kv_heads, s.head_dim};
+}
+}  // namespace
+
+void CpuBackend::attention_forward(const AttentionShape& shape, ConstView q, ConstView k_, ConstView v, View o,
+                                   View lse) {
+  k::attention_forward<float>(cpu_shape(shape), f(q), f(k_), f(v), f(o), f(lse));
+}
+
+void CpuBackend::attention_backward(const AttentionShape& shape, ConstView q, ConstView k_, ConstView v, ConstView o,
+                                    ConstView lse, ConstView dout, View dq, View dk, View dv) {
+  k::attention_backward<float>(cpu_shape(shape), f(q), f(k_), f(v), f(o), f(lse), f(dout), f(dq), f(dk), f(dv));
+}
+
+void CpuBackend::swiglu_forward(ConstView gate, ConstView up, View h, std::int64_t n) {
+  k::swiglu_forward<float>(f(gate), f(up), f(h), n);
+}
+
+void CpuBackend::swiglu_backward(ConstView dh, ConstView gate, ConstView up, View dgate, View dup, std::int64_t n) {
+  k::swiglu_backward<float>(f(dh), f(gate), f(up), f(dgate), f(dup), n);
+}
+
+void CpuBackend::embedding_forward(ConstView token_ids, ConstView table, View o, std::int64_t tokens, std::int64_t dim) {
+  k::embedding_forward<float>(ids(token_ids), f(table), f(o), tokens, dim);
+}
+
+void CpuBackend::embedding_backward(ConstView token_ids, ConstView dout, View dtable, std::int64_t tokens,
+                                    std::int64_t dim) {
+  k::embedding_backward<float>(ids(token_ids), f(dout), f(dtable), tokens, dim);
+}
+
+void CpuBackend::cross_entropy(ConstView logits, ConstView targets, ConstView weights, std::int64_t rows,
+                               std::int64_t vocab, View dlogits, View nll, LossSums& sums) {
+  float* row_nll = f(nll);
+  sums.weighted += k::cross_entropy_forward_backward<float>(f(logits), ids(targets), in<float>(weights), rows, vocab,
+                                                            f(dlogits), row_nll);
+  for (std::int64_t i = 0; i < rows; ++i) sums.nll += row_nll[i];
+}
+
+}  // namespace odc::backend

@@ -1,0 +1,177 @@
+#include "decoder_layer.h"
+
+#include "odc/core/error.h"
+
+namespace odc::model::detail {
+
+using backend::ConstView;
+using backend::View;
+
+LayerSlices layer_slices(const UnitLayout& unit, bool bias) {
+  auto at = [&](const char* suffix) {
+    for (const auto& t : unit.tensors) {
+      if (t.name.ends_with(suffix)) return Slice{t.offset, t.numel};
+    }
+    fail("decoder unit '{}' lacks a tensor ending in '{}'", unit.name, suffix);
+  };
+  LayerSlices o{};
+  o.in_norm = at("input_layernorm.weight");
+  o.wq = at("q_proj.weight");
+  o.wk = at("k_proj.weight");
+  o.wv = at("v_proj.weight");
+  if (bias) {
+    o.bq = at("q_proj.bias");
+    o.bk = at("k_proj.bias");
+    o.bv = at("v_proj.bias");
+  }
+  o.wo = at("o_proj.weight");
+  o.post_norm = at("post_attention_layernorm.weight");
+  o.wg = at("gate_proj.weight");
+  o.wu = at("up_proj.weight");
+  o.wd = at("down_proj.weight");
+  return o;
+}
+
+ConstView part(ConstView unit, Slice s) { return s.offset < 0 ? ConstView{} : unit.at(s.offset, s.numel); }
+View part(View unit, Slice s) { return s.offset < 0 ? View{} : unit.at(s.offset, s.numel); }
+
+Dims dims_of(const LlamaConfig& c, std::int64_t tokens) {
+  return {tokens, c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size, c.vocab_size,
+          c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rms_norm_eps};
+}
+
+LayerBuffers::LayerBuffers(backend::Backend& b)
+    : xn1(b.memory(), b.activation_dtype()),
+      q(b.memory(), b.activation_dtype()),
+      k(b.memory(), b.activation_dtype()),
+      v(b.memory(), b.activation_dtype()),
+      attn(b.memory(), b.activation_dtype()),
+      lse(b.memory(), DType::f32),
+      x_mid(b.memory(), b.activation_dtype()),
+      rstd1(b.memory(), DType::f32),
+      rstd2(b.memory(), DType::f32),
+      xn2(b.memory(), b.activation_dtype()),
+      gate(b.memory(), b.activation_dtype()),
+      up(b.memory(), b.activation_dtype()) {}
+
+std::int64_t LayerBuffers::bytes() const {
+  std::int64_t n = 0;
+  for (const auto* w : {&xn1, &q, &k, &v, &attn, &lse, &x_mid, &rstd1, &rstd2, &xn2, &gate, &up}) n += w->capacity_bytes();
+  return n;
+}
+
+Scratch::Scratch(backend::Backend& b)
+    : h(b.memory(), b.activation_dtype()),
+      dh(b.memory(), b.activation_dtype()),
+      dgate(b.memory(), b.activation_dtype()),
+      dup(b.memory(), b.activation_dtype()),
+      dq(b.memory(), b.activation_dtype()),
+      dk(b.memory(), b.activation_dtype()),
+      dv(b.memory(), b.activation_dtype()),
+      dattn(b.memory(), b.activation_dtype()),
+      dxn(b.memory(), b.activation_dtype()),
+      dx(b.memory(), b.activation_dtype()),
+      cos(b.memory(), DType::f32),
+      sin(b.memory(), DType::f32),
+      xf(b.memory(), b.activation_dtype()),
+      rstd_f(b.memory(), DType::f32),
+      dxf(b.memory(), b.activation_dtype()),
+      chunk_in(b.memory(), b.activation_dtype()),
+      chunk_logits(b.memory(), b.activation_dtype()),
+      chunk_dx(b.memory(), b.activation_dtype()),
+      chunk_nll(b.memory(), DType::f32),
+      tokens(b.memory(), DType::i32),
+      positions(b.memory(), DType::i32),
+      cu_seqlens(b.memory(), DType::i32),
+      targets(b.memory(), DType::i32),
+      weights(b.memory(), DType::f32),
+      rows(b.memory(), DType::i32),
+      chunk_targets(b.memory(), DType::i32),
+      chunk_weights(b.memory(), DType::f32) {}
+
+std::int64_t Scratch::bytes() const {
+  std::int64_t n = 0;
+  for (const auto* w : {&h, &dh, &dgate, &dup, &dq, &dk, &dv, &dattn, &dxn, &dx, &cos, &sin, &xf, &rstd_f, &dxf,
+                        &chunk_in, &chunk_logits, &chunk_dx, &chunk_nll, &tokens, &positions, &cu_seqlens, &targets,
+                        &weights, &rows, &chunk_targets, &chunk_weights}) {
+    n += w->capacity_bytes();
+  }
+  return n;
+}
+
+void layer_forward(backend::Backend& b, const LayerContext& ctx, const LayerSlices& o, ConstView w,
+                   LayerBuffers& saved, ConstView x_in, View x_out, Scratch& s) {
+  const Dims& d = ctx.d;
+  const std::int64_t t = d.t;
+  const View xn1 = saved.xn1.get(t * d.c);
+  const View q = saved.q.get(t * d.q);
+  const View k = saved.k.get(t * d.kv);
+  const View v = saved.v.get(t * d.kv);
+  const View attn = saved.attn.get(t * d.q);
+  const View lse = saved.lse.get(t * d.heads);
+  const View x_mid = saved.x_mid.get(t * d.c);
+  const View rstd1 = saved.rstd1.get(t);
+  const View rstd2 = saved.rstd2.get(t);
+  const View xn2 = saved.xn2.get(t * d.c);
+  const View gate = saved.gate.get(t * d.f);
+  const View up = saved.up.get(t * d.f);
+  const View h = s.h.get(t * d.f);
+
+  b.rmsnorm_forward(x_in, part(w, o.in_norm), xn1, rstd1, t, d.c, d.eps);
+  b.linear_forward(xn1, part(w, o.wq), part(w, o.bq), q, t, d.c, d.q);
+  b.linear_forward(xn1, part(w, o.wk), part(w, o.bk), k, t, d.c, d.kv);
+  b.linear_forward(xn1, part(w, o.wv), part(w, o.bv), v, t, d.c, d.kv);
+  b.rope_forward(q, ctx.cos, ctx.sin, t, d.heads, d.head_dim);
+  b.rope_forward(k, ctx.cos, ctx.sin, t, d.kv_heads, d.head_dim);
+  b.attention_forward(ctx.shape, q, k, v, attn, lse);
+  b.copy(x_in, x_mid);
+  b.linear_forward_add(attn, part(w, o.wo), x_mid, t, d.q, d.c);  // + attn Wo^T
+  b.rmsnorm_forward(x_mid, part(w, o.post_norm), xn2, rstd2, t, d.c, d.eps);
+  b.linear_forward(xn2, part(w, o.wg), ConstView{}, gate, t, d.c, d.f);
+  b.linear_forward(xn2, part(w, o.wu), ConstView{}, up, t, d.c, d.f);
+  b.swiglu_forward(gate, up, h, t * d.f);
+  b.copy(x_mid, x_out);
+  b.linear_forward_add(h, part(w, o.wd), x_out, t, d.f, d.c);  // + h Wd^T
+}
+
+void layer_backward(backend::Backend& b, const LayerContext& ctx, const LayerSlices& o, ConstView w, View g,
+                    LayerBuffers& saved, ConstView x_in, Scratch& s) {
+  const Dims& d = ctx.d;
+  const std::int64_t t = d.t;
+  const View dx = s.dx.get(t * d.c);
+  const View h = s.h.get(t * d.f);
+  const View dh = s.dh.get(t * d.f);
+  const View dgate = s.dgate.get(t * d.f);
+  const View dup = s.dup.get(t * d.f);
+  const View dxn = s.dxn.get(t * d.c);
+  const View dattn = s.dattn.get(t * d.q);
+  const View dq = s.dq.get(t * d.q);
+  const View dk = s.dk.get(t * d.kv);
+  const View dv = s.dv.get(t * d.kv);
+  const ConstView gate = saved.gate.get(t * d.f);
+  const ConstView up = saved.up.get(t * d.f);
+  const ConstView xn2 = saved.xn2.get(t * d.c);
+
+  // MLP: x_out = x_mid + down(silu(gate(xn2)) * up(xn2)); h is recomputed rather than stored.
+  b.swiglu_forward(gate, up, h, t * d.f);
+  b.linear_backward(dx, h, part(w, o.wd), dh, part(g, o.wd), View{}, t, d.f, d.c, false);
+  b.swiglu_backward(dh, gate, up, dgate, dup, t * d.f);
+  b.linear_backward(dgate, xn2, part(w, o.wg), dxn, part(g, o.wg), View{}, t, d.c, d.f, false);
+  b.linear_backward(dup, xn2, part(w, o.wu), dxn, part(g, o.wu), View{}, t, d.c, d.f, true);
+  b.rmsnorm_backward(dxn, saved.x_mid.get(t * d.c), part(w, o.post_norm), saved.rstd2.get(t), dx,
+                     part(g, o.post_norm), t, d.c, true);  // dx is now dL/dx_mid
+  // Attention: x_mid = x_in + o_proj(attn(rope(q), rope(k), v)).
+  const ConstView attn = saved.attn.get(t * d.q);
+  b.linear_backward(dx, attn, part(w, o.wo), dattn, part(g, o.wo), View{}, t, d.q, d.c, false);
+  b.attention_backward(ctx.shape, saved.q.get(t * d.q), saved.k.get(t * d.kv), saved.v.get(t * d.kv), attn,
+                       saved.lse.get(t * d.heads), dattn, dq, dk, dv);
+  b.rope_backward(dq, ctx.cos, ctx.sin, t, d.heads, d.head_dim);
+  b.rope_backward(dk, ctx.cos, ctx.sin, t, d.kv_heads, d.head_dim);
+  const ConstView xn1 = saved.xn1.get(t * d.c);
+  b.linear_backward(dq, xn1, part(w, o.wq), dxn, part(g, o.wq), part(g, o.bq), t, d.c, d.q, false);
+  b.linear_backward(dk, xn1, part(w, o.wk), dxn, part(g, o.wk), part(g, o.bk), t, d.c, d.kv, true);
+  b.linear_backward(dv, xn1, part(w, o.wv), dxn, part(g, o.wv), part(g, o.bv), t, d.c, d.kv, true);
+  b.rmsnorm_backward(dxn, x_in, part(w, o.in_norm), saved.rstd1.get(t), dx, part(g, o.in_norm), t, d.c, true);
+}
+
+}  // namespace odc::model::detail

@@ -1,0 +1,67 @@
+#pragma once
+// One decoder layer's forward and backward over a backend (model-internal): pre-norm attention
+// with RoPE and grouped-query heads, then a pre-norm SwiGLU MLP, each added into the residual
+// stream. The layer saves exactly what its backward reads; the SwiGLU product and the attention
+// probabilities are recomputed in backward.
+#include <cstdint>
+
+#include "odc/backend/backend.h"
+#include "odc/model/llama_config.h"
+#include "odc/model/units.h"
+
+namespace odc::model::detail {
+
+// Where a tensor sits inside its unit's flat buffer; offset -1: the model has no such tensor.
+struct Slice {
+  std::int64_t offset = -1;
+  std::int64_t numel = 0;
+};
+// The tensors of a decoder layer's unit (the same offsets in every layer).
+struct LayerSlices {
+  Slice in_norm, wq, wk, wv, bq, bk, bv, wo, post_norm, wg, wu, wd;
+};
+LayerSlices layer_slices(const UnitLayout& unit, bool bias);
+
+// The tensor `s` of a unit's buffer, or an empty view where the model has none.
+backend::ConstView part(backend::ConstView unit, Slice s);
+backend::View part(backend::View unit, Slice s);
+
+struct Dims {
+  std::int64_t t, c, q, kv, f, v;
+  int heads, kv_heads, head_dim;
+  double eps;
+};
+Dims dims_of(const LlamaConfig& c, std::int64_t tokens);
+
+// Saved activations of one decoder layer (what its backward reads).
+struct LayerBuffers {
+  explicit LayerBuffers(backend::Backend& b);
+  backend::Buffer xn1, q, k, v, attn, lse, x_mid, rstd1, rstd2, xn2, gate, up;
+  std::int64_t bytes() const;
+};
+
+// Scratch shared by all layers (valid only inside one unit's computation), the head's buffers,
+// and the microbatch's index data on the device.
+struct Scratch {
+  explicit Scratch(backend::Backend& b);
+  backend::Buffer h, dh, dgate, dup, dq, dk, dv, dattn, dxn, dx, cos, sin;
+  backend::Buffer xf, rstd_f, dxf, chunk_in, chunk_logits, chunk_dx, chunk_nll;
+  backend::Buffer tokens, positions, cu_seqlens, targets, weights, rows, chunk_targets, chunk_weights;
+  std::int64_t bytes() const;
+};
+
+// What a microbatch's layers share: its dims, its attention shape and the RoPE tables.
+struct LayerContext {
+  Dims d;
+  backend::AttentionShape shape;
+  backend::ConstView cos, sin;
+};
+
+void layer_forward(backend::Backend& b, const LayerContext& ctx, const LayerSlices& o, backend::ConstView w,
+                   LayerBuffers& saved, backend::ConstView x_in, backend::View x_out, Scratch& s);
+
+// On entry s.dx holds dL/dx_out; on exit dL/dx_in. Weight gradients are added into g.
+void layer_backward(backend::Backend& b, const LayerContext& ctx, const LayerSlices& o, backend::ConstView w,
+                    backend::View g, LayerBuffers& saved, backend::ConstView x_in, Scratch& s);
+
+}  // namespace odc::model::detail
