@@ -1,10 +1,12 @@
 // Packing one rank's share of the minibatch into microbatches under the token cap: the fewest
 // microbatches whose cost-balanced (Karmarkar-Karp) split respects the cap, with first-fit
-// decreasing as the fallback; or exactly m microbatches (LB-Micro's common count).
+// decreasing as the fallback; exactly m microbatches (LB-Micro's common count); or in sampler order
+// without balancing (round_robin).
 #include <algorithm>
 #include <utility>
 
 #include "odc/core/error.h"
+#include "odc/data/packing.h"
 #include "planner_parts.h"
 
 namespace odc::data::planner_detail {
@@ -109,6 +111,17 @@ Parts exact_microbatches(const RankItems& rank, std::size_t m, Parts minimal) {
     result.push_back(std::move(halves[1]));
   }
   return result;
+}
+
+Parts in_order_microbatches(const RankItems& rank) {
+  std::vector<std::int64_t> lengths;
+  lengths.reserve(rank.items.size());
+  for (Index i : rank.items) lengths.push_back(rank.lengths[as_size(i)]);
+  Parts microbatches = pack_in_order(lengths, rank.cap);
+  for (auto& mb : microbatches) {
+    for (Index& i : mb) i = rank.items[as_size(i)];  // ascending local -> ascending global
+  }
+  return microbatches;
 }
 
 }  // namespace odc::data::planner_detail

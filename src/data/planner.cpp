@@ -1,4 +1,4 @@
-// The plans: LocalSort, LB-Micro and LB-Mini from the splits over the ranks
+// The plans: LocalSort, LB-Micro, LB-Mini and round_robin from the splits over the ranks
 // (partition.cpp) and the packing within a rank (microbatches.cpp); the balance names; and the
 // plan's metrics (makespans, bubbles, hash).
 #include "odc/data/planner.h"
@@ -64,6 +64,19 @@ RankPlan local_sort_rank(const std::vector<std::int64_t>& lengths, const std::ve
   return rank;
 }
 
+// round_robin's microbatches stay in packing order (no balancing, so no reordering either), and the
+// rank's cost is the sum of its microbatch costs.
+RankPlan in_order_rank(const std::vector<double>& costs, Parts microbatches) {
+  RankPlan plan;
+  for (auto& mb : microbatches) {
+    const double c = set_cost(costs, mb);
+    plan.microbatch_costs.push_back(c);
+    plan.cost += c;
+    plan.microbatches.push_back(std::move(mb));
+  }
+  return plan;
+}
+
 void validate(const PlanInput& input) {
   if (input.world_size < 1) fail("planner: world size must be >= 1, got {}", input.world_size);
   if (input.lengths.empty()) fail("planner: the global minibatch is empty; expected >= 1 sequence");
@@ -105,7 +118,8 @@ Balance parse_balance(const std::string& name) {
   if (name == "local_sort") return Balance::local_sort;
   if (name == "lb_micro") return Balance::lb_micro;
   if (name == "lb_mini") return Balance::lb_mini;
-  fail("data.balance must be one of local_sort, lb_micro, lb_mini; got '{}'", name);
+  if (name == "round_robin") return Balance::round_robin;
+  fail("data.balance must be one of local_sort, lb_micro, lb_mini, round_robin; got '{}'", name);
 }
 
 std::string balance_name(Balance balance) {
@@ -113,6 +127,7 @@ std::string balance_name(Balance balance) {
     case Balance::local_sort: return "local_sort";
     case Balance::lb_micro: return "lb_micro";
     case Balance::lb_mini: return "lb_mini";
+    case Balance::round_robin: return "round_robin";
   }
   fail("unknown Balance value {}", static_cast<int>(balance));
 }
@@ -126,9 +141,14 @@ Plan make_plan(const PlanInput& input) {
 
   Plan plan;
   plan.ranks.reserve(ranks);
-  if (input.balance == Balance::local_sort) {
+  if (input.balance == Balance::local_sort || input.balance == Balance::round_robin) {
     for (const auto& items : planner_detail::round_robin(n, ranks)) {
-      plan.ranks.push_back(local_sort_rank(input.lengths, costs, items));
+      if (input.balance == Balance::local_sort) {
+        plan.ranks.push_back(local_sort_rank(input.lengths, costs, items));
+      } else {
+        const RankItems rank{items, input.lengths, costs, input.token_cap};
+        plan.ranks.push_back(in_order_rank(costs, planner_detail::in_order_microbatches(rank)));
+      }
     }
     return plan;
   }

@@ -31,7 +31,7 @@ inline double set_cost(const std::vector<double>& costs, const std::vector<Index
 Parts karmarkar_karp_impl(const std::vector<double>& costs, std::size_t k, bool equal_size);
 // Swap refinement within the work bounds (see refine_partition), without checking the parts.
 void refine(const std::vector<double>& costs, Parts& parts, bool equal_size);
-// Rank r gets items r, r+N, ...: LocalSort's split.
+// Rank r gets items r, r+N, ...: LocalSort's split (and round_robin's).
 Parts round_robin(std::size_t n, std::size_t ranks);
 // LB-Micro's split: equal counts per rank, the lowest max cost found.
 Parts equal_count_split(const std::vector<double>& costs, std::size_t ranks);
@@ -58,5 +58,8 @@ Parts minimal_microbatches(const RankItems& rank);
 // Exactly m microbatches under the cap, given the rank's minimal packing (m between its size and
 // the number of sequences).
 Parts exact_microbatches(const RankItems& rank, std::size_t m, Parts minimal);
+// In the items' order, each microbatch filled until the next sequence would exceed the cap
+// (pack_in_order): round_robin's packing, no balancing.
+Parts in_order_microbatches(const RankItems& rank);
 
 }  // namespace odc::data::planner_detail

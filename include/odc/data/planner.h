@@ -14,6 +14,9 @@
 //                cost.
 //   lb_mini    : as lb_micro but balancing TOTAL cost per rank (counts may differ) and each rank
 //                keeps its own minimal microbatch count (ODC only: ranks run different counts).
+//   round_robin: no balancing, for ablations and tests: rank r takes items r, r+N, ... and packs
+//                them in order under the cap (pack_in_order); counts may differ (a collective
+//                comm pads the short ranks with empty microbatches).
 // By construction, the largest per-rank cost satisfies lb_mini <= lb_micro <= local_sort: lb_micro
 // also tries the round-robin split and lb_mini also tries lb_micro's split, keeping the better.
 //
@@ -28,8 +31,8 @@
 
 namespace odc::data {
 
-enum class Balance { local_sort, lb_micro, lb_mini };
-// "local_sort" | "lb_micro" | "lb_mini", else odc::Error
+enum class Balance { local_sort, lb_micro, lb_mini, round_robin };
+// "local_sort" | "lb_micro" | "lb_mini" | "round_robin", else odc::Error
 Balance parse_balance(const std::string& name);
 std::string balance_name(Balance balance);
 
@@ -43,8 +46,12 @@ struct PlanInput {
 
 struct RankPlan {
   std::vector<std::vector<std::int64_t>> microbatches;  // indices into PlanInput::lengths, each
-                                                         // ascending; by decreasing cost
+                                                         // ascending; in execution order: by
+                                                         // decreasing cost (round_robin: in
+                                                         // packing order)
   double cost = 0.0;                                     // total cost of the rank's sequences
+                                                         // (round_robin: the sum of its
+                                                         // microbatch costs, in order)
   std::vector<double> microbatch_costs;                  // cost of each microbatch, same order
 };
 

@@ -1,8 +1,9 @@
 // Planner properties on seeded, long-tailed random minibatches (log-normal lengths clipped to
 // [16, 4096]): every sequence planned exactly once, token caps, LB-Micro's equal counts, the
-// constructed ordering lb_mini <= lb_micro <= local_sort of the largest per-rank cost, KK +
-// refinement against brute force, determinism, errors, and the bubble formulas' closed forms.
-// Cost models: test_planner_cost_model.cpp.
+// constructed ordering lb_mini <= lb_micro <= local_sort of the largest per-rank cost,
+// round_robin's greedy in-order packing, KK + refinement against brute force, determinism, errors,
+// and the bubble formulas' closed forms. Cost models: test_planner_cost_model.cpp; round_robin on
+// hand-checked inputs: test_planner_round_robin.cpp.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -171,7 +172,8 @@ double brute_force_max(const std::vector<double>& costs, int k, bool equal_size)
 }  // namespace
 
 TEST_CASE("planner: balance names", "[planner]") {
-  for (auto balance : {Balance::local_sort, Balance::lb_micro, Balance::lb_mini}) {
+  for (auto balance :
+       {Balance::local_sort, Balance::lb_micro, Balance::lb_mini, Balance::round_robin}) {
     REQUIRE(odc::data::parse_balance(odc::data::balance_name(balance)) == balance);
   }
   REQUIRE_THROWS_WITH(odc::data::parse_balance("lb_macro"),
@@ -314,6 +316,33 @@ TEST_CASE("planner: make_plan properties on random long-tailed minibatches", "[p
       }
     }
 
+    // round_robin: LocalSort's split, each rank's items packed in order, each microbatch closed
+    // only when the next sequence would not fit; the rank's cost is the sum of its microbatches'.
+    input.balance = Balance::round_robin;
+    const Plan robin = odc::data::make_plan(input);
+    const auto costs = costs_of(input.lengths, input.cost);
+    for (std::size_t r = 0; r < robin.ranks.size(); ++r) {
+      const auto& rank = robin.ranks[r];
+      std::vector<std::int64_t> in_order;
+      double sum = 0.0;
+      for (std::size_t m = 0; m < rank.microbatches.size(); ++m) {
+        const auto& mb = rank.microbatches[m];
+        std::int64_t tokens = 0;
+        for (auto i : mb) tokens += input.lengths[static_cast<std::size_t>(i)];
+        REQUIRE(tokens <= input.token_cap);
+        if (m + 1 < rank.microbatches.size()) {
+          const auto next = rank.microbatches[m + 1].front();
+          REQUIRE(tokens + input.lengths[static_cast<std::size_t>(next)] > input.token_cap);
+        }
+        REQUIRE(rank.microbatch_costs[m] == part_cost(costs, mb));
+        sum += rank.microbatch_costs[m];
+        in_order.insert(in_order.end(), mb.begin(), mb.end());
+      }
+      REQUIRE(in_order == rank_items(local.ranks[r]));
+      REQUIRE(rank.cost == sum);
+    }
+    REQUIRE(robin.bubble_collective() >= robin.bubble_odc());
+
     input.balance = Balance::lb_mini;
     const Plan mini = odc::data::make_plan(input);
     require_valid_plan(mini, input);
@@ -410,7 +439,8 @@ TEST_CASE("planner: deterministic", "[planner]") {
   input.world_size = 64;
   input.token_cap = 8192;
   input.cost = CostModel::quadratic(1.0 / 2048.0, 1.0);
-  for (auto balance : {Balance::local_sort, Balance::lb_micro, Balance::lb_mini}) {
+  for (auto balance :
+       {Balance::local_sort, Balance::lb_micro, Balance::lb_mini, Balance::round_robin}) {
     input.balance = balance;
     const Plan first = odc::data::make_plan(input);
     const Plan second = odc::data::make_plan(input);
