@@ -14,41 +14,27 @@
 //                cost.
 //   lb_mini    : as lb_micro but balancing TOTAL cost per rank (counts may differ) and each rank
 //                keeps its own minimal microbatch count (ODC only: ranks run different counts).
+//   round_robin: no balancing, for ablations and tests: rank r takes items r, r+N, ... and packs
+//                them in order under the cap (pack_in_order); counts may differ (a collective
+//                comm pads the short ranks with empty microbatches).
 // By construction, the largest per-rank cost satisfies lb_mini <= lb_micro <= local_sort: lb_micro
 // also tries the round-robin split and lb_mini also tries lb_micro's split, keeping the better.
+//
+// The cost model lives in cost_model.h and the partitioning building blocks in partition.h; this
+// header includes both, so it is the one to include for planning.
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "odc/data/cost_model.h"
+#include "odc/data/partition.h"
+
 namespace odc::data {
 
-enum class Balance { local_sort, lb_micro, lb_mini };
-Balance parse_balance(const std::string& name);  // "local_sort" | "lb_micro" | "lb_mini", else odc::Error
+enum class Balance { local_sort, lb_micro, lb_mini, round_robin };
+// "local_sort" | "lb_micro" | "lb_mini" | "round_robin", else odc::Error
+Balance parse_balance(const std::string& name);
 std::string balance_name(Balance balance);
-
-// Cost of one sequence of length s: a*s^2 + b*s. linear: (0, 1); quadratic: fitted or given;
-// flops: from the model shape (linear layers + causal attention), see planner.cpp.
-struct CostModel {
-  std::string kind = "linear";
-  double a = 0.0;
-  double b = 1.0;
-  double cost(std::int64_t length) const {
-    const auto s = static_cast<double>(length);
-    return a * s * s + b * s;
-  }
-  static CostModel linear();
-  static CostModel quadratic(double a, double b);
-  // From training FLOPs (forward + backward): linear_flops_per_token = 6 * (matmul parameters),
-  // attention_flops_per_pair = 12 * q_dim * layers per causal (query, key <= query) pair; a
-  // sequence of s tokens costs linear*s + pair*s(s+1)/2. Normalized by the linear term so a short
-  // sequence costs about its token count. Derivation in planner.cpp.
-  static CostModel flops(double linear_flops_per_token, double attention_flops_per_pair);
-};
-
-// Least-squares fit of cost = a*s^2 + b*s through measured (length, seconds) points (no intercept),
-// constrained to a, b >= 0 (a negative coefficient is clamped to 0 and the other one refitted).
-// odc::Error for mismatched sizes, fewer than 2 distinct lengths, or no positive coefficient.
-CostModel fit_quadratic(const std::vector<std::int64_t>& lengths, const std::vector<double>& seconds);
 
 struct PlanInput {
   std::vector<std::int64_t> lengths;  // the global minibatch, in sampler order
@@ -60,8 +46,12 @@ struct PlanInput {
 
 struct RankPlan {
   std::vector<std::vector<std::int64_t>> microbatches;  // indices into PlanInput::lengths, each
-                                                         // ascending; by decreasing cost
+                                                         // ascending; in execution order: by
+                                                         // decreasing cost (round_robin: in
+                                                         // packing order)
   double cost = 0.0;                                     // total cost of the rank's sequences
+                                                         // (round_robin: the sum of its
+                                                         // microbatch costs, in order)
   std::vector<double> microbatch_costs;                  // cost of each microbatch, same order
 };
 
@@ -88,18 +78,5 @@ struct Plan {
 // Throws odc::Error for a sequence longer than the cap (naming length and cap), an empty
 // minibatch, world_size < 1, or lb_micro when the minibatch does not divide evenly over the ranks.
 Plan make_plan(const PlanInput& input);
-
-// Building blocks (exposed for tests).
-// Karmarkar-Karp largest differencing into k parts; equal_size: part sizes differ by at most one
-// (and are equal when k divides n). Returns k parts of item indices (each ascending), by
-// decreasing cost; costs must be finite and >= 0.
-std::vector<std::vector<std::int64_t>> karmarkar_karp(const std::vector<double>& costs, int k, bool equal_size);
-// Swap refinement: repeatedly tries moving/swapping single items between the most (or least)
-// loaded part and another part, accepting changes that strictly shrink that pair's gap without
-// inverting it (so the largest part cost never rises and the smallest never falls), until none
-// applies or a work bound proportional to items + parts is reached; moves only when !equal_size,
-// so part sizes are preserved when equal_size. Each part is returned ascending.
-void refine_partition(const std::vector<double>& costs, std::vector<std::vector<std::int64_t>>& parts,
-                      bool equal_size);
 
 }  // namespace odc::data

@@ -1,7 +1,9 @@
 // Planner properties on seeded, long-tailed random minibatches (log-normal lengths clipped to
 // [16, 4096]): every sequence planned exactly once, token caps, LB-Micro's equal counts, the
-// constructed ordering lb_mini <= lb_micro <= local_sort of the largest per-rank cost, KK +
-// refinement against brute force, determinism, errors, and the bubble formulas' closed forms.
+// constructed ordering lb_mini <= lb_micro <= local_sort of the largest per-rank cost,
+// round_robin's greedy in-order packing, KK + refinement against brute force, determinism, errors,
+// and the bubble formulas' closed forms. Cost models: test_planner_cost_model.cpp; round_robin on
+// hand-checked inputs: test_planner_round_robin.cpp.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -170,67 +172,12 @@ double brute_force_max(const std::vector<double>& costs, int k, bool equal_size)
 }  // namespace
 
 TEST_CASE("planner: balance names", "[planner]") {
-  for (auto balance : {Balance::local_sort, Balance::lb_micro, Balance::lb_mini}) {
+  for (auto balance :
+       {Balance::local_sort, Balance::lb_micro, Balance::lb_mini, Balance::round_robin}) {
     REQUIRE(odc::data::parse_balance(odc::data::balance_name(balance)) == balance);
   }
   REQUIRE_THROWS_WITH(odc::data::parse_balance("lb_macro"),
                       Catch::Contains("lb_macro") && Catch::Contains("lb_mini"));
-}
-
-TEST_CASE("planner: cost models", "[planner]") {
-  SECTION("linear is the token count") {
-    REQUIRE(CostModel::linear().cost(1000) == 1000.0);
-    REQUIRE(CostModel().kind == "linear");
-  }
-  SECTION("quadratic validates its coefficients") {
-    REQUIRE(CostModel::quadratic(2.0, 3.0).cost(10) == 230.0);
-    REQUIRE_THROWS_AS(CostModel::quadratic(-1.0, 1.0), odc::Error);
-    REQUIRE_THROWS_AS(CostModel::quadratic(0.0, 0.0), odc::Error);
-    REQUIRE_THROWS_AS(CostModel::quadratic(std::nan(""), 1.0), odc::Error);
-  }
-  SECTION("flops: linear*s + pair*s(s+1)/2, divided by the linear term") {
-    // A 7B-like shape: 6 * 6.5e9 linear FLOPs per token, 12 * 4096 * 32 per causal pair.
-    const double linear = 6.0 * 6.5e9;
-    const double pair = 12.0 * 4096.0 * 32.0;
-    const auto model = CostModel::flops(linear, pair);
-    REQUIRE(model.kind == "flops");
-    for (std::int64_t s : {1, 100, 4096, 65536}) {
-      const double sd = static_cast<double>(s);
-      const double flops = linear * sd + pair * sd * (sd + 1.0) / 2.0;
-      REQUIRE(model.cost(s) == Approx(flops / linear).epsilon(1e-12));
-    }
-    REQUIRE(model.cost(1) == Approx(1.0).epsilon(1e-4));  // short sequences cost about their tokens
-    REQUIRE_THROWS_AS(CostModel::flops(0.0, 1.0), odc::Error);
-    REQUIRE_THROWS_AS(CostModel::flops(1.0, -1.0), odc::Error);
-  }
-}
-
-TEST_CASE("planner: fit_quadratic", "[planner]") {
-  SECTION("recovers exact coefficients") {
-    const std::vector<std::int64_t> lengths = {512, 1024, 4096, 16384, 65536};
-    std::vector<double> seconds;
-    for (auto s : lengths) seconds.push_back(3e-9 * double(s) * double(s) + 2e-5 * double(s));
-    const auto fit = odc::data::fit_quadratic(lengths, seconds);
-    REQUIRE(fit.kind == "quadratic");
-    REQUIRE(fit.a == Approx(3e-9).epsilon(1e-9));
-    REQUIRE(fit.b == Approx(2e-5).epsilon(1e-9));
-  }
-  SECTION("a negative curvature is clamped to 0 and b refitted alone") {
-    const std::vector<std::int64_t> lengths = {100, 200, 300};
-    const std::vector<double> seconds = {1.0, 1.5, 1.6};  // concave: unconstrained a < 0
-    const auto fit = odc::data::fit_quadratic(lengths, seconds);
-    REQUIRE(fit.a == 0.0);
-    // 1-D least squares through the origin: b = sum(s*y) / sum(s^2).
-    REQUIRE(fit.b == Approx((100 * 1.0 + 200 * 1.5 + 300 * 1.6) /
-                            (100.0 * 100 + 200.0 * 200 + 300.0 * 300)));
-  }
-  SECTION("errors") {
-    REQUIRE_THROWS_WITH(odc::data::fit_quadratic({512, 512}, {1.0, 1.1}),
-                        Catch::Contains("distinct"));
-    REQUIRE_THROWS_AS(odc::data::fit_quadratic({512, 1024}, {1.0}), odc::Error);
-    REQUIRE_THROWS_WITH(odc::data::fit_quadratic({512, 1024}, {-1.0, -2.0}),
-                        Catch::Contains("positive"));
-  }
 }
 
 TEST_CASE("planner: Karmarkar-Karp worked example and refinement", "[planner]") {
@@ -369,6 +316,33 @@ TEST_CASE("planner: make_plan properties on random long-tailed minibatches", "[p
       }
     }
 
+    // round_robin: LocalSort's split, each rank's items packed in order, each microbatch closed
+    // only when the next sequence would not fit; the rank's cost is the sum of its microbatches'.
+    input.balance = Balance::round_robin;
+    const Plan robin = odc::data::make_plan(input);
+    const auto costs = costs_of(input.lengths, input.cost);
+    for (std::size_t r = 0; r < robin.ranks.size(); ++r) {
+      const auto& rank = robin.ranks[r];
+      std::vector<std::int64_t> in_order;
+      double sum = 0.0;
+      for (std::size_t m = 0; m < rank.microbatches.size(); ++m) {
+        const auto& mb = rank.microbatches[m];
+        std::int64_t tokens = 0;
+        for (auto i : mb) tokens += input.lengths[static_cast<std::size_t>(i)];
+        REQUIRE(tokens <= input.token_cap);
+        if (m + 1 < rank.microbatches.size()) {
+          const auto next = rank.microbatches[m + 1].front();
+          REQUIRE(tokens + input.lengths[static_cast<std::size_t>(next)] > input.token_cap);
+        }
+        REQUIRE(rank.microbatch_costs[m] == part_cost(costs, mb));
+        sum += rank.microbatch_costs[m];
+        in_order.insert(in_order.end(), mb.begin(), mb.end());
+      }
+      REQUIRE(in_order == rank_items(local.ranks[r]));
+      REQUIRE(rank.cost == sum);
+    }
+    REQUIRE(robin.bubble_collective() >= robin.bubble_odc());
+
     input.balance = Balance::lb_mini;
     const Plan mini = odc::data::make_plan(input);
     require_valid_plan(mini, input);
@@ -465,7 +439,8 @@ TEST_CASE("planner: deterministic", "[planner]") {
   input.world_size = 64;
   input.token_cap = 8192;
   input.cost = CostModel::quadratic(1.0 / 2048.0, 1.0);
-  for (auto balance : {Balance::local_sort, Balance::lb_micro, Balance::lb_mini}) {
+  for (auto balance :
+       {Balance::local_sort, Balance::lb_micro, Balance::lb_mini, Balance::round_robin}) {
     input.balance = balance;
     const Plan first = odc::data::make_plan(input);
     const Plan second = odc::data::make_plan(input);

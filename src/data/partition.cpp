@@ -1,0 +1,503 @@
+// Number partitioning for the planner: Karmarkar-Karp largest differencing, a swap/move
+// refinement, a longest-first greedy, and the splits of a minibatch over the ranks built from them
+// (LocalSort's round-robin, LB-Micro's equal counts, LB-Mini's free counts).
+//
+// Guarantees by construction (max_cost = the largest per-rank total cost, in set_cost sums):
+//   max_cost(lb_micro) <= max_cost(local_sort): LB-Micro also evaluates the round-robin split
+//     (which is exactly LocalSort's rank assignment and has equal counts) and keeps it when it is
+//     better.
+//   max_cost(lb_mini) <= max_cost(lb_micro) (when lb_micro is defined, n % D == 0): LB-Mini also
+//     evaluates LB-Micro's split and keeps it when its max cost is lower.
+// The reference keeps the equal-count split when its max-min spread is smaller; comparing the max
+// is what the minibatch barrier pays for, and it is what makes the chain above exact.
+#include "odc/data/partition.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <queue>
+#include <set>
+#include <utility>
+
+#include "odc/core/error.h"
+#include "planner_parts.h"
+
+namespace odc::data::planner_detail {
+
+// ---- Karmarkar-Karp -----------------------------------------------------------------------------
+
+namespace {
+
+// A partial solution is a k-tuple of disjoint subsets. Start with one tuple per item (or, equal
+// size, per group of k consecutive items in decreasing cost, one item per subset). Repeatedly take
+// the two tuples with the largest spread (max - min subset cost) and merge them: sort both by
+// decreasing cost and unite the i-th largest of one with the i-th smallest of the other, so the
+// large differences cancel. Equal size: every tuple but (at most) the one built from the last,
+// incomplete group has equal subset sizes, so uniting subsets pairwise keeps sizes within one.
+
+// One subset: its cost, and its items as a singly linked list through a shared `next` array, so
+// that uniting two subsets is O(1) instead of copying item lists on every merge.
+struct Subset {
+  double sum = 0.0;
+  Index head = -1;
+  Index tail = -1;
+};
+
+// A k-tuple stores only its non-empty subsets, by decreasing cost (ties: smaller head item first);
+// the remaining k - size are empty with cost 0. A fresh singleton is then O(1) instead of O(k),
+// which keeps n items over 1024 parts cheap.
+struct Tuple {
+  std::vector<Subset> subsets;
+};
+
+struct HeapEntry {
+  double spread;
+  Index id;  // creation order: the deterministic tie-break
+};
+
+struct HeapOrder {
+  bool operator()(const HeapEntry& x, const HeapEntry& y) const {
+    if (x.spread != y.spread) return x.spread < y.spread;  // largest spread on top
+    return x.id > y.id;                                    // then the oldest tuple
+  }
+};
+
+double spread_of(const Tuple& tuple, std::size_t k) {
+  if (tuple.subsets.empty()) return 0.0;
+  const double low = tuple.subsets.size() < k ? 0.0 : tuple.subsets.back().sum;
+  return tuple.subsets.front().sum - low;
+}
+
+// Decreasing cost, ties by head item: a total order (heads are distinct), so sorting and merging
+// sorted runs give the same unique sequence.
+bool subset_before(const Subset& x, const Subset& y) {
+  if (x.sum != y.sum) return x.sum > y.sum;
+  return x.head < y.head;
+}
+
+void sort_subsets(std::vector<Subset>& subsets) {
+  std::sort(subsets.begin(), subsets.end(), subset_before);
+}
+
+// v[0, mid) and v[mid, end) are sorted; make all of v sorted. A short tail is inserted element by
+// element (binary search + rotate, no allocation): the common case of a singleton joining a tuple.
+void merge_sorted_tail(std::vector<Subset>& v, std::size_t mid) {
+  if (v.size() - mid <= 8) {
+    for (std::size_t j = mid; j < v.size(); ++j) {
+      const auto at = v.begin() + static_cast<std::ptrdiff_t>(j);
+      std::rotate(std::upper_bound(v.begin(), at, *at, subset_before), at, at + 1);
+    }
+  } else {
+    std::inplace_merge(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end(),
+                       subset_before);
+  }
+}
+
+// Merges b into a. Position i unites a's i-th largest subset with b's (k-1-i)-th largest (the
+// pairing is symmetric, so a can be the larger tuple and be reused). Only positions in [k - nb, na)
+// unite two non-empty subsets; elsewhere a subset passes unchanged, and those form two runs that
+// are already sorted (a's first and b's first entries). So only the united ones need sorting and
+// three sorted runs are merged: a full tuple meeting a singleton costs a binary search and a
+// memmove instead of a sort of k entries.
+template <typename Unite>
+void merge_tuples(std::vector<Subset>& a, std::vector<Subset>& b, std::size_t k, Unite&& unite) {
+  if (b.size() > a.size()) std::swap(a, b);
+  const std::size_t na = a.size();
+  const std::size_t nb = b.size();
+  const std::size_t united_from = k - std::min(k, nb);
+  const std::size_t kept_a = std::min(na, united_from);
+  const std::size_t kept_b = k - std::max(na, united_from);
+  for (std::size_t i = kept_a; i < na; ++i) a[i] = unite(a[i], b[k - 1 - i]);
+  std::sort(a.begin() + static_cast<std::ptrdiff_t>(kept_a), a.end(), subset_before);
+  merge_sorted_tail(a, kept_a);
+  a.insert(a.end(), b.begin(), b.begin() + static_cast<std::ptrdiff_t>(kept_b));
+  merge_sorted_tail(a, na);
+}
+
+}  // namespace
+
+Parts karmarkar_karp_impl(const std::vector<double>& costs, std::size_t k, bool equal_size) {
+  const std::size_t n = costs.size();
+  Parts parts(k);
+  if (n == 0) return parts;
+  std::vector<Index> next(n, -1);
+  std::vector<Tuple> tuples;  // indexed by id; merged-away tuples are left empty
+  tuples.reserve(2 * n);
+  std::priority_queue<HeapEntry, std::vector<HeapEntry>, HeapOrder> heap;
+  auto push = [&](Tuple tuple) {
+    const auto id = static_cast<Index>(tuples.size());
+    heap.push({spread_of(tuple, k), id});
+    tuples.push_back(std::move(tuple));
+  };
+
+  if (equal_size) {
+    std::vector<Index> order(n);
+    std::iota(order.begin(), order.end(), Index{0});
+    std::sort(order.begin(), order.end(), [&](Index x, Index y) {
+      if (costs[as_size(x)] != costs[as_size(y)]) return costs[as_size(x)] > costs[as_size(y)];
+      return x < y;
+    });
+    for (std::size_t start = 0; start < n; start += k) {
+      Tuple tuple;
+      for (std::size_t j = start; j < std::min(n, start + k); ++j) {
+        tuple.subsets.push_back({costs[as_size(order[j])], order[j], order[j]});
+      }
+      sort_subsets(tuple.subsets);  // already decreasing; this only fixes equal-cost tie order
+      push(std::move(tuple));
+    }
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto item = static_cast<Index>(i);
+      push(Tuple{{Subset{costs[i], item, item}}});
+    }
+  }
+
+  auto unite = [&](const Subset& x, const Subset& y) {  // both non-empty
+    next[as_size(x.tail)] = y.head;
+    return Subset{x.sum + y.sum, x.head, y.tail};
+  };
+
+  while (heap.size() > 1) {
+    const HeapEntry first = heap.top();
+    heap.pop();
+    const HeapEntry second = heap.top();
+    heap.pop();
+    Tuple a = std::move(tuples[as_size(first.id)]);
+    Tuple b = std::move(tuples[as_size(second.id)]);
+    merge_tuples(a.subsets, b.subsets, k, unite);
+    push(std::move(a));
+  }
+
+  const Tuple& last = tuples[as_size(heap.top().id)];
+  for (std::size_t p = 0; p < last.subsets.size(); ++p) {
+    for (Index item = last.subsets[p].head; item >= 0; item = next[as_size(item)]) {
+      parts[p].push_back(item);
+      if (item == last.subsets[p].tail) break;
+    }
+    std::sort(parts[p].begin(), parts[p].end());
+  }
+  return parts;
+}
+
+// ---- refinement ---------------------------------------------------------------------------------
+
+namespace {
+
+struct Entry {
+  double cost;
+  Index item;
+  bool operator<(const Entry& other) const {
+    if (cost != other.cost) return cost < other.cost;
+    return item < other.item;
+  }
+};
+
+// A change between a heavier part `hi` and a lighter part `lo` that moves `delta` of cost from hi
+// to lo, with 0 < delta <= gap/2: the pair's gap strictly shrinks and does not invert. Then the
+// sum of squared part costs drops by 2*delta*(gap - delta) > 0, so the search cannot cycle; and
+// neither the maximum part cost can grow (hi shrinks, lo grows to at most hi's new cost) nor the
+// minimum shrink.
+struct Change {
+  double delta = 0.0;
+  std::size_t hi_pos = 0;  // position in hi's sorted entries
+  std::size_t lo_pos = 0;  // position in lo's sorted entries (swaps only)
+  bool is_move = false;
+};
+
+class Refiner {
+ public:
+  Refiner(const std::vector<double>& costs, Parts& parts, bool equal_size)
+      : parts_(parts),
+        equal_size_(equal_size),
+        entries_(parts.size()),
+        sums_(parts.size()),
+        version_(parts.size(), 0),
+        seen_(parts.size(), 0) {
+    for (std::size_t p = 0; p < parts.size(); ++p) {
+      for (Index item : parts[p]) entries_[p].push_back({costs[as_size(item)], item});
+      std::sort(entries_[p].begin(), entries_[p].end());
+      sums_[p] = sum_of(p);
+      order_.insert({sums_[p], p});
+    }
+  }
+
+  // Applies changes until none applies or a bound is reached, then writes the parts back.
+  void run(std::size_t max_changes, std::size_t max_pair_checks) {
+    for (std::size_t change = 0; change < max_changes && pair_checks_ < max_pair_checks; ++change) {
+      if (!step()) break;
+    }
+    for (std::size_t p = 0; p < parts_.size(); ++p) {
+      parts_[p].clear();
+      for (const Entry& e : entries_[p]) parts_[p].push_back(e.item);
+      std::sort(parts_[p].begin(), parts_[p].end());
+    }
+  }
+
+ private:
+  // The entries are sorted by (cost, item), a canonical order of the set, so summing them in it
+  // makes the part's cost a function of its content only.
+  double sum_of(std::size_t p) const {
+    double sum = 0.0;
+    for (const Entry& e : entries_[p]) sum += e.cost;
+    return sum;
+  }
+
+  // One accepted change, or false when none applies. The most loaded part is paired with the
+  // others, lightest first (largest gap, most room); failing that the least loaded with the
+  // others, heaviest first. The first pair that admits an improving change takes its best one.
+  bool step() {
+    if (order_.size() < 2) return false;
+    return scan(order_.rbegin()->second, true, top_cache_) ||
+           scan(order_.begin()->second, false, bottom_cache_);
+  }
+
+  // Whether a pair admits a change depends only on the two parts' contents. So once the anchor
+  // (the top or bottom part) has been scanned in vain, the next scan of the same, unmodified anchor
+  // only needs the parts modified since: the result is what a full scan would give, but a part
+  // stuck at the top no longer costs O(k) pairs per step.
+  struct ScanCache {
+    std::size_t part = std::numeric_limits<std::size_t>::max();
+    std::uint64_t version = 0;
+    std::size_t log_position = 0;  // modifications before this one were checked against the anchor
+  };
+
+  bool scan(std::size_t anchor, bool anchor_is_top, ScanCache& cache) {
+    const std::size_t log_at_start = log_.size();
+    auto attempt = [&](std::size_t other) {
+      return anchor_is_top ? try_pair(anchor, other) : try_pair(other, anchor);
+    };
+    // Candidates come lightest first for the top anchor and heaviest first for the bottom one,
+    // so the gap to the anchor shrinks along the scan and the first empty gap ends it.
+    auto has_gap = [&](std::size_t other) {
+      return anchor_is_top ? sums_[anchor] > sums_[other] : sums_[other] > sums_[anchor];
+    };
+    if (cache.part == anchor && cache.version == version_[anchor]) {
+      std::vector<std::size_t> changed;
+      ++stamp_;
+      for (std::size_t pos = cache.log_position; pos < log_.size(); ++pos) {
+        const std::size_t p = log_[pos];
+        if (p == anchor || seen_[p] == stamp_) continue;
+        seen_[p] = stamp_;
+        changed.push_back(p);
+      }
+      std::sort(changed.begin(), changed.end(), [&](std::size_t x, std::size_t y) {
+        const std::pair<double, std::size_t> kx{sums_[x], x}, ky{sums_[y], y};
+        return anchor_is_top ? kx < ky : ky < kx;
+      });
+      for (std::size_t other : changed) {
+        if (!has_gap(other)) break;
+        if (attempt(other)) return true;
+      }
+    } else if (anchor_is_top) {
+      for (auto it = order_.begin(); it != order_.end() && has_gap(it->second); ++it) {
+        if (attempt(it->second)) return true;
+      }
+    } else {
+      for (auto it = order_.rbegin(); it != order_.rend() && has_gap(it->second); ++it) {
+        if (attempt(it->second)) return true;
+      }
+    }
+    cache = {anchor, version_[anchor], log_at_start};
+    return false;
+  }
+
+  bool try_pair(std::size_t hi, std::size_t lo) {
+    ++pair_checks_;
+    const double half = (sums_[hi] - sums_[lo]) / 2.0;
+    Change best;
+    const auto& h = entries_[hi];
+    const auto& l = entries_[lo];
+    // Swap: for each x in hi (ascending), the cheapest y in lo with cost(x) - cost(y) <= half gives
+    // that x's largest admissible delta; the threshold rises with x, so one forward pointer does.
+    std::size_t j = 0;
+    for (std::size_t i = 0; i < h.size(); ++i) {
+      const double threshold = h[i].cost - half;
+      while (j < l.size() && l[j].cost < threshold) ++j;
+      for (std::size_t jj = j; jj < l.size() && jj <= j + 1; ++jj) {  // +1: rounding at threshold
+        const double delta = h[i].cost - l[jj].cost;
+        if (delta > 0.0 && delta <= half && delta > best.delta) best = {delta, i, jj, false};
+        if (delta <= half) break;
+      }
+    }
+    if (!equal_size_) {
+      // Move: the costliest item of hi that is at most half the gap.
+      auto it = std::upper_bound(h.begin(), h.end(), half,
+                                 [](double value, const Entry& e) { return value < e.cost; });
+      if (it != h.begin()) {
+        --it;
+        if (it->cost > best.delta) {
+          best = {it->cost, static_cast<std::size_t>(it - h.begin()), 0, true};
+        }
+      }
+    }
+    if (!(best.delta > 0.0)) return false;
+    apply(hi, lo, best);
+    return true;
+  }
+
+  void apply(std::size_t hi, std::size_t lo, const Change& change) {
+    auto& h = entries_[hi];
+    auto& l = entries_[lo];
+    const Entry from_hi = h[change.hi_pos];
+    h.erase(h.begin() + static_cast<std::ptrdiff_t>(change.hi_pos));
+    if (!change.is_move) {
+      const Entry from_lo = l[change.lo_pos];
+      l.erase(l.begin() + static_cast<std::ptrdiff_t>(change.lo_pos));
+      h.insert(std::upper_bound(h.begin(), h.end(), from_lo), from_lo);
+    }
+    l.insert(std::upper_bound(l.begin(), l.end(), from_hi), from_hi);
+    for (std::size_t p : {hi, lo}) {
+      order_.erase({sums_[p], p});
+      sums_[p] = sum_of(p);
+      order_.insert({sums_[p], p});
+      ++version_[p];
+      log_.push_back(p);
+    }
+  }
+
+  Parts& parts_;
+  bool equal_size_;
+  std::vector<std::vector<Entry>> entries_;  // per part, ascending (cost, item)
+  std::vector<double> sums_;
+  std::set<std::pair<double, std::size_t>> order_;  // (cost, part): lightest first
+  std::vector<std::uint64_t> version_;              // per part, bumped on every modification
+  std::vector<std::size_t> log_;                    // modified parts, in order
+  std::vector<std::uint64_t> seen_;                 // dedup stamps for a cached scan
+  std::uint64_t stamp_ = 0;
+  ScanCache top_cache_;
+  ScanCache bottom_cache_;
+  std::size_t pair_checks_ = 0;  // work done, for the bound
+};
+
+// Refinement bounds. Every accepted change strictly lowers the sum of squared part costs, so the
+// search ends on its own, but with many parts and few items per part it can creep along in tiny
+// steps for a long time; the bounds keep planning time near-linear. Pair checks (each O(items of
+// the two parts)) measure the work; 32 per item or part is where the gains had flattened out on
+// long-tailed inputs (checked up to 16384 sequences x 1024 ranks).
+std::size_t refine_iterations(std::size_t n, std::size_t k) { return 4 * (n + k) + 64; }
+std::size_t refine_pair_checks(std::size_t n, std::size_t k) { return 32 * (n + k) + 1024; }
+
+}  // namespace
+
+void refine(const std::vector<double>& costs, Parts& parts, bool equal_size) {
+  Refiner(costs, parts, equal_size)
+      .run(refine_iterations(costs.size(), parts.size()),
+           refine_pair_checks(costs.size(), parts.size()));
+}
+
+// ---- splits over the ranks ----------------------------------------------------------------------
+
+Parts round_robin(std::size_t n, std::size_t ranks) {
+  Parts parts(ranks);
+  for (std::size_t i = 0; i < n; ++i) parts[i % ranks].push_back(static_cast<Index>(i));
+  return parts;
+}
+
+namespace {
+
+double max_set_cost(const std::vector<double>& costs, const Parts& parts) {
+  double worst = 0.0;
+  for (const auto& part : parts) worst = std::max(worst, set_cost(costs, part));
+  return worst;
+}
+
+// Equal counts by greed: longest first, each into the lightest part that still has room (the first
+// n % k parts hold one more). With few sequences per rank, verl-style equal-size KK forces one item
+// of every size quantile into each part, so the part holding the longest sequence also receives
+// mid-size ones; this greedy gives the longest sequences the shortest partners, which the
+// refinement would otherwise reach only slowly.
+Parts greedy_equal_count(const std::vector<double>& costs, std::size_t ranks) {
+  const std::size_t n = costs.size();
+  std::vector<Index> order(n);
+  std::iota(order.begin(), order.end(), Index{0});
+  std::sort(order.begin(), order.end(), [&](Index x, Index y) {
+    if (costs[as_size(x)] != costs[as_size(y)]) return costs[as_size(x)] > costs[as_size(y)];
+    return x < y;
+  });
+  Parts parts(ranks);
+  std::set<std::pair<double, std::size_t>> open;  // (cost, part) of the parts with room
+  for (std::size_t p = 0; p < ranks; ++p) open.insert({0.0, p});
+  std::vector<double> sums(ranks, 0.0);
+  for (Index item : order) {
+    const std::size_t p = open.begin()->second;
+    open.erase(open.begin());
+    parts[p].push_back(item);
+    sums[p] += costs[as_size(item)];
+    const std::size_t room = n / ranks + (p < n % ranks ? 1 : 0);
+    if (parts[p].size() < room) open.insert({sums[p], p});
+  }
+  for (auto& part : parts) std::sort(part.begin(), part.end());
+  return parts;
+}
+
+
+}  // namespace
+
+// LB-Micro's split: equal counts. The refined better start (equal-size KK or the greedy), or the
+// round-robin split (LocalSort's) if that has the lower max cost.
+Parts equal_count_split(const std::vector<double>& costs, std::size_t ranks) {
+  Parts kk = karmarkar_karp_impl(costs, ranks, true);
+  Parts greedy = greedy_equal_count(costs, ranks);
+  Parts best =
+      max_set_cost(costs, greedy) < max_set_cost(costs, kk) ? std::move(greedy) : std::move(kk);
+  refine(costs, best, true);
+  Parts rr = round_robin(costs.size(), ranks);
+  if (max_set_cost(costs, rr) < max_set_cost(costs, best)) return rr;
+  return best;
+}
+
+// LB-Mini's split: total cost balanced, counts free; LB-Micro's split kept when it is better.
+Parts free_count_split(const std::vector<double>& costs, std::size_t ranks) {
+  Parts kk = karmarkar_karp_impl(costs, ranks, false);
+  refine(costs, kk, false);
+  if (costs.size() % ranks == 0) {
+    Parts equal = equal_count_split(costs, ranks);
+    if (max_set_cost(costs, equal) < max_set_cost(costs, kk)) return equal;
+  }
+  return kk;
+}
+
+}  // namespace odc::data::planner_detail
+
+namespace odc::data {
+
+using planner_detail::as_size;
+using planner_detail::Index;
+
+namespace {
+
+void check_costs(const std::vector<double>& costs) {
+  for (std::size_t i = 0; i < costs.size(); ++i) {
+    if (!std::isfinite(costs[i]) || costs[i] < 0.0) {
+      fail("planner: item {} has cost {}; expected a finite cost >= 0", i, costs[i]);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<std::int64_t>> karmarkar_karp(const std::vector<double>& costs, int k,
+                                                      bool equal_size) {
+  if (k < 1) fail("karmarkar_karp: number of parts must be >= 1, got {}", k);
+  check_costs(costs);
+  return planner_detail::karmarkar_karp_impl(costs, static_cast<std::size_t>(k), equal_size);
+}
+
+void refine_partition(const std::vector<double>& costs,
+                      std::vector<std::vector<std::int64_t>>& parts, bool equal_size) {
+  check_costs(costs);
+  std::vector<bool> seen(costs.size(), false);
+  for (const auto& part : parts) {
+    for (Index item : part) {
+      if (item < 0 || as_size(item) >= costs.size() || seen[as_size(item)]) {
+        fail("refine_partition: item {} is out of range [0, {}) or appears twice", item,
+             costs.size());
+      }
+      seen[as_size(item)] = true;
+    }
+  }
+  planner_detail::refine(costs, parts, equal_size);
+}
+
+}  // namespace odc::data

@@ -1,0 +1,65 @@
+#pragma once
+// Private pieces of the planner (src/data/partition.cpp, microbatches.cpp, planner.cpp): the
+// unchecked building blocks behind make_plan, karmarkar_karp and refine_partition.
+//
+// Determinism: every rank runs this code on the same input and must get a bitwise identical plan.
+// So every sort uses a total order (ties broken by item or part index), no container is iterated in
+// an address-dependent order, and every set's cost is summed in one canonical order (ascending item
+// index, set_cost) wherever costs are compared across candidate plans.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace odc::data::planner_detail {
+
+using Index = std::int64_t;
+using Parts = std::vector<std::vector<Index>>;
+
+inline std::size_t as_size(Index i) { return static_cast<std::size_t>(i); }
+
+// Cost of a set of items, summed in ascending index order so that the same set always gets the same
+// double, whichever plan it appears in. `items` must be ascending.
+inline double set_cost(const std::vector<double>& costs, const std::vector<Index>& items) {
+  double sum = 0.0;
+  for (Index i : items) sum += costs[as_size(i)];
+  return sum;
+}
+
+// ---- partition.cpp ------------------------------------------------------------------------------
+
+// Karmarkar-Karp into k parts (see karmarkar_karp in partition.h), without checking the costs.
+Parts karmarkar_karp_impl(const std::vector<double>& costs, std::size_t k, bool equal_size);
+// Swap refinement within the work bounds (see refine_partition), without checking the parts.
+void refine(const std::vector<double>& costs, Parts& parts, bool equal_size);
+// Rank r gets items r, r+N, ...: LocalSort's split (and round_robin's).
+Parts round_robin(std::size_t n, std::size_t ranks);
+// LB-Micro's split: equal counts per rank, the lowest max cost found.
+Parts equal_count_split(const std::vector<double>& costs, std::size_t ranks);
+// LB-Mini's split: total cost balanced, counts free; never a higher max cost than LB-Micro's.
+Parts free_count_split(const std::vector<double>& costs, std::size_t ranks);
+
+// ---- microbatches.cpp ---------------------------------------------------------------------------
+
+// The sequences of one rank, as global indices (ascending), and what packing needs of them.
+struct RankItems {
+  const std::vector<Index>& items;
+  const std::vector<std::int64_t>& lengths;
+  const std::vector<double>& costs;
+  std::int64_t cap;
+
+  std::int64_t tokens(const std::vector<Index>& microbatch) const;
+  bool fits(const Parts& microbatches) const;
+  // KK by cost over the given global indices into m parts; empty parts dropped.
+  Parts kk(const std::vector<Index>& subset, std::size_t m) const;
+};
+
+// The rank's sequences in the fewest microbatches found that respect the cap.
+Parts minimal_microbatches(const RankItems& rank);
+// Exactly m microbatches under the cap, given the rank's minimal packing (m between its size and
+// the number of sequences).
+Parts exact_microbatches(const RankItems& rank, std::size_t m, Parts minimal);
+// In the items' order, each microbatch filled until the next sequence would exceed the cap
+// (pack_in_order): round_robin's packing, no balancing.
+Parts in_order_microbatches(const RankItems& rank);
+
+}  // namespace odc::data::planner_detail
