@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "odc/core/error.h"
+#include "odc/core/text.h"
 #include "odc/data/dataset.h"
 
 namespace odc::sim {
@@ -32,13 +33,6 @@ double normal_at(std::uint64_t seed, std::int64_t index) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
 }
 
-std::string trim(const std::string& text) {
-  const auto begin = text.find_first_not_of(" \t\r");
-  if (begin == std::string::npos) return {};
-  const auto end = text.find_last_not_of(" \t\r");
-  return text.substr(begin, end - begin + 1);
-}
-
 }  // namespace
 
 std::vector<std::int64_t> read_length_file(const std::string& path) {
@@ -50,7 +44,7 @@ std::vector<std::int64_t> read_length_file(const std::string& path) {
   while (std::getline(in, line)) {
     ++number;
     const auto comment = line.find('#');
-    const std::string text = trim(comment == std::string::npos ? line : line.substr(0, comment));
+    const std::string text = trim(std::string_view(line).substr(0, comment), " \t\r");
     if (text.empty()) continue;
     std::int64_t value = 0;
     const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
