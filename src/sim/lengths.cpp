@@ -4,11 +4,11 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
-#include <numbers>
 
 #include <fmt/format.h>
 
 #include "odc/core/error.h"
+#include "odc/core/random.h"
 #include "odc/core/text.h"
 #include "odc/data/dataset.h"
 
@@ -16,21 +16,11 @@ namespace odc::sim {
 
 namespace {
 
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// Standard normal of sequence `index` (Box-Muller on two counter-based uniforms).
+// Standard normal of sequence `index`: counter-based, so a sequence's length does not depend on
+// how many are drawn.
 double normal_at(std::uint64_t seed, std::int64_t index) {
-  const std::uint64_t stream = splitmix64(seed ^ (static_cast<std::uint64_t>(index) * 0xD1B54A32D192ED03ULL));
-  const std::uint64_t a = splitmix64(stream);
-  const std::uint64_t b = splitmix64(stream ^ 0x5851F42D4C957F2DULL);
-  const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]: log stays finite
-  const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+  const std::uint64_t stream = splitmix64(substream_seed(seed, static_cast<std::uint64_t>(index)));
+  return normal_from_bits(splitmix64(stream), splitmix64(stream ^ 0x5851F42D4C957F2DULL));
 }
 
 }  // namespace
