@@ -27,14 +27,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "odc/backend/cpu_backend.h"
 #include "odc/core/error.h"
 #include "odc/kernels/matmul.h"
 #include "odc/model/batch.h"
 #include "odc/model/llama_config.h"
-#include "odc/backend/cpu_backend.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/param_io.h"
-#include "odc/model/units.h"
+#include "odc/model/resident_weights.h"
 
 namespace {
 
@@ -110,28 +109,6 @@ Options parse_options(int argc, char** argv) {
   return o;
 }
 
-class ResidentParams final : public odc::model::ParamSource {
- public:
-  explicit ResidentParams(const std::vector<std::vector<float>>& units) : units_(units) {}
-  const float* acquire(int unit) override { return units_[static_cast<std::size_t>(unit)].data(); }
-  void release(int) override {}
-
- private:
-  const std::vector<std::vector<float>>& units_;
-};
-
-// Gradients keep accumulating across iterations: the values are irrelevant to the timing and
-// zeroing them is the trainer's cost, not the model's.
-class ResidentGrads final : public odc::model::GradSink {
- public:
-  explicit ResidentGrads(std::vector<std::vector<float>>& units) : units_(units) {}
-  float* grad_buffer(int unit) override { return units_[static_cast<std::size_t>(unit)].data(); }
-  void push_grad(int) override {}
-
- private:
-  std::vector<std::vector<float>>& units_;
-};
-
 template <typename F>
 double seconds_per_call(int warmup, int iters, F&& body) {
   for (int i = 0; i < warmup; ++i) body();
@@ -151,15 +128,10 @@ int run(const Options& o) {
   const auto config = odc::model::LlamaConfig::from_json(hf, "command line", true);
   config.validate("command line");
 
-
   odc::model::LlamaModel model(config, std::make_unique<odc::backend::CpuBackend>(o.threads));
-  std::vector<std::vector<float>> params;
-  std::vector<std::vector<float>> grads;
-  for (const auto& unit : model.units()) {
-    params.emplace_back(static_cast<std::size_t>(unit.numel));
-    grads.emplace_back(static_cast<std::size_t>(unit.numel), 0.0f);
-    odc::model::init_unit_range(unit, config, o.seed, 0, unit.numel, params.back().data());
-  }
+  // Gradients keep accumulating across iterations: the values are irrelevant to the timing and
+  // zeroing them is the trainer's cost, not the model's.
+  odc::model::ResidentWeights weights(model.units(), config, o.seed);
 
   std::mt19937_64 rng(o.seed);
   std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(o.vocab - 1));
@@ -173,11 +145,9 @@ int run(const Options& o) {
     batch.append(ids.data(), nullptr, n, weight);
   }
 
-  ResidentParams source(params);
-  ResidentGrads sink(grads);
   double loss = 0.0;
   const double model_seconds = seconds_per_call(o.warmup, o.iters, [&] {
-    loss = model.train_microbatch(batch, source, sink).weighted_loss;
+    loss = model.train_microbatch(batch, weights, weights).weighted_loss;
   });
 
   double attention_flops = 0.0;

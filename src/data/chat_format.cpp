@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "odc/core/error.h"
+#include "odc/core/text.h"
 
 namespace odc::data {
 
@@ -60,50 +61,6 @@ std::string config_chat_template(const json& config) {
     }
   }
   return all;
-}
-
-// Python's str.strip() (what Jinja's trim filter calls): Unicode whitespace at both ends.
-bool is_python_space(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
-         c == 0x3000;
-}
-
-char32_t decode_at(std::string_view text, std::size_t pos, std::size_t& length) {
-  const auto byte = [&](std::size_t i) { return static_cast<char32_t>(static_cast<unsigned char>(text[pos + i])); };
-  const char32_t lead = byte(0);
-  if (lead < 0x80 || pos + 1 >= text.size()) {
-    length = 1;
-    return lead;
-  }
-  if (lead < 0xE0) {
-    length = 2;
-    return ((lead & 0x1F) << 6) | (byte(1) & 0x3F);
-  }
-  if (lead < 0xF0 && pos + 2 < text.size()) {
-    length = 3;
-    return ((lead & 0x0F) << 12) | ((byte(1) & 0x3F) << 6) | (byte(2) & 0x3F);
-  }
-  length = 1;  // 4-byte characters are never whitespace
-  return 0x10000;
-}
-
-std::string trim(std::string_view text) {
-  std::size_t begin = 0;
-  while (begin < text.size()) {
-    std::size_t length = 0;
-    if (!is_python_space(decode_at(text, begin, length))) break;
-    begin += length;
-  }
-  std::size_t end = text.size();
-  while (end > begin) {
-    std::size_t start = end - 1;
-    while (start > begin && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
-    std::size_t length = 0;
-    if (!is_python_space(decode_at(text, start, length))) break;
-    end = start;
-  }
-  return std::string(text.substr(begin, end - begin));
 }
 
 void append(TokenizedSample& sample, const std::vector<std::int32_t>& ids, bool target) {
@@ -224,7 +181,7 @@ TokenizedSample ChatFormatter::format_messages(const json& messages, const std::
       append(sample, tokenizer_.encode(role), false);
       append(sample, header_end_, false);
       append(sample, tokenizer_.encode("\n\n"), false);
-      append(sample, tokenizer_.encode(trim(content)), target);
+      append(sample, tokenizer_.encode(strip(content, is_python_whitespace)), target);
       append(sample, turn_end_, target);
     } else {
       append(sample, tokenizer_.encode(role + "\n"), false);
@@ -249,7 +206,7 @@ std::vector<std::int32_t> ChatFormatter::generation_prompt(const std::string& us
       append(sample, header_end_, false);
       append(sample, tokenizer_.encode("\n\n"), false);
       if (role == "user") {
-        append(sample, tokenizer_.encode(trim(user_message)), false);
+        append(sample, tokenizer_.encode(strip(user_message, is_python_whitespace)), false);
         append(sample, turn_end_, false);
       }
     } else {

@@ -1,34 +1,15 @@
-// In-order packing and the epoch sampler. The shuffle uses its own generator (splitmix64) and an
-// unbiased bounded draw, so every rank and every platform computes the same permutation: the global
-// minibatch plan depends on all ranks agreeing on it.
+// In-order packing and the epoch sampler. The shuffle draws from core/random.h (splitmix64 and an
+// unbiased bounded draw), so every rank and every platform computes the same permutation: the
+// global minibatch plan depends on all ranks agreeing on it.
 #include "odc/data/packing.h"
 
 #include <numeric>
 #include <utility>
 
 #include "odc/core/error.h"
+#include "odc/core/random.h"
 
 namespace odc::data {
-
-namespace {
-
-std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-// Uniform in [0, bound) without modulo bias.
-std::uint64_t uniform_below(std::uint64_t& state, std::uint64_t bound) {
-  const std::uint64_t threshold = (0 - bound) % bound;
-  for (;;) {
-    const std::uint64_t r = splitmix64(state);
-    if (r >= threshold) return r % bound;
-  }
-}
-
-}  // namespace
 
 std::vector<std::vector<std::int64_t>> pack_in_order(const std::vector<std::int64_t>& lengths,
                                                      std::int64_t max_tokens) {
@@ -66,10 +47,9 @@ void Sampler::reshuffle() {
   std::iota(order_.begin(), order_.end(), std::int64_t{0});
   if (!shuffle_) return;
   // Mixing the epoch into the seed gives every epoch its own, reproducible permutation.
-  std::uint64_t state = seed_;
-  state = splitmix64(state) ^ (static_cast<std::uint64_t>(epoch_) * 0xD1B54A32D192ED03ULL);
+  SplitMix64 generator(substream_seed(splitmix64(seed_), static_cast<std::uint64_t>(epoch_)));
   for (std::size_t i = order_.size() - 1; i > 0; --i) {
-    const auto j = static_cast<std::size_t>(uniform_below(state, i + 1));
+    const auto j = static_cast<std::size_t>(uniform_below(generator, i + 1));
     std::swap(order_[i], order_[j]);
   }
 }

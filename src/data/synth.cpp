@@ -1,5 +1,5 @@
-// Synthetic SFT data. The random numbers come from a self-contained generator (splitmix64 seeding
-// xoshiro256**, Box-Muller normals) rather than <random> distributions, whose output differs
+// Synthetic SFT data. The random numbers come from core/random.h (xoshiro256** seeded by
+// splitmix64, Box-Muller normals) rather than <random> distributions, whose output differs
 // between standard libraries: the same seed must give the same file everywhere.
 #include "odc/data/synth.h"
 
@@ -9,9 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <numbers>
 
 #include "odc/core/error.h"
+#include "odc/core/random.h"
 
 namespace odc::data {
 
@@ -31,53 +31,19 @@ constexpr std::int64_t kFrameTokens = 4;
 enum class Task { copy = 0, reverse = 1, sort = 2, add = 3 };
 constexpr std::array<const char*, 4> kTaskNames = {"copy", "reverse", "sort", "add"};
 
-std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
+// One sequence's stream of draws.
 class Rng {
  public:
-  explicit Rng(std::uint64_t seed) {
-    for (auto& word : state_) word = splitmix64(seed);
-  }
-
-  // xoshiro256**
-  std::uint64_t next() {
-    const std::uint64_t result = rotl(state_[1] * 5, 7) * 9;
-    const std::uint64_t t = state_[1] << 17;
-    state_[2] ^= state_[0];
-    state_[3] ^= state_[1];
-    state_[1] ^= state_[2];
-    state_[0] ^= state_[3];
-    state_[2] ^= t;
-    state_[3] = rotl(state_[3], 45);
-    return result;
-  }
-
-  // Uniform in [0, bound) without modulo bias.
-  std::uint64_t below(std::uint64_t bound) {
-    const std::uint64_t threshold = (0 - bound) % bound;
-    for (;;) {
-      const std::uint64_t r = next();
-      if (r >= threshold) return r % bound;
-    }
-  }
-
-  // Uniform in (0, 1]: never 0, so log() below stays finite.
-  double unit_open_zero() { return static_cast<double>((next() >> 11) + 1) * 0x1.0p-53; }
-
+  explicit Rng(std::uint64_t seed) : generator_(seed) {}
+  std::uint64_t below(std::uint64_t bound) { return uniform_below(generator_, bound); }
   double normal() {
-    const double u1 = unit_open_zero();
-    const double u2 = unit_open_zero();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+    const double u1 = unit_open_zero(generator_.next());
+    const double u2 = unit_open_zero(generator_.next());
+    return box_muller(u1, u2);
   }
 
  private:
-  static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  std::array<std::uint64_t, 4> state_{};
+  Xoshiro256StarStar generator_;
 };
 
 std::vector<Task> validate(const SynthOptions& o) {
@@ -209,12 +175,10 @@ std::vector<SynthSequence> generate_synth(const SynthOptions& options) {
 
   std::vector<SynthSequence> out;
   out.reserve(static_cast<std::size_t>(options.num_sequences));
-  std::uint64_t seed_state = options.seed;
-  const std::uint64_t base = splitmix64(seed_state);
+  const std::uint64_t base = splitmix64(options.seed);
   for (std::int64_t i = 0; i < options.num_sequences; ++i) {
     // One stream per sequence: sequence i does not depend on how many sequences are generated.
-    std::uint64_t sequence_state = base ^ (static_cast<std::uint64_t>(i) * 0xD1B54A32D192ED03ULL);
-    Rng rng(splitmix64(sequence_state));
+    Rng rng(splitmix64(substream_seed(base, static_cast<std::uint64_t>(i))));
 
     const double drawn = std::exp(mu + options.sigma * rng.normal());
     // Clip in floating point first: exp() may overflow any integer type.

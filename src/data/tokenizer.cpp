@@ -29,8 +29,7 @@ bool is_word_character(std::string_view character) {
 
 // The UTF-8 character that ends at `end` / starts at `begin`.
 std::string_view character_before(std::string_view text, std::size_t end) {
-  std::size_t start = end - 1;
-  while (start > 0 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
+  const std::size_t start = code_point_start_before(text, end);
   return text.substr(start, end - start);
 }
 
@@ -251,9 +250,9 @@ Tokenizer Tokenizer::from_json_text(std::string_view json, const std::string& or
 }
 
 std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
-  if (const auto bad = tokenizer_detail::find_invalid_utf8(text)) {
+  if (const std::size_t bad = invalid_utf8_at(text); bad != std::string_view::npos) {
     odc::fail("{}: cannot encode text that is not valid UTF-8 (byte offset {}, byte 0x{:02X})", impl_->origin,
-              *bad, static_cast<unsigned char>(text[*bad]));
+              bad, static_cast<unsigned char>(text[bad]));
   }
   const TokenizerImpl& impl = *impl_;
   std::vector<std::int32_t> ids;

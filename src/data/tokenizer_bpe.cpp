@@ -30,13 +30,6 @@ std::pair<std::string, std::string> parse_merge(const JsonRef& entry) {
   entry.fail("expected a merge as \"left right\" or [\"left\", \"right\"], found {}", entry.value().dump());
 }
 
-std::size_t utf8_length_of_lead(unsigned char lead) {
-  if (lead < 0x80) return 1;
-  if (lead < 0xE0) return 2;
-  if (lead < 0xF0) return 3;
-  return 4;
-}
-
 }  // namespace
 
 BpeModel::BpeModel(const JsonRef& model) {

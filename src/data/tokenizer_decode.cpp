@@ -98,7 +98,7 @@ class ByteFallbackDecoder final : public Decoder {
     std::size_t byte_count = 0;
     const auto flush = [&] {
       if (byte_count == 0) return;
-      if (find_invalid_utf8(bytes)) {
+      if (invalid_utf8_at(bytes) != std::string_view::npos) {
         std::string replacement;
         for (std::size_t i = 0; i < byte_count; ++i) append_utf8(replacement, 0xFFFD);
         out.push_back(std::move(replacement));

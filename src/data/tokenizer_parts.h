@@ -1,7 +1,8 @@
 #pragma once
 // Private pieces of the tokenizer (src/data/tokenizer*.cpp): JSON field access with error paths,
-// UTF-8 helpers, a PCRE2 regex, and the pipeline stages of a Hugging Face tokenizer — normalizer,
-// pre-tokenizer, BPE model, post-processor, decoder — each built from its tokenizer.json object.
+// the byte-level alphabet, a PCRE2 regex, and the pipeline stages of a Hugging Face tokenizer —
+// normalizer, pre-tokenizer, BPE model, post-processor, decoder — each built from its
+// tokenizer.json object. The UTF-8 helpers are core/text.h.
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/core/error.h"
+#include "odc/core/text.h"
 
 struct pcre2_real_code_8;
 
@@ -71,18 +73,7 @@ class JsonRef {
   const std::string* origin_;
 };
 
-// ---- UTF-8 ----------------------------------------------------------------------------------
-
-// Byte offset of the first byte that does not start a valid UTF-8 sequence, or nullopt.
-std::optional<std::size_t> find_invalid_utf8(std::string_view text);
-// Decodes the code point at text[pos] (text must be valid UTF-8) and advances pos past it.
-char32_t next_code_point(std::string_view text, std::size_t& pos);
-void append_utf8(std::string& out, char32_t code_point);
-// Decodes bytes as UTF-8, replacing each maximal invalid subpart by U+FFFD (as Rust's
-// String::from_utf8_lossy and the WHATWG decoder do).
-std::string utf8_lossy(std::string_view bytes);
-// Unicode White_Space, which is what Rust's char::is_whitespace and Oniguruma's \s test.
-bool is_unicode_whitespace(char32_t code_point);
+// ---- byte-level alphabet -------------------------------------------------------------------
 
 // GPT-2's byte-to-unicode table: every byte maps to a printable code point, so byte-level tokens
 // are valid strings. unicode_to_byte is -1 for code points outside the table.

@@ -97,25 +97,7 @@ class StripNormalizer final : public Normalizer {
   explicit StripNormalizer(const JsonRef& config)
       : left_(config.boolean_or("strip_left", true)), right_(config.boolean_or("strip_right", true)) {}
   void normalize(std::string& text) const override {
-    std::size_t begin = 0;
-    std::size_t end = text.size();
-    if (left_) {
-      while (begin < end) {
-        std::size_t next = begin;
-        if (!is_unicode_whitespace(next_code_point(text, next))) break;
-        begin = next;
-      }
-    }
-    if (right_) {
-      while (end > begin) {
-        std::size_t start = end - 1;
-        while (start > begin && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
-        std::size_t probe = start;
-        if (!is_unicode_whitespace(next_code_point(text, probe))) break;
-        end = start;
-      }
-    }
-    text = text.substr(begin, end - begin);
+    text = std::string(strip(text, is_unicode_whitespace, left_, right_));
   }
 
  private:

@@ -1,12 +1,12 @@
 #include "odc/model/units.h"
 
-#include <cmath>
-#include <numbers>
+#include <algorithm>
 
 #include <fmt/format.h>
 
 #include "odc/core/error.h"
 #include "odc/core/hash.h"
+#include "odc/core/random.h"
 
 namespace odc::model {
 
@@ -18,21 +18,11 @@ void add_tensor(UnitLayout& unit, std::string name, Shape shape, InitKind init, 
   unit.numel += numel;
 }
 
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// Standard normal from a counter: two 53-bit uniforms through Box-Muller. Counter-based so that
-// element i of a tensor gets the same value whichever rank initializes it.
+// Standard normal of element `index` of a tensor's stream. Counter-based so that element i gets the
+// same value whichever rank initializes it.
 double normal_at(std::uint64_t stream, std::int64_t index) {
-  const std::uint64_t a = splitmix64(stream ^ splitmix64(static_cast<std::uint64_t>(index) * 2));
-  const std::uint64_t b = splitmix64(stream ^ splitmix64(static_cast<std::uint64_t>(index) * 2 + 1));
-  const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
-  const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+  const auto counter = static_cast<std::uint64_t>(index) * 2;
+  return normal_from_bits(splitmix64(stream ^ splitmix64(counter)), splitmix64(stream ^ splitmix64(counter + 1)));
 }
 
 }  // namespace

@@ -4,39 +4,23 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
-#include <numbers>
 
 #include <fmt/format.h>
 
 #include "odc/core/error.h"
+#include "odc/core/random.h"
+#include "odc/core/text.h"
 #include "odc/data/dataset.h"
 
 namespace odc::sim {
 
 namespace {
 
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// Standard normal of sequence `index` (Box-Muller on two counter-based uniforms).
+// Standard normal of sequence `index`: counter-based, so a sequence's length does not depend on
+// how many are drawn.
 double normal_at(std::uint64_t seed, std::int64_t index) {
-  const std::uint64_t stream = splitmix64(seed ^ (static_cast<std::uint64_t>(index) * 0xD1B54A32D192ED03ULL));
-  const std::uint64_t a = splitmix64(stream);
-  const std::uint64_t b = splitmix64(stream ^ 0x5851F42D4C957F2DULL);
-  const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]: log stays finite
-  const double u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-}
-
-std::string trim(const std::string& text) {
-  const auto begin = text.find_first_not_of(" \t\r");
-  if (begin == std::string::npos) return {};
-  const auto end = text.find_last_not_of(" \t\r");
-  return text.substr(begin, end - begin + 1);
+  const std::uint64_t stream = splitmix64(substream_seed(seed, static_cast<std::uint64_t>(index)));
+  return normal_from_bits(splitmix64(stream), splitmix64(stream ^ 0x5851F42D4C957F2DULL));
 }
 
 }  // namespace
@@ -50,7 +34,7 @@ std::vector<std::int64_t> read_length_file(const std::string& path) {
   while (std::getline(in, line)) {
     ++number;
     const auto comment = line.find('#');
-    const std::string text = trim(comment == std::string::npos ? line : line.substr(0, comment));
+    const std::string text = trim(std::string_view(line).substr(0, comment), " \t\r");
     if (text.empty()) continue;
     std::int64_t value = 0;
     const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);

@@ -18,29 +18,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "odc/backend/cpu_backend.h"
 #include "odc/core/dtype.h"
 #include "odc/core/error.h"
 #include "odc/io/hf_checkpoint.h"
 #include "odc/io/safetensors.h"
 #include "odc/model/batch.h"
-#include "odc/backend/cpu_backend.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/param_io.h"
+#include "odc/model/resident_weights.h"
 
 namespace {
 
 using UnitBuffers = std::vector<std::vector<float>>;
-
-// Full weights of every unit, always resident.
-class LocalParams final : public odc::model::ParamSource {
- public:
-  explicit LocalParams(const UnitBuffers& buffers) : buffers_(buffers) {}
-  const float* acquire(int unit) override { return buffers_.at(static_cast<std::size_t>(unit)).data(); }
-  void release(int) override {}
-
- private:
-  const UnitBuffers& buffers_;
-};
 
 UnitBuffers load_units(const odc::io::HfCheckpoint& ckpt, std::int64_t world) {
   UnitBuffers buffers;
@@ -73,11 +62,10 @@ int run(const std::string& checkpoint, const std::string& case_path, const std::
     const std::vector<std::uint8_t> mask(ids.size(), 1);
     batch.append(ids.data(), mask.data(), static_cast<std::int64_t>(ids.size()), 1.0f);
   }
-  const UnitBuffers buffers = load_units(ckpt, world);
-  LocalParams source(buffers);
+  odc::model::ResidentWeights weights(ckpt.units(), load_units(ckpt, world));
   odc::model::LlamaModel model(ckpt.config(), std::make_unique<odc::backend::CpuBackend>());
   std::vector<float> logits;
-  model.forward(batch, source, &logits);
+  model.forward(batch, weights, &logits);
   odc::io::write_safetensors(out_path,
                              {{"logits", odc::DType::f32, {batch.num_tokens(), ckpt.config().vocab_size}, logits.data()}},
                              {{"architecture", ckpt.architecture()},

@@ -8,7 +8,7 @@
 //   final.safetensors   parameters after `steps` AdamW steps
 //   losses.json         per-step loss, global grad norm and clip coefficient
 // The optimizer loop mirrors what the trainer does per minibatch (zero, accumulate over
-// microbatches, global norm, clip, AdamW per tensor) but over plain per-unit buffers, so a parity
+// microbatches, global norm, clip, AdamW per tensor) but over resident per-unit buffers, so a parity
 // failure points at the model or the kernels, not at sharding or communication.
 #include <algorithm>
 #include <cmath>
@@ -18,51 +18,29 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "odc/backend/cpu_backend.h"
 #include "odc/core/error.h"
 #include "odc/io/safetensors.h"
 #include "odc/kernels/adamw.h"
 #include "odc/model/batch.h"
 #include "odc/model/llama_config.h"
-#include "odc/backend/cpu_backend.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/param_io.h"
+#include "odc/model/resident_weights.h"
 #include "odc/model/units.h"
 
 namespace {
 
+using odc::model::ResidentWeights;
 using odc::model::UnitLayout;
 
 using UnitBuffers = std::vector<std::vector<float>>;
-
-// Full weights of every unit, always resident.
-class LocalParams final : public odc::model::ParamSource {
- public:
-  explicit LocalParams(UnitBuffers& buffers) : buffers_(buffers) {}
-  const float* acquire(int unit) override { return buffers_.at(static_cast<std::size_t>(unit)).data(); }
-  void release(int) override {}
-
- private:
-  UnitBuffers& buffers_;
-};
-
-// Gradients accumulate in place across microbatches; push_grad only checks the protocol.
-class LocalGrads final : public odc::model::GradSink {
- public:
-  explicit LocalGrads(UnitBuffers& buffers) : buffers_(buffers), pushes_(buffers.size(), 0) {}
-  float* grad_buffer(int unit) override { return buffers_.at(static_cast<std::size_t>(unit)).data(); }
-  void push_grad(int unit) override { ++pushes_.at(static_cast<std::size_t>(unit)); }
-  const std::vector<int>& pushes() const { return pushes_; }
-
- private:
-  UnitBuffers& buffers_;
-  std::vector<int> pushes_;
-};
 
 struct Sequence {
   std::vector<std::int32_t> input_ids;
@@ -79,13 +57,15 @@ UnitBuffers zeros_like(const std::vector<UnitLayout>& units) {
   return out;
 }
 
-void write_units(const std::string& path, const std::vector<UnitLayout>& units,
-                 const UnitBuffers& buffers, const std::map<std::string, std::string>& metadata) {
+enum class Buffers { weights, gradients };
+
+void write_units(const std::string& path, const std::vector<UnitLayout>& units, const ResidentWeights& resident,
+                 Buffers which, const std::map<std::string, std::string>& metadata) {
   std::vector<odc::io::SafetensorsEntry> entries;
   for (std::size_t u = 0; u < units.size(); ++u) {
-    for (const auto& t : units[u].tensors) {
-      entries.push_back({t.name, odc::DType::f32, t.shape, buffers[u].data() + t.offset});
-    }
+    const int unit = static_cast<int>(u);
+    const float* data = which == Buffers::weights ? resident.weights(unit).data() : resident.gradients(unit).data();
+    for (const auto& t : units[u].tensors) entries.push_back({t.name, odc::DType::f32, t.shape, data + t.offset});
   }
   odc::io::write_safetensors(path, entries, metadata);
 }
@@ -93,14 +73,14 @@ void write_units(const std::string& path, const std::vector<UnitLayout>& units,
 // Deterministic, non-trivial values for the tensors the model initializes to ones or zeros (norm
 // weights, biases): a norm weight of exactly 1 or a bias of exactly 0 would hide a missing
 // multiply or add in the forward pass.
-void jitter_constant_tensors(const std::vector<UnitLayout>& units, UnitBuffers& params,
-                             double amplitude) {
+void jitter_constant_tensors(const std::vector<UnitLayout>& units, ResidentWeights& resident, double amplitude) {
   if (amplitude == 0.0) return;
   for (std::size_t u = 0; u < units.size(); ++u) {
+    const std::span<float> weights = resident.weights(static_cast<int>(u));
     for (const auto& t : units[u].tensors) {
       if (t.init == odc::model::InitKind::normal) continue;
       for (std::int64_t i = 0; i < t.numel; ++i) {
-        params[u][static_cast<std::size_t>(t.offset + i)] +=
+        weights[static_cast<std::size_t>(t.offset + i)] +=
             static_cast<float>(amplitude * std::sin(0.7 * static_cast<double>(i) + 0.3 * static_cast<double>(u)));
       }
     }
@@ -171,11 +151,8 @@ int run(const std::string& case_path, const std::string& out_dir) {
 
   odc::model::LlamaModel model(config, std::make_unique<odc::backend::CpuBackend>());
   const auto& units = model.units();
-  UnitBuffers params = zeros_like(units);
-  for (std::size_t u = 0; u < units.size(); ++u) {
-    odc::model::init_unit_range(units[u], config, seed, 0, units[u].numel, params[u].data());
-  }
-  jitter_constant_tensors(units, params, init_jitter);
+  ResidentWeights resident(units, config, seed);
+  jitter_constant_tensors(units, resident, init_jitter);
   // The reference derives its decay groups from its own rule; the C++ flags travel along so that
   // the test can check the two agree.
   std::string no_decay;
@@ -184,35 +161,33 @@ int run(const std::string& case_path, const std::string& out_dir) {
       if (!t.weight_decay) no_decay += (no_decay.empty() ? "" : ",") + t.name;
     }
   }
-  write_units(out_dir + "/init.safetensors", units, params, {{"no_weight_decay", no_decay}});
+  write_units(out_dir + "/init.safetensors", units, resident, Buffers::weights, {{"no_weight_decay", no_decay}});
 
-  LocalParams source(params);
   {
     std::vector<std::vector<float>> logits(batches.size());
     std::vector<odc::io::SafetensorsEntry> entries;
     for (std::size_t b = 0; b < batches.size(); ++b) {
-      model.forward(batches[b], source, &logits[b]);
+      model.forward(batches[b], resident, &logits[b]);
       entries.push_back({fmt::format("mb{}", b), odc::DType::f32,
                          {batches[b].num_tokens(), config.vocab_size}, logits[b].data()});
     }
     odc::io::write_safetensors(out_dir + "/logits.safetensors", entries);
   }
 
-  UnitBuffers grads = zeros_like(units);
   UnitBuffers exp_avg = zeros_like(units);
   UnitBuffers exp_avg_sq = zeros_like(units);
-  LocalGrads sink(grads);
   nlohmann::json losses = nlohmann::json::array();
   nlohmann::json grad_norms = nlohmann::json::array();
   nlohmann::json clip_coefs = nlohmann::json::array();
   for (int step = 1; step <= steps; ++step) {
-    for (auto& g : grads) std::fill(g.begin(), g.end(), 0.0f);
+    resident.zero_gradients();
     double loss = 0.0;
-    for (const auto& batch : batches) loss += model.train_microbatch(batch, source, sink).weighted_loss;
-    if (step == 1) write_units(out_dir + "/grads.safetensors", units, grads, {});
+    for (const auto& batch : batches) loss += model.train_microbatch(batch, resident, resident).weighted_loss;
+    if (step == 1) write_units(out_dir + "/grads.safetensors", units, resident, Buffers::gradients, {});
 
     double sum_sq = 0.0;
-    for (const auto& g : grads) {
+    for (int u = 0; u < resident.num_units(); ++u) {
+      const std::span<const float> g = resident.gradients(u);
       sum_sq += odc::kernels::cpu::sum_of_squares(g.data(), static_cast<std::int64_t>(g.size()));
     }
     const double norm = std::sqrt(sum_sq);
@@ -230,7 +205,8 @@ int run(const std::string& case_path, const std::string& out_dir) {
         p.step = step;
         p.grad_scale = coef;
         const auto at = static_cast<std::size_t>(t.offset);
-        odc::kernels::cpu::adamw_step(params[u].data() + at, grads[u].data() + at,
+        const int unit = static_cast<int>(u);
+        odc::kernels::cpu::adamw_step(resident.weights(unit).data() + at, resident.gradients(unit).data() + at,
                                       exp_avg[u].data() + at, exp_avg_sq[u].data() + at, t.numel, p);
       }
     }
@@ -239,14 +215,14 @@ int run(const std::string& case_path, const std::string& out_dir) {
     clip_coefs.push_back(coef);
   }
   // Every unit's gradient must have been handed off once per microbatch.
-  for (std::size_t u = 0; u < units.size(); ++u) {
-    const int expected = steps * static_cast<int>(batches.size());
-    if (sink.pushes()[u] != expected) {
-      odc::fail("unit {} pushed its gradient {} times, expected {} (steps x microbatches)", u,
-                sink.pushes()[u], expected);
+  for (int u = 0; u < resident.num_units(); ++u) {
+    const std::int64_t expected = static_cast<std::int64_t>(steps) * static_cast<std::int64_t>(batches.size());
+    if (resident.pushes(u) != expected) {
+      odc::fail("unit {} pushed its gradient {} times, expected {} (steps x microbatches)", u, resident.pushes(u),
+                expected);
     }
   }
-  write_units(out_dir + "/final.safetensors", units, params, {});
+  write_units(out_dir + "/final.safetensors", units, resident, Buffers::weights, {});
 
   nlohmann::json summary = {{"losses", losses},
                             {"grad_norms", grad_norms},

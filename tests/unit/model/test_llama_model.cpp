@@ -8,9 +8,9 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "odc/backend/cpu_backend.h"
 #include "odc/distributed/local_comm.h"
 #include "odc/distributed/shard_store.h"
-#include "odc/backend/cpu_backend.h"
 #include "odc/model/llama_model.h"
 
 using namespace odc;
