@@ -10,35 +10,6 @@
 
 namespace odc::train {
 
-namespace {
-// No balancing: rank r takes items r, r+N, ... and packs them in order under the cap. Ranks may
-// end up with different microbatch counts (the collective baseline then pads).
-data::Plan round_robin_plan(const data::PlanInput& input) {
-  data::Plan plan;
-  plan.ranks.resize(static_cast<std::size_t>(input.world_size));
-  for (int r = 0; r < input.world_size; ++r) {
-    std::vector<std::int64_t> items, lengths;
-    for (std::size_t i = static_cast<std::size_t>(r); i < input.lengths.size(); i += static_cast<std::size_t>(input.world_size)) {
-      items.push_back(static_cast<std::int64_t>(i));
-      lengths.push_back(input.lengths[i]);
-    }
-    auto& rank = plan.ranks[static_cast<std::size_t>(r)];
-    for (const auto& microbatch : data::pack_in_order(lengths, input.token_cap)) {
-      std::vector<std::int64_t> global_items;
-      double cost = 0.0;
-      for (auto i : microbatch) {
-        global_items.push_back(items[static_cast<std::size_t>(i)]);
-        cost += input.cost.cost(lengths[static_cast<std::size_t>(i)]);
-      }
-      rank.microbatches.push_back(std::move(global_items));
-      rank.microbatch_costs.push_back(cost);
-      rank.cost += cost;
-    }
-  }
-  return plan;
-}
-}  // namespace
-
 MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig& model, int rank, int world_size,
                                  distributed::CommKind comm)
     : rank_(rank), world_size_(world_size) {
@@ -78,12 +49,9 @@ MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig&
   sequence_reduction_ = config.get_string("train.loss_reduction") == "sequence";
 
   const std::string balance = config.get_string("data.balance");
-  round_robin_ = balance == "round_robin";
-  if (!round_robin_) {
-    balance_ = data::parse_balance(balance == "auto" ? (comm == distributed::CommKind::odc ? "lb_mini" : "lb_micro")
-                                                     : balance);
-  }
-  if (!round_robin_ && balance_ == data::Balance::lb_mini && distributed::needs_equal_microbatches(comm, world_size_)) {
+  balance_ = data::parse_balance(balance == "auto" ? (comm == distributed::CommKind::odc ? "lb_mini" : "lb_micro")
+                                                   : balance);
+  if (balance_ == data::Balance::lb_mini && distributed::needs_equal_microbatches(comm, world_size_)) {
     fail("data.balance = lb_mini needs train.comm = odc: LB-Mini gives ranks different numbers of microbatches, "
          "which collectives cannot run (use lb_micro or local_sort with train.comm = collective)");
   }
@@ -120,7 +88,7 @@ Minibatch MinibatchSource::next(bool equal_counts) {
   input.cost = cost_model_;
   input.balance = balance_;
   for (auto index : out.global) input.lengths.push_back(dataset_->length(index));
-  out.plan = round_robin_ ? round_robin_plan(input) : data::make_plan(input);
+  out.plan = data::make_plan(input);
   out.weights.assign(out.global.size(), 0.0f);
   for (std::size_t i = 0; i < out.global.size(); ++i) {
     const auto targets = static_cast<double>(dataset_->target_count(out.global[i]));

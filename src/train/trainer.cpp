@@ -290,8 +290,7 @@ nlohmann::json Trainer::trace_metadata() const {
   const auto& cost = data_->cost_model();
   return {{"world_size", group_.size()},
           {"comm", std::string(comm_->comm().name())},
-          {"balance", config_.get_string("data.balance") == "round_robin" ? std::string("round_robin")
-                                                                          : data::balance_name(data_->balance())},
+          {"balance", data::balance_name(data_->balance())},
           {"threads", config_.get_int("train.threads")},
           {"minibatch_size", data_->minibatch_size()},
           {"token_cap", data_->token_cap()},

@@ -59,7 +59,6 @@ class MinibatchSource {
   std::int64_t token_cap_ = 0;
   bool sequence_reduction_ = false;
   data::Balance balance_ = data::Balance::lb_mini;
-  bool round_robin_ = false;
   data::CostModel cost_model_;
 };
 
