@@ -42,7 +42,9 @@
 #include "odc/core/error.h"
 #include "odc/kernels/cuda_attention.h"
 #include "odc/kernels/cuda_device.h"
-#include "attention_kernels.cuh"
+#include "attention_backward.cuh"
+#include "attention_forward.cuh"
+#include "attention_tiles.cuh"
 
 namespace odc::kernels::cuda {
 namespace {

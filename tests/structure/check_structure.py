@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Keeps the house in the shape docs/ARCHITECTURE.md draws.
+
+Usage: check_structure.py [REPO_ROOT]      the real tree (default: two levels above this script)
+       check_structure.py --self-test      proves on a made-up tree that each rule catches its case
+
+Rules:
+  * layering: the layers are the rows of the "## Layers" table of docs/ARCHITECTURE.md, bottom
+    first (first column, e.g. `core`). A file under include/odc/<layer>/ or src/<layer>/ may
+    include "odc/<other>/..." only when <other> is the same layer or one listed before it; every
+    folder of include/odc/ and src/ must be a row of the table; no source file reaches into
+    another folder with a relative include ("../").
+  * size: no file under src/ or tools/ holds more than MAX_LINES lines.
+Exits 1 naming every violation (file:line and what it includes).
+"""
+import pathlib
+import re
+import sys
+import tempfile
+
+MAX_LINES = 600
+SOURCE_SUFFIXES = {".cpp", ".cc", ".h", ".hpp", ".cu", ".cuh", ".py", ".sh"}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+ROW = re.compile(r"^\|\s*`?([a-z_]+)`?\s*\|")
+
+
+def layer_order(architecture: pathlib.Path) -> list[str]:
+    text = architecture.read_text(encoding="utf-8")
+    if "## Layers" not in text:
+        raise SystemExit(f"{architecture}: no '## Layers' section")
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    layers = []
+    for line in section.splitlines():
+        m = ROW.match(line)
+        if m and m.group(1) not in ("layer",) and not set(line) <= set("|-: "):
+            layers.append(m.group(1))
+    if len(layers) < 2:
+        raise SystemExit(f"{architecture}: the Layers table lists {layers}; expected the layers, bottom first")
+    return layers
+
+
+def source_files(folder: pathlib.Path):
+    if folder.is_dir():
+        yield from sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES)
+
+
+def check(root: pathlib.Path) -> list[str]:
+    problems = []
+    layers = layer_order(root / "docs" / "ARCHITECTURE.md")
+    rank = {name: i for i, name in enumerate(layers)}
+    for base in (root / "include" / "odc", root / "src"):
+        for folder in sorted(p for p in base.iterdir() if p.is_dir()):
+            if folder.name not in rank:
+                problems.append(f"{folder.relative_to(root)}: a folder that is not a layer of docs/ARCHITECTURE.md "
+                                f"(layers: {', '.join(layers)})")
+    for layer in layers:
+        for base in (root / "include" / "odc" / layer, root / "src" / layer):
+            for path in source_files(base):
+                if path.suffix in (".py", ".sh"):
+                    continue
+                for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+                    m = INCLUDE.match(line)
+                    if not m:
+                        continue
+                    target = m.group(1)
+                    where = f"{path.relative_to(root)}:{number}"
+                    if target.startswith("../") or "/../" in target:
+                        problems.append(f"{where}: relative include \"{target}\" leaves its folder")
+                        continue
+                    parts = target.split("/")
+                    if len(parts) >= 3 and parts[0] == "odc" and parts[1] in rank and rank[parts[1]] > rank[layer]:
+                        problems.append(f"{where}: layer '{layer}' includes \"{target}\" of layer '{parts[1]}', "
+                                        f"which is above it")
+    for folder in ("src", "tools"):
+        for path in source_files(root / folder):
+            lines = len(path.read_text(encoding="utf-8", errors="replace").splitlines())
+            if lines > MAX_LINES:
+                problems.append(f"{path.relative_to(root)}: {lines} lines (at most {MAX_LINES}: split it along its seams)")
+    return problems
+
+
+def self_test() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = pathlib.Path(tmp)
+        (root / "docs").mkdir()
+        (root / "docs" / "ARCHITECTURE.md").write_text(
+            "# A\n\n## Layers\n\n| layer | files |\n|---|---|\n| core | x |\n| model | y |\n\n## Next\n| z | w |\n")
+        for rel, text in {
+            "include/odc/core/a.h": '#include "odc/core/b.h"\n',
+            "src/core/a.cpp": '#include "odc/model/m.h"\n',           # up: violation
+            "src/model/m.cpp": '#include "odc/core/a.h"\n#include "local.h"\n',
+            "src/model/r.cpp": '#include "../core/a.h"\n',            # relative: violation
+            "src/stray/s.cpp": "\n",                                  # not a layer: violation
+            "tools/big.cpp": "x\n" * (MAX_LINES + 1),                 # too long: violation
+        }.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        found = check(root)
+        expected = ["src/core/a.cpp:1: layer 'core' includes \"odc/model/m.h\"", "src/model/r.cpp:1: relative include",
+                    "src/stray: a folder that is not a layer", f"tools/big.cpp: {MAX_LINES + 1} lines"]
+        missing = [e for e in expected if not any(p.startswith(e) for p in found)]
+        if missing or len(found) != len(expected):
+            print("self-test failed; expected:\n  " + "\n  ".join(expected) + "\nfound:\n  " + "\n  ".join(found))
+            return 1
+    print(f"self-test: all {len(expected)} planted violations found, nothing else")
+    return 0
+
+
+def main() -> int:
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
+    root = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parents[2]
+    problems = check(root)
+    for p in problems:
+        print(p)
+    layers = layer_order(root / "docs" / "ARCHITECTURE.md")
+    print(f"{len(problems)} problem(s); layers bottom first: {', '.join(layers)}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
