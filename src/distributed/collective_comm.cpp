@@ -22,12 +22,12 @@ bool test(MPI_Request& request) {
 }  // namespace
 
 CollectiveComm::CollectiveComm(ShardStore& store, MPI_Comm comm, Watchdog* watchdog)
-    : store_(store),
+    : ShardedComm(store.layout()),
+      store_(store),
       comm_(comm),
       watchdog_(watchdog),
       gathers_(UnitBufferPool::kWeightBuffers, MPI_REQUEST_NULL),
-      pushes_(UnitBufferPool::kGradBuffers, MPI_REQUEST_NULL),
-      pool_(store.layout(), *this) {
+      pushes_(UnitBufferPool::kGradBuffers, MPI_REQUEST_NULL) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &world_size_);
   const auto& layout = store.layout();

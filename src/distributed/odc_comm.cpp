@@ -10,7 +10,7 @@
 namespace odc::distributed {
 
 OdcComm::OdcComm(ShardStore& store, UcxTransport& transport, MPI_Comm comm, Watchdog* watchdog)
-    : store_(store), transport_(transport), comm_(comm), watchdog_(watchdog), pool_(store.layout(), *this) {
+    : ShardedComm(store.layout()), store_(store), transport_(transport), comm_(comm), watchdog_(watchdog) {
   const auto& layout = store.layout();
   if (layout.world_size() != transport.world_size() || layout.rank() != transport.rank()) {
     fail("shard layout is for rank {} of {}, but the transport has rank {} of {}", layout.rank(), layout.world_size(),

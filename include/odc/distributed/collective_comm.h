@@ -21,7 +21,7 @@ namespace odc::distributed {
 
 class Watchdog;
 
-class CollectiveComm final : public Comm, private UnitTransport {
+class CollectiveComm final : public ShardedComm {
  public:
   // `watchdog` (may be null) watches every MPI wait.
   CollectiveComm(ShardStore& store, MPI_Comm comm, Watchdog* watchdog);
@@ -35,16 +35,9 @@ class CollectiveComm final : public Comm, private UnitTransport {
   bool needs_equal_microbatches() const override { return true; }
   void begin_minibatch() override;
   void end_minibatch() override;
-  CommWaits waits() const override { return pool_.waits(); }
-  void set_tracer(Tracer* tracer) override { pool_.set_tracer(tracer); }
-
-  const float* acquire(int unit) override { return pool_.acquire(unit); }
-  void release(int unit) override { pool_.release(unit); }
-  void prefetch(int unit) override { pool_.prefetch(unit); }
-  float* grad_buffer(int unit) override { return pool_.grad_buffer(unit); }
-  void push_grad(int unit) override { pool_.push_grad(unit); }
 
  private:
+  // UnitTransport
   void start_gather(int unit, int buffer, float* full) override;
   bool gather_done(int buffer) override;
   void wait_gather(int unit, int buffer) override;
@@ -61,7 +54,6 @@ class CollectiveComm final : public Comm, private UnitTransport {
   std::vector<MPI_Request> gathers_;   // per weight buffer
   std::vector<MPI_Request> pushes_;    // per gradient buffer
   std::vector<Tensor> received_;       // per gradient buffer: this rank's reduced slice
-  UnitBufferPool pool_;                // last: its buffers' transfers use the state above
 };
 
 }  // namespace odc::distributed

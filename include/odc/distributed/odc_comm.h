@@ -24,7 +24,7 @@ namespace odc::distributed {
 
 class Watchdog;
 
-class OdcComm final : public Comm, private UnitTransport {
+class OdcComm final : public ShardedComm {
  public:
   // `transport` must expose `store`'s master region (ShardStore built on transport.exposed());
   // `watchdog` (may be null) watches the minibatch-boundary MPI waits.
@@ -39,17 +39,10 @@ class OdcComm final : public Comm, private UnitTransport {
   bool needs_equal_microbatches() const override { return false; }
   void begin_minibatch() override;
   void end_minibatch() override;
-  CommWaits waits() const override { return pool_.waits(); }
   CommResources resources() const override;
-  void set_tracer(Tracer* tracer) override { pool_.set_tracer(tracer); }
-
-  const float* acquire(int unit) override { return pool_.acquire(unit); }
-  void release(int unit) override { pool_.release(unit); }
-  void prefetch(int unit) override { pool_.prefetch(unit); }
-  float* grad_buffer(int unit) override { return pool_.grad_buffer(unit); }
-  void push_grad(int unit) override { pool_.push_grad(unit); }
 
  private:
+  // UnitTransport
   void start_gather(int unit, int buffer, float* full) override;
   bool gather_done(int buffer) override;
   void wait_gather(int unit, int buffer) override;
@@ -65,7 +58,6 @@ class OdcComm final : public Comm, private UnitTransport {
   std::vector<std::unique_ptr<Completion>> gathers_;  // per weight buffer
   std::vector<std::unique_ptr<Completion>> pushes_;   // per gradient buffer
   std::vector<std::int64_t> pushes_to_;               // messages sent to each owner this minibatch
-  UnitBufferPool pool_;                               // last: its buffers' transfers use the state above
 };
 
 }  // namespace odc::distributed

@@ -92,4 +92,22 @@ class UnitBufferPool {
   bool draining_ = false;
 };
 
+// A sharded comm: the protocol is the pool's, the comm derives from this and implements only its
+// transport (the UnitTransport hooks) and the minibatch boundaries.
+class ShardedComm : public Comm, protected UnitTransport {
+ public:
+  const float* acquire(int unit) final { return pool_.acquire(unit); }
+  void release(int unit) final { pool_.release(unit); }
+  void prefetch(int unit) final { pool_.prefetch(unit); }
+  float* grad_buffer(int unit) final { return pool_.grad_buffer(unit); }
+  void push_grad(int unit) final { pool_.push_grad(unit); }
+  CommWaits waits() const final { return pool_.waits(); }
+  void set_tracer(Tracer* tracer) final { pool_.set_tracer(tracer); }
+
+ protected:
+  // The pool only keeps the transport's address here; it calls it once the comm is built.
+  explicit ShardedComm(const ShardLayout& layout) : pool_(layout, *this) {}
+  UnitBufferPool pool_;
+};
+
 }  // namespace odc::distributed

@@ -4,23 +4,11 @@
 #include "odc/distributed/comm_factory.h"
 #include "odc/distributed/in_process_group.h"
 #include "odc/model/units.h"
+#include "unit/tiny_model.h"
 
 using namespace odc;
 using distributed::CommKind;
 
-namespace {
-model::LlamaConfig small_model() {
-  model::LlamaConfig c;
-  c.vocab_size = 16;
-  c.hidden_size = 8;
-  c.intermediate_size = 12;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.num_key_value_heads = 1;
-  c.head_dim = 4;
-  return c;
-}
-}  // namespace
 
 TEST_CASE("comm kinds: names, and which schedules need equal microbatch counts", "[distributed]") {
   CHECK(distributed::parse_comm_kind("odc") == CommKind::odc);
@@ -32,7 +20,7 @@ TEST_CASE("comm kinds: names, and which schedules need equal microbatch counts",
 }
 
 TEST_CASE("make_comm: one rank gets the local comm over the whole model, initialized from the seed", "[distributed]") {
-  const auto config = small_model();
+  const auto config = test::tiny_model();
   const auto units = model::build_unit_layouts(config);
   auto group = distributed::InProcessGroup::create(1);
   for (const auto kind : {CommKind::odc, CommKind::collective}) {
@@ -51,7 +39,7 @@ TEST_CASE("make_comm: one rank gets the local comm over the whole model, initial
 }
 
 TEST_CASE("make_comm: a multi-rank comm needs an MPI group, and the layout must match the group", "[distributed]") {
-  const auto config = small_model();
+  const auto config = test::tiny_model();
   const auto units = model::build_unit_layouts(config);
   auto group = distributed::InProcessGroup::create(2);
   const distributed::ShardLayout layout(units, 2, 0);

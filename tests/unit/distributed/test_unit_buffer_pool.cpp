@@ -9,23 +9,13 @@
 #include "odc/distributed/unit_buffer_pool.h"
 #include "odc/model/llama_config.h"
 #include "odc/model/units.h"
+#include "unit/tiny_model.h"
 
 using namespace odc;
 using distributed::UnitBufferPool;
 
 namespace {
 
-model::LlamaConfig small_model() {
-  model::LlamaConfig c;
-  c.vocab_size = 16;
-  c.hidden_size = 8;
-  c.intermediate_size = 12;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 2;
-  c.num_key_value_heads = 1;
-  c.head_dim = 4;
-  return c;
-}
 
 // Fills gathered buffers with the unit's number; transfers finish only when the test says so
 // (`done`), or when waited for. Every call is logged.
@@ -60,7 +50,7 @@ class ScriptedTransport final : public distributed::UnitTransport {
 };
 
 struct Fixture {
-  model::LlamaConfig config = small_model();
+  model::LlamaConfig config = test::tiny_model(3);
   std::vector<model::UnitLayout> units = model::build_unit_layouts(config);
   distributed::ShardLayout layout{units, 2, 0};
   ScriptedTransport transport{layout};

@@ -9,21 +9,11 @@
 #include "odc/train/config_schema.h"
 #include "unit/rank_threads.h"
 #include "unit/temp_dir.h"
+#include "unit/tiny_model.h"
 
 using namespace odc;
 
 namespace {
-model::LlamaConfig small_model() {
-  model::LlamaConfig c;
-  c.vocab_size = 16;
-  c.hidden_size = 8;
-  c.intermediate_size = 12;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.num_key_value_heads = 1;
-  c.head_dim = 4;
-  return c;
-}
 
 Config checkpoint_config(const std::string& dir, const std::vector<std::string>& extra = {}) {
   Config config(train::trainer_tunables());
@@ -39,7 +29,7 @@ train::TrainingManifest manifest_for(std::int64_t position) {
   m.sampler = data::SamplerState{11, 2, position, 40, true};
   m.data_fingerprint = train::fingerprint_hex(0xabcdef);
   m.dataset = "d.jsonl (40 sequences)";
-  m.model_config = small_model().to_json();
+  m.model_config = test::tiny_model().to_json();
   m.config = "train:\n  lr: 0.1\n";
   return m;
 }
@@ -47,7 +37,7 @@ train::TrainingManifest manifest_for(std::int64_t position) {
 
 TEST_CASE("checkpointer: three ranks save and load their shards and the manifest exactly", "[train]") {
   const test::TempDir dir("checkpointer");
-  const auto config = small_model();
+  const auto config = test::tiny_model();
   const auto units = model::build_unit_layouts(config);
   // Catch2's assertions are not thread-safe: each rank records what it saw, checked afterwards.
   struct Seen {
@@ -152,7 +142,7 @@ TEST_CASE("training manifest: JSON field names, and an import without data posit
   train::TrainingManifest imported;
   imported.comm = "any";
   imported.imported_from = "/models/x";
-  imported.model_config = small_model().to_json();
+  imported.model_config = test::tiny_model().to_json();
   auto ij = imported.to_json();
   CHECK_FALSE(ij.contains("sampler"));
   ij["step"] = 0;

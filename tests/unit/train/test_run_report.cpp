@@ -13,6 +13,7 @@
 #include "odc/train/run_report.h"
 #include "unit/rank_threads.h"
 #include "unit/temp_dir.h"
+#include "unit/tiny_model.h"
 
 using namespace odc;
 
@@ -23,18 +24,6 @@ Config report_config(const std::vector<std::string>& assignments) {
   return config;
 }
 
-model::LlamaConfig small_model() {
-  model::LlamaConfig c;
-  c.vocab_size = 16;
-  c.hidden_size = 8;
-  c.intermediate_size = 12;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.num_key_value_heads = 1;
-  c.head_dim = 4;
-  c.max_position_embeddings = 64;
-  return c;
-}
 }  // namespace
 
 TEST_CASE("run report: one trace with a track per rank, one metrics file per rank", "[train]") {
@@ -84,7 +73,7 @@ TEST_CASE("run report: one trace with a track per rank, one metrics file per ran
 
 TEST_CASE("export_hf: rank 0 writes the model from every rank's shards", "[train]") {
   const test::TempDir dir("export_hf");
-  const auto model_config = small_model();
+  const auto model_config = test::tiny_model();
   const auto units = model::build_unit_layouts(model_config);
   const auto config = report_config({"checkpoint.export_hf=" + dir.file("hf"), "checkpoint.export_dtype=float32"});
   const auto errors = test::on_every_rank(2, [&](distributed::HostGroup& group) {
