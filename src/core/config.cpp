@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <system_error>
@@ -26,8 +27,6 @@ using yaml_text::parse_number;
 constexpr std::string_view kDefaultSource = "default";
 constexpr std::string_view kSetSource = "--set";
 constexpr std::string_view kEnvironmentPrefix = "environment ";
-// A suggestion further away than this is more likely noise than the intended name.
-constexpr std::size_t kMaxSuggestionDistance = 2;
 
 std::vector<std::string> split_path(std::string_view path) {
   std::vector<std::string> parts;
@@ -45,42 +44,6 @@ std::string section_of(const std::string& path) { return path.substr(0, path.fin
 std::string key_of(const std::string& path) {
   const std::size_t dot = path.rfind('.');
   return dot == std::string::npos ? path : path.substr(dot + 1);
-}
-
-std::string trim(std::string_view text) {
-  const std::size_t first = text.find_first_not_of(" \t");
-  if (first == std::string_view::npos) return {};
-  const std::size_t last = text.find_last_not_of(" \t");
-  return std::string(text.substr(first, last - first + 1));
-}
-
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> previous(b.size() + 1);
-  std::vector<std::size_t> current(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) previous[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    current[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t substitution = previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, substitution});
-    }
-    std::swap(previous, current);
-  }
-  return previous[b.size()];
-}
-
-// The candidate nearest to `word` within kMaxSuggestionDistance (first one on ties), or "".
-std::string closest_name(std::string_view word, const std::vector<std::string>& candidates) {
-  std::string best;
-  std::size_t best_distance = kMaxSuggestionDistance + 1;
-  for (const auto& candidate : candidates) {
-    const std::size_t distance = edit_distance(word, candidate);
-    if (distance < best_distance) {
-      best = candidate;
-      best_distance = distance;
-    }
-  }
-  return best;
 }
 
 std::string did_you_mean(const std::string& suggestion) {
@@ -160,13 +123,24 @@ void check_value(const TunableSpec& spec, const YAML::Node& node, const std::str
     fail("config key '{}' in {} expects {}, found {}", spec.path, where, kind_name(spec.kind),
          describe(node));
   };
+  const auto check_range = [&](double value) {
+    if (!spec.range.contains(value)) {
+      fail("config key '{}' in {} must be {}, found {}", spec.path, where, spec.range.text(), node.Scalar());
+    }
+  };
   switch (spec.kind) {
-    case ValueKind::integer:
-      if (!node.IsScalar() || !parse_integer(node.Scalar())) mismatch();
+    case ValueKind::integer: {
+      const auto value = node.IsScalar() ? parse_integer(node.Scalar()) : std::nullopt;
+      if (!value) mismatch();
+      check_range(static_cast<double>(value.value()));
       return;
-    case ValueKind::number:
-      if (!node.IsScalar() || !parse_number(node.Scalar())) mismatch();
+    }
+    case ValueKind::number: {
+      const auto value = node.IsScalar() ? parse_number(node.Scalar()) : std::nullopt;
+      if (!value) mismatch();
+      check_range(value.value());
       return;
+    }
     case ValueKind::boolean:
       if (!parse_boolean(node)) mismatch();
       return;
@@ -217,16 +191,6 @@ std::string environment_variable(const std::string& path) {
   return name;
 }
 
-// "a.b=value" -> {"a.b", "value"}; shared by the command line and apply_assignment.
-std::pair<std::string, std::string> split_assignment(const std::string& assignment) {
-  const std::size_t equals = assignment.find('=');
-  std::string key = trim(std::string_view(assignment).substr(0, equals));
-  if (equals == std::string::npos || key.empty()) {
-    fail("--set expects key=value (e.g. --set train.lr=3e-4), got '{}'", assignment);
-  }
-  return {std::move(key), assignment.substr(equals + 1)};
-}
-
 [[noreturn]] void fail_unset(const TunableSpec& spec) {
   if (spec.required) {
     fail("config key '{}' is required but was not set ({}); set it in the config file, with "
@@ -256,6 +220,8 @@ Config::Config(std::vector<TunableSpec> specs) : specs_(std::move(specs)) {
               "tunable '{}' has choices but is not a string", declared.path);
     ODC_CHECK(!declared.required || declared.default_value.empty(),
               "required tunable '{}' has a default", declared.path);
+    ODC_CHECK(!declared.range.bounded() || declared.kind == ValueKind::integer || declared.kind == ValueKind::number,
+              "tunable '{}' has a range but is not a number", declared.path);
     if (!declared.default_value.empty()) {
       const std::string label = fmt::format("the default of {}", declared.path);
       set_value(declared, yaml_text::parse(declared.default_value, label, false),
@@ -407,6 +373,7 @@ std::string Config::dump(bool with_docs) const {
       if (with_docs) {
         comment = declared.doc;
         std::replace(comment.begin(), comment.end(), '\n', ' ');
+        if (declared.range.bounded()) comment += fmt::format(" [{}]", declared.range.text());
         if (it == values_.end() && declared.required) comment += " [required]";
         if (it != values_.end() && it->second.source != kDefaultSource) {
           comment += fmt::format(" [from {}]", it->second.source);
