@@ -495,36 +495,4 @@ void Config::merge_node(const YAML::Node& node, const std::string& prefix,
   }
 }
 
-CommandLine parse_command_line(int argc, char** argv) {
-  CommandLine result;
-  for (int i = 1; i < argc; ++i) {
-    const std::string argument = argv[i];
-    if (argument == "--help" || argument == "-h") {
-      result.help = true;
-    } else if (argument == "--dump-config") {
-      result.dump_config = true;
-    } else if (argument == "--calibrate-cost") {
-      result.calibrate_cost = true;
-    } else if (argument == "--set") {
-      if (i + 1 >= argc) fail("--set needs a key=value argument (e.g. --set train.lr=3e-4)");
-      split_assignment(argv[++i]);  // reject a malformed assignment where the user typed it
-      result.assignments.emplace_back(argv[i]);
-    } else if (argument.starts_with("--set=")) {
-      result.assignments.push_back(argument.substr(6));
-      split_assignment(result.assignments.back());
-    } else if (argument.size() > 1 && argument.front() == '-') {
-      fail("unknown option '{}'{} (usage: CONFIG.yaml [--set key=value]... [--dump-config] "
-           "[--calibrate-cost] [--help])",
-           argument, did_you_mean(closest_name(argument, {"--set", "--dump-config", "--calibrate-cost", "--help"})));
-    } else if (argument.empty()) {
-      fail("empty command-line argument where a config file name was expected");
-    } else if (!result.config_file.empty()) {
-      fail("only one config file may be given, got '{}' and '{}'", result.config_file, argument);
-    } else {
-      result.config_file = argument;
-    }
-  }
-  return result;
-}
-
 }  // namespace odc

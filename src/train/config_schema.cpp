@@ -124,11 +124,11 @@ std::vector<TunableSpec> trainer_tunables() {
   };
 }
 
-Config load_trainer_config(const CommandLine& command_line) {
+Config load_trainer_config(const std::string& config_file, const std::vector<std::string>& assignments) {
   Config config(trainer_tunables());
-  if (!command_line.config_file.empty()) config.load_yaml_file(command_line.config_file);
+  if (!config_file.empty()) config.load_yaml_file(config_file);
   config.apply_environment();
-  for (const auto& assignment : command_line.assignments) config.apply_assignment(assignment);
+  for (const auto& assignment : assignments) config.apply_assignment(assignment);
   return config;
 }
 

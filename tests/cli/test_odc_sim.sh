@@ -104,13 +104,14 @@ fi
 # --- usage errors: exit 2 ---
 run_tool unknown_option "$config" --frobnicate
 expect_rc unknown_option 2
-expect_in unknown_option err "unknown option '--frobnicate'"
+expect_in unknown_option err "odc-sim: unknown option '--frobnicate'"
+expect_in unknown_option err "usage: odc-sim"
 run_tool set_no_value "$config" --set
 expect_rc set_no_value 2
 expect_in set_no_value err "--set needs a value"
 run_tool set_malformed "$config" --set sim.devices
 expect_rc set_malformed 2
-expect_in set_malformed err "key.path=value"
+expect_in set_malformed err "--set expects key=value"
 run_tool out_no_value "$config" --out
 expect_rc out_no_value 2
 run_tool two_configs "$config" "$config"

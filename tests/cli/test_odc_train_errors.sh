@@ -8,14 +8,17 @@ rm -rf "$work" && mkdir -p "$work"
 failures=0
 
 # expect_error NAME SUBSTRING... -- ARGS: runs odc-train ARGS, requires exit 1 (bad input), no
-# crash signal, and every SUBSTRING in stderr.
+# crash signal, and every SUBSTRING in stderr. expect_usage_error: the same for a command-line
+# mistake, which exits 2 and prints the usage after the message.
 expect_error() { expect_exit 1 "$@"; }
+expect_usage_error() { expect_exit 2 "$@"; }
 expect_exit() {
   local code="$1"; shift
   local name="$1"; shift
   local needles=()
   while [ "$1" != "--" ]; do needles+=("$1"); shift; done
   shift
+  [ "$code" -eq 2 ] && needles+=("usage: odc-train")
   local out rc
   out=$(timeout 60 "$bin/odc-train" "$@" 2>&1 >/dev/null); rc=$?
   if [ $rc -ne "$code" ]; then
@@ -62,7 +65,10 @@ expect_error "hidden not divisible by heads" "hidden_size 30 is not divisible by
 expect_error "kv heads not dividing heads" "num_key_value_heads 3 does not divide num_attention_heads 4" -- \
   "${base[@]}" --set model.config.num_key_value_heads=3
 expect_error "unknown model field" "model.config" "hiden_size" -- "${base[@]}" --set model.config.hiden_size=32
-expect_error "unknown flag" "--frobnicate" -- --frobnicate
+expect_usage_error "unknown flag" "odc-train: unknown option '--frobnicate'" -- --frobnicate
+expect_usage_error "misspelled flag" "unknown option '--dump_config'; did you mean '--dump-config'?" -- --dump_config
+expect_usage_error "two config files" "only one config file may be given" -- "$work/mistyped.yaml" "$work/mistyped.yaml"
+expect_usage_error "--set without =" "--set expects key=value" -- "${base[@]}" --set train.lr
 
 # Values outside their declared range stop at config load, naming the key, the range, the value and
 # where it came from (the trainer's own checks behind them are never reached).

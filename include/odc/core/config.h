@@ -115,14 +115,4 @@ std::pair<std::string, std::string> split_assignment(const std::string& assignme
 // intended one; empty otherwise. For "did you mean" hints on keys, choices and options.
 std::string closest_name(std::string_view word, const std::vector<std::string>& candidates);
 
-// Splits argv into config file, --set assignments and flags. Shared by the tools.
-struct CommandLine {
-  std::string config_file;               // empty = embedded defaults only
-  std::vector<std::string> assignments;  // from --set k=v (also "--set=k=v")
-  bool dump_config = false;
-  bool calibrate_cost = false;  // odc-train: fit the quadratic cost model on this machine and exit
-  bool help = false;
-};
-CommandLine parse_command_line(int argc, char** argv);
-
 }  // namespace odc

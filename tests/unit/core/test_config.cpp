@@ -88,13 +88,6 @@ class ScopedEnv {
   std::string name_;
 };
 
-odc::CommandLine parse(std::vector<std::string> arguments) {
-  arguments.insert(arguments.begin(), "odc-train");
-  std::vector<char*> argv;
-  for (auto& argument : arguments) argv.push_back(argument.data());
-  return odc::parse_command_line(static_cast<int>(argv.size()), argv.data());
-}
-
 }  // namespace
 
 TEST_CASE("config defaults are typed and sourced as 'default'", "[config]") {
@@ -524,28 +517,6 @@ TEST_CASE("closest names are suggested within two edits", "[config]") {
   CHECK(odc::closest_name("--sett", names) == "--set");
   CHECK(odc::closest_name("--verbose", names).empty());
   CHECK(odc::closest_name("ab", {"ax", "ay"}) == "ax");  // ties: the first declared
-}
-
-TEST_CASE("config command line", "[config]") {
-  const auto full =
-      parse({"run.yaml", "--set", "train.lr=0.1", "--set=train.steps=3", "--dump-config"});
-  CHECK(full.config_file == "run.yaml");
-  CHECK(full.assignments == std::vector<std::string>{"train.lr=0.1", "train.steps=3"});
-  CHECK(full.dump_config);
-  CHECK_FALSE(full.help);
-  CHECK(parse({"-h"}).help);
-  CHECK(parse({"--help"}).help);
-  const auto bare = parse({});
-  CHECK(bare.config_file.empty());
-  CHECK(bare.assignments.empty());
-
-  REQUIRE_THROWS_WITH(parse({"--dump_config"}),
-                      Contains("'--dump_config'") && Contains("did you mean '--dump-config'?"));
-  REQUIRE_THROWS_WITH(parse({"--verbose"}), Contains("'--verbose'"));
-  REQUIRE_THROWS_WITH(parse({"run.yaml", "--set"}), Contains("--set"));
-  REQUIRE_THROWS_WITH(parse({"--set", "--dump-config"}), Contains("'--dump-config'"));
-  REQUIRE_THROWS_WITH(parse({"--set="}), Contains("key=value"));
-  REQUIRE_THROWS_WITH(parse({"a.yaml", "b.yaml"}), Contains("'a.yaml'") && Contains("'b.yaml'"));
 }
 
 // Found by tests/fuzz/fuzz_config_yaml: YAML::Load accepts an alias inside the node its anchor
