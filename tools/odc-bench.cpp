@@ -10,15 +10,13 @@
 // regions, one slot per push of the largest shard); flags select the other paths.
 // Rank 0 prints one JSON line per (op, size). Exit codes: 0 ok, 1 error, 2 usage error.
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <exception>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,20 +24,14 @@
 #include <mpi.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/command_line.h"
+#include "cli/tool_main.h"
 #include "odc/core/error.h"
 #include "odc/core/tensor.h"
 #include "odc/distributed/mpi_session.h"
 #include "odc/distributed/ucx_transport.h"
 
 namespace {
-
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
-
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 constexpr const char* kUsage = R"(usage: mpirun -np N odc-bench [options]
 
@@ -95,103 +87,45 @@ struct Options {
   double timeout_s = 120.0;
 };
 
-template <typename T>
-T parse_number(std::string_view flag, const std::string& text, T min_value) {
-  T value{};
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
-    throw UsageError("odc-bench: " + std::string(flag) + " expects a number, got '" + text + "'");
-  }
-  if (value < min_value) {
-    throw UsageError("odc-bench: " + std::string(flag) + " must be at least " + std::to_string(min_value) +
-                     ", got '" + text + "'");
-  }
-  return value;
+odc::cli::Command command() {
+  return {"odc-bench", kUsage,
+          {{"--sizes-mib"}, {"--ops"}, {"--iters"}, {"--min-time-s"}, {"--max-iters"}, {"--warmup"}, {"--chunk-bytes"},
+           {"--max-inflight"}, {"--direct-load"}, {"--push-protocol"}, {"--slots-per-client"}, {"--timeout-s"}}};
 }
 
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t comma = text.find(',', start);
-    parts.push_back(text.substr(start, comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return parts;
-}
-
-// Returns false when --help was asked for.
-bool parse_options(int argc, char** argv, Options& options) {
-  static const std::vector<std::string> known = {"--sizes-mib", "--ops",         "--iters",        "--min-time-s",
-                                                 "--max-iters", "--warmup",      "--chunk-bytes", "--max-inflight",
-                                                 "--timeout-s",   "--direct-load", "--push-protocol",
-                                                 "--slots-per-client"};
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    if (flag == "-h" || flag == "--help") return false;
-    std::string value;
-    bool has_value = false;
-    if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-      has_value = true;
-    }
-    if (std::find(known.begin(), known.end(), flag) == known.end()) {
-      throw UsageError("odc-bench: unknown option '" + flag + "'");
-    }
-    if (!has_value) {
-      if (i + 1 >= argc) throw UsageError("odc-bench: " + flag + " needs a value");
-      value = argv[++i];
-    }
-    if (flag == "--sizes-mib") {
-      options.sizes_mib.clear();
-      // 8 GiB per unit is far beyond any layer and keeps MPI's int counts in range.
-      for (const auto& part : split_commas(value)) {
-        const auto mib = parse_number<std::int64_t>(flag, part, 1);
-        if (mib > 8192) throw UsageError("odc-bench: --sizes-mib entries must be at most 8192, got '" + part + "'");
-        options.sizes_mib.push_back(mib);
+Options parse_options(const odc::cli::Arguments& args) {
+  using odc::Range;
+  Options options;
+  // 8 GiB per unit is far beyond any layer and keeps MPI's int counts in range.
+  options.sizes_mib = args.integer_list("--sizes-mib", options.sizes_mib, Range::at_least(1).and_at_most(8192));
+  if (const auto ops = args.list("--ops", {}); !ops.empty()) {
+    options.gather = options.scatter = false;
+    for (const auto& op : ops) {
+      if (op == "gather") {
+        options.gather = true;
+      } else if (op == "scatter_accumulate") {
+        options.scatter = true;
+      } else {
+        throw args.usage_error("--ops expects gather and/or scatter_accumulate, got '" + op + "'");
       }
-    } else if (flag == "--ops") {
-      options.gather = options.scatter = false;
-      for (const auto& part : split_commas(value)) {
-        if (part == "gather") {
-          options.gather = true;
-        } else if (part == "scatter_accumulate") {
-          options.scatter = true;
-        } else {
-          throw UsageError("odc-bench: --ops expects gather and/or scatter_accumulate, got '" + part + "'");
-        }
-      }
-    } else if (flag == "--iters") {
-      options.iters = parse_number<int>(flag, value, 0);
-    } else if (flag == "--min-time-s") {
-      options.min_time_s = parse_number<double>(flag, value, 0.0);
-    } else if (flag == "--max-iters") {
-      options.max_iters = parse_number<int>(flag, value, 1);
-    } else if (flag == "--warmup") {
-      options.warmup = parse_number<int>(flag, value, 0);
-    } else if (flag == "--chunk-bytes") {
-      options.chunk_bytes = parse_number<std::int64_t>(flag, value, 4096);
-    } else if (flag == "--max-inflight") {
-      options.max_inflight = parse_number<int>(flag, value, 1);
-    } else if (flag == "--direct-load") {
-      if (value != "true" && value != "false") {
-        throw UsageError("odc-bench: --direct-load expects true or false, got '" + value + "'");
-      }
-      options.direct_load = value == "true";
-    } else if (flag == "--push-protocol") {
-      if (value != "slot" && value != "message") {
-        throw UsageError("odc-bench: --push-protocol expects slot or message, got '" + value + "'");
-      }
-      options.slot_pushes = value == "slot";
-    } else if (flag == "--slots-per-client") {
-      options.slots_per_client = parse_number<int>(flag, value, 1);
-    } else {
-      options.timeout_s = parse_number<double>(flag, value, 1e-3);
     }
   }
-  return true;
+  // The int options end at INT_MAX: larger counts are typos, not benchmarks.
+  const auto int_option = [&](std::string_view name, int fallback, int minimum) {
+    const Range range = Range::at_least(minimum).and_at_most(std::numeric_limits<int>::max());
+    return static_cast<int>(args.integer(name, fallback, range));
+  };
+  options.iters = int_option("--iters", options.iters, 0);
+  options.min_time_s = args.number("--min-time-s", options.min_time_s, Range::at_least(0));
+  options.max_iters = int_option("--max-iters", options.max_iters, 1);
+  options.warmup = int_option("--warmup", options.warmup, 0);
+  options.chunk_bytes = args.integer("--chunk-bytes", options.chunk_bytes, Range::at_least(4096));
+  options.max_inflight = int_option("--max-inflight", options.max_inflight, 1);
+  options.direct_load = args.choice("--direct-load", {"true", "false"}, "true") == "true";
+  options.slot_pushes = args.choice("--push-protocol", {"slot", "message"}, "slot") == "slot";
+  options.slots_per_client = int_option("--slots-per-client", options.slots_per_client, 1);
+  options.timeout_s = args.number("--timeout-s", options.timeout_s, Range::at_least(1e-3));
+  return options;
 }
 
 double now_s() { return MPI_Wtime(); }
@@ -476,34 +410,12 @@ class Bench {
   std::unique_ptr<odc::distributed::UcxTransport> transport_;
 };
 
-int run(int argc, char** argv, const odc::distributed::MpiSession& mpi) {
-  Options options;
-  if (!parse_options(argc, argv, options)) {
-    if (mpi.rank() == 0) std::cout << kUsage;
-    return 0;
-  }
-  Bench bench(options, mpi.rank(), mpi.world_size());
-  bench.run();
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::unique_ptr<odc::distributed::MpiSession> mpi;
-  try {
-    mpi = std::make_unique<odc::distributed::MpiSession>(&argc, &argv);
-    return run(argc, argv, *mpi);
-  } catch (const UsageError& e) {
-    // Every rank parses the same flags and fails alike; one message is enough.
-    if (mpi == nullptr || mpi->rank() == 0) std::cerr << e.what() << "\n(run 'odc-bench --help' for usage)\n";
-    return kExitUsage;
-  } catch (const odc::Error& e) {
-    std::cerr << "odc-bench: error: " << e.what() << '\n';
-  } catch (const std::exception& e) {
-    std::cerr << "odc-bench: unexpected error: " << e.what() << '\n';
-  }
-  std::cerr.flush();
-  if (mpi && mpi->world_size() > 1) mpi->abort(kExitError);
-  return kExitError;
+  return odc::cli::run_mpi_tool("odc-bench", argc, argv, [&](const odc::distributed::MpiSession& mpi) {
+    Bench bench(parse_options(odc::cli::parse(command(), argc, argv)), mpi.rank(), mpi.world_size());
+    bench.run();
+    return 0;
+  });
 }

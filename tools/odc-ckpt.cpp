@@ -2,23 +2,18 @@
 // layout (the model's own initialization, so `odc-ckpt init --seed S` in f32 is exactly the model
 // odc-train builds with model.seed=S); `inspect` prints what a checkpoint holds as one JSON line.
 // Exit codes: 0 ok, 1 bad input (odc::Error), 2 usage error.
-#include <algorithm>
-#include <charconv>
 #include <cstdint>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
-#include <optional>
-#include <stdexcept>
 #include <string>
-#include <string_view>
-#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command_line.h"
+#include "cli/tool_main.h"
 #include "odc/core/config.h"
 #include "odc/core/dtype.h"
 #include "odc/core/error.h"
@@ -31,15 +26,6 @@
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
-
-// A command-line mistake: reported with the usage hint and exit code 2, unlike bad data (1).
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 constexpr const char* kMainUsage = R"(usage: odc-ckpt <command> [options]
 
@@ -115,42 +101,6 @@ options:
   -h, --help             show this help
 )";
 
-std::int64_t parse_integer(std::string_view flag, const std::string& text) {
-  std::int64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
-    throw UsageError("odc-ckpt init: " + std::string(flag) + " expects an integer, got '" + text + "'");
-  }
-  return value;
-}
-
-// Splits a command's arguments into (flag, value) pairs, accepting both "--flag value" and
-// "--flag=value" (the first '=' only: --set values contain one); nullopt when help was asked for.
-std::optional<std::vector<std::pair<std::string, std::string>>> parse_options(
-    std::string_view command, const std::vector<std::string>& args, const std::vector<std::string>& known) {
-  std::vector<std::pair<std::string, std::string>> options;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i];
-    if (flag == "-h" || flag == "--help") return std::nullopt;
-    std::string value;
-    bool has_value = false;
-    if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-      has_value = true;
-    }
-    if (std::find(known.begin(), known.end(), flag) == known.end()) {
-      throw UsageError("odc-ckpt " + std::string(command) + ": unknown option '" + flag + "'");
-    }
-    if (!has_value) {
-      if (i + 1 >= args.size()) throw UsageError("odc-ckpt " + std::string(command) + ": " + flag + " needs a value");
-      value = args[++i];
-    }
-    options.emplace_back(std::move(flag), std::move(value));
-  }
-  return options;
-}
-
 const odc::TunableSpec& trainer_model_config_spec() {
   static const auto specs = odc::train::trainer_tunables();
   for (const auto& spec : specs) {
@@ -161,7 +111,8 @@ const odc::TunableSpec& trainer_model_config_spec() {
 
 // The config.json fields: the file (or odc-train's default model) with the --set assignments over
 // it, through odc::Config so that --set means what it means for odc-train.
-nlohmann::json model_config_json(const std::string& config_file, const std::vector<std::string>& assignments) {
+nlohmann::json model_config_json(const odc::cli::Arguments& args, const std::string& config_file,
+                                 const std::vector<std::string>& assignments) {
   odc::TunableSpec spec = trainer_model_config_spec();
   // A file replaces the default model entirely: its absent fields take HF's defaults, not ours.
   if (!config_file.empty()) spec.default_value.clear();
@@ -181,12 +132,12 @@ nlohmann::json model_config_json(const std::string& config_file, const std::vect
   }
   for (const auto& assignment : assignments) {
     if (assignment.rfind("model.config.", 0) != 0) {
-      throw UsageError("odc-ckpt init: --set only sets model.config.KEY=VALUE, got '" + assignment + "'");
+      throw args.usage_error("--set only sets model.config.KEY=VALUE, got '" + assignment + "'");
     }
     try {
       config.apply_assignment(assignment);
     } catch (const odc::Error& e) {
-      throw UsageError(std::string("odc-ckpt init: ") + e.what());
+      throw args.usage_error(e.what());
     }
   }
   if (!config.has("model.config")) odc::fail("model config '{}' is empty", config_file);
@@ -205,51 +156,30 @@ void check_assigned_keys(const nlohmann::json& merged, const odc::model::LlamaCo
   odc::model::LlamaConfig::from_json(probe, "--set model.config", true);
 }
 
-int run_init(const std::vector<std::string>& args) {
-  const auto parsed = parse_options("init", args,
-                                    {"--out", "--config", "--set", "--architecture", "--dtype", "--seed",
-                                     "--tokenizer", "--max-shard-bytes"});
-  if (!parsed) {
-    std::cout << kInitUsage;
-    return 0;
+// --dtype D of init and export: a dtype Hugging Face checkpoints are written in, by any of its
+// names (bf16, bfloat16, ...).
+odc::DType checkpoint_dtype(const odc::cli::Arguments& args, const std::string& fallback) {
+  const std::string name = args.value_or("--dtype", fallback);
+  try {
+    const odc::DType dtype = odc::parse_dtype(name);
+    if (dtype == odc::DType::bf16 || dtype == odc::DType::f16 || dtype == odc::DType::f32) return dtype;
+  } catch (const odc::Error&) {
+    // reported below with the accepted values
   }
-  std::string out_dir, config_file, architecture, tokenizer;
-  std::vector<std::string> assignments;
-  odc::DType dtype = odc::DType::bf16;
-  std::uint64_t seed = 0;
-  std::int64_t max_shard_bytes = 5'000'000'000;
-  for (const auto& [flag, value] : *parsed) {
-    if (flag == "--out") {
-      out_dir = value;
-    } else if (flag == "--config") {
-      config_file = value;
-    } else if (flag == "--set") {
-      assignments.push_back(value);
-    } else if (flag == "--architecture") {
-      architecture = value;
-    } else if (flag == "--dtype") {
-      try {
-        dtype = odc::parse_dtype(value);
-      } catch (const odc::Error&) {
-        dtype = odc::DType::i32;  // reported below with the accepted values
-      }
-      if (dtype != odc::DType::bf16 && dtype != odc::DType::f16 && dtype != odc::DType::f32) {
-        throw UsageError("odc-ckpt init: --dtype expects bf16, f16 or f32, got '" + value + "'");
-      }
-    } else if (flag == "--seed") {
-      const std::int64_t s = parse_integer(flag, value);
-      if (s < 0) throw UsageError("odc-ckpt init: --seed expects a non-negative integer, got '" + value + "'");
-      seed = static_cast<std::uint64_t>(s);
-    } else if (flag == "--tokenizer") {
-      tokenizer = value;
-    } else {
-      max_shard_bytes = parse_integer(flag, value);
-      if (max_shard_bytes <= 0) throw UsageError("odc-ckpt init: --max-shard-bytes must be positive, got '" + value + "'");
-    }
-  }
-  if (out_dir.empty()) throw UsageError("odc-ckpt init: --out DIR is required");
+  throw args.usage_error("--dtype expects bf16, f16 or f32, got '" + name + "'");
+}
 
-  nlohmann::json fields = model_config_json(config_file, assignments);
+int run_init(const odc::cli::Arguments& args) {
+  const std::string out_dir = args.required("--out", "DIR");
+  const std::string config_file = args.value_or("--config", "");
+  std::string architecture = args.value_or("--architecture", "");
+  const std::string tokenizer = args.value_or("--tokenizer", "");
+  const std::vector<std::string> assignments = args.assignments();
+  const odc::DType dtype = checkpoint_dtype(args, "bf16");
+  const auto seed = static_cast<std::uint64_t>(args.integer("--seed", 0, odc::Range::at_least(0)));
+  const std::int64_t max_shard_bytes = args.integer("--max-shard-bytes", 5'000'000'000, odc::Range::at_least(1));
+
+  nlohmann::json fields = model_config_json(args, config_file, assignments);
   const std::string where = config_file.empty() ? std::string("model.config") : config_file;
   if (architecture.empty()) {
     const bool named = fields.contains("architectures") || fields.contains("model_type");
@@ -313,18 +243,9 @@ int run_init(const std::vector<std::string>& args) {
   return 0;
 }
 
-int run_inspect(const std::vector<std::string>& args) {
-  std::string dir;
-  for (const auto& arg : args) {
-    if (arg == "-h" || arg == "--help") {
-      std::cout << kInspectUsage;
-      return 0;
-    }
-    if (arg.rfind("-", 0) == 0) throw UsageError("odc-ckpt inspect: unknown option '" + arg + "'");
-    if (!dir.empty()) throw UsageError("odc-ckpt inspect: one directory expected, got '" + dir + "' and '" + arg + "'");
-    dir = arg;
-  }
-  if (dir.empty()) throw UsageError("odc-ckpt inspect: DIR is required");
+int run_inspect(const odc::cli::Arguments& args) {
+  const std::string dir = args.positional(0);
+  if (dir.empty()) throw args.usage_error("DIR is required");
 
   const odc::io::HfCheckpoint ckpt(dir);
   nlohmann::ordered_json files = nlohmann::ordered_json::array();
@@ -355,84 +276,45 @@ int run_inspect(const std::vector<std::string>& args) {
   return 0;
 }
 
-int run_export(const std::vector<std::string>& args) {
-  const auto parsed = parse_options("export", args, {"--from", "--out", "--dtype", "--architecture", "--tokenizer-from"});
-  if (!parsed) {
-    std::cout << kExportUsage;
-    return 0;
-  }
-  std::string from, out, architecture, tokenizer_from;
-  odc::DType dtype = odc::DType::f32;
-  for (const auto& [flag, value] : *parsed) {
-    if (flag == "--from") from = value;
-    if (flag == "--out") out = value;
-    if (flag == "--architecture") architecture = value;
-    if (flag == "--tokenizer-from") tokenizer_from = value;
-    if (flag == "--dtype") {
-      if (value != "bf16" && value != "f16" && value != "f32") throw UsageError("odc-ckpt export: --dtype must be bf16, f16 or f32");
-      dtype = value == "bf16" ? odc::DType::bf16 : value == "f16" ? odc::DType::f16 : odc::DType::f32;
-    }
-  }
-  if (from.empty() || out.empty()) throw UsageError("odc-ckpt export: --from and --out are required");
+int run_export(const odc::cli::Arguments& args) {
+  const std::string from = args.required("--from", "CKPT");
+  const std::string out = args.required("--out", "DIR");
+  const odc::DType dtype = checkpoint_dtype(args, "f32");
+  const std::string architecture = args.value_or("--architecture", "");
+  const std::string tokenizer_from = args.value_or("--tokenizer-from", "");
   const auto step = odc::train::export_native_to_hf(from, out, dtype, architecture, tokenizer_from);
   std::cout << nlohmann::json{{"from", from}, {"out", out}, {"step", step}, {"dtype", odc::dtype_name(dtype)}}.dump() << '\n';
   return 0;
 }
 
-int run_import(const std::vector<std::string>& args) {
-  const auto parsed = parse_options("import", args, {"--from", "--out", "--world-size"});
-  if (!parsed) {
-    std::cout << kImportUsage;
-    return 0;
-  }
-  std::string from, out;
-  std::int64_t world = 0;
-  for (const auto& [flag, value] : *parsed) {
-    if (flag == "--from") from = value;
-    if (flag == "--out") out = value;
-    if (flag == "--world-size") world = parse_integer(flag, value);
-  }
-  if (from.empty() || out.empty() || world < 1) {
-    throw UsageError("odc-ckpt import: --from, --out and --world-size (>= 1) are required");
-  }
+int run_import(const odc::cli::Arguments& args) {
+  const std::string from = args.required("--from", "DIR");
+  const std::string out = args.required("--out", "CKPT_DIR");
+  const std::int64_t world = args.required_integer("--world-size", "N", odc::Range::at_least(1));
   const auto path = odc::train::import_hf_to_native(from, out, static_cast<int>(world));
   std::cout << nlohmann::json{{"from", from}, {"checkpoint", path}, {"world_size", world}}.dump() << '\n';
   return 0;
 }
 
-int run(int argc, char** argv) {
-  const std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) {
-    std::cerr << kMainUsage;
-    return kExitUsage;
-  }
-  const std::string& command = args[0];
-  if (command == "-h" || command == "--help" || command == "help") {
-    std::cout << kMainUsage;
-    return 0;
-  }
-  if (command == "init") return run_init({args.begin() + 1, args.end()});
-  if (command == "inspect") return run_inspect({args.begin() + 1, args.end()});
-  if (command == "export") return run_export({args.begin() + 1, args.end()});
-  if (command == "import") return run_import({args.begin() + 1, args.end()});
-  throw UsageError("odc-ckpt: unknown command '" + command + "'");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
+  using odc::cli::Command;
+  using odc::cli::Takes;
+  const std::vector<odc::cli::Subcommand> subcommands = {
+      {"init",
+       Command{"", kInitUsage,
+               {{"--out"}, {"--config"}, {"--set", Takes::values}, {"--architecture"}, {"--dtype"}, {"--seed"},
+                {"--tokenizer"}, {"--max-shard-bytes"}}},
+       run_init},
+      {"inspect", Command{"", kInspectUsage, {}, "checkpoint directory", 1}, run_inspect},
+      {"export", Command{"", kExportUsage, {{"--from"}, {"--out"}, {"--dtype"}, {"--architecture"}, {"--tokenizer-from"}}},
+       run_export},
+      {"import", Command{"", kImportUsage, {{"--from"}, {"--out"}, {"--world-size"}}}, run_import},
+  };
+  return odc::cli::run_tool("odc-ckpt", [&] {
     // Warnings (e.g. an unimplemented sliding window) go to stderr: stdout is the JSON line.
     odc::setup_logging(0, 1, "warn");
-    return run(argc, argv);
-  } catch (const UsageError& e) {
-    std::cerr << e.what() << "\n(run 'odc-ckpt --help' for usage)\n";
-    return kExitUsage;
-  } catch (const odc::Error& e) {
-    std::cerr << "odc-ckpt: error: " << e.what() << '\n';
-    return kExitError;
-  } catch (const std::exception& e) {
-    std::cerr << "odc-ckpt: unexpected error: " << e.what() << '\n';
-    return kExitError;
-  }
+    return odc::cli::run_subcommand("odc-ckpt", kMainUsage, subcommands, argc, argv);
+  });
 }

@@ -3,40 +3,26 @@
 // summary.
 // Exit codes: 0 ok, 1 bad input (odc::Error), 2 usage error.
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <exception>
 #include <filesystem>
 #include <iostream>
 #include <limits>
 #include <optional>
-#include <stdexcept>
 #include <string>
-#include <string_view>
-#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "odc/core/error.h"
+#include "cli/command_line.h"
+#include "cli/tool_main.h"
 #include "odc/data/bin_dataset.h"
 #include "odc/data/dataset.h"
 #include "odc/data/synth.h"
 #include "odc/data/tokenizer.h"
 
 namespace {
-
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
-
-// A command-line mistake: reported with the usage hint and exit code 2, unlike bad data (1).
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 constexpr const char* kMainUsage = R"(usage: odc-data <command> [options]
 
@@ -93,108 +79,24 @@ options:
   -h, --help           show this help
 )";
 
-template <typename T>
-T parse_integer(std::string_view command, std::string_view flag, const std::string& text) {
-  T value{};
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
-    throw UsageError("odc-data " + std::string(command) + ": " + std::string(flag) +
-                     " expects an integer, got '" + text + "'");
-  }
-  return value;
-}
-
-double parse_double(std::string_view command, std::string_view flag, const std::string& text) {
-  double value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
-    throw UsageError("odc-data " + std::string(command) + ": " + std::string(flag) +
-                     " expects a number, got '" + text + "'");
-  }
-  return value;
-}
-
-// Splits a command's arguments into (flag, value) pairs, accepting both "--flag value" and
-// "--flag=value"; returns nullopt when help was asked for.
-std::optional<std::vector<std::pair<std::string, std::string>>> parse_options(
-    std::string_view command, const std::vector<std::string>& args,
-    const std::vector<std::string>& known) {
-  std::vector<std::pair<std::string, std::string>> options;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i];
-    if (flag == "-h" || flag == "--help") return std::nullopt;
-    std::string value;
-    bool has_value = false;
-    if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-      has_value = true;
-    }
-    if (std::find(known.begin(), known.end(), flag) == known.end()) {
-      throw UsageError("odc-data " + std::string(command) + ": unknown option '" + flag + "'");
-    }
-    if (!has_value) {
-      if (i + 1 >= args.size()) {
-        throw UsageError("odc-data " + std::string(command) + ": " + flag + " needs a value");
-      }
-      value = args[++i];
-    }
-    options.emplace_back(std::move(flag), std::move(value));
-  }
-  return options;
-}
-
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t comma = text.find(',', start);
-    parts.push_back(text.substr(start, comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return parts;
-}
-
 // Nearest-rank percentile of sorted values.
 std::int64_t percentile(const std::vector<std::int64_t>& sorted, double p) {
   const auto rank = static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
   return sorted[std::clamp<std::size_t>(rank, 1, sorted.size()) - 1];
 }
 
-int run_synth(const std::vector<std::string>& args) {
-  const auto parsed = parse_options(
-      "synth", args,
-      {"--out", "--num", "--vocab", "--min-length", "--max-length", "--mean-length", "--sigma",
-       "--tasks", "--seed"});
-  if (!parsed) {
-    std::cout << kSynthUsage;
-    return 0;
-  }
+int run_synth(const odc::cli::Arguments& args) {
   odc::data::SynthOptions options;
-  std::string out_path;
-  for (const auto& [flag, value] : *parsed) {
-    if (flag == "--out") {
-      out_path = value;
-    } else if (flag == "--num") {
-      options.num_sequences = parse_integer<std::int64_t>("synth", flag, value);
-    } else if (flag == "--vocab") {
-      options.vocab_size = parse_integer<std::int64_t>("synth", flag, value);
-    } else if (flag == "--min-length") {
-      options.min_length = parse_integer<std::int64_t>("synth", flag, value);
-    } else if (flag == "--max-length") {
-      options.max_length = parse_integer<std::int64_t>("synth", flag, value);
-    } else if (flag == "--mean-length") {
-      options.mean_length = parse_double("synth", flag, value);
-    } else if (flag == "--sigma") {
-      options.sigma = parse_double("synth", flag, value);
-    } else if (flag == "--tasks") {
-      options.tasks = split_commas(value);
-    } else {
-      options.seed = parse_integer<std::uint64_t>("synth", flag, value);
-    }
-  }
-  if (out_path.empty()) throw UsageError("odc-data synth: --out PATH is required");
+  const std::string out_path = args.required("--out", "PATH");
+  options.num_sequences = args.integer("--num", options.num_sequences);
+  options.vocab_size = args.integer("--vocab", options.vocab_size);
+  options.min_length = args.integer("--min-length", options.min_length);
+  options.max_length = args.integer("--max-length", options.max_length);
+  options.mean_length = args.number("--mean-length", options.mean_length);
+  options.sigma = args.number("--sigma", options.sigma);
+  options.tasks = args.list("--tasks", options.tasks);
+  options.seed = static_cast<std::uint64_t>(args.integer("--seed", static_cast<std::int64_t>(options.seed),
+                                                         odc::Range::at_least(0)));
 
   odc::data::write_synth_jsonl(options, out_path);
 
@@ -233,44 +135,22 @@ std::uint64_t file_size_or_zero(const std::string& path) {
   return ec ? 0 : static_cast<std::uint64_t>(size);
 }
 
-int run_convert(const std::vector<std::string>& args) {
-  const auto parsed = parse_options("convert", args,
-                                    {"--in", "--out", "--vocab", "--format", "--tokenizer", "--chat-template"});
-  if (!parsed) {
-    std::cout << kConvertUsage;
-    return 0;
-  }
-  std::string in_path;
-  std::string out_prefix;
-  std::string format = "tokens";
+int run_convert(const odc::cli::Arguments& args) {
+  const std::string in_path = args.required("--in", "FILE.jsonl");
+  // A trailing .bin or .idx is dropped, so "--out .bin" names no prefix either.
+  const std::string out_prefix = odc::data::bin_dataset_prefix(args.value_or("--out", ""));
+  if (out_prefix.empty()) throw args.usage_error("--out PREFIX is required");
+  const std::string format = args.choice("--format", {"tokens", "chat", "text"}, "tokens");
   odc::data::TextDataOptions text_options;
-  std::optional<std::int64_t> vocab_option;
-  for (const auto& [flag, value] : *parsed) {
-    if (flag == "--in") {
-      in_path = value;
-    } else if (flag == "--out") {
-      out_prefix = odc::data::bin_dataset_prefix(value);
-    } else if (flag == "--format") {
-      format = value;
-    } else if (flag == "--tokenizer") {
-      text_options.tokenizer_path = value;
-    } else if (flag == "--chat-template") {
-      text_options.chat_template = value;
-    } else {
-      vocab_option = parse_integer<std::int64_t>("convert", flag, value);
-    }
-  }
-  if (in_path.empty()) throw UsageError("odc-data convert: --in FILE.jsonl is required");
-  if (out_prefix.empty()) throw UsageError("odc-data convert: --out PREFIX is required");
+  text_options.tokenizer_path = args.value_or("--tokenizer", "");
+  text_options.chat_template = args.value_or("--chat-template", text_options.chat_template);
+  const std::optional<std::int64_t> vocab_option = args.optional_integer("--vocab");
   const bool text_format = format == "chat" || format == "text";
-  if (!text_format && format != "tokens") {
-    throw UsageError("odc-data convert: --format must be tokens, chat or text, got '" + format + "'");
-  }
   if (text_format && text_options.tokenizer_path.empty()) {
-    throw UsageError("odc-data convert: --format " + format + " needs --tokenizer PATH (a tokenizer.json)");
+    throw args.usage_error("--format " + format + " needs --tokenizer PATH (a tokenizer.json)");
   }
   if (!text_format && (!text_options.tokenizer_path.empty() || text_options.chat_template != "auto")) {
-    throw UsageError("odc-data convert: --tokenizer and --chat-template apply to --format chat or text only");
+    throw args.usage_error("--tokenizer and --chat-template apply to --format chat or text only");
   }
   std::int64_t vocab_size = std::numeric_limits<std::int32_t>::max();
   if (vocab_option) {
@@ -305,35 +185,19 @@ int run_convert(const std::vector<std::string>& args) {
   return 0;
 }
 
-int run(int argc, char** argv) {
-  const std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) {
-    std::cerr << kMainUsage;
-    return kExitUsage;
-  }
-  const std::string& command = args[0];
-  if (command == "-h" || command == "--help" || command == "help") {
-    std::cout << kMainUsage;
-    return 0;
-  }
-  if (command == "synth") return run_synth({args.begin() + 1, args.end()});
-  if (command == "convert") return run_convert({args.begin() + 1, args.end()});
-  throw UsageError("odc-data: unknown command '" + command + "'");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const UsageError& e) {
-    std::cerr << e.what() << "\n(run 'odc-data --help' for usage)\n";
-    return kExitUsage;
-  } catch (const odc::Error& e) {
-    std::cerr << "odc-data: error: " << e.what() << '\n';
-    return kExitError;
-  } catch (const std::exception& e) {
-    std::cerr << "odc-data: unexpected error: " << e.what() << '\n';
-    return kExitError;
-  }
+  using odc::cli::Command;
+  const std::vector<odc::cli::Subcommand> subcommands = {
+      {"synth",
+       Command{"", kSynthUsage,
+               {{"--out"}, {"--num"}, {"--vocab"}, {"--min-length"}, {"--max-length"}, {"--mean-length"}, {"--sigma"},
+                {"--tasks"}, {"--seed"}}},
+       run_synth},
+      {"convert", Command{"", kConvertUsage, {{"--in"}, {"--out"}, {"--vocab"}, {"--format"}, {"--tokenizer"},
+                                               {"--chat-template"}}},
+       run_convert},
+  };
+  return odc::cli::run_tool("odc-data", [&] { return odc::cli::run_subcommand("odc-data", kMainUsage, subcommands, argc, argv); });
 }

@@ -2,15 +2,14 @@
 // a dataset, as one JSON line: {"loss": ..., "perplexity": ..., "tokens": ..., "sequences": ...}.
 // Exit codes: 0 ok, 1 bad input (odc::Error), 2 usage error.
 #include <cstdio>
-#include <exception>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
-#include "odc/core/error.h"
+#include "cli/command_line.h"
+#include "cli/tool_main.h"
 #include "odc/data/text_dataset.h"
 #include "odc/train/inference.h"
-#include "tool_args.h"
 
 namespace {
 
@@ -31,27 +30,24 @@ options:
   --max-tokens N       tokens per forward batch (default 4096)
   --max-sequences N    score only the first N sequences (default: all)
   --threads N          compute threads (default 1)
-  --help               this text
+  -h, --help           this text
 )";
 
-int run(int argc, char** argv) {
-  odc::tools::Args args(argc, argv, "odc-eval");
-  if (args.flag("--help")) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  const std::string model_dir = args.value("--model");
-  const std::string data = args.value("--data");
-  const std::string format = args.value("--format", "tokens");
-  const auto max_tokens = args.integer("--max-tokens", 4096);
+odc::cli::Command command() {
+  return {"odc-eval", kUsage,
+          {{"--model"}, {"--data"}, {"--format"}, {"--tokenizer"}, {"--chat-template"}, {"--max-tokens"},
+           {"--max-sequences"}, {"--threads"}}};
+}
+
+int run(const odc::cli::Arguments& args) {
+  const std::string model_dir = args.required("--model", "DIR");
+  const std::string data = args.required("--data", "PATH");
+  const std::string format = args.value_or("--format", "tokens");
+  const auto max_tokens = args.integer("--max-tokens", 4096);  // checked by train::evaluate
   const auto max_sequences = args.integer("--max-sequences", 0);
-  const auto threads = args.integer("--threads", 1);
-  const std::string tokenizer = args.value("--tokenizer");
-  const std::string chat_template = args.value("--chat-template", "auto");
-  args.finish();
-  if (model_dir.empty()) throw odc::tools::UsageError("--model DIR is required");
-  if (data.empty()) throw odc::tools::UsageError("--data PATH is required");
-  if (threads < 1) throw odc::tools::UsageError("--threads must be at least 1");
+  const auto threads = args.integer("--threads", 1, odc::Range::at_least(1));
+  const std::string tokenizer = args.value_or("--tokenizer", "");
+  const std::string chat_template = args.value_or("--chat-template", "auto");
 
   odc::train::LoadedModel model(model_dir, static_cast<int>(threads));
   const auto dataset = odc::data::open_dataset(
@@ -67,4 +63,6 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return odc::tools::run_tool("odc-eval", kUsage, [&] { return run(argc, argv); }); }
+int main(int argc, char** argv) {
+  return odc::cli::run_tool("odc-eval", [&] { return run(odc::cli::parse(command(), argc, argv)); });
+}

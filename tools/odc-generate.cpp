@@ -2,17 +2,17 @@
 // checkpoint (greedy, or temperature + top-p sampling) and prints the text.
 // Exit codes: 0 ok, 1 bad input (odc::Error), 2 usage error.
 #include <cstdio>
-#include <exception>
 #include <filesystem>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command_line.h"
+#include "cli/tool_main.h"
 #include "odc/core/error.h"
 #include "odc/data/chat_format.h"
 #include "odc/data/tokenizer.h"
 #include "odc/train/inference.h"
-#include "tool_args.h"
 
 namespace {
 
@@ -35,31 +35,30 @@ options:
   --chat-template T      auto (default), llama3 or chatml (with --chat)
   --json                 print a JSON line {"prompt", "completion", "prompt_ids", "completion_ids"}
   --threads N            compute threads (default 1)
-  --help                 this text
+  -h, --help             this text
 )";
 
-int run(int argc, char** argv) {
-  odc::tools::Args args(argc, argv, "odc-generate");
-  if (args.flag("--help")) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  const std::string model_dir = args.value("--model");
-  const std::string prompt = args.value("--prompt");
-  std::string tokenizer_path = args.value("--tokenizer");
+odc::cli::Command command() {
+  using odc::cli::Takes;
+  return {"odc-generate", kUsage,
+          {{"--model"}, {"--prompt"}, {"--tokenizer"}, {"--max-new-tokens"}, {"--temperature"}, {"--top-p"},
+           {"--seed"}, {"--chat", Takes::nothing}, {"--chat-template"}, {"--json", Takes::nothing}, {"--threads"}}};
+}
+
+int run(const odc::cli::Arguments& args) {
+  const std::string model_dir = args.required("--model", "DIR");
+  const std::string prompt = args.required("--prompt", "TEXT");
+  std::string tokenizer_path = args.value_or("--tokenizer", "");
   odc::train::GenerateOptions options;
+  // The sampling options are checked by train::generate (the library's callers share its checks).
   options.max_new_tokens = args.integer("--max-new-tokens", 64);
   options.temperature = args.number("--temperature", 0.0);
   options.top_p = args.number("--top-p", 1.0);
   options.seed = static_cast<std::uint64_t>(args.integer("--seed", 0));
   const bool json = args.flag("--json");
   const bool chat = args.flag("--chat");
-  const std::string chat_template = args.value("--chat-template", "auto");
-  const auto threads = args.integer("--threads", 1);
-  args.finish();
-  if (model_dir.empty()) throw odc::tools::UsageError("--model DIR is required");
-  if (prompt.empty()) throw odc::tools::UsageError("--prompt TEXT is required");
-  if (threads < 1) throw odc::tools::UsageError("--threads must be at least 1");
+  const std::string chat_template = args.value_or("--chat-template", "auto");
+  const auto threads = args.integer("--threads", 1, odc::Range::at_least(1));
   if (tokenizer_path.empty()) {
     tokenizer_path = (std::filesystem::path(model_dir) / "tokenizer.json").string();
     if (!std::filesystem::exists(tokenizer_path)) {
@@ -90,5 +89,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return odc::tools::run_tool("odc-generate", kUsage, [&] { return run(argc, argv); });
+  return odc::cli::run_tool("odc-generate", [&] { return run(odc::cli::parse(command(), argc, argv)); });
 }

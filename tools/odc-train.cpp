@@ -1,15 +1,12 @@
 // odc-train CONFIG.yaml [--set key.path=value]... [--dump-config]
 // Trains a LLaMA-style model; run directly or under mpirun.
 #include <cstdio>
-#include <exception>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
-
-#include "odc/core/config.h"
-#include "odc/core/error.h"
+#include "cli/command_line.h"
+#include "cli/tool_main.h"
 #include "odc/core/logging.h"
 #include "odc/distributed/mpi_host_group.h"
 #include "odc/distributed/mpi_session.h"
@@ -31,21 +28,25 @@ variables, then --set assignments (e.g. --set train.lr=1e-3 --set model.config.n
   --calibrate-cost  time forward+backward of sequences of 64..4096 tokens on this model and
                   machine, fit the quadratic cost model and print it (JSON) with the --set
                   lines to use it (data.cost_model=quadratic, data.cost_a, data.cost_b)
-  --help          this text
+  -h, --help      this text
+
+Exit status: 0 success, 1 bad input or a failure (any rank), 2 bad command line.
 )";
 
-int run(int argc, char** argv, const odc::distributed::MpiSession& mpi) {
-  const auto command_line = odc::parse_command_line(argc, argv);
-  if (command_line.help) {
-    if (mpi.rank() == 0) std::fputs(kUsage, stdout);
-    return 0;
-  }
-  const auto config = odc::train::load_trainer_config(command_line);
-  if (command_line.dump_config) {
+odc::cli::Command command() {
+  using odc::cli::Takes;
+  return {"odc-train", kUsage,
+          {{"--set", Takes::values}, {"--dump-config", Takes::nothing}, {"--calibrate-cost", Takes::nothing}},
+          "config file", 1};
+}
+
+int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi) {
+  const auto config = odc::train::load_trainer_config(args.positional(0), args.assignments());
+  if (args.flag("--dump-config")) {
     if (mpi.rank() == 0) std::fputs(config.dump().c_str(), stdout);
     return 0;
   }
-  if (command_line.calibrate_cost) {
+  if (args.flag("--calibrate-cost")) {
     if (mpi.rank() == 0) {
       std::vector<odc::train::CalibrationPoint> points;
       const auto cost = odc::train::calibrate_cost_model(config, &points);
@@ -67,16 +68,7 @@ int run(int argc, char** argv, const odc::distributed::MpiSession& mpi) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::unique_ptr<odc::distributed::MpiSession> mpi;
-  try {
-    mpi = std::make_unique<odc::distributed::MpiSession>(&argc, &argv);
-    return run(argc, argv, *mpi);
-  } catch (const odc::Error& e) {
-    std::fprintf(stderr, "odc-train: error: %s\n", e.what());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "odc-train: unexpected error: %s\n", e.what());
-  }
-  std::fflush(stderr);
-  if (mpi && mpi->world_size() > 1) mpi->abort(1);
-  return 1;
+  return odc::cli::run_mpi_tool("odc-train", argc, argv, [&](const odc::distributed::MpiSession& mpi) {
+    return run(odc::cli::parse(command(), argc, argv), mpi);
+  });
 }

@@ -61,7 +61,7 @@ const std::int32_t* ids(ConstView v) { return in<std::int32_t>(v); }
 }  // namespace
 
 CpuBackend::CpuBackend(int threads) : memory_(std::make_unique<HostMemory>()) {
-  if (threads < 1) fail("train.threads must be at least 1, found {}", threads);
+  if (threads < 1) fail("the CPU backend needs at least 1 compute thread, got {}", threads);
   k::set_num_threads(threads);
 }
 

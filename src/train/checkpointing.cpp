@@ -70,10 +70,7 @@ Checkpointer::Checkpointer(const Config& config, distributed::HostGroup& group)
       keep_(static_cast<int>(config.get_int("checkpoint.keep"))),
       resume_(config.get_string("checkpoint.resume")),
       debug_delay_ms_(config.get_double("debug.checkpoint_delay_ms")),
-      debug_delay_rank_(config.get_int("debug.checkpoint_delay_rank")) {
-  if (every_ < 0) fail("checkpoint.every must be >= 0, found {}", every_);
-  if (keep_ < 0) fail("checkpoint.keep must be >= 0, found {}", keep_);
-}
+      debug_delay_rank_(config.get_int("debug.checkpoint_delay_rank")) {}
 
 bool Checkpointer::in_use() const { return enabled() || (resume_ != "never" && resume_ != "auto"); }
 

@@ -1,11 +1,10 @@
 #include "odc/train/minibatch_source.h"
 
-#include <cmath>
-
 #include <spdlog/spdlog.h>
 
 #include "odc/core/error.h"
 #include "odc/core/hash.h"
+#include "odc/data/data_config.h"
 #include "odc/data/text_dataset.h"
 
 namespace odc::train {
@@ -19,7 +18,6 @@ MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig&
                                                          config.get_string("model.checkpoint")),
                             config.get_string("data.chat_template")});
   minibatch_size_ = config.get_int("data.minibatch_size");
-  if (minibatch_size_ < 1) fail("data.minibatch_size must be at least 1, found {}", minibatch_size_);
   const std::int64_t global = minibatch_size_ * world_size_;
   if (global > dataset_->size()) {
     fail("data.minibatch_size {} x {} ranks = {} sequences per step, but {} holds only {}", minibatch_size_,
@@ -27,13 +25,7 @@ MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig&
   }
 
   // Token cap: explicit, or the longest sequence of the dataset scaled by packing_ratio.
-  token_cap_ = config.get_int("data.max_tokens_per_microbatch");
-  if (token_cap_ < 0) fail("data.max_tokens_per_microbatch must be >= 0, found {}", token_cap_);
-  if (token_cap_ == 0) {
-    const double ratio = config.get_double("data.packing_ratio");
-    if (!(ratio > 0)) fail("data.packing_ratio must be positive, found {}", ratio);
-    token_cap_ = static_cast<std::int64_t>(std::floor(static_cast<double>(dataset_->max_length()) * ratio));
-  }
+  token_cap_ = data::token_cap(config, dataset_->max_length());
   for (std::int64_t i = 0; i < dataset_->size(); ++i) {
     if (dataset_->length(i) > token_cap_) {
       fail("{}: sequence {} has length {}, which exceeds the microbatch cap "
@@ -55,14 +47,7 @@ MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig&
     fail("data.balance = lb_mini needs train.comm = odc: LB-Mini gives ranks different numbers of microbatches, "
          "which collectives cannot run (use lb_micro or local_sort with train.comm = collective)");
   }
-  const std::string cost_kind = config.get_string("data.cost_model");
-  if (cost_kind == "linear") {
-    cost_model_ = data::CostModel::linear();
-  } else if (cost_kind == "quadratic") {
-    cost_model_ = data::CostModel::quadratic(config.get_double("data.cost_a"), config.get_double("data.cost_b"));
-  } else {
-    cost_model_ = data::CostModel::flops(model.linear_flops_per_token(), model.attention_flops_per_pair());
-  }
+  cost_model_ = data::cost_model(config, model.linear_flops_per_token(), model.attention_flops_per_pair());
 }
 
 std::uint64_t MinibatchSource::fingerprint() const {

@@ -59,7 +59,7 @@ RunReport::RunReport(const Config& config, distributed::HostGroup& group, std::i
       trace_path_(config.get_string("train.trace_file")),
       minibatch_size_(minibatch_size),
       peak_flops_(peak_flops),
-      log_every_(std::max<std::int64_t>(1, config.get_int("train.log_every"))) {}
+      log_every_(config.get_int("train.log_every")) {}
 
 void RunReport::begin_run(std::int64_t first_step, std::int64_t last_step, std::int64_t total_steps) {
   first_ = first_step;

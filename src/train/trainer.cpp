@@ -58,7 +58,6 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
       model_config_(training_model_config(config)),
       comm_kind_(distributed::parse_comm_kind(config.get_string("train.comm"))) {
   const auto threads = config.get_int("train.threads");
-  if (threads < 1) fail("train.threads must be at least 1, found {}", threads);
   const int rank = group_.rank();
   const int world = group_.size();
   group_.announce("starting up (data, model, checkpoint)");
@@ -102,8 +101,6 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   schedule_.warmup_steps = config.get_int("train.warmup_steps");
   schedule_.total_steps = config.get_int("train.steps");
   schedule_.kind = config.get_string("train.schedule");
-  if (schedule_.total_steps < 0) fail("train.steps must be >= 0 (0 = load, export and stop), found {}", schedule_.total_steps);
-  if (schedule_.warmup_steps < 0) fail("train.warmup_steps must be >= 0, found {}", schedule_.warmup_steps);
   grad_clip_ = config.get_double("train.grad_clip");
 
   if (const std::string resume = checkpointer_->resume_path(); !resume.empty()) {
@@ -118,10 +115,8 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   if (!config.get_string("train.trace_file").empty()) {
     tracer_ = std::make_unique<Tracer>(rank);
     trace_steps_ = config.get_int("train.trace_steps");
-    if (trace_steps_ < 0) fail("train.trace_steps must be >= 0, found {}", trace_steps_);
   }
   peak_flops_ = config.get_double("train.peak_flops");
-  if (peak_flops_ < 0) fail("train.peak_flops must be >= 0, found {}", peak_flops_);
   if (peak_flops_ == 0) peak_flops_ = model_->backend().measure_peak_flops();
   report_ = std::make_unique<RunReport>(config, group_, data_->minibatch_size(), peak_flops_);
   // Every rank's clocks (traces) start together.
@@ -235,7 +230,6 @@ StepResult Trainer::step() {
 std::vector<StepResult> Trainer::run(bool keep_results) {
   const std::int64_t steps = config_.get_int("train.steps");
   const std::int64_t stop_at = config_.get_int("train.stop_at_step");
-  if (stop_at < 0) fail("train.stop_at_step must be >= 0, found {}", stop_at);
   const std::int64_t last = stop_at > 0 ? std::min(stop_at, steps) : steps;
   std::vector<StepResult> results;
   const std::int64_t first = step_;

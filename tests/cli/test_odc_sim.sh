@@ -104,13 +104,14 @@ fi
 # --- usage errors: exit 2 ---
 run_tool unknown_option "$config" --frobnicate
 expect_rc unknown_option 2
-expect_in unknown_option err "unknown option '--frobnicate'"
+expect_in unknown_option err "odc-sim: unknown option '--frobnicate'"
+expect_in unknown_option err "usage: odc-sim"
 run_tool set_no_value "$config" --set
 expect_rc set_no_value 2
 expect_in set_no_value err "--set needs a value"
 run_tool set_malformed "$config" --set sim.devices
 expect_rc set_malformed 2
-expect_in set_malformed err "key.path=value"
+expect_in set_malformed err "--set expects key=value"
 run_tool out_no_value "$config" --out
 expect_rc out_no_value 2
 run_tool two_configs "$config" "$config"
@@ -136,6 +137,12 @@ expect_in bad_lengths err "'lots'"
 run_tool bad_method "$config" --set sim.methods=collective+lb_mini
 expect_rc bad_method 1
 expect_in bad_method err "collective+lb_mini"
+run_tool devices_out_of_range "$config" --set sim.devices=0
+expect_rc devices_out_of_range 1
+expect_in devices_out_of_range err "config key 'sim.devices' in --set must be in [1, 65536], found 0"
+run_tool efficiency_out_of_range "$config" --set sim.matmul_efficiency=1.5
+expect_rc efficiency_out_of_range 1
+expect_in efficiency_out_of_range err "config key 'sim.matmul_efficiency' in --set must be in (0, 1], found 1.5"
 run_tool unknown_key "$config" --set sim.devcies=4
 expect_rc unknown_key 1
 expect_in unknown_key err "sim.devcies"

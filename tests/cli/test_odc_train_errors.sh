@@ -7,17 +7,22 @@ work="$2"
 rm -rf "$work" && mkdir -p "$work"
 failures=0
 
-# expect_error NAME SUBSTRING... -- ARGS: runs odc-train ARGS, requires exit != 0, no crash signal,
-# and every SUBSTRING in stderr.
-expect_error() {
+# expect_error NAME SUBSTRING... -- ARGS: runs odc-train ARGS, requires exit 1 (bad input), no
+# crash signal, and every SUBSTRING in stderr. expect_usage_error: the same for a command-line
+# mistake, which exits 2 and prints the usage after the message.
+expect_error() { expect_exit 1 "$@"; }
+expect_usage_error() { expect_exit 2 "$@"; }
+expect_exit() {
+  local code="$1"; shift
   local name="$1"; shift
   local needles=()
   while [ "$1" != "--" ]; do needles+=("$1"); shift; done
   shift
+  [ "$code" -eq 2 ] && needles+=("usage: odc-train")
   local out rc
   out=$(timeout 60 "$bin/odc-train" "$@" 2>&1 >/dev/null); rc=$?
-  if [ $rc -eq 0 ] || [ $rc -ge 124 ]; then
-    echo "FAIL [$name]: exit code $rc (expected a clean non-zero exit)"; echo "$out" | sed 's/^/    /'
+  if [ $rc -ne "$code" ]; then
+    echo "FAIL [$name]: exit code $rc (expected $code)"; echo "$out" | sed 's/^/    /'
     failures=$((failures + 1)); return
   fi
   for needle in "${needles[@]}"; do
@@ -60,7 +65,42 @@ expect_error "hidden not divisible by heads" "hidden_size 30 is not divisible by
 expect_error "kv heads not dividing heads" "num_key_value_heads 3 does not divide num_attention_heads 4" -- \
   "${base[@]}" --set model.config.num_key_value_heads=3
 expect_error "unknown model field" "model.config" "hiden_size" -- "${base[@]}" --set model.config.hiden_size=32
-expect_error "unknown flag" "--frobnicate" -- --frobnicate
+expect_usage_error "unknown flag" "odc-train: unknown option '--frobnicate'" -- --frobnicate
+expect_usage_error "misspelled flag" "unknown option '--dump_config'; did you mean '--dump-config'?" -- --dump_config
+expect_usage_error "two config files" "only one config file may be given" -- "$work/mistyped.yaml" "$work/mistyped.yaml"
+expect_usage_error "--set without =" "--set expects key=value" -- "${base[@]}" --set train.lr
+
+# Values outside their declared range stop at config load, naming the key, the range, the value and
+# where it came from (the trainer's own checks behind them are never reached).
+expect_error "threads below its range" "config key 'train.threads' in --set must be >= 1, found 0" -- \
+  "${base[@]}" --set train.threads=0
+expect_error "minibatch size below 1" "config key 'data.minibatch_size' in --set must be >= 1, found 0" -- \
+  "${base[@]}" --set data.minibatch_size=0
+expect_error "negative token cap" "config key 'data.max_tokens_per_microbatch' in --set must be >= 0, found -1" -- \
+  "${base[@]}" --set data.max_tokens_per_microbatch=-1
+expect_error "packing ratio not positive" "config key 'data.packing_ratio' in --set must be > 0, found 0" -- \
+  "${base[@]}" --set data.packing_ratio=0
+expect_error "timeout not positive" "config key 'comm.timeout_s' in --set must be > 0, found 0" -- \
+  "${base[@]}" --set comm.timeout_s=0
+expect_error "negative steps" "config key 'train.steps' in --set must be >= 0, found -1" -- "${base[@]}" --set train.steps=-1
+expect_error "negative warmup" "config key 'train.warmup_steps' in --set must be >= 0, found -2" -- \
+  "${base[@]}" --set train.warmup_steps=-2
+expect_error "negative checkpoint cadence" "config key 'checkpoint.every' in --set must be >= 0, found -1" -- \
+  "${base[@]}" --set checkpoint.every=-1
+expect_error "negative checkpoints kept" "config key 'checkpoint.keep' in --set must be >= 0, found -1" -- \
+  "${base[@]}" --set checkpoint.keep=-1
+expect_error "negative trace steps" "config key 'train.trace_steps' in --set must be >= 0, found -1" -- \
+  "${base[@]}" --set train.trace_steps=-1
+expect_error "negative peak FLOP/s" "config key 'train.peak_flops' in --set must be >= 0, found -1e9" -- \
+  "${base[@]}" --set train.peak_flops=-1e9
+expect_error "negative stop step" "config key 'train.stop_at_step' in --set must be >= 0, found -1" -- \
+  "${base[@]}" --set train.stop_at_step=-1
+expect_error "learning rate not positive" "config key 'train.lr' in --set must be > 0, found 0" -- "${base[@]}" --set train.lr=0
+printf 'train:\n  lr: 0.001\n  beta1: 1.0\n' > "$work/beta1.yaml"
+expect_error "beta1 of 1 in a file" "config key 'train.beta1' in $work/beta1.yaml:3 must be in [0, 1), found 1.0" -- \
+  "$work/beta1.yaml" "${base[@]}"
+ODC_TRAIN_EPS=0 expect_error "epsilon from the environment" \
+  "config key 'train.eps' in environment ODC_TRAIN_EPS must be > 0, found 0" -- "${base[@]}"
 
 # Native checkpoints that cannot be resumed here, and a checkpoint directory that cannot be created.
 # The checkpoints are imported (odc-ckpt import) from a tiny HF model whose hidden size (16) differs

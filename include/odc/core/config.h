@@ -1,14 +1,18 @@
 #pragma once
-// The configuration tree. Every tunable is declared once (path, kind, default, doc); values come,
-// in increasing precedence, from the declared defaults, a YAML file, the environment
-// (ODC_<PATH> with dots as underscores, upper case: train.lr -> ODC_TRAIN_LR) and
-// `--set path=value` assignments. Unknown keys, mistyped values and missing required keys are
-// odc::Error naming the key path and the source (file name, "environment ODC_X", "--set").
+// The configuration tree. Every tunable is declared once (path, kind, default, doc, and for numbers
+// the range of values that make sense); values come, in increasing precedence, from the declared
+// defaults, a YAML file, the environment (ODC_<PATH> with dots as underscores, upper case:
+// train.lr -> ODC_TRAIN_LR) and `--set path=value` assignments. Unknown keys, mistyped values,
+// values outside their range and missing required keys are odc::Error naming the key path and the
+// source (file name, "environment ODC_X", "--set").
 // Layers override key by key, also inside map tunables (`--set model.config.hidden_size=64` sets
 // one key of the map); a null value (`key:`, `--set key=`) unsets a key that has no default.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
@@ -23,6 +27,32 @@ enum class ValueKind : std::uint8_t {
   map,      // a free-form YAML mapping validated by its consumer (e.g. model.config)
 };
 
+// The values a number may take: each end open (unbounded), inclusive or exclusive. Written as the
+// sentence reads: Range::at_least(0).and_below(1) is [0, 1), Range::above(0) is > 0.
+class Range {
+ public:
+  Range() = default;  // any value
+  static Range at_least(double minimum);  // >= minimum
+  static Range above(double minimum);     // > minimum
+  static Range at_most(double maximum);   // <= maximum
+  static Range below(double maximum);     // < maximum
+  Range and_at_most(double maximum) const;
+  Range and_below(double maximum) const;
+
+  bool bounded() const { return lower_.has_value() || upper_.has_value(); }
+  bool contains(double value) const;
+  // ">= 1", "> 0", "<= 64", "in [0, 1)"; empty when unbounded.
+  std::string text() const;
+
+ private:
+  struct Bound {
+    double value;
+    bool inclusive;
+  };
+  std::optional<Bound> lower_;
+  std::optional<Bound> upper_;
+};
+
 struct TunableSpec {
   std::string path;                  // "train.lr"
   ValueKind kind;
@@ -30,7 +60,13 @@ struct TunableSpec {
   std::string doc;
   std::vector<std::string> choices;  // allowed values for strings (empty = any)
   bool required = false;             // must be given by the user (no usable default)
+  Range range = {};                  // allowed values of integers and numbers (default: any)
 };
+
+// Declarations as the schemas write them.
+TunableSpec tunable(std::string path, ValueKind kind, std::string default_value, std::string doc,
+                    std::vector<std::string> choices = {}, bool required = false);
+TunableSpec tunable(std::string path, ValueKind kind, std::string default_value, std::string doc, Range range);
 
 class Config {
  public:
@@ -71,14 +107,12 @@ class Config {
   std::map<std::string, Value> values_;
 };
 
-// Splits argv into config file, --set assignments and flags. Shared by the tools.
-struct CommandLine {
-  std::string config_file;               // empty = embedded defaults only
-  std::vector<std::string> assignments;  // from --set k=v (also "--set=k=v")
-  bool dump_config = false;
-  bool calibrate_cost = false;  // odc-train: fit the quadratic cost model on this machine and exit
-  bool help = false;
-};
-CommandLine parse_command_line(int argc, char** argv);
+// "a.b=value" -> {"a.b", "value"} (the first '=' splits; the key trimmed); odc::Error naming the
+// text when it has no '=' or no key. What --set takes, on every tool's command line.
+std::pair<std::string, std::string> split_assignment(const std::string& assignment);
+
+// The candidate nearest to `word` by edit distance, if it is close enough (two edits) to be the
+// intended one; empty otherwise. For "did you mean" hints on keys, choices and options.
+std::string closest_name(std::string_view word, const std::vector<std::string>& candidates);
 
 }  // namespace odc

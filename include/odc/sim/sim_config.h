@@ -60,8 +60,9 @@ struct SimSetup {
   std::string measured;            // calibrated: what the trace itself measured, to compare with
 };
 
-// Validates every value (odc::Error naming the key) and builds the inputs. `default_label` is
-// used when sim.label is empty (odc-sim passes the config file's stem).
+// Builds the inputs, checking what the schema's ranges cannot (methods, devices, files, values that
+// depend on each other; odc::Error naming the key). `default_label` is used when sim.label is
+// empty (odc-sim passes the config file's stem).
 SimSetup build_setup(const Config& config, const std::string& default_label);
 
 }  // namespace odc::sim

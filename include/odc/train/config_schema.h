@@ -1,6 +1,7 @@
 #pragma once
 // The trainer's tunables: every key of odc-train's YAML, declared once with its default and doc.
 // The defaults form the embedded demo job (a small LLaMA-style model on synthetic SFT data).
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -12,8 +13,9 @@ namespace odc::train {
 
 std::vector<TunableSpec> trainer_tunables();
 
-// Loads the effective config: declared defaults < YAML file < environment < --set.
-Config load_trainer_config(const CommandLine& command_line);
+// Loads the effective config: declared defaults < YAML file (none when empty) < environment <
+// --set assignments. Required keys are not checked: call Config::validate() before training.
+Config load_trainer_config(const std::string& config_file, const std::vector<std::string>& assignments);
 
 // model.config as a LlamaConfig (strict: unknown fields are errors naming "model.config.X").
 model::LlamaConfig model_config_from(const Config& config);

@@ -35,6 +35,19 @@ std::vector<TunableSpec> test_specs() {
   };
 }
 
+// A small schema with every kind of bound: >= 1, > 0, [0, 1), (0, 1], <= 64.
+std::vector<TunableSpec> ranged_specs() {
+  using odc::Range;
+  return {
+      odc::tunable("train.threads", ValueKind::integer, "1", "compute threads", Range::at_least(1)),
+      odc::tunable("train.lr", ValueKind::number, "3e-4", "peak learning rate", Range::above(0)),
+      odc::tunable("train.beta1", ValueKind::number, "0.9", "AdamW beta1", Range::at_least(0).and_below(1)),
+      odc::tunable("sim.efficiency", ValueKind::number, "0.5", "fraction of peak", Range::above(0).and_at_most(1)),
+      odc::tunable("sim.depth", ValueKind::integer, "1", "prefetch depth", Range::at_most(64)),
+      odc::tunable("train.steps", ValueKind::integer, "100", "optimizer steps"),
+  };
+}
+
 // A fresh directory per test case, removed afterwards.
 class TempDir {
  public:
@@ -74,13 +87,6 @@ class ScopedEnv {
  private:
   std::string name_;
 };
-
-odc::CommandLine parse(std::vector<std::string> arguments) {
-  arguments.insert(arguments.begin(), "odc-train");
-  std::vector<char*> argv;
-  for (auto& argument : arguments) argv.push_back(argument.data());
-  return odc::parse_command_line(static_cast<int>(argv.size()), argv.data());
-}
 
 }  // namespace
 
@@ -397,26 +403,120 @@ TEST_CASE("config canonical text compares effective values", "[config]") {
   CHECK_THAT(b.canonical(), Contains("train.steps=101\n"));
 }
 
-TEST_CASE("config command line", "[config]") {
-  const auto full =
-      parse({"run.yaml", "--set", "train.lr=0.1", "--set=train.steps=3", "--dump-config"});
-  CHECK(full.config_file == "run.yaml");
-  CHECK(full.assignments == std::vector<std::string>{"train.lr=0.1", "train.steps=3"});
-  CHECK(full.dump_config);
-  CHECK_FALSE(full.help);
-  CHECK(parse({"-h"}).help);
-  CHECK(parse({"--help"}).help);
-  const auto bare = parse({});
-  CHECK(bare.config_file.empty());
-  CHECK(bare.assignments.empty());
+// Config::canonical() is fingerprinted across ranks and stored in checkpoints: its text must not
+// change with the code around it. Pinned for every kind, a map, escapes and an unset key.
+TEST_CASE("config canonical text is pinned", "[config]") {
+  Config config(test_specs());
+  config.load_yaml_text(
+      "model:\n  config: {b: [1, \"two\"], a: {y: 2, x: \"q\\\"\\\\\"}}\n"
+      "data:\n  train: /data/a b.jsonl\n"
+      "train:\n  lr: 0.0003\n  steps: +12\n  shuffle: off\n  metrics_file: \"tab\\there\"\n",
+      "run.yaml");
+  CHECK(config.canonical() ==
+        "model.checkpoint=null\n"
+        "model.config={\"a\":{\"x\":\"q\\\"\\\\\",\"y\":\"2\"},\"b\":[\"1\",\"two\"]}\n"
+        "model.dtype=\"float32\"\n"
+        "data.train=\"/data/a b.jsonl\"\n"
+        "data.minibatch_size=4\n"
+        "train.comm=\"odc\"\n"
+        "train.lr=0.0003\n"
+        "train.steps=12\n"
+        "train.shuffle=false\n"
+        "train.metrics_file=\"tab\\x09here\"\n"
+        "comm.chunk_bytes=1048576\n");
+}
 
-  REQUIRE_THROWS_WITH(parse({"--dump_config"}),
-                      Contains("'--dump_config'") && Contains("did you mean '--dump-config'?"));
-  REQUIRE_THROWS_WITH(parse({"--verbose"}), Contains("'--verbose'"));
-  REQUIRE_THROWS_WITH(parse({"run.yaml", "--set"}), Contains("--set"));
-  REQUIRE_THROWS_WITH(parse({"--set", "--dump-config"}), Contains("'--dump-config'"));
-  REQUIRE_THROWS_WITH(parse({"--set="}), Contains("key=value"));
-  REQUIRE_THROWS_WITH(parse({"a.yaml", "b.yaml"}), Contains("'a.yaml'") && Contains("'b.yaml'"));
+TEST_CASE("ranges read as they are declared", "[config]") {
+  using odc::Range;
+  CHECK(Range::at_least(1).text() == ">= 1");
+  CHECK(Range::above(0).text() == "> 0");
+  CHECK(Range::at_most(64).text() == "<= 64");
+  CHECK(Range::below(1).text() == "< 1");
+  CHECK(Range::at_least(0).and_below(1).text() == "in [0, 1)");
+  CHECK(Range::above(0).and_at_most(1).text() == "in (0, 1]");
+  CHECK(Range::above(1e-3).and_below(65536).text() == "in (0.001, 65536)");
+  CHECK(Range().text().empty());
+  CHECK_FALSE(Range().bounded());
+  // Each end exactly where it is declared: inclusive ends hold their bound, exclusive ones do not.
+  CHECK(Range::at_least(0).and_below(1).contains(0.0));
+  CHECK(Range::at_least(0).and_below(1).contains(0.9999999999999999));
+  CHECK_FALSE(Range::at_least(0).and_below(1).contains(1.0));
+  CHECK_FALSE(Range::at_least(0).and_below(1).contains(-1e-300));
+  CHECK(Range::above(0).contains(1e-300));
+  CHECK_FALSE(Range::above(0).contains(0.0));
+  CHECK(Range::above(0).and_at_most(1).contains(1.0));
+  CHECK(Range().contains(-1e300));
+}
+
+TEST_CASE("config ranges reject values outside them, naming the key, the bound, the value and the source",
+          "[config]") {
+  Config config(ranged_specs());
+  REQUIRE_THROWS_WITH(config.apply_assignment("train.threads=0"),
+                      Contains("config key 'train.threads' in --set must be >= 1, found 0"));
+  REQUIRE_THROWS_WITH(config.load_yaml_text("train:\n  steps: 3\n  lr: -1e-3\n", "run.yaml"),
+                      Contains("config key 'train.lr' in run.yaml:3 must be > 0, found -1e-3"));
+  CHECK(config.get_int("train.steps") == 100);  // all or nothing: the file's valid key did not stick
+  {
+    const ScopedEnv beta("ODC_TRAIN_BETA1", "1");
+    REQUIRE_THROWS_WITH(config.apply_environment(),
+                        Contains("config key 'train.beta1' in environment ODC_TRAIN_BETA1 must be in [0, 1), found 1"));
+  }
+  REQUIRE_THROWS_WITH(config.apply_assignment("sim.efficiency=0"), Contains("must be in (0, 1], found 0"));
+  REQUIRE_THROWS_WITH(config.apply_assignment("sim.depth=65"), Contains("'sim.depth'") && Contains("<= 64, found 65"));
+  // The type is checked first: a range never reads text that is not a number.
+  REQUIRE_THROWS_WITH(config.apply_assignment("train.lr=fast"), Contains("expects a number, found 'fast'"));
+
+  // Values on the bounds and inside are taken as they are.
+  config.apply_assignment("train.threads=1");
+  config.apply_assignment("train.lr=1e-300");
+  config.apply_assignment("train.beta1=0");
+  config.apply_assignment("sim.efficiency=1");
+  config.apply_assignment("sim.depth=-5");
+  config.apply_assignment("train.steps=-7");  // no range declared
+  CHECK(config.get_int("train.threads") == 1);
+  CHECK(config.get_double("train.lr") == 1e-300);
+  CHECK(config.get_double("train.beta1") == 0.0);
+  CHECK(config.get_double("sim.efficiency") == 1.0);
+  CHECK(config.get_int("sim.depth") == -5);
+  CHECK(config.get_int("train.steps") == -7);
+}
+
+TEST_CASE("config dump shows each range after the doc", "[config]") {
+  Config config(ranged_specs());
+  config.apply_assignment("train.threads=4");
+  const std::string text = config.dump();
+  CHECK_THAT(text, Contains("  threads: 4  # compute threads [>= 1] [from --set]\n"));
+  CHECK_THAT(text, Contains("  lr: 3e-4  # peak learning rate [> 0]\n"));
+  CHECK_THAT(text, Contains("  beta1: 0.9  # AdamW beta1 [in [0, 1)]\n"));
+  CHECK_THAT(text, Contains("  steps: 100  # optimizer steps\n"));
+  CHECK_THAT(config.dump(false), !Contains("[>= 1]"));
+  Config reloaded(ranged_specs());
+  reloaded.load_yaml_text(text, "dump.yaml");
+  CHECK(reloaded.canonical() == config.canonical());
+}
+
+TEST_CASE("a default outside its own range is refused", "[config]") {
+  using odc::Range;
+  CHECK_THROWS_WITH(Config({odc::tunable("train.lr", ValueKind::number, "0", "lr", Range::above(0))}),
+                    Contains("'train.lr' in default must be > 0, found 0"));
+  CHECK_THROWS_WITH(Config({odc::tunable("train.comm", ValueKind::string, "odc", "comm", Range::above(0))}),
+                    Contains("has a range but is not a number"));
+}
+
+TEST_CASE("config --set assignments split at the first '='", "[config]") {
+  CHECK(odc::split_assignment(" train.lr =3e-4") == std::pair<std::string, std::string>{"train.lr", "3e-4"});
+  CHECK(odc::split_assignment("data.train=/a=b") == std::pair<std::string, std::string>{"data.train", "/a=b"});
+  CHECK(odc::split_assignment("train.metrics_file=") == std::pair<std::string, std::string>{"train.metrics_file", ""});
+  REQUIRE_THROWS_WITH(odc::split_assignment("train.lr"), Contains("--set expects key=value") && Contains("'train.lr'"));
+  REQUIRE_THROWS_WITH(odc::split_assignment(" =1"), Contains("' =1'"));
+}
+
+TEST_CASE("closest names are suggested within two edits", "[config]") {
+  const std::vector<std::string> names{"--dump-config", "--set", "--calibrate-cost"};
+  CHECK(odc::closest_name("--dump_config", names) == "--dump-config");
+  CHECK(odc::closest_name("--sett", names) == "--set");
+  CHECK(odc::closest_name("--verbose", names).empty());
+  CHECK(odc::closest_name("ab", {"ax", "ay"}) == "ax");  // ties: the first declared
 }
 
 // Found by tests/fuzz/fuzz_config_yaml: YAML::Load accepts an alias inside the node its anchor

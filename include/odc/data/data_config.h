@@ -1,0 +1,28 @@
+#pragma once
+// The data.* tunables that odc-train and odc-sim both read, declared once: the minibatch size,
+// packing into microbatches, the planners' cost model, and the sampler's shuffle and seed. Each
+// schema adds the data.* keys only it reads (odc-train's data.train, data.format, data.balance, ...;
+// odc-sim's data.lengths and its synthetic length distribution).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "odc/core/config.h"
+#include "odc/data/planner.h"
+
+namespace odc::data {
+
+std::vector<TunableSpec> data_tunables();
+
+// One of data_tunables() by path. A schema lists the shared keys one by one, in its own order:
+// the order of --dump-config and of Config::canonical(), which checkpoints and ranks compare.
+TunableSpec data_tunable(const std::string& path);
+
+// The planners' inputs as these keys describe them, so that odc-sim plans what odc-train plans.
+// data.cost_model with its coefficients; flops takes the model's FLOP rates
+// (LlamaConfig::linear_flops_per_token, attention_flops_per_pair).
+CostModel cost_model(const Config& config, double linear_flops_per_token, double attention_flops_per_pair);
+// data.max_tokens_per_microbatch, or where it is 0 the longest sequence times data.packing_ratio.
+std::int64_t token_cap(const Config& config, std::int64_t longest);
+
+}  // namespace odc::data

@@ -1,0 +1,53 @@
+#include "odc/data/data_config.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "odc/core/error.h"
+
+namespace odc::data {
+
+std::vector<TunableSpec> data_tunables() {
+  using K = ValueKind;
+  return {
+      tunable("data.minibatch_size", K::integer, "4", "sequences per rank (simulated device) per optimizer step",
+              Range::at_least(1)),
+      tunable("data.max_tokens_per_microbatch", K::integer, "0",
+              "token cap of a packed microbatch; 0 = the longest sequence of the data times data.packing_ratio",
+              Range::at_least(0)),
+      tunable("data.packing_ratio", K::number, "1.0", "multiplies the default token cap (ignored when a cap is set)",
+              Range::above(0)),
+      tunable("data.cost_model", K::string, "flops",
+              "per-sequence cost the planners balance: linear (tokens), quadratic (cost_a*s^2 + cost_b*s), flops "
+              "(from the model shape)",
+              {"linear", "quadratic", "flops"}),
+      tunable("data.cost_a", K::number, "0.0",
+              "quadratic cost model: coefficient of s^2 (odc-train --calibrate-cost fits it)", Range::at_least(0)),
+      tunable("data.cost_b", K::number, "1.0", "quadratic cost model: coefficient of s", Range::at_least(0)),
+      tunable("data.shuffle", K::boolean, "true",
+              "draw minibatches from a seeded shuffle of the data, reshuffled every epoch (false: in file order)"),
+      tunable("data.seed", K::integer, "0", "seed of the data order (odc-sim: also of its synthetic lengths)"),
+  };
+}
+
+TunableSpec data_tunable(const std::string& path) {
+  auto specs = data_tunables();
+  const auto it = std::find_if(specs.begin(), specs.end(), [&](const TunableSpec& spec) { return spec.path == path; });
+  ODC_CHECK(it != specs.end(), "'{}' is not one of the shared data tunables", path);
+  return std::move(*it);
+}
+
+CostModel cost_model(const Config& config, double linear_flops_per_token, double attention_flops_per_pair) {
+  const std::string kind = config.get_string("data.cost_model");
+  if (kind == "linear") return CostModel::linear();
+  if (kind == "quadratic") return CostModel::quadratic(config.get_double("data.cost_a"), config.get_double("data.cost_b"));
+  return CostModel::flops(linear_flops_per_token, attention_flops_per_pair);
+}
+
+std::int64_t token_cap(const Config& config, std::int64_t longest) {
+  const std::int64_t cap = config.get_int("data.max_tokens_per_microbatch");
+  if (cap > 0) return cap;
+  return static_cast<std::int64_t>(std::floor(static_cast<double>(longest) * config.get_double("data.packing_ratio")));
+}
+
+}  // namespace odc::data

@@ -1,0 +1,60 @@
+#include "cli/tool_main.h"
+
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "cli/command_line.h"
+#include "odc/core/error.h"
+
+namespace odc::cli {
+namespace {
+
+// The exit code for the exception being handled, after printing what it says. `speaks` is false
+// on the MPI ranks that leave help and usage errors to rank 0.
+int exit_code_of_current_exception(std::string_view tool, bool speaks) {
+  const std::string name(tool);
+  try {
+    throw;
+  } catch (const HelpRequested& help) {
+    if (speaks) std::fputs(help.usage().c_str(), stdout);
+    return kExitSuccess;
+  } catch (const UsageError& e) {
+    if (speaks) std::fprintf(stderr, "%s: %s\n\n%s", e.command().c_str(), e.what(), e.usage().c_str());
+    return kExitUsage;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: unexpected error: %s\n", name.c_str(), e.what());
+  }
+  return kExitFailure;
+}
+
+}  // namespace
+
+int run_tool(std::string_view tool, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (...) {
+    return exit_code_of_current_exception(tool, true);
+  }
+}
+
+int run_mpi_tool(std::string_view tool, int& argc, char**& argv,
+                 const std::function<int(const distributed::MpiSession&)>& body) {
+  std::unique_ptr<distributed::MpiSession> mpi;
+  try {
+    mpi = std::make_unique<distributed::MpiSession>(&argc, &argv);
+    return body(*mpi);
+  } catch (...) {
+    const int code = exit_code_of_current_exception(tool, mpi == nullptr || mpi->rank() == 0);
+    if (code == kExitFailure) {
+      std::fflush(stderr);
+      if (mpi && mpi->world_size() > 1) mpi->abort(code);
+    }
+    return code;
+  }
+}
+
+}  // namespace odc::cli

@@ -1,0 +1,28 @@
+#pragma once
+// The body of every tool's main: runs it and turns its outcome into the tools' common exit codes
+// and messages.
+//   0  success; --help / -h (HelpRequested): the usage on stdout
+//   1  bad input or a failure: odc::Error as "TOOL: error: message" on stderr (any other
+//      exception "TOOL: unexpected error: ...")
+//   2  a command-line mistake (UsageError): "COMMAND: message", a blank line, the usage on stderr
+#include <functional>
+#include <string_view>
+
+#include "odc/distributed/mpi_session.h"
+
+namespace odc::cli {
+
+inline constexpr int kExitSuccess = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+int run_tool(std::string_view tool, const std::function<int()>& body);
+
+// The same for a tool that runs under mpirun: `body` runs inside an MPI session (MPI_Init may
+// rewrite argc/argv, hence the references). Every rank parses the same command line, so help and
+// usage errors are printed by rank 0 alone; an error is printed by the rank that hit it, which
+// then ends the whole job (MPI_Abort) so that no rank waits forever for it.
+int run_mpi_tool(std::string_view tool, int& argc, char**& argv,
+                 const std::function<int(const distributed::MpiSession&)>& body);
+
+}  // namespace odc::cli
