@@ -64,14 +64,4 @@ void Tensor::reshape(Shape shape) {
   shape_ = std::move(shape);
 }
 
-void Workspace::Free::operator()(float* p) const noexcept { std::free(p); }
-
-float* Workspace::get(std::int64_t count) {
-  if (count > capacity_) {
-    data_.reset(static_cast<float*>(aligned_zeroed(static_cast<std::size_t>(count) * sizeof(float))));
-    capacity_ = count;
-  }
-  return data_.get();
-}
-
 }  // namespace odc

@@ -89,19 +89,4 @@ const T* Tensor::data() const {
   return const_cast<Tensor*>(this)->data<T>();
 }
 
-// A growable float buffer for activations and scratch: capacity only grows, so a loop over
-// microbatches of varying size reaches a steady state and allocates nothing afterwards.
-class Workspace {
- public:
-  float* get(std::int64_t count);
-  std::int64_t capacity() const { return capacity_; }
-
- private:
-  struct Free {
-    void operator()(float* p) const noexcept;
-  };
-  std::unique_ptr<float, Free> data_;
-  std::int64_t capacity_ = 0;
-};
-
 }  // namespace odc
