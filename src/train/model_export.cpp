@@ -24,7 +24,7 @@ void export_hf(const Config& config, distributed::HostGroup& group, const distri
                                    : model_config.attention_bias ? "Qwen2ForCausalLM"
                                                                  : "LlamaForCausalLM";
   // Settings that cannot be exported fail here on every rank, before any rank waits in a gather.
-  // (A failure while rank 0 writes ends odc-train with MPI_Abort, which stops the other ranks.)
+  // (A failure while rank 0 writes ends odc-train, which aborts the other ranks.)
   io::check_hf_architecture(architecture, model_config, "checkpoint.export_hf");
   const auto& layout = store.layout();
   std::vector<float> padded;
