@@ -117,6 +117,7 @@ void forward_body(backend::Backend& b, const LlamaConfig& config, const PackedBa
   if (config.tie_word_embeddings) {
     *unit0 = embed;
   } else {
+    b.release_weights(embed);
     params.release(0);
   }
   for (int l = 0; l < num_layers; ++l) {
@@ -130,6 +131,7 @@ void forward_body(backend::Backend& b, const LlamaConfig& config, const PackedBa
       detail::layer_forward(b, ctx, slices, b.weights(w, units[u].numel), saved[u - 1], x[u - 1].get(d.t * d.c),
                             x[u].get(d.t * d.c), s);
     }
+    b.release_weights(w);
     params.release(unit);
   }
 }
@@ -155,7 +157,8 @@ MicrobatchResult LlamaModel::train_microbatch(const PackedBatch& batch, ParamSou
   // [tokens, vocab] logits never exist at once. Only rows with a loss weight need logits.
   MicrobatchResult result;
   const auto& head_layout = units_[static_cast<std::size_t>(head)];
-  const ConstView wh = b.weights(params.acquire(head), head_layout.numel);
+  const float* head_weights = params.acquire(head);
+  const ConstView wh = b.weights(head_weights, head_layout.numel);
   const View gh = b.gradients(grads.grad_buffer(head), head_layout.numel);
   const View g0 = tied ? b.gradients(grads.grad_buffer(0), units_[0].numel) : View{};
   const auto& norm = head_layout.find("model.norm.weight");
@@ -213,14 +216,19 @@ MicrobatchResult LlamaModel::train_microbatch(const PackedBatch& batch, ParamSou
                        false);
   }
   grads.push_grad(head);
+  b.release_weights(head_weights);
   params.release(head);
-  if (tied) params.release(0);
+  if (tied) {
+    b.release_weights(unit0);
+    params.release(0);
+  }
 
   for (int l = num_layers - 1; l >= 0; --l) {
     const int unit = l + 1;
     const auto u = static_cast<std::size_t>(unit);
     if (unit > 1) params.prefetch(unit - 1);
-    const ConstView w = b.weights(params.acquire(unit), units_[u].numel);
+    const float* unit_weights = params.acquire(unit);
+    const ConstView w = b.weights(unit_weights, units_[u].numel);
     const View g = b.gradients(grads.grad_buffer(unit), units_[u].numel);
     if (d.t > 0) {
       const TraceScope trace(tracer_, "backward", "backward " + units_[u].name,
@@ -228,6 +236,7 @@ MicrobatchResult LlamaModel::train_microbatch(const PackedBatch& batch, ParamSou
       detail::layer_backward(b, a.context, a.slices, w, g, a.saved[u - 1], a.x[u - 1].get(d.t * d.c), s);
     }
     grads.push_grad(unit);
+    b.release_weights(unit_weights);
     params.release(unit);
   }
 
@@ -253,7 +262,8 @@ MicrobatchResult LlamaModel::forward(const PackedBatch& batch, ParamSource& para
 
   MicrobatchResult result;
   const auto& head_layout = units_[static_cast<std::size_t>(head)];
-  const ConstView wh = b.weights(params.acquire(head), head_layout.numel);
+  const float* head_weights = params.acquire(head);
+  const ConstView wh = b.weights(head_weights, head_layout.numel);
   const auto& norm = head_layout.find("model.norm.weight");
   const ConstView norm_w = detail::part(wh, {norm.offset, norm.numel});
   const ConstView table = config_.tie_word_embeddings
@@ -286,8 +296,12 @@ MicrobatchResult LlamaModel::forward(const PackedBatch& batch, ParamSource& para
       if (batch.loss_weights[static_cast<std::size_t>(t)] != 0.0f) result.target_tokens += 1.0;
     }
   }
+  b.release_weights(head_weights);
   params.release(head);
-  if (config_.tie_word_embeddings) params.release(0);
+  if (config_.tie_word_embeddings) {
+    b.release_weights(unit0);
+    params.release(0);
+  }
   return result;
 }
 

@@ -46,8 +46,16 @@ class Backend {
   virtual double measure_peak_flops() = 0;
 
   // ---- views and data movement ----
-  // The fp32 unit buffer the comm handed out (ParamSource / GradSink), in this backend's memory.
-  ConstView weights(const float* unit, std::int64_t count) { return {unit, DType::f32, device(), count}; }
+  // The precision boundary. `unit` is an fp32 unit buffer the comm handed out (ParamSource), in
+  // this backend's memory; weights() returns the view the ops compute with: the buffer itself
+  // where the compute dtype is fp32, else a copy rounded to it (made at the first weights() call
+  // for `unit` after its release_weights(); later calls return the same copy). The view is valid
+  // until release_weights(unit), which the model calls where it releases the unit.
+  virtual ConstView weights(const float* unit, std::int64_t count) { return {unit, DType::f32, device(), count}; }
+  // Nothing happens for a unit without a live copy.
+  virtual void release_weights(const float* unit) { (void)unit; }
+  // The fp32 gradient accumulator of a unit (GradSink), in this backend's memory: weight
+  // gradients are always added in fp32, whatever the compute dtype.
   View gradients(float* unit, std::int64_t count) { return {unit, DType::f32, device(), count}; }
   // Host data the ops read (ids, positions, loss weights): a view of it on the device — the host
   // memory itself where the device is the host, else a copy in `staging`. Valid while both live.
