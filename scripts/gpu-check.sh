@@ -1,95 +1,137 @@
 #!/usr/bin/env bash
-# One prepared check for a lent GPU machine: configure with the CUDA backend, build the CUDA tests,
-# run them, and leave logs and a summary under OUT_DIR. Sized for <= 8 minutes on 16 cores.
+# The one prepared check for a lent GPU machine, run from the bundle that scripts/gpu-bundle.sh
+# made here (that machine cannot build this project: it lacks MPI, UCX, yaml-cpp, ICU, ...).
 #
-#   scripts/gpu-check.sh OUT_DIR [BUILD_DIR]
+#   scripts/gpu-check.sh [--dry-run] [--deadline S] BUNDLE OUT_DIR
 #
-# OUT_DIR/summary.txt   one line per step: name, exit code, seconds
-# OUT_DIR/*.log         nvidia-smi, configure, build, test output; junit.xml from Catch2
-# Exit status: 0 when every step passed, else the first failing step's code.
+#   BUNDLE      gpu-bundle/odc-gpu-bundle.tar.xz (or an unpacked odc-gpu/ folder)
+#   OUT_DIR     receives exactly two files: summary.txt (also printed last, at most 40 lines) and
+#               gpu-check.tar.gz (every log and JSON result)
+#   --deadline  seconds for the whole check (default 420): every step is cut to what is left, so
+#               the check ends inside one 600 s command with time to spare
+#   --dry-run   everything except the GPU work, on any machine: unpacks and verifies the bundle,
+#               resolves every program's libraries and starts each one, compiles the Python peers,
+#               and writes the summary and the archive from whatever results exist (tested in CI)
+#
+# Steps (name: what it runs): env (nvidia-smi, torch), tests (odc_cuda_tests, one pass),
+# memcheck / racecheck / synccheck (compute-sanitizer on the [sanitize] cases), ceilings
+# (cuBLASLt bf16 8192^3, device copy), attention (ours and torch SDPA flash/cuDNN on the same
+# shapes), model-parity (GPU bf16 vs CPU bf16 vs CPU fp32, tiny model), throughput (1B shape,
+# ours and torch eager). Exit: 0 when every step passed, else 1; 2 on a usage error.
 set -uo pipefail
+dry_run=0
+deadline=420
+usage() { echo "usage: scripts/gpu-check.sh [--dry-run] [--deadline S] BUNDLE OUT_DIR" >&2; exit 2; }
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dry-run) dry_run=1; shift ;;
+    --deadline) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; deadline="$2"; shift 2 ;;
+    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "gpu-check: unknown option '$1'" >&2; usage ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+[ ${#args[@]} -eq 2 ] || usage
+bundle="${args[0]}"
+out="${args[1]}"
+start_s=$SECONDS
+mkdir -p "$out" || { echo "gpu-check: error: cannot create $out" >&2; exit 1; }
+out="$(cd "$out" && pwd)"
+work="$(mktemp -d "${TMPDIR:-/tmp}/odc-gpu-check.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+logs="$work/logs"
+mkdir -p "$logs"
+status_file="$logs/steps.tsv"
+: >"$status_file"
+failed=0
 
-if [[ $# -lt 1 ]]; then
-  echo "usage: $0 OUT_DIR [BUILD_DIR]" >&2
-  exit 2
-fi
-OUT_DIR=$1
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD_DIR=${2:-$ROOT/build-gpu}
-JOBS=${JOBS:-16}
-mkdir -p "$OUT_DIR"
-OUT_DIR=$(cd "$OUT_DIR" && pwd)
-SUMMARY=$OUT_DIR/summary.txt
-: >"$SUMMARY"
-STATUS=0
-
-# step NAME TIMEOUT_S CMD...: runs CMD with a time limit, logs to OUT_DIR/NAME.log.
+# step NAME LIMIT_S CMD...: runs CMD (output in logs/NAME.log) cut to the time left; records
+# NAME, exit code and seconds in steps.tsv.
 step() {
   local name=$1 limit=$2
   shift 2
-  local start=$SECONDS
-  echo "== $name: $*" | tee -a "$OUT_DIR/$name.log"
-  timeout --kill-after=10 "$limit" "$@" >>"$OUT_DIR/$name.log" 2>&1
-  local rc=$?
-  local took=$((SECONDS - start))
-  printf '%-12s rc=%-4s %4ss\n' "$name" "$rc" "$took" | tee -a "$SUMMARY"
-  if [[ $rc -ne 0 && $STATUS -eq 0 ]]; then STATUS=$rc; fi
+  local left=$((deadline - (SECONDS - start_s) - 15))  # 15 s kept for the summary and archive
+  local rc took t0=$SECONDS
+  if [ "$left" -lt 5 ]; then
+    printf '%s\t%s\t%s\n' "$name" "deadline" 0 >>"$status_file"
+    failed=1
+    return 1
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  echo "== $name (limit ${limit}s): $*" >>"$logs/$name.log"
+  timeout --kill-after=5 "$limit" "$@" >>"$logs/$name.log" 2>&1
+  rc=$?
+  took=$((SECONDS - t0))
+  printf '%s\t%s\t%s\n' "$name" "$rc" "$took" >>"$status_file"
+  [ "$rc" -ne 0 ] && failed=1
+  echo "gpu-check: $name rc=$rc ${took}s" >&2
   return $rc
 }
 
-export PATH=/usr/local/cuda/bin:$PATH
-{
-  echo "date: $(date -u +%FT%TZ)"
-  echo "host: $(hostname)"
-  echo "commit: $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)"
-  git -C "$ROOT" status --short 2>/dev/null | head -50
-  nvcc --version 2>&1 | tail -2
-} >"$OUT_DIR/env.log"
+finish() {
+  local summary="$out/summary.txt"
+  python3 "$b/py/gpu_check_summary.py" "$logs" "$dry_run" >"$summary" 2>>"$logs/summary-errors.log" \
+    || { echo "summary failed; steps:" >"$summary"; cat "$status_file" >>"$summary"; failed=1; }
+  tar -C "$work" -czf "$out/gpu-check.tar.gz" logs
+  cat "$summary"
+  exit $((failed != 0))
+}
 
-step nvidia-smi 30 nvidia-smi
-step configure 120 cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DODC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a || { cat "$SUMMARY"; exit $STATUS; }
-step build 300 ninja -C "$BUILD_DIR" -j"$JOBS" odc_cuda_tests || { tail -40 "$OUT_DIR/build.log"; cat "$SUMMARY"; exit $STATUS; }
-# The test binary directly (its [cuda] lines carry the max errors and cosines), with a junit report.
-step cuda-tests 180 "$BUILD_DIR/bin/odc_cuda_tests" --durations yes
-step cuda-junit 120 "$BUILD_DIR/bin/odc_cuda_tests" -r junit -o "$OUT_DIR/junit.xml"
-# The ctest registration (SKIP_RETURN_CODE 77 when no device).
-step ctest 120 ctest --test-dir "$BUILD_DIR" -R '^cuda/' --output-on-failure
-# cuBLASLt linear layer and fused LM head + cross-entropy throughput on LLaMA-1B shapes: one JSON
-# line per shape in OUT_DIR/gemm.jsonl (stderr in gemm-bench.log).
-if step gemm-build 300 ninja -C "$BUILD_DIR" -j"$JOBS" gpu_gemm; then
-  step gemm-bench 120 bash -c '"$1" >"$2"' gemm-bench "$BUILD_DIR/bin/gpu_gemm" "$OUT_DIR/gemm.jsonl"
+# ---- the bundle ----
+if [ -d "$bundle" ]; then
+  b="$(cd "$bundle" && pwd)"
+else
+  [ -f "$bundle" ] || { echo "gpu-check: error: no bundle at '$bundle' (make one with scripts/gpu-bundle.sh)" >&2; exit 1; }
+  tar -C "$work" -xJf "$bundle" || { echo "gpu-check: error: '$bundle' is not a readable .tar.xz bundle" >&2; exit 1; }
+  b="$work/odc-gpu"
 fi
-# Causal varlen attention (cuda_attention.h) against PyTorch's flash SDPA on the same shapes: JSON
-# lines of both in OUT_DIR/attention.jsonl, our TFLOP/s over torch's per shape in
-# OUT_DIR/attention-summary.txt. A missing torch (exit 77) skips the comparison without failing.
-if step attn-build 180 ninja -C "$BUILD_DIR" -j"$JOBS" gpu_attention; then
-  step attn-bench 90 bash -c '"$1" >"$2"' attn-bench "$BUILD_DIR/bin/gpu_attention" \
-    "$OUT_DIR/attention.jsonl"
-  step attn-torch 150 bash -c 'python3 "$1" >>"$2"; rc=$?; [[ $rc -eq 77 ]] && exit 0; exit $rc' \
-    attn-torch "$ROOT/bench/gpu_attention_torch.py" "$OUT_DIR/attention.jsonl"
-  step attn-summary 30 python3 - "$OUT_DIR/attention.jsonl" "$OUT_DIR/attention-summary.txt" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.lstrip().startswith("{")]
-key = lambda r: (r["shape"], r["n_heads"], r["n_kv_heads"], r["head_dim"])
-ours = {key(r): r for r in rows if r.get("impl") == "odc"}
-ref = {key(r): r for r in rows if r.get("impl") == "torch_sdpa_flash" and "error" not in r}
-lines = ["shape      heads  fwd TFLOP/s odc/torch (ratio)   fwd+bwd TFLOP/s odc/torch (ratio)"]
-for k, o in ours.items():
-    t = ref.get(k)
-    cell = lambda f: (f"{o[f]:7.1f} / {t[f]:7.1f} ({o[f] / t[f]:4.2f})" if t and t[f] > 0
-                      else f"{o[f]:7.1f} /     n/a       ")
-    lines.append(f"{k[0]:10s} {k[1]:2d}/{k[2]:<2d}  {cell('fwd_tflops')}   {cell('fwdbwd_tflops')}")
-open(sys.argv[2], "w").write("\n".join(lines) + "\n")
-print("\n".join(lines))
+[ -f "$b/MANIFEST.sha256" ] || { echo "gpu-check: error: $b has no MANIFEST.sha256: not a gpu-bundle.sh bundle" >&2; exit 1; }
+step manifest 30 bash -c 'cd "$1" && sha256sum --quiet -c MANIFEST.sha256' manifest "$b" || finish
+cp "$b/COMMIT" "$b/BUNDLE.json" "$logs/"
+
+# CUDA's libraries come from this machine: the toolkit, else PyTorch's nvidia-* wheels.
+cuda_libs="$(python3 - 2>/dev/null <<'PY'
+import glob, os
+dirs = ["/usr/local/cuda/lib64", "/usr/local/cuda/lib"]
+try:
+    import nvidia
+    for root in nvidia.__path__:
+        dirs += sorted(glob.glob(os.path.join(root, "*", "lib")))
+except Exception:
+    pass
+print(":".join(d for d in dirs if os.path.isdir(d)))
 PY
-fi
-nvidia-smi --query-gpu=name,memory.used,memory.total,utilization.gpu --format=csv \
-  >"$OUT_DIR/nvidia-smi-after.log" 2>&1 || true
+)"
+export LD_LIBRARY_PATH="$b/lib${cuda_libs:+:$cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+bin="$b/bin"
+step libraries 30 bash -c 'for p in "$1"/*; do if ldd "$p" | grep "not found"; then echo "$p: unresolved"; exit 1; fi; done; echo all resolved' \
+  libraries "$bin" || finish
 
-grep -h '^\[cuda\]' "$OUT_DIR/cuda-tests.log" >"$OUT_DIR/parity.txt" 2>/dev/null || true
-echo "---- summary ($OUT_DIR)"
-cat "$SUMMARY"
-tail -5 "$OUT_DIR/cuda-tests.log"
-cat "$OUT_DIR/attention-summary.txt" 2>/dev/null || true
-exit $STATUS
+step env 30 bash -c 'nvidia-smi || echo "nvidia-smi: none"; python3 -c "import torch; print(\"torch\", torch.__version__, torch.version.cuda, torch.cuda.is_available())" || echo "torch: none"; cat "$1/COMMIT"' env "$b"
+
+if [ "$dry_run" -eq 1 ]; then
+  # Each program starts with the bundle's libraries: without a device it exits 77 (SKIP) or, asked
+  # for --help, 0.
+  for p in gpu_ceilings gpu_gemm gpu_attention gpu_model_parity gpu_model_throughput odc_cuda_tests; do
+    step "start-$p" 20 bash -c '"$1"; rc=$?; [ $rc -eq 77 ] || [ $rc -eq 0 ]' start "$bin/$p"
+  done
+  step start-odc-train 20 "$bin/odc-train" --help
+  step python-peers 30 python3 -m py_compile "$b"/py/*.py
+  finish
+fi
+
+step tests 150 "$bin/odc_cuda_tests" --durations yes
+for tool in memcheck racecheck synccheck; do
+  step "$tool" 45 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/odc_cuda_tests" "[sanitize]"
+done
+step ceilings 40 bash -c '"$1" >"$2"' ceilings "$bin/gpu_ceilings" "$logs/ceilings.jsonl"
+step attention 40 bash -c '"$1" >"$2"' attention "$bin/gpu_attention" "$logs/attention.jsonl"
+step attention-torch 60 bash -c 'python3 "$1" >"$2"; rc=$?; [ $rc -eq 77 ] && exit 0; exit $rc' \
+  attention-torch "$b/py/gpu_attention_torch.py" "$logs/attention-torch.jsonl"
+step model-parity 60 bash -c '"$1" >"$2"' model-parity "$bin/gpu_model_parity" "$logs/model-parity.jsonl"
+step throughput 60 bash -c '"$1" >"$2"' throughput "$bin/gpu_model_throughput" "$logs/throughput.jsonl"
+step throughput-torch 60 bash -c 'python3 "$1" >"$2"; rc=$?; [ $rc -eq 77 ] && exit 0; exit $rc' \
+  throughput-torch "$b/py/gpu_model_torch.py" "$logs/throughput-torch.jsonl"
+nvidia-smi --query-gpu=name,memory.used,memory.total,utilization.gpu --format=csv >"$logs/nvidia-smi-after.log" 2>&1
+finish

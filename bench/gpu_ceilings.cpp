@@ -1,0 +1,157 @@
+// gpu_ceilings: what this GPU can do at best, as the denominators of our MFU and bandwidth
+// figures: the cuBLASLt bf16 GEMM rate on a large square product (fp32 accumulation, the
+// precision of our linear layers) and the device-to-device copy bandwidth.
+//
+//   gpu_ceilings [--size N] [--iters N] [--warmup N] [--copy-mib N]
+//
+// One JSON line per measurement:
+//   {"bench":"gpu_ceilings","op":"gemm_bf16","m":N,"n":N,"k":N,"ms":...,"tflops":...}
+//   {"bench":"gpu_ceilings","op":"device_copy","bytes":...,"ms":...,"gbps":...}
+// where gbps counts bytes read plus bytes written (as PyTorch's and nvbandwidth's copy figures
+// do). Random normal bf16 operands: products of zeros run faster than real data on Hopper. Exits
+// 77 without a device, 2 on a usage error.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "odc/core/dtype.h"
+#include "odc/core/error.h"
+#include "odc/kernels/cuda_cast.h"
+#include "odc/kernels/cuda_device.h"
+#include "odc/kernels/cuda_gemm.h"
+
+namespace {
+
+namespace cu = odc::kernels::cuda;
+
+struct Options {
+  std::int64_t size = 8192;
+  int iters = 10;
+  int warmup = 3;
+  std::int64_t copy_mib = 2048;
+};
+
+constexpr const char* kUsage = "usage: gpu_ceilings [--size N] [--iters N] [--warmup N] [--copy-mib N]\n";
+
+struct UsageError : odc::Error {
+  using odc::Error::Error;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    auto value = [&]() -> long long {
+      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
+      const std::string text = argv[++i];
+      std::size_t used = 0;
+      long long v = 0;
+      try {
+        v = std::stoll(text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != text.size() || v < 0) throw UsageError(arg + " expects a non-negative integer, got '" + text + "'");
+      return v;
+    };
+    if (arg == "--size") {
+      o.size = value();
+    } else if (arg == "--iters") {
+      o.iters = static_cast<int>(value());
+    } else if (arg == "--warmup") {
+      o.warmup = static_cast<int>(value());
+    } else if (arg == "--copy-mib") {
+      o.copy_mib = value();
+    } else {
+      throw UsageError("unknown argument '" + arg + "'");
+    }
+  }
+  if (o.size < 16 || o.size > 32768) throw UsageError("--size must lie in [16, 32768]");
+  if (o.iters < 1) throw UsageError("--iters must be at least 1");
+  if (o.copy_mib < 1) throw UsageError("--copy-mib must be at least 1");
+  return o;
+}
+
+// Mean milliseconds per call of fn() over o.iters calls after o.warmup, on `stream`.
+template <typename Fn>
+double time_ms(const Options& o, const cu::Stream& stream, Fn&& fn) {
+  for (int i = 0; i < o.warmup; ++i) fn();
+  cu::Event start(true), stop(true);
+  start.record(stream);
+  for (int i = 0; i < o.iters; ++i) fn();
+  stop.record(stream);
+  stop.synchronize();
+  return static_cast<double>(start.elapsed_ms(stop)) / o.iters;
+}
+
+void gemm_ceiling(const Options& o, cu::DeviceAllocator& alloc, const cu::Stream& stream) {
+  const std::int64_t n = o.size;
+  const auto elements = static_cast<std::size_t>(n * n);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> host(elements);
+  for (auto& v : host) v = dist(rng);
+  cu::DeviceBuffer f32(alloc, elements * 4, stream);
+  cu::copy_to_device_async(f32.get(), host.data(), elements * 4, stream.handle());
+  cu::DeviceBuffer a(alloc, elements * 2, stream), b(alloc, elements * 2, stream), c(alloc, elements * 2, stream);
+  cu::cast_f32_to_bf16(f32.as<float>(), a.as<std::uint16_t>(), static_cast<std::int64_t>(elements), stream.handle());
+  cu::cast_f32_to_bf16(f32.as<float>(), b.as<std::uint16_t>(), static_cast<std::int64_t>(elements), stream.handle());
+  stream.synchronize();
+  cu::Blas blas;
+  const double ms = time_ms(o, stream, [&] {
+    cu::gemm(blas, false, true, n, n, n, 1.0f, a.as<std::uint16_t>(), n, b.as<std::uint16_t>(), n, 0.0f, c.get(), n,
+             cu::GemmOut::bf16, stream.handle());
+  });
+  const double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+  const nlohmann::json line = {{"bench", "gpu_ceilings"}, {"op", "gemm_bf16"}, {"m", n}, {"n", n}, {"k", n},
+                               {"ms", ms}, {"tflops", flops / (ms * 1e-3) / 1e12}};
+  std::printf("%s\n", line.dump().c_str());
+}
+
+void copy_ceiling(const Options& o, cu::DeviceAllocator& alloc, const cu::Stream& stream) {
+  const auto bytes = static_cast<std::size_t>(o.copy_mib) << 20;
+  cu::DeviceBuffer src(alloc, bytes, stream), dst(alloc, bytes, stream);
+  cu::memset_async(src.get(), 1, bytes, stream.handle());
+  const double ms = time_ms(o, stream, [&] { cu::copy_device_async(dst.get(), src.get(), bytes, stream.handle()); });
+  const nlohmann::json line = {{"bench", "gpu_ceilings"}, {"op", "device_copy"}, {"bytes", bytes}, {"ms", ms},
+                               {"gbps", 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9}};
+  std::printf("%s\n", line.dump().c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  try {
+    options = parse(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "gpu_ceilings: %s\n%s", e.what(), kUsage);
+    return 2;
+  }
+  try {
+    std::string why;
+    if (cu::device_count(&why) == 0) {
+      std::fprintf(stderr, "SKIP: no CUDA device visible (%s)\n", why.empty() ? "none" : why.c_str());
+      return 77;
+    }
+    cu::DeviceAllocator alloc;
+    const cu::Stream stream;
+    gemm_ceiling(options, alloc, stream);
+    copy_ceiling(options, alloc, stream);
+    std::fflush(stdout);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpu_ceilings: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""The GPU check's summary (scripts/gpu-check.sh): at most 40 lines from the logs folder.
+
+  gpu_check_summary.py LOGS_DIR DRY_RUN(0|1)
+
+Reads LOGS_DIR/steps.tsv (name, exit code, seconds per step), COMMIT, tests.log (the Catch2
+totals and the "[cuda]" parity lines of odc_cuda_tests), the sanitizer logs, and the JSON lines of
+ceilings.jsonl, attention*.jsonl, model-parity.jsonl, throughput*.jsonl. Missing results are
+reported as missing, never invented. Standard library only (it runs on the lent machine too).
+"""
+import json
+import os
+import re
+import sys
+
+MAX_LINES = 40
+# NVIDIA H200 SXM dense bf16 tensor-core peak (datasheet: 989.5 TFLOP/s without sparsity).
+H200_BF16_DENSE_TFLOPS = 989.5
+
+
+def read(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def jsonl(path):
+    text = read(path)
+    rows = []
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return rows
+
+
+def steps_lines(logs):
+    """One line for the steps: all passed with the total time, or the failed ones with exit codes."""
+    rows = []
+    for line in (read(os.path.join(logs, "steps.tsv")) or "").splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3:
+            rows.append(parts)
+    total = sum(int(s) for _, _, s in rows if s.isdigit())
+    failed = [f"{n} (rc={rc}, {s}s)" for n, rc, s in rows if rc != "0"]
+    if not rows:
+        return "steps: none recorded"
+    if not failed:
+        return f"steps: all {len(rows)} passed in {total}s"
+    shown = ", ".join(failed[:8]) + (f" and {len(failed) - 8} more" if len(failed) > 8 else "")
+    return f"steps: FAILED {shown}; {len(rows) - len(failed)} of {len(rows)} passed, {total}s in all"
+
+
+def tests_lines(logs):
+    text = read(os.path.join(logs, "tests.log"))
+    if text is None:
+        return ["tests: not run"]
+    totals = [l.strip() for l in text.splitlines() if l.startswith(("All tests passed", "test cases:"))]
+    out = ["tests: " + (totals[-1] if totals else "no Catch2 totals in tests.log (crashed or cut off)")]
+    parity = [l for l in text.splitlines() if l.startswith("[cuda] ") and "=" in l]
+    if parity:
+        cos = [(float(m.group(1)), l) for l in parity for m in [re.search(r"cosine=([-0-9.e+]+)", l)] if m]
+        rel = [(float(m.group(1)), l) for l in parity for m in [re.search(r"rel_err=([-0-9.e+]+)", l)] if m]
+        bad = sum(int(m.group(1)) for l in parity for m in [re.search(r"mismatches=(\d+)", l)] if m)
+        out.append(f"kernel parity: {len(parity)} checks, {bad} elementwise mismatches")
+        if cos:
+            v, l = min(cos)
+            out.append(f"  lowest cosine {v:.6f}: {l[7:41].strip()}")
+        if rel:
+            v, l = max(rel)
+            out.append(f"  largest relative error {v:.2e}: {l[7:41].strip()}")
+    return out
+
+
+def sanitizer_lines(logs):
+    cells = []
+    for tool in ("memcheck", "racecheck", "synccheck"):
+        text = read(os.path.join(logs, tool + ".log"))
+        if text is None:
+            cells.append(f"{tool} not run")
+            continue
+        m = re.findall(r"ERROR SUMMARY: (\d+) error", text)
+        hazards = re.findall(r"RACECHECK SUMMARY: (\d+) hazard", text)
+        if m:
+            cells.append(f"{tool} {m[-1]} errors" + (f", {hazards[-1]} hazards" if hazards else ""))
+        else:
+            cells.append(f"{tool} no summary")
+    return ["sanitizers: " + "; ".join(cells)]
+
+
+def ceiling_lines(logs):
+    rows = jsonl(os.path.join(logs, "ceilings.jsonl"))
+    gemm = next((r for r in rows if r.get("op") == "gemm_bf16"), None)
+    copy = next((r for r in rows if r.get("op") == "device_copy"), None)
+    g = f"cuBLASLt bf16 {gemm['m']}^3 {gemm['tflops']:.0f} TFLOP/s" if gemm else "GEMM ceiling missing"
+    c = f"device copy {copy['gbps']:.0f} GB/s (read+write)" if copy else "copy ceiling missing"
+    return [f"ceilings: {g}; {c}"], (gemm["tflops"] if gemm else None)
+
+
+def attention_lines(logs):
+    rows = jsonl(os.path.join(logs, "attention.jsonl")) + jsonl(os.path.join(logs, "attention-torch.jsonl"))
+    key = lambda r: (r.get("shape"), r.get("n_heads"), r.get("n_kv_heads"), r.get("head_dim"))
+    ours = {key(r): r for r in rows if r.get("impl") == "odc"}
+    if not ours:
+        return ["attention: no results"]
+    peers = {}
+    for r in rows:
+        if r.get("impl", "").startswith("torch") and "error" not in r:
+            peers.setdefault(key(r), {})[r["impl"]] = r
+    out = ["attention fwd+bwd TFLOP/s: ours / best torch SDPA (backend)"]
+    for k, o in list(ours.items())[:8]:
+        p = peers.get(k, {})
+        best = max(p.values(), key=lambda r: r.get("fwdbwd_tflops", 0), default=None)
+        cell = (f"{o['fwdbwd_tflops']:.0f} / {best['fwdbwd_tflops']:.0f} ({best['impl'][11:]}) "
+                f"= {o['fwdbwd_tflops'] / best['fwdbwd_tflops']:.2f}x" if best and best.get("fwdbwd_tflops")
+                else f"{o.get('fwdbwd_tflops', 0):.0f} / n/a")
+        out.append(f"  {k[0]} {k[1]}/{k[2]} d{k[3]}: {cell}")
+    return out
+
+
+def parity_lines(logs):
+    rows = jsonl(os.path.join(logs, "model-parity.jsonl"))
+    if not rows:
+        return ["model parity: no results"]
+    bad = [r for r in rows if not r.get("ok")]
+    out = [f"model parity: {len(rows) - len(bad)}/{len(rows)} within bounds"]
+    for r in (bad or rows)[:6]:
+        out.append(f"  {r.get('check')}: {r.get('value'):.3e} (bound {r.get('bound'):.1e}){'' if r.get('ok') else '  FAIL'}")
+    return out
+
+
+def throughput_lines(logs, ceiling_tflops):
+    ours = next((r for r in jsonl(os.path.join(logs, "throughput.jsonl")) if r.get("impl") == "odc"), None)
+    torch = next((r for r in jsonl(os.path.join(logs, "throughput-torch.jsonl")) if "tokens_per_s" in r), None)
+    if ours is None:
+        return ["throughput: no results"]
+    tflops = ours["tokens_per_s"] * ours["flops_per_token"] / 1e12
+    line = (f"throughput ({ours.get('shape', '?')}): {ours['tokens_per_s']:.0f} tok/s, {tflops:.0f} TFLOP/s, "
+            f"MFU {100 * tflops / H200_BF16_DENSE_TFLOPS:.1f}% of dense bf16 peak")
+    if ceiling_tflops:
+        line += f", {100 * tflops / ceiling_tflops:.1f}% of the GEMM ceiling"
+    out = [line]
+    if torch:
+        out.append(f"  torch eager: {torch['tokens_per_s']:.0f} tok/s; ours / torch = "
+                   f"{ours['tokens_per_s'] / torch['tokens_per_s']:.2f}x")
+    else:
+        out.append("  torch eager: no result")
+    return out
+
+
+def main():
+    if len(sys.argv) != 3:
+        print("usage: gpu_check_summary.py LOGS_DIR DRY_RUN", file=sys.stderr)
+        return 2
+    logs, dry = sys.argv[1], sys.argv[2] == "1"
+    commit = (read(os.path.join(logs, "COMMIT")) or "unknown\n").strip()
+    lines = [f"ODC GPU check{' (dry run: no GPU work)' if dry else ''}: commit {commit}", steps_lines(logs)]
+    if not dry:
+        lines += tests_lines(logs)
+        lines += sanitizer_lines(logs)
+        ceil, ceiling_tflops = ceiling_lines(logs)
+        lines += ceil
+        lines += attention_lines(logs)
+        lines += parity_lines(logs)
+        lines += throughput_lines(logs, ceiling_tflops)
+    if len(lines) > MAX_LINES:
+        lines = lines[:MAX_LINES - 1] + [f"... {len(lines) - MAX_LINES + 1} more lines in gpu-check.tar.gz"]
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+#!/usr/bin/python3
+"""scripts/gpu_check_summary.py on made-up GPU check logs: the figures it prints are the ones the
+logs hold (worst parity line, sanitizer counts, MFU against the dense bf16 peak and the measured
+GEMM ceiling, the ratio to torch), failures are named, missing results are said to be missing,
+and the summary never exceeds 40 lines.
+
+    /usr/bin/python3 test_gpu_check_summary.py [--script scripts/gpu_check_summary.py]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "..", "scripts", "gpu_check_summary.py")
+
+
+def write(folder, name, text):
+    with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def jsonl(folder, name, rows):
+    write(folder, name, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def summarize(script, folder, dry="0"):
+    done = subprocess.run([sys.executable, script, folder, dry], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def expect(lines, fragment):
+    assert any(fragment in l for l in lines), f"no line holds {fragment!r}:\n" + "\n".join(lines)
+
+
+def full_logs(folder):
+    write(folder, "COMMIT", "abc123\n")
+    write(folder, "steps.tsv", "manifest\t0\t1\ntests\t0\t50\nmemcheck\t9\t40\nracecheck\t0\t30\n"
+                               "throughput\t0\t20\n")
+    write(folder, "tests.log",
+          "[cuda] rmsnorm dx                         n=4096 cosine=0.99991000 max_abs_err=1.0e-03 (ref rms 1.0e+00)\n"
+          "[cuda] attention dq d128                  n=8192 cosine=0.99950000 rel_err=4.100e-03 max_abs_err=2e-03\n"
+          "[cuda] linear y                           n=100 max_abs_err=1.0e-03 (ref max 3.0e+00) mismatches=2\n"
+          "[cuda] embedding dtable                   n=100 cosine=0.99999000 rel_err=9.000e-04\n"
+          "test cases: 20 | 19 passed | 1 failed\n")
+    write(folder, "memcheck.log", "========= ERROR SUMMARY: 3 errors\n")
+    write(folder, "racecheck.log", "========= RACECHECK SUMMARY: 0 hazards displayed\n========= ERROR SUMMARY: 0 errors\n")
+    jsonl(folder, "ceilings.jsonl", [{"op": "gemm_bf16", "m": 8192, "tflops": 750.0},
+                                     {"op": "device_copy", "gbps": 4200.0}])
+    jsonl(folder, "attention.jsonl", [{"impl": "odc", "shape": "1x4096", "n_heads": 32, "n_kv_heads": 8,
+                                       "head_dim": 128, "fwdbwd_tflops": 300.0}])
+    jsonl(folder, "attention-torch.jsonl", [
+        {"impl": "torch_sdpa_flash", "shape": "1x4096", "n_heads": 32, "n_kv_heads": 8, "head_dim": 128,
+         "fwdbwd_tflops": 400.0},
+        {"impl": "torch_sdpa_cudnn", "shape": "1x4096", "n_heads": 32, "n_kv_heads": 8, "head_dim": 128,
+         "fwdbwd_tflops": 500.0}])
+    jsonl(folder, "model-parity.jsonl", [
+        {"check": "gpu_bf16 vs cpu_bf16 loss", "value": 1e-4, "bound": 2e-3, "ok": True},
+        {"check": "gpu_bf16 vs cpu_bf16 gradient", "value": 5e-2, "bound": 2e-2, "ok": False}])
+    # 40000 tok/s x 7.5e9 FLOP/token = 300 TFLOP/s: 30.3% of 989.5, 40.0% of 750.
+    jsonl(folder, "throughput.jsonl", [{"impl": "odc", "shape": "L16", "tokens_per_s": 40000.0,
+                                        "flops_per_token": 7.5e9}])
+    jsonl(folder, "throughput-torch.jsonl", [{"impl": "torch_eager", "tokens_per_s": 32000.0}])
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--script", default=SCRIPT)
+    script = parser.parse_args().script
+    with tempfile.TemporaryDirectory() as folder:
+        full_logs(folder)
+        lines = summarize(script, folder)
+        assert len(lines) <= 40, len(lines)
+        expect(lines, "commit abc123")
+        expect(lines, "FAILED memcheck")
+        expect(lines, "test cases: 20 | 19 passed | 1 failed")
+        expect(lines, "4 checks, 2 elementwise mismatches")
+        expect(lines, "lowest cosine 0.999500: attention dq d128")
+        expect(lines, "largest relative error 4.10e-03: attention dq d128")
+        expect(lines, "memcheck 3 errors")
+        expect(lines, "racecheck 0 errors, 0 hazards")
+        expect(lines, "synccheck not run")
+        expect(lines, "cuBLASLt bf16 8192^3 750 TFLOP/s")
+        expect(lines, "300 / 500 (cudnn) = 0.60x")
+        expect(lines, "model parity: 1/2 within bounds")
+        expect(lines, "FAIL")
+        expect(lines, "MFU 30.3% of dense bf16 peak, 40.0% of the GEMM ceiling")
+        expect(lines, "ours / torch = 1.25x")
+    with tempfile.TemporaryDirectory() as folder:
+        # 200 steps, 30 of them failed, and 60 parity-failing model checks: still 40 lines at most.
+        write(folder, "steps.tsv", "".join(f"step{i}\t{1 if i % 7 == 0 else 0}\t1\n" for i in range(200)))
+        jsonl(folder, "model-parity.jsonl", [{"check": f"c{i}", "value": 1.0, "bound": 0.1, "ok": False}
+                                             for i in range(60)])
+        lines = summarize(script, folder)
+        assert len(lines) <= 40, len(lines)
+        expect(lines, "FAILED step0 (rc=1, 1s)")
+        expect(lines, "and 21 more; 171 of 200 passed, 200s in all")
+        expect(lines, "model parity: 0/60 within bounds")
+        expect(lines, "tests: not run")
+        expect(lines, "throughput: no results")
+    with tempfile.TemporaryDirectory() as folder:
+        write(folder, "steps.tsv", "manifest\t0\t1\nlibraries\t0\t1\n")
+        lines = summarize(script, folder, dry="1")
+        expect(lines, "dry run")
+        expect(lines, "steps: all 2 passed in 2s")
+        assert not any("throughput" in l for l in lines), lines
+    print("gpu_check_summary: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
