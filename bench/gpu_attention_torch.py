@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch's flash SDPA on the shapes of bench/gpu_attention.cpp, one JSON line per shape with the
-same fields plus "impl": "torch_sdpa_flash" and how the batch was fed to torch:
+same fields plus "impl" (the SDPA backend, below) and how the batch was fed to torch:
 
   ragged_mode  "dense_batch"    equal lengths (1x4096, 8x512): one (B, H, S, D) call
                "nested_jagged"  ragged: one call on torch.jagged nested tensors (flash varlen)
@@ -10,8 +10,10 @@ same fields plus "impl": "torch_sdpa_flash" and how the batch was fed to torch:
                                 rejects enable_gqa (dK/dV are then per query head, not reduced)
                "none"           n_kv_heads == n_heads
 
-Only the flash backend is enabled (torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION)):
-a shape it cannot run is reported with an "error" field instead of silently using another kernel.
+Each shape runs twice, once with only the flash backend enabled and once with only cuDNN's
+(torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION / CUDNN_ATTENTION); "impl" is
+"torch_sdpa_flash" or "torch_sdpa_cudnn"): a shape a backend cannot run is reported with an
+"error" field instead of silently using another kernel; only flash errors fail the script.
 Timing: CUDA events, 3 warm-ups, median of ITERS (default 20). FLOPs as in gpu_attention.cpp:
 forward 4 * sum s(s+1)/2 * head_dim * n_heads, backward 2.5x that.
 
@@ -140,7 +142,10 @@ def _cumsum(xs):
         yield total
 
 
-def run_shape(name, seqlens, heads, kv, d, iters):
+BACKENDS = (("torch_sdpa_flash", "FLASH_ATTENTION"), ("torch_sdpa_cudnn", "CUDNN_ATTENTION"))
+
+
+def run_shape(name, seqlens, heads, kv, d, iters, impl="torch_sdpa_flash", backend="FLASH_ATTENTION"):
     ragged = len(set(seqlens)) > 1
     ragged_modes = ["nested_jagged", "per_sequence"] if ragged else ["dense_batch"]
     gqa_modes = ["enable_gqa", "expanded_kv"] if kv != heads else ["none"]
@@ -148,7 +153,7 @@ def run_shape(name, seqlens, heads, kv, d, iters):
     for ragged_mode in ragged_modes:
         for gqa_mode in gqa_modes:
             try:
-                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                with sdpa_kernel(getattr(SDPBackend, backend)):
                     fwd, fwdbwd = make_runner(seqlens, heads, kv, d, gqa_mode, ragged_mode)
                     fwd_ms = median_ms(fwd, iters)
                     fwdbwd_ms = median_ms(fwdbwd, iters)
@@ -158,7 +163,7 @@ def run_shape(name, seqlens, heads, kv, d, iters):
                 continue
             flops = fwd_flops(seqlens, heads, d)
             return {
-                "bench": "gpu_attention", "impl": "torch_sdpa_flash", "shape": name,
+                "bench": "gpu_attention", "impl": impl, "shape": name,
                 "tokens": sum(seqlens), "num_seqs": len(seqlens), "max_seqlen": max(seqlens),
                 "n_heads": heads, "n_kv_heads": kv, "head_dim": d,
                 "fwd_ms": round(fwd_ms, 4), "fwd_tflops": round(flops / (fwd_ms * 1e-3) / 1e12, 2),
@@ -167,7 +172,7 @@ def run_shape(name, seqlens, heads, kv, d, iters):
                 "ragged_mode": ragged_mode, "gqa_mode": gqa_mode, "torch": torch.__version__,
                 "fallbacks": errors,
             }
-    return {"bench": "gpu_attention", "impl": "torch_sdpa_flash", "shape": name,
+    return {"bench": "gpu_attention", "impl": impl, "shape": name,
             "tokens": sum(seqlens), "num_seqs": len(seqlens), "n_heads": heads,
             "n_kv_heads": kv, "head_dim": d, "error": errors, "torch": torch.__version__}
 
@@ -176,9 +181,15 @@ def main():
     iters = max(1, int(sys.argv[1])) if len(sys.argv) > 1 else 20
     failed = False
     for name, seqlens, heads, kv, d in SHAPES:
-        row = run_shape(name, seqlens, heads, kv, d, iters)
-        failed = failed or "error" in row
-        print(json.dumps(row), flush=True)
+        for impl, backend in BACKENDS:
+            if not hasattr(SDPBackend, backend):
+                print(json.dumps({"bench": "gpu_attention", "impl": impl, "shape": name, "n_heads": heads,
+                                  "n_kv_heads": kv, "head_dim": d, "error": [f"this torch has no {backend}"]}))
+                continue
+            row = run_shape(name, seqlens, heads, kv, d, iters, impl, backend)
+            # flash is the reference peer; cuDNN's SDPA may refuse shapes (reported, not fatal).
+            failed = failed or ("error" in row and impl == "torch_sdpa_flash")
+            print(json.dumps(row), flush=True)
     return 1 if failed else 0
 
 
