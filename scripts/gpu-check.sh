@@ -13,11 +13,12 @@
 #               resolves every program's libraries and starts each one, compiles the Python peers,
 #               and writes the summary and the archive from whatever results exist (tested in CI)
 #
-# Steps (name: what it runs): env (nvidia-smi, torch), tests (odc_cuda_tests, one pass),
-# memcheck / racecheck / synccheck (compute-sanitizer on the [sanitize] cases), ceilings
-# (cuBLASLt bf16 8192^3, device copy), attention (ours and torch SDPA flash/cuDNN on the same
-# shapes), model-parity (GPU bf16 vs CPU bf16 vs CPU fp32, tiny model), throughput (1B shape,
-# ours and torch eager). Exit: 0 when every step passed, else 1; 2 on a usage error.
+# Steps (name: what it runs), most important first: env (nvidia-smi, torch), tests
+# (odc_cuda_tests, one pass), ceilings (cuBLASLt bf16 8192^3, device copy), model-parity (GPU
+# bf16 vs CPU bf16 vs CPU fp32, tiny model), throughput (1B shape, ours and torch eager),
+# attention (ours and torch SDPA flash/cuDNN on the same shapes), memcheck / racecheck /
+# synccheck (compute-sanitizer on the [sanitize] cases). Exit: 0 when every step passed, else 1;
+# 2 on a usage error.
 set -uo pipefail
 dry_run=0
 deadline=420
@@ -27,7 +28,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry_run=1; shift ;;
     --deadline) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; deadline="$2"; shift 2 ;;
-    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu-check: unknown option '$1'" >&2; usage ;;
     *) args+=("$1"); shift ;;
   esac
@@ -121,17 +122,18 @@ if [ "$dry_run" -eq 1 ]; then
   finish
 fi
 
-step tests 150 "$bin/odc_cuda_tests" --durations yes
-for tool in memcheck racecheck synccheck; do
-  step "$tool" 45 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/odc_cuda_tests" "[sanitize]"
-done
-step ceilings 40 bash -c '"$1" >"$2"' ceilings "$bin/gpu_ceilings" "$logs/ceilings.jsonl"
-step attention 40 bash -c '"$1" >"$2"' attention "$bin/gpu_attention" "$logs/attention.jsonl"
-step attention-torch 60 bash -c 'python3 "$1" >"$2"; rc=$?; [ $rc -eq 77 ] && exit 0; exit $rc' \
-  attention-torch "$b/py/gpu_attention_torch.py" "$logs/attention-torch.jsonl"
-step model-parity 60 bash -c '"$1" >"$2"' model-parity "$bin/gpu_model_parity" "$logs/model-parity.jsonl"
+# In order of what the check is for, so that a deadline cuts the least important last.
+step tests 120 "$bin/odc_cuda_tests" --durations yes
+step ceilings 30 bash -c '"$1" >"$2"' ceilings "$bin/gpu_ceilings" "$logs/ceilings.jsonl"
+step model-parity 45 bash -c '"$1" >"$2"' model-parity "$bin/gpu_model_parity" "$logs/model-parity.jsonl"
 step throughput 60 bash -c '"$1" >"$2"' throughput "$bin/gpu_model_throughput" "$logs/throughput.jsonl"
 step throughput-torch 60 bash -c 'python3 "$1" >"$2"; rc=$?; [ $rc -eq 77 ] && exit 0; exit $rc' \
   throughput-torch "$b/py/gpu_model_torch.py" "$logs/throughput-torch.jsonl"
+step attention 30 bash -c '"$1" >"$2"' attention "$bin/gpu_attention" "$logs/attention.jsonl"
+step attention-torch 45 bash -c 'python3 "$1" >"$2"; rc=$?; [ $rc -eq 77 ] && exit 0; exit $rc' \
+  attention-torch "$b/py/gpu_attention_torch.py" "$logs/attention-torch.jsonl"
+for tool in memcheck racecheck synccheck; do
+  step "$tool" 30 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/odc_cuda_tests" "[sanitize]"
+done
 nvidia-smi --query-gpu=name,memory.used,memory.total,utilization.gpu --format=csv >"$logs/nvidia-smi-after.log" 2>&1
 finish
