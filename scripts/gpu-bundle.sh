@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) [ $# -ge 2 ] || usage; build="$2"; shift 2 ;;
     --max-mib) [ $# -ge 2 ] || usage; [[ "$2" =~ ^[0-9]+$ ]] || usage; max_mib="$2"; shift 2 ;;
-    -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu-bundle: unknown option '$1'" >&2; usage ;;
     *) out="$1"; shift ;;
   esac
