@@ -137,20 +137,20 @@ void run(const Options& o) {
     const double bwd = time_ms(o, stream, [&] {
       cu::linear_backward(blas, dy.as<std::uint16_t>(), x.as<std::uint16_t>(),
                           w.as<std::uint16_t>(), dx.as<std::uint16_t>(), dw.as<float>(), nullptr,
-                          T, l.in, l.out, false, stream.handle());
+                          T, l.in, l.out, false, alloc, stream.handle());
     });
     emit("linear_backward", l.name, T, l.in, l.out, bwd, 4 * mac);
     // The two backward GEMMs apart: dx (bf16 out) and dW (fp32 accumulate).
     const double bwd_dx = time_ms(o, stream, [&] {
       cu::linear_backward(blas, dy.as<std::uint16_t>(), x.as<std::uint16_t>(),
                           w.as<std::uint16_t>(), dx.as<std::uint16_t>(), nullptr, nullptr, T, l.in,
-                          l.out, false, stream.handle());
+                          l.out, false, alloc, stream.handle());
     });
     emit("linear_backward_dx", l.name, T, l.in, l.out, bwd_dx, 2 * mac);
     const double bwd_dw = time_ms(o, stream, [&] {
       cu::linear_backward(blas, dy.as<std::uint16_t>(), x.as<std::uint16_t>(),
                           w.as<std::uint16_t>(), nullptr, dw.as<float>(), nullptr, T, l.in, l.out,
-                          false, stream.handle());
+                          false, alloc, stream.handle());
     });
     emit("linear_backward_dw", l.name, T, l.in, l.out, bwd_dw, 2 * mac);
     stream.synchronize();

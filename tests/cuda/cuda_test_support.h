@@ -87,11 +87,17 @@ inline void check_close(const char* what, const std::vector<float>& gpu, const s
   CHECK(bad == 0);
 }
 
-// Gradient parity: cosine similarity >= 0.999; the max abs error is printed.
+// Gradient parity: cosine similarity >= min_cosine (0.999) AND a normwise relative error
+// ||gpu - ref||_2 / ||ref||_2 <= max_rel_norm (1e-2); the max abs error is printed too.
+// The cosine alone passes errors up to sqrt(2 (1 - 0.999)) ~ 4.5% of the norm. The default 1e-2
+// is what bf16 outputs justify: rounding a result to bf16 costs <= 2^-9 ~ 2e-3 relative per
+// element (~1.1e-3 normwise on random data), and the kernels with bf16 intermediates (attention's
+// P and dS) add about as much again, so correct kernels sit at 1e-3 .. 4e-3; 1e-2 leaves 2.5x
+// headroom. fp32 outputs (parameter-gradient accumulators) pass a tighter bound where stated.
 inline void check_grad(const char* what, const std::vector<float>& gpu, const std::vector<float>& ref,
-                double min_cosine = 0.999) {
+                double min_cosine = 0.999, double max_rel_norm = 1e-2) {
   REQUIRE(gpu.size() == ref.size());
-  double dot = 0.0, na = 0.0, nb = 0.0, max_err = 0.0;
+  double dot = 0.0, na = 0.0, nb = 0.0, nd = 0.0, max_err = 0.0;
   bool finite = true;
   for (std::size_t i = 0; i < ref.size(); ++i) {
     const double a = gpu[i], b = ref[i];
@@ -99,14 +105,44 @@ inline void check_grad(const char* what, const std::vector<float>& gpu, const st
     dot += a * b;
     na += a * a;
     nb += b * b;
+    nd += (a - b) * (a - b);
     max_err = std::max(max_err, std::fabs(a - b));
   }
   const double cosine = (na > 0 && nb > 0) ? dot / std::sqrt(na * nb) : (na == nb ? 1.0 : 0.0);
-  std::printf("[cuda] %-34s n=%zu cosine=%.8f max_abs_err=%.3e (ref rms %.3e)\n", what,
-              ref.size(), cosine, max_err, std::sqrt(nb / double(std::max<std::size_t>(1, ref.size()))));
-  INFO(what << ": cosine " << cosine << ", max abs error " << max_err);
+  const double rel_norm = nb > 0 ? std::sqrt(nd / nb) : (nd == 0 ? 0.0 : 1.0);
+  std::printf("[cuda] %-34s n=%zu cosine=%.8f rel_norm=%.3e max_abs_err=%.3e (ref rms %.3e)\n",
+              what, ref.size(), cosine, rel_norm, max_err,
+              std::sqrt(nb / double(std::max<std::size_t>(1, ref.size()))));
+  INFO(what << ": cosine " << cosine << ", normwise relative error " << rel_norm
+            << ", max abs error " << max_err);
   CHECK(finite);
   CHECK(cosine >= min_cosine);
+  CHECK(rel_norm <= max_rel_norm);
+}
+
+// Sum of a fixed-order fp32 reduction against a float64 reference, elementwise:
+// |gpu[i] - ref[i]| <= terms[i] * 2^-24 * abs_sum[i], the classic bound for recursive summation
+// of `terms` roundings (each rounding of a partial sum s costs <= 2^-24 |s| <= 2^-24 abs_sum).
+inline void check_sum_bound(const char* what, const std::vector<float>& gpu,
+                            const std::vector<double>& ref, const std::vector<double>& abs_sum,
+                            double terms) {
+  REQUIRE(gpu.size() == ref.size());
+  REQUIRE(abs_sum.size() == ref.size());
+  const double u = std::ldexp(1.0, -24);
+  std::size_t bad = 0, first_bad = 0;
+  double worst = 0.0;  // max of |err| / bound
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::fabs(double(gpu[i]) - ref[i]);
+    const double bound = terms * u * abs_sum[i];
+    worst = std::max(worst, bound > 0 ? err / bound : (err > 0 ? 1e30 : 0.0));
+    if (!(err <= bound)) {
+      if (bad++ == 0) first_bad = i;
+    }
+  }
+  std::printf("[cuda] %-34s n=%zu worst err/bound=%.3e (terms %.0f) mismatches=%zu\n", what,
+              ref.size(), worst, terms, bad);
+  INFO(what << ": " << bad << " elements outside the bound, first at " << first_bad);
+  CHECK(bad == 0);
 }
 
 }  // namespace odc::test::cuda

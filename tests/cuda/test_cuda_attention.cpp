@@ -9,8 +9,10 @@
 //        sequence copies v); the bf16 storage of out adds <= 2^-9 |out| (covered by rel 1e-2).
 //   lse  check_close(rel 1e-4, atol 1e-5 * max|ref|): fp32 on both sides (exp2 approximation and
 //        summation order only).
-//   dq/dk/dv  check_grad (cosine >= 0.999): P and dS are rounded to bf16 for the tensor-core GEMMs
-//        and the results are stored as bf16 (2^-8 relative spacing), which costs ~1e-5 of cosine.
+//   dq/dk/dv  check_grad (cosine >= 0.999 and ||gpu - ref|| / ||ref|| <= 1e-2): P and dS are
+//        rounded to bf16 for the tensor-core GEMMs (relative error <= 2^-9 each) and the results
+//        are stored as bf16 (<= 2^-9 relative), so correct kernels sit at a few 1e-3 normwise;
+//        1e-2 catches what the cosine alone lets through (up to ~4.5% of the norm).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -118,14 +120,29 @@ void run_case(const AttnCase& c, std::mt19937& rng, cu::DeviceAllocator& alloc) 
   check_grad(("attention dk " + name).c_str(), to_f32(dk_bits), dk_ref);
   check_grad(("attention dv " + name).c_str(), to_f32(dv_bits), dv_ref);
 
-  // Deterministic: no atomics, fixed reduction orders -> bitwise identical reruns.
-  cu::attention_forward(gshape, d_q.as<std::uint16_t>(), d_k.as<std::uint16_t>(),
-                        d_v.as<std::uint16_t>(), d_out.as<std::uint16_t>(), d_lse.as<float>(),
-                        alloc, nullptr);
-  cu::attention_backward(gshape, d_q.as<std::uint16_t>(), d_k.as<std::uint16_t>(),
-                         d_v.as<std::uint16_t>(), d_out.as<std::uint16_t>(), d_lse.as<float>(),
-                         d_dout.as<std::uint16_t>(), d_dq.as<std::uint16_t>(),
-                         d_dk.as<std::uint16_t>(), d_dv.as<std::uint16_t>(), alloc, nullptr);
+  // Deterministic: no atomics, fixed reduction orders -> bitwise identical reruns. The rerun takes
+  // the planned path (one AttentionPlan used by two "layers", as in a microbatch) on a second,
+  // non-blocking stream, with the outputs poisoned again.
+  for (cu::DeviceBuffer* b : {&d_out, &d_dq, &d_dk, &d_dv}) cu::memset_async(b->get(), 0xff, b->bytes(), nullptr);
+  cu::memset_async(d_lse.get(), 0xff, nlse * 4, nullptr);
+  cu::device_synchronize();
+  {
+    cu::Stream stream;
+    const cu::AttentionPlan plan(gshape, alloc, stream.handle());
+    CHECK(plan.shape().tokens == tokens);
+    CHECK(plan.shape().cu_seqlens != cu_seqlens.data());  // the plan keeps its own copy
+    for (int layer = 0; layer < 2; ++layer) {
+      cu::attention_forward(plan, d_q.as<std::uint16_t>(), d_k.as<std::uint16_t>(),
+                            d_v.as<std::uint16_t>(), d_out.as<std::uint16_t>(), d_lse.as<float>(),
+                            stream.handle());
+      cu::attention_backward(plan, d_q.as<std::uint16_t>(), d_k.as<std::uint16_t>(),
+                             d_v.as<std::uint16_t>(), d_out.as<std::uint16_t>(), d_lse.as<float>(),
+                             d_dout.as<std::uint16_t>(), d_dq.as<std::uint16_t>(),
+                             d_dk.as<std::uint16_t>(), d_dv.as<std::uint16_t>(), alloc,
+                             stream.handle());
+    }
+    stream.synchronize();
+  }
   CHECK(from_device<std::uint16_t>(d_out, nq) == out_bits);
   CHECK(from_device<float>(d_lse, nlse) == lse);
   CHECK(from_device<std::uint16_t>(d_dq, nq) == dq_bits);
@@ -198,4 +215,87 @@ TEST_CASE("attention FLOP count is causal", "[cuda][attention]") {
   shape.head_dim = 64;
   // pairs: 3*4/2 + 2*3/2 = 9
   CHECK(cu::attention_forward_flops(shape) == 4.0 * 9 * 64 * 2);
+}
+
+TEST_CASE("AttentionPlan: tables built once, rebuilt per microbatch, same bits as per-call",
+          "[cuda][attention][plan]") {
+  std::mt19937 rng(77);
+  cu::DeviceAllocator alloc;
+  cu::Stream stream;
+  const int heads = 4, kv_heads = 2, head_dim = 128;
+  // Microbatches of different sizes: the plan's storage grows, then is reused.
+  const std::vector<std::vector<std::int32_t>> microbatches = {
+      {127, 128, 129, 0, 63, 65}, {1000, 24}, {5}, {64, 64, 64, 64}};
+  cu::AttentionPlan plan;
+  CHECK_FALSE(plan.built());
+  for (const auto& seqlens : microbatches) {
+    std::vector<std::int32_t> cu_seqlens{0};
+    for (std::int32_t len : seqlens) cu_seqlens.push_back(cu_seqlens.back() + len);
+    cu::CudaAttentionShape shape;
+    shape.cu_seqlens = cu_seqlens.data();
+    shape.num_seqs = static_cast<int>(seqlens.size());
+    shape.tokens = cu_seqlens.back();
+    shape.n_heads = heads;
+    shape.n_kv_heads = kv_heads;
+    shape.head_dim = head_dim;
+    // Table sizes for D = 128: forward tiles of 128 query rows, dQ tiles of 64, dK/dV tiles of 64.
+    std::size_t fwd = 0, t64 = 0;
+    for (std::int32_t len : seqlens) {
+      fwd += static_cast<std::size_t>((len + 127) / 128);
+      t64 += static_cast<std::size_t>((len + 63) / 64);
+    }
+    plan.build(shape, alloc, stream.handle());
+    cu_seqlens.assign(cu_seqlens.size(), -1);  // the plan must not read the caller's copy again
+    CHECK(plan.built());
+    CHECK(plan.forward_tiles() == fwd);
+    CHECK(plan.dq_tiles() == t64);
+    CHECK(plan.dkv_tiles() == t64);
+    CHECK(plan.shape().cu_seqlens[plan.shape().num_seqs] == shape.tokens);
+
+    const std::size_t nq = static_cast<std::size_t>(shape.tokens) * heads * head_dim;
+    const std::size_t nkv = static_cast<std::size_t>(shape.tokens) * kv_heads * head_dim;
+    const std::size_t nlse = static_cast<std::size_t>(shape.tokens) * heads;
+    auto q = random_bf16(nq, rng), k = random_bf16(nkv, rng), v = random_bf16(nkv, rng);
+    auto dout = random_bf16(nq, rng);
+    auto d_q = to_device(alloc, q.bits), d_k = to_device(alloc, k.bits), d_v = to_device(alloc, v.bits);
+    auto d_dout = to_device(alloc, dout.bits);
+    struct Outputs {
+      cu::DeviceBuffer out, lse, dq, dk, dv;
+    };
+    auto make = [&] {
+      return Outputs{cu::DeviceBuffer(alloc, nq * 2), cu::DeviceBuffer(alloc, nlse * 4),
+                     cu::DeviceBuffer(alloc, nq * 2), cu::DeviceBuffer(alloc, nkv * 2),
+                     cu::DeviceBuffer(alloc, nkv * 2)};
+    };
+    Outputs planned = make(), per_call = make();
+    cu::device_synchronize();
+    cu::attention_forward(plan, d_q.as<std::uint16_t>(), d_k.as<std::uint16_t>(),
+                          d_v.as<std::uint16_t>(), planned.out.as<std::uint16_t>(),
+                          planned.lse.as<float>(), stream.handle());
+    cu::attention_backward(plan, d_q.as<std::uint16_t>(), d_k.as<std::uint16_t>(),
+                           d_v.as<std::uint16_t>(), planned.out.as<std::uint16_t>(),
+                           planned.lse.as<float>(), d_dout.as<std::uint16_t>(),
+                           planned.dq.as<std::uint16_t>(), planned.dk.as<std::uint16_t>(),
+                           planned.dv.as<std::uint16_t>(), alloc, stream.handle());
+    stream.synchronize();
+    shape.cu_seqlens = plan.shape().cu_seqlens;
+    cu::attention_forward(shape, d_q.as<std::uint16_t>(), d_k.as<std::uint16_t>(),
+                          d_v.as<std::uint16_t>(), per_call.out.as<std::uint16_t>(),
+                          per_call.lse.as<float>(), alloc, nullptr);
+    cu::attention_backward(shape, d_q.as<std::uint16_t>(), d_k.as<std::uint16_t>(),
+                           d_v.as<std::uint16_t>(), per_call.out.as<std::uint16_t>(),
+                           per_call.lse.as<float>(), d_dout.as<std::uint16_t>(),
+                           per_call.dq.as<std::uint16_t>(), per_call.dk.as<std::uint16_t>(),
+                           per_call.dv.as<std::uint16_t>(), alloc, nullptr);
+    CHECK(from_device<std::uint16_t>(planned.out, nq) == from_device<std::uint16_t>(per_call.out, nq));
+    CHECK(from_device<float>(planned.lse, nlse) == from_device<float>(per_call.lse, nlse));
+    CHECK(from_device<std::uint16_t>(planned.dq, nq) == from_device<std::uint16_t>(per_call.dq, nq));
+    CHECK(from_device<std::uint16_t>(planned.dk, nkv) == from_device<std::uint16_t>(per_call.dk, nkv));
+    CHECK(from_device<std::uint16_t>(planned.dv, nkv) == from_device<std::uint16_t>(per_call.dv, nkv));
+  }
+  // A plan that was never built is an error, not a launch over garbage.
+  const cu::AttentionPlan empty;
+  cu::DeviceBuffer buf(alloc, 4096);
+  auto* p = buf.as<std::uint16_t>();
+  CHECK_THROWS_AS(cu::attention_forward(empty, p, p, p, p, buf.as<float>(), nullptr), odc::Error);
 }

@@ -9,7 +9,10 @@
 //    lm_head does) while the CPU reference keeps fp32 logits: a per-row error of ~0.2% of |logit|
 //    with random sign, averaging down over the rows to well below 1e-3 of the total.
 //  - nll per row: 1e-2 relative (check_close), fp32 lse - target on bf16 logits.
-//  - dlogits, dh, dW: cosine >= 0.999 (check_grad); dlogits are rounded to bf16.
+//  - dlogits, dh, dW: cosine >= 0.999 and ||gpu - ref|| / ||ref|| <= 1e-2 (check_grad). dlogits
+//    are rounded to bf16 (~1.1e-3 normwise); in the fused path the logits (std ~2.4) are rounded
+//    to bf16 first, which moves each probability by ~2^-9 * |logit| relative (~3e-3 normwise):
+//    correct results sit near 3e-3, 1e-2 leaves ~3x.
 #include <catch2/catch.hpp>
 
 #include <algorithm>

@@ -7,7 +7,9 @@
 //    accumulate the same exact bf16 products in fp32, differing only in summation order.
 //  - fp32 outputs: 1e-3 relative + 1e-3 of max |ref|: no output rounding, but tensor-core fp32
 //    accumulation (and split-k reductions) differ in order and alignment from OpenBLAS's sgemm.
-//  - gradients: cosine >= 0.999 (check_grad), the parity criterion of the other CUDA kernels.
+//  - gradients: cosine >= 0.999 and a normwise relative error (check_grad): <= 1e-2 for bf16
+//    outputs (the output rounding, 2^-9 per element, puts correct results near 1e-3), <= 1e-3 for
+//    the fp32 accumulators (no output rounding; the fp32 tolerance above, normwise).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -170,11 +172,13 @@ TEST_CASE("linear_backward matches cpu::linear_backward", "[cuda][gemm][linear]"
       auto d_dw = to_device(alloc, dw0), d_db = to_device(alloc, db0);
       cu::linear_backward(blas, d_dy.as<std::uint16_t>(), d_x.as<std::uint16_t>(),
                           d_w.as<std::uint16_t>(), d_dx.as<std::uint16_t>(), d_dw.as<float>(),
-                          d_db.as<float>(), s.rows, s.in, s.out, accumulate, nullptr);
+                          d_db.as<float>(), s.rows, s.in, s.out, accumulate, alloc, nullptr);
       check_grad(accumulate ? "linear_backward dx (accumulate)" : "linear_backward dx",
                  to_f32(from_device<std::uint16_t>(d_dx, s.rows * s.in)), dx_ref);
-      check_grad("linear_backward dweight (+=)", from_device<float>(d_dw, s.out * s.in), dw_ref);
-      check_grad("linear_backward dbias (+=)", from_device<float>(d_db, s.out), db_ref);
+      check_grad("linear_backward dweight (+=)", from_device<float>(d_dw, s.out * s.in), dw_ref,
+                 0.999, 1e-3);
+      check_grad("linear_backward dbias (+=)", from_device<float>(d_db, s.out), db_ref, 0.999,
+                 1e-3);
       // Both fp32 accumulators also within the fp32 GEMM tolerance.
       check_close("linear_backward dweight (fp32)", from_device<float>(d_dw, s.out * s.in), dw_ref,
                   1e-3, 1e-3);
@@ -190,7 +194,8 @@ TEST_CASE("linear_backward matches cpu::linear_backward", "[cuda][gemm][linear]"
     auto d_dw = to_device(alloc, dw0);
     cu::linear_backward(blas, d_dy.as<std::uint16_t>(), d_x.as<std::uint16_t>(),
                         d_w.as<std::uint16_t>(), nullptr, d_dw.as<float>(), nullptr, s.rows, s.in,
-                        s.out, false, nullptr);
-    check_grad("linear_backward dweight (no dx)", from_device<float>(d_dw, s.out * s.in), dw_ref);
+                        s.out, false, alloc, nullptr);
+    check_grad("linear_backward dweight (no dx)", from_device<float>(d_dw, s.out * s.in), dw_ref,
+               0.999, 1e-3);
   }
 }

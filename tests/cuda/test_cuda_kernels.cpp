@@ -1,5 +1,8 @@
-// CUDA kernels against the CPU kernels on the same (bf16-rounded) random inputs, plus the caching
-// allocator and stream/event ordering. Needs a GPU: main() exits 77 (ctest SKIP_RETURN_CODE) when
+// CUDA kernels against the CPU kernels on the same (bf16-rounded) random inputs, plus stream/event
+// ordering (the allocator: test_cuda_allocator.cpp; bitwise reproducibility of the gradient sums:
+// test_cuda_determinism.cpp). Gradients: check_grad (cosine >= 0.999 and normwise relative error
+// <= 1e-2 for bf16 outputs, whose rounding costs ~1e-3; <= 1e-4 for the fp32 accumulators, which
+// differ from the CPU only in the fp32 summation order, ~sqrt(rows) * 2^-24 normwise). Needs a GPU: main() exits 77 (ctest SKIP_RETURN_CODE) when
 // no CUDA device is visible, so CI without a GPU reports the test as skipped.
 #include <catch2/catch.hpp>
 
@@ -40,63 +43,6 @@ TEST_CASE("check_cuda names the call and the CUDA error", "[cuda]") {
     CHECK(message.find("cudaSomethingFailing") != std::string::npos);
     CHECK(message.find("invalid argument") != std::string::npos);
   }
-}
-
-TEST_CASE("DeviceAllocator: size classes, reuse and stats", "[cuda][allocator]") {
-  CHECK(cu::DeviceAllocator::round_size(1) == 512);
-  CHECK(cu::DeviceAllocator::round_size(512) == 512);
-  CHECK(cu::DeviceAllocator::round_size(513) == 1024);
-  CHECK(cu::DeviceAllocator::round_size(std::size_t(1) << 20) == (std::size_t(1) << 20));
-  CHECK(cu::DeviceAllocator::round_size((std::size_t(1) << 20) + 1) == (std::size_t(2) << 20));
-  CHECK(cu::DeviceAllocator::round_size((std::size_t(3) << 20)) == (std::size_t(4) << 20));
-
-  cu::DeviceAllocator alloc;
-  void* first = nullptr;
-  {
-    cu::DeviceBuffer a(alloc, 1000);
-    REQUIRE(a);
-    first = a.get();
-    auto s = alloc.stats();
-    CHECK(s.bytes_in_use == 1024);
-    CHECK(s.bytes_cached == 0);
-    CHECK(s.device_allocs == 1);
-    CHECK(s.cache_hits == 0);
-  }
-  auto s = alloc.stats();
-  CHECK(s.bytes_in_use == 0);
-  CHECK(s.bytes_cached == 1024);
-  CHECK(s.peak_in_use == 1024);
-  {
-    cu::DeviceBuffer b(alloc, 600);  // same size class, same (default) stream: reused
-    CHECK(b.get() == first);
-    s = alloc.stats();
-    CHECK(s.cache_hits == 1);
-    CHECK(s.device_allocs == 1);
-    CHECK(s.bytes_cached == 0);
-    cu::DeviceBuffer c(alloc, 3u << 20);  // large: rounded to 4 MiB
-    s = alloc.stats();
-    CHECK(s.bytes_in_use == 1024 + (std::size_t(4) << 20));
-    CHECK(s.peak_in_use == 1024 + (std::size_t(4) << 20));
-    // Moving keeps one owner.
-    cu::DeviceBuffer moved = std::move(c);
-    CHECK_FALSE(c);
-    CHECK(moved.bytes() == (3u << 20));
-    CHECK(alloc.stats().bytes_in_use == 1024 + (std::size_t(4) << 20));
-  }
-  {
-    // Blocks are reused only on the stream they were allocated for.
-    cu::Stream stream;
-    cu::DeviceBuffer d(alloc, 1000, stream);
-    CHECK(d.get() != first);
-    CHECK(alloc.stats().device_allocs == 3);
-  }
-  CHECK(alloc.stats().bytes_in_use == 0);
-  CHECK(alloc.stats().bytes_cached == 1024 * 2 + (std::size_t(4) << 20));
-  alloc.release_cached();
-  CHECK(alloc.stats().bytes_cached == 0);
-  alloc.reset_peak();
-  CHECK(alloc.stats().peak_in_use == 0);
-  CHECK(cu::DeviceBuffer(alloc, 0).get() == nullptr);
 }
 
 TEST_CASE("Stream/Event: a waiting stream sees the producer's writes", "[cuda][stream]") {
@@ -159,10 +105,10 @@ TEST_CASE("rmsnorm matches the CPU kernel", "[cuda][rmsnorm]") {
       auto d_dw = to_device(alloc, dw0);
       cu::rmsnorm_backward(d_dy.as<std::uint16_t>(), d_x.as<std::uint16_t>(), d_w.as<std::uint16_t>(),
                            d_rstd.as<float>(), d_dx.as<std::uint16_t>(), d_dw.as<float>(), rows, dim,
-                           accumulate, nullptr);
+                           accumulate, alloc, nullptr);
       check_grad(accumulate ? "rmsnorm_backward dx (accumulate)" : "rmsnorm_backward dx",
                  to_f32(from_device<std::uint16_t>(d_dx, rows * dim)), dx_ref);
-      check_grad("rmsnorm_backward dweight", from_device<float>(d_dw, dim), dw_ref);
+      check_grad("rmsnorm_backward dweight", from_device<float>(d_dw, dim), dw_ref, 0.999, 1e-4);
     }
 
     // dx aliasing dy.
@@ -174,10 +120,11 @@ TEST_CASE("rmsnorm matches the CPU kernel", "[cuda][rmsnorm]") {
     cu::memset_async(d_dw.get(), 0, dim * 4, nullptr);
     cu::rmsnorm_backward(d_alias.as<std::uint16_t>(), d_x.as<std::uint16_t>(), d_w.as<std::uint16_t>(),
                          d_rstd.as<float>(), d_alias.as<std::uint16_t>(), d_dw.as<float>(), rows, dim,
-                         false, nullptr);
+                         false, alloc, nullptr);
     check_grad("rmsnorm_backward dx (dx == dy)", to_f32(from_device<std::uint16_t>(d_alias, rows * dim)),
                dx_ref);
-    check_grad("rmsnorm_backward dweight (dx == dy)", from_device<float>(d_dw, dim), dw_ref);
+    check_grad("rmsnorm_backward dweight (dx == dy)", from_device<float>(d_dw, dim), dw_ref, 0.999,
+               1e-4);
   }
 }
 
@@ -251,7 +198,7 @@ TEST_CASE("embedding matches the CPU kernel", "[cuda][embedding]") {
   const std::int64_t vocab = 500, dim = 200, tokens = 1000;
   std::uniform_int_distribution<std::int32_t> pick(0, std::int32_t(vocab - 1));
   std::vector<std::int32_t> ids(tokens);
-  for (auto& id : ids) id = pick(rng) % 50;  // many repeats: exercises the atomic accumulation
+  for (auto& id : ids) id = pick(rng) % 50;  // many repeats: exercises the per-row accumulation
   ids[0] = std::int32_t(vocab - 1);
   auto table = random_bf16(vocab * dim, rng);
   auto dout = random_bf16(tokens * dim, rng);
@@ -271,8 +218,9 @@ TEST_CASE("embedding matches the CPU kernel", "[cuda][embedding]") {
   cu::embedding_backward(d_ids.as<std::int32_t>(), d_dout.as<std::uint16_t>(), d_dtable.as<float>(),
                          tokens, dim, nullptr);
   const auto dtable = from_device<float>(d_dtable, vocab * dim);
-  check_grad("embedding_backward dtable", dtable, dtable_ref);
-  check_close("embedding_backward dtable (fp32)", dtable, dtable_ref, 1e-4, 1e-5);
+  check_grad("embedding_backward dtable", dtable, dtable_ref, 0.999, 1e-4);
+  // Token order per element, as the CPU kernel: the same fp32 bits.
+  CHECK(dtable == dtable_ref);
 }
 
 TEST_CASE("multi-tensor AdamW matches the CPU kernel", "[cuda][adamw]") {
@@ -307,6 +255,9 @@ TEST_CASE("multi-tensor AdamW matches the CPU kernel", "[cuda][adamw]") {
   config.weight_decay = 0.1;
   config.grad_scale = 0.5;
   cu::Stream stream;
+  // The uploads ran on the legacy stream, which the non-blocking `stream` does not wait for: a
+  // pageable cudaMemcpy may return before its DMA has landed.
+  cu::device_synchronize();
   for (std::int64_t step = 1; step <= 3; ++step) {
     config.step = step;
     cu::adamw_step_multi(segs, config, stream.handle());

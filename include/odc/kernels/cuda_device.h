@@ -1,12 +1,12 @@
 #pragma once
-// CUDA device resources (built when the CUDA backend is enabled): error checking, a caching device
-// allocator with RAII buffers, and RAII streams and events. CUDA types are hidden behind void* so
-// that host-only code (compiled without cuda_runtime.h) can include this header.
+// CUDA device resources (built when the CUDA backend is enabled): error checking, a stream-ordered
+// device allocator (a CUDA memory pool) with RAII buffers, pinned host buffers, and RAII streams
+// and events. CUDA types are hidden behind void* so that host-only code (compiled without
+// cuda_runtime.h) can include this header.
 //
 // There is no global mutable state: the caller owns its DeviceAllocator and passes it explicitly.
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
@@ -73,22 +73,33 @@ class Event {
   void* handle_ = nullptr;
 };
 
-// ---- Caching allocator ----
+// ---- Stream-ordered allocator ----
 
 struct AllocatorStats {
-  std::size_t bytes_in_use = 0;   // rounded sizes of live blocks
-  std::size_t bytes_cached = 0;   // rounded sizes of freed blocks kept for reuse
-  std::size_t peak_in_use = 0;    // maximum of bytes_in_use since construction / reset_peak()
-  std::size_t device_allocs = 0;  // cudaMalloc calls that succeeded
-  std::size_t cache_hits = 0;     // allocations served from the cache
+  std::size_t bytes_in_use = 0;    // sizes of live allocations, rounded by round_size()
+  std::size_t bytes_cached = 0;    // held by the pool but not in use (bytes_reserved - pool's used)
+  std::size_t peak_in_use = 0;     // maximum of bytes_in_use since construction / reset_peak()
+  std::size_t bytes_reserved = 0;  // device memory the pool holds now
+  std::size_t peak_reserved = 0;   // maximum of bytes_reserved since construction / reset_peak()
+  std::size_t device_allocs = 0;   // allocations that made the pool reserve more device memory
+  std::size_t cache_hits = 0;      // allocations served from memory the pool already held
 };
 
-// Size-class free lists over cudaMalloc (device memory only, never managed memory). A freed block
-// goes back to the free list of its (size class, stream) and is reused only by allocations on the
-// same stream, so stream order protects pending kernels that still read the block; using a block on
-// another stream needs an explicit event wait by the caller (as with PyTorch's allocator).
-// Thread-safe. Blocks still live at destruction are freed too: the allocator must outlive its
-// buffers. When cudaMalloc fails, the cache is released and the allocation retried once.
+// A CUDA memory pool of its own (cudaMemPoolCreate on the device current at the first
+// allocation, device memory only, never managed memory) used through cudaMallocFromPoolAsync /
+// cudaFreeAsync: allocation and release are ordered on the given stream, and the driver's pool
+// splits and coalesces its memory, so ragged sizes (a different token count every microbatch)
+// reuse the same reserve instead of fragmenting it. The release threshold is unlimited: freed
+// memory stays in the pool across synchronizations until release_cached().
+//
+// Stream semantics (as with cudaMallocAsync): a block may be used on its allocation stream right
+// away; using it on another stream needs that stream to wait (an Event) for the allocation, and
+// that work must be ordered before the block's deallocation point on the allocation stream (the
+// block returns to the pool in the allocation stream's order, then serves any stream). The stream
+// must outlive the blocks allocated on it (if it is gone, deallocate falls back to cudaFree, which
+// synchronizes the device). Thread-safe. Blocks still live at destruction are freed too: the
+// allocator must outlive its buffers. When the pool cannot grow, the device is synchronized, the
+// pool trimmed and the allocation retried once. Allocations are 256-byte aligned (pool blocks).
 class DeviceAllocator {
  public:
   DeviceAllocator() = default;
@@ -98,15 +109,18 @@ class DeviceAllocator {
 
   // bytes == 0 returns nullptr. Throws odc::Error when the device is out of memory.
   void* allocate(std::size_t bytes, void* stream = nullptr);
-  // Returns a block obtained from allocate() to the cache (nullptr is ignored).
+  // Returns a block obtained from allocate() to the pool, ordered on its allocation stream
+  // (nullptr is ignored).
   void deallocate(void* ptr);
-  // cudaFree of every cached block (live blocks are untouched).
+  // Releases the pool's unused memory to the device (cudaMemPoolTrimTo 0; live blocks stay, and
+  // blocks whose release is still pending on a stream are released once it has run).
   void release_cached();
 
   AllocatorStats stats() const;
   void reset_peak();
 
-  // Size classes: multiples of 512 B up to 1 MiB, multiples of 2 MiB above.
+  // The accounting granularity of bytes_in_use: multiples of 512 B (the pool itself rounds as the
+  // driver sees fit; bytes_reserved is what it holds).
   static std::size_t round_size(std::size_t bytes);
 
  private:
@@ -114,15 +128,52 @@ class DeviceAllocator {
     std::size_t size;
     void* stream;
   };
-  void release_cached_locked();
+  std::size_t reserved_locked() const;
+  std::size_t used_locked() const;
+  void refresh_locked();
 
   mutable std::mutex mutex_;
-  std::map<std::pair<std::size_t, void*>, std::vector<void*>> free_;  // (size, stream) -> blocks
+  void* pool_ = nullptr;  // cudaMemPool_t, created by the first allocation
   std::unordered_map<void*, Block> live_;
   AllocatorStats stats_;
 };
 
-// A device allocation owned by value; returns its block to the allocator on destruction.
+// Page-locked host memory (cudaMallocHost), owned by value: the source of truly asynchronous
+// host-to-device copies. Freeing it (destruction) must wait until no copy reads it any more; the
+// owner makes sure of that (e.g. an Event recorded after the copy).
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(std::size_t bytes);
+  ~PinnedBuffer() { reset(); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  PinnedBuffer(PinnedBuffer&& other) noexcept
+      : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept {
+    if (this != &other) {
+      reset();
+      ptr_ = std::exchange(other.ptr_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+  }
+
+  void reset() noexcept;
+  void* get() const { return ptr_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// A device allocation owned by value; returns its block to the allocator on destruction (ordered on
+// its allocation stream).
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;

@@ -23,9 +23,16 @@
 // Descriptors and the heuristic's algorithm are cached per (shape, transposes, leading dimensions,
 // types, epilogue, pointer alignments) in the Blas handle: the heuristic query costs tens of
 // microseconds, a lookup does not.
+//
+// Determinism: cuBLASLt gives bitwise identical results for the same algorithm, sizes and GPU
+// (its split-K reductions are sequential, not atomic); the algorithm is a function of the cache
+// key, whose pointer alignments depend only on offsets since allocations are 256-byte aligned.
+// The bias column sums use no atomics either (fixed-order two-pass reduction, below).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+
+#include "odc/kernels/cuda_device.h"
 
 namespace odc::kernels::cuda {
 
@@ -86,18 +93,27 @@ void linear_forward(Blas& blas, const std::uint16_t* x, const std::uint16_t* wei
 //                                    Skipped when dx == nullptr.
 //   dweight[out,in] += dy^T * x      fp32 accumulator (bf16 A/B, fp32 C/D, beta 1). Skipped when
 //                                    dweight_f32 == nullptr (frozen weight).
-//   dbias[out]      += sum_rows dy   fp32 accumulator, by a column-sum kernel (cuBLASLt's BGRADB
-//                                    epilogue overwrites instead of accumulating). Skipped when
-//                                    dbias_f32 == nullptr.
+//   dbias[out]      += sum_rows dy   fp32 accumulator, by column_sums_accumulate (cuBLASLt's
+//                                    BGRADB epilogue overwrites instead of accumulating). Skipped
+//                                    when dbias_f32 == nullptr; its scratch comes from `allocator`
+//                                    on `stream` (unused when dbias_f32 == nullptr).
 // dx must not alias dy, x or weight.
 void linear_backward(Blas& blas, const std::uint16_t* dy, const std::uint16_t* x,
                      const std::uint16_t* weight, std::uint16_t* dx, float* dweight_f32,
                      float* dbias_f32, std::int64_t rows, std::int64_t in, std::int64_t out,
-                     bool dx_accumulate, void* stream);
+                     bool dx_accumulate, DeviceAllocator& allocator, void* stream);
 
-// dbias[cols] += column sums of dy[rows, cols] (bf16 in, fp32 accumulation, atomic adds per
-// 64-row chunk: the summation order is not deterministic).
+// dbias[cols] += column sums of dy[rows, cols] (bf16 in, fp32), deterministic: partial sums over
+// fixed 64-row chunks (rows ascending) into an fp32 scratch [chunks, cols], then the chunks summed
+// in ascending order and added to dbias once. The order depends only on rows and cols, so the
+// result is bitwise reproducible. rows <= 65535 * 64.
+// Scratch: column_sums_workspace_bytes(rows, cols) = ceil(rows / 64) * cols * 4 bytes, either
+// allocated from `allocator` on `stream` or given as `workspace` (device memory that `stream`
+// may use; free again once the call's work on `stream` has run).
+std::size_t column_sums_workspace_bytes(std::int64_t rows, std::int64_t cols);
 void column_sums_accumulate(const std::uint16_t* dy, float* dbias, std::int64_t rows,
-                            std::int64_t cols, void* stream);
+                            std::int64_t cols, DeviceAllocator& allocator, void* stream);
+void column_sums_accumulate(const std::uint16_t* dy, float* dbias, std::int64_t rows,
+                            std::int64_t cols, float* workspace, void* stream);
 
 }  // namespace odc::kernels::cuda

@@ -105,43 +105,63 @@ Scales scales_for(int head_dim) {
   return {static_cast<float>(scale), static_cast<float>(scale * 1.4426950408889634)};
 }
 
+// The tile rows of each table for head dimension D.
 template <int D>
-void forward_impl(const CudaAttentionShape& s, const bf16* q, const bf16* k, const bf16* v,
-                  bf16* out, float* lse, DeviceAllocator& allocator, cudaStream_t stream) {
+struct TileRows {
+  static constexpr int kForward = FwdCfg<D>::kBr;
+  static constexpr int kDq = DqCfg<D>::kBr;
+  static constexpr int kDkv = DkvCfg<D>::kBc;
+};
+
+// The three tables of a plan, concatenated in the device layout (AttentionPlan::device_table).
+struct HostTables {
+  std::vector<int4> all;
+  std::size_t forward = 0, dq = 0, dkv = 0;
+};
+
+template <int D>
+HostTables build_tables(const CudaAttentionShape& s) {
+  HostTables t;
+  t.all = make_tiles(s, TileRows<D>::kForward, false);
+  t.forward = t.all.size();
+  const std::vector<int4> dq = make_tiles(s, TileRows<D>::kDq, false);
+  const std::vector<int4> dkv = make_tiles(s, TileRows<D>::kDkv, true);
+  t.dq = dq.size();
+  t.dkv = dkv.size();
+  t.all.insert(t.all.end(), dq.begin(), dq.end());
+  t.all.insert(t.all.end(), dkv.begin(), dkv.end());
+  return t;
+}
+
+template <int D>
+void forward_impl(const AttentionPlan& plan, const bf16* q, const bf16* k, const bf16* v,
+                  bf16* out, float* lse, cudaStream_t stream) {
   using C = FwdCfg<D>;
-  const std::vector<int4> tiles = make_tiles(s, C::kBr, false);
-  if (tiles.empty()) return;
-  const unsigned grid = grid_for(tiles.size(), s.n_heads);
-  DeviceBuffer table(allocator, tiles.size() * sizeof(int4), stream);
-  copy_to_device_async(table.get(), tiles.data(), tiles.size() * sizeof(int4), stream);
+  const CudaAttentionShape& s = plan.shape();
+  if (plan.forward_tiles() == 0) return;
+  const unsigned grid = grid_for(plan.forward_tiles(), s.n_heads);
+  const auto* table = static_cast<const int4*>(plan.device_table());
   set_smem(attn_fwd_kernel<D>, C::kSmemBytes, "cudaFuncSetAttribute(attn_fwd_kernel)");
   const Scales sc = scales_for(D);
   attn_fwd_kernel<D><<<grid, C::kThreads, C::kSmemBytes, stream>>>(
-      table.as<int4>(), s.n_heads, s.n_heads / s.n_kv_heads, q, k, v, out, lse, s.tokens,
-      sc.scale, sc.scale_log2);
+      table, s.n_heads, s.n_heads / s.n_kv_heads, q, k, v, out, lse, s.tokens, sc.scale,
+      sc.scale_log2);
   check_last_launch("attn_fwd_kernel");
 }
 
 template <int D>
-void backward_impl(const CudaAttentionShape& s, const bf16* q, const bf16* k, const bf16* v,
+void backward_impl(const AttentionPlan& plan, const bf16* q, const bf16* k, const bf16* v,
                    const bf16* out, const float* lse, const bf16* dout, bf16* dq, bf16* dk,
                    bf16* dv, DeviceAllocator& allocator, cudaStream_t stream) {
   using Cq = DqCfg<D>;
   using Ckv = DkvCfg<D>;
-  const std::vector<int4> q_tiles = make_tiles(s, Cq::kBr, false);
-  const std::vector<int4> k_tiles = make_tiles(s, Ckv::kBc, true);
-  if (q_tiles.empty()) return;
+  const CudaAttentionShape& s = plan.shape();
+  if (plan.dq_tiles() == 0) return;
   const int group = s.n_heads / s.n_kv_heads;
-  const unsigned dq_grid = grid_for(q_tiles.size(), s.n_heads);
-  const unsigned dkv_grid = grid_for(k_tiles.size(), s.n_kv_heads);
-
-  // One upload: the query tiles, then the key tiles.
-  std::vector<int4> both(q_tiles);
-  both.insert(both.end(), k_tiles.begin(), k_tiles.end());
-  DeviceBuffer table(allocator, both.size() * sizeof(int4), stream);
-  copy_to_device_async(table.get(), both.data(), both.size() * sizeof(int4), stream);
-  const int4* dq_table = table.as<int4>();
-  const int4* dkv_table = dq_table + q_tiles.size();
+  const unsigned dq_grid = grid_for(plan.dq_tiles(), s.n_heads);
+  const unsigned dkv_grid = grid_for(plan.dkv_tiles(), s.n_kv_heads);
+  const int4* dq_table = static_cast<const int4*>(plan.device_table()) + plan.forward_tiles();
+  const int4* dkv_table = dq_table + plan.dq_tiles();
 
   const std::int64_t rows = s.tokens * s.n_heads;
   DeviceBuffer dvec(allocator, static_cast<std::size_t>(rows) * sizeof(float), stream);
@@ -168,20 +188,100 @@ void backward_impl(const CudaAttentionShape& s, const bf16* q, const bf16* k, co
 const bf16* as_bf16(const std::uint16_t* p) { return reinterpret_cast<const bf16*>(p); }
 bf16* as_bf16(std::uint16_t* p) { return reinterpret_cast<bf16*>(p); }
 
+void require_built(const AttentionPlan& plan, const char* what) {
+  require(plan.built(), std::string(what) + " with a plan that was never built");
+}
+
 }  // namespace
 
-void attention_forward(const CudaAttentionShape& shape, const std::uint16_t* q,
-                       const std::uint16_t* k, const std::uint16_t* v, std::uint16_t* out,
-                       float* lse, DeviceAllocator& allocator, void* stream) {
+// ---- AttentionPlan ----
+
+AttentionPlan::AttentionPlan(const CudaAttentionShape& shape, DeviceAllocator& allocator,
+                             void* stream, Staging staging)
+    : staging_(staging) {
+  build(shape, allocator, stream);
+}
+
+AttentionPlan::~AttentionPlan() { wait_for_upload(); }
+
+void AttentionPlan::wait_for_upload() noexcept {
+  if (uploaded_ && uploaded_->handle() != nullptr) {
+    (void)cudaEventSynchronize(static_cast<cudaEvent_t>(uploaded_->handle()));
+  }
+}
+
+void AttentionPlan::build(const CudaAttentionShape& shape, DeviceAllocator& allocator,
+                          void* stream) {
   check_shape(shape);
+  cu_seqlens_.assign(shape.cu_seqlens, shape.cu_seqlens + shape.num_seqs + 1);
+  shape_ = shape;
+  shape_.cu_seqlens = cu_seqlens_.data();
+  const HostTables tables =
+      shape.head_dim == 64 ? build_tables<64>(shape_) : build_tables<128>(shape_);
+  forward_tiles_ = tables.forward;
+  dq_tiles_ = tables.dq;
+  dkv_tiles_ = tables.dkv;
+  built_ = true;
+  const std::size_t bytes = tables.all.size() * sizeof(int4);
+  if (bytes == 0) return;
+  if (table_.bytes() < bytes || stream_ != stream) {
+    table_ = DeviceBuffer(allocator, bytes, stream);  // the old one returns on its stream
+  }
+  stream_ = stream;
+  if (staging_ == Staging::pageable) {
+    copy_to_device_async(table_.get(), tables.all.data(), bytes, stream);
+    return;
+  }
+  wait_for_upload();  // the pinned staging is free again
+  if (pinned_.bytes() < bytes) pinned_ = PinnedBuffer(bytes);
+  std::copy(tables.all.begin(), tables.all.end(), pinned_.as<int4>());
+  copy_to_device_async(table_.get(), pinned_.get(), bytes, stream);
+  if (!uploaded_) uploaded_.emplace();
+  uploaded_->record(stream);
+}
+
+// ---- Kernels with a plan ----
+
+void attention_forward(const AttentionPlan& plan, const std::uint16_t* q, const std::uint16_t* k,
+                       const std::uint16_t* v, std::uint16_t* out, float* lse, void* stream) {
+  require_built(plan, "attention_forward");
+  const CudaAttentionShape& shape = plan.shape();
   if (shape.tokens == 0) return;
   check_pointers({q, k, v, out, lse});
   const auto st = static_cast<cudaStream_t>(stream);
   if (shape.head_dim == 64) {
-    forward_impl<64>(shape, as_bf16(q), as_bf16(k), as_bf16(v), as_bf16(out), lse, allocator, st);
+    forward_impl<64>(plan, as_bf16(q), as_bf16(k), as_bf16(v), as_bf16(out), lse, st);
   } else {
-    forward_impl<128>(shape, as_bf16(q), as_bf16(k), as_bf16(v), as_bf16(out), lse, allocator, st);
+    forward_impl<128>(plan, as_bf16(q), as_bf16(k), as_bf16(v), as_bf16(out), lse, st);
   }
+}
+
+void attention_backward(const AttentionPlan& plan, const std::uint16_t* q,
+                        const std::uint16_t* k, const std::uint16_t* v, const std::uint16_t* out,
+                        const float* lse, const std::uint16_t* dout, std::uint16_t* dq,
+                        std::uint16_t* dk, std::uint16_t* dv, DeviceAllocator& allocator,
+                        void* stream) {
+  require_built(plan, "attention_backward");
+  const CudaAttentionShape& shape = plan.shape();
+  if (shape.tokens == 0) return;
+  check_pointers({q, k, v, out, lse, dout, dq, dk, dv});
+  const auto st = static_cast<cudaStream_t>(stream);
+  if (shape.head_dim == 64) {
+    backward_impl<64>(plan, as_bf16(q), as_bf16(k), as_bf16(v), as_bf16(out), lse, as_bf16(dout),
+                      as_bf16(dq), as_bf16(dk), as_bf16(dv), allocator, st);
+  } else {
+    backward_impl<128>(plan, as_bf16(q), as_bf16(k), as_bf16(v), as_bf16(out), lse,
+                       as_bf16(dout), as_bf16(dq), as_bf16(dk), as_bf16(dv), allocator, st);
+  }
+}
+
+// ---- Per-call forms: a one-shot plan ----
+
+void attention_forward(const CudaAttentionShape& shape, const std::uint16_t* q,
+                       const std::uint16_t* k, const std::uint16_t* v, std::uint16_t* out,
+                       float* lse, DeviceAllocator& allocator, void* stream) {
+  const AttentionPlan plan(shape, allocator, stream, AttentionPlan::Staging::pageable);
+  attention_forward(plan, q, k, v, out, lse, stream);
 }
 
 void attention_backward(const CudaAttentionShape& shape, const std::uint16_t* q,
@@ -189,17 +289,8 @@ void attention_backward(const CudaAttentionShape& shape, const std::uint16_t* q,
                         const float* lse, const std::uint16_t* dout, std::uint16_t* dq,
                         std::uint16_t* dk, std::uint16_t* dv, DeviceAllocator& allocator,
                         void* stream) {
-  check_shape(shape);
-  if (shape.tokens == 0) return;
-  check_pointers({q, k, v, out, lse, dout, dq, dk, dv});
-  const auto st = static_cast<cudaStream_t>(stream);
-  if (shape.head_dim == 64) {
-    backward_impl<64>(shape, as_bf16(q), as_bf16(k), as_bf16(v), as_bf16(out), lse, as_bf16(dout),
-                      as_bf16(dq), as_bf16(dk), as_bf16(dv), allocator, st);
-  } else {
-    backward_impl<128>(shape, as_bf16(q), as_bf16(k), as_bf16(v), as_bf16(out), lse,
-                       as_bf16(dout), as_bf16(dq), as_bf16(dk), as_bf16(dv), allocator, st);
-  }
+  const AttentionPlan plan(shape, allocator, stream, AttentionPlan::Staging::pageable);
+  attention_backward(plan, q, k, v, out, lse, dout, dq, dk, dv, allocator, stream);
 }
 
 double attention_forward_flops(const CudaAttentionShape& shape) {

@@ -1,5 +1,7 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "odc/core/error.h"
@@ -111,49 +113,90 @@ float Event::elapsed_ms(const Event& end) const {
 // ---- DeviceAllocator ----
 
 std::size_t DeviceAllocator::round_size(std::size_t bytes) {
-  constexpr std::size_t kSmallQuantum = 512;
-  constexpr std::size_t kSmallLimit = std::size_t(1) << 20;
-  constexpr std::size_t kLargeQuantum = std::size_t(2) << 20;
-  if (bytes <= kSmallLimit) return (bytes + kSmallQuantum - 1) / kSmallQuantum * kSmallQuantum;
-  return (bytes + kLargeQuantum - 1) / kLargeQuantum * kLargeQuantum;
+  constexpr std::size_t kQuantum = 512;
+  return (bytes + kQuantum - 1) / kQuantum * kQuantum;
 }
 
 DeviceAllocator::~DeviceAllocator() {
   std::lock_guard<std::mutex> lock(mutex_);
-  release_cached_locked();
+  // Live blocks here are a caller bug (a buffer outliving its allocator); cudaFree synchronizes,
+  // so whatever still reads them has finished.
   for (auto& [ptr, block] : live_) cudaFree(ptr);
   live_.clear();
+  if (pool_ != nullptr) cudaMemPoolDestroy(static_cast<cudaMemPool_t>(pool_));
+}
+
+std::size_t DeviceAllocator::reserved_locked() const {
+  if (pool_ == nullptr) return 0;
+  std::uint64_t value = 0;
+  check_cuda(cudaMemPoolGetAttribute(static_cast<cudaMemPool_t>(pool_),
+                                     cudaMemPoolAttrReservedMemCurrent, &value),
+             "cudaMemPoolGetAttribute(ReservedMemCurrent)");
+  return static_cast<std::size_t>(value);
+}
+
+std::size_t DeviceAllocator::used_locked() const {
+  if (pool_ == nullptr) return 0;
+  std::uint64_t value = 0;
+  check_cuda(cudaMemPoolGetAttribute(static_cast<cudaMemPool_t>(pool_),
+                                     cudaMemPoolAttrUsedMemCurrent, &value),
+             "cudaMemPoolGetAttribute(UsedMemCurrent)");
+  return static_cast<std::size_t>(value);
+}
+
+void DeviceAllocator::refresh_locked() {
+  stats_.bytes_reserved = reserved_locked();
+  stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.bytes_reserved);
+  const std::size_t used = used_locked();
+  stats_.bytes_cached = stats_.bytes_reserved > used ? stats_.bytes_reserved - used : 0;
 }
 
 void* DeviceAllocator::allocate(std::size_t bytes, void* stream) {
   if (bytes == 0) return nullptr;
   const std::size_t size = round_size(bytes);
   std::lock_guard<std::mutex> lock(mutex_);
+  if (pool_ == nullptr) {
+    int device = 0;
+    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    cudaMemPool_t pool = nullptr;
+    check_cuda(cudaMemPoolCreate(&pool, &props), "cudaMemPoolCreate");
+    pool_ = pool;
+    std::uint64_t threshold = ~std::uint64_t(0);  // keep freed memory across synchronizations
+    check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
+               "cudaMemPoolSetAttribute(ReleaseThreshold)");
+  }
+  const auto pool = static_cast<cudaMemPool_t>(pool_);
+  const auto s = static_cast<cudaStream_t>(stream);
+  const std::size_t reserved_before = reserved_locked();
   void* ptr = nullptr;
-  auto it = free_.find({size, stream});
-  if (it != free_.end() && !it->second.empty()) {
-    ptr = it->second.back();
-    it->second.pop_back();
-    stats_.bytes_cached -= size;
-    ++stats_.cache_hits;
-  } else {
-    cudaError_t status = cudaMalloc(&ptr, size);
-    if (status == cudaErrorMemoryAllocation && stats_.bytes_cached > 0) {
-      (void)cudaGetLastError();
-      release_cached_locked();
-      status = cudaMalloc(&ptr, size);
-    }
-    if (status != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw Error("cudaMalloc of " + std::to_string(size) + " bytes failed: " +
-                  cudaGetErrorString(status) + " (in use " + std::to_string(stats_.bytes_in_use) +
-                  " bytes, cached " + std::to_string(stats_.bytes_cached) + " bytes)");
-    }
-    ++stats_.device_allocs;
+  cudaError_t status = cudaMallocFromPoolAsync(&ptr, bytes, pool, s);
+  if (status == cudaErrorMemoryAllocation) {
+    // Pending releases on other streams and memory held by the pool: give it all back, retry.
+    (void)cudaGetLastError();
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (allocator retry)");
+    check_cuda(cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo");
+    status = cudaMallocFromPoolAsync(&ptr, bytes, pool, s);
+  }
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw Error("device allocation of " + std::to_string(bytes) + " bytes failed: " +
+                cudaGetErrorString(status) + " (in use " + std::to_string(stats_.bytes_in_use) +
+                " bytes, pool reserve " + std::to_string(reserved_locked()) + " bytes)");
   }
   live_.emplace(ptr, Block{size, stream});
   stats_.bytes_in_use += size;
-  if (stats_.bytes_in_use > stats_.peak_in_use) stats_.peak_in_use = stats_.bytes_in_use;
+  stats_.peak_in_use = std::max(stats_.peak_in_use, stats_.bytes_in_use);
+  refresh_locked();
+  if (stats_.bytes_reserved > reserved_before) {
+    ++stats_.device_allocs;
+  } else {
+    ++stats_.cache_hits;
+  }
   return ptr;
 }
 
@@ -169,31 +212,47 @@ void DeviceAllocator::deallocate(void* ptr) {
   const Block block = it->second;
   live_.erase(it);
   stats_.bytes_in_use -= block.size;
-  stats_.bytes_cached += block.size;
-  free_[{block.size, block.stream}].push_back(ptr);
-}
-
-void DeviceAllocator::release_cached_locked() {
-  for (auto& [key, blocks] : free_) {
-    for (void* ptr : blocks) cudaFree(ptr);
+  if (cudaFreeAsync(ptr, static_cast<cudaStream_t>(block.stream)) != cudaSuccess) {
+    (void)cudaGetLastError();  // e.g. the stream is gone: free synchronously instead
+    (void)cudaFree(ptr);
+    (void)cudaGetLastError();
   }
-  free_.clear();
-  stats_.bytes_cached = 0;
 }
 
 void DeviceAllocator::release_cached() {
   std::lock_guard<std::mutex> lock(mutex_);
-  release_cached_locked();
+  if (pool_ == nullptr) return;
+  check_cuda(cudaMemPoolTrimTo(static_cast<cudaMemPool_t>(pool_), 0), "cudaMemPoolTrimTo");
+  refresh_locked();
 }
 
 AllocatorStats DeviceAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  // Releases pending on streams change the pool's figures without a call here: read them now.
+  AllocatorStats out = stats_;
+  out.bytes_reserved = reserved_locked();
+  const std::size_t used = used_locked();
+  out.bytes_cached = out.bytes_reserved > used ? out.bytes_reserved - used : 0;
+  return out;
 }
 
 void DeviceAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.peak_in_use = stats_.bytes_in_use;
+  stats_.peak_reserved = reserved_locked();
+}
+
+// ---- PinnedBuffer ----
+
+PinnedBuffer::PinnedBuffer(std::size_t bytes) : bytes_(bytes) {
+  if (bytes == 0) return;
+  check_cuda(cudaMallocHost(&ptr_, bytes), "cudaMallocHost");
+}
+
+void PinnedBuffer::reset() noexcept {
+  if (ptr_ != nullptr) cudaFreeHost(ptr_);
+  ptr_ = nullptr;
+  bytes_ = 0;
 }
 
 // ---- Copies ----

@@ -15,6 +15,7 @@
 #include "odc/core/error.h"
 #include "odc/kernels/cuda_device.h"
 #include "odc/kernels/cuda_gemm.h"
+#include "column_sums.cuh"
 #include "elementwise.cuh"
 
 namespace odc::kernels::cuda {
@@ -264,22 +265,14 @@ __global__ void broadcast_rows_kernel(const std::uint16_t* bias, std::uint16_t* 
   }
 }
 
-constexpr int kColumnThreads = 256;
-constexpr int kColumnRowsPerBlock = 64;
-
-// dbias[col] += sum over a 64-row chunk of dy[:, col]; grid (column blocks, row chunks),
-// coalesced over columns.
-__global__ void column_sums_kernel(const __nv_bfloat16* dy, float* dbias, std::int64_t rows,
-                                   std::int64_t cols) {
-  const std::int64_t col = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (col >= cols) return;
-  const std::int64_t row_begin = static_cast<std::int64_t>(blockIdx.y) * kColumnRowsPerBlock;
-  const std::int64_t row_end =
-      row_begin + kColumnRowsPerBlock < rows ? row_begin + kColumnRowsPerBlock : rows;
-  float sum = 0.0f;
-  for (std::int64_t r = row_begin; r < row_end; ++r) sum += __bfloat162float(dy[r * cols + col]);
-  atomicAdd(dbias + col, sum);
-}
+// The term of dbias[col] = sum_r dy[r, col] (column_sums.cuh reduces it).
+struct BiasTerm {
+  const __nv_bfloat16* dy;
+  std::int64_t cols;
+  __device__ float operator()(std::int64_t r, std::int64_t c) const {
+    return __bfloat162float(dy[r * cols + c]);
+  }
+};
 
 // Runs one GEMM. Returns false (having launched nothing) only when g.bias is set and cuBLASLt has
 // no algorithm with the bias epilogue; throws when there is none without it.
@@ -349,7 +342,7 @@ void linear_forward(Blas& blas, const std::uint16_t* x, const std::uint16_t* wei
 void linear_backward(Blas& blas, const std::uint16_t* dy, const std::uint16_t* x,
                      const std::uint16_t* weight, std::uint16_t* dx, float* dweight_f32,
                      float* dbias_f32, std::int64_t rows, std::int64_t in, std::int64_t out,
-                     bool dx_accumulate, void* stream) {
+                     bool dx_accumulate, DeviceAllocator& allocator, void* stream) {
   if (dx != nullptr) {
     // dx[rows,in] = dy[rows,out] * W[out,in].
     gemm(blas, false, false, rows, in, out, 1.0f, dy, out, weight, in,
@@ -360,22 +353,24 @@ void linear_backward(Blas& blas, const std::uint16_t* dy, const std::uint16_t* x
     gemm(blas, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dweight_f32, in,
          GemmOut::f32, stream);
   }
-  if (dbias_f32 != nullptr) column_sums_accumulate(dy, dbias_f32, rows, out, stream);
+  if (dbias_f32 != nullptr) column_sums_accumulate(dy, dbias_f32, rows, out, allocator, stream);
+}
+
+std::size_t column_sums_workspace_bytes(std::int64_t rows, std::int64_t cols) {
+  return rows <= 0 || cols <= 0 ? 0 : column_scratch_bytes(rows, cols);
 }
 
 void column_sums_accumulate(const std::uint16_t* dy, float* dbias, std::int64_t rows,
-                            std::int64_t cols, void* stream) {
+                            std::int64_t cols, float* workspace, void* stream) {
+  column_sums_launch(BiasTerm{reinterpret_cast<const __nv_bfloat16*>(dy), cols}, dbias, rows, cols,
+                     workspace, static_cast<cudaStream_t>(stream), "column_sums_accumulate");
+}
+
+void column_sums_accumulate(const std::uint16_t* dy, float* dbias, std::int64_t rows,
+                            std::int64_t cols, DeviceAllocator& allocator, void* stream) {
   if (rows <= 0 || cols <= 0) return;
-  const std::int64_t chunks = (rows + kColumnRowsPerBlock - 1) / kColumnRowsPerBlock;
-  if (chunks > 65535) {
-    throw Error("column_sums_accumulate: " + std::to_string(rows) +
-                " rows exceed the grid limit of 65535 x 64");
-  }
-  const dim3 grid(static_cast<unsigned>((cols + kColumnThreads - 1) / kColumnThreads),
-                  static_cast<unsigned>(chunks));
-  column_sums_kernel<<<grid, kColumnThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      reinterpret_cast<const __nv_bfloat16*>(dy), dbias, rows, cols);
-  check_last_launch("column_sums_kernel");
+  DeviceBuffer scratch(allocator, column_sums_workspace_bytes(rows, cols), stream);
+  column_sums_accumulate(dy, dbias, rows, cols, scratch.as<float>(), stream);
 }
 
 }  // namespace odc::kernels::cuda

@@ -3,12 +3,12 @@
 
 #include "odc/kernels/cuda_device.h"
 #include "odc/kernels/cuda_ops.h"
+#include "column_sums.cuh"
 
 namespace odc::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;          // per row (a multiple of 32)
-constexpr int kDweightRowsPerBlock = 64;
 
 // Sum of v over the block; every thread gets the result. blockDim.x must be a multiple of 32.
 __device__ float block_sum(float v, float* shared) {
@@ -49,22 +49,16 @@ __global__ void rmsnorm_forward_kernel(const __nv_bfloat16* x, const __nv_bfloat
   }
 }
 
-// dweight[c] += sum_r dy[r,c] * x[r,c] * rstd[r]; grid (column blocks, row chunks), coalesced
-// over columns, one atomic add per (column, row chunk).
-__global__ void rmsnorm_dweight_kernel(const __nv_bfloat16* dy, const __nv_bfloat16* x,
-                                       const float* rstd, float* dweight, std::int64_t rows,
-                                       std::int64_t dim) {
-  const std::int64_t col = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (col >= dim) return;
-  const std::int64_t row_begin = static_cast<std::int64_t>(blockIdx.y) * kDweightRowsPerBlock;
-  const std::int64_t row_end =
-      row_begin + kDweightRowsPerBlock < rows ? row_begin + kDweightRowsPerBlock : rows;
-  float sum = 0.0f;
-  for (std::int64_t r = row_begin; r < row_end; ++r) {
-    sum += __bfloat162float(dy[r * dim + col]) * (__bfloat162float(x[r * dim + col]) * rstd[r]);
+// The term of dweight[c] = sum_r dy[r,c] * (x[r,c] * rstd[r]) (column_sums.cuh reduces it).
+struct DweightTerm {
+  const __nv_bfloat16* dy;
+  const __nv_bfloat16* x;
+  const float* rstd;
+  std::int64_t dim;
+  __device__ float operator()(std::int64_t r, std::int64_t c) const {
+    return __bfloat162float(dy[r * dim + c]) * (__bfloat162float(x[r * dim + c]) * rstd[r]);
   }
-  atomicAdd(dweight + col, sum);
-}
+};
 
 // One block per row: dx = rstd*w*dy - rstd^3 * sum(w*dy*x)/dim * x.
 __global__ void rmsnorm_dx_kernel(const __nv_bfloat16* dy, const __nv_bfloat16* x,
@@ -109,18 +103,30 @@ void rmsnorm_forward(const std::uint16_t* x, const std::uint16_t* weight, std::u
   check_last_launch("rmsnorm_forward_kernel");
 }
 
+std::size_t rmsnorm_backward_workspace_bytes(std::int64_t rows, std::int64_t dim) {
+  return rows <= 0 || dim <= 0 ? 0 : column_scratch_bytes(rows, dim);
+}
+
 void rmsnorm_backward(const std::uint16_t* dy, const std::uint16_t* x, const std::uint16_t* weight,
                       const float* rstd, std::uint16_t* dx, float* dweight, std::int64_t rows,
-                      std::int64_t dim, bool dx_accumulate, void* stream) {
+                      std::int64_t dim, bool dx_accumulate, DeviceAllocator& allocator,
+                      void* stream) {
+  if (rows <= 0 || dim <= 0) return;
+  DeviceBuffer scratch(allocator, rmsnorm_backward_workspace_bytes(rows, dim), stream);
+  rmsnorm_backward(dy, x, weight, rstd, dx, dweight, rows, dim, dx_accumulate,
+                   scratch.as<float>(), stream);
+}
+
+void rmsnorm_backward(const std::uint16_t* dy, const std::uint16_t* x, const std::uint16_t* weight,
+                      const float* rstd, std::uint16_t* dx, float* dweight, std::int64_t rows,
+                      std::int64_t dim, bool dx_accumulate, float* workspace, void* stream) {
   if (rows <= 0 || dim <= 0) return;
   const auto* dyb = reinterpret_cast<const __nv_bfloat16*>(dy);
   const auto* xb = reinterpret_cast<const __nv_bfloat16*>(x);
   const auto s = static_cast<cudaStream_t>(stream);
   // dweight first: it reads dy, which the dx kernel may overwrite (dx may alias dy).
-  const dim3 grid(static_cast<unsigned>((dim + kThreads - 1) / kThreads),
-                  static_cast<unsigned>((rows + kDweightRowsPerBlock - 1) / kDweightRowsPerBlock));
-  rmsnorm_dweight_kernel<<<grid, kThreads, 0, s>>>(dyb, xb, rstd, dweight, rows, dim);
-  check_last_launch("rmsnorm_dweight_kernel");
+  column_sums_launch(DweightTerm{dyb, xb, rstd, dim}, dweight, rows, dim, workspace, s,
+                     "rmsnorm_backward");
   rmsnorm_dx_kernel<<<static_cast<unsigned>(rows), threads_for(dim), 0, s>>>(
       dyb, xb, reinterpret_cast<const __nv_bfloat16*>(weight), rstd,
       reinterpret_cast<__nv_bfloat16*>(dx), dim, dx_accumulate);
