@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cpu_bf16_attention.h"
 #include "odc/core/error.h"
 #include "odc/kernels/attention.h"
 #include "odc/kernels/cross_entropy.h"
@@ -58,10 +59,21 @@ const float* f(ConstView v) { return in<float>(v); }
 float* f(View v) { return out<float>(v); }
 const std::int32_t* ids(ConstView v) { return in<std::int32_t>(v); }
 
+// Rounds n fp32 values in place to the nearest bf16 (ties to even): what a bf16 store does.
+void round_bf16(float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
+void round_bf16(View v, std::int64_t n) {
+  if (!v.empty()) round_bf16(f(v), n);
+}
+
 }  // namespace
 
-CpuBackend::CpuBackend(int threads) : memory_(std::make_unique<HostMemory>()) {
+CpuBackend::CpuBackend(int threads, DType compute) : memory_(std::make_unique<HostMemory>()), compute_(compute) {
   if (threads < 1) fail("the CPU backend needs at least 1 compute thread, got {}", threads);
+  if (compute != DType::f32 && compute != DType::bf16) {
+    fail("the CPU backend computes in float32 or bfloat16, not {}", dtype_name(compute));
+  }
   k::set_num_threads(threads);
 }
 
@@ -80,6 +92,23 @@ double CpuBackend::measure_peak_flops() {
   }
   return best;
 }
+
+ConstView CpuBackend::weights(const float* unit, std::int64_t count) {
+  if (!rounds()) return Backend::weights(unit, count);
+  ODC_CHECK(count >= 0, "weights() of {} elements", count);
+  auto [it, fresh] = weight_copies_.try_emplace(unit);
+  std::vector<float>& copy = it->second;
+  if (fresh) {
+    copy.assign(unit, unit + count);
+    round_bf16(copy.data(), count);
+  } else {
+    ODC_CHECK(static_cast<std::int64_t>(copy.size()) == count,
+              "weights() of a unit with a live bf16 copy of {} elements, now asked for {}", copy.size(), count);
+  }
+  return {copy.data(), DType::f32, Device::cpu(), count};
+}
+
+void CpuBackend::release_weights(const float* unit) { weight_copies_.erase(unit); }
 
 ConstView CpuBackend::upload(std::span<const std::int32_t> host, Buffer&) {
   return {host.data(), DType::i32, Device::cpu(), static_cast<std::int64_t>(host.size())};
@@ -126,22 +155,26 @@ void CpuBackend::scatter_rows(ConstView source, ConstView rows, std::int64_t wid
 void CpuBackend::rmsnorm_forward(ConstView x, ConstView weight, View y, View rstd, std::int64_t rows, std::int64_t dim,
                                  double eps) {
   k::rmsnorm_forward<float>(f(x), f(weight), f(y), f(rstd), rows, dim, eps);
+  if (rounds()) round_bf16(y, rows * dim);
 }
 
 void CpuBackend::rmsnorm_backward(ConstView dy, ConstView x, ConstView weight, ConstView rstd, View dx, View dweight,
                                   std::int64_t rows, std::int64_t dim, bool dx_accumulate) {
   k::rmsnorm_backward<float>(f(dy), f(x), f(weight), f(rstd), f(dx), f(dweight), rows, dim, dx_accumulate);
+  if (rounds()) round_bf16(dx, rows * dim);
 }
 
 void CpuBackend::linear_forward(ConstView x, ConstView weight, ConstView bias, View y, std::int64_t rows,
                                 std::int64_t in_features, std::int64_t out_features) {
   k::linear_forward<float>(f(x), f(weight), f(bias), f(y), rows, in_features, out_features);
+  if (rounds()) round_bf16(y, rows * out_features);
 }
 
 void CpuBackend::linear_forward_add(ConstView x, ConstView weight, View y, std::int64_t rows, std::int64_t in_features,
                                     std::int64_t out_features) {
   k::gemm<float>(false, true, rows, out_features, in_features, 1.0f, f(x), in_features, f(weight), in_features, 1.0f,
                  f(y), out_features);
+  if (rounds()) round_bf16(y, rows * out_features);
 }
 
 void CpuBackend::linear_backward(ConstView dy, ConstView x, ConstView weight, View dx, View dweight, View dbias,
@@ -149,6 +182,7 @@ void CpuBackend::linear_backward(ConstView dy, ConstView x, ConstView weight, Vi
                                  bool dx_accumulate) {
   k::linear_backward<float>(f(dy), f(x), f(weight), f(dx), f(dweight), f(dbias), rows, in_features, out_features,
                             dx_accumulate);
+  if (rounds()) round_bf16(dx, rows * in_features);
 }
 
 void CpuBackend::rope_tables(ConstView positions, std::int64_t tokens, const std::vector<double>& inv_freq, View cos,
@@ -158,10 +192,12 @@ void CpuBackend::rope_tables(ConstView positions, std::int64_t tokens, const std
 
 void CpuBackend::rope_forward(View x, ConstView cos, ConstView sin, std::int64_t tokens, int heads, int head_dim) {
   k::rope_forward<float>(f(x), f(cos), f(sin), tokens, heads, head_dim);
+  if (rounds()) round_bf16(x, tokens * heads * head_dim);
 }
 
 void CpuBackend::rope_backward(View dx, ConstView cos, ConstView sin, std::int64_t tokens, int heads, int head_dim) {
   k::rope_backward<float>(f(dx), f(cos), f(sin), tokens, heads, head_dim);
+  if (rounds()) round_bf16(dx, tokens * heads * head_dim);
 }
 
 namespace {
@@ -172,23 +208,37 @@ k::AttentionShape cpu_shape(const AttentionShape& s) {
 
 void CpuBackend::attention_forward(const AttentionShape& shape, ConstView q, ConstView k_, ConstView v, View o,
                                    View lse) {
-  k::attention_forward<float>(cpu_shape(shape), f(q), f(k_), f(v), f(o), f(lse));
+  if (rounds()) {
+    bf16::attention_forward(cpu_shape(shape), f(q), f(k_), f(v), f(o), f(lse));
+  } else {
+    k::attention_forward<float>(cpu_shape(shape), f(q), f(k_), f(v), f(o), f(lse));
+  }
 }
 
 void CpuBackend::attention_backward(const AttentionShape& shape, ConstView q, ConstView k_, ConstView v, ConstView o,
                                     ConstView lse, ConstView dout, View dq, View dk, View dv) {
-  k::attention_backward<float>(cpu_shape(shape), f(q), f(k_), f(v), f(o), f(lse), f(dout), f(dq), f(dk), f(dv));
+  if (rounds()) {
+    bf16::attention_backward(cpu_shape(shape), f(q), f(k_), f(v), f(o), f(lse), f(dout), f(dq), f(dk), f(dv));
+  } else {
+    k::attention_backward<float>(cpu_shape(shape), f(q), f(k_), f(v), f(o), f(lse), f(dout), f(dq), f(dk), f(dv));
+  }
 }
 
 void CpuBackend::swiglu_forward(ConstView gate, ConstView up, View h, std::int64_t n) {
   k::swiglu_forward<float>(f(gate), f(up), f(h), n);
+  if (rounds()) round_bf16(h, n);
 }
 
 void CpuBackend::swiglu_backward(ConstView dh, ConstView gate, ConstView up, View dgate, View dup, std::int64_t n) {
   k::swiglu_backward<float>(f(dh), f(gate), f(up), f(dgate), f(dup), n);
+  if (rounds()) {
+    round_bf16(dgate, n);
+    round_bf16(dup, n);
+  }
 }
 
 void CpuBackend::embedding_forward(ConstView token_ids, ConstView table, View o, std::int64_t tokens, std::int64_t dim) {
+  // bf16 mode: the table is a bf16 copy (weights()), so the gathered rows are bf16 already.
   k::embedding_forward<float>(ids(token_ids), f(table), f(o), tokens, dim);
 }
 
@@ -202,6 +252,7 @@ void CpuBackend::cross_entropy(ConstView logits, ConstView targets, ConstView we
   float* row_nll = f(nll);
   sums.weighted += k::cross_entropy_forward_backward<float>(f(logits), ids(targets), in<float>(weights), rows, vocab,
                                                             f(dlogits), row_nll);
+  if (rounds()) round_bf16(dlogits, rows * vocab);
   for (std::int64_t i = 0; i < rows; ++i) sums.nll += row_nll[i];
 }
 

@@ -1,7 +1,8 @@
 // odc_parity_dump --case CASE.json --out DIR
 //
 // Runs our model on a small parity case and writes what the PyTorch reference
-// (tests/parity/llama_ref.py) recomputes in float64:
+// (tests/parity/llama_ref.py) recomputes in float64 (or, for a case with "dtype": "bfloat16",
+// which runs CpuBackend's bf16 mode, in torch's bfloat16; test_model_parity_bf16.py):
 //   init.safetensors    every parameter by its Hugging Face name (f32) as initialized
 //   logits.safetensors  "mb0", "mb1", ...: forward logits [tokens, vocab] of each microbatch
 //   grads.safetensors   step 1's gradient (summed over the microbatches, before clipping)
@@ -26,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/backend/cpu_backend.h"
+#include "odc/core/dtype.h"
 #include "odc/core/error.h"
 #include "odc/io/safetensors.h"
 #include "odc/kernels/adamw.h"
@@ -103,6 +105,7 @@ int run(const std::string& case_path, const std::string& out_dir) {
   const int steps = spec.at("steps").get<int>();
   const double grad_clip = spec.value("grad_clip", 0.0);
   const double init_jitter = spec.value("init_jitter", 0.0);
+  const odc::DType compute = odc::parse_dtype(spec.value("dtype", std::string("float32")));
   AdamWConfig adamw;
   const auto& aj = spec.at("adamw");
   adamw.lr = aj.at("lr").get<double>();
@@ -149,7 +152,7 @@ int run(const std::string& case_path, const std::string& out_dir) {
     batches.push_back(std::move(batch));
   }
 
-  odc::model::LlamaModel model(config, std::make_unique<odc::backend::CpuBackend>());
+  odc::model::LlamaModel model(config, std::make_unique<odc::backend::CpuBackend>(1, compute));
   const auto& units = model.units();
   ResidentWeights resident(units, config, seed);
   jitter_constant_tensors(units, resident, init_jitter);

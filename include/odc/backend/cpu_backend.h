@@ -1,7 +1,25 @@
 #pragma once
-// CpuBackend: the model's ops on the host, in fp32, through the CPU kernels (odc/kernels/*.h,
+// CpuBackend: the model's ops on the host through the CPU kernels (odc/kernels/*.h,
 // src/kernels/cpu). Views alias host memory: uploads are free.
+//
+// Compute dtype f32 (the default): fp32 everywhere. Compute dtype bf16: the mixed precision of the
+// CUDA backend, rounded at the same points (docs/MIXED_PRECISION.md), so that a GPU run can be
+// checked against this one far more tightly than against fp32:
+//   - weights() hands out a bf16-rounded copy of the fp32 unit, kept until release_weights();
+//   - every op output the CUDA kernels store in bf16 (activations and activation gradients) is
+//     rounded to bf16 (round to nearest even) once, after an fp32 computation;
+//   - what the CUDA path keeps in fp32 stays fp32: RMSNorm rstd, attention lse, RoPE tables,
+//     per-row nll, the double loss sums, and the weight gradients (dweight, dbias, embedding
+//     dtable), which are fp32 accumulators of fp32-accumulated products of bf16 values.
+// Storage choice: activations stay fp32 buffers (activation_dtype() is f32 in both modes) that
+// hold bf16-representable values. The GEMMs then remain sgemm on exactly representable inputs,
+// whose fp32 accumulation matches the GPU's bf16-in/fp32-accumulate GEMM up to summation order,
+// and every op but attention is the fp32 kernel followed by a rounding of its outputs. Attention
+// has its own bf16 code (cpu_bf16_attention.cpp) because the GPU rounds inside it: the
+// probabilities before the PV product, dS before the dQ/dK products.
 #include <memory>
+#include <unordered_map>
+#include <vector>
 
 #include "odc/backend/backend.h"
 
@@ -9,10 +27,12 @@ namespace odc::backend {
 
 class CpuBackend final : public Backend {
  public:
-  // `threads`: compute threads for the kernels (BLAS), >= 1.
-  explicit CpuBackend(int threads = 1);
+  // `threads`: compute threads for the kernels (BLAS), >= 1. `compute`: DType::f32 or
+  // DType::bf16 (model.dtype: float32 | bfloat16); anything else is an odc::Error.
+  explicit CpuBackend(int threads = 1, DType compute = DType::f32);
 
-  std::string_view name() const override { return "cpu"; }
+  std::string_view name() const override { return compute_ == DType::bf16 ? "cpu-bf16" : "cpu"; }
+  DType compute_dtype() const { return compute_; }
   DeviceMemory& memory() override;
   DType activation_dtype() const override { return DType::f32; }
   // The best of several 1024^3 sgemms through the BLAS the kernels use, with the current thread
@@ -20,6 +40,13 @@ class CpuBackend final : public Backend {
   // slower). MFU against it says how much of what this machine's BLAS can do the training
   // reaches: the honest CPU analogue of a GPU's datasheet peak (named devices: core/device_specs.h).
   double measure_peak_flops() override;
+
+  // bf16 mode: a bf16-rounded copy of `unit` (the same copy until release_weights(unit); a
+  // different count for a live unit is an odc::Error). f32 mode: the unit itself.
+  ConstView weights(const float* unit, std::int64_t count) override;
+  void release_weights(const float* unit) override;
+  // Units with a live bf16 copy (0 in f32 mode): for tests of the acquire/release pairing.
+  std::size_t live_weight_copies() const { return weight_copies_.size(); }
 
   ConstView upload(std::span<const std::int32_t> host, Buffer& staging) override;
   ConstView upload(std::span<const float> host, Buffer& staging) override;
@@ -55,7 +82,11 @@ class CpuBackend final : public Backend {
                      View dlogits, View nll, LossSums& sums) override;
 
  private:
+  bool rounds() const { return compute_ == DType::bf16; }
+
   std::unique_ptr<DeviceMemory> memory_;
+  DType compute_;
+  std::unordered_map<const float*, std::vector<float>> weight_copies_;  // bf16 mode: unit -> copy
 };
 
 }  // namespace odc::backend
