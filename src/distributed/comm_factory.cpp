@@ -20,16 +20,20 @@ CommStack::~CommStack() {
 
 std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& group, const ShardLayout& layout,
                                      const std::vector<model::UnitLayout>& units, const model::LlamaConfig& config,
-                                     std::uint64_t seed) {
+                                     std::uint64_t seed, backend::Backend* device) {
   if (layout.world_size() != group.size() || layout.rank() != group.rank()) {
     fail("shard layout is for rank {} of {}, but the group has rank {} of {}", layout.rank(), layout.world_size(),
          group.rank(), group.size());
   }
   std::unique_ptr<CommStack> stack(new CommStack());
   if (group.size() == 1) {
-    stack->store_ = std::make_unique<ShardStore>(layout, units, config, seed);
+    stack->store_ = std::make_unique<ShardStore>(layout, units, config, seed, std::span<float>{}, device);
     stack->comm_ = std::make_unique<LocalComm>(*stack->store_);
     return stack;
+  }
+  if (device != nullptr && device->device().kind != DeviceKind::cpu) {
+    fail("the {} comm over {} ranks moves host memory; state on a {} device supports one rank", comm_kind_name(options.kind),
+         group.size(), device->name());
   }
   auto* mpi = dynamic_cast<MpiHostGroup*>(&group);
   if (mpi == nullptr) {

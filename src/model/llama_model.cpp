@@ -13,11 +13,6 @@ using backend::View;
 
 namespace {
 
-// Rows of logits computed at once by the head: bounds the logits scratch to ~16 MiB.
-std::int64_t head_chunk_rows(std::int64_t vocab) {
-  return std::clamp<std::int64_t>((std::int64_t{4} << 20) / std::max<std::int64_t>(vocab, 1), 16, 2048);
-}
-
 void check_batch(const PackedBatch& batch, const LlamaConfig& config) {
   const auto n = batch.tokens.size();
   if (batch.positions.size() != n || batch.targets.size() != n || batch.loss_weights.size() != n) {
@@ -85,6 +80,8 @@ void LlamaModel::begin_microbatch(const PackedBatch& batch) {
   a.tokens = b.upload(std::span<const std::int32_t>(batch.tokens), s.tokens);
   a.context.shape = {b.upload(std::span<const std::int32_t>(batch.cu_seqlens), s.cu_seqlens), batch.num_seqs(), d.t,
                      d.heads, d.kv_heads, d.head_dim};
+  a.context.shape.host_cu_seqlens = batch.cu_seqlens;
+  b.prepare_microbatch(a.context.shape);
   const View cos = s.cos.get(d.t * d.head_dim / 2);
   const View sin = s.sin.get(d.t * d.head_dim / 2);
   if (d.t > 0) {
@@ -183,7 +180,7 @@ MicrobatchResult LlamaModel::train_microbatch(const PackedBatch& batch, ParamSou
       if (batch.loss_weights[static_cast<std::size_t>(t)] != 0.0f) a.rows.push_back(static_cast<std::int32_t>(t));
     }
     const auto n_rows = static_cast<std::int64_t>(a.rows.size());
-    const std::int64_t chunk = head_chunk_rows(d.v);
+    const std::int64_t chunk = b.head_chunk_rows(d.v);
     const View in = s.chunk_in.get(chunk * d.c);
     const View logits = s.chunk_logits.get(chunk * d.v);
     const View dchunk = s.chunk_dx.get(chunk * d.c);
@@ -209,6 +206,7 @@ MicrobatchResult LlamaModel::train_microbatch(const PackedBatch& batch, ParamSou
                         d.c, d.v, false);
       b.scatter_rows(dchunk.at(0, r * d.c), rows, d.c, dxf);
     }
+    b.resolve_loss(sums);
     result.weighted_loss = sums.weighted;
     result.nll_sum = sums.nll;
     result.target_tokens = static_cast<double>(n_rows);
@@ -274,7 +272,7 @@ MicrobatchResult LlamaModel::forward(const PackedBatch& batch, ParamSource& para
     const View xf = s.xf.get(d.t * d.c);
     b.rmsnorm_forward(a.x[static_cast<std::size_t>(config_.num_hidden_layers)].get(d.t * d.c), norm_w, xf,
                       s.rstd_f.get(d.t), d.t, d.c, d.eps);
-    const std::int64_t chunk = head_chunk_rows(d.v);
+    const std::int64_t chunk = b.head_chunk_rows(d.v);
     const View chunk_logits = s.chunk_logits.get(chunk * d.v);
     const View nll = s.chunk_nll.get(chunk);
     if (logits != nullptr) logits->assign(static_cast<std::size_t>(d.t * d.v), 0.0f);
@@ -290,6 +288,7 @@ MicrobatchResult LlamaModel::forward(const PackedBatch& batch, ParamSource& para
         b.download(out, std::span<float>(*logits).subspan(static_cast<std::size_t>(r0 * d.v), static_cast<std::size_t>(r * d.v)));
       }
     }
+    b.resolve_loss(sums);
     result.weighted_loss = sums.weighted;
     result.nll_sum = sums.nll;
     for (std::int64_t t = 0; t < d.t; ++t) {

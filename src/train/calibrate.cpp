@@ -5,7 +5,6 @@
 
 #include "odc/distributed/local_comm.h"
 #include "odc/distributed/shard_store.h"
-#include "odc/backend/cpu_backend.h"
 #include "odc/model/llama_model.h"
 #include "odc/train/config_schema.h"
 
@@ -13,10 +12,10 @@ namespace odc::train {
 
 data::CostModel calibrate_cost_model(const Config& config, std::vector<CalibrationPoint>* points) {
   const auto model_config = training_model_config(config);
-  model::LlamaModel model(model_config,
-                         std::make_unique<backend::CpuBackend>(static_cast<int>(config.get_int("train.threads"))));
+  model::LlamaModel model(model_config, training_backend(config, 1));
   distributed::ShardLayout layout(model.units(), 1, 0);
-  distributed::ShardStore store(layout, model.units(), model_config, static_cast<std::uint64_t>(config.get_int("model.seed")));
+  distributed::ShardStore store(layout, model.units(), model_config, static_cast<std::uint64_t>(config.get_int("model.seed")),
+                                {}, &model.backend());
   distributed::LocalComm comm(store);
 
   // Lengths up to the microbatch cap (or the model's context), at most 4096 to keep this short.
@@ -38,6 +37,7 @@ data::CostModel calibrate_cost_model(const Config& config, std::vector<Calibrati
       comm.begin_minibatch();
       const auto start = std::chrono::steady_clock::now();
       model.train_microbatch(batch, comm, comm);
+      model.backend().synchronize();
       const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (rep > 0) runs.push_back(t);
     }

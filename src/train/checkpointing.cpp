@@ -95,8 +95,10 @@ void Checkpointer::save(std::int64_t step, const TrainingManifest& manifest, dis
   const auto start = std::chrono::steady_clock::now();
   const auto owned = static_cast<std::size_t>(store.layout().owned_elements());
   group_.announce(fmt::format("step {}: checkpoint write", step));
+  store.pull_to_host();  // a device store's state, copied to its host staging (a host store: nothing)
   io::write_rank_shards(io::staging_path(dir_, step), group_.rank(),
-                        {{store.master_base(), owned}, {store.exp_avg(0), owned}, {store.exp_avg_sq(0), owned}});
+                        {{store.host_masters().data(), owned}, {store.host_exp_avg().data(), owned},
+                         {store.host_exp_avg_sq().data(), owned}});
   if (debug_delay_ms_ > 0 && (debug_delay_rank_ < 0 || debug_delay_rank_ == group_.rank())) {
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(debug_delay_ms_));
   }
@@ -134,7 +136,9 @@ TrainingManifest Checkpointer::load(const std::string& path, distributed::ShardS
   }
   const auto owned = static_cast<std::size_t>(store.layout().owned_elements());
   io::read_rank_shards(path, json, group_.rank(),
-                       {{store.master_base(), owned}, {store.exp_avg(0), owned}, {store.exp_avg_sq(0), owned}});
+                       {{store.host_masters().data(), owned}, {store.host_exp_avg().data(), owned},
+                        {store.host_exp_avg_sq().data(), owned}});
+  store.push_to_device();
   spdlog::info("resumed from {} (step {}, written with comm {})", path, manifest.step, manifest.comm);
   return manifest;
 }

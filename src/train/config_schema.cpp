@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "odc/backend/backend_factory.h"
 #include "odc/core/error.h"
 #include "odc/data/data_config.h"
 #include "odc/io/hf_checkpoint.h"
@@ -22,7 +23,14 @@ std::vector<TunableSpec> trainer_tunables() {
       tunable("model.checkpoint", K::string, "\"\"",
               "Hugging Face checkpoint directory (config.json + safetensors) to fine-tune; its config.json "
               "replaces model.config (empty = random initialization from model.config)"),
-      tunable("model.dtype", K::string, "float32", "compute dtype (the CPU backend computes in float32)", {"float32"}),
+      tunable("model.device", K::string, "cpu",
+              "where the model computes: cpu, or cuda = one GPU (a build with CUDA, exactly one rank; masters, "
+              "gradients and AdamW state stay on the GPU in float32)",
+              {"cpu", "cuda"}),
+      tunable("model.dtype", K::string, "float32",
+              "compute dtype of activations and weights (masters, gradient sums and optimizer state are float32 "
+              "always): float32 (cpu), bfloat16 (cuda; cpu where its bf16 mode is built)",
+              {"float32", "bfloat16"}),
       tunable("model.seed", K::integer, "0", "seed of the random initialization (same model on every world size)"),
       // data: the trainer's own keys, then the ones odc-sim shares (data::data_tunable), in this order
       tunable("data.train", K::string, "", "training data file", {}, true),
@@ -174,6 +182,15 @@ nlohmann::json yaml_to_json(const YAML::Node& node) {
 
 model::LlamaConfig model_config_from(const Config& config) {
   return model::LlamaConfig::from_json(yaml_to_json(config.get_map("model.config")), "model.config", true);
+}
+
+std::unique_ptr<backend::Backend> training_backend(const Config& config, int world_size) {
+  const std::string device = config.get_string("model.device");
+  if (device == "cuda" && world_size != 1) {
+    fail("model.device=cuda supports one rank (got {}); multi-rank GPU training is not built yet", world_size);
+  }
+  return backend::make_backend(device, parse_dtype(config.get_string("model.dtype")),
+                               static_cast<int>(config.get_int("train.threads")));
 }
 
 model::LlamaConfig training_model_config(const Config& config) {

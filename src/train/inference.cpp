@@ -1,6 +1,5 @@
 #include "odc/train/inference.h"
 
-#include "odc/backend/cpu_backend.h"
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -10,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "odc/backend/backend_factory.h"
 #include "odc/core/error.h"
 #include "odc/io/hf_checkpoint.h"
 
@@ -47,7 +47,7 @@ void collect_eos(const std::filesystem::path& file, std::vector<std::int32_t>& e
 LoadedModel::LoadedModel(const std::string& dir, int threads) {
   const io::HfCheckpoint checkpoint(dir);
   architecture_ = checkpoint.architecture();
-  model_ = std::make_unique<model::LlamaModel>(checkpoint.config(), std::make_unique<backend::CpuBackend>(threads));
+  model_ = std::make_unique<model::LlamaModel>(checkpoint.config(), backend::make_backend("cpu", DType::f32, threads));
   const distributed::ShardLayout layout(model_->units(), 1, 0);
   store_ = std::make_unique<distributed::ShardStore>(layout, model_->units(), checkpoint.config(), 0);
   for (int u = 0; u < layout.num_units(); ++u) checkpoint.read_unit_range(u, 0, layout.unit(u).shard, store_->master(u));

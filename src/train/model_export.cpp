@@ -27,11 +27,13 @@ void export_hf(const Config& config, distributed::HostGroup& group, const distri
   // (A failure while rank 0 writes ends odc-train, which aborts the other ranks.)
   io::check_hf_architecture(architecture, model_config, "checkpoint.export_hf");
   const auto& layout = store.layout();
+  store.pull_to_host();  // a device store's masters, copied to its host staging
+  const std::span<const float> masters = store.host_masters();
   std::vector<float> padded;
   auto gather = [&](int unit) {
     const auto shard = static_cast<std::size_t>(layout.unit(unit).shard);
     padded.resize(group.is_root() ? static_cast<std::size_t>(layout.unit(unit).padded) : 0);
-    group.gather_values<float>({store.master(unit), shard}, padded, "the export's gather of unit weights");
+    group.gather_values<float>(masters.subspan(static_cast<std::size_t>(store.offset(unit)), shard), padded, "the export's gather of unit weights");
   };
   if (group.is_root()) {
     io::write_hf_checkpoint(dir, model_config, architecture, dtype, [&](int unit, float* out) {

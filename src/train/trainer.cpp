@@ -10,7 +10,6 @@
 #include "odc/core/hash.h"
 #include "odc/distributed/in_process_group.h"
 #include "odc/io/hf_checkpoint.h"
-#include "odc/backend/cpu_backend.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/stop_signals.h"
 
@@ -62,8 +61,11 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   const int world = group_.size();
   group_.announce("starting up (data, model, checkpoint)");
 
+  // The backend first: a device that cannot be used (no CUDA build or GPU, several ranks) fails
+  // before anything is read or written.
+  auto compute = training_backend(config, world);
   data_ = std::make_unique<MinibatchSource>(config, model_config_, rank, world, comm_kind_);
-  model_ = std::make_unique<model::LlamaModel>(model_config_, std::make_unique<backend::CpuBackend>(static_cast<int>(threads)));
+  model_ = std::make_unique<model::LlamaModel>(model_config_, std::move(compute));
   checkpointer_ = std::make_unique<Checkpointer>(config, group_);
   // Only a checkpoint (or another rank) can need the fingerprint: it reads the whole dataset.
   if (world > 1 || checkpointer_->in_use()) data_fingerprint_ = data_->fingerprint();
@@ -77,14 +79,17 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   }
   const distributed::ShardLayout layout(model_->units(), world, rank);
   comm_ = distributed::make_comm(comm_options(config), group_, layout, model_->units(), model_config_,
-                                 static_cast<std::uint64_t>(config.get_int("model.seed")));
+                                 static_cast<std::uint64_t>(config.get_int("model.seed")), &model_->backend());
   if (const std::string source = config.get_string("model.checkpoint"); !source.empty()) {
     // Every rank reads only its shard of every unit from the safetensors files.
     const io::HfCheckpoint checkpoint(source);
     source_ = {checkpoint.architecture(), checkpoint.dtype()};
+    const std::span<float> masters = store().host_masters();
     for (int u = 0; u < layout.num_units(); ++u) {
-      checkpoint.read_unit_range(u, layout.shard_begin(u, rank), layout.unit(u).shard, store().master(u));
+      checkpoint.read_unit_range(u, layout.shard_begin(u, rank), layout.unit(u).shard,
+                                 masters.data() + store().offset(u));
     }
+    store().push_to_device();
     spdlog::info("model: loaded {} ({}, {}) from {}", checkpoint.architecture(), dtype_name(checkpoint.dtype()),
                  fmt::format("{:.2f}M parameters", static_cast<double>(model_config_.num_parameters()) / 1e6), source);
   }
@@ -130,7 +135,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
                data_->minibatch_size(), data_->token_cap());
   spdlog::info("comm: {} over {} rank(s); {} threads per rank; MFU against {:.1f} GFLOP/s per rank{}",
                comm_->comm().name(), world, threads, peak_flops_ / 1e9,
-               config.get_double("train.peak_flops") > 0 ? " (train.peak_flops)" : " (measured sgemm)");
+               config.get_double("train.peak_flops") > 0 ? " (train.peak_flops)" : " (measured GEMM)");
 }
 
 Trainer::~Trainer() = default;
@@ -189,6 +194,7 @@ StepResult Trainer::step() {
     const TraceScope trace(tracer, "barrier", "minibatch end");
     group_.announce(fmt::format("step {}: minibatch end", step_ + 1));
     comm.end_minibatch();
+    model_->backend().synchronize();  // a device's queued work belongs to this minibatch's time
     const distributed::CommWaits waits_after = comm.waits();
     r.wait_gather_s = waits_after.gather_s - waits_before.gather_s;
     r.wait_push_s = waits_after.push_s - waits_before.push_s;
@@ -219,6 +225,7 @@ StepResult Trainer::step() {
   {
     const TraceScope trace(tracer, "optimizer", "optimizer step");
     optimizer_->step(store(), r.lr, optim::clip_coefficient(r.grad_norm, grad_clip_));
+    model_->backend().synchronize();
   }
   r.optimizer_s = seconds_since(optimizer_start);
   ++step_;

@@ -16,12 +16,16 @@
 #include <vector>
 
 #include "odc/backend/buffer.h"
+#include "odc/kernels/adamw.h"
 
 namespace odc::backend {
 
 // Packed causal attention (kernels/attention.h): sequence s owns rows [cu_seqlens[s], cu_seqlens[s+1]).
 struct AttentionShape {
   ConstView cu_seqlens;  // int32, num_seqs + 1 entries
+  // The same bounds on the host (the batch's own vector): a GPU backend schedules the attention's
+  // tiles from them without reading device memory back. Valid for the microbatch.
+  std::span<const std::int32_t> host_cu_seqlens;
   int num_seqs = 0;
   std::int64_t tokens = 0;
   int n_heads = 0;
@@ -33,6 +37,16 @@ struct AttentionShape {
 struct LossSums {
   double weighted = 0.0;  // sum_r weight[r] * nll[r]
   double nll = 0.0;       // sum_r nll[r] (rows with weight 0 count 0)
+};
+
+// One contiguous fp32 range of master weights with its gradient and AdamW moments, all in the
+// backend's memory (the optimizer's view of a shard; ShardLayout::decay_segments).
+struct AdamWSegment {
+  View param;
+  ConstView grad;
+  View exp_avg;
+  View exp_avg_sq;
+  bool weight_decay = true;  // false: no decay on this range (norm weights, biases, padding)
 };
 
 class Backend {
@@ -69,6 +83,28 @@ class Backend {
   virtual void gather_rows(ConstView source, ConstView rows, std::int64_t width, View target) = 0;
   // target[rows[i], :] = source[i, :].
   virtual void scatter_rows(ConstView source, ConstView rows, std::int64_t width, View target) = 0;
+
+  // ---- per-microbatch hooks (defaults: nothing to do) ----
+  // Called once per microbatch before its first op, with the attention shape every layer will
+  // use: a GPU backend builds its attention work tables here once instead of in every call.
+  virtual void prepare_microbatch(const AttentionShape& shape) { (void)shape; }
+  // Rows of logits the model's head computes per chunk for this vocabulary (the CPU default
+  // bounds a chunk's logits to ~16 MiB; a GPU backend may prefer larger chunks).
+  virtual std::int64_t head_chunk_rows(std::int64_t vocab) const;
+  // Completes the LossSums that cross_entropy calls since the last resolve_loss added into: a
+  // backend whose sums live on the device adds them into `sums` here (one device->host read per
+  // head instead of one per chunk). The default adds in cross_entropy itself and does nothing.
+  virtual void resolve_loss(LossSums& sums) { (void)sums; }
+
+  // ---- optimizer-side ops on fp32 state in this backend's memory (defaults: the CPU kernels) ----
+  // Sum of squares of fp32 elements, accumulated in double in a fixed order (the same result run
+  // to run: the global gradient norm).
+  virtual double sum_of_squares(ConstView x);
+  // AdamW (kernels/adamw.h) over every segment; `params.weight_decay` applies to the segments
+  // with weight_decay, none to the others.
+  virtual void adamw_step(std::span<const AdamWSegment> segments, const kernels::AdamWParams& params);
+  // Waits until every op issued so far has completed (host timing; nothing on the CPU).
+  virtual void synchronize() {}
 
   // ---- ops (kernels/*.h for the math) ----
   virtual void rmsnorm_forward(ConstView x, ConstView weight, View y, View rstd, std::int64_t rows, std::int64_t dim,

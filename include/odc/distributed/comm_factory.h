@@ -41,7 +41,7 @@ class CommStack {
  private:
   friend std::unique_ptr<CommStack> make_comm(const CommOptions&, HostGroup&, const ShardLayout&,
                                                const std::vector<model::UnitLayout>&, const model::LlamaConfig&,
-                                               std::uint64_t);
+                                               std::uint64_t, backend::Backend*);
   CommStack() = default;
   std::unique_ptr<UcxTransport> transport_;  // declared first: destroyed after the store and comm
   std::unique_ptr<ShardStore> store_;
@@ -50,9 +50,11 @@ class CommStack {
 
 // Collective over `group`. A multi-rank group must be an MpiHostGroup (the comms run on its
 // communicator and watchdog); a single rank needs no communicator. The masters are initialized
-// deterministically from `seed` (ShardStore), the same for every world size.
+// deterministically from `seed` (ShardStore), the same for every world size. `device`, when
+// given and not a host backend, holds the state in its memory (one rank only: the comms between
+// ranks move host memory).
 std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& group, const ShardLayout& layout,
                                      const std::vector<model::UnitLayout>& units, const model::LlamaConfig& config,
-                                     std::uint64_t seed);
+                                     std::uint64_t seed, backend::Backend* device = nullptr);
 
 }  // namespace odc::distributed

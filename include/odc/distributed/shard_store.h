@@ -3,10 +3,17 @@
 // accumulator and the AdamW moments. Nothing of a unit outside this rank's shard lives here.
 // Each kind is one contiguous buffer with the units back to back, so a transport can register
 // the masters as a single region (ODC serves one-sided reads from it).
+//
+// Where the state lives: host memory (the default), or the memory of a device backend (one GPU:
+// masters, accumulators and moments stay on the device for the whole run; the comm hands the
+// model device pointers). The host-side users (checkpoint save/load, Hugging Face load, export)
+// go through the host views below: the state itself on a host store, a host staging copy on a
+// device store, moved by pull_to_host() / push_to_device().
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "odc/backend/backend.h"
 #include "odc/core/tensor.h"
 #include "odc/distributed/shard_layout.h"
 #include "odc/model/llama_config.h"
@@ -18,32 +25,63 @@ class ShardStore {
   // Initializes the master shards deterministically (model::init_unit_range), so every world size
   // starts from the same model. `master_region`, when given, is caller-owned memory of
   // layout.owned_elements() floats that holds the masters (e.g. transport-registered memory); it
-  // must outlive the store.
+  // must outlive the store. `device`, when given and not a host backend, holds the whole state in
+  // its memory (then no master_region); it must outlive the store.
   ShardStore(const ShardLayout& layout, const std::vector<model::UnitLayout>& units,
-             const model::LlamaConfig& config, std::uint64_t seed, std::span<float> master_region = {});
+             const model::LlamaConfig& config, std::uint64_t seed, std::span<float> master_region = {},
+             backend::Backend* device = nullptr);
 
   const ShardLayout& layout() const { return layout_; }
+  // Unit u's shard of each kind, in the store's memory (device pointers on a device store).
   float* master(int u) { return masters_ + offset(u); }
   const float* master(int u) const { return masters_ + offset(u); }
-  float* grad(int u) { return grads_.data<float>() + offset(u); }
-  float* exp_avg(int u) { return exp_avg_.data<float>() + offset(u); }
-  float* exp_avg_sq(int u) { return exp_avg_sq_.data<float>() + offset(u); }
+  float* grad(int u) { return grads_ + offset(u); }
+  float* exp_avg(int u) { return exp_avg_ + offset(u); }
+  float* exp_avg_sq(int u) { return exp_avg_sq_ + offset(u); }
   std::int64_t shard_size(int u) const { return layout_.unit(u).shard; }
   // Offset of unit u's shard inside the contiguous buffers (the same on every rank).
   std::int64_t offset(int u) const { return layout_.owned_offset(u); }
   float* master_base() { return masters_; }
 
+  // The device backend holding the state; null for a host store.
+  backend::Backend* device() const { return device_; }
+  // Views of the whole state of one kind in the store's memory (for the backend's ops).
+  backend::View masters_view() { return view(masters_); }
+  backend::View grads_view() { return view(grads_); }
+  backend::View exp_avg_view() { return view(exp_avg_); }
+  backend::View exp_avg_sq_view() { return view(exp_avg_sq_); }
+
+  // Host views of masters and moments (owned_elements() floats each; unit u at offset(u)). On a
+  // device store they are a staging copy: pull_to_host() before reading them, push_to_device()
+  // after writing them. On a host store both calls do nothing.
+  std::span<float> host_masters();
+  std::span<const float> host_masters() const;
+  std::span<float> host_exp_avg();
+  std::span<float> host_exp_avg_sq();
+  // Refreshes the staging copy only (the state is unchanged): const, so an export of a const store
+  // can read a device store's masters.
+  void pull_to_host() const;
+  void push_to_device();
+
   void zero_grads();
-  // Sum of squares of the owned gradient shards (this rank only).
-  double grad_sum_of_squares() const;
+  // Sum of squares of the owned gradient shards (this rank only), in a fixed order.
+  double grad_sum_of_squares();
   // Bytes of master + gradient + optimizer state held by this rank.
   std::int64_t bytes() const;
 
  private:
+  backend::View view(float* data) const;
+
   ShardLayout layout_;
-  Tensor own_masters_;  // used when no master_region is given
+  backend::Backend* device_ = nullptr;  // null: host store
+  Tensor own_masters_;                  // host store without a master_region
+  Tensor host_grads_, host_exp_avg_, host_exp_avg_sq_;
+  mutable Tensor staging_masters_, staging_exp_avg_, staging_exp_avg_sq_;  // device store: the host copies
+  std::vector<backend::Buffer> device_state_;                      // device store: the four kinds
   float* masters_ = nullptr;
-  Tensor grads_, exp_avg_, exp_avg_sq_;
+  float* grads_ = nullptr;
+  float* exp_avg_ = nullptr;
+  float* exp_avg_sq_ = nullptr;
 };
 
 }  // namespace odc::distributed

@@ -1,11 +1,13 @@
 #pragma once
 // The trainer's tunables: every key of odc-train's YAML, declared once with its default and doc.
 // The defaults form the embedded demo job (a small LLaMA-style model on synthetic SFT data).
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "odc/backend/backend.h"
 #include "odc/core/config.h"
 #include "odc/model/llama_config.h"
 
@@ -21,6 +23,10 @@ Config load_trainer_config(const std::string& config_file, const std::vector<std
 model::LlamaConfig model_config_from(const Config& config);
 // The model a training run uses: model.checkpoint's config.json when set, else model.config.
 model::LlamaConfig training_model_config(const Config& config);
+
+// The model's backend for model.device / model.dtype / train.threads (backend::make_backend), for
+// a run of `world_size` ranks: model.device=cuda supports one rank (an odc::Error otherwise).
+std::unique_ptr<backend::Backend> training_backend(const Config& config, int world_size);
 
 // YAML -> JSON with scalar types inferred the way YAML 1.2 core schema reads them.
 nlohmann::json yaml_to_json(const YAML::Node& node);

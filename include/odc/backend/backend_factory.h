@@ -1,0 +1,22 @@
+#pragma once
+// The one place a compute backend is chosen (model.device, model.dtype): the trainer, inference
+// and calibration construct their model's backend here.
+//
+//   device "cpu"   CpuBackend: float32 (bfloat16: the CPU backend's bf16 mode, where built)
+//   device "cuda"  CudaBackend on GPU 0 (bfloat16 compute; fp32 masters and gradients), in a
+//                  build with CUDA and with a visible device
+// Anything else is an odc::Error naming the key and the value.
+#include <memory>
+#include <string_view>
+
+#include "odc/backend/backend.h"
+
+namespace odc::backend {
+
+// Whether this build has the CUDA backend (CMake found nvcc and built the CUDA kernels).
+bool cuda_backend_built();
+
+// `threads`: the CPU backend's compute threads (>= 1); the CUDA backend ignores it.
+std::unique_ptr<Backend> make_backend(std::string_view device, DType dtype, int threads);
+
+}  // namespace odc::backend

@@ -1,0 +1,87 @@
+#pragma once
+// CudaBackend: the model's ops on one GPU (built only with CUDA; nothing CUDA-typed here, so
+// host-only code may include it). Everything runs in order on one non-blocking stream:
+//
+//   memory       device memory from a caching allocator on that stream (zero-filled in stream
+//                order, so a block freed while kernels still read it is reused only after them)
+//   activations  bf16; per-row statistics, RoPE tables and per-token losses fp32
+//   weights      weights(unit) casts the fp32 unit (master or gathered) to a bf16 copy kept until
+//                release_weights(unit); gradients are added into the fp32 unit accumulators
+//   GEMMs        cuBLASLt, bf16 inputs with fp32 accumulation (kernels/cuda_gemm.h)
+//   loss sums    accumulated on the device and read once per head (resolve_loss)
+//   optimizer    deterministic sum of squares and multi-segment AdamW on fp32 device state
+//
+// upload() copies host index data into the staging buffer in stream order; the host vector may
+// be reused as soon as the call returns (a copy from pageable memory has consumed its source
+// when cudaMemcpyAsync returns). download() synchronizes.
+#include <memory>
+
+#include "odc/backend/backend.h"
+
+namespace odc::backend {
+
+class CudaBackend final : public Backend {
+ public:
+  // Runs on CUDA device `device` (cudaSetDevice); odc::Error when it cannot be used.
+  explicit CudaBackend(int device = 0);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string_view name() const override { return "cuda"; }
+  DeviceMemory& memory() override;
+  DType activation_dtype() const override { return DType::bf16; }
+  // The best of a few bf16 8192^3 cuBLASLt GEMMs (fp32 accumulation), in FLOP/s.
+  double measure_peak_flops() override;
+
+  ConstView weights(const float* unit, std::int64_t count) override;
+  void release_weights(const float* unit) override;
+  ConstView upload(std::span<const std::int32_t> host, Buffer& staging) override;
+  ConstView upload(std::span<const float> host, Buffer& staging) override;
+  void download(ConstView source, std::span<float> host) override;
+  void copy(ConstView source, View target) override;
+  void zero(View target) override;
+  void gather_rows(ConstView source, ConstView rows, std::int64_t width, View target) override;
+  void scatter_rows(ConstView source, ConstView rows, std::int64_t width, View target) override;
+
+  void prepare_microbatch(const AttentionShape& shape) override;
+  std::int64_t head_chunk_rows(std::int64_t vocab) const override;
+  void resolve_loss(LossSums& sums) override;
+  double sum_of_squares(ConstView x) override;
+  void adamw_step(std::span<const AdamWSegment> segments, const kernels::AdamWParams& params) override;
+  void synchronize() override;
+
+  void rmsnorm_forward(ConstView x, ConstView weight, View y, View rstd, std::int64_t rows, std::int64_t dim,
+                       double eps) override;
+  void rmsnorm_backward(ConstView dy, ConstView x, ConstView weight, ConstView rstd, View dx, View dweight,
+                        std::int64_t rows, std::int64_t dim, bool dx_accumulate) override;
+  void linear_forward(ConstView x, ConstView weight, ConstView bias, View y, std::int64_t rows, std::int64_t in,
+                      std::int64_t out) override;
+  void linear_forward_add(ConstView x, ConstView weight, View y, std::int64_t rows, std::int64_t in,
+                          std::int64_t out) override;
+  void linear_backward(ConstView dy, ConstView x, ConstView weight, View dx, View dweight, View dbias,
+                       std::int64_t rows, std::int64_t in, std::int64_t out, bool dx_accumulate) override;
+  void rope_tables(ConstView positions, std::int64_t tokens, const std::vector<double>& inv_freq, View cos,
+                   View sin) override;
+  void rope_forward(View x, ConstView cos, ConstView sin, std::int64_t tokens, int heads, int head_dim) override;
+  void rope_backward(View dx, ConstView cos, ConstView sin, std::int64_t tokens, int heads, int head_dim) override;
+  void attention_forward(const AttentionShape& shape, ConstView q, ConstView k, ConstView v, View out,
+                         View lse) override;
+  void attention_backward(const AttentionShape& shape, ConstView q, ConstView k, ConstView v, ConstView out,
+                          ConstView lse, ConstView dout, View dq, View dk, View dv) override;
+  void swiglu_forward(ConstView gate, ConstView up, View h, std::int64_t n) override;
+  void swiglu_backward(ConstView dh, ConstView gate, ConstView up, View dgate, View dup, std::int64_t n) override;
+  void embedding_forward(ConstView ids, ConstView table, View out, std::int64_t tokens, std::int64_t dim) override;
+  void embedding_backward(ConstView ids, ConstView dout, View dtable, std::int64_t tokens, std::int64_t dim) override;
+  void cross_entropy(ConstView logits, ConstView targets, ConstView weights, std::int64_t rows, std::int64_t vocab,
+                     View dlogits, View nll, LossSums& sums) override;
+
+  // The stream every op runs on (a cudaStream_t), for tests and benchmarks.
+  void* stream() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace odc::backend

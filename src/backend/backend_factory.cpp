@@ -1,0 +1,58 @@
+#include "odc/backend/backend_factory.h"
+
+#include <string>
+
+#include "odc/backend/cpu_backend.h"
+#include "odc/core/error.h"
+#if defined(ODC_HAVE_CUDA)
+#include "odc/backend/cuda_backend.h"
+#include "odc/kernels/cuda_cast.h"
+#endif
+
+namespace odc::backend {
+
+bool cuda_backend_built() {
+#if defined(ODC_HAVE_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+std::unique_ptr<Backend> make_cpu(DType dtype, int threads) {
+  if (dtype == DType::f32) return std::make_unique<CpuBackend>(threads);
+  // bfloat16 on the CPU: the CpuBackend's bf16 mode (rounding at the points the CUDA path rounds)
+  // plugs in here, as CpuBackend(threads, DType::bf16), once the CPU backend has it.
+  fail("model.dtype={} on model.device=cpu: the CPU backend computes in float32 only in this build",
+       dtype_name(dtype));
+}
+
+std::unique_ptr<Backend> make_cuda(DType dtype) {
+  if (dtype != DType::bf16) {
+    fail("model.dtype={} on model.device=cuda: the CUDA kernels compute in bfloat16 (fp32 masters and "
+         "gradients); set model.dtype: bfloat16",
+         dtype_name(dtype));
+  }
+#if defined(ODC_HAVE_CUDA)
+  std::string why;
+  if (kernels::cuda::device_count(&why) < 1) {
+    fail("model.device=cuda: no usable CUDA device ({}); use model.device: cpu", why.empty() ? "none visible" : why);
+  }
+  return std::make_unique<CudaBackend>(0);
+#else
+  fail("model.device=cuda: this build has no CUDA backend (configure with nvcc present, -DODC_CUDA=ON); use "
+       "model.device: cpu");
+#endif
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(std::string_view device, DType dtype, int threads) {
+  if (device == "cpu") return make_cpu(dtype, threads);
+  if (device == "cuda") return make_cuda(dtype);
+  fail("model.device: unknown device '{}': expected cpu or cuda", device);
+}
+
+}  // namespace odc::backend

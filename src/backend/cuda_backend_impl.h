@@ -1,0 +1,69 @@
+#pragma once
+// CudaBackend's state and view checks, shared by its two source files (backend-internal).
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "odc/backend/cuda_backend.h"
+#include "odc/core/error.h"
+#include "odc/kernels/cuda_device.h"
+#include "odc/kernels/cuda_gemm.h"
+
+namespace odc::backend {
+
+// Device memory over the caching allocator, on the backend's stream: zero-filled in stream order.
+class CudaMemory final : public DeviceMemory {
+ public:
+  CudaMemory(int device, kernels::cuda::DeviceAllocator& allocator, const kernels::cuda::Stream& stream)
+      : device_(device), allocator_(allocator), stream_(stream) {}
+  Device device() const override { return Device::cuda(device_); }
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* data, std::size_t bytes) noexcept override;
+
+ private:
+  int device_;
+  kernels::cuda::DeviceAllocator& allocator_;
+  const kernels::cuda::Stream& stream_;
+};
+
+struct CudaBackend::Impl {
+  explicit Impl(int device_index);
+  ~Impl();
+
+  int device;
+  kernels::cuda::Stream stream;  // declared before the allocator: the allocator frees on it
+  kernels::cuda::DeviceAllocator allocator;
+  CudaMemory memory;
+  kernels::cuda::Blas blas;
+  // bf16 compute copies of the units handed to weights(), until release_weights().
+  std::unordered_map<const float*, Buffer> live_weights;
+  Buffer loss_sums;    // f64 [2]: weighted, nll (pending until resolve_loss)
+  Buffer row_loss;     // f64 per row of a cross-entropy chunk
+  Buffer chunk_nll;    // f32 per row, where the caller passes no nll view
+  Buffer reduce;       // f64: sum_of_squares partials and result
+  Buffer inv_freq;     // f64 RoPE inverse frequencies on the device
+  std::vector<double> inv_freq_host;  // what inv_freq holds
+
+  void* s() const { return stream.handle(); }
+};
+
+// ---- view checks: device memory of this backend, of the element type the kernel takes ----
+
+void check_view(const ConstView& v, DType dtype, const char* what);
+
+inline const std::uint16_t* bf16_in(ConstView v, const char* what) {
+  check_view(v, DType::bf16, what);
+  return static_cast<const std::uint16_t*>(v.data);
+}
+inline std::uint16_t* bf16_out(View v, const char* what) { return const_cast<std::uint16_t*>(bf16_in(v, what)); }
+inline const float* f32_in(ConstView v, const char* what) {
+  check_view(v, DType::f32, what);
+  return static_cast<const float*>(v.data);
+}
+inline float* f32_out(View v, const char* what) { return const_cast<float*>(f32_in(v, what)); }
+inline const std::int32_t* i32_in(ConstView v, const char* what) {
+  check_view(v, DType::i32, what);
+  return static_cast<const std::int32_t*>(v.data);
+}
+
+}  // namespace odc::backend

@@ -1,0 +1,149 @@
+// CudaBackend: the model's compute ops, each mapped onto the CUDA kernels' host APIs
+// (kernels/cuda_*.h) on the backend's stream, after checking its views' device and dtype.
+#include "cuda_backend_impl.h"
+#include "odc/kernels/cuda_attention.h"
+#include "odc/kernels/cuda_backend_ops.h"
+#include "odc/kernels/cuda_cross_entropy.h"
+#include "odc/kernels/cuda_ops.h"
+
+namespace odc::backend {
+
+namespace cu = kernels::cuda;
+
+namespace {
+
+// Empty optional views become null pointers (the kernels' "not wanted").
+const std::uint16_t* bf16_opt(ConstView v, const char* what) { return v.empty() ? nullptr : bf16_in(v, what); }
+std::uint16_t* bf16_opt(View v, const char* what) { return v.empty() ? nullptr : bf16_out(v, what); }
+float* f32_opt(View v, const char* what) { return v.empty() ? nullptr : f32_out(v, what); }
+
+cu::CudaAttentionShape attention_shape(const AttentionShape& s) {
+  ODC_CHECK(s.tokens == 0 || static_cast<int>(s.host_cu_seqlens.size()) == s.num_seqs + 1,
+            "the CUDA attention needs the host cu_seqlens ({} sequences, {} bounds given)", s.num_seqs,
+            s.host_cu_seqlens.size());
+  cu::CudaAttentionShape shape;
+  shape.cu_seqlens = s.host_cu_seqlens.data();
+  shape.num_seqs = s.num_seqs;
+  shape.tokens = s.tokens;
+  shape.n_heads = s.n_heads;
+  shape.n_kv_heads = s.n_kv_heads;
+  shape.head_dim = s.head_dim;
+  return shape;
+}
+
+}  // namespace
+
+void CudaBackend::rmsnorm_forward(ConstView x, ConstView weight, View y, View rstd, std::int64_t rows,
+                                  std::int64_t dim, double eps) {
+  cu::rmsnorm_forward(bf16_in(x, "rmsnorm_forward"), bf16_in(weight, "rmsnorm_forward"), bf16_out(y, "rmsnorm_forward"),
+                      f32_out(rstd, "rmsnorm_forward"), rows, dim, eps, impl_->s());
+}
+
+void CudaBackend::rmsnorm_backward(ConstView dy, ConstView x, ConstView weight, ConstView rstd, View dx, View dweight,
+                                   std::int64_t rows, std::int64_t dim, bool dx_accumulate) {
+  cu::rmsnorm_backward(bf16_in(dy, "rmsnorm_backward"), bf16_in(x, "rmsnorm_backward"),
+                       bf16_in(weight, "rmsnorm_backward"), f32_in(rstd, "rmsnorm_backward"),
+                       bf16_out(dx, "rmsnorm_backward"), f32_out(dweight, "rmsnorm_backward"), rows, dim, dx_accumulate,
+                       impl_->s());
+}
+
+void CudaBackend::linear_forward(ConstView x, ConstView weight, ConstView bias, View y, std::int64_t rows,
+                                 std::int64_t in, std::int64_t out) {
+  cu::linear_forward(impl_->blas, bf16_in(x, "linear_forward"), bf16_in(weight, "linear_forward"),
+                     bf16_opt(bias, "linear_forward"), bf16_out(y, "linear_forward"), rows, in, out, impl_->s());
+}
+
+void CudaBackend::linear_forward_add(ConstView x, ConstView weight, View y, std::int64_t rows, std::int64_t in,
+                                     std::int64_t out) {
+  // y[rows, out] += x[rows, in] W[out, in]^T: beta = 1 onto the bf16 residual stream.
+  cu::gemm(impl_->blas, false, true, rows, out, in, 1.0f, bf16_in(x, "linear_forward_add"), in,
+           bf16_in(weight, "linear_forward_add"), in, 1.0f, bf16_out(y, "linear_forward_add"), out, cu::GemmOut::bf16,
+           impl_->s());
+}
+
+void CudaBackend::linear_backward(ConstView dy, ConstView x, ConstView weight, View dx, View dweight, View dbias,
+                                  std::int64_t rows, std::int64_t in, std::int64_t out, bool dx_accumulate) {
+  cu::linear_backward(impl_->blas, bf16_in(dy, "linear_backward"), bf16_in(x, "linear_backward"),
+                      bf16_in(weight, "linear_backward"), bf16_opt(dx, "linear_backward"),
+                      f32_opt(dweight, "linear_backward"), f32_opt(dbias, "linear_backward"), rows, in, out,
+                      dx_accumulate, impl_->s());
+}
+
+void CudaBackend::rope_tables(ConstView positions, std::int64_t tokens, const std::vector<double>& inv_freq, View cos,
+                              View sin) {
+  const auto half = static_cast<std::int64_t>(inv_freq.size());
+  ODC_CHECK(cos.count >= tokens * half && sin.count >= tokens * half, "rope_tables: {} x {} entries into {} and {}",
+            tokens, half, cos.count, sin.count);
+  // The frequencies are the model's (the same every microbatch): uploaded when they change.
+  if (impl_->inv_freq_host != inv_freq) {
+    const View device = impl_->inv_freq.get(half);
+    if (half > 0) cu::copy_to_device_async(device.data, inv_freq.data(), inv_freq.size() * sizeof(double), impl_->s());
+    impl_->inv_freq_host = inv_freq;
+  }
+  cu::rope_tables(i32_in(positions, "rope_tables"), tokens, static_cast<const double*>(impl_->inv_freq.get(half).data),
+                  half, f32_out(cos, "rope_tables"), f32_out(sin, "rope_tables"), impl_->s());
+}
+
+void CudaBackend::rope_forward(View x, ConstView cos, ConstView sin, std::int64_t tokens, int heads, int head_dim) {
+  cu::rope_forward(bf16_out(x, "rope_forward"), f32_in(cos, "rope_forward"), f32_in(sin, "rope_forward"), tokens, heads,
+                   head_dim, impl_->s());
+}
+
+void CudaBackend::rope_backward(View dx, ConstView cos, ConstView sin, std::int64_t tokens, int heads, int head_dim) {
+  cu::rope_backward(bf16_out(dx, "rope_backward"), f32_in(cos, "rope_backward"), f32_in(sin, "rope_backward"), tokens,
+                    heads, head_dim, impl_->s());
+}
+
+void CudaBackend::attention_forward(const AttentionShape& shape, ConstView q, ConstView k, ConstView v, View out,
+                                    View lse) {
+  cu::attention_forward(attention_shape(shape), bf16_in(q, "attention_forward"), bf16_in(k, "attention_forward"),
+                        bf16_in(v, "attention_forward"), bf16_out(out, "attention_forward"),
+                        f32_out(lse, "attention_forward"), impl_->allocator, impl_->s());
+}
+
+void CudaBackend::attention_backward(const AttentionShape& shape, ConstView q, ConstView k, ConstView v, ConstView out,
+                                     ConstView lse, ConstView dout, View dq, View dk, View dv) {
+  cu::attention_backward(attention_shape(shape), bf16_in(q, "attention_backward"), bf16_in(k, "attention_backward"),
+                         bf16_in(v, "attention_backward"), bf16_in(out, "attention_backward"),
+                         f32_in(lse, "attention_backward"), bf16_in(dout, "attention_backward"),
+                         bf16_out(dq, "attention_backward"), bf16_out(dk, "attention_backward"),
+                         bf16_out(dv, "attention_backward"), impl_->allocator, impl_->s());
+}
+
+void CudaBackend::swiglu_forward(ConstView gate, ConstView up, View h, std::int64_t n) {
+  cu::swiglu_forward(bf16_in(gate, "swiglu_forward"), bf16_in(up, "swiglu_forward"), bf16_out(h, "swiglu_forward"), n,
+                     impl_->s());
+}
+
+void CudaBackend::swiglu_backward(ConstView dh, ConstView gate, ConstView up, View dgate, View dup, std::int64_t n) {
+  cu::swiglu_backward(bf16_in(dh, "swiglu_backward"), bf16_in(gate, "swiglu_backward"), bf16_in(up, "swiglu_backward"),
+                      bf16_out(dgate, "swiglu_backward"), bf16_out(dup, "swiglu_backward"), n, impl_->s());
+}
+
+void CudaBackend::embedding_forward(ConstView ids, ConstView table, View out, std::int64_t tokens, std::int64_t dim) {
+  cu::embedding_forward(i32_in(ids, "embedding_forward"), bf16_in(table, "embedding_forward"),
+                        bf16_out(out, "embedding_forward"), tokens, dim, impl_->s());
+}
+
+void CudaBackend::embedding_backward(ConstView ids, ConstView dout, View dtable, std::int64_t tokens, std::int64_t dim) {
+  cu::embedding_backward(i32_in(ids, "embedding_backward"), bf16_in(dout, "embedding_backward"),
+                         f32_out(dtable, "embedding_backward"), tokens, dim, impl_->s());
+}
+
+void CudaBackend::cross_entropy(ConstView logits, ConstView targets, ConstView weights, std::int64_t rows,
+                                std::int64_t vocab, View dlogits, View nll, LossSums& sums) {
+  (void)sums;  // the chunk's sums stay on the device until resolve_loss
+  if (rows == 0) return;
+  float* nll_rows = nll.empty() ? static_cast<float*>(impl_->chunk_nll.get(rows).data) : f32_out(nll, "cross_entropy");
+  ODC_CHECK(nll.empty() || nll.count >= rows, "cross_entropy: {} rows into an nll view of {}", rows, nll.count);
+  double* row_loss = static_cast<double*>(impl_->row_loss.get(rows).data);
+  cu::cross_entropy_forward_backward(bf16_in(logits, "cross_entropy"), i32_in(targets, "cross_entropy"),
+                                     f32_in(weights, "cross_entropy"), rows, vocab, bf16_opt(dlogits, "cross_entropy"),
+                                     nll_rows, row_loss, nullptr, impl_->s());
+  // Fixed-order sums into the pending pair (the model validated the targets on the host).
+  double* pending = static_cast<double*>(impl_->loss_sums.get(2).data);
+  cu::sum_f64(row_loss, rows, pending, true, impl_->s());
+  cu::sum_f32(nll_rows, rows, pending + 1, true, impl_->s());
+}
+
+}  // namespace odc::backend
