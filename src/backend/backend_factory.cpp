@@ -22,11 +22,9 @@ bool cuda_backend_built() {
 namespace {
 
 std::unique_ptr<Backend> make_cpu(DType dtype, int threads) {
-  if (dtype == DType::f32) return std::make_unique<CpuBackend>(threads);
-  // bfloat16 on the CPU: the CpuBackend's bf16 mode (rounding at the points the CUDA path rounds)
-  // plugs in here, as CpuBackend(threads, DType::bf16), once the CPU backend has it.
-  fail("model.dtype={} on model.device=cpu: the CPU backend computes in float32 only in this build",
-       dtype_name(dtype));
+  // bfloat16 on the CPU: the CpuBackend's bf16 mode, rounding at the points the CUDA path rounds.
+  if (dtype == DType::f32 || dtype == DType::bf16) return std::make_unique<CpuBackend>(threads, dtype);
+  fail("model.dtype={} on model.device=cpu: the CPU backend computes in float32 or bfloat16", dtype_name(dtype));
 }
 
 std::unique_ptr<Backend> make_cuda(DType dtype) {

@@ -165,6 +165,9 @@ void CudaBackend::prepare_microbatch(const AttentionShape& shape) {
   ODC_CHECK(shape.tokens == 0 || static_cast<int>(shape.host_cu_seqlens.size()) == shape.num_seqs + 1,
             "the CUDA backend needs the host cu_seqlens of the microbatch ({} sequences, {} bounds given)",
             shape.num_seqs, shape.host_cu_seqlens.size());
+  // The tile tables of every layer's attention, forward and backward: built and uploaded (pinned,
+  // asynchronous) once here.
+  if (shape.tokens > 0) impl_->attention_plan.build(attention_shape(shape), impl_->allocator, impl_->s());
 }
 
 std::int64_t CudaBackend::head_chunk_rows(std::int64_t vocab) const {

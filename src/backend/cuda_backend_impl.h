@@ -6,6 +6,7 @@
 
 #include "odc/backend/cuda_backend.h"
 #include "odc/core/error.h"
+#include "odc/kernels/cuda_attention.h"
 #include "odc/kernels/cuda_device.h"
 #include "odc/kernels/cuda_gemm.h"
 
@@ -43,9 +44,15 @@ struct CudaBackend::Impl {
   Buffer reduce;       // f64: sum_of_squares partials and result
   Buffer inv_freq;     // f64 RoPE inverse frequencies on the device
   std::vector<double> inv_freq_host;  // what inv_freq holds
+  // The attention's tile tables of the current microbatch, built once in prepare_microbatch and
+  // used by every layer's forward and backward.
+  kernels::cuda::AttentionPlan attention_plan;
 
   void* s() const { return stream.handle(); }
 };
+
+// The kernels' attention shape (host bounds) of the model's.
+kernels::cuda::CudaAttentionShape attention_shape(const AttentionShape& s);
 
 // ---- view checks: device memory of this backend, of the element type the kernel takes ----
 

@@ -1,5 +1,7 @@
 // CudaBackend: the model's compute ops, each mapped onto the CUDA kernels' host APIs
 // (kernels/cuda_*.h) on the backend's stream, after checking its views' device and dtype.
+#include <algorithm>
+
 #include "cuda_backend_impl.h"
 #include "odc/kernels/cuda_attention.h"
 #include "odc/kernels/cuda_backend_ops.h"
@@ -17,6 +19,19 @@ const std::uint16_t* bf16_opt(ConstView v, const char* what) { return v.empty() 
 std::uint16_t* bf16_opt(View v, const char* what) { return v.empty() ? nullptr : bf16_out(v, what); }
 float* f32_opt(View v, const char* what) { return v.empty() ? nullptr : f32_out(v, what); }
 
+// The microbatch's plan when it was built for this shape (the model's layers all share one), else
+// null: the per-call kernels then build their own.
+const cu::AttentionPlan* plan_for(const cu::AttentionPlan& plan, const cu::CudaAttentionShape& shape) {
+  if (!plan.built()) return nullptr;
+  const auto& p = plan.shape();
+  const bool same = p.num_seqs == shape.num_seqs && p.tokens == shape.tokens && p.n_heads == shape.n_heads &&
+                    p.n_kv_heads == shape.n_kv_heads && p.head_dim == shape.head_dim &&
+                    std::equal(p.cu_seqlens, p.cu_seqlens + p.num_seqs + 1, shape.cu_seqlens);
+  return same ? &plan : nullptr;
+}
+
+}  // namespace
+
 cu::CudaAttentionShape attention_shape(const AttentionShape& s) {
   ODC_CHECK(s.tokens == 0 || static_cast<int>(s.host_cu_seqlens.size()) == s.num_seqs + 1,
             "the CUDA attention needs the host cu_seqlens ({} sequences, {} bounds given)", s.num_seqs,
@@ -31,8 +46,6 @@ cu::CudaAttentionShape attention_shape(const AttentionShape& s) {
   return shape;
 }
 
-}  // namespace
-
 void CudaBackend::rmsnorm_forward(ConstView x, ConstView weight, View y, View rstd, std::int64_t rows,
                                   std::int64_t dim, double eps) {
   cu::rmsnorm_forward(bf16_in(x, "rmsnorm_forward"), bf16_in(weight, "rmsnorm_forward"), bf16_out(y, "rmsnorm_forward"),
@@ -44,7 +57,7 @@ void CudaBackend::rmsnorm_backward(ConstView dy, ConstView x, ConstView weight, 
   cu::rmsnorm_backward(bf16_in(dy, "rmsnorm_backward"), bf16_in(x, "rmsnorm_backward"),
                        bf16_in(weight, "rmsnorm_backward"), f32_in(rstd, "rmsnorm_backward"),
                        bf16_out(dx, "rmsnorm_backward"), f32_out(dweight, "rmsnorm_backward"), rows, dim, dx_accumulate,
-                       impl_->s());
+                       impl_->allocator, impl_->s());
 }
 
 void CudaBackend::linear_forward(ConstView x, ConstView weight, ConstView bias, View y, std::int64_t rows,
@@ -66,7 +79,7 @@ void CudaBackend::linear_backward(ConstView dy, ConstView x, ConstView weight, V
   cu::linear_backward(impl_->blas, bf16_in(dy, "linear_backward"), bf16_in(x, "linear_backward"),
                       bf16_in(weight, "linear_backward"), bf16_opt(dx, "linear_backward"),
                       f32_opt(dweight, "linear_backward"), f32_opt(dbias, "linear_backward"), rows, in, out,
-                      dx_accumulate, impl_->s());
+                      dx_accumulate, impl_->allocator, impl_->s());
 }
 
 void CudaBackend::rope_tables(ConstView positions, std::int64_t tokens, const std::vector<double>& inv_freq, View cos,
@@ -96,18 +109,36 @@ void CudaBackend::rope_backward(View dx, ConstView cos, ConstView sin, std::int6
 
 void CudaBackend::attention_forward(const AttentionShape& shape, ConstView q, ConstView k, ConstView v, View out,
                                     View lse) {
-  cu::attention_forward(attention_shape(shape), bf16_in(q, "attention_forward"), bf16_in(k, "attention_forward"),
-                        bf16_in(v, "attention_forward"), bf16_out(out, "attention_forward"),
-                        f32_out(lse, "attention_forward"), impl_->allocator, impl_->s());
+  const cu::CudaAttentionShape s = attention_shape(shape);
+  const auto* q_ = bf16_in(q, "attention_forward");
+  const auto* k_ = bf16_in(k, "attention_forward");
+  const auto* v_ = bf16_in(v, "attention_forward");
+  auto* o_ = bf16_out(out, "attention_forward");
+  float* lse_ = f32_out(lse, "attention_forward");
+  if (const cu::AttentionPlan* plan = plan_for(impl_->attention_plan, s)) {
+    cu::attention_forward(*plan, q_, k_, v_, o_, lse_, impl_->s());
+  } else {
+    cu::attention_forward(s, q_, k_, v_, o_, lse_, impl_->allocator, impl_->s());
+  }
 }
 
 void CudaBackend::attention_backward(const AttentionShape& shape, ConstView q, ConstView k, ConstView v, ConstView out,
                                      ConstView lse, ConstView dout, View dq, View dk, View dv) {
-  cu::attention_backward(attention_shape(shape), bf16_in(q, "attention_backward"), bf16_in(k, "attention_backward"),
-                         bf16_in(v, "attention_backward"), bf16_in(out, "attention_backward"),
-                         f32_in(lse, "attention_backward"), bf16_in(dout, "attention_backward"),
-                         bf16_out(dq, "attention_backward"), bf16_out(dk, "attention_backward"),
-                         bf16_out(dv, "attention_backward"), impl_->allocator, impl_->s());
+  const cu::CudaAttentionShape s = attention_shape(shape);
+  const auto* q_ = bf16_in(q, "attention_backward");
+  const auto* k_ = bf16_in(k, "attention_backward");
+  const auto* v_ = bf16_in(v, "attention_backward");
+  const auto* o_ = bf16_in(out, "attention_backward");
+  const float* lse_ = f32_in(lse, "attention_backward");
+  const auto* do_ = bf16_in(dout, "attention_backward");
+  auto* dq_ = bf16_out(dq, "attention_backward");
+  auto* dk_ = bf16_out(dk, "attention_backward");
+  auto* dv_ = bf16_out(dv, "attention_backward");
+  if (const cu::AttentionPlan* plan = plan_for(impl_->attention_plan, s)) {
+    cu::attention_backward(*plan, q_, k_, v_, o_, lse_, do_, dq_, dk_, dv_, impl_->allocator, impl_->s());
+  } else {
+    cu::attention_backward(s, q_, k_, v_, o_, lse_, do_, dq_, dk_, dv_, impl_->allocator, impl_->s());
+  }
 }
 
 void CudaBackend::swiglu_forward(ConstView gate, ConstView up, View h, std::int64_t n) {

@@ -78,9 +78,8 @@ void LlamaModel::begin_microbatch(const PackedBatch& batch) {
   const auto d = detail::dims_of(config_, batch.num_tokens());
   a.context.d = d;
   a.tokens = b.upload(std::span<const std::int32_t>(batch.tokens), s.tokens);
-  a.context.shape = {b.upload(std::span<const std::int32_t>(batch.cu_seqlens), s.cu_seqlens), batch.num_seqs(), d.t,
-                     d.heads, d.kv_heads, d.head_dim};
-  a.context.shape.host_cu_seqlens = batch.cu_seqlens;
+  a.context.shape = {b.upload(std::span<const std::int32_t>(batch.cu_seqlens), s.cu_seqlens), batch.cu_seqlens,
+                     batch.num_seqs(), d.t, d.heads, d.kv_heads, d.head_dim};
   b.prepare_microbatch(a.context.shape);
   const View cos = s.cos.get(d.t * d.head_dim / 2);
   const View sin = s.sin.get(d.t * d.head_dim / 2);

@@ -29,7 +29,7 @@ std::vector<TunableSpec> trainer_tunables() {
               {"cpu", "cuda"}),
       tunable("model.dtype", K::string, "float32",
               "compute dtype of activations and weights (masters, gradient sums and optimizer state are float32 "
-              "always): float32 (cpu), bfloat16 (cuda; cpu where its bf16 mode is built)",
+              "always): float32 (cpu), bfloat16 (cuda; on cpu the bf16 mode that rounds where the CUDA path rounds)",
               {"float32", "bfloat16"}),
       tunable("model.seed", K::integer, "0", "seed of the random initialization (same model on every world size)"),
       // data: the trainer's own keys, then the ones odc-sim shares (data::data_tunable), in this order

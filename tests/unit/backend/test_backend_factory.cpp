@@ -23,6 +23,21 @@ TEST_CASE("make_backend builds the CPU backend for cpu/float32", "[backend]") {
   CHECK(b->device() == Device::cpu());
 }
 
+TEST_CASE("make_backend gives the CPU backend's bf16 mode for model.dtype bfloat16", "[backend]") {
+  const auto b = backend::make_backend("cpu", DType::bf16, 1);
+  REQUIRE(b != nullptr);
+  CHECK(b->name() == "cpu-bf16");
+  CHECK(b->device() == Device::cpu());
+  // The compute copy of a unit is rounded to bf16: 1 + 2^-10 is not a bf16 value, 1 is.
+  const float unit[2] = {1.0f + 1.0f / 1024.0f, 3.0f};
+  const ConstView w = b->weights(unit, 2);
+  CHECK(w.data != unit);
+  CHECK(static_cast<const float*>(w.data)[0] == 1.0f);
+  CHECK(static_cast<const float*>(w.data)[1] == 3.0f);
+  b->release_weights(unit);
+  CHECK_THROWS_WITH(backend::make_backend("cpu", DType::f16, 1), Catch::Contains("model.dtype=f"));
+}
+
 TEST_CASE("make_backend refuses what it cannot build, naming the key", "[backend]") {
   CHECK_THROWS_WITH(backend::make_backend("tpu", DType::f32, 1),
                     Catch::Contains("model.device: unknown device 'tpu'") && Catch::Contains("cpu or cuda"));

@@ -296,7 +296,7 @@ TEST_CASE("bf16 attention: P rounded before PV, outputs and gradients bf16, lse 
   const std::vector<std::int32_t> cu = {0, 70, 75, 205};
   const int heads = 4, kv_heads = 2, head_dim = 16;
   const std::int64_t tokens = 205, ldq = heads * head_dim, ldkv = kv_heads * head_dim;
-  const backend::AttentionShape shape{iv(cu), 3, tokens, heads, kv_heads, head_dim};
+  const backend::AttentionShape shape{iv(cu), cu, 3, tokens, heads, kv_heads, head_dim};
   const auto q = random_values(tokens * ldq, 18, 2.0f), k = random_values(tokens * ldkv, 19, 2.0f);
   const auto v = random_values(tokens * ldkv, 20), dout = random_values(tokens * ldq, 21);
   std::vector<float> o32(tokens * ldq), o16(tokens * ldq), lse32(heads * tokens), lse16(heads * tokens);
