@@ -240,6 +240,42 @@ Launcher<P...> launch(void (*kernel)(P...), const char* name, dim3 grid, dim3 bl
   return Launcher<P...>(kernel, name, grid, block, smem);
 }
 
+// A kernel template launched with deduced template arguments: `call` is a generic lambda calling
+// it. The arguments are copied once; each thread calls with copies (so they convert to the
+// parameter types per thread, with the same result). No kernel identity: such launches get the
+// default dynamic shared memory limit.
+template <typename Call>
+class DeducedLauncher {
+ public:
+  DeducedLauncher(Call call, const char* name, dim3 grid, dim3 block, std::size_t smem)
+      : call_(call), name_(name), grid_(grid), block_(block), smem_(smem) {}
+  template <typename... A>
+  void operator()(A&&... args) const {
+    struct Bound {
+      Call call;
+      std::tuple<std::decay_t<A>...> params;
+      static void run(const void* self) {
+        const auto& b = *static_cast<const Bound*>(self);
+        std::apply(b.call, b.params);
+      }
+    };
+    const Bound bound{call_, std::tuple<std::decay_t<A>...>(std::forward<A>(args)...)};
+    run_grid(name_, nullptr, {grid_.x, grid_.y, grid_.z}, {block_.x, block_.y, block_.z}, smem_,
+             BodyRef{&Bound::run, &bound});
+  }
+
+ private:
+  Call call_;
+  const char* name_;
+  dim3 grid_, block_;
+  std::size_t smem_;
+};
+template <typename Call>
+DeducedLauncher<Call> launch_deduced(Call call, const char* name, dim3 grid, dim3 block,
+                                     std::size_t smem = 0, cudaStream_t = nullptr) {
+  return DeducedLauncher<Call>(call, name, grid, block, smem);
+}
+
 // Dynamic (extern __shared__) and static __shared__ storage of the running block.
 template <typename T>
 T* dynamic_shared() {

@@ -4,7 +4,10 @@
 Only the two things a C++ compiler cannot parse or place change, on the same lines (a `#line`
 directive keeps every diagnostic and std::source_location on the original file and line):
   * `kernel<<<grid, block[, smem[, stream]]>>>(args)` ->
-    `::odc_emu::launch(kernel, "kernel", grid, block[, smem[, stream]])(args)`
+    `::odc_emu::launch(kernel, "kernel", grid, block[, smem[, stream]])(args)`; a kernel template
+    launched with deduced arguments (declared `template <...> __global__ void kernel` in the same
+    file, launched without `<...>`) goes through a generic lambda instead:
+    `::odc_emu::launch_deduced([](auto... p) { kernel(p...); }, "kernel", ...)(args)`
   * `extern __shared__ [__align__(n)] T name[];` -> `T* name = ::odc_emu::dynamic_shared<T>();`
     `__shared__ T name[N]...;` -> `auto& name = ::odc_emu::static_shared<T[N]...>(ODC_EMU_SITE);`
 Any other use of `__shared__` is an error (so nothing is silently per-thread).
@@ -22,9 +25,20 @@ STATIC = re.compile(
     r"__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?([\w:\s]+?)\s+(\w+)\s*((?:\[[^\]]+\])+)\s*;")
 
 
+TEMPLATE_KERNEL = re.compile(r"template\s*<[^>]*>\s*__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)")
+
+
+def launch(match, templates):
+    kernel, config = match.group(1), match.group(2)
+    if kernel in templates:
+        return (f'::odc_emu::launch_deduced([](auto... p) {{ {kernel}(p...); }}, "{kernel}", '
+                f"{config})(")
+    return f'::odc_emu::launch({kernel}, "{kernel}", {config})('
+
+
 def rewrite(text, path):
-    text = LAUNCH.sub(lambda m: f'::odc_emu::launch({m.group(1)}, "{m.group(1)}", {m.group(2)})(',
-                      text)
+    templates = set(TEMPLATE_KERNEL.findall(text))
+    text = LAUNCH.sub(lambda m: launch(m, templates), text)
     text = DYNAMIC.sub(lambda m: f"{m.group(1)}* {m.group(2)} = ::odc_emu::dynamic_shared<{m.group(1)}>();",
                        text)
     text = STATIC.sub(
