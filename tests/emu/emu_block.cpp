@@ -132,6 +132,11 @@ Faults& faults() {
   return f;
 }
 
+Schedule& schedule() {
+  static Schedule s = Schedule::warps_forward;
+  return s;
+}
+
 Block::Block(const char* kernel, Index3 grid, Index3 block, std::size_t dynamic_smem)
     : kernel_(kernel), grid_(grid), block_(block),
       n_threads_(static_cast<int>(block.x * block.y * block.z)), threads_(n_threads_),
@@ -190,14 +195,18 @@ void Block::run(Index3 idx, BodyRef body) {
   Block* const outer_block = tl_block;
   EmuThread* const outer_thread = tl_thread;
   tl_block = this;
+  const Schedule order = schedule();
+  const int n_warps = static_cast<int>(warps_.size());
   while (live_ > 0 && error_.empty()) {
     bool progressed = false;
-    for (EmuThread& t : threads_) {
-      if (t.state != WaitState::running) continue;
-      tl_thread = &t;
-      odc_emu_switch(&scheduler_sp_, t.sp);
-      progressed = true;
-      if (!error_.empty()) break;
+    if (order == Schedule::round_robin) {
+      progressed = run_pass(0, n_threads_);
+    } else {
+      for (int i = 0; i < n_warps && error_.empty(); ++i) {
+        const int w = order == Schedule::warps_forward ? i : n_warps - 1 - i;
+        const int first = w * 32;
+        while (error_.empty() && run_pass(first, std::min(32, n_threads_ - first))) progressed = true;
+      }
     }
     if (!progressed && error_.empty()) {
       error_ = "deadlock: every live thread is blocked: " + blocked_summary();
@@ -209,6 +218,19 @@ void Block::run(Index3 idx, BodyRef body) {
   if (!error_.empty()) {
     emu_error(fmt::format("kernel {} block ({},{},{}): {}", kernel_, idx.x, idx.y, idx.z, error_));
   }
+}
+
+bool Block::run_pass(int first, int count) {
+  bool ran = false;
+  for (int i = first; i < first + count; ++i) {
+    EmuThread& t = threads_[i];
+    if (t.state != WaitState::running) continue;
+    tl_thread = &t;
+    odc_emu_switch(&scheduler_sp_, t.sp);
+    ran = true;
+    if (!error_.empty()) break;
+  }
+  return ran;
 }
 
 std::string Block::describe(const EmuThread& t) const {

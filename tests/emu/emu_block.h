@@ -106,6 +106,8 @@ class Block {
   std::string blocked_summary() const;
   void thread_exited(EmuThread& t);
   void yield(EmuThread& t);
+  // Runs the runnable threads [first, first + count) once each; true if any ran.
+  bool run_pass(int first, int count);
 
   const char* kernel_;
   Index3 grid_, block_, idx_{};
@@ -149,6 +151,28 @@ void run_grid(const char* kernel, const void* kernel_id, Index3 grid, Index3 blo
 inline constexpr std::size_t kMaxDynamicSmem = 227 * 1024;
 inline constexpr std::size_t kDefaultDynamicSmem = 48 * 1024;
 void set_max_dynamic_smem(const void* kernel_id, std::size_t bytes);
+
+// The interleaving of a block's threads (tests choose; the default is warps_forward). Each is one
+// deterministic order; a missing barrier shows up (as poisoned or stale shared memory) when some
+// warp reads before another wrote, or overwrites before another read, in that order:
+//   round_robin     every runnable thread in turn: warps advance in near lockstep, one warp
+//                   collective per pass;
+//   warps_forward   warp 0 runs until it is blocked at a block barrier (or done), then warp 1, ...:
+//                   early warps run ahead of late ones;
+//   warps_backward  the same from the last warp down: late warps run ahead.
+enum class Schedule : std::uint8_t { round_robin, warps_forward, warps_backward };
+Schedule& schedule();
+
+class UseSchedule {
+ public:
+  explicit UseSchedule(Schedule s) : saved_(schedule()) { schedule() = s; }
+  ~UseSchedule() { schedule() = saved_; }
+  UseSchedule(const UseSchedule&) = delete;
+  UseSchedule& operator=(const UseSchedule&) = delete;
+
+ private:
+  Schedule saved_;
+};
 
 // Planted faults (tests only): each makes the emulator behave as if one line of the kernel
 // source were different, to prove that the tests catch that mistake. A site is a file-name

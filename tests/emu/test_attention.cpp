@@ -9,9 +9,13 @@
 // quarter of what one wrongly masked key among ~30 would add); lse (fp32 from fp32 sums of
 // exact products, measured <= 1e-6) within 1e-3 absolute. A wrong mask, tile edge, head mapping or a lost tile gives errors of order 1 (or
 // NaN, which fails every comparison).
+//
+// Each case runs under one of the emulator's three thread interleavings (by its seed), so every
+// interleaving sees the kernels; test_planted_faults.cpp shows which missing barrier each finds.
 #include <catch2/catch.hpp>
 
 #include "attention_harness.h"
+#include "emu_block.h"
 
 using odc_emu_test::AttentionCase;
 using odc_emu_test::run_attention;
@@ -22,8 +26,11 @@ constexpr double kTol = 5e-3;
 constexpr double kLseTol = 1e-3;
 
 void check(const AttentionCase& c, std::uint32_t seed) {
+  const auto order = static_cast<odc_emu::Schedule>(seed % 3);
+  const odc_emu::UseSchedule use(order);
   const auto e = run_attention(c, seed);
-  INFO("heads " << c.n_heads << "/" << c.n_kv_heads << " d " << c.head_dim << ": " << e.describe());
+  INFO("heads " << c.n_heads << "/" << c.n_kv_heads << " d " << c.head_dim << " schedule "
+                << static_cast<int>(order) << ": " << e.describe());
   CHECK(e.out < kTol);
   CHECK(e.lse < kLseTol);
   CHECK(e.dq < kTol);

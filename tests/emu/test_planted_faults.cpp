@@ -14,6 +14,8 @@
 #include "emu_block.h"
 
 using odc_emu::Faults;
+using odc_emu::Schedule;
+using odc_emu::UseSchedule;
 using odc_emu::PlantFault;
 using odc_emu::Site;
 using odc_emu_test::AttentionCase;
@@ -107,4 +109,41 @@ TEST_CASE("planted: a shfl mask without the upper half-warp is reported", "[emu]
   CHECK_THROWS_WITH(run_attention(kCase, 7, false),
                     Catch::Contains("membermask 0x0000ffff, which does not include the calling lane") &&
                         Catch::Contains("attention_forward.cuh"));
+}
+
+TEST_CASE("planted: removing any one barrier or cp.async wait of the attention kernels is caught", "[emu][planted]") {
+  // Every __syncthreads and cp_async_wait line of the forward and backward kernels, one at a time,
+  // under each interleaving; at least one must catch it. (Measured: all three catch every site but
+  // one, the dQ barrier between the wait for V(kt) and dP = dO V^T, which round_robin misses: its
+  // lockstep warps have all waited before any reads V; warps_forward and warps_backward catch it.)
+  for (const std::string file : {"attention_forward.cuh", "attention_backward.cuh"}) {
+    std::ifstream in(std::string(ODC_SOURCE_DIR) + "/src/kernels/cuda/" + file);
+    REQUIRE(in.good());
+    std::string line;
+    int number = 0;
+    while (std::getline(in, line)) {
+      ++number;
+      const bool barrier = line.find("__syncthreads();") != std::string::npos;
+      const bool wait = line.find("cp_async_wait<") != std::string::npos;
+      if (!barrier && !wait) continue;
+      Faults f;
+      (barrier ? f.skip_barrier : f.skip_wait) = Site{file, number};
+      PlantFault plant(f);
+      std::string report;
+      int caught = 0;
+      for (const auto order : {Schedule::round_robin, Schedule::warps_forward, Schedule::warps_backward}) {
+        UseSchedule use(order);
+        try {
+          const AttentionErrors e = run_attention(kCase, 7);
+          caught += fails(e);
+          report += " [" + e.describe() + "]";
+        } catch (const std::exception& ex) {
+          ++caught;
+          report += std::string(" [") + ex.what() + "]";
+        }
+      }
+      INFO(file << ":" << number << " (round robin, warps forward, warps backward):" << report);
+      CHECK(caught > 0);
+    }
+  }
 }
