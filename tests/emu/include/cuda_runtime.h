@@ -86,6 +86,29 @@ inline cudaError_t cudaMemset(void* dst, int value, std::size_t bytes) {
   return cudaMemsetAsync(dst, value, bytes);
 }
 
+// Stream-ordered and pinned allocations: plain allocations here (every stream is in order).
+inline cudaError_t cudaMallocAsync(void** p, std::size_t bytes, cudaStream_t = nullptr) {
+  return cudaMalloc(p, bytes);
+}
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t = nullptr) { return cudaFree(p); }
+inline cudaError_t cudaMallocHost(void** p, std::size_t bytes) { return cudaMalloc(p, bytes); }
+inline cudaError_t cudaHostAlloc(void** p, std::size_t bytes, unsigned) { return cudaMalloc(p, bytes); }
+inline cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
+struct CUmemPoolHandle_st {};
+using cudaMemPool_t = CUmemPoolHandle_st*;
+enum cudaMemPoolAttr : int { cudaMemPoolAttrReleaseThreshold = 4 };
+inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
+  static CUmemPoolHandle_st the_pool;
+  *pool = &the_pool;
+  return device == 0 ? cudaSuccess : cudaErrorInvalidValue;
+}
+inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) { return cudaSuccess; }
+inline cudaError_t cudaMemPoolTrimTo(cudaMemPool_t, std::size_t) { return cudaSuccess; }
+inline cudaError_t cudaGetDevice(int* d) {
+  *d = 0;
+  return cudaSuccess;
+}
+
 // A stream is a distinct non-null handle that owns nothing.
 struct CUstream_st {};
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
