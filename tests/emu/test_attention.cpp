@@ -64,8 +64,9 @@ TEST_CASE("attention d128: tile edges, GQA groups 1, 4 and 8", "[emu][attention]
   }
 }
 
-TEST_CASE("attention: groups 3, 5 and 7 over ragged lengths", "[emu][attention]") {
+TEST_CASE("attention: groups 3, 5, 6 and 7 over ragged lengths", "[emu][attention]") {
   check({bounds({17, 70, 0, 5}), 3, 1, 64}, 31);
+  check({bounds({0, 33, 70}), 6, 1, 64}, 34);  // an empty first sequence
   check({bounds({40, 1, 66}), 10, 2, 64}, 32);
   check({bounds({90, 2}), 7, 1, 128}, 33);
 }
