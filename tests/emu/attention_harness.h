@@ -41,19 +41,17 @@ inline AttentionErrors run_attention(const AttentionCase& c, std::uint32_t seed,
   shape.n_kv_heads = c.n_kv_heads;
   shape.head_dim = c.head_dim;
 
+  // The kernels' own temporaries (tile tables, D) come from the real DeviceAllocator; inputs and
+  // outputs sit at the end of guarded pages (an access past the end faults) and outputs start as
+  // NaN bits, so that an element the kernels never write shows up.
   kc::DeviceAllocator allocator;
-  // Device buffers are host memory in the emulated runtime; outputs start as NaN bits so that an
-  // element the kernels never write shows up.
-  auto buffer = [&](std::size_t bytes) { return kc::DeviceBuffer(allocator, bytes == 0 ? 16 : bytes); };
-  kc::DeviceBuffer dq_buf = buffer(nq * 2), dk_buf = buffer(nkv * 2), dv_buf = buffer(nkv * 2);
-  kc::DeviceBuffer q_buf = buffer(nq * 2), k_buf = buffer(nkv * 2), v_buf = buffer(nkv * 2);
-  kc::DeviceBuffer o_buf = buffer(nq * 2), do_buf = buffer(nq * 2);
-  kc::DeviceBuffer lse_buf = buffer(static_cast<std::size_t>(T * c.n_heads) * 4);
-  kc::copy_to_device(q_buf.get(), q.bits.data(), nq * 2);
-  kc::copy_to_device(k_buf.get(), k.bits.data(), nkv * 2);
-  kc::copy_to_device(v_buf.get(), v.bits.data(), nkv * 2);
-  kc::copy_to_device(do_buf.get(), dout.bits.data(), nq * 2);
-  for (auto* b : {&o_buf, &dq_buf, &dk_buf, &dv_buf, &lse_buf}) kc::memset_async(b->get(), 0xff, b->bytes(), nullptr);
+  GuardedBuffer q_buf(nq * 2), k_buf(nkv * 2), v_buf(nkv * 2), o_buf(nq * 2), do_buf(nq * 2);
+  GuardedBuffer dq_buf(nq * 2), dk_buf(nkv * 2), dv_buf(nkv * 2);
+  GuardedBuffer lse_buf(static_cast<std::size_t>(T * c.n_heads) * 4);
+  q_buf.write(q.bits);
+  k_buf.write(k.bits);
+  v_buf.write(v.bits);
+  do_buf.write(dout.bits);
 
   kc::attention_forward(shape, q_buf.as<std::uint16_t>(), k_buf.as<std::uint16_t>(),
                         v_buf.as<std::uint16_t>(), o_buf.as<std::uint16_t>(), lse_buf.as<float>(),
@@ -62,8 +60,8 @@ inline AttentionErrors run_attention(const AttentionCase& c, std::uint32_t seed,
   std::vector<double> out_ref, lse_ref;
   ref.forward(out_ref, lse_ref);
   AttentionErrors e;
-  e.out = normwise_error(widen(kc::download<std::uint16_t>(o_buf.get(), nq)), out_ref);
-  e.lse = max_abs_error(kc::download<float>(lse_buf.get(), static_cast<std::size_t>(T * c.n_heads)), lse_ref);
+  e.out = normwise_error(widen(o_buf.read<std::uint16_t>(nq)), out_ref);
+  e.lse = max_abs_error(lse_buf.read<float>(static_cast<std::size_t>(T * c.n_heads)), lse_ref);
   if (!backward) return e;
 
   kc::attention_backward(shape, q_buf.as<std::uint16_t>(), k_buf.as<std::uint16_t>(),
@@ -71,9 +69,9 @@ inline AttentionErrors run_attention(const AttentionCase& c, std::uint32_t seed,
                          do_buf.as<std::uint16_t>(), dq_buf.as<std::uint16_t>(),
                          dk_buf.as<std::uint16_t>(), dv_buf.as<std::uint16_t>(), allocator, nullptr);
   const AttentionGrads g = ref.backward(dout.values);
-  e.dq = normwise_error(widen(kc::download<std::uint16_t>(dq_buf.get(), nq)), g.dq);
-  e.dk = normwise_error(widen(kc::download<std::uint16_t>(dk_buf.get(), nkv)), g.dk);
-  e.dv = normwise_error(widen(kc::download<std::uint16_t>(dv_buf.get(), nkv)), g.dv);
+  e.dq = normwise_error(widen(dq_buf.read<std::uint16_t>(nq)), g.dq);
+  e.dk = normwise_error(widen(dk_buf.read<std::uint16_t>(nkv)), g.dk);
+  e.dv = normwise_error(widen(dv_buf.read<std::uint16_t>(nkv)), g.dv);
   return e;
 }
 

@@ -1,10 +1,14 @@
 #pragma once
 // Helpers of the emulator tests: bf16 rounding written independently of the emulator's (so the
 // two check each other), deterministic random data and error measures.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 namespace odc_emu_test {
@@ -74,5 +78,46 @@ double max_abs_error(const std::vector<G>& got, const std::vector<double>& want)
   }
   return m;
 }
+
+// "Device" memory whose last byte (rounded up to 16, the kernels' alignment) is followed by an
+// inaccessible page: a kernel that reads or writes past the end of the buffer faults at once
+// instead of touching a neighbour. Filled with all-ones bytes (NaN as bf16 / f32).
+class GuardedBuffer {
+ public:
+  explicit GuardedBuffer(std::size_t bytes) {
+    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    const std::size_t used = (bytes + 15) / 16 * 16;
+    pages_ = (used + page - 1) / page * page + page;
+    void* p = mmap(nullptr, pages_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("GuardedBuffer: mmap failed");
+    base_ = static_cast<unsigned char*>(p);
+    if (mprotect(base_ + pages_ - page, page, PROT_NONE) != 0) throw std::runtime_error("GuardedBuffer: mprotect failed");
+    data_ = base_ + pages_ - page - used;
+    std::memset(data_, 0xff, used);
+  }
+  ~GuardedBuffer() { munmap(base_, pages_); }
+  GuardedBuffer(const GuardedBuffer&) = delete;
+  GuardedBuffer& operator=(const GuardedBuffer&) = delete;
+
+  template <typename T>
+  T* as() const {
+    return reinterpret_cast<T*>(data_);
+  }
+  template <typename T>
+  std::vector<T> read(std::size_t count) const {
+    std::vector<T> out(count);
+    if (count > 0) std::memcpy(out.data(), data_, count * sizeof(T));
+    return out;
+  }
+  template <typename T>
+  void write(const std::vector<T>& v) {
+    if (!v.empty()) std::memcpy(data_, v.data(), v.size() * sizeof(T));
+  }
+
+ private:
+  unsigned char* base_ = nullptr;
+  unsigned char* data_ = nullptr;
+  std::size_t pages_ = 0;
+};
 
 }  // namespace odc_emu_test
