@@ -12,6 +12,7 @@
 
 #include "emu_test_support.h"
 #include "odc/core/error.h"
+#include "cublasLt.h"  // the emulated cuBLASLt (tests/emu/include)
 #include "odc/kernels/cuda_gemm.h"
 
 namespace kc = odc::kernels::cuda;
@@ -132,4 +133,48 @@ TEST_CASE("emu gemm: a leading dimension below the row length is an error", "[em
   CHECK_THROWS_AS(kc::gemm(blas, false, false, 4, 4, 4, 1.0f, a.data(), 3, b.data(), 4, 0.0f, c.data(), 4,
                            kc::GemmOut::f32, nullptr),
                   odc::Error);
+}
+
+TEST_CASE("emu cuBLASLt: what the reference rejects (so gemm.cu's calls are checked)", "[emu][gemm]") {
+  // Column-major layouts need ld >= rows.
+  cublasLtMatrixLayout_t layout = nullptr;
+  CHECK(cublasLtMatrixLayoutCreate(&layout, CUDA_R_16BF, 8, 4, 7) == CUBLAS_STATUS_INVALID_VALUE);
+  REQUIRE(cublasLtMatrixLayoutCreate(&layout, CUDA_R_16BF, 8, 4, 8) == CUBLAS_STATUS_SUCCESS);
+  // Attributes must come with their exact size.
+  cublasLtMatmulDesc_t desc = nullptr;
+  REQUIRE(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS);
+  const std::int64_t wide = CUBLAS_OP_T;
+  CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &wide, sizeof(wide)) ==
+        CUBLAS_STATUS_INVALID_VALUE);
+  // Shapes must chain: op(A) 8x4 times op(B) 8x4 does not.
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  cublasLtMatrixLayout_t c = nullptr;
+  REQUIRE(cublasLtCreate(&handle) == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, 8, 4, 8) == CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  CHECK(cublasLtMatmulAlgoGetHeuristic(handle, desc, layout, layout, c, c, pref, 1, &result, &returned) ==
+        CUBLAS_STATUS_INVALID_VALUE);
+  // A pointer less aligned than the preference promised (the default: 256 bytes) is refused.
+  const cublasOperation_t t = CUBLAS_OP_T;
+  REQUIRE(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)) == CUBLAS_STATUS_SUCCESS);
+  cublasLtMatrixLayout_t b = nullptr;
+  REQUIRE(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, 8, 4, 8) == CUBLAS_STATUS_SUCCESS);
+  cublasLtMatrixLayout_t c4 = nullptr;
+  REQUIRE(cublasLtMatrixLayoutCreate(&c4, CUDA_R_32F, 4, 4, 4) == CUBLAS_STATUS_SUCCESS);
+  REQUIRE(cublasLtMatmulAlgoGetHeuristic(handle, desc, layout, b, c4, c4, pref, 1, &result, &returned) ==
+          CUBLAS_STATUS_SUCCESS);
+  alignas(256) std::uint16_t ab[64] = {};
+  alignas(256) float out[32] = {};
+  const float one = 1.0f, zero = 0.0f;
+  CHECK(cublasLtMatmul(handle, desc, &one, ab, layout, ab, b, &zero, out, c4, out, c4, &result.algo, nullptr, 0,
+                       nullptr) == CUBLAS_STATUS_SUCCESS);
+  CHECK(cublasLtMatmul(handle, desc, &one, ab + 8, layout, ab, b, &zero, out, c4, out, c4, &result.algo, nullptr,
+                       0, nullptr) == CUBLAS_STATUS_INVALID_VALUE);
+  for (auto* l : {layout, c, b, c4}) cublasLtMatrixLayoutDestroy(l);
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatmulDescDestroy(desc);
+  cublasLtDestroy(handle);
 }
