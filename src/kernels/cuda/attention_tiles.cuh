@@ -21,6 +21,45 @@ constexpr float kLog2e = 1.4426950408889634f;
 // ---------------------------------------------------------------------------------------------
 // PTX wrappers (begin)
 
+#if defined(ODC_CUDA_EMULATION)
+// The emulated build (tests/emu compiles these sources for the CPU): the same wrappers on the
+// emulator's model of each instruction (tests/emu/ptx_emu.h); the call sites are recorded so that
+// a test can plant a fault at one of them.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  ::odc_emu::ptx::cp_async(smem, gmem, 16, valid);
+}
+
+__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, bool valid) {
+  ::odc_emu::ptx::cp_async(smem, gmem, 4, valid);
+}
+
+__device__ __forceinline__ void cp_async_commit() { ::odc_emu::ptx::cp_async_commit(); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait(
+    std::source_location where = std::source_location::current()) {
+  ::odc_emu::ptx::cp_async_wait(N, where);
+}
+
+__device__ __forceinline__ void ldsm_x4(std::uint32_t (&r)[4], const bf16* p,
+                                        std::source_location where = std::source_location::current()) {
+  ::odc_emu::ptx::ldmatrix_x4(r, p, false, where);
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(
+    std::uint32_t (&r)[4], const bf16* p,
+    std::source_location where = std::source_location::current()) {
+  ::odc_emu::ptx::ldmatrix_x4(r, p, true, where);
+}
+
+__device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a)[4],
+                                          std::uint32_t b0, std::uint32_t b1,
+                                          std::source_location where = std::source_location::current()) {
+  ::odc_emu::ptx::mma_m16n8k16_bf16(d, a, b0, b1, where);
+}
+
+#else  // nvcc
+
 __device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -75,6 +114,8 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+#endif  // ODC_CUDA_EMULATION
 
 __device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo

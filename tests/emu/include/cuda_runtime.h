@@ -1,0 +1,149 @@
+#pragma once
+// Emulated build only (tests/emu): stands in for the toolkit's cuda_runtime.h. Device memory is
+// host memory (cudaMalloc = 256-byte aligned allocation), every stream is the host thread in
+// program order (async copies and launches complete before they return), events complete at
+// once and time nothing. Launches report their errors by throwing odc::Error; cudaGetLastError
+// then has nothing left to report.
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "../bf16_emu.h"
+#include "../cuda_emu.h"
+#include "../ptx_emu.h"
+
+enum cudaError_t : int {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorNotReady = 600,
+};
+enum cudaMemcpyKind : int {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+enum cudaFuncAttribute : int { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum cudaDataType_t : int { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 };
+
+struct CUevent_st {};
+using cudaEvent_t = CUevent_st*;
+constexpr unsigned cudaStreamNonBlocking = 1;
+constexpr unsigned cudaEventDefault = 0;
+constexpr unsigned cudaEventDisableTiming = 2;
+
+inline const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorNotReady: return "device not ready";
+  }
+  return "unknown error";
+}
+inline const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+  }
+  return "cudaErrorUnknown";
+}
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline cudaError_t cudaPeekAtLastError() { return cudaSuccess; }
+inline cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 1;
+  return cudaSuccess;
+}
+inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+inline cudaError_t cudaMalloc(void** p, std::size_t bytes) {
+  *p = ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t{256}, std::nothrow);
+  return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+inline cudaError_t cudaFree(void* p) {
+  if (p != nullptr) ::operator delete(p, std::align_val_t{256});
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind) {
+  if (bytes > 0) std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind k,
+                                   cudaStream_t = nullptr) {
+  return cudaMemcpy(dst, src, bytes, k);
+}
+inline cudaError_t cudaMemsetAsync(void* dst, int value, std::size_t bytes, cudaStream_t = nullptr) {
+  if (bytes > 0) std::memset(dst, value, bytes);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemset(void* dst, int value, std::size_t bytes) {
+  return cudaMemsetAsync(dst, value, bytes);
+}
+
+// Stream-ordered and pinned allocations: plain allocations here (every stream is in order).
+inline cudaError_t cudaMallocAsync(void** p, std::size_t bytes, cudaStream_t = nullptr) {
+  return cudaMalloc(p, bytes);
+}
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t = nullptr) { return cudaFree(p); }
+inline cudaError_t cudaMallocHost(void** p, std::size_t bytes) { return cudaMalloc(p, bytes); }
+inline cudaError_t cudaHostAlloc(void** p, std::size_t bytes, unsigned) { return cudaMalloc(p, bytes); }
+inline cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
+struct CUmemPoolHandle_st {};
+using cudaMemPool_t = CUmemPoolHandle_st*;
+enum cudaMemPoolAttr : int { cudaMemPoolAttrReleaseThreshold = 4 };
+inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
+  static CUmemPoolHandle_st the_pool;
+  *pool = &the_pool;
+  return device == 0 ? cudaSuccess : cudaErrorInvalidValue;
+}
+inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) { return cudaSuccess; }
+inline cudaError_t cudaMemPoolTrimTo(cudaMemPool_t, std::size_t) { return cudaSuccess; }
+inline cudaError_t cudaGetDevice(int* d) {
+  *d = 0;
+  return cudaSuccess;
+}
+
+// A stream is a distinct non-null handle that owns nothing.
+struct CUstream_st {};
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+  *s = new CUstream_st;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  delete s;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
+
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
+  *e = new CUevent_st;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
+  *ms = 0.0f;
+  return cudaSuccess;
+}
+
+template <typename... P>
+cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0) return cudaErrorInvalidValue;
+  ::odc_emu::set_max_dynamic_smem(reinterpret_cast<const void*>(kernel), static_cast<std::size_t>(value));
+  return cudaSuccess;
+}

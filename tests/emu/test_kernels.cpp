@@ -1,0 +1,226 @@
+// The element-wise and row kernels of src/kernels/cuda (cast, swiglu, rope, adamw, rmsnorm,
+// embedding) executed by the emulator through their public entry points (cuda_ops.h,
+// cuda_cast.h), against float64 references. The tests check results, not how the kernels reach
+// them (grid shapes, atomics or fixed-order reductions), so a kernel rewritten for determinism
+// keeps them.
+//
+// Tolerances: an output rounded to bf16 is within half a bf16 ulp (2^-9 relative) of its fp32
+// value, which is within a few fp32 ulps of the float64 reference: bound 2^-8 |ref| + 1e-6
+// (twice the rounding, plus slack for values near zero). fp32 outputs (casts, AdamW, rstd,
+// weight and table gradients): fp32 arithmetic over at most a few hundred terms: 1e-5 relative.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "emu_test_support.h"
+#include "odc/kernels/cuda_cast.h"
+#include "odc/kernels/cuda_ops.h"
+
+namespace kc = odc::kernels::cuda;
+using odc_emu_test::Bf16Data;
+using odc_emu_test::from_bf16;
+using odc_emu_test::random_bf16;
+using odc_emu_test::to_bf16;
+
+namespace {
+
+bool near_bf16(std::uint16_t got, double want) {
+  return std::fabs(from_bf16(got) - want) <= 0x1p-8 * std::fabs(want) + 1e-6;
+}
+bool near_f32(double got, double want) {
+  return std::fabs(got - want) <= 1e-5 * std::fabs(want) + 1e-7;
+}
+
+// Counts the elements outside the bound (and reports the first).
+template <typename G, typename Near>
+int mismatches(const std::vector<G>& got, const std::vector<double>& want, Near near) {
+  int bad = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (!near(got[i], want[i])) {
+      if (bad == 0) UNSCOPED_INFO("first mismatch at " << i << ": got " << double(got[i]) << ", want " << want[i]);
+      ++bad;
+    }
+  }
+  return bad;
+}
+
+double silu(double g) { return g / (1.0 + std::exp(-g)); }
+
+}  // namespace
+
+TEST_CASE("emu kernels: casts and fill over a grid-strided range", "[emu][kernels]") {
+  // 70001 elements: 274 blocks of 256, the last one partial.
+  const std::int64_t n = 70001;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 10.0f);
+  std::vector<float> in(n);
+  for (float& x : in) x = dist(rng);
+  std::vector<std::uint16_t> bf(n);
+  kc::cast_f32_to_bf16(in.data(), bf.data(), n, nullptr);
+  std::vector<float> back(n), filled(n, 0.0f);
+  kc::cast_bf16_to_f32(bf.data(), back.data(), n, nullptr);
+  kc::fill_f32(filled.data(), 2.5f, n, nullptr);
+  int bad = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    bad += bf[i] != to_bf16(in[i]);  // exact: round to nearest even
+    bad += back[i] != from_bf16(bf[i]);
+    bad += filled[i] != 2.5f;
+  }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("emu kernels: swiglu forward and backward", "[emu][kernels]") {
+  const std::int64_t n = 5000;
+  const Bf16Data gate = random_bf16(n, 6.0f, 1), up = random_bf16(n, 2.0f, 2), dh = random_bf16(n, 1.0f, 3);
+  std::vector<std::uint16_t> h(n), dgate(n), dup(n);
+  kc::swiglu_forward(gate.bits.data(), up.bits.data(), h.data(), n, nullptr);
+  kc::swiglu_backward(dh.bits.data(), gate.bits.data(), up.bits.data(), dgate.data(), dup.data(), n, nullptr);
+  std::vector<double> h_ref(n), dgate_ref(n), dup_ref(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double g = gate.values[i], u = up.values[i], d = dh.values[i];
+    const double s = 1.0 / (1.0 + std::exp(-g));
+    h_ref[i] = silu(g) * u;
+    dup_ref[i] = d * silu(g);
+    dgate_ref[i] = d * u * s * (1.0 + g * (1.0 - s));
+  }
+  CHECK(mismatches(h, h_ref, near_bf16) == 0);
+  CHECK(mismatches(dgate, dgate_ref, near_bf16) == 0);
+  CHECK(mismatches(dup, dup_ref, near_bf16) == 0);
+}
+
+TEST_CASE("emu kernels: rope forward rotates and backward rotates back", "[emu][kernels]") {
+  const int tokens = 37, heads = 3, head_dim = 64, half = head_dim / 2;
+  const Bf16Data x = random_bf16(static_cast<std::size_t>(tokens) * heads * head_dim, 1.0f, 5);
+  std::vector<float> cos_t(tokens * half), sin_t(tokens * half);
+  for (int t = 0; t < tokens; ++t) {
+    for (int i = 0; i < half; ++i) {
+      const double angle = t * std::pow(10000.0, -2.0 * i / head_dim);
+      cos_t[t * half + i] = static_cast<float>(std::cos(angle));
+      sin_t[t * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  std::vector<std::uint16_t> y = x.bits;
+  kc::rope_forward(y.data(), cos_t.data(), sin_t.data(), tokens, heads, head_dim, nullptr);
+  std::vector<double> ref(x.values.size());
+  for (int t = 0; t < tokens; ++t) {
+    for (int h = 0; h < heads; ++h) {
+      const std::size_t base = (static_cast<std::size_t>(t) * heads + h) * head_dim;
+      for (int i = 0; i < half; ++i) {
+        const double c = cos_t[t * half + i], s = sin_t[t * half + i];
+        const double a = x.values[base + i], b = x.values[base + half + i];
+        ref[base + i] = a * c - b * s;
+        ref[base + half + i] = b * c + a * s;
+      }
+    }
+  }
+  CHECK(mismatches(y, ref, near_bf16) == 0);
+  // Backward is the inverse rotation: applied to y it gives x back within two roundings.
+  kc::rope_backward(y.data(), cos_t.data(), sin_t.data(), tokens, heads, head_dim, nullptr);
+  CHECK(mismatches(y, x.values, [](std::uint16_t g, double w) {
+          return std::fabs(from_bf16(g) - w) <= 0x1p-7 * std::fabs(w) + 0x1p-8;
+        }) == 0);
+}
+
+TEST_CASE("emu kernels: adamw over 70 segments (two launches), with and without decay", "[emu][kernels]") {
+  kc::AdamWConfig cfg;
+  cfg.lr = 1e-2;
+  cfg.weight_decay = 0.1;
+  cfg.step = 3;
+  cfg.grad_scale = 0.5;
+  const int segments = 70;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<std::vector<float>> p(segments), g(segments), m(segments), v(segments);
+  std::vector<kc::AdamWSegment> segs;
+  for (int s = 0; s < segments; ++s) {
+    const std::size_t n = 1 + static_cast<std::size_t>(s) * 37;
+    for (auto* vec : {&p[s], &g[s], &m[s]}) {
+      vec->resize(n);
+      for (float& x : *vec) x = dist(rng);
+    }
+    v[s].resize(n);
+    for (float& x : v[s]) x = std::fabs(dist(rng));
+    segs.push_back({p[s].data(), g[s].data(), m[s].data(), v[s].data(), static_cast<std::int64_t>(n), s % 3 != 0});
+  }
+  const auto p0 = p, m0 = m, v0 = v;
+  kc::adamw_step_multi(segs, cfg, nullptr);
+  const double bc1 = 1.0 - std::pow(cfg.beta1, 3.0), bc2 = 1.0 - std::pow(cfg.beta2, 3.0);
+  int bad = 0;
+  for (int s = 0; s < segments; ++s) {
+    const double decay = s % 3 != 0 ? 1.0 - cfg.lr * cfg.weight_decay : 1.0;
+    for (std::size_t i = 0; i < p[s].size(); ++i) {
+      const double gi = g[s][i] * cfg.grad_scale;
+      const double mi = cfg.beta1 * m0[s][i] + (1 - cfg.beta1) * gi;
+      const double vi = cfg.beta2 * v0[s][i] + (1 - cfg.beta2) * gi * gi;
+      const double pi = p0[s][i] * decay - cfg.lr / bc1 * mi / (std::sqrt(vi / bc2) + cfg.eps);
+      bad += !near_f32(m[s][i], mi) + !near_f32(v[s][i], vi) + !near_f32(p[s][i], pi);
+    }
+  }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("emu kernels: rmsnorm forward and backward (dx accumulate, dweight accumulates)", "[emu][kernels]") {
+  for (const std::int64_t dim : {40, 300}) {  // 64 threads per row; 256 threads striding a row
+    const std::int64_t rows = 70;              // two chunks of the weight-gradient rows
+    const double eps = 1e-5;
+    const Bf16Data x = random_bf16(rows * dim, 2.0f, 11), w = random_bf16(dim, 1.0f, 12),
+                   dy = random_bf16(rows * dim, 1.0f, 13), dx0 = random_bf16(rows * dim, 1.0f, 14);
+    std::vector<std::uint16_t> y(rows * dim);
+    std::vector<float> rstd(rows);
+    kc::rmsnorm_forward(x.bits.data(), w.bits.data(), y.data(), rstd.data(), rows, dim, eps, nullptr);
+    std::vector<std::uint16_t> dx = dx0.bits;
+    std::vector<float> dweight(dim, 0.25f);
+    kc::rmsnorm_backward(dy.bits.data(), x.bits.data(), w.bits.data(), rstd.data(), dx.data(),
+                         dweight.data(), rows, dim, true, nullptr);
+    std::vector<double> y_ref(rows * dim), rstd_ref(rows), dx_ref(rows * dim), dw_ref(dim, 0.25);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double ss = 0.0, dot = 0.0;
+      for (std::int64_t i = 0; i < dim; ++i) ss += x.values[r * dim + i] * x.values[r * dim + i];
+      const double inv = 1.0 / std::sqrt(ss / dim + eps);
+      rstd_ref[r] = inv;
+      for (std::int64_t i = 0; i < dim; ++i) {
+        const double xi = x.values[r * dim + i], gi = dy.values[r * dim + i];
+        y_ref[r * dim + i] = xi * inv * w.values[i];
+        dot += gi * w.values[i] * xi;
+        dw_ref[i] += gi * xi * inv;
+      }
+      for (std::int64_t i = 0; i < dim; ++i) {
+        const double xi = x.values[r * dim + i], gi = dy.values[r * dim + i];
+        dx_ref[r * dim + i] = inv * w.values[i] * gi - inv * inv * inv * dot / dim * xi + dx0.values[r * dim + i];
+      }
+    }
+    INFO("dim " << dim);
+    CHECK(mismatches(y, y_ref, near_bf16) == 0);
+    CHECK(mismatches(rstd, rstd_ref, near_f32) == 0);
+    // dx: a difference of two terms that may cancel; bound it relative to the terms' size.
+    CHECK(mismatches(dx, dx_ref, [](std::uint16_t g, double want) {
+            return std::fabs(from_bf16(g) - want) <= 0x1p-8 * std::fabs(want) + 1e-3;
+          }) == 0);
+    // dweight: sums of 70 products, fp32: relative 1e-5 of the sum of magnitudes ~ 1e-4 abs.
+    CHECK(mismatches(dweight, dw_ref, [](float g, double want) { return std::fabs(g - want) <= 1e-4; }) == 0);
+  }
+}
+
+TEST_CASE("emu kernels: embedding gathers rows and accumulates repeated ids", "[emu][kernels]") {
+  const std::int64_t vocab = 50, dim = 72, tokens = 300;
+  const Bf16Data table = random_bf16(vocab * dim, 1.0f, 21), dout = random_bf16(tokens * dim, 1.0f, 22);
+  std::vector<std::int32_t> ids(tokens);
+  for (std::int64_t t = 0; t < tokens; ++t) ids[t] = static_cast<std::int32_t>((t * 7 + t / 9) % vocab);
+  std::vector<std::uint16_t> out(tokens * dim);
+  kc::embedding_forward(ids.data(), table.bits.data(), out.data(), tokens, dim, nullptr);
+  int bad = 0;
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    for (std::int64_t i = 0; i < dim; ++i) bad += out[t * dim + i] != table.bits[ids[t] * dim + i];
+  }
+  CHECK(bad == 0);
+  std::vector<float> dtable(vocab * dim, 1.0f);
+  kc::embedding_backward(ids.data(), dout.bits.data(), dtable.data(), tokens, dim, nullptr);
+  std::vector<double> ref(vocab * dim, 1.0);
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    for (std::int64_t i = 0; i < dim; ++i) ref[ids[t] * dim + i] += dout.values[t * dim + i];
+  }
+  CHECK(mismatches(dtable, ref, near_f32) == 0);
+}
