@@ -9,10 +9,12 @@
 // the loss of every step, the gradient of step 1 and the loss after the N updates.
 // Compared pairs and their bounds (one JSON line each, "ok" true when within):
 //   gpu_bf16 vs cpu_bf16  the same rounding points, different summation orders inside GEMMs,
-//                         attention tiles and reductions: loss rel 2e-3, gradient normwise rel
-//                         2e-2, loss after N steps rel 2e-3;
-//   gpu_bf16 vs cpu_f32, cpu_bf16 vs cpu_f32   bf16 storage against fp32 (2^-8 relative per
-//                         rounding, compounded over layers): loss rel 2e-2, gradient 1e-1;
+//                         attention tiles and reductions: loss rel 1e-3, gradient normwise rel
+//                         1e-2, loss after N steps rel 1e-3;
+//   gpu_bf16 vs cpu_f32, cpu_bf16 vs cpu_f32   bf16 storage against fp32: loss rel 2e-3,
+//                         gradient 3e-2 (measured on the CPU: loss 2.3e-4, gradient 7.5e-3; each
+//                         bf16 rounding is 2^-9 relative, compounded over the layers, the bound
+//                         leaves 4x);
 //   and "tighter": the gradient distance gpu~cpu_bf16 must be below half of gpu~cpu_f32, the
 //   point of the CPU bf16 mode (it reproduces the GPU's rounding, not just its precision).
 // --cpu-only (no GPU needed; run in CI) reports cpu_bf16 vs cpu_f32 only. Exit 0 when every
@@ -163,11 +165,11 @@ int main(int argc, char** argv) {
     }
     const Run f32 = train("cpu", odc::DType::f32, steps);
     const Run bf16 = train("cpu", odc::DType::bf16, steps);
-    bool ok = compare("cpu_bf16 vs cpu_f32", bf16, f32, 2e-2, 1e-1);
+    bool ok = compare("cpu_bf16 vs cpu_f32", bf16, f32, 2e-3, 3e-2);
     if (!cpu_only) {
       const Run gpu = train("cuda", odc::DType::bf16, steps);
-      ok &= compare("gpu_bf16 vs cpu_bf16", gpu, bf16, 2e-3, 2e-2);
-      ok &= compare("gpu_bf16 vs cpu_f32", gpu, f32, 2e-2, 1e-1);
+      ok &= compare("gpu_bf16 vs cpu_bf16", gpu, bf16, 1e-3, 1e-2);
+      ok &= compare("gpu_bf16 vs cpu_f32", gpu, f32, 2e-3, 3e-2);
       ok &= report("tighter: gradient gpu~cpu_bf16 / gpu~cpu_f32", normwise(gpu.gradient, bf16.gradient) /
                    std::max(normwise(gpu.gradient, f32.gradient), 1e-30), 0.5);
     }

@@ -173,6 +173,15 @@ TEST_CASE("attention matches the CPU kernel", "[cuda][attention]") {
   for (const auto& c : cases) run_case(c, rng, alloc);
 }
 
+// The smallest cases that still cross tile edges and share kv heads: what compute-sanitizer's
+// memcheck / racecheck / synccheck run in the GPU check (scripts/gpu-check.sh, tag [sanitize]).
+TEST_CASE("attention on small ragged shapes (sanitizer cases)", "[cuda][attention][sanitize]") {
+  std::mt19937 rng(5);
+  cu::DeviceAllocator alloc;
+  run_case({{63, 65, 0, 17}, 4, 2, 64}, rng, alloc);
+  run_case({{63, 65, 0, 17}, 4, 2, 128}, rng, alloc);
+}
+
 TEST_CASE("attention rejects unsupported shapes", "[cuda][attention]") {
   cu::DeviceAllocator alloc;
   const std::vector<std::int32_t> cu_seqlens{0, 4};

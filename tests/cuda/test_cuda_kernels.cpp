@@ -73,7 +73,7 @@ TEST_CASE("Stream/Event: a waiting stream sees the producer's writes", "[cuda][s
   }
 }
 
-TEST_CASE("rmsnorm matches the CPU kernel", "[cuda][rmsnorm]") {
+TEST_CASE("rmsnorm matches the CPU kernel", "[cuda][rmsnorm][sanitize]") {
   std::mt19937 rng(1234);
   cu::DeviceAllocator alloc;
   for (auto [rows, dim] : {std::pair<std::int64_t, std::int64_t>{37, 1000}, {8, 4096}, {300, 64}}) {
@@ -128,7 +128,7 @@ TEST_CASE("rmsnorm matches the CPU kernel", "[cuda][rmsnorm]") {
   }
 }
 
-TEST_CASE("rope matches the CPU kernel", "[cuda][rope]") {
+TEST_CASE("rope matches the CPU kernel", "[cuda][rope][sanitize]") {
   std::mt19937 rng(99);
   cu::DeviceAllocator alloc;
   const std::int64_t tokens = 96;
@@ -167,7 +167,7 @@ TEST_CASE("rope matches the CPU kernel", "[cuda][rope]") {
   check_grad("rope backward(forward(x)) vs x", to_f32(from_device<std::uint16_t>(d_x, n)), x.f);
 }
 
-TEST_CASE("swiglu matches the CPU kernel", "[cuda][swiglu]") {
+TEST_CASE("swiglu matches the CPU kernel", "[cuda][swiglu][sanitize]") {
   std::mt19937 rng(7);
   cu::DeviceAllocator alloc;
   const std::int64_t n = 100003;
@@ -192,7 +192,7 @@ TEST_CASE("swiglu matches the CPU kernel", "[cuda][swiglu]") {
   check_grad("swiglu_backward dup", to_f32(from_device<std::uint16_t>(d_du, n)), du_ref);
 }
 
-TEST_CASE("embedding matches the CPU kernel", "[cuda][embedding]") {
+TEST_CASE("embedding matches the CPU kernel", "[cuda][embedding][sanitize]") {
   std::mt19937 rng(42);
   cu::DeviceAllocator alloc;
   const std::int64_t vocab = 500, dim = 200, tokens = 1000;
@@ -223,7 +223,7 @@ TEST_CASE("embedding matches the CPU kernel", "[cuda][embedding]") {
   CHECK(dtable == dtable_ref);
 }
 
-TEST_CASE("multi-tensor AdamW matches the CPU kernel", "[cuda][adamw]") {
+TEST_CASE("multi-tensor AdamW matches the CPU kernel", "[cuda][adamw][sanitize]") {
   std::mt19937 rng(5);
   cu::DeviceAllocator alloc;
   // A few large segments and many small ones (more than one launch's 64), with and without decay.

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# scripts/gpu-bundle.sh and scripts/gpu-check.sh --dry-run, end to end on this machine (no GPU):
+# the bundle is made from the current build, holds every program of the check, none of the
+# libraries the lent machine brings itself (glibc, CUDA), stays under its size budget; the dry
+# run of the check passes on it, writes exactly its two files and at most 40 summary lines; and
+# it fails, naming the step, on a bundle whose file was altered after packing.
+#
+#   tests/scripts/test_gpu_bundle.sh BUILD_DIR WORK_DIR
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+build="$1"
+work="$2"
+rm -rf "$work"
+mkdir -p "$work"
+fail() { echo "test_gpu_bundle: FAIL: $*" >&2; exit 1; }
+
+ODC_XZ_LEVEL=1 "$root/scripts/gpu-bundle.sh" --build-dir "$build" "$work/bundle.tar.xz" >"$work/bundle.json" \
+  || fail "gpu-bundle.sh failed"
+cat "$work/bundle.json"
+bytes=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["bytes"])' "$work/bundle.json")
+[ "$bytes" -le $((48 * 1024 * 1024)) ] || fail "bundle of $bytes bytes is over 48 MiB"
+
+mkdir -p "$work/unpacked"
+tar -C "$work/unpacked" -xJf "$work/bundle.tar.xz"
+b="$work/unpacked/odc-gpu"
+for p in odc_cuda_tests gpu_ceilings gpu_gemm gpu_attention gpu_model_parity gpu_model_throughput odc-train; do
+  [ -x "$b/bin/$p" ] || fail "the bundle lacks bin/$p"
+done
+for f in gpu-check.sh COMMIT BUNDLE.json MANIFEST.sha256 py/gpu_model_torch.py py/gpu_attention_torch.py \
+         py/gpu_check_summary.py; do
+  [ -f "$b/$f" ] || fail "the bundle lacks $f"
+done
+if ls "$b/lib" | grep -E '^(libc\.|libm\.|libpthread|libdl\.|ld-linux|libcuda\.|libcudart|libcublas)'; then
+  fail "the bundle carries libraries the lent machine provides"
+fi
+ls "$b/lib" | grep -q '^libopenblas' || fail "the bundle lacks OpenBLAS, which odc-train loads"
+
+# The dry run passes on the archive, with exactly its two files.
+"$root/scripts/gpu-check.sh" --dry-run "$work/bundle.tar.xz" "$work/out" >"$work/dry.log" 2>&1 \
+  || { cat "$work/dry.log"; fail "the dry run failed"; }
+[ "$(ls "$work/out" | sort | tr '\n' ' ')" = "gpu-check.tar.gz summary.txt " ] || fail "OUT holds $(ls "$work/out")"
+lines=$(wc -l <"$work/out/summary.txt")
+[ "$lines" -le 40 ] || fail "the summary has $lines lines"
+grep -q "steps: all .* passed" "$work/out/summary.txt" || { cat "$work/out/summary.txt"; fail "summary does not pass"; }
+tar -tzf "$work/out/gpu-check.tar.gz" | grep -q 'logs/steps.tsv' || fail "the archive lacks logs/steps.tsv"
+
+# An altered file is caught by the manifest, and the check fails naming it.
+printf 'x' >>"$b/py/gpu_model_torch.py"
+if "$root/scripts/gpu-check.sh" --dry-run "$b" "$work/out2" >"$work/dry2.log" 2>&1; then
+  fail "the dry run passed on an altered bundle"
+fi
+grep -q "FAILED manifest" "$work/out2/summary.txt" || { cat "$work/out2/summary.txt"; fail "the summary does not name the manifest"; }
+
+# Usage errors exit 2.
+set +e
+"$root/scripts/gpu-check.sh" --deadline soon x y >/dev/null 2>&1; rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "a bad --deadline exited $rc, not 2"
+echo "test_gpu_bundle: all checks passed ($bytes bytes)"
