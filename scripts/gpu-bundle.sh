@@ -36,14 +36,15 @@ done
 
 # The programs of the check (bench/ and tests/cuda/ describe each).
 programs=(odc_cuda_tests gpu_ceilings gpu_gemm gpu_attention gpu_model_parity gpu_model_throughput odc-train)
-python_peers=(bench/gpu_attention_torch.py bench/gpu_model_torch.py scripts/gpu_check_summary.py)
+python_peers=(bench/gpu_attention_torch.py bench/gpu_model_torch.py scripts/gpu_check_summary.py
+              scripts/gpu_check_train.py)
 
 if [ ! -f "$build/CMakeCache.txt" ]; then
   ODC_BUILD_DIR="$build" ODC_BUILD_TARGETS="${programs[*]}" "$root/scripts/build.sh" -DODC_CUDA=ON
 fi
 grep -q '^ODC_CUDA:STRING=OFF' "$build/CMakeCache.txt" && die "$build is configured with ODC_CUDA=OFF; use a CUDA build (--build-dir)"
 targets=()
-for p in "${programs[@]}"; do targets+=(--target "$p"); done
+for p in "${programs[@]}" odc-data; do targets+=(--target "$p"); done
 cmake --build "$build" -j "$(nproc)" "${targets[@]}" >/dev/null || die "building ${programs[*]} in $build failed"
 # The kernels must hold machine code for the H200 (sm_90a): PTX of another target alone would be
 # JIT-compiled there, slowly and not as measured here.
@@ -53,13 +54,17 @@ grep -q -- 'code=\[\?[a-z_0-9,]*sm_90' "$build/build.ninja" \
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 b="$stage/odc-gpu"
-mkdir -p "$b/bin" "$b/lib" "$b/py"
+mkdir -p "$b/bin" "$b/lib" "$b/py" "$b/configs" "$b/data"
 for p in "${programs[@]}"; do
   [ -x "$build/bin/$p" ] || die "$build/bin/$p was not built"
   strip -o "$b/bin/$p" "$build/bin/$p"
 done
 for f in "${python_peers[@]}"; do cp "$root/$f" "$b/py/"; done
 cp "$root/scripts/gpu-check.sh" "$b/gpu-check.sh"
+# The trainer step's job: its config and synthetic SFT data (long-tailed lengths, 4 tasks).
+cp "$root/configs/gpu-check-train.yaml" "$b/configs/"
+"$build/bin/odc-data" synth --out "$b/data/gpu-train.jsonl" --num 512 --vocab 32 --min-length 16 \
+  --max-length 512 --mean-length 96 --seed 7 >/dev/null || die "odc-data synth failed"
 
 # Shared libraries: everything ldd resolves except the glibc family and CUDA's own.
 host_provided='^(linux-vdso|ld-linux|libc\.|libm\.|libpthread\.|libdl\.|librt\.|libresolv\.|libutil\.|libcuda\.|libcudart\.|libcublas|libnccl\.|libcudnn|libnvrtc|libnvJitLink|libcufile)'

@@ -10,11 +10,13 @@
 #   --deadline  seconds for the whole check (default 420): every step is cut to what is left, so
 #               the check ends inside one 600 s command with time to spare
 #   --dry-run   everything except the GPU work, on any machine: unpacks and verifies the bundle,
-#               resolves every program's libraries and starts each one, compiles the Python peers,
+#               resolves every program's libraries and starts each one, runs the trainer step on
+#               the CPU backend's bf16 mode, compiles the Python peers,
 #               and writes the summary and the archive from whatever results exist (tested in CI)
 #
 # Steps (name: what it runs), most important first: env (nvidia-smi, torch), tests
-# (odc_cuda_tests, one pass), ceilings (cuBLASLt bf16 8192^3, device copy), model-parity (GPU
+# (odc_cuda_tests, one pass), trainer (odc-train on the GPU: rerun and resume bit for bit,
+# scripts/gpu_check_train.py), ceilings (cuBLASLt bf16 8192^3, device copy), model-parity (GPU
 # bf16 vs CPU bf16 vs CPU fp32, tiny model), throughput (1B shape, ours and torch eager),
 # attention (ours and torch SDPA flash/cuDNN on the same shapes), memcheck / racecheck /
 # synccheck (compute-sanitizer on the [sanitize] cases). Exit: 0 when every step passed, else 1;
@@ -118,12 +120,20 @@ if [ "$dry_run" -eq 1 ]; then
     step "start-$p" 20 bash -c '"$1"; rc=$?; [ $rc -eq 77 ] || [ $rc -eq 0 ]' start "$bin/$p"
   done
   step start-odc-train 20 "$bin/odc-train" --help
+  # The trainer step itself, on the CPU backend's bf16 mode at a smaller shape.
+  step trainer 120 bash -c 'python3 "$1/py/gpu_check_train.py" "$1/bin/odc-train" "$1/configs/gpu-check-train.yaml" \
+    "$1/data/gpu-train.jsonl" "$2/train" --set model.device=cpu --set model.config.hidden_size=128 \
+    --set model.config.intermediate_size=256 --set model.config.num_hidden_layers=2 \
+    --set model.config.num_attention_heads=2 --set model.config.num_key_value_heads=1 \
+    --set data.minibatch_size=4 --set train.steps=4 >"$3"' trainer "$b" "$work" "$logs/trainer.jsonl"
   step python-peers 30 python3 -m py_compile "$b"/py/*.py
   finish
 fi
 
 # In order of what the check is for, so that a deadline cuts the least important last.
 step tests 120 "$bin/odc_cuda_tests" --durations yes
+step trainer 90 bash -c 'python3 "$1/py/gpu_check_train.py" "$1/bin/odc-train" "$1/configs/gpu-check-train.yaml" \
+  "$1/data/gpu-train.jsonl" "$2/train" >"$3"' trainer "$b" "$work" "$logs/trainer.jsonl"
 step ceilings 30 bash -c '"$1" >"$2"' ceilings "$bin/gpu_ceilings" "$logs/ceilings.jsonl"
 step model-parity 45 bash -c '"$1" >"$2"' model-parity "$bin/gpu_model_parity" "$logs/model-parity.jsonl"
 step throughput 60 bash -c '"$1" >"$2"' throughput "$bin/gpu_model_throughput" "$logs/throughput.jsonl"

@@ -5,7 +5,7 @@
 
 Reads LOGS_DIR/steps.tsv (name, exit code, seconds per step), COMMIT, tests.log (the Catch2
 totals and the "[cuda]" parity lines of odc_cuda_tests), the sanitizer logs, and the JSON lines of
-ceilings.jsonl, attention*.jsonl, model-parity.jsonl, throughput*.jsonl. Missing results are
+trainer.jsonl, ceilings.jsonl, attention*.jsonl, model-parity.jsonl, throughput*.jsonl. Missing results are
 reported as missing, never invented. Standard library only (it runs on the lent machine too).
 """
 import json
@@ -153,6 +153,18 @@ def throughput_lines(logs, ceiling_tflops):
     return out
 
 
+def trainer_lines(logs):
+    r = next(iter(jsonl(os.path.join(logs, "trainer.jsonl"))), None)
+    if r is None:
+        return ["trainer: no result"]
+    yes = lambda v: "yes" if v else "NO"
+    loss = (f"loss {r['loss_first']:.4f} -> {r['loss_last']:.4f}" if r.get("loss_first") is not None
+            and r.get("loss_last") is not None else "loss n/a")
+    rate = f", {r['tokens_per_s']:.0f} tok/s" if r.get("tokens_per_s") else ""
+    return [f"trainer (odc-train): {r.get('steps')} steps, {loss}; rerun bitwise {yes(r.get('repeat_bitwise'))}, "
+            f"resume bitwise {yes(r.get('resume_bitwise'))}{rate}"]
+
+
 def main():
     if len(sys.argv) != 3:
         print("usage: gpu_check_summary.py LOGS_DIR DRY_RUN", file=sys.stderr)
@@ -160,6 +172,7 @@ def main():
     logs, dry = sys.argv[1], sys.argv[2] == "1"
     commit = (read(os.path.join(logs, "COMMIT")) or "unknown\n").strip()
     lines = [f"ODC GPU check{' (dry run: no GPU work)' if dry else ''}: commit {commit}", steps_lines(logs)]
+    lines += trainer_lines(logs)
     if not dry:
         lines += tests_lines(logs)
         lines += sanitizer_lines(logs)

@@ -18,7 +18,8 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: odc-train [CONFIG.yaml] [--set key.path=value]... [--dump-config] [--calibrate-cost]
 
-Trains a LLaMA-style decoder on pre-tokenized data. Run directly (one rank) or under
+Trains a LLaMA-style decoder on pre-tokenized data. Run directly (one process, without
+MPI: e.g. one GPU with model.device: cuda) or under
   mpirun -np N odc-train CONFIG.yaml
 Values come from the built-in defaults, then CONFIG.yaml, then ODC_<SECTION>_<KEY> environment
 variables, then --set assignments (e.g. --set train.lr=1e-3 --set model.config.num_hidden_layers=2).
@@ -59,6 +60,12 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
   }
   config.validate();
   odc::setup_logging(mpi.rank(), mpi.world_size(), config.get_string("train.log_level"));
+  if (!mpi.initialized()) {
+    // Started directly: one process, no MPI (a single-GPU machine need not have MPI's runtime).
+    odc::train::Trainer trainer(config);
+    trainer.run(/*keep_results=*/false);
+    return 0;
+  }
   const auto group = odc::distributed::make_world_group(config.get_double("comm.timeout_s"));
   odc::train::Trainer trainer(config, *group);
   trainer.run(/*keep_results=*/false);  // constant memory over any number of steps
@@ -70,5 +77,5 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
 int main(int argc, char** argv) {
   return odc::cli::run_mpi_tool("odc-train", argc, argv, [&](const odc::distributed::MpiSession& mpi) {
     return run(odc::cli::parse(command(), argc, argv), mpi);
-  });
+  }, /*mpi_optional=*/true);
 }

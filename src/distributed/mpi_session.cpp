@@ -19,16 +19,25 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
+  initialized_ = true;
+}
+
+bool MpiSession::launched_by_mpi() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
 }
 
 MpiSession::~MpiSession() {
+  if (!initialized_) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
 }
 
 void MpiSession::abort(int code) const {
-  MPI_Abort(MPI_COMM_WORLD, code);
+  if (initialized_) MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);
 }
 

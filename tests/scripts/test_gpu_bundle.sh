@@ -27,7 +27,7 @@ for p in odc_cuda_tests gpu_ceilings gpu_gemm gpu_attention gpu_model_parity gpu
   [ -x "$b/bin/$p" ] || fail "the bundle lacks bin/$p"
 done
 for f in gpu-check.sh COMMIT BUNDLE.json MANIFEST.sha256 py/gpu_model_torch.py py/gpu_attention_torch.py \
-         py/gpu_check_summary.py; do
+         py/gpu_check_summary.py py/gpu_check_train.py configs/gpu-check-train.yaml data/gpu-train.jsonl; do
   [ -f "$b/$f" ] || fail "the bundle lacks $f"
 done
 if ls "$b/lib" | grep -E '^(libc\.|libm\.|libpthread|libdl\.|ld-linux|libcuda\.|libcudart|libcublas)'; then
@@ -43,6 +43,8 @@ lines=$(wc -l <"$work/out/summary.txt")
 [ "$lines" -le 40 ] || fail "the summary has $lines lines"
 grep -q "steps: all .* passed" "$work/out/summary.txt" || { cat "$work/out/summary.txt"; fail "summary does not pass"; }
 tar -tzf "$work/out/gpu-check.tar.gz" | grep -q 'logs/steps.tsv' || fail "the archive lacks logs/steps.tsv"
+grep -q "rerun bitwise yes, resume bitwise yes" "$work/out/summary.txt" \
+  || { cat "$work/out/summary.txt"; fail "the trainer step did not rerun and resume bit for bit"; }
 
 # An altered file is caught by the manifest, and the check fails naming it.
 printf 'x' >>"$b/py/gpu_model_torch.py"

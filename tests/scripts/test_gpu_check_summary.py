@@ -64,6 +64,9 @@ def full_logs(folder):
     jsonl(folder, "throughput.jsonl", [{"impl": "odc", "shape": "L16", "tokens_per_s": 40000.0,
                                         "flops_per_token": 7.5e9}])
     jsonl(folder, "throughput-torch.jsonl", [{"impl": "torch_eager", "tokens_per_s": 32000.0}])
+    jsonl(folder, "trainer.jsonl", [{"bench": "gpu_check_train", "ok": False, "steps": 12, "loss_first": 3.5,
+                                     "loss_last": 2.25, "repeat_bitwise": True, "resume_bitwise": False,
+                                     "tokens_per_s": 91000.0}])
 
 
 def main():
@@ -89,6 +92,8 @@ def main():
         expect(lines, "FAIL")
         expect(lines, "MFU 30.3% of dense bf16 peak, 40.0% of the GEMM ceiling")
         expect(lines, "ours / torch = 1.25x")
+        expect(lines, "trainer (odc-train): 12 steps, loss 3.5000 -> 2.2500; rerun bitwise yes, resume bitwise NO, "
+                      "91000 tok/s")
     with tempfile.TemporaryDirectory() as folder:
         # 200 steps, 30 of them failed, and 60 parity-failing model checks: still 40 lines at most.
         write(folder, "steps.tsv", "".join(f"step{i}\t{1 if i % 7 == 0 else 0}\t1\n" for i in range(200)))
@@ -101,6 +106,7 @@ def main():
         expect(lines, "model parity: 0/60 within bounds")
         expect(lines, "tests: not run")
         expect(lines, "throughput: no results")
+        expect(lines, "trainer: no result")
     with tempfile.TemporaryDirectory() as folder:
         write(folder, "steps.tsv", "manifest\t0\t1\nlibraries\t0\t1\n")
         lines = summarize(script, folder, dry="1")

@@ -42,10 +42,14 @@ int run_tool(std::string_view tool, const std::function<int()>& body) {
 }
 
 int run_mpi_tool(std::string_view tool, int& argc, char**& argv,
-                 const std::function<int(const distributed::MpiSession&)>& body) {
+                 const std::function<int(const distributed::MpiSession&)>& body, bool mpi_optional) {
   std::unique_ptr<distributed::MpiSession> mpi;
   try {
-    mpi = std::make_unique<distributed::MpiSession>(&argc, &argv);
+    if (mpi_optional && !distributed::MpiSession::launched_by_mpi()) {
+      mpi = std::make_unique<distributed::MpiSession>(distributed::MpiSession::without_mpi());
+    } else {
+      mpi = std::make_unique<distributed::MpiSession>(&argc, &argv);
+    }
     return body(*mpi);
   } catch (...) {
     const int code = exit_code_of_current_exception(tool, mpi == nullptr || mpi->rank() == 0);

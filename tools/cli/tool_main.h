@@ -22,7 +22,10 @@ int run_tool(std::string_view tool, const std::function<int()>& body);
 // rewrite argc/argv, hence the references). Every rank parses the same command line, so help and
 // usage errors are printed by rank 0 alone; an error is printed by the rank that hit it, which
 // then ends the whole job (MPI_Abort) so that no rank waits forever for it.
+// `mpi_optional`: started directly (no launcher, MpiSession::launched_by_mpi()), the tool runs as
+// one process without initializing MPI at all (MpiSession::without_mpi()); its body must then not
+// use MPI.
 int run_mpi_tool(std::string_view tool, int& argc, char**& argv,
-                 const std::function<int(const distributed::MpiSession&)>& body);
+                 const std::function<int(const distributed::MpiSession&)>& body, bool mpi_optional = false);
 
 }  // namespace odc::cli

@@ -12,15 +12,28 @@ class MpiSession {
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
 
+  // A session of one process that never initializes MPI: for a tool started directly, where MPI's
+  // singleton start would need MPI's runtime on the machine (a lent GPU machine has none).
+  static MpiSession without_mpi() { return MpiSession(); }
+  MpiSession(MpiSession&& other) noexcept
+      : rank_(other.rank_), world_size_(other.world_size_), initialized_(other.initialized_) {
+    other.initialized_ = false;
+  }
+  // Whether a launcher (mpirun/mpiexec/srun: Open MPI, PMIx or PMI) started this process.
+  static bool launched_by_mpi();
+
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
+  bool initialized() const { return initialized_; }
   // Ends every rank of the job with `code`: used when one rank fails alone, so the others do not
   // wait forever in a collective.
   [[noreturn]] void abort(int code) const;
 
  private:
+  MpiSession() = default;
   int rank_ = 0;
   int world_size_ = 1;
+  bool initialized_ = false;
 };
 
 }  // namespace odc::distributed

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""The GPU check's trainer step (scripts/gpu-check.sh): odc-train itself, started directly (one
+process, no MPI), proves that a run is reproducible bit for bit and resumes exactly.
+
+  gpu_check_train.py ODC_TRAIN CONFIG DATA WORK [--set key=value]...
+
+Runs CONFIG on DATA four times under WORK:
+  straight   all train.steps steps, exporting the final weights (float32 safetensors)
+  again      the same run once more
+  part1      stopped at step steps/2 (train.stop_at_step), a checkpoint at that step
+  part2      the same command resumed from that checkpoint (checkpoint.resume: auto) to the end
+and requires every step's loss and gradient norm, and the exported weights' sha256, of `again`
+and of part1 + part2 to equal `straight`'s exactly. Prints one JSON line
+{"bench":"gpu_check_train","ok":...,"steps":...,"loss_first":...,"loss_last":...,
+ "repeat_bitwise":...,"resume_bitwise":...,"tokens_per_s":...} and exits 0 when both hold, 1
+otherwise (with what differed on stderr). Standard library only.
+"""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+
+def run(odc_train, config, data, work, name, extra, sets):
+    folder = os.path.join(work, name)
+    os.makedirs(folder, exist_ok=True)
+    cmd = [odc_train, config, "--set", f"data.train={data}", "--set",
+           f"train.metrics_file={os.path.join(folder, 'metrics.jsonl')}"]
+    for s in sets + extra:
+        cmd += ["--set", s]
+    with open(os.path.join(work, name + ".log"), "w") as log:
+        done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        print(f"gpu_check_train: the {name} run exited {done.returncode} (log: {work}/{name}.log)", file=sys.stderr)
+        sys.exit(1)
+    return folder
+
+
+def steps_of(folder):
+    rows = {}
+    with open(os.path.join(folder, "metrics.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            if "step" in r and "loss" in r:
+                rows[r["step"]] = r
+    return rows
+
+
+def weights_sha(folder):
+    h = hashlib.sha256()
+    export = os.path.join(folder, "export")
+    for name in sorted(os.listdir(export)):
+        if name.endswith(".safetensors"):
+            with open(os.path.join(export, name), "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()
+
+
+def differences(a, b, steps):
+    out = []
+    for s in steps:
+        for key in ("loss", "grad_norm"):
+            if a.get(s, {}).get(key) != b.get(s, {}).get(key):
+                out.append(f"step {s} {key}: {a.get(s, {}).get(key)!r} vs {b.get(s, {}).get(key)!r}")
+    return out
+
+
+def main():
+    if len(sys.argv) < 5:
+        print(__doc__, file=sys.stderr)
+        return 2
+    odc_train, config, data, work = sys.argv[1:5]
+    sets = []
+    rest = sys.argv[5:]
+    while rest:
+        if rest[0] != "--set" or len(rest) < 2:
+            print(f"gpu_check_train: unexpected argument {rest[0]!r}", file=sys.stderr)
+            return 2
+        sets.append(rest[1])
+        rest = rest[2:]
+    os.makedirs(work, exist_ok=True)
+    dump = subprocess.run([odc_train, config, "--dump-config"] + [x for s in sets for x in ("--set", s)],
+                          capture_output=True, text=True, check=False)
+    if dump.returncode != 0:
+        print(f"gpu_check_train: {config}: {dump.stderr.strip()}", file=sys.stderr)
+        return 1
+    steps = next(int(l.split(":")[1].split("#")[0]) for l in dump.stdout.splitlines() if l.strip().startswith("steps:"))
+    half = max(1, steps // 2)
+    export = lambda folder: [f"checkpoint.export_hf={os.path.join(work, folder, 'export')}",
+                             "checkpoint.export_dtype=float32"]
+    straight = run(odc_train, config, data, work, "straight",
+                   export("straight") + [f"checkpoint.dir={os.path.join(work, 'straight', 'ckpt')}"], sets)
+    again = run(odc_train, config, data, work, "again",
+                export("again") + [f"checkpoint.dir={os.path.join(work, 'again', 'ckpt')}"], sets)
+    resumed_ckpt = os.path.join(work, "resumed-ckpt")
+    part1 = run(odc_train, config, data, work, "part1",
+                [f"checkpoint.dir={resumed_ckpt}", f"checkpoint.every={half}", f"train.stop_at_step={half}"], sets)
+    part2 = run(odc_train, config, data, work, "part2",
+                export("part2") + [f"checkpoint.dir={resumed_ckpt}", f"checkpoint.every={half}"], sets)
+    a, b = steps_of(straight), steps_of(again)
+    resumed = {**steps_of(part1), **steps_of(part2)}
+    all_steps = range(1, steps + 1)
+    repeat = differences(a, b, all_steps)
+    resume = differences(a, resumed, all_steps)
+    if weights_sha(straight) != weights_sha(again):
+        repeat.append("the exported weights differ")
+    if weights_sha(straight) != weights_sha(part2):
+        resume.append("the exported weights differ")
+    for what, diffs in (("repeat", repeat), ("resume", resume)):
+        for d in diffs[:5]:
+            print(f"gpu_check_train: {what}: {d}", file=sys.stderr)
+    rates = sorted(r.get("tokens_per_s", 0.0) for r in a.values())
+    print(json.dumps({"bench": "gpu_check_train", "ok": not repeat and not resume, "steps": steps,
+                      "loss_first": a.get(1, {}).get("loss"), "loss_last": a.get(steps, {}).get("loss"),
+                      "repeat_bitwise": not repeat, "resume_bitwise": not resume,
+                      "tokens_per_s": rates[len(rates) // 2] if rates else None}))
+    return 0 if not repeat and not resume else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
