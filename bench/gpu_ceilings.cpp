@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu_timing.h"
 #include "odc/core/dtype.h"
 #include "odc/core/error.h"
 #include "odc/kernels/cuda_cast.h"
@@ -82,16 +83,9 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// Mean milliseconds per call of fn() over o.iters calls after o.warmup, on `stream`.
 template <typename Fn>
 double time_ms(const Options& o, const cu::Stream& stream, Fn&& fn) {
-  for (int i = 0; i < o.warmup; ++i) fn();
-  cu::Event start(true), stop(true);
-  start.record(stream);
-  for (int i = 0; i < o.iters; ++i) fn();
-  stop.record(stream);
-  stop.synchronize();
-  return static_cast<double>(start.elapsed_ms(stop)) / o.iters;
+  return odc::bench::gpu_time_ms(o.warmup, o.iters, stream, fn);
 }
 
 void gemm_ceiling(const Options& o, cu::DeviceAllocator& alloc, const cu::Stream& stream) {
