@@ -58,6 +58,7 @@ def kernel_key(source, readable):
     # Every namespace qualifier goes, in the template arguments too (a functor argument such as
     # (anonymous namespace)::BiasTerm would otherwise cut the key at its last '::').
     name = re.sub(r"\b[A-Za-z_]\w*::", "", name.replace("(anonymous namespace)::", ""))
+    name = re.sub(r"^void ", "", name)  # the return type c++filt shows for function templates
     return f"{source} {name}"
 
 
