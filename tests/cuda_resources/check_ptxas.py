@@ -55,7 +55,10 @@ def kernel_key(source, readable):
         elif ch == "(" and depth == 0 and not name.startswith("(anonymous", i):
             name = name[:i]
             break
-    name = re.sub(r"^.*::", "", name.replace("(anonymous namespace)::", ""))
+    # Every namespace qualifier goes, in the template arguments too (a functor argument such as
+    # (anonymous namespace)::BiasTerm would otherwise cut the key at its last '::').
+    name = re.sub(r"\b[A-Za-z_]\w*::", "", name.replace("(anonymous namespace)::", ""))
+    name = re.sub(r"^void ", "", name)  # the return type c++filt shows for function templates
     return f"{source} {name}"
 
 
@@ -130,6 +133,9 @@ ptxas info    : Used 25 registers, used 0 barriers
     assert got["x.cu bar"]["registers"] == 25 and got["x.cu bar"]["smem_static"] == 0, got
     assert kernel_key("a.cu", "odc::k::(anonymous namespace)::attn<128>(int4 const*, int)") == \
         "a.cu attn<128>"
+    assert kernel_key("g.cu", "void odc::kernels::cuda::(anonymous namespace)::cols<"
+                      "odc::kernels::cuda::(anonymous namespace)::BiasTerm>(BiasTerm, float*)") == \
+        "g.cu cols<BiasTerm>"
     assert compare(got, got) == []
     worse = json.loads(json.dumps(got))
     worse["x.cu foo"]["registers"] = 130

@@ -98,8 +98,9 @@ TEST_CASE("emu gemm: linear forward with bias, backward with dx, dweight and dbi
   kc::linear_forward(blas, x.bits.data(), w.bits.data(), bias.bits.data(), y.data(), rows, in, out, nullptr);
   std::vector<std::uint16_t> dx = dx0.bits;
   std::vector<float> dw(out * in, 0.5f), db(out, -1.0f);
+  kc::DeviceAllocator allocator;  // the dbias scratch
   kc::linear_backward(blas, dy.bits.data(), x.bits.data(), w.bits.data(), dx.data(), dw.data(),
-                      db.data(), rows, in, out, true, nullptr);
+                      db.data(), rows, in, out, true, allocator, nullptr);
   int bad = 0;
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t o = 0; o < out; ++o) {

@@ -173,8 +173,9 @@ TEST_CASE("emu kernels: rmsnorm forward and backward (dx accumulate, dweight acc
     kc::rmsnorm_forward(x.bits.data(), w.bits.data(), y.data(), rstd.data(), rows, dim, eps, nullptr);
     std::vector<std::uint16_t> dx = dx0.bits;
     std::vector<float> dweight(dim, 0.25f);
+    kc::DeviceAllocator allocator;  // the dweight scratch
     kc::rmsnorm_backward(dy.bits.data(), x.bits.data(), w.bits.data(), rstd.data(), dx.data(),
-                         dweight.data(), rows, dim, true, nullptr);
+                         dweight.data(), rows, dim, true, allocator, nullptr);
     std::vector<double> y_ref(rows * dim), rstd_ref(rows), dx_ref(rows * dim), dw_ref(dim, 0.25);
     for (std::int64_t r = 0; r < rows; ++r) {
       double ss = 0.0, dot = 0.0;
