@@ -87,7 +87,7 @@ done
 # programs of the check (UCX and MPI plugins are only loaded by MPI_Init, which they never call).
 
 commit="$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)"
-dirty="$(git -C "$root" status --porcelain 2>/dev/null | grep -v '^??' | wc -l)"
+dirty="$(git -C "$root" status --porcelain 2>/dev/null | { grep -cv '^??' || true; })"
 printf '%s%s\n' "$commit" "$([ "$dirty" -gt 0 ] && echo " (with $dirty uncommitted changes)")" >"$b/COMMIT"
 host_list="$(printf '%s\n' "${host_libs[@]+"${host_libs[@]}"}" | sort -u | paste -sd, -)"
 python3 - "$b/BUNDLE.json" "$commit" "$host_list" "${programs[@]}" <<'PY'
