@@ -173,7 +173,7 @@ TEST_CASE("one trace file shows every rank, and where each comm waits for a stra
   const int world = mpi_world();
   if (world != 2) return;
   const auto data = test::ragged_dataset("trace", 64);
-  constexpr double kDelayMs = 30.0;
+  constexpr double kDelayMs = 60.0;
   const auto dir = std::filesystem::temp_directory_path() / "odc_mpi_trace";
   auto traced = [&](const std::string& comm) {
     const auto path = dir / (comm + ".json");
@@ -214,7 +214,11 @@ TEST_CASE("one trace file shows every rank, and where each comm waits for a stra
   INFO("collective rank 0: waits in loop " << get(collective, 0, "wait in loop") << " s; injected "
                                            << collective_injected << " s");
   // ODC: rank 0 waits for the straggler only at the minibatch barriers; collectives: inside the loop.
-  CHECK(get(odc, 0, "wait in loop") < 0.2 * odc_injected);
-  CHECK(get(odc, 0, "barrier") > 0.5 * odc_injected);
+  // The in-loop comparison is a ratio of the two comms' waits in the same test, not a bound on
+  // ODC's waits alone: on a loaded machine (sanitizers, parallel builds) ODC's gathers themselves
+  // take longer, but only a comm that waits for the straggler inside the loop comes near the
+  // collective's wait, which holds the injected delay.
   CHECK(get(collective, 0, "wait in loop") > 0.5 * collective_injected);
+  CHECK(get(odc, 0, "wait in loop") < 0.3 * get(collective, 0, "wait in loop"));
+  CHECK(get(odc, 0, "barrier") > 0.5 * odc_injected);
 }
