@@ -96,8 +96,7 @@ double CpuBackend::measure_peak_flops() {
 ConstView CpuBackend::weights(const float* unit, std::int64_t count) {
   if (!rounds()) return Backend::weights(unit, count);
   ODC_CHECK(count >= 0, "weights() of {} elements", count);
-  auto [it, fresh] = weight_copies_.try_emplace(unit);
-  std::vector<float>& copy = it->second;
+  auto [copy, fresh] = weight_copies_.acquire(unit, [] { return std::vector<float>(); });
   if (fresh) {
     copy.assign(unit, unit + count);
     round_bf16(copy.data(), count);
@@ -108,7 +107,7 @@ ConstView CpuBackend::weights(const float* unit, std::int64_t count) {
   return {copy.data(), DType::f32, Device::cpu(), count};
 }
 
-void CpuBackend::release_weights(const float* unit) { weight_copies_.erase(unit); }
+void CpuBackend::release_weights(const float* unit) { weight_copies_.release(unit); }
 
 ConstView CpuBackend::upload(std::span<const std::int32_t> host, Buffer&) {
   return {host.data(), DType::i32, Device::cpu(), static_cast<std::int64_t>(host.size())};

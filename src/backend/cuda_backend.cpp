@@ -78,20 +78,19 @@ double CudaBackend::measure_peak_flops() {
 }
 
 ConstView CudaBackend::weights(const float* unit, std::int64_t count) {
-  auto& live = impl_->live_weights;
-  if (const auto it = live.find(unit); it != live.end()) {
-    ODC_CHECK(count * 2 <= it->second.capacity_bytes(), "weights(): unit asked for {} elements, its live copy holds {}",
-              count, it->second.capacity_bytes() / 2);
-    return it->second.get(count);  // the same block: the copy is reused, not redone
+  auto [copy, fresh] = impl_->live_weights.acquire(unit, [&] { return Buffer(impl_->memory, DType::bf16); });
+  if (!fresh) {
+    ODC_CHECK(count * 2 <= copy.capacity_bytes(), "weights(): unit asked for {} elements, its live copy holds {}",
+              count, copy.capacity_bytes() / 2);
+    return copy.get(count);  // the same block: the copy is reused, not redone
   }
-  Buffer copy(impl_->memory, DType::bf16);
+  // A released copy's block is reused (stream order protects kernels still reading it).
   const View v = copy.get(count);
   cu::cast_f32_to_bf16(unit, static_cast<std::uint16_t*>(v.data), count, impl_->s());
-  live.emplace(unit, std::move(copy));
   return v;
 }
 
-void CudaBackend::release_weights(const float* unit) { impl_->live_weights.erase(unit); }
+void CudaBackend::release_weights(const float* unit) { impl_->live_weights.release(unit); }
 
 ConstView CudaBackend::upload(std::span<const std::int32_t> host, Buffer& staging) {
   ODC_CHECK(staging.dtype() == DType::i32, "upload of int32 data into a {} staging buffer", dtype_name(staging.dtype()));

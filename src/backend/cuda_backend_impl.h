@@ -1,10 +1,10 @@
 #pragma once
 // CudaBackend's state and view checks, shared by its two source files (backend-internal).
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
 #include "odc/backend/cuda_backend.h"
+#include "odc/backend/weight_copies.h"
 #include "odc/core/error.h"
 #include "odc/kernels/cuda_attention.h"
 #include "odc/kernels/cuda_device.h"
@@ -37,7 +37,7 @@ struct CudaBackend::Impl {
   CudaMemory memory;
   kernels::cuda::Blas blas;
   // bf16 compute copies of the units handed to weights(), until release_weights().
-  std::unordered_map<const float*, Buffer> live_weights;
+  WeightCopies<Buffer> live_weights;
   Buffer loss_sums;    // f64 [2]: weighted, nll (pending until resolve_loss)
   Buffer row_loss;     // f64 per row of a cross-entropy chunk
   Buffer chunk_nll;    // f32 per row, where the caller passes no nll view

@@ -18,10 +18,10 @@
 // has its own bf16 code (cpu_bf16_attention.cpp) because the GPU rounds inside it: the
 // probabilities before the PV product, dS before the dQ/dK products.
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 #include "odc/backend/backend.h"
+#include "odc/backend/weight_copies.h"
 
 namespace odc::backend {
 
@@ -46,7 +46,7 @@ class CpuBackend final : public Backend {
   ConstView weights(const float* unit, std::int64_t count) override;
   void release_weights(const float* unit) override;
   // Units with a live bf16 copy (0 in f32 mode): for tests of the acquire/release pairing.
-  std::size_t live_weight_copies() const { return weight_copies_.size(); }
+  std::size_t live_weight_copies() const { return weight_copies_.live(); }
 
   ConstView upload(std::span<const std::int32_t> host, Buffer& staging) override;
   ConstView upload(std::span<const float> host, Buffer& staging) override;
@@ -86,7 +86,7 @@ class CpuBackend final : public Backend {
 
   std::unique_ptr<DeviceMemory> memory_;
   DType compute_;
-  std::unordered_map<const float*, std::vector<float>> weight_copies_;  // bf16 mode: unit -> copy
+  WeightCopies<std::vector<float>> weight_copies_;  // bf16 mode: unit -> its rounded copy
 };
 
 }  // namespace odc::backend
