@@ -2,6 +2,7 @@
 // Dense matrix products (CPU: OpenBLAS). Row-major throughout. A linear layer follows the
 // Hugging Face / PyTorch convention: weight W has shape [out, in] and y = x W^T + b.
 #include <cstdint>
+#include <string>
 
 namespace odc::kernels::cpu {
 
@@ -25,8 +26,19 @@ template <typename T>
 void linear_backward(const T* dy, const T* x, const T* weight, T* dx, T* dweight, T* dbias,
                      std::int64_t rows, std::int64_t in, std::int64_t out, bool dx_accumulate);
 
-// Sets the number of threads the CPU kernels (BLAS) may use.
+// Sets the number of threads the CPU kernels (GEMMs) may use.
 void set_num_threads(int threads);
 int num_threads();
+
+// Which GEMM implementation runs, for the start-up log and benchmark records.
+struct GemmInfo {
+  std::string library;  // e.g. "oneDNN 2.6.3"
+  // The instruction set the library dispatches to on this CPU, in oneDNN's names: "sse41",
+  // "avx", "avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni", "avx512_core_bf16",
+  // "avx512_core_fp16", "avx512_core_amx"; "unknown" when the library cannot say.
+  std::string isa;
+  std::string kernel;   // the implementation picked for a model-shaped fp32 product
+};
+GemmInfo gemm_info();
 
 }  // namespace odc::kernels::cpu

@@ -87,6 +87,8 @@ void set_num_threads(int threads) {
 
 int num_threads() { return openblas_get_num_threads(); }
 
+GemmInfo gemm_info() { return {openblas_get_config(), "unknown", openblas_get_corename()}; }
+
 #define ODC_INSTANTIATE(T)                                                                      \
   template void gemm<T>(bool, bool, std::int64_t, std::int64_t, std::int64_t, T, const T*,      \
                         std::int64_t, const T*, std::int64_t, T, T*, std::int64_t);             \
