@@ -12,7 +12,6 @@
 //              2 matmuls * 2 FLOP/MAC * q_dim * n(n+1)/2 = 2 * q_dim * n(n+1) forward, and the
 //              backward is twice the forward:  6 * q_dim * n(n+1) per layer.
 // Norms, RoPE, SwiGLU, softmax and the cross-entropy are not counted (O(tokens * hidden)).
-#include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
@@ -166,9 +165,7 @@ int run(const Options& o) {
   std::vector<float> c(static_cast<std::size_t>(m * n), 0.0f);
   const int sgemm_iters = std::max(3, o.iters);
   const double sgemm_seconds = seconds_per_call(1, sgemm_iters, [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), 1.0f, a.data(), static_cast<int>(k), b.data(), static_cast<int>(k),
-                0.0f, c.data(), static_cast<int>(n));
+    odc::kernels::cpu::gemm<float>(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);
   });
   const double sgemm_gflops = 2.0 * static_cast<double>(m * n * k) / sgemm_seconds / 1e9;
   const double gflops_model = model_flops / model_seconds / 1e9;

@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libopenmpi-dev openmpi-bin libucx-dev ucx-utils
-  libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 libopenblas-dev nlohmann-json3-dev
+  libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 libdnnl-dev nlohmann-json3-dev
   libpcre2-dev libicu-dev
   python3-torch python3-numpy python3-matplotlib
 )

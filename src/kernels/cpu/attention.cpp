@@ -81,6 +81,28 @@ void gather_heads(const T* src, std::int64_t ld, std::int64_t row0, std::int64_t
   }
 }
 
+// The independent pieces of work: one (sequence, kv head) pair each. They write disjoint parts of
+// every output (rows of the sequence, columns of the head group), so the compute threads take
+// them in parallel with no synchronization; each thread's GEMMs then run single-threaded (oneDNN
+// runs sequentially inside a parallel region). Longest sequences first, taken one at a time:
+// the ragged lengths of a packed microbatch balance over the threads like longest-job-first.
+struct Item {
+  std::int64_t begin = 0, length = 0, kv_head = 0;
+};
+
+std::vector<Item> work_items(const AttentionShape& shape) {
+  std::vector<Item> items;
+  items.reserve(std::size_t(shape.num_seqs) * std::size_t(shape.n_kv_heads));
+  for (int seq = 0; seq < shape.num_seqs; ++seq) {
+    const std::int64_t begin = shape.cu_seqlens[seq];
+    const std::int64_t length = shape.cu_seqlens[seq + 1] - begin;
+    if (length == 0) continue;
+    for (std::int64_t kv_head = 0; kv_head < shape.n_kv_heads; ++kv_head) items.push_back({begin, length, kv_head});
+  }
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.length > b.length; });
+  return items;
+}
+
 // Per-thread scratch reused across calls: fresh multi-megabyte vectors per call would cost page
 // faults and zero-filling on every layer (measured ~6% of the attention time). Grow-only: it keeps
 // the largest size seen, e.g. 16 MiB per thread for the float backward at 8k tokens.
@@ -102,15 +124,19 @@ void attention_forward(const AttentionShape& shape, const T* q, const T* k, cons
   // Score rows are packed with stride `keys` (the block's key count) to stay dense in cache.
   const std::int64_t score_elems = p.stack_rows * p.max_keys;
   const std::int64_t stack_elems = p.stack_rows * p.d;
-  T* scores = scratch<T>(std::size_t(score_elems + 2 * stack_elems + p.stack_rows));
-  T* q_stack = scores + score_elems;
-  T* o_stack = q_stack + stack_elems;
-  T* inv_sum = o_stack + stack_elems;
+  const std::vector<Item> items = work_items(shape);
+  const std::int64_t n_items = std::int64_t(items.size());
 
-  for (int seq = 0; seq < shape.num_seqs; ++seq) {
-    const std::int64_t begin = shape.cu_seqlens[seq];
-    const std::int64_t length = shape.cu_seqlens[seq + 1] - begin;
-    for (std::int64_t kv_head = 0; kv_head < shape.n_kv_heads; ++kv_head) {
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::int64_t item = 0; item < n_items; ++item) {
+    T* scores = scratch<T>(std::size_t(score_elems + 2 * stack_elems + p.stack_rows));
+    T* q_stack = scores + score_elems;
+    T* o_stack = q_stack + stack_elems;
+    T* inv_sum = o_stack + stack_elems;
+    const std::int64_t begin = items[std::size_t(item)].begin;
+    const std::int64_t length = items[std::size_t(item)].length;
+    {
+      const std::int64_t kv_head = items[std::size_t(item)].kv_head;
       const std::int64_t first_head = kv_head * p.group;
       const T* kh = k + begin * p.ldkv + kv_head * p.d;
       const T* vh = v + begin * p.ldkv + kv_head * p.d;
@@ -158,22 +184,25 @@ void attention_backward(const AttentionShape& shape, const T* q, const T* k, con
   const T scale = T(1.0 / std::sqrt(double(p.d)));
   const std::int64_t score_elems = p.stack_rows * p.max_keys;
   const std::int64_t stack_elems = p.stack_rows * p.d;
-  T* probs = scratch<T>(std::size_t(2 * score_elems + 3 * stack_elems + p.stack_rows));
-  T* dprobs = probs + score_elems;
-  T* q_stack = dprobs + score_elems;
-  T* do_stack = q_stack + stack_elems;
-  T* dq_stack = do_stack + stack_elems;
-  T* row_dot = dq_stack + stack_elems;
-
   // dk and dv accumulate over the query blocks (the group's heads are summed inside each GEMM).
   const std::int64_t kv_elems = shape.tokens * p.ldkv;
   std::fill(dk, dk + kv_elems, T(0));
   std::fill(dv, dv + kv_elems, T(0));
+  const std::vector<Item> items = work_items(shape);
+  const std::int64_t n_items = std::int64_t(items.size());
 
-  for (int seq = 0; seq < shape.num_seqs; ++seq) {
-    const std::int64_t begin = shape.cu_seqlens[seq];
-    const std::int64_t length = shape.cu_seqlens[seq + 1] - begin;
-    for (std::int64_t kv_head = 0; kv_head < shape.n_kv_heads; ++kv_head) {
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::int64_t item = 0; item < n_items; ++item) {
+    T* probs = scratch<T>(std::size_t(2 * score_elems + 3 * stack_elems + p.stack_rows));
+    T* dprobs = probs + score_elems;
+    T* q_stack = dprobs + score_elems;
+    T* do_stack = q_stack + stack_elems;
+    T* dq_stack = do_stack + stack_elems;
+    T* row_dot = dq_stack + stack_elems;
+    const std::int64_t begin = items[std::size_t(item)].begin;
+    const std::int64_t length = items[std::size_t(item)].length;
+    {
+      const std::int64_t kv_head = items[std::size_t(item)].kv_head;
       const std::int64_t first_head = kv_head * p.group;
       const std::int64_t kv_offset = begin * p.ldkv + kv_head * p.d;
       const T* kh = k + kv_offset;

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "odc/core/error.h"
+#include "parallel.h"
 #include "vec_math.h"
 
 namespace odc::kernels::cpu {
@@ -46,30 +48,39 @@ template <typename T>
 double cross_entropy_forward_backward(const T* logits, const std::int32_t* targets,
                                       const float* weights, std::int64_t rows, std::int64_t vocab,
                                       T* dlogits, T* nll) {
-  double total = 0;
   for (std::int64_t r = 0; r < rows; ++r) {
-    const T* row = logits + r * vocab;
-    T* drow = dlogits != nullptr ? dlogits + r * vocab : nullptr;
-    const double weight = weights[r];
-    if (weight == 0.0) {
-      if (nll != nullptr) nll[r] = T(0);
-      if (drow != nullptr) std::fill(drow, drow + vocab, T(0));
-      continue;
-    }
-    const std::int32_t target = targets[r];
-    ODC_CHECK(target >= 0 && target < vocab, "row {} target {} outside vocab {}", r, target, vocab);
-    // Read before the (possibly aliasing) gradient overwrites the row.
-    const double target_logit = double(row[target]);
-    const T max = vec::max_of(row, vocab);
-    const double sum = exp_shifted_sum_double(row, drow, vocab, max);
-    const double row_nll = double(max) + std::log(sum) - target_logit;
-    total += weight * row_nll;
-    if (nll != nullptr) nll[r] = T(row_nll);
-    if (drow != nullptr) {
-      vec::scale(drow, vocab, T(weight / sum));
-      drow[target] -= T(weight);
-    }
+    ODC_CHECK(weights[r] == 0.0f || (targets[r] >= 0 && targets[r] < vocab),
+              "row {} target {} outside vocab {}", r, targets[r], vocab);
   }
+  // Rows are independent; the weighted losses are summed afterwards in row order, so the total
+  // is the same for any thread count.
+  std::vector<double> weighted(static_cast<std::size_t>(rows), 0.0);
+  parallel_chunks(rows, 16, [&](std::int64_t row0, std::int64_t row1) {
+    for (std::int64_t r = row0; r < row1; ++r) {
+      const T* row = logits + r * vocab;
+      T* drow = dlogits != nullptr ? dlogits + r * vocab : nullptr;
+      const double weight = weights[r];
+      if (weight == 0.0) {
+        if (nll != nullptr) nll[r] = T(0);
+        if (drow != nullptr) std::fill(drow, drow + vocab, T(0));
+        continue;
+      }
+      const std::int32_t target = targets[r];
+      // Read before the (possibly aliasing) gradient overwrites the row.
+      const double target_logit = double(row[target]);
+      const T max = vec::max_of(row, vocab);
+      const double sum = exp_shifted_sum_double(row, drow, vocab, max);
+      const double row_nll = double(max) + std::log(sum) - target_logit;
+      weighted[static_cast<std::size_t>(r)] = weight * row_nll;
+      if (nll != nullptr) nll[r] = T(row_nll);
+      if (drow != nullptr) {
+        vec::scale(drow, vocab, T(weight / sum));
+        drow[target] -= T(weight);
+      }
+    }
+  });
+  double total = 0;
+  for (const double w : weighted) total += w;
   return total;
 }
 

@@ -1,26 +1,78 @@
 #include "odc/kernels/matmul.h"
 
-// cblas.h declares C99 _Complex types, which -Wpedantic flags in C++ under Clang.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpedantic"
-#include <cblas.h>
-#pragma GCC diagnostic pop
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "odc/core/error.h"
+
+// fp32 products run on oneDNN's sgemm: it picks its kernels from the CPU's features (cpuid), not
+// from a table of known processor models, so a new CPU gets its vector units (a distribution
+// OpenBLAS that does not know the model falls back to SSE3 kernels, 5-7x slower). Its row-major
+// sgemm takes any shape with no per-shape set-up, which suits ragged microbatches: the matmul
+// primitive would need a primitive (JIT code) per (rows, keys) shape, and cached per shape it
+// measured no faster (bench/gemm.cpp). Sizes are 64-bit (dnnl_dim_t): no 32-bit limit.
+//
+// float64 (the finite-difference and oracle tests only) runs on a small blocked loop here.
 
 namespace odc::kernels::cpu {
 namespace {
 
-// The distribution's OpenBLAS is the LP64 build: every size and stride must fit in blasint.
-blasint to_blas(std::int64_t value, const char* what) {
-  ODC_CHECK(value >= 0 && value <= INT_MAX, "gemm {} = {} does not fit OpenBLAS's 32-bit int", what,
-            value);
-  return static_cast<blasint>(value);
+template <typename T>
+void scale_rows(std::int64_t m, std::int64_t n, T beta, T* c, std::int64_t ldc) {
+  for (std::int64_t i = 0; i < m; ++i) {
+    T* row = c + i * ldc;
+    if (beta == T(0)) {
+      std::fill(row, row + n, T(0));
+    } else if (beta != T(1)) {
+      for (std::int64_t j = 0; j < n; ++j) row[j] *= beta;
+    }
+  }
+}
+
+// C = alpha op(A) op(B) + beta C in float64 by loops ordered for unit-stride inner products.
+void gemm_f64(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+              double alpha, const double* a, std::int64_t lda, const double* b, std::int64_t ldb,
+              double beta, double* c, std::int64_t ldc) {
+  scale_rows(m, n, beta, c, ldc);
+  const auto at = [&](std::int64_t i, std::int64_t p) { return trans_a ? a[p * lda + i] : a[i * lda + p]; };
+  if (!trans_b) {
+    // Row i of C accumulates alpha A(i, p) * row p of B: unit stride over j.
+    for (std::int64_t i = 0; i < m; ++i) {
+      double* __restrict ci = c + i * ldc;
+      for (std::int64_t p = 0; p < k; ++p) {
+        const double s = alpha * at(i, p);
+        const double* __restrict bp = b + p * ldb;
+        for (std::int64_t j = 0; j < n; ++j) ci[j] += s * bp[j];
+      }
+    }
+    return;
+  }
+  // op(B)(p, j) = B[j, p]: C(i, j) is a dot product of row i of op(A) with row j of B.
+  std::vector<double> row(static_cast<std::size_t>(k));
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t p = 0; p < k; ++p) row[static_cast<std::size_t>(p)] = at(i, p);
+    for (std::int64_t j = 0; j < n; ++j) {
+      const double* __restrict bj = b + j * ldb;
+      double sum = 0.0;
+      for (std::int64_t p = 0; p < k; ++p) sum += row[static_cast<std::size_t>(p)] * bj[p];
+      c[i * ldc + j] += alpha * sum;
+    }
+  }
+}
+
+void check_strides(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                   std::int64_t lda, std::int64_t ldb, std::int64_t ldc) {
+  ODC_CHECK(m >= 0 && n >= 0 && k >= 0, "gemm sizes m {} n {} k {}", m, n, k);
+  ODC_CHECK(lda >= std::max<std::int64_t>(1, trans_a ? m : k), "gemm lda {} for {} A, m {} k {}",
+            lda, trans_a ? "transposed" : "plain", m, k);
+  ODC_CHECK(ldb >= std::max<std::int64_t>(1, trans_b ? k : n), "gemm ldb {} for {} B, k {} n {}",
+            ldb, trans_b ? "transposed" : "plain", k, n);
+  ODC_CHECK(ldc >= std::max<std::int64_t>(1, n), "gemm ldc {} < n {}", ldc, n);
 }
 
 }  // namespace
@@ -31,25 +83,21 @@ void gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64
           std::int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
-    // Nothing to multiply; BLAS would still reject the (unused) strides of A and B.
-    for (std::int64_t i = 0; i < m; ++i) {
-      T* row = c + i * ldc;
-      if (beta == T(0)) {
-        std::fill(row, row + n, T(0));
-      } else {
-        for (std::int64_t j = 0; j < n; ++j) row[j] *= beta;
-      }
-    }
+    // Nothing to multiply; the strides of A and B are unused and not checked.
+    ODC_CHECK(ldc >= n, "gemm ldc {} < n {}", ldc, n);
+    scale_rows(m, n, beta, c, ldc);
     return;
   }
-  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-  const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-  const blasint bm = to_blas(m, "m"), bn = to_blas(n, "n"), bk = to_blas(k, "k");
-  const blasint blda = to_blas(lda, "lda"), bldb = to_blas(ldb, "ldb"), bldc = to_blas(ldc, "ldc");
+  check_strides(trans_a, trans_b, m, n, k, lda, ldb, ldc);
   if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, bm, bn, bk, alpha, a, blda, b, bldb, beta, c, bldc);
+    const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k,
+                                            alpha, a, lda, b, ldb, beta, c, ldc);
+    if (status != dnnl_success) {
+      fail("oneDNN sgemm failed (status {}) for m {} n {} k {} lda {} ldb {} ldc {}",
+           static_cast<int>(status), m, n, k, lda, ldb, ldc);
+    }
   } else {
-    cblas_dgemm(CblasRowMajor, ta, tb, bm, bn, bk, alpha, a, blda, b, bldb, beta, c, bldc);
+    gemm_f64(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
 }
 
@@ -80,14 +128,14 @@ void linear_backward(const T* dy, const T* x, const T* weight, T* dx, T* dweight
   }
 }
 
+// oneDNN runs its GEMMs on OpenMP: the count applies to GEMMs the calling thread issues (an
+// OpenMP thread-local setting), which is the compute thread that constructs the backend.
 void set_num_threads(int threads) {
   if (threads < 1) fail("kernel thread count must be >= 1, got {}", threads);
-  openblas_set_num_threads(threads);
+  omp_set_num_threads(threads);
 }
 
-int num_threads() { return openblas_get_num_threads(); }
-
-GemmInfo gemm_info() { return {openblas_get_config(), "unknown", openblas_get_corename()}; }
+int num_threads() { return omp_get_max_threads(); }
 
 #define ODC_INSTANTIATE(T)                                                                      \
   template void gemm<T>(bool, bool, std::int64_t, std::int64_t, std::int64_t, T, const T*,      \

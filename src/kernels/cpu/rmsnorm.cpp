@@ -3,6 +3,9 @@
 #include "odc/kernels/adamw.h"
 
 #include <cmath>
+#include <vector>
+
+#include "parallel.h"
 
 namespace odc::kernels::cpu {
 namespace {
@@ -24,19 +27,26 @@ double triple_dot_row(const T* a, const T* b, const T* c, std::int64_t n) {
   return (s0 + s1) + (s2 + s3);
 }
 
+// Rows per piece of work for the compute threads. The backward's weight gradient is summed per
+// piece, then the pieces in order: the same sums for any thread count.
+constexpr std::int64_t kRowGrain = 32;
+
 }  // namespace
 
 template <typename T>
 void rmsnorm_forward(const T* x, const T* weight, T* y, T* rstd, std::int64_t rows,
                      std::int64_t dim, double eps) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * dim;
-    T* yr = y + r * dim;
-    const double mean_square = sum_of_squares(xr, dim) / double(dim);
-    const T inv = T(1.0 / std::sqrt(mean_square + eps));
-    rstd[r] = inv;
-    for (std::int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * weight[i];
-  }
+  parallel_chunks(rows, kRowGrain, [&](std::int64_t row0, std::int64_t row1) {
+    for (std::int64_t r = row0; r < row1; ++r) {
+      const T* __restrict xr = x + r * dim;
+      T* __restrict yr = y + r * dim;
+      const double mean_square = sum_of_squares(xr, dim) / double(dim);
+      const T inv = T(1.0 / std::sqrt(mean_square + eps));
+      rstd[r] = inv;
+#pragma omp simd
+      for (std::int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * weight[i];
+    }
+  });
 }
 
 // With n = x * rstd (the normalized row) and y = n * w:
@@ -44,20 +54,33 @@ void rmsnorm_forward(const T* x, const T* weight, T* y, T* rstd, std::int64_t ro
 template <typename T>
 void rmsnorm_backward(const T* dy, const T* x, const T* weight, const T* rstd, T* dx, T* dweight,
                       std::int64_t rows, std::int64_t dim, bool dx_accumulate) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const T* dyr = dy + r * dim;
-    const T* xr = x + r * dim;
-    T* dxr = dx + r * dim;
-    const T inv = rstd[r];
-    const double dot = triple_dot_row(dyr, weight, xr, dim);
-    const T coef = T(double(inv) * double(inv) * double(inv) * dot / double(dim));
-    // dy is read before dx is written at each index, so dx may alias dy.
-    for (std::int64_t i = 0; i < dim; ++i) {
-      const T g = dyr[i];
-      dweight[i] += g * (xr[i] * inv);
-      const T grad = inv * weight[i] * g - coef * xr[i];
-      dxr[i] = dx_accumulate ? dxr[i] + grad : grad;
+  if (rows <= 0) return;
+  const std::int64_t pieces = (rows + kRowGrain - 1) / kRowGrain;
+  // Piece 0 accumulates straight into dweight (a single piece is the serial loop); the others
+  // into zeroed partial rows added afterwards in piece order.
+  std::vector<T> partial(static_cast<std::size_t>((pieces - 1) * dim), T(0));
+  parallel_chunks(rows, kRowGrain, [&](std::int64_t row0, std::int64_t row1) {
+    const std::int64_t piece = row0 / kRowGrain;
+    T* __restrict dw = piece == 0 ? dweight : partial.data() + (piece - 1) * dim;
+    for (std::int64_t r = row0; r < row1; ++r) {
+      const T* dyr = dy + r * dim;
+      const T* xr = x + r * dim;
+      T* dxr = dx + r * dim;
+      const T inv = rstd[r];
+      const double dot = triple_dot_row(dyr, weight, xr, dim);
+      const T coef = T(double(inv) * double(inv) * double(inv) * dot / double(dim));
+      // dy is read before dx is written at each index, so dx may alias dy.
+      for (std::int64_t i = 0; i < dim; ++i) {
+        const T g = dyr[i];
+        dw[i] += g * (xr[i] * inv);
+        const T grad = inv * weight[i] * g - coef * xr[i];
+        dxr[i] = dx_accumulate ? dxr[i] + grad : grad;
+      }
     }
+  });
+  for (std::int64_t piece = 1; piece < pieces; ++piece) {
+    const T* part = partial.data() + (piece - 1) * dim;
+    for (std::int64_t i = 0; i < dim; ++i) dweight[i] += part[i];
   }
 }
 

@@ -4,6 +4,7 @@
 #include <numbers>
 
 #include "odc/core/error.h"
+#include "parallel.h"
 
 namespace odc::kernels::cpu {
 
@@ -28,7 +29,8 @@ template <typename T>
 void rotate(T* x, const T* cos_table, const T* sin_table, std::int64_t tokens, int heads,
             int head_dim, T sign) {
   const std::int64_t half = head_dim / 2;
-  for (std::int64_t t = 0; t < tokens; ++t) {
+  parallel_chunks(tokens, 64, [&](std::int64_t t0, std::int64_t t1) {
+  for (std::int64_t t = t0; t < t1; ++t) {
     const T* c = cos_table + t * half;
     const T* s = sin_table + t * half;
     for (int h = 0; h < heads; ++h) {
@@ -43,6 +45,7 @@ void rotate(T* x, const T* cos_table, const T* sin_table, std::int64_t tokens, i
       }
     }
   }
+  });
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "parallel.h"
 #include "vec_math.h"
 
 namespace odc::kernels::cpu {
@@ -23,10 +24,11 @@ inline void swiglu_grad(V dh, V g, V u, V& dgate, V& dup) {
   dgate = dh * u * s * (1.0f + g * (1.0f - s));
 }
 
-}  // namespace
+// Elements per piece of work for the compute threads (a multiple of the 4 SIMD lanes).
+constexpr std::int64_t kGrain = 16384;
 
 template <typename T>
-void swiglu_forward(const T* gate, const T* up, T* h, std::int64_t n) {
+void swiglu_forward_range(const T* gate, const T* up, T* h, std::int64_t n) {
   std::int64_t i = 0;
   if constexpr (std::is_same_v<T, float>) {
     for (; i + vec::kLanes <= n; i += vec::kLanes) {
@@ -47,7 +49,7 @@ void swiglu_forward(const T* gate, const T* up, T* h, std::int64_t n) {
 }
 
 template <typename T>
-void swiglu_backward(const T* dh, const T* gate, const T* up, T* dgate, T* dup, std::int64_t n) {
+void swiglu_backward_range(const T* dh, const T* gate, const T* up, T* dgate, T* dup, std::int64_t n) {
   std::int64_t i = 0;
   if constexpr (std::is_same_v<T, float>) {
     f32x4 dg, du;
@@ -72,6 +74,20 @@ void swiglu_backward(const T* dh, const T* gate, const T* up, T* dgate, T* dup, 
       dup[i] = T(du);
     }
   }
+}
+
+}  // namespace
+
+template <typename T>
+void swiglu_forward(const T* gate, const T* up, T* h, std::int64_t n) {
+  parallel_chunks(n, kGrain, [&](std::int64_t b, std::int64_t e) { swiglu_forward_range(gate + b, up + b, h + b, e - b); });
+}
+
+template <typename T>
+void swiglu_backward(const T* dh, const T* gate, const T* up, T* dgate, T* dup, std::int64_t n) {
+  parallel_chunks(n, kGrain, [&](std::int64_t b, std::int64_t e) {
+    swiglu_backward_range(dh + b, gate + b, up + b, dgate + b, dup + b, e - b);
+  });
 }
 
 template void swiglu_forward<float>(const float*, const float*, float*, std::int64_t);

@@ -1,0 +1,138 @@
+// cpu_gemm: how the candidate fp32 GEMM paths of the CPU backend compare on the model's shapes,
+// side by side in one run (this machine is noisy: compare the ratios, not the absolute rates).
+//   project  odc::kernels::cpu::gemm (what the model runs: oneDNN's sgemm)
+//   matmul   oneDNN's matmul primitive, built once per shape and cached (its best case: ragged
+//            microbatches would need a primitive per row count)
+// One JSON line per shape:
+//   {"bench":"cpu_gemm","m":..,"n":..,"k":..,"trans_a":..,"trans_b":..,"project_gflops":..,
+//    "matmul_gflops":..,"matmul_impl":"..","ratio":project/matmul,"threads":..}
+// and a final {"bench":"cpu_gemm_summary", "gemm_library", "gemm_isa", "geomean_ratio"}.
+//
+//   cpu_gemm [--tokens N] [--hidden N] [--intermediate N] [--qkv N] [--threads N] [--iters N]
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "odc/core/error.h"
+#include "odc/kernels/matmul.h"
+
+namespace {
+
+namespace k = odc::kernels::cpu;
+
+struct Shape {
+  std::int64_t m, n, k;
+  bool trans_a, trans_b;
+};
+
+struct Options {
+  std::int64_t tokens = 1792, hidden = 256, intermediate = 688, qkv = 512;
+  int threads = 1, iters = 8;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) odc::fail("cpu_gemm: {} needs a value", flag);
+    const long long value = std::atoll(argv[++i]);
+    if (value <= 0) odc::fail("cpu_gemm: {} must be a positive integer, got '{}'", flag, argv[i]);
+    if (flag == "--tokens") o.tokens = value;
+    else if (flag == "--hidden") o.hidden = value;
+    else if (flag == "--intermediate") o.intermediate = value;
+    else if (flag == "--qkv") o.qkv = value;
+    else if (flag == "--threads") o.threads = static_cast<int>(value);
+    else if (flag == "--iters") o.iters = static_cast<int>(value);
+    else odc::fail("cpu_gemm: unknown option {}", flag);
+  }
+  return o;
+}
+
+// Best-of-iters seconds of one call, after one warm-up call.
+template <typename F>
+double best_seconds(int iters, F&& call) {
+  call();
+  double best = 1e30;
+  for (int i = 0; i < iters; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    call();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
+int run(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  k::set_num_threads(o.threads);
+  const std::int64_t t = o.tokens, h = o.hidden, f = o.intermediate, q = o.qkv;
+  // A linear layer's forward (x W^T), input gradient (dy W) and weight gradient (dy^T x), for the
+  // MLP's up/gate and down projections and the fused QKV projection.
+  const std::vector<Shape> shapes = {
+      {t, f, h, false, true}, {t, h, f, false, false}, {f, h, t, true, false},
+      {t, h, f, false, true}, {t, f, h, false, false}, {h, f, t, true, false},
+      {t, q, h, false, true}, {t, h, q, false, false}, {q, h, t, true, false},
+  };
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  double log_ratio = 0.0;
+  for (const Shape& s : shapes) {
+    std::vector<float> a(static_cast<std::size_t>(s.m * s.k), 0.01f), b(static_cast<std::size_t>(s.k * s.n), 0.02f);
+    std::vector<float> c(static_cast<std::size_t>(s.m * s.n), 0.0f);
+    const std::int64_t lda = s.trans_a ? s.m : s.k, ldb = s.trans_b ? s.k : s.n;
+    const double flops = 2.0 * static_cast<double>(s.m * s.n * s.k);
+    const double ours = best_seconds(o.iters, [&] {
+      k::gemm<float>(s.trans_a, s.trans_b, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 1.0f, c.data(), s.n);
+    });
+    using dims = dnnl::memory::dims;
+    const auto f32 = dnnl::memory::data_type::f32;
+    const dnnl::memory::desc a_md(dims{s.m, s.k}, f32, s.trans_a ? dims{1, s.m} : dims{s.k, 1});
+    const dnnl::memory::desc b_md(dims{s.k, s.n}, f32, s.trans_b ? dims{1, s.k} : dims{s.n, 1});
+    const dnnl::memory::desc c_md(dims{s.m, s.n}, f32, dims{s.n, 1});
+    dnnl::post_ops sum;
+    sum.append_sum(1.0f);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(sum);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine);
+    const dnnl::matmul matmul(pd);
+    dnnl::memory a_mem(a_md, engine, a.data()), b_mem(b_md, engine, b.data()), c_mem(c_md, engine, c.data());
+    const double theirs = best_seconds(o.iters, [&] {
+      matmul.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+      stream.wait();
+    });
+    log_ratio += std::log(theirs / ours);
+    std::printf("%s\n", nlohmann::json{{"bench", "cpu_gemm"}, {"m", s.m}, {"n", s.n}, {"k", s.k},
+                                       {"trans_a", s.trans_a}, {"trans_b", s.trans_b},
+                                       {"project_gflops", flops / ours / 1e9}, {"matmul_gflops", flops / theirs / 1e9},
+                                       {"matmul_impl", pd.impl_info_str()}, {"ratio", theirs / ours},
+                                       {"threads", o.threads}}.dump().c_str());
+  }
+  const k::GemmInfo info = k::gemm_info();
+  std::printf("%s\n", nlohmann::json{{"bench", "cpu_gemm_summary"}, {"gemm_library", info.library},
+                                     {"gemm_isa", info.isa}, {"gemm_kernel", info.kernel}, {"threads", o.threads},
+                                     {"geomean_ratio", std::exp(log_ratio / static_cast<double>(shapes.size()))}}
+                          .dump()
+                          .c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cpu_gemm: %s\n", e.what());
+    return 1;
+  }
+}
