@@ -9,7 +9,7 @@ build="${1:-$root/build}"
 steps="${2:-60}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 "$build/bin/odc-data" synth --out "$work/data.jsonl" --num 8000 --vocab 32 --min-length 16 --max-length 192 \
   --mean-length 48 --sigma 0.8 --seed 1 >/dev/null

@@ -153,7 +153,7 @@ def main():
     env = os.environ
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    env["OPENBLAS_NUM_THREADS"] = "1"
+    env["OMP_NUM_THREADS"] = "1"
     config = root / "configs/demo.yaml"
     mbs_list = [int(x) for x in args.mbs.split(",")]
     skip = 1  # the first step grows buffers and faults pages in

@@ -26,7 +26,7 @@ if [[ ! -f "$out/data/chat.jsonl" || ! -f "$out/base/config.json" ]]; then
 fi
 
 rm -f "$out"/metrics-*.jsonl
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 mpirun -np 2 --oversubscribe --bind-to none "$build/bin/odc-train" "$root/configs/demo-chat.yaml" \
   --set model.checkpoint="$out/base" --set data.train="$out/data/chat.jsonl" \
   --set train.comm=odc --set train.steps="$steps" --set train.threads=1 --set train.log_every=100 \

@@ -8,7 +8,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 "$build/bin/odc-data" synth --out "$work/data.jsonl" --num 64 --max-length 128 --mean-length 48 --seed 3 >/dev/null
 model="{vocab_size: 8000, hidden_size: 512, intermediate_size: 1376, num_hidden_layers: 6, num_attention_heads: 8, num_key_value_heads: 4}"

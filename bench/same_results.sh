@@ -22,7 +22,7 @@ bin_b="$(cd "$2" && pwd)"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 work="${3:-$(mktemp -d)}"
 mkdir -p "$work"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 "$bin_a/odc-data" synth --out "$work/data.jsonl" --num 600 --vocab 32 --min-length 8 --max-length 128 \
   --mean-length 40 --sigma 0.8 --seed 3 >/dev/null

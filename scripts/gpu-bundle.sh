@@ -83,8 +83,8 @@ for p in "${programs[@]}"; do
     cp -L "$path" "$b/lib/$name"
   done < <(ldd "$build/bin/$p")
 done
-# ICU and OpenBLAS data are loaded by the libraries above; nothing else is dlopen'ed by the
-# programs of the check (UCX and MPI plugins are only loaded by MPI_Init, which they never call).
+# ICU's data is inside its library and oneDNN generates its kernels at run time; nothing else is
+# dlopen'ed by the programs of the check (UCX and MPI plugins are only loaded by MPI_Init, which they never call).
 
 commit="$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)"
 dirty="$(git -C "$root" status --porcelain 2>/dev/null | { grep -cv '^??' || true; })"

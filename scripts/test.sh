@@ -11,7 +11,7 @@
 #                                                 ODC/collective training, odc-train under mpirun,
 #                                                 preemption and rank failure
 # Other arguments go to CMake (scripts/build.sh). Sanitizer builds leave the CUDA backend out.
-# Suppressions (only for the uninstrumented system libraries: MPI, UCX, OpenBLAS) live in
+# Suppressions (only for the uninstrumented system libraries: MPI, UCX, oneDNN, OpenMP) live in
 # tests/sanitizers/.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -21,7 +21,7 @@ work="$2"
 moment="$3"
 comm="${4:-odc}"
 rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 shm_before=$(ls /dev/shm 2>/dev/null | sort)
 cleanup() {  # a SIGKILLed UCX process cannot unlink its shared-memory files
   pkill -9 -f "odc-train.*$work/" 2>/dev/null

@@ -33,7 +33,7 @@ done
 if ls "$b/lib" | grep -E '^(libc\.|libm\.|libpthread|libdl\.|ld-linux|libcuda\.|libcudart|libcublas)'; then
   fail "the bundle carries libraries the lent machine provides"
 fi
-ls "$b/lib" | grep -q '^libopenblas' || fail "the bundle lacks OpenBLAS, which odc-train loads"
+ls "$b/lib" | grep -q '^libdnnl' || fail "the bundle lacks oneDNN, which odc-train loads"
 
 # The dry run passes on the archive, with exactly its two files.
 "$root/scripts/gpu-check.sh" --dry-run "$work/bundle.tar.xz" "$work/out" >"$work/dry.log" 2>&1 \

@@ -1,5 +1,5 @@
 #pragma once
-// Dense matrix products (CPU: OpenBLAS). Row-major throughout. A linear layer follows the
+// Dense matrix products (CPU: oneDNN fp32 sgemm). Row-major throughout. A linear layer follows the
 // Hugging Face / PyTorch convention: weight W has shape [out, in] and y = x W^T + b.
 #include <cstdint>
 #include <string>
