@@ -1,6 +1,8 @@
 // model_throughput: forward+backward throughput of LlamaModel::train_microbatch on one packed
-// microbatch (fp32, CPU), next to the throughput of a single SGEMM of a comparable shape, so the
-// result says how close the model gets to what the BLAS can do on this machine.
+// microbatch (fp32, CPU), next to the throughput of a single SGEMM of a comparable shape through
+// the kernels' GEMM (odc/kernels/matmul.h) and the cores' FMA peak, so the result says how close
+// the model gets to what the GEMM path can do (sgemm_fraction) and to what the cores can do
+// (core_fraction); it names the GEMM library, its ISA and kernel, and the CPU's ISA.
 //
 //   model_throughput --layers 4 --hidden 256 --heads 8 --kv-heads 4 --intermediate 688
 //                    --vocab 64 --seqs 256,512,1024 --threads 1 --iters 5
@@ -12,8 +14,6 @@
 //              2 matmuls * 2 FLOP/MAC * q_dim * n(n+1)/2 = 2 * q_dim * n(n+1) forward, and the
 //              backward is twice the forward:  6 * q_dim * n(n+1) per layer.
 // Norms, RoPE, SwiGLU, softmax and the cross-entropy are not counted (O(tokens * hidden)).
-#include <cblas.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/backend/cpu_backend.h"
+#include "odc/core/cpu_features.h"
 #include "odc/core/error.h"
 #include "odc/kernels/matmul.h"
 #include "odc/model/batch.h"
@@ -166,12 +167,14 @@ int run(const Options& o) {
   std::vector<float> c(static_cast<std::size_t>(m * n), 0.0f);
   const int sgemm_iters = std::max(3, o.iters);
   const double sgemm_seconds = seconds_per_call(1, sgemm_iters, [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), 1.0f, a.data(), static_cast<int>(k), b.data(), static_cast<int>(k),
-                0.0f, c.data(), static_cast<int>(n));
+    odc::kernels::cpu::gemm<float>(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);
   });
   const double sgemm_gflops = 2.0 * static_cast<double>(m * n * k) / sgemm_seconds / 1e9;
   const double gflops_model = model_flops / model_seconds / 1e9;
+  // The cores' ceiling: one core's FMA-loop peak times the threads (core/cpu_features.h).
+  const double core_peak_gflops = odc::measure_fma_peak_flops(o.threads) / 1e9;
+  const odc::CpuFeatures cpu = odc::detect_cpu_features();
+  const odc::kernels::cpu::GemmInfo gemm = odc::kernels::cpu::gemm_info();
 
   nlohmann::json out = {{"bench", "model_throughput_cpp"},
                         {"layers", o.layers},
@@ -194,6 +197,15 @@ int run(const Options& o) {
                         {"sgemm_shape", {m, n, k}},
                         {"sgemm_gflops", sgemm_gflops},
                         {"sgemm_fraction", gflops_model / sgemm_gflops},
+                        {"gemm_peak_gflops", sgemm_gflops},
+                        {"core_peak_gflops", core_peak_gflops},
+                        {"core_fraction", gflops_model / core_peak_gflops},
+                        {"gemm_library", gemm.library},
+                        {"gemm_isa", gemm.isa},
+                        {"gemm_kernel", gemm.kernel},
+                        {"cpu", cpu.name},
+                        {"cpu_isa", cpu.isa},
+                        {"fma_path", cpu.fma_path},
                         {"activation_bytes", model.activation_bytes()}};
   std::printf("%s\n", out.dump().c_str());
   return 0;
