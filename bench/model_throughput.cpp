@@ -1,6 +1,8 @@
 // model_throughput: forward+backward throughput of LlamaModel::train_microbatch on one packed
-// microbatch (fp32, CPU), next to the throughput of a single SGEMM of a comparable shape, so the
-// result says how close the model gets to what the BLAS can do on this machine.
+// microbatch (fp32, CPU), next to the throughput of a single SGEMM of a comparable shape through
+// the kernels' GEMM (odc/kernels/matmul.h) and the cores' FMA peak, so the result says how close
+// the model gets to what the GEMM path can do (sgemm_fraction) and to what the cores can do
+// (core_fraction); it names the GEMM library, its ISA and kernel, and the CPU's ISA.
 //
 //   model_throughput --layers 4 --hidden 256 --heads 8 --kv-heads 4 --intermediate 688
 //                    --vocab 64 --seqs 256,512,1024 --threads 1 --iters 5
@@ -27,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/backend/cpu_backend.h"
+#include "odc/core/cpu_features.h"
 #include "odc/core/error.h"
 #include "odc/kernels/matmul.h"
 #include "odc/model/batch.h"
@@ -169,6 +172,10 @@ int run(const Options& o) {
   });
   const double sgemm_gflops = 2.0 * static_cast<double>(m * n * k) / sgemm_seconds / 1e9;
   const double gflops_model = model_flops / model_seconds / 1e9;
+  // The cores' ceiling: one core's FMA-loop peak times the threads (core/cpu_features.h).
+  const double core_peak_gflops = odc::measure_fma_peak_flops(o.threads) / 1e9;
+  const odc::CpuFeatures cpu = odc::detect_cpu_features();
+  const odc::kernels::cpu::GemmInfo gemm = odc::kernels::cpu::gemm_info();
 
   nlohmann::json out = {{"bench", "model_throughput_cpp"},
                         {"layers", o.layers},
@@ -191,6 +198,15 @@ int run(const Options& o) {
                         {"sgemm_shape", {m, n, k}},
                         {"sgemm_gflops", sgemm_gflops},
                         {"sgemm_fraction", gflops_model / sgemm_gflops},
+                        {"gemm_peak_gflops", sgemm_gflops},
+                        {"core_peak_gflops", core_peak_gflops},
+                        {"core_fraction", gflops_model / core_peak_gflops},
+                        {"gemm_library", gemm.library},
+                        {"gemm_isa", gemm.isa},
+                        {"gemm_kernel", gemm.kernel},
+                        {"cpu", cpu.name},
+                        {"cpu_isa", cpu.isa},
+                        {"fma_path", cpu.fma_path},
                         {"activation_bytes", model.activation_bytes()}};
   std::printf("%s\n", out.dump().c_str());
   return 0;

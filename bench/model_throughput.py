@@ -5,10 +5,14 @@ Runs the model_throughput binary (forward+backward of LlamaModel::train_microbat
 same LLaMA in PyTorch float32 (tests/parity/llama_ref.py: attention computed per sequence with a
 causal mask, autograd backward) with the same thread count, and prints one JSON line:
 
-  {"bench": "model_throughput", "ours_tokens_per_s", "torch_tokens_per_s", "ratio", "sgemm_fraction", ...}
+  {"bench": "model_throughput", "ours_tokens_per_s", "torch_tokens_per_s", "ratio", "sgemm_fraction",
+   "core_fraction", "gemm_library", "gemm_isa", "cpu_isa", ...}
 
 ratio = ours / torch (> 1: we are faster); sgemm_fraction = our model FLOP rate / the rate of one
-SGEMM of the MLP's shape (see bench/model_throughput.cpp for the FLOP formula).
+SGEMM of the MLP's shape through our GEMM (gemm_peak_gflops, = sgemm_gflops); core_fraction = our
+model FLOP rate / the cores' FMA-loop peak (core_peak_gflops: one core's peak x threads). The GEMM
+path (gemm_library, gemm_isa, gemm_kernel) and the CPU's best ISA (cpu_isa) say whether the GEMMs
+use what the CPU has (see bench/model_throughput.cpp for the FLOP formula).
 
     /usr/bin/python3 bench/model_throughput.py --binary build/bin/model_throughput --threads 1
 """
@@ -96,6 +100,14 @@ def main():
         "sgemm_fraction": ours["sgemm_fraction"],
         "ours_gflops": ours["gflops_model"],
         "sgemm_gflops": ours["sgemm_gflops"],
+        "gemm_peak_gflops": ours["gemm_peak_gflops"],
+        "core_peak_gflops": ours["core_peak_gflops"],
+        "core_fraction": ours["core_fraction"],
+        "gemm_library": ours["gemm_library"],
+        "gemm_isa": ours["gemm_isa"],
+        "gemm_kernel": ours["gemm_kernel"],
+        "cpu": ours["cpu"],
+        "cpu_isa": ours["cpu_isa"],
         "torch_version": torch.__version__,
     }
     for key in ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab", "seqs", "tokens", "threads", "iters"):

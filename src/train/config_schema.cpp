@@ -86,7 +86,8 @@ std::vector<TunableSpec> trainer_tunables() {
               "trace only the first N steps (0 = all; a trace holds every unit of every microbatch)",
               Range::at_least(0)),
       tunable("train.peak_flops", K::number, "0",
-              "peak FLOP/s of one rank for MFU; 0 = measured by an sgemm at start-up (CPU)", Range::at_least(0)),
+              "peak FLOP/s of one rank for MFU; 0 = measured at start-up (CPU: the cores' FMA peak; with the GEMM rate)",
+              Range::at_least(0)),
       tunable("train.log_every", K::integer, "1", "log a progress line every N steps", Range::at_least(1)),
       tunable("train.log_level", K::string, "info", "log level", {"trace", "debug", "info", "warn", "error"}),
       // comm

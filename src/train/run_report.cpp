@@ -53,12 +53,13 @@ std::string format_rank_table(const std::vector<RankTotals>& ranks) {
 }  // namespace
 
 RunReport::RunReport(const Config& config, distributed::HostGroup& group, std::int64_t minibatch_size,
-                     double peak_flops)
+                     double peak_flops, double gemm_flops)
     : group_(group),
       metrics_(metrics_path(config.get_string("train.metrics_file"), group.rank())),
       trace_path_(config.get_string("train.trace_file")),
       minibatch_size_(minibatch_size),
       peak_flops_(peak_flops),
+      gemm_flops_(gemm_flops),
       log_every_(config.get_int("train.log_every")) {}
 
 void RunReport::begin_run(std::int64_t first_step, std::int64_t last_step, std::int64_t total_steps) {
@@ -92,6 +93,7 @@ void RunReport::record(const StepResult& r, const StepContext& context) {
                   {"tokens_per_s", r.tokens / r.seconds},
                   {"samples_per_s_per_rank", static_cast<double>(minibatch_size_) / r.seconds},
                   {"mfu", r.mfu},
+                  {"gemm_fraction", r.gemm_fraction},
                   {"flops", r.flops},
                   {"microbatches", r.microbatches},
                   {"bubble_planned", r.bubble_planned},
@@ -156,11 +158,15 @@ void RunReport::summary(double param_state_bytes) const {
     minibatch += v[0] + v[1] + v[2] + v[3];
   }
   const double steps = static_cast<double>(steps_);
+  const double achieved = flops / (static_cast<double>(group_.size()) * elapsed);  // per rank
   spdlog::info("done: {} steps in {}, {:.0f} tokens/s, {:.3f} samples/s per rank, MFU {:.1f}% (of {:.1f} GFLOP/s "
-               "per rank), bubble {:.1f}% measured / {:.1f}% planned, loss {:.4f} -> {:.4f}; this rank holds {:.1f} MiB "
+               "per rank){}, bubble {:.1f}% measured / {:.1f}% planned, loss {:.4f} -> {:.4f}; this rank holds {:.1f} MiB "
                "of parameter + optimizer shards, peak RSS {:.1f} MiB\n{}",
                steps_, format_duration(elapsed), tokens / elapsed, steps * static_cast<double>(minibatch_size_) / elapsed,
-               100.0 * flops / (static_cast<double>(group_.size()) * elapsed * peak_flops_), peak_flops_ / 1e9,
+               100.0 * achieved / peak_flops_, peak_flops_ / 1e9,
+               gemm_flops_ > 0 ? fmt::format(", {:.1f}% of the measured GEMM rate ({:.1f} GFLOP/s)",
+                                             100.0 * achieved / gemm_flops_, gemm_flops_ / 1e9)
+                               : std::string(),
                minibatch > 0 ? 100.0 * waits / minibatch : 0.0, 100.0 * bubble_planned_sum_ / steps, first_loss_,
                last_loss_, param_state_bytes / 1048576.0,
                static_cast<double>(read_process_stats().peak_rss_bytes) / 1048576.0, format_rank_table(ranks));

@@ -121,9 +121,17 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
     tracer_ = std::make_unique<Tracer>(rank);
     trace_steps_ = config.get_int("train.trace_steps");
   }
+  // The MFU denominator: train.peak_flops, else the device's measured peak (and then also the
+  // GEMM rate for the GEMM fraction; with train.peak_flops nothing is measured).
+  const backend::DeviceDescription device = model_->backend().describe();
   peak_flops_ = config.get_double("train.peak_flops");
-  if (peak_flops_ == 0) peak_flops_ = model_->backend().measure_peak_flops();
-  report_ = std::make_unique<RunReport>(config, group_, data_->minibatch_size(), peak_flops_);
+  backend::PeakFlops measured;
+  if (peak_flops_ == 0) {
+    measured = model_->backend().measure_peak_flops();
+    peak_flops_ = measured.device;
+    gemm_flops_ = measured.gemm;
+  }
+  report_ = std::make_unique<RunReport>(config, group_, data_->minibatch_size(), peak_flops_, gemm_flops_);
   // Every rank's clocks (traces) start together.
   if (world > 1) group_.barrier("the start-up barrier");
   if (tracer_) tracer_->set_origin(Tracer::Clock::now());
@@ -133,9 +141,16 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
                model_config_.vocab_size, static_cast<double>(model_config_.num_parameters()) / 1e6);
   spdlog::info("data: {}, {} sequences per rank per step, microbatch cap {} tokens", data_->dataset().describe(),
                data_->minibatch_size(), data_->token_cap());
+  spdlog::info("{}; {}", device.text,
+               measured.device > 0
+                   ? fmt::format("peak {:.1f} GFLOP/s ({}), GEMM {:.1f} GFLOP/s ({:.0f}% of peak)",
+                                 measured.device / 1e9, measured.source, measured.gemm / 1e9,
+                                 100.0 * measured.gemm / measured.device)
+                   : fmt::format("peak {:.1f} GFLOP/s (train.peak_flops; nothing measured)", peak_flops_ / 1e9));
+  if (!device.warning.empty()) spdlog::warn("{}", device.warning);
   spdlog::info("comm: {} over {} rank(s); {} threads per rank; MFU against {:.1f} GFLOP/s per rank{}",
                comm_->comm().name(), world, threads, peak_flops_ / 1e9,
-               config.get_double("train.peak_flops") > 0 ? " (train.peak_flops)" : " (measured GEMM)");
+               measured.device > 0 ? " (device peak)" : " (train.peak_flops)");
 }
 
 Trainer::~Trainer() = default;
@@ -231,6 +246,7 @@ StepResult Trainer::step() {
   ++step_;
   r.seconds = seconds_since(start);
   r.mfu = peak_flops_ > 0 ? sums[7] / (static_cast<double>(group_.size()) * r.seconds * peak_flops_) : 0.0;
+  r.gemm_fraction = gemm_flops_ > 0 ? r.mfu * peak_flops_ / gemm_flops_ : 0.0;
   return r;
 }
 
@@ -297,6 +313,7 @@ nlohmann::json Trainer::trace_metadata() const {
           {"token_cap", data_->token_cap()},
           {"cost_model", {{"kind", cost.kind}, {"a", cost.a}, {"b", cost.b}}},
           {"peak_flops", peak_flops_},
+          {"gemm_flops", gemm_flops_},
           {"param_bytes", 4},
           {"model", model_config_.to_json()}};
 }

@@ -12,6 +12,7 @@
 // Optional arguments are empty views.
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -49,6 +50,26 @@ struct AdamWSegment {
   bool weight_decay = true;  // false: no decay on this range (norm weights, biases, padding)
 };
 
+// The denominators of a run's utilization figures (Backend::measure_peak_flops), per rank.
+struct PeakFlops {
+  // The device's peak FLOP/s: the MFU denominator. CPU: one core's measured FMA-loop peak times
+  // the compute threads (core/cpu_features.h); GPU: the best measured rate of a large bf16 GEMM.
+  double device = 0.0;
+  // The measured rate of a model-shaped GEMM through the path the linear layers take: the
+  // denominator of the GEMM fraction (how close the run comes to what its GEMMs can do).
+  double gemm = 0.0;
+  std::string source;  // how `device` was found, for the start-up log
+};
+
+// What the device is and which path its GEMMs take, for the start-up log (Backend::describe).
+struct DeviceDescription {
+  // e.g. "cpu: AMD EPYC 7763 (family 25 model 1), ISA avx2; GEMM oneDNN 2.6.3 (avx2, gemm:jit)".
+  std::string text;
+  // Non-empty: the GEMM path falls short of the device (GEMMs on an ISA below the CPU's); the
+  // trainer logs it as a warning.
+  std::string warning;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -56,8 +77,10 @@ class Backend {
   virtual DeviceMemory& memory() = 0;
   Device device() { return memory().device(); }
   virtual DType activation_dtype() const = 0;
-  // Peak FLOP/s of this device as the training's matmuls can reach it (the MFU denominator).
-  virtual double measure_peak_flops() = 0;
+  // Measures the device's peak and its GEMM rate (PeakFlops; a fraction of a second).
+  virtual PeakFlops measure_peak_flops() = 0;
+  // Cheap (nothing is timed). Default: the backend's name.
+  virtual DeviceDescription describe() { return {std::string(name()), {}}; }
 
   // ---- views and data movement ----
   // The precision boundary. `unit` is an fp32 unit buffer the comm handed out (ParamSource), in

@@ -35,11 +35,18 @@ class CpuBackend final : public Backend {
   DType compute_dtype() const { return compute_; }
   DeviceMemory& memory() override;
   DType activation_dtype() const override { return DType::f32; }
-  // The best of several 1024^3 sgemms through the BLAS the kernels use, with the current thread
-  // count (about 0.2 s; the best, since other processes on the machine only ever make a run
-  // slower). MFU against it says how much of what this machine's BLAS can do the training
-  // reaches: the honest CPU analogue of a GPU's datasheet peak (named devices: core/device_specs.h).
-  double measure_peak_flops() override;
+  int threads() const { return threads_; }
+  // device: one core's FMA-loop peak (core/cpu_features.h: the widest FMA ISA, registers only)
+  // times threads(), the ceiling no kernel passes; gemm: the best of 3 model-shaped sgemms
+  // (x[512, 1024] W[2816, 1024]^T, an MLP projection) through the kernels' GEMM with threads()
+  // threads. About 0.1 s + 0.2 s; best-of, since other processes only ever make a run slower.
+  // MFU against `device` says how much of the cores' arithmetic the training uses, so a slow
+  // GEMM path (a BLAS on a narrower ISA than the CPU's) shows as low MFU, not hides in the
+  // denominator; the fraction of `gemm` says how close the run is to its GEMMs' speed.
+  PeakFlops measure_peak_flops() override;
+  // The CPU (model, family/model, ISA) and the GEMM library, ISA and kernel (kernels::cpu::gemm_info);
+  // the warning when the GEMM's ISA is below the CPU's (both known).
+  DeviceDescription describe() override;
 
   // bf16 mode: a bf16-rounded copy of `unit` (the same copy until release_weights(unit); a
   // different count for a live unit is an odc::Error). f32 mode: the unit itself.
@@ -85,6 +92,7 @@ class CpuBackend final : public Backend {
   bool rounds() const { return compute_ == DType::bf16; }
 
   std::unique_ptr<DeviceMemory> memory_;
+  int threads_;
   DType compute_;
   WeightCopies<std::vector<float>> weight_copies_;  // bf16 mode: unit -> its rounded copy
 };

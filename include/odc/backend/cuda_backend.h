@@ -31,8 +31,11 @@ class CudaBackend final : public Backend {
   std::string_view name() const override { return "cuda"; }
   DeviceMemory& memory() override;
   DType activation_dtype() const override { return DType::bf16; }
-  // The best of a few bf16 8192^3 cuBLASLt GEMMs (fp32 accumulation), in FLOP/s.
-  double measure_peak_flops() override;
+  // The best of a few bf16 8192^3 cuBLASLt GEMMs (fp32 accumulation), in FLOP/s, as both the
+  // device peak and the GEMM rate (the GEMM the linears run, at a shape that saturates the device).
+  PeakFlops measure_peak_flops() override;
+  // The device index and the GEMM path (cuBLASLt, bf16 in, fp32 accumulation).
+  DeviceDescription describe() override;
 
   ConstView weights(const float* unit, std::int64_t count) override;
   void release_weights(const float* unit) override;

@@ -45,7 +45,7 @@ struct LlamaConfig {
   // Forward+backward FLOPs of causal attention per (query, key <= query) pair: 4*q_dim forward
   // (scores and P.V), 8*q_dim backward, in every layer. A sequence of s tokens has s(s+1)/2 pairs.
   double attention_flops_per_pair() const;
-  // Training FLOPs of a microbatch (docs/ARCHITECTURE.md, "FLOPs and MFU").
+  // Training FLOPs of a microbatch (docs/performance.md, "FLOPs and MFU").
   double training_flops(double tokens, double causal_pairs) const {
     return linear_flops_per_token() * tokens + attention_flops_per_pair() * causal_pairs;
   }

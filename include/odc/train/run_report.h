@@ -40,8 +40,11 @@ struct StepContext {
 class RunReport {
  public:
   // train.metrics_file ("m-{rank}.jsonl": one file per rank; without the placeholder only rank 0
-  // writes), train.log_every; `minibatch_size` sequences per rank per step, `peak_flops` per rank.
-  RunReport(const Config& config, distributed::HostGroup& group, std::int64_t minibatch_size, double peak_flops);
+  // writes), train.log_every; `minibatch_size` sequences per rank per step, `peak_flops` per rank
+  // (the MFU denominator), `gemm_flops` the measured GEMM rate per rank (0: not measured; the
+  // summary's GEMM fraction is then left out).
+  RunReport(const Config& config, distributed::HostGroup& group, std::int64_t minibatch_size, double peak_flops,
+            double gemm_flops = 0.0);
 
   void begin_run(std::int64_t first_step, std::int64_t last_step, std::int64_t total_steps);
   // After every step: the metrics line and this run's totals.
@@ -59,6 +62,7 @@ class RunReport {
   std::string trace_path_;
   std::int64_t minibatch_size_;
   double peak_flops_;
+  double gemm_flops_;
   std::int64_t log_every_ = 1;
   std::int64_t first_ = 0, last_ = 0, total_ = 0;
   std::chrono::steady_clock::time_point start_;

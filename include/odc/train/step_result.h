@@ -25,6 +25,7 @@ struct StepResult {
   double optimizer_s = 0.0;            // this rank's optimizer step (clip + AdamW on its shards)
   double flops = 0.0;                  // this rank's model FLOPs (linear + causal attention)
   double mfu = 0.0;                    // all ranks' FLOPs / (ranks * step time * peak FLOP/s)
+  double gemm_fraction = 0.0;          // the same over the measured GEMM rate (0: not measured)
   double comm_thread_cpu_s = 0.0;      // CPU time of this rank's communication thread
   double bubble_planned = 0.0;         // the planner's estimate under this comm's barrier model
   double planned_cost = 0.0;           // the planner's cost of this rank's share

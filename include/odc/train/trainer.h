@@ -77,6 +77,7 @@ class Trainer {
   double grad_clip_ = 0.0;
   double delay_s_ = 0.0;            // injected per-microbatch delay on this rank (debug)
   double peak_flops_ = 0.0;         // one rank's, for MFU
+  double gemm_flops_ = 0.0;         // one rank's measured GEMM rate (0: not measured)
   std::uint64_t last_plan_hash_ = 0;
   std::uint64_t data_fingerprint_ = 0;
   std::string resumed_from_;

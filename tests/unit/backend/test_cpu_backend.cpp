@@ -1,12 +1,17 @@
 // CpuBackend and its buffers: views carry dtype and device and the ops refuse mismatches; buffers
-// grow only; uploads alias host memory; row gather/scatter and the loss sums are exact.
+// grow only; uploads alias host memory; row gather/scatter and the loss sums are exact; the peak
+// and the device description name the cores' FMA peak and the GEMM path.
+#include <cmath>
+#include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
 #include "odc/backend/cpu_backend.h"
+#include "odc/core/cpu_features.h"
 #include "odc/core/error.h"
 #include "odc/kernels/cross_entropy.h"
+#include "odc/kernels/matmul.h"
 
 using namespace odc;
 using backend::ConstView;
@@ -99,4 +104,25 @@ TEST_CASE("cross_entropy adds each chunk's weighted loss and per-row losses in o
   CHECK(nll_ref[1] == 0.0f);  // a weight-0 row counts 0
   CHECK(sums.nll == ((2.0 + nll_ref[0]) + nll_ref[1]) + nll_ref[2]);
   CHECK(loss_ref > 0.0);
+}
+
+TEST_CASE("the CPU backend's peak is its cores' FMA peak, beside a measured GEMM rate", "[backend][peak]") {
+  backend::CpuBackend b(2);
+  CHECK(b.threads() == 2);
+  const backend::PeakFlops peak = b.measure_peak_flops();
+  CHECK(std::isfinite(peak.device));
+  CHECK(peak.device > 2e9);  // > 1 GFLOP/s per core: any core, even on a loaded machine
+  CHECK(std::isfinite(peak.gemm));
+  CHECK(peak.gemm > 0.0);
+  CHECK(peak.source.find("FMA loop") != std::string::npos);
+  CHECK(peak.source.find("x 2 thread") != std::string::npos);
+
+  const backend::DeviceDescription d = b.describe();
+  const CpuFeatures cpu = detect_cpu_features();
+  CHECK(d.text.rfind("cpu: ", 0) == 0);
+  CHECK(d.text.find(cpu.describe()) != std::string::npos);
+  CHECK(d.text.find("GEMM " + kernels::cpu::gemm_info().library) != std::string::npos);
+  // A warning only when both ISAs are known and the GEMM's is below the CPU's.
+  const int gemm_rank = isa_rank(kernels::cpu::gemm_info().isa), cpu_rank = isa_rank(cpu.isa);
+  CHECK(d.warning.empty() == !(gemm_rank >= 0 && cpu_rank >= 0 && gemm_rank < cpu_rank));
 }

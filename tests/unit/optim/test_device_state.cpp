@@ -43,7 +43,7 @@ class TaggedBackend final : public backend::Backend {
   std::string_view name() const override { return "tagged"; }
   backend::DeviceMemory& memory() override { return memory_; }
   DType activation_dtype() const override { return DType::f32; }
-  double measure_peak_flops() override { return 1.0; }
+  backend::PeakFlops measure_peak_flops() override { return {1.0, 1.0, "fake"}; }
 
   ConstView upload(std::span<const std::int32_t> host, backend::Buffer& staging) override {
     const View v = staging.get(static_cast<std::int64_t>(host.size()));

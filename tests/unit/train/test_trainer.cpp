@@ -198,9 +198,31 @@ TEST_CASE("the trace holds every unit's forward and backward of every microbatch
     REQUIRE(m["minibatch_time_s"].get<double>() <= m["step_time_s"].get<double>());
     REQUIRE(m["bubble_measured"].get<double>() == 0.0);
     REQUIRE(m["mfu"].get<double>() > 0.0);
+    REQUIRE(m["gemm_fraction"].get<double>() == 0.0);  // train.peak_flops: nothing measured
     REQUIRE(m["flops"].get<double>() > 0.0);
   }
   REQUIRE(lines == 3);
+}
+
+TEST_CASE("without train.peak_flops the trainer measures the device peak and the GEMM rate", "[train][peak]") {
+  const auto data = write_dataset();
+  const auto dir = std::filesystem::temp_directory_path() / "odc_trainer_peak_test";
+  std::filesystem::remove_all(dir);
+  const auto metrics_path = dir / "metrics.jsonl";
+  train::Trainer trainer(make_config(data, {"train.peak_flops=0", "train.steps=1",
+                                            "train.metrics_file=" + metrics_path.string()}));
+  const auto results = trainer.run();
+  REQUIRE(results.size() == 1);
+  const auto& r = results[0];
+  CHECK(r.mfu > 0.0);
+  CHECK(std::isfinite(r.gemm_fraction));
+  CHECK(r.gemm_fraction > 0.0);
+  std::ifstream metrics(metrics_path);
+  std::string line;
+  REQUIRE(std::getline(metrics, line));
+  const auto m = nlohmann::json::parse(line);
+  CHECK(m["mfu"].get<double>() == r.mfu);
+  CHECK(m["gemm_fraction"].get<double>() == r.gemm_fraction);
 }
 
 TEST_CASE("stopping at step 10 and resuming gives bit-identical losses and weights to 20 straight steps",
