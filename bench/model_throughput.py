@@ -85,7 +85,7 @@ def main():
     for flag in ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab", "threads", "iters", "warmup", "seed"):
         command += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     command += ["--seqs", args.seqs]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OMP_NUM_THREADS=str(args.threads))
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     proc = subprocess.run(command, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         sys.exit(f"model_throughput failed (exit {proc.returncode}): {proc.stderr.strip()}")

@@ -8,6 +8,7 @@
 #include "odc/core/error.h"
 #include "odc/kernels/matmul.h"
 #include "vec_math.h"
+#include "vec_rows.h"
 
 // Blocked causal attention in the FlashAttention style, on top of BLAS. Per sequence and kv
 // head, query rows are processed in blocks; the block's rows of all query heads sharing that kv

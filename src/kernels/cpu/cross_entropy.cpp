@@ -7,6 +7,7 @@
 #include "odc/core/error.h"
 #include "parallel.h"
 #include "vec_math.h"
+#include "vec_rows.h"
 
 namespace odc::kernels::cpu {
 namespace {
