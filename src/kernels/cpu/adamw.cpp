@@ -1,6 +1,7 @@
 #include "odc/kernels/adamw.h"
 
 #include <cmath>
+#include <vector>
 
 #include "odc/core/error.h"
 #include "parallel.h"
@@ -42,10 +43,12 @@ void adamw_step(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, std::int64_t
   });
 }
 
+namespace {
+
+// Four partial sums: breaks the add latency chain; double keeps the norm exact enough for
+// clipping decisions over billions of elements.
 template <typename T>
-double sum_of_squares(const T* x, std::int64_t n) {
-  // Four partial sums: breaks the add latency chain; double keeps the norm exact enough for
-  // clipping decisions over billions of elements.
+double sum_of_squares_piece(const T* x, std::int64_t n) {
   double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
   std::int64_t i = 0;
   for (; i + 4 <= n; i += 4) {
@@ -56,6 +59,25 @@ double sum_of_squares(const T* x, std::int64_t n) {
   }
   for (; i < n; ++i) s0 += double(x[i]) * double(x[i]);
   return (s0 + s1) + (s2 + s3);
+}
+
+constexpr std::int64_t kSquaresGrain = 65536;
+
+}  // namespace
+
+template <typename T>
+double sum_of_squares(const T* x, std::int64_t n) {
+  // Long vectors (the gradient norm) in fixed pieces over the compute threads, summed in piece
+  // order: the same value for any thread count. A row (RMSNorm) is a single piece.
+  if (n <= kSquaresGrain) return sum_of_squares_piece(x, n);
+  const std::int64_t pieces = (n + kSquaresGrain - 1) / kSquaresGrain;
+  std::vector<double> partial(static_cast<std::size_t>(pieces));
+  parallel_chunks(n, kSquaresGrain, [&](std::int64_t begin, std::int64_t end) {
+    partial[static_cast<std::size_t>(begin / kSquaresGrain)] = sum_of_squares_piece(x + begin, end - begin);
+  });
+  double total = 0;
+  for (const double p : partial) total += p;
+  return total;
 }
 
 template void adamw_step<float>(float*, const float*, float*, float*, std::int64_t,
