@@ -109,8 +109,10 @@ DeviceDescription CpuBackend::describe() {
   const k::GemmInfo gemm = k::gemm_info();
   DeviceDescription d;
   d.text = fmt::format("{}: {}; GEMM {} ({}, {})", name(), cpu.describe(), gemm.library, gemm.isa, gemm.kernel);
-  const int gemm_rank = isa_rank(gemm.isa), cpu_rank = isa_rank(cpu.isa);
-  if (gemm_rank >= 0 && cpu_rank >= 0 && gemm_rank < cpu_rank) {
+  // Compared by what fp32 products can use (vector width), so a library without a name for the
+  // CPU's newest extensions (oneDNN 2.6 has no avx512_core_fp16) is not reported as slow.
+  const int gemm_level = fp32_vector_level(gemm.isa), cpu_level = fp32_vector_level(cpu.isa);
+  if (gemm_level >= 0 && cpu_level >= 0 && gemm_level < cpu_level) {
     d.warning = fmt::format("the GEMMs run {} kernels but this CPU supports {}: they leave part of its vector "
                             "units idle (check the GEMM library's build and dispatch)",
                             gemm.isa, cpu.isa);

@@ -241,6 +241,14 @@ int isa_rank(std::string_view isa) {
   return it == kIsaOrder.end() ? -1 : static_cast<int>(it - kIsaOrder.begin());
 }
 
+int fp32_vector_level(std::string_view isa) {
+  if (isa == "sse41") return 0;
+  if (isa == "avx") return 1;
+  if (isa == "avx2" || isa == "avx2_vnni") return 2;
+  if (isa.starts_with("avx512_core")) return 3;
+  return -1;
+}
+
 double measure_fma_peak_flops(int threads) {
   if (threads < 1) fail("measure_fma_peak_flops needs at least 1 thread, got {}", threads);
 #if defined(__x86_64__)

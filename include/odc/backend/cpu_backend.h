@@ -27,7 +27,8 @@ namespace odc::backend {
 
 class CpuBackend final : public Backend {
  public:
-  // `threads`: compute threads for the kernels (BLAS), >= 1. `compute`: DType::f32 or
+  // `threads`: compute threads for the kernels (oneDNN GEMMs and the OpenMP loops of the other
+  // kernels), >= 1. `compute`: DType::f32 or
   // DType::bf16 (model.dtype: float32 | bfloat16); anything else is an odc::Error.
   explicit CpuBackend(int threads = 1, DType compute = DType::f32);
 
@@ -41,7 +42,7 @@ class CpuBackend final : public Backend {
   // (x[512, 1024] W[2816, 1024]^T, an MLP projection) through the kernels' GEMM with threads()
   // threads. About 0.1 s + 0.2 s; best-of, since other processes only ever make a run slower.
   // MFU against `device` says how much of the cores' arithmetic the training uses, so a slow
-  // GEMM path (a BLAS on a narrower ISA than the CPU's) shows as low MFU, not hides in the
+  // GEMM path (a GEMM library on a narrower ISA than the CPU's) shows as low MFU, not hides in the
   // denominator; the fraction of `gemm` says how close the run is to its GEMMs' speed.
   PeakFlops measure_peak_flops() override;
   // The CPU (model, family/model, ISA) and the GEMM library, ISA and kernel (kernels::cpu::gemm_info);

@@ -32,6 +32,11 @@ CpuFeatures detect_cpu_features();
 // else ("unknown", ""): compare two ISAs only when both ranks are >= 0.
 int isa_rank(std::string_view isa);
 
+// What an fp32 GEMM can use of an ISA: its vector width class (sse41 = 0, avx = 1, avx2 and
+// avx2_vnni = 2, every avx512_* = 3; -1 unknown). VNNI, BF16, FP16 and AMX add nothing to fp32
+// products, so a CPU with avx512_core_fp16 running oneDNN's avx512_core sgemm is not below its ISA.
+int fp32_vector_level(std::string_view isa);
+
 // Peak fp32 FLOP/s of `threads` cores: one core's measured rate times `threads` (>= 1; an
 // odc::Error otherwise). The core's rate is the best of 3 runs of a fixed loop of independent
 // FMAs (12 register accumulators, no memory operands; ~25 ms each on a current core) in the widest

@@ -25,6 +25,18 @@ TEST_CASE("isa_rank orders oneDNN's ISA names and rejects others", "[core][cpu_f
   CHECK(odc::isa_rank("avx512") == -1);
 }
 
+TEST_CASE("fp32_vector_level: what an fp32 GEMM can use of an ISA", "[core][cpu_features]") {
+  CHECK(odc::fp32_vector_level("sse41") == 0);
+  CHECK(odc::fp32_vector_level("avx") == 1);
+  CHECK(odc::fp32_vector_level("avx2") == 2);
+  CHECK(odc::fp32_vector_level("avx2_vnni") == 2);
+  // oneDNN 2.6's avx512_core sgemm on an avx512_core_fp16 CPU uses all of its fp32 width.
+  CHECK(odc::fp32_vector_level("avx512_core") == odc::fp32_vector_level("avx512_core_fp16"));
+  CHECK(odc::fp32_vector_level("avx512_core_amx") == 3);
+  CHECK(odc::fp32_vector_level("unknown") == -1);
+  CHECK(odc::fp32_vector_level("") == -1);
+}
+
 TEST_CASE("detect_cpu_features names the CPU and an ISA consistent with the compiler's checks",
           "[core][cpu_features]") {
   const odc::CpuFeatures f = odc::detect_cpu_features();
