@@ -1,8 +1,10 @@
 // odc-train CONFIG.yaml [--set key.path=value]... [--dump-config]
 // Trains a LLaMA-style model; run directly or under mpirun.
 #include <cstdio>
+#include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/command_line.h"
@@ -27,8 +29,9 @@ variables, then --set assignments (e.g. --set train.lr=1e-3 --set model.config.n
   --set k=v       override one key (repeatable)
   --dump-config   print the effective configuration (YAML, with docs) and exit
   --calibrate-cost  time forward+backward of sequences of 64..4096 tokens on this model and
-                  machine, fit the quadratic cost model and print it (JSON) with the --set
-                  lines to use it (data.cost_model=quadratic, data.cost_a, data.cost_b)
+                  machine and print the points and the quadratic fit (JSON), then the --set
+                  lines of the measured model (data.cost_model=measured, data.cost_points: it
+                  follows the timings between points) and of the quadratic fit
   -h, --help      this text
 
 Exit status: 0 success, 1 bad input or a failure (any rank), 2 bad command line.
@@ -52,9 +55,15 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
       std::vector<odc::train::CalibrationPoint> points;
       const auto cost = odc::train::calibrate_cost_model(config, &points);
       nlohmann::json out = {{"calibration", "quadratic"}, {"cost_a", cost.a}, {"cost_b", cost.b}};
-      for (const auto& p : points) out["points"].push_back({{"length", p.length}, {"seconds", p.seconds}});
-      std::printf("%s\n--set data.cost_model=quadratic --set data.cost_a=%.6g --set data.cost_b=%.6g\n",
-                  out.dump().c_str(), cost.a, cost.b);
+      std::string cost_points;
+      for (const auto& p : points) {
+        out["points"].push_back({{"length", p.length}, {"seconds", p.seconds}});
+        cost_points += fmt::format("{}{}:{:.6g}", cost_points.empty() ? "" : ",", p.length, p.seconds);
+      }
+      out["cost_points"] = cost_points;
+      std::printf("%s\n--set data.cost_model=measured --set data.cost_points=%s\n"
+                  "--set data.cost_model=quadratic --set data.cost_a=%.6g --set data.cost_b=%.6g\n",
+                  out.dump().c_str(), cost_points.c_str(), cost.a, cost.b);
     }
     return 0;
   }

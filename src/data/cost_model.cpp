@@ -9,13 +9,49 @@
 
 namespace odc::data {
 
-CostModel CostModel::linear() { return CostModel{"linear", 0.0, 1.0}; }
+CostModel CostModel::linear() { return CostModel{"linear", 0.0, 1.0, {}, {}}; }
+
+CostModel CostModel::measured(const std::vector<std::int64_t>& lengths, const std::vector<double>& seconds) {
+  if (lengths.size() != seconds.size()) {
+    fail("measured cost model: {} lengths but {} timings; expected one timing per length", lengths.size(),
+         seconds.size());
+  }
+  if (lengths.size() < 2) fail("measured cost model needs at least 2 (length, seconds) points, got {}", lengths.size());
+  CostModel model{"measured", 0.0, 1.0, {}, {}};
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    if (lengths[i] < 1 || (i > 0 && lengths[i] <= lengths[i - 1])) {
+      fail("measured cost model: point {} has length {}; lengths must be >= 1 and increasing", i, lengths[i]);
+    }
+    if (!std::isfinite(seconds[i]) || seconds[i] <= 0.0) {
+      fail("measured cost model: point {} (length {}) has {} seconds; expected a finite time > 0", i, lengths[i],
+           seconds[i]);
+    }
+  }
+  const double unit = seconds[0] / static_cast<double>(lengths[0]);
+  model.lengths = lengths;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    model.per_token.push_back(seconds[i] / static_cast<double>(lengths[i]) / unit);
+  }
+  return model;
+}
+
+double CostModel::measured_per_token(std::int64_t length) const {
+  ODC_CHECK(lengths.size() >= 2 && per_token.size() == lengths.size(), "measured cost model without points");
+  if (length <= lengths.front()) return per_token.front();
+  std::size_t hi = 1;
+  while (hi + 1 < lengths.size() && lengths[hi] < length) ++hi;
+  const double x0 = static_cast<double>(lengths[hi - 1]), x1 = static_cast<double>(lengths[hi]);
+  const double y0 = per_token[hi - 1], y1 = per_token[hi];
+  // Beyond the last point: the last segment continued, never below its end.
+  const double y = y0 + (y1 - y0) * (static_cast<double>(length) - x0) / (x1 - x0);
+  return length > lengths.back() ? std::max(y, y1) : y;
+}
 
 CostModel CostModel::quadratic(double a, double b) {
   if (!std::isfinite(a) || !std::isfinite(b) || a < 0.0 || b < 0.0 || (a == 0.0 && b == 0.0)) {
     fail("quadratic cost model needs finite a, b >= 0, not both 0; got a = {}, b = {}", a, b);
   }
-  return CostModel{"quadratic", a, b};
+  return CostModel{"quadratic", a, b, {}, {}};
 }
 
 // Training FLOPs of one sequence of s tokens (model FLOPs, as in MFU; forward + backward):
@@ -42,7 +78,7 @@ CostModel CostModel::flops(double linear_flops_per_token, double attention_flops
         linear_flops_per_token, attention_flops_per_pair);
   }
   const double half_ratio = attention_flops_per_pair / (2.0 * linear_flops_per_token);
-  return CostModel{"flops", half_ratio, 1.0 + half_ratio};
+  return CostModel{"flops", half_ratio, 1.0 + half_ratio, {}, {}};
 }
 
 // Minimizes sum (a*s^2 + b*s - y)^2 subject to a, b >= 0. With u = s / s_max (for conditioning:
@@ -93,7 +129,7 @@ CostModel fit_quadratic(const std::vector<std::int64_t>& lengths,
         "fit_quadratic: no positive cost fits the timings (best fit a = b = 0); are the times "
         "positive?");
   }
-  return CostModel{"quadratic", a / (scale * scale), b / scale};
+  return CostModel{"quadratic", a / (scale * scale), b / scale, {}, {}};
 }
 
 }  // namespace odc::data

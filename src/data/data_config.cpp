@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "odc/core/error.h"
 
@@ -19,8 +21,11 @@ std::vector<TunableSpec> data_tunables() {
               Range::above(0)),
       tunable("data.cost_model", K::string, "flops",
               "per-sequence cost the planners balance: linear (tokens), quadratic (cost_a*s^2 + cost_b*s), flops "
-              "(from the model shape)",
-              {"linear", "quadratic", "flops"}),
+              "(from the model shape), measured (data.cost_points, interpolated)",
+              {"linear", "quadratic", "flops", "measured"}),
+      tunable("data.cost_points", K::string, "",
+              "measured cost model: LENGTH:SECONDS,... of one sequence per microbatch, lengths increasing "
+              "(odc-train --calibrate-cost prints them)"),
       tunable("data.cost_a", K::number, "0.0",
               "quadratic cost model: coefficient of s^2 (odc-train --calibrate-cost fits it)", Range::at_least(0)),
       tunable("data.cost_b", K::number, "1.0", "quadratic cost model: coefficient of s", Range::at_least(0)),
@@ -37,10 +42,49 @@ TunableSpec data_tunable(const std::string& path) {
   return std::move(*it);
 }
 
+CostModel measured_cost_model(const std::string& points) {
+  if (points.empty()) fail("data.cost_model = measured needs data.cost_points = LENGTH:SECONDS,... (odc-train --calibrate-cost)");
+  std::vector<std::int64_t> lengths;
+  std::vector<double> seconds;
+  std::size_t begin = 0;
+  std::size_t number = 0;
+  while (begin <= points.size()) {
+    ++number;
+    const std::size_t end = std::min(points.find(',', begin), points.size());
+    const std::string item = points.substr(begin, end - begin);
+    const std::size_t colon = item.find(':');
+    bool ok = colon != std::string::npos;
+    long long length = 0;
+    double time = 0.0;
+    if (ok) {
+      try {
+        std::size_t used_length = 0, used_seconds = 0;
+        length = std::stoll(item.substr(0, colon), &used_length);
+        time = std::stod(item.substr(colon + 1), &used_seconds);
+        ok = used_length == colon && used_seconds == item.size() - colon - 1;
+      } catch (const std::exception&) {
+        ok = false;
+      }
+    }
+    if (!ok) {
+      fail("data.cost_points: item {} '{}' is not LENGTH:SECONDS", number, item);
+    }
+    lengths.push_back(length);
+    seconds.push_back(time);
+    begin = end + 1;
+  }
+  try {
+    return CostModel::measured(lengths, seconds);
+  } catch (const Error& e) {
+    fail("data.cost_points: {}", e.what());
+  }
+}
+
 CostModel cost_model(const Config& config, double linear_flops_per_token, double attention_flops_per_pair) {
   const std::string kind = config.get_string("data.cost_model");
   if (kind == "linear") return CostModel::linear();
   if (kind == "quadratic") return CostModel::quadratic(config.get_double("data.cost_a"), config.get_double("data.cost_b"));
+  if (kind == "measured") return measured_cost_model(config.get_string("data.cost_points"));
   return CostModel::flops(linear_flops_per_token, attention_flops_per_pair);
 }
 

@@ -57,6 +57,7 @@ SimResults run_simulation(const SimSetup& setup) {
   ScheduleOptions options;
   options.prefetch_depth = setup.prefetch_depth;
   options.max_outstanding_reductions = setup.max_outstanding_reductions;
+  options.collective_compute_factor = setup.collective_compute_factor;
   for (std::int64_t step = 0; step < setup.skip_minibatches; ++step) sampler.next(setup.minibatch_size * devices);
   for (std::int64_t step = 0; step < setup.minibatches; ++step) {
     data::PlanInput input;

@@ -153,8 +153,9 @@ MinibatchTimeline simulate_collective(const std::vector<DeviceWork>& work, const
       gather_free = params_ready;
       for (std::size_t d = 0; d < devices; ++d) {
         const auto& mb = m < work[d].size() ? work[d][m] : empty;
-        compute_step(states[d], out.devices[d], params_ready, compute.time(step, mb.tokens, mb.pairs),
-                     static_cast<int>(m), step, options.record_intervals);
+        compute_step(states[d], out.devices[d], params_ready,
+                     compute.time(step, mb.tokens, mb.pairs) * options.collective_compute_factor, static_cast<int>(m),
+                     step, options.record_intervals);
       }
       if (!hands_off_gradient(step)) continue;
       double all_issued = reduction_free;
@@ -186,6 +187,9 @@ MinibatchTimeline simulate_minibatch(const std::vector<DeviceWork>& work, const 
   if (options.prefetch_depth < 0) fail("simulate_minibatch: prefetch_depth must be >= 0, got {}", options.prefetch_depth);
   if (options.max_outstanding_reductions < 1) {
     fail("simulate_minibatch: max_outstanding_reductions must be >= 1, got {}", options.max_outstanding_reductions);
+  }
+  if (!(options.collective_compute_factor > 0.0)) {
+    fail("simulate_minibatch: collective_compute_factor must be > 0, got {}", options.collective_compute_factor);
   }
   const auto units = static_cast<std::size_t>(compute.num_units());
   if (bytes.gather.size() != units || bytes.reduce.size() != units) {

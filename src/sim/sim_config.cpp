@@ -115,6 +115,10 @@ std::vector<TunableSpec> sim_tunables() {
               Range::at_least(0).and_at_most(64)),
       tunable("sim.max_outstanding_reductions", K::integer, "3",
               "gradient reductions/pushes in flight per device before backward waits", Range::at_least(1)),
+      tunable("sim.collective_compute_factor", K::number, "1.0",
+              "Collective's compute steps take this x their modeled time (CPU trainer: ranks busy-polling inside MPI "
+              "collectives slow the computing ones; bench/e2e.py measures it from two traces of the same microbatches)",
+              Range::above(0).and_at_most(10)),
   };
 }
 
@@ -187,6 +191,7 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
   s.skip_minibatches = config.get_int("sim.skip_minibatches");
   s.prefetch_depth = static_cast<int>(config.get_int("sim.prefetch_depth"));
   s.max_outstanding_reductions = static_cast<int>(config.get_int("sim.max_outstanding_reductions"));
+  s.collective_compute_factor = config.get_double("sim.collective_compute_factor");
 
   // The model: the calibration trace's, unless the user gave one (then they must agree).
   const std::string device = config.get_string("sim.device");

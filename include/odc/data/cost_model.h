@@ -13,12 +13,26 @@ struct CostModel {
   std::string kind = "linear";
   double a = 0.0;
   double b = 1.0;
+  // kind "measured": per-token seconds at increasing lengths (odc-train --calibrate-cost).
+  std::vector<std::int64_t> lengths;
+  std::vector<double> per_token;
   double cost(std::int64_t length) const {
     const auto s = static_cast<double>(length);
+    if (!lengths.empty()) return measured_per_token(length) * s;
     return a * s * s + b * s;
   }
+  // The measured model's time per token at `length`, normalized so that the shortest measured
+  // length costs 1 per token: linear between neighbouring points (attention adds a per-token
+  // cost that grows linearly with the length, and cache effects bend it between points), the
+  // first point's value below it, and beyond the last point the last segment's slope continued.
+  double measured_per_token(std::int64_t length) const;
   static CostModel linear();
   static CostModel quadratic(double a, double b);
+  // From measured (length, seconds) points of one sequence per microbatch: at least 2 points,
+  // lengths increasing and >= 1, seconds finite and > 0 (odc::Error naming the point otherwise).
+  // Unlike the quadratic fit it follows what the machine does between the points, such as a
+  // cost per token that jumps once attention's scratch outgrows a cache.
+  static CostModel measured(const std::vector<std::int64_t>& lengths, const std::vector<double>& seconds);
   // From training FLOPs (forward + backward): linear_flops_per_token = 6 * (matmul parameters),
   // attention_flops_per_pair = 12 * q_dim * layers per causal (query, key <= query) pair; a
   // sequence of s tokens costs linear*s + pair*s(s+1)/2. Normalized by the linear term so a short

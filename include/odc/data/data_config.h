@@ -22,6 +22,9 @@ TunableSpec data_tunable(const std::string& path);
 // data.cost_model with its coefficients; flops takes the model's FLOP rates
 // (LlamaConfig::linear_flops_per_token, attention_flops_per_pair).
 CostModel cost_model(const Config& config, double linear_flops_per_token, double attention_flops_per_pair);
+
+// Parses data.cost_points ("64:0.0376,128:0.0593,..."): odc::Error naming the item or point.
+CostModel measured_cost_model(const std::string& points);
 // data.max_tokens_per_microbatch, or where it is 0 the longest sequence times data.packing_ratio.
 std::int64_t token_cap(const Config& config, std::int64_t longest);
 

@@ -78,6 +78,11 @@ struct ScheduleOptions {
   int prefetch_depth = 1;              // gathers issued this many steps ahead (0: no overlap)
   int max_outstanding_reductions = 3;  // gradient hand-offs in flight per device
   bool record_intervals = true;        // keep per-step BusyIntervals (plots, tests)
+  // Every compute step of the Collective schedule takes this many times its modeled time. Measured
+  // on the CPU trainer (bench/e2e.py: the same microbatches traced under both comms): a rank that
+  // waits inside an MPI collective busy-polls, and that slows the rank still computing next to it
+  // (shared cores, caches and memory bandwidth); ODC ranks wait only at the minibatch's end.
+  double collective_compute_factor = 1.0;
 };
 
 MinibatchTimeline simulate_minibatch(const std::vector<DeviceWork>& work, const ComputeModel& compute,

@@ -54,6 +54,7 @@ struct SimSetup {
   UnitBytes odc_bytes;  // differs when sim.odc_param_bytes is set (fp32 gathers, as the reference)
   int prefetch_depth = 1;
   int max_outstanding_reductions = 3;
+  double collective_compute_factor = 1.0;
   std::vector<Method> methods;
   Method baseline;
   std::vector<std::string> notes;  // calibration fits and other facts worth reporting

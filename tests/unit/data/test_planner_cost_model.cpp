@@ -8,6 +8,7 @@
 
 #include "odc/core/error.h"
 #include "odc/data/cost_model.h"
+#include "odc/data/data_config.h"
 
 using odc::data::CostModel;
 
@@ -65,4 +66,42 @@ TEST_CASE("planner: fit_quadratic", "[planner]") {
     REQUIRE_THROWS_WITH(odc::data::fit_quadratic({512, 1024}, {-1.0, -2.0}),
                         Catch::Contains("positive"));
   }
+}
+
+TEST_CASE("planner: the measured cost model interpolates time per token", "[planner]") {
+  // 0.5 ms/token at 64 and 128, 1 ms at 256, 3 ms at 512.
+  const auto model = CostModel::measured({64, 128, 256, 512}, {0.032, 0.064, 0.256, 1.536});
+  REQUIRE(model.kind == "measured");
+  SECTION("the points themselves, normalized to the first point's time per token") {
+    CHECK(model.cost(64) == Approx(64.0));
+    CHECK(model.cost(128) == Approx(128.0));
+    CHECK(model.cost(256) == Approx(2.0 * 256));
+    CHECK(model.cost(512) == Approx(6.0 * 512));
+  }
+  SECTION("linear per token between points, flat below the first, the last slope beyond the last") {
+    CHECK(model.cost(192) == Approx(1.5 * 192));   // halfway 128 -> 256: per token 1 -> 2
+    CHECK(model.cost(384) == Approx(4.0 * 384));   // halfway 256 -> 512: 2 -> 6
+    CHECK(model.cost(10) == Approx(10.0));
+    CHECK(model.cost(1024) == Approx(14.0 * 1024));  // 6 + 8 per 256 tokens beyond 512
+  }
+  SECTION("four 128-token sequences cost less than one of 512, as attention does") {
+    CHECK(4 * model.cost(128) < model.cost(512));
+  }
+  SECTION("bad points are rejected, naming the point") {
+    CHECK_THROWS_WITH(CostModel::measured({64}, {0.1}), Catch::Contains("at least 2"));
+    CHECK_THROWS_WITH(CostModel::measured({64, 64}, {0.1, 0.2}), Catch::Contains("point 1 has length 64"));
+    CHECK_THROWS_WITH(CostModel::measured({64, 128}, {0.1, 0.0}), Catch::Contains("point 1 (length 128)"));
+    CHECK_THROWS_WITH(CostModel::measured({64, 128}, {0.1}), Catch::Contains("2 lengths but 1 timings"));
+  }
+}
+
+TEST_CASE("planner: data.cost_points parses LENGTH:SECONDS lists and names a bad item", "[planner]") {
+  const auto model = odc::data::measured_cost_model("64:0.032,128:0.064,256:0.256");
+  CHECK(model.cost(256) == Approx(512.0));
+  CHECK_THROWS_WITH(odc::data::measured_cost_model(""), Catch::Contains("needs data.cost_points"));
+  CHECK_THROWS_WITH(odc::data::measured_cost_model("64:0.1,128"), Catch::Contains("item 2 '128' is not LENGTH:SECONDS"));
+  CHECK_THROWS_WITH(odc::data::measured_cost_model("64:0.1,128:x"), Catch::Contains("item 2 '128:x'"));
+  CHECK_THROWS_WITH(odc::data::measured_cost_model("64:0.1,"), Catch::Contains("item 2 ''"));
+  CHECK_THROWS_WITH(odc::data::measured_cost_model("64:0.1s,128:0.2"), Catch::Contains("item 1 '64:0.1s'"));
+  CHECK_THROWS_WITH(odc::data::measured_cost_model("128:0.1,64:0.2"), Catch::Contains("lengths must be >= 1 and increasing"));
 }

@@ -231,3 +231,20 @@ TEST_CASE("causal pairs and work from a plan", "[sim]") {
   plan.ranks[0].microbatches = {{3}};
   CHECK_THROWS_AS(work_from_plan(plan, {3, 5, 4}), odc::Error);
 }
+
+TEST_CASE("collective_compute_factor stretches Collective's compute only", "[sim]") {
+  const auto compute = ComputeModel::uniform(4, 1e-4, 0.5);
+  const auto bytes = bytes_for(compute, 1e6);
+  const std::vector<DeviceWork> work(2, microbatches({1000, 3000}));
+  ScheduleOptions options;
+  options.collective_compute_factor = 1.25;
+  const double plain = compute.microbatch_time(4000, 0.0);
+  const auto collective = simulate_minibatch(work, compute, bytes, LinkModel::free(2), CommKind::collective, options);
+  const auto odc = simulate_minibatch(work, compute, bytes, LinkModel::free(2), CommKind::odc, options);
+  CHECK(collective.barrier_s == Approx(1.25 * plain));
+  CHECK(odc.barrier_s == Approx(plain));
+  for (const auto& device : collective.devices) CHECK(device.compute_s == Approx(1.25 * plain));
+  options.collective_compute_factor = 0.0;
+  CHECK_THROWS_AS(simulate_minibatch(work, compute, bytes, LinkModel::free(2), CommKind::collective, options),
+                  odc::Error);
+}
