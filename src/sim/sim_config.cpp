@@ -61,6 +61,7 @@ std::vector<TunableSpec> sim_tunables() {
       data::data_tunable("data.cost_model"),
       data::data_tunable("data.cost_a"),
       data::data_tunable("data.cost_b"),
+      data::data_tunable("data.cost_points"),
       // sim
       tunable("sim.label", K::string, "\"\"", "name of this setting in the output (empty = the config file's name)"),
       tunable("sim.devices", K::integer, "8", "simulated devices (data-parallel ranks)",
