@@ -55,7 +55,8 @@ def perf_profile(cmd, work, tag):
         if not m:
             continue
         dso, symbol = m.group(2), m.group(3)
-        key = ("gemm", "oneDNN kernels") if is_gemm(dso, symbol) else ("other", re.sub(r"\(.*", "", symbol)[:90])
+        name = re.sub(r"\(.*", "", symbol.replace("(anonymous namespace)::", "")).strip()[:90]
+        key = ("gemm", "oneDNN kernels") if is_gemm(dso, symbol) else ("other", name)
         counts[key] += int(m.group(1))
     return counts
 
