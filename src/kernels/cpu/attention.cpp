@@ -134,41 +134,38 @@ void attention_forward(const AttentionShape& shape, const T* q, const T* k, cons
     T* q_stack = scores + score_elems;
     T* o_stack = q_stack + stack_elems;
     T* inv_sum = o_stack + stack_elems;
-    const std::int64_t begin = items[std::size_t(item)].begin;
-    const std::int64_t length = items[std::size_t(item)].length;
-    {
-      const std::int64_t kv_head = items[std::size_t(item)].kv_head;
-      const std::int64_t first_head = kv_head * p.group;
-      const T* kh = k + begin * p.ldkv + kv_head * p.d;
-      const T* vh = v + begin * p.ldkv + kv_head * p.d;
-      for (std::int64_t r0 = 0; r0 < length; r0 += p.block) {
-        const std::int64_t rows = std::min(p.block, length - r0);
-        const std::int64_t keys = r0 + rows;  // keys past the block's last row are all masked
-        const std::int64_t m = p.group * rows;
-        gather_heads(q, p.ldq, begin + r0, rows, first_head, p, q_stack);
-        gemm<T>(false, true, m, keys, p.d, scale, q_stack, p.d, kh, p.ldkv, T(0), scores, keys);
-        for (std::int64_t h = 0; h < p.group; ++h) {
-          T* lse_h = lse + (first_head + h) * shape.tokens + begin + r0;
-          for (std::int64_t i = 0; i < rows; ++i) {
-            T* row = scores + (h * rows + i) * keys;
-            const std::int64_t valid = r0 + i + 1;
-            const T max = vec::max_of(row, valid);
-            const T sum = vec::exp_shifted_sum(row, valid, max);
-            lse_h[i] = max + T(std::log(double(sum)));
-            inv_sum[h * rows + i] = T(1) / sum;
-            std::fill(row + valid, row + keys, T(0));
-          }
+    const Item& work = items[std::size_t(item)];
+    const std::int64_t begin = work.begin, length = work.length, kv_head = work.kv_head;
+    const std::int64_t first_head = kv_head * p.group;
+    const T* kh = k + begin * p.ldkv + kv_head * p.d;
+    const T* vh = v + begin * p.ldkv + kv_head * p.d;
+    for (std::int64_t r0 = 0; r0 < length; r0 += p.block) {
+      const std::int64_t rows = std::min(p.block, length - r0);
+      const std::int64_t keys = r0 + rows;  // keys past the block's last row are all masked
+      const std::int64_t m = p.group * rows;
+      gather_heads(q, p.ldq, begin + r0, rows, first_head, p, q_stack);
+      gemm<T>(false, true, m, keys, p.d, scale, q_stack, p.d, kh, p.ldkv, T(0), scores, keys);
+      for (std::int64_t h = 0; h < p.group; ++h) {
+        T* lse_h = lse + (first_head + h) * shape.tokens + begin + r0;
+        for (std::int64_t i = 0; i < rows; ++i) {
+          T* row = scores + (h * rows + i) * keys;
+          const std::int64_t valid = r0 + i + 1;
+          const T max = vec::max_of(row, valid);
+          const T sum = vec::exp_shifted_sum(row, valid, max);
+          lse_h[i] = max + T(std::log(double(sum)));
+          inv_sum[h * rows + i] = T(1) / sum;
+          std::fill(row + valid, row + keys, T(0));
         }
-        gemm<T>(false, false, m, p.d, keys, T(1), scores, keys, vh, p.ldkv, T(0), o_stack, p.d);
-        // O = (exp(S - max) V) / sum: normalizing the d outputs of a row is cheaper than
-        // normalizing its `keys` probabilities.
-        for (std::int64_t h = 0; h < p.group; ++h) {
-          for (std::int64_t i = 0; i < rows; ++i) {
-            const T* src = o_stack + (h * rows + i) * p.d;
-            T* dst = out + (begin + r0 + i) * p.ldq + (first_head + h) * p.d;
-            const T factor = inv_sum[h * rows + i];
-            for (std::int64_t c = 0; c < p.d; ++c) dst[c] = src[c] * factor;
-          }
+      }
+      gemm<T>(false, false, m, p.d, keys, T(1), scores, keys, vh, p.ldkv, T(0), o_stack, p.d);
+      // O = (exp(S - max) V) / sum: normalizing the d outputs of a row is cheaper than
+      // normalizing its `keys` probabilities.
+      for (std::int64_t h = 0; h < p.group; ++h) {
+        for (std::int64_t i = 0; i < rows; ++i) {
+          const T* src = o_stack + (h * rows + i) * p.d;
+          T* dst = out + (begin + r0 + i) * p.ldq + (first_head + h) * p.d;
+          const T factor = inv_sum[h * rows + i];
+          for (std::int64_t c = 0; c < p.d; ++c) dst[c] = src[c] * factor;
         }
       }
     }
@@ -200,54 +197,51 @@ void attention_backward(const AttentionShape& shape, const T* q, const T* k, con
     T* do_stack = q_stack + stack_elems;
     T* dq_stack = do_stack + stack_elems;
     T* row_dot = dq_stack + stack_elems;
-    const std::int64_t begin = items[std::size_t(item)].begin;
-    const std::int64_t length = items[std::size_t(item)].length;
-    {
-      const std::int64_t kv_head = items[std::size_t(item)].kv_head;
-      const std::int64_t first_head = kv_head * p.group;
-      const std::int64_t kv_offset = begin * p.ldkv + kv_head * p.d;
-      const T* kh = k + kv_offset;
-      const T* vh = v + kv_offset;
-      T* dkh = dk + kv_offset;
-      T* dvh = dv + kv_offset;
-      for (std::int64_t r0 = 0; r0 < length; r0 += p.block) {
-        const std::int64_t rows = std::min(p.block, length - r0);
-        const std::int64_t keys = r0 + rows;
-        const std::int64_t m = p.group * rows;
-        gather_heads(q, p.ldq, begin + r0, rows, first_head, p, q_stack);
-        gather_heads(dout, p.ldq, begin + r0, rows, first_head, p, do_stack);
+    const Item& work = items[std::size_t(item)];
+    const std::int64_t begin = work.begin, length = work.length, kv_head = work.kv_head;
+    const std::int64_t first_head = kv_head * p.group;
+    const std::int64_t kv_offset = begin * p.ldkv + kv_head * p.d;
+    const T* kh = k + kv_offset;
+    const T* vh = v + kv_offset;
+    T* dkh = dk + kv_offset;
+    T* dvh = dv + kv_offset;
+    for (std::int64_t r0 = 0; r0 < length; r0 += p.block) {
+      const std::int64_t rows = std::min(p.block, length - r0);
+      const std::int64_t keys = r0 + rows;
+      const std::int64_t m = p.group * rows;
+      gather_heads(q, p.ldq, begin + r0, rows, first_head, p, q_stack);
+      gather_heads(dout, p.ldq, begin + r0, rows, first_head, p, do_stack);
 
-        // P recomputed from the saved log-sum-exp; masked entries are exact zeros.
-        gemm<T>(false, true, m, keys, p.d, scale, q_stack, p.d, kh, p.ldkv, T(0), probs, keys);
-        for (std::int64_t h = 0; h < p.group; ++h) {
-          const T* lse_h = lse + (first_head + h) * shape.tokens + begin + r0;
-          for (std::int64_t i = 0; i < rows; ++i) {
-            const std::int64_t r = h * rows + i;
-            T* row = probs + r * keys;
-            const std::int64_t valid = r0 + i + 1;
-            vec::exp_shifted(row, valid, lse_h[i]);
-            std::fill(row + valid, row + keys, T(0));
-            const T* o_row = out + (begin + r0 + i) * p.ldq + (first_head + h) * p.d;
-            const T* do_row = do_stack + r * p.d;
-            T dot = 0;
-            for (std::int64_t c = 0; c < p.d; ++c) dot += o_row[c] * do_row[c];
-            row_dot[r] = dot;
-          }
+      // P recomputed from the saved log-sum-exp; masked entries are exact zeros.
+      gemm<T>(false, true, m, keys, p.d, scale, q_stack, p.d, kh, p.ldkv, T(0), probs, keys);
+      for (std::int64_t h = 0; h < p.group; ++h) {
+        const T* lse_h = lse + (first_head + h) * shape.tokens + begin + r0;
+        for (std::int64_t i = 0; i < rows; ++i) {
+          const std::int64_t r = h * rows + i;
+          T* row = probs + r * keys;
+          const std::int64_t valid = r0 + i + 1;
+          vec::exp_shifted(row, valid, lse_h[i]);
+          std::fill(row + valid, row + keys, T(0));
+          const T* o_row = out + (begin + r0 + i) * p.ldq + (first_head + h) * p.d;
+          const T* do_row = do_stack + r * p.d;
+          T dot = 0;
+          for (std::int64_t c = 0; c < p.d; ++c) dot += o_row[c] * do_row[c];
+          row_dot[r] = dot;
         }
+      }
 
-        gemm<T>(true, false, keys, p.d, m, T(1), probs, keys, do_stack, p.d, T(1), dvh, p.ldkv);
-        gemm<T>(false, true, m, keys, p.d, T(1), do_stack, p.d, vh, p.ldkv, T(0), dprobs, keys);
-        for (std::int64_t r = 0; r < m; ++r) {
-          // Masked entries have p == 0, so dS is 0 there as well.
-          vec::softmax_grad(probs + r * keys, dprobs + r * keys, keys, row_dot[r]);
-        }
-        gemm<T>(false, false, m, p.d, keys, scale, dprobs, keys, kh, p.ldkv, T(0), dq_stack, p.d);
-        gemm<T>(true, false, keys, p.d, m, scale, dprobs, keys, q_stack, p.d, T(1), dkh, p.ldkv);
-        for (std::int64_t h = 0; h < p.group; ++h) {
-          for (std::int64_t i = 0; i < rows; ++i) {
-            std::memcpy(dq + (begin + r0 + i) * p.ldq + (first_head + h) * p.d,
-                        dq_stack + (h * rows + i) * p.d, sizeof(T) * p.d);
-          }
+      gemm<T>(true, false, keys, p.d, m, T(1), probs, keys, do_stack, p.d, T(1), dvh, p.ldkv);
+      gemm<T>(false, true, m, keys, p.d, T(1), do_stack, p.d, vh, p.ldkv, T(0), dprobs, keys);
+      for (std::int64_t r = 0; r < m; ++r) {
+        // Masked entries have p == 0, so dS is 0 there as well.
+        vec::softmax_grad(probs + r * keys, dprobs + r * keys, keys, row_dot[r]);
+      }
+      gemm<T>(false, false, m, p.d, keys, scale, dprobs, keys, kh, p.ldkv, T(0), dq_stack, p.d);
+      gemm<T>(true, false, keys, p.d, m, scale, dprobs, keys, q_stack, p.d, T(1), dkh, p.ldkv);
+      for (std::int64_t h = 0; h < p.group; ++h) {
+        for (std::int64_t i = 0; i < rows; ++i) {
+          std::memcpy(dq + (begin + r0 + i) * p.ldq + (first_head + h) * p.d,
+                      dq_stack + (h * rows + i) * p.d, sizeof(T) * p.d);
         }
       }
     }

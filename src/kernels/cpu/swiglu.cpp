@@ -25,21 +25,19 @@ constexpr std::int64_t kGrain = 16384;
 
 template <typename T>
 void swiglu_forward_range(const T* gate, const T* up, T* h, std::int64_t n) {
-  std::int64_t i = 0;
   if constexpr (std::is_same_v<T, float>) {
     rows::swiglu_forward(gate, up, h, n);
   } else {
-    for (; i < n; ++i) h[i] = gate[i] * T(sigmoid(double(gate[i]))) * up[i];
+    for (std::int64_t i = 0; i < n; ++i) h[i] = gate[i] * T(sigmoid(double(gate[i]))) * up[i];
   }
 }
 
 template <typename T>
 void swiglu_backward_range(const T* dh, const T* gate, const T* up, T* dgate, T* dup, std::int64_t n) {
-  std::int64_t i = 0;
   if constexpr (std::is_same_v<T, float>) {
     rows::swiglu_backward(dh, gate, up, dgate, dup, n);
   } else {
-    for (; i < n; ++i) {
+    for (std::int64_t i = 0; i < n; ++i) {
       double dg = 0, du = 0;
       swiglu_grad(double(dh[i]), double(gate[i]), double(up[i]), dg, du);
       dgate[i] = T(dg);
