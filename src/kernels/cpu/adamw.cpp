@@ -1,10 +1,12 @@
 #include "odc/kernels/adamw.h"
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "odc/core/error.h"
 #include "parallel.h"
+#include "vec_rows.h"
 
 namespace odc::kernels::cpu {
 
@@ -22,43 +24,57 @@ void adamw_step(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, std::int64_t
   const T inv_sqrt_bc2 = T(1.0 / std::sqrt(bias_correction2));
   const T eps = T(params.eps);
   const T grad_scale = T(params.grad_scale);
-  // The four arrays are distinct (restrict) and the loop is element-wise: it vectorizes (sqrt and
-  // division included) and splits into pieces for the compute threads; every element gets the
-  // same operations as in the scalar loop, so the result is the same.
-  parallel_chunks(n, 32768, [&](std::int64_t begin, std::int64_t end) {
-    T* __restrict p = param + begin;
-    const T* __restrict gr = grad + begin;
-    T* __restrict m1 = exp_avg + begin;
-    T* __restrict m2 = exp_avg_sq + begin;
-    const std::int64_t count = end - begin;
+  // The four arrays are distinct and the loop is element-wise: it vectorizes (sqrt and division
+  // included; float in the AVX2 variant of vec_rows.cpp where the CPU has it) and splits into
+  // pieces for the compute threads; every element gets the same operations as in the scalar loop,
+  // so the result is the same for any thread count and ISA.
+  if constexpr (std::is_same_v<T, float>) {
+    const rows::AdamWScalars s{decay, beta1, one_minus_beta1, beta2, one_minus_beta2, step_size, inv_sqrt_bc2, eps,
+                               grad_scale};
+    parallel_chunks(n, 32768, [&](std::int64_t begin, std::int64_t end) {
+      rows::adamw_update(param + begin, grad + begin, exp_avg + begin, exp_avg_sq + begin, end - begin, s);
+    });
+  } else {
+    parallel_chunks(n, 32768, [&](std::int64_t begin, std::int64_t end) {
+      T* __restrict p = param + begin;
+      const T* __restrict gr = grad + begin;
+      T* __restrict m1 = exp_avg + begin;
+      T* __restrict m2 = exp_avg_sq + begin;
+      const std::int64_t count = end - begin;
 #pragma omp simd
-    for (std::int64_t i = 0; i < count; ++i) {
-      const T g = gr[i] * grad_scale;
-      const T m = beta1 * m1[i] + one_minus_beta1 * g;
-      const T v = beta2 * m2[i] + one_minus_beta2 * g * g;
-      m1[i] = m;
-      m2[i] = v;
-      p[i] = p[i] * decay - step_size * m / (std::sqrt(v) * inv_sqrt_bc2 + eps);
-    }
-  });
+      for (std::int64_t i = 0; i < count; ++i) {
+        const T g = gr[i] * grad_scale;
+        const T m = beta1 * m1[i] + one_minus_beta1 * g;
+        const T v = beta2 * m2[i] + one_minus_beta2 * g * g;
+        m1[i] = m;
+        m2[i] = v;
+        p[i] = p[i] * decay - step_size * m / (std::sqrt(v) * inv_sqrt_bc2 + eps);
+      }
+    });
+  }
 }
 
 namespace {
 
-// Four partial sums: breaks the add latency chain; double keeps the norm exact enough for
-// clipping decisions over billions of elements.
+// Double keeps the norm exact enough for clipping decisions over billions of elements. Float: the
+// 8-lane row kernel (AVX2 where the CPU has it); double: four partial sums break the add latency
+// chain.
 template <typename T>
 double sum_of_squares_piece(const T* x, std::int64_t n) {
-  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  std::int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    s0 += double(x[i]) * double(x[i]);
-    s1 += double(x[i + 1]) * double(x[i + 1]);
-    s2 += double(x[i + 2]) * double(x[i + 2]);
-    s3 += double(x[i + 3]) * double(x[i + 3]);
+  if constexpr (std::is_same_v<T, float>) {
+    return rows::sum_of_squares(x, n);
+  } else {
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    std::int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      s0 += double(x[i]) * double(x[i]);
+      s1 += double(x[i + 1]) * double(x[i + 1]);
+      s2 += double(x[i + 2]) * double(x[i + 2]);
+      s3 += double(x[i + 3]) * double(x[i + 3]);
+    }
+    for (; i < n; ++i) s0 += double(x[i]) * double(x[i]);
+    return (s0 + s1) + (s2 + s3);
   }
-  for (; i < n; ++i) s0 += double(x[i]) * double(x[i]);
-  return (s0 + s1) + (s2 + s3);
 }
 
 constexpr std::int64_t kSquaresGrain = 65536;

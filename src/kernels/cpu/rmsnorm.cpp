@@ -3,9 +3,11 @@
 #include "odc/kernels/adamw.h"
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "parallel.h"
+#include "vec_rows.h"
 
 namespace odc::kernels::cpu {
 namespace {
@@ -13,8 +15,10 @@ namespace {
 // Row reductions accumulate in double (sum_of_squares from adamw.h is the same reduction).
 
 // sum_i a[i] * b[i] * c[i]
+// Float: the 8-lane row kernel (vec_rows.h); double: four partial sums.
 template <typename T>
 double triple_dot_row(const T* a, const T* b, const T* c, std::int64_t n) {
+  if constexpr (std::is_same_v<T, float>) return rows::triple_dot(a, b, c, n);
   double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
   std::int64_t i = 0;
   for (; i + 4 <= n; i += 4) {
@@ -69,6 +73,10 @@ void rmsnorm_backward(const T* dy, const T* x, const T* weight, const T* rstd, T
       const T inv = rstd[r];
       const double dot = triple_dot_row(dyr, weight, xr, dim);
       const T coef = T(double(inv) * double(inv) * double(inv) * dot / double(dim));
+      if constexpr (std::is_same_v<T, float>) {
+        rows::rmsnorm_backward_row(dyr, xr, weight, inv, coef, dxr, dw, dim, dx_accumulate);
+        continue;
+      }
       // dy is read before dx is written at each index, so dx may alias dy.
       for (std::int64_t i = 0; i < dim; ++i) {
         const T g = dyr[i];

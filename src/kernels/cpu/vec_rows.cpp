@@ -114,6 +114,103 @@ constexpr std::int64_t kLanes = 8;
   }
 }
 
+// Element-wise, no overlap (restrict): the compiler vectorizes it, sqrt and division included
+// (IEEE-exact in every width, so both compilations give the same bits).
+[[gnu::always_inline]] inline void adamw_body(float* __restrict p, const float* __restrict gr, float* __restrict m1,
+                                              float* __restrict m2, std::int64_t n, const AdamWScalars& s) {
+  const float decay = s.decay, beta1 = s.beta1, one_minus_beta1 = s.one_minus_beta1, beta2 = s.beta2,
+              one_minus_beta2 = s.one_minus_beta2, step_size = s.step_size, inv_sqrt_bc2 = s.inv_sqrt_bc2,
+              eps = s.eps, grad_scale = s.grad_scale;
+#pragma omp simd
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float g = gr[i] * grad_scale;
+    const float m = beta1 * m1[i] + one_minus_beta1 * g;
+    const float v = beta2 * m2[i] + one_minus_beta2 * g * g;
+    m1[i] = m;
+    m2[i] = v;
+    p[i] = p[i] * decay - step_size * m / (std::sqrt(v) * inv_sqrt_bc2 + eps);
+  }
+}
+
+// Double partial sums in two 4-lane vectors (one ymm each on AVX2; a 64-byte vector made GCC
+// spill to the stack): lanes 0-3 of every 8-element block into lo, 4-7 into hi.
+using D4 = double __attribute__((vector_size(32)));
+using F4 = vec::f32x4;
+
+[[gnu::always_inline]] inline D4 widen(const float* p) { return __builtin_convertvector(vec::load(p), D4); }
+
+[[gnu::always_inline]] inline double lanes_sum(D4 lo, D4 hi) {
+  return ((lo[0] + lo[1]) + (lo[2] + lo[3])) + ((hi[0] + hi[1]) + (hi[2] + hi[3]));
+}
+
+[[gnu::always_inline]] inline double sum_of_squares_body(const float* x, std::int64_t n) {
+  D4 lo{}, hi{};
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const D4 a = widen(x + i), b = widen(x + i + 4);
+    lo += a * a;
+    hi += b * b;
+  }
+  if (i < n) {
+    float padded[kLanes] = {};  // padding lanes add 0
+    std::memcpy(padded, x + i, sizeof(float) * static_cast<std::size_t>(n - i));
+    const D4 a = widen(padded), b = widen(padded + 4);
+    lo += a * a;
+    hi += b * b;
+  }
+  return lanes_sum(lo, hi);
+}
+
+[[gnu::always_inline]] inline void triple_dot_block(const float* a, const float* b, const float* c, D4& lo, D4& hi) {
+  const F4 ab_lo = vec::load(a) * vec::load(b), ab_hi = vec::load(a + 4) * vec::load(b + 4);
+  lo += __builtin_convertvector(ab_lo, D4) * widen(c);
+  hi += __builtin_convertvector(ab_hi, D4) * widen(c + 4);
+}
+
+[[gnu::always_inline]] inline double triple_dot_body(const float* a, const float* b, const float* c, std::int64_t n) {
+  D4 lo{}, hi{};
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) triple_dot_block(a + i, b + i, c + i, lo, hi);
+  if (i < n) {
+    const auto count = sizeof(float) * static_cast<std::size_t>(n - i);
+    float pa[kLanes] = {}, pb[kLanes] = {}, pc[kLanes] = {};
+    std::memcpy(pa, a + i, count);
+    std::memcpy(pb, b + i, count);
+    std::memcpy(pc, c + i, count);
+    triple_dot_block(pa, pb, pc, lo, hi);
+  }
+  return lanes_sum(lo, hi);
+}
+
+[[gnu::always_inline]] inline void rmsnorm_grad(V dy, V x, V w, V dx_in, V& dw, V& dx, float inv, float coef,
+                                                bool accumulate) {
+  dw += dy * (x * inv);
+  const V grad = inv * w * dy - coef * x;
+  dx = accumulate ? dx_in + grad : grad;
+}
+
+[[gnu::always_inline]] inline void rmsnorm_backward_body(const float* dy, const float* x, const float* w, float inv,
+                                                         float coef, float* dx, float* dw, std::int64_t n,
+                                                         bool accumulate) {
+  std::int64_t i = 0;
+  V out;
+  for (; i + kLanes <= n; i += kLanes) {
+    V acc = load(dw + i);
+    rmsnorm_grad(load(dy + i), load(x + i), load(w + i), accumulate ? load(dx + i) : V{}, acc, out, inv, coef,
+                 accumulate);
+    store(dw + i, acc);
+    store(dx + i, out);
+  }
+  if (i < n) {
+    const std::int64_t count = n - i;
+    V acc = load_tail(dw + i, count);
+    rmsnorm_grad(load_tail(dy + i, count), load_tail(x + i, count), load_tail(w + i, count), accumulate ? load_tail(dx + i, count) : V{}, acc,
+                 out, inv, coef, accumulate);
+    store_tail(dw + i, acc, count);
+    store_tail(dx + i, out, count);
+  }
+}
+
 // The two compilations of every body: the baseline and x86-64-v3.
 #define ODC_ROW_VARIANTS(suffix, attributes)                                                            \
   attributes float max_##suffix(const float* x, std::int64_t n) { return max_body(x, n); }               \
@@ -130,6 +227,18 @@ constexpr std::int64_t kLanes = 8;
   attributes void swiglu_backward_##suffix(const float* dh, const float* g, const float* u, float* dg,   \
                                            float* du, std::int64_t n) {                                  \
     swiglu_backward_body(dh, g, u, dg, du, n);                                                           \
+  }                                                                                                      \
+  attributes void adamw_##suffix(float* p, const float* g, float* m1, float* m2, std::int64_t n,         \
+                                 const AdamWScalars& s) {                                                \
+    adamw_body(p, g, m1, m2, n, s);                                                                      \
+  }                                                                                                      \
+  attributes double sum_of_squares_##suffix(const float* x, std::int64_t n) { return sum_of_squares_body(x, n); } \
+  attributes double triple_dot_##suffix(const float* a, const float* b, const float* c, std::int64_t n) {           \
+    return triple_dot_body(a, b, c, n);                                                                             \
+  }                                                                                                                 \
+  attributes void rmsnorm_backward_##suffix(const float* dy, const float* x, const float* w, float inv, float coef, \
+                                            float* dx, float* dw, std::int64_t n, bool accumulate) {               \
+    rmsnorm_backward_body(dy, x, w, inv, coef, dx, dw, n, accumulate);                                            \
   }
 
 ODC_ROW_VARIANTS(baseline, )
@@ -164,6 +273,18 @@ void swiglu_forward(const float* gate, const float* up, float* h, std::int64_t n
 void swiglu_backward(const float* dh, const float* gate, const float* up, float* dgate, float* dup, std::int64_t n,
                      Isa isa) {
   ODC_PICK(swiglu_backward, dh, gate, up, dgate, dup, n);
+}
+void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
+                  const AdamWScalars& s, Isa isa) {
+  ODC_PICK(adamw, param, grad, exp_avg, exp_avg_sq, n, s);
+}
+double sum_of_squares(const float* x, std::int64_t n, Isa isa) { return ODC_PICK(sum_of_squares, x, n); }
+double triple_dot(const float* a, const float* b, const float* c, std::int64_t n, Isa isa) {
+  return ODC_PICK(triple_dot, a, b, c, n);
+}
+void rmsnorm_backward_row(const float* dy, const float* x, const float* w, float inv, float coef, float* dx, float* dw,
+                          std::int64_t n, bool accumulate, Isa isa) {
+  ODC_PICK(rmsnorm_backward, dy, x, w, inv, coef, dx, dw, n, accumulate);
 }
 #undef ODC_PICK
 

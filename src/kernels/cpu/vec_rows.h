@@ -28,6 +28,27 @@ void swiglu_forward(const float* gate, const float* up, float* h, std::int64_t n
 void swiglu_backward(const float* dh, const float* gate, const float* up, float* dgate, float* dup, std::int64_t n,
                      Isa isa = active_isa());
 
+// AdamW's per-step scalars (formed in double by adamw_step, applied in float).
+struct AdamWScalars {
+  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, step_size, inv_sqrt_bc2, eps, grad_scale;
+};
+// One AdamW update of n elements: g = grad * grad_scale, m = beta1 m + (1 - beta1) g,
+// v = beta2 v + (1 - beta2) g^2, p = p decay - step_size m / (sqrt(v) inv_sqrt_bc2 + eps). The four
+// arrays must not overlap.
+void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
+                  const AdamWScalars& s, Isa isa = active_isa());
+// Sum of x[i]^2 in double: eight lanes of partial sums (the squares of floats are exact in
+// double), summed in a fixed order at the end.
+double sum_of_squares(const float* x, std::int64_t n, Isa isa = active_isa());
+
+// sum_i double(a[i] * b[i]) * double(c[i]) (the float product, then double), in eight lanes.
+double triple_dot(const float* a, const float* b, const float* c, std::int64_t n, Isa isa = active_isa());
+// One row of RMSNorm's backward: dw[i] += dy[i] * (x[i] * inv);
+// dx[i] (+)= inv * w[i] * dy[i] - coef * x[i]. dx may be dy (each 8-lane block of dy is read
+// before dx's is written); dw overlaps nothing.
+void rmsnorm_backward_row(const float* dy, const float* x, const float* w, float inv, float coef, float* dx, float* dw,
+                          std::int64_t n, bool accumulate, Isa isa = active_isa());
+
 }  // namespace odc::kernels::cpu::rows
 
 // The float overloads next to vec_math.h's double ones, so kernels templated on T call one name.

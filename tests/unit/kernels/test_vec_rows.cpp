@@ -75,5 +75,63 @@ TEST_CASE("row kernels: the AVX2 variant gives the baseline's bits, and both mat
   }
 }
 
+TEST_CASE("AdamW update, sums of squares and products, RMSNorm's row backward: the AVX2 variant gives the baseline's bits, float64 agrees",
+          "[kernels][vec_rows]") {
+  const std::vector<Isa> variants = have_v3() ? std::vector<Isa>{Isa::baseline, Isa::x86_64_v3} : std::vector<Isa>{Isa::baseline};
+  const AdamWScalars s{0.999f, 0.9f, 0.1f, 0.95f, 0.05f, 1e-3f, 1.2f, 1e-8f, 0.5f};
+  for (const std::int64_t n : {1, 7, 8, 9, 31, 1000}) {
+    const auto grad = random_vector<float>(n, 500 + std::uint32_t(n), -2, 2);
+    const auto p0 = random_vector<float>(n, 600 + std::uint32_t(n), -1, 1);
+    const auto m0 = random_vector<float>(n, 700 + std::uint32_t(n), -0.1, 0.1);
+    const auto v0 = random_vector<float>(n, 800 + std::uint32_t(n), 0, 0.01);
+    std::vector<std::vector<float>> results;
+    std::vector<double> sums;
+    for (const Isa isa : variants) {
+      std::vector<float> p = p0, m = m0, v = v0;
+      adamw_update(p.data(), grad.data(), m.data(), v.data(), n, s, isa);
+      std::vector<float> out = p;
+      out.insert(out.end(), m.begin(), m.end());
+      out.insert(out.end(), v.begin(), v.end());
+      sums.push_back(sum_of_squares(grad.data(), n, isa));
+      sums.push_back(triple_dot(grad.data(), p0.data(), m0.data(), n, isa));
+      // RMSNorm's row backward, accumulating and not, with dx aliasing dy in the second call.
+      std::vector<float> dw = v0, dx = m0, dy = grad;
+      rmsnorm_backward_row(grad.data(), p0.data(), v0.data(), 1.5f, 0.25f, dx.data(), dw.data(), n, true, isa);
+      rmsnorm_backward_row(dy.data(), p0.data(), v0.data(), 1.5f, 0.25f, dy.data(), dw.data(), n, false, isa);
+      for (std::int64_t i = 0; i < n; ++i) {
+        // The same float operations in the same order as the scalar loop of rmsnorm.cpp.
+        float ref_dw = v0[i];
+        ref_dw += grad[i] * (p0[i] * 1.5f);
+        const float grad_x = 1.5f * v0[i] * grad[i] - 0.25f * p0[i];
+        ref_dw += grad[i] * (p0[i] * 1.5f);
+        CHECK(dx[i] == m0[i] + grad_x);
+        CHECK(dy[i] == grad_x);
+        CHECK(dw[i] == ref_dw);
+      }
+      for (const auto* part : {&dw, &dx, &dy}) out.insert(out.end(), part->begin(), part->end());
+      // Float64 of the same formula: each element goes through ~12 float operations, each within
+      // half an ulp, so 1e-5 relative (tens of ulps) bounds the float result with margin.
+      double worst = 0, ref_sum = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const double g = double(grad[i]) * s.grad_scale;
+        const double mm = double(s.beta1) * m0[i] + double(s.one_minus_beta1) * g;
+        const double vv = double(s.beta2) * v0[i] + double(s.one_minus_beta2) * g * g;
+        const double pp = double(p0[i]) * s.decay - double(s.step_size) * mm / (std::sqrt(vv) * s.inv_sqrt_bc2 + s.eps);
+        worst = std::max(worst, std::fabs(p[i] - pp) / std::max(1e-6, std::fabs(pp)));
+        ref_sum += double(grad[i]) * double(grad[i]);
+      }
+      CHECK(worst < 1e-5);
+      results.push_back(out);
+      // Squares of floats are exact in double; n additions in double: n ulps of 2^-52.
+      CHECK(std::fabs(sums[sums.size() - 2] - ref_sum) <= 1e-15 * double(n) * ref_sum);
+    }
+    if (results.size() == 2) {
+      CHECK(same_bits(results[0], results[1]));
+      CHECK(sums[0] == sums[2]);
+      CHECK(sums[1] == sums[3]);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace odc::kernels::cpu::rows
