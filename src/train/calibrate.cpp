@@ -26,26 +26,32 @@ data::CostModel calibrate_cost_model(const Config& config, std::vector<Calibrati
   for (std::int64_t s = 64; s <= longest; s *= 2) lengths.push_back(s);
   if (lengths.size() < 3) fail("calibration needs sequences up to at least 256 tokens; the cap is {}", longest);
 
-  std::vector<double> seconds;
-  for (auto length : lengths) {
+  std::vector<model::PackedBatch> batches(lengths.size());
+  for (std::size_t k = 0; k < lengths.size(); ++k) {
+    const auto length = lengths[k];
     std::vector<std::int32_t> tokens(static_cast<std::size_t>(length));
     for (std::int64_t i = 0; i < length; ++i) tokens[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7 + 3) % model_config.vocab_size);
-    model::PackedBatch batch;
-    batch.append(tokens.data(), nullptr, length, 1.0f / static_cast<float>(length));
-    std::vector<double> runs;
-    for (int rep = 0; rep < 6; ++rep) {  // the first run warms buffers up and is discarded
+    batches[k].append(tokens.data(), nullptr, length, 1.0f / static_cast<float>(length));
+  }
+  // Rounds over all lengths rather than all runs of one length after another: a slow phase of a
+  // shared machine then touches every length alike instead of one point of the curve. The first
+  // round warms buffers up and is discarded.
+  constexpr int kRounds = 8;
+  std::vector<double> seconds(lengths.size(), 0.0);
+  for (int round = 0; round < kRounds; ++round) {
+    for (std::size_t k = 0; k < lengths.size(); ++k) {
       comm.begin_minibatch();
       const auto start = std::chrono::steady_clock::now();
-      model.train_microbatch(batch, comm, comm);
+      model.train_microbatch(batches[k], comm, comm);
       model.backend().synchronize();
       const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (rep > 0) runs.push_back(t);
+      // The fastest run: other load on the machine only ever adds time, so the minimum is the best
+      // estimate of the work itself (a median still moves with a busy neighbour).
+      if (round > 0 && (round == 1 || t < seconds[k])) seconds[k] = t;
     }
-    // The fastest run: other load on the machine only ever adds time, so the minimum is the best
-    // estimate of the work itself (a median still moves with a busy neighbour).
-    const double best = *std::min_element(runs.begin(), runs.end());
-    seconds.push_back(best);
-    if (points != nullptr) points->push_back({length, best});
+  }
+  if (points != nullptr) {
+    for (std::size_t k = 0; k < lengths.size(); ++k) points->push_back({lengths[k], seconds[k]});
   }
   const auto fitted = data::fit_quadratic(lengths, seconds);
   // Only ratios matter to the balancers: scale so that b = 1.
