@@ -4,8 +4,9 @@
 # LB-Micro, LB-Mini} at 1, 2, 4 and 8 sequences per rank (2 ranks x 1 compute thread), calibrates
 # the simulator on a trace and checks its predictions. Writes OUT/results.jsonl (a JSON line per
 # cell), OUT/table.md, OUT/summary.json, OUT/speedup.png (bar charts) and OUT/timeline-mbs4.png
-# (one minibatch, Collective+LB-Micro vs ODC+LB-Mini, per rank). About 15-20 minutes on 2 cores;
-# run it on an otherwise idle machine.
+# (one minibatch, Collective+LB-Micro vs ODC+LB-Mini, per rank). Every cell runs twice (the methods
+# of a minibatch size forward, then backward; a cell reports the median, i.e. the mean of the two),
+# about 35-40 minutes on 2 cores; run it on an otherwise idle machine (--repeats 1 halves it).
 # Usage: scripts/bench.sh [OUT_DIR] [bench/e2e.py options, e.g. --mbs 4 --sequences-per-rank 16]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -14,7 +15,7 @@ out="${1:-$root/bench-out}"
 shift || true
 
 "$root/scripts/build.sh"
-/usr/bin/python3 "$root/bench/e2e.py" --build "$build" --out "$out" "$@"
+/usr/bin/python3 "$root/bench/e2e.py" --build "$build" --out "$out" --repeats 2 "$@"
 /usr/bin/python3 "$root/tools/plot_bench.py" "$out/results.jsonl" --out "$out/speedup.png"
 size=4
 [ -f "$out/runs/mbs$size-odc+lb_mini-trace.json" ] || size="$(ls "$out"/runs/mbs*-odc+lb_mini-trace.json | head -1 | sed 's/.*mbs\([0-9]*\)-.*/\1/')"
