@@ -5,8 +5,9 @@
 # the simulator on a trace and checks its predictions. Writes OUT/results.jsonl (a JSON line per
 # cell), OUT/table.md, OUT/summary.json, OUT/speedup.png (bar charts) and OUT/timeline-mbs4.png
 # (one minibatch, Collective+LB-Micro vs ODC+LB-Mini, per rank). Every cell runs twice (the methods
-# of a minibatch size forward, then backward; a cell reports the median, i.e. the mean of the two),
-# about 35-40 minutes on 2 cores; run it on an otherwise idle machine (--repeats 1 halves it).
+# of a minibatch size forward, then backward) and reports its faster run (--statistic median for
+# the mean of the two), about 35-40 minutes on 2 cores; run it on an otherwise idle machine
+# (--repeats 1 halves it). --reuse re-derives the tables from what an earlier run left in OUT_DIR.
 # Usage: scripts/bench.sh [OUT_DIR] [bench/e2e.py options, e.g. --mbs 4 --sequences-per-rank 16]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
