@@ -1,5 +1,7 @@
 #include "odc/core/config.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -12,6 +14,7 @@
 #include <system_error>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "odc/core/error.h"
 #include "odc/core/text.h"
@@ -170,6 +173,12 @@ void check_text(const TunableSpec& spec, const YAML::Node& node, const std::stri
       fail("config key '{}' in {} holds text that is not valid UTF-8 (byte {:#04x} after '{}')", spec.path,
            location(source, node.Mark()), static_cast<unsigned char>(text[at]), text.substr(0, at));
     }
+    // A NUL (YAML's "\0") is valid UTF-8, but every path, name and message is cut at it by the
+    // system calls and libraries downstream: the file opened would not be the one named.
+    if (const std::size_t at = text.find('\0'); at != std::string::npos) {
+      fail("config key '{}' in {} holds a NUL character (after '{}'); paths and names cannot contain one",
+           spec.path, location(source, node.Mark()), text.substr(0, at));
+    }
   } else if (node.IsSequence()) {
     for (const auto& item : node) check_text(spec, item, source);
   } else if (node.IsMap()) {
@@ -262,11 +271,13 @@ void Config::load_yaml_text(const std::string& text, const std::string& source) 
   }
 }
 
-void Config::apply_environment() {
+std::vector<std::string> Config::apply_environment() {
   std::map<std::string, Value> before = values_;
+  std::vector<std::string> names;
   try {
     for (const auto& declared : specs_) {
       const std::string variable = environment_variable(declared.path);
+      names.push_back(variable);
       const char* text = std::getenv(variable.c_str());
       if (text == nullptr) continue;
       const std::string source = std::string(kEnvironmentPrefix) + variable;
@@ -276,6 +287,24 @@ void Config::apply_environment() {
     values_.swap(before);
     throw;
   }
+  // ODC_<SECTION>_... of one of this config's sections that names none of its keys: a typo that
+  // would otherwise go unnoticed. Other ODC_ variables (the build scripts', another tool's
+  // sections) are none of this config's business.
+  std::vector<std::string> prefixes;
+  for (const auto& section : section_names(specs_)) prefixes.push_back(environment_variable(section) + "_");
+  std::vector<std::string> ignored;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    const std::string variable(text.substr(0, text.find('=')));
+    const bool in_a_section = std::any_of(prefixes.begin(), prefixes.end(),
+                                          [&](const std::string& prefix) { return variable.starts_with(prefix); });
+    if (!in_a_section || std::find(names.begin(), names.end(), variable) != names.end()) continue;
+    spdlog::warn("environment variable {} names no config key; ignored{}", variable,
+                 did_you_mean(closest_name(variable, names)));
+    ignored.push_back(variable);
+  }
+  std::sort(ignored.begin(), ignored.end());
+  return ignored;
 }
 
 void Config::apply_assignment(const std::string& assignment) {

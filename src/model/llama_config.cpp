@@ -1,5 +1,7 @@
 #include "odc/model/llama_config.h"
 
+#include <cstdint>
+#include <limits>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -35,6 +37,14 @@ T number_field(const nlohmann::json& j, const char* key, const std::string& wher
   } else {
     if (!v.is_number_integer()) {
       fail("{}: model config field '{}' must be an integer, found {}", where, key, v.dump());
+    }
+    // The full range of the field's type, so no value wraps into a different (valid) shape: a
+    // 32-bit field given 4294967297 must not become 1.
+    constexpr auto lo = std::numeric_limits<T>::min();
+    constexpr auto hi = std::numeric_limits<T>::max();
+    const bool too_big_unsigned = v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi);
+    if (too_big_unsigned || (!v.is_number_unsigned() && (v.get<std::int64_t>() < lo || v.get<std::int64_t>() > hi))) {
+      fail("{}: model config field '{}' is {}, outside the range [{}, {}] it is held in", where, key, v.dump(), lo, hi);
     }
     return static_cast<T>(v.get<std::int64_t>());
   }
@@ -86,6 +96,12 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
     if (!rs.is_object()) fail("{}: rope_scaling must be a mapping or null", where);
     // rope_type (current HF) wins over type (older configs); either must be a string.
     std::string type = "default";
+    // A scaling without its kind (e.g. {factor: 8}) would silently be none at all.
+    if (!rs.empty() && !rs.contains("type") && !rs.contains("rope_type")) {
+      fail("{}: rope_scaling {} has no 'rope_type' (or 'type'), so which scaling it means is unknown (supported: "
+           "default, llama3)",
+           where, rs.dump());
+    }
     for (const char* key : {"type", "rope_type"}) {
       if (!rs.contains(key)) continue;
       if (!rs.at(key).is_string()) {
@@ -105,6 +121,16 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
           number_field<double>(rs, "original_max_position_embeddings", where + ".rope_scaling", 8192.0, true);
     }
   }
+  // Rotary embedding on a fraction of each head (Phi-style) changes the computation: the model
+  // rotates every dimension, so anything but 1 is an error, never ignored.
+  if (j.contains("partial_rotary_factor") && !j.at("partial_rotary_factor").is_null()) {
+    const double factor = number_field<double>(j, "partial_rotary_factor", where, 1.0, true);
+    if (factor != 1.0) {
+      fail("{}: model config field 'partial_rotary_factor' is {}, but rotary embeddings on part of each head are "
+           "not supported (only 1.0)",
+           where, factor);
+    }
+  }
   if (!explicit_head_dim || c.head_dim == 0) {
     if (c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads != 0) {
       fail("{}: hidden_size {} is not divisible by num_attention_heads {} (set head_dim explicitly "
@@ -116,7 +142,8 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
     static const std::set<std::string> used = {
         "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
         "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling",
-        "tie_word_embeddings", "attention_bias", "max_position_embeddings", "initializer_range"};
+        "tie_word_embeddings", "attention_bias", "max_position_embeddings", "initializer_range",
+        "partial_rotary_factor"};
     for (const auto& [key, value] : j.items()) {
       if (!used.contains(key) && !known_unused_fields().contains(key)) {
         fail("{}: unknown model config field '{}' (expected Hugging Face config.json fields such as "

@@ -3,6 +3,10 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "odc/backend/backend_factory.h"
 #include "odc/core/error.h"
@@ -134,11 +138,32 @@ std::vector<TunableSpec> trainer_tunables() {
   };
 }
 
+namespace {
+
+// Relations between keys that each key's own range cannot express, checked as the config loads
+// (before any data is read or any training runs).
+void check_relations(const Config& config) {
+  const std::string schedule = config.get_string("train.schedule");
+  const double lr = config.get_double("train.lr"), min_lr = config.get_double("train.min_lr");
+  if (schedule != "constant" && min_lr > lr) {
+    fail("train.min_lr ({}) is above train.lr ({}): the {} schedule would raise the learning rate as it decays; "
+         "set train.min_lr <= train.lr",
+         min_lr, lr, schedule);
+  }
+  // The shape itself (fields in range, heads dividing the width): --dump-config and every run
+  // see the same verdict. A checkpoint's config.json is checked when it is read
+  // (training_model_config).
+  if (config.get_string("model.checkpoint").empty()) (void)model_config_from(config);
+}
+
+}  // namespace
+
 Config load_trainer_config(const std::string& config_file, const std::vector<std::string>& assignments) {
   Config config(trainer_tunables());
   if (!config_file.empty()) config.load_yaml_file(config_file);
   config.apply_environment();
   for (const auto& assignment : assignments) config.apply_assignment(assignment);
+  check_relations(config);
   return config;
 }
 
@@ -195,6 +220,33 @@ std::unique_ptr<backend::Backend> training_backend(const Config& config, int wor
                                static_cast<int>(config.get_int("train.threads")));
 }
 
+namespace {
+
+// The checkpoint's config.json defines the model. A model.config field changed from its default
+// (in a config file or by --set) that says otherwise would be silently ignored: an error naming
+// each such field and both values. Fields equal to the checkpoint's are accepted.
+void check_agrees_with_checkpoint(const Config& config, const model::LlamaConfig& model, const std::string& checkpoint) {
+  const nlohmann::json given = yaml_to_json(config.get_map("model.config"));
+  const nlohmann::json defaults = yaml_to_json(Config(trainer_tunables()).get_map("model.config"));
+  const nlohmann::json have = model.to_json();
+  std::vector<std::string> conflicts;
+  for (const auto& [key, value] : given.items()) {
+    if (defaults.contains(key) && defaults.at(key) == value) continue;  // not the user's
+    if (!have.contains(key)) {
+      conflicts.push_back(fmt::format("{}: {} (not a field of the checkpoint's model)", key, value.dump()));
+    } else if (have.at(key) != value) {
+      conflicts.push_back(fmt::format("{}: {} (the checkpoint's: {})", key, value.dump(), have.at(key).dump()));
+    }
+  }
+  if (!conflicts.empty()) {
+    fail("model.config (from {}) sets {}, but model.checkpoint {} defines the model by its config.json; drop "
+         "these from model.config (a new shape: odc-ckpt init --set model.config.*)",
+         config.source_of("model.config"), fmt::join(conflicts, ", "), checkpoint);
+  }
+}
+
+}  // namespace
+
 model::LlamaConfig training_model_config(const Config& config) {
   const std::string checkpoint = config.get_string("model.checkpoint");
   if (checkpoint.empty()) return model_config_from(config);
@@ -207,7 +259,9 @@ model::LlamaConfig training_model_config(const Config& config) {
   } catch (const nlohmann::json::exception& e) {
     fail("model.checkpoint: '{}' is not valid JSON: {}", path.string(), e.what());
   }
-  return io::hf_config_from_json(json, path.string());
+  auto model = io::hf_config_from_json(json, path.string());
+  check_agrees_with_checkpoint(config, model, checkpoint);
+  return model;
 }
 
 }  // namespace odc::train

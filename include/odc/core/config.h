@@ -75,7 +75,9 @@ class Config {
   // Layering. Each throws odc::Error on unknown keys / bad values, naming the source.
   void load_yaml_file(const std::string& path);
   void load_yaml_text(const std::string& text, const std::string& source);
-  void apply_environment();                    // reads ODC_* variables of declared keys
+  // Reads the ODC_* variables of declared keys. Returns (and logs as warnings) the ODC_<SECTION>_*
+  // variables of this config's sections that name no key, sorted: they are ignored.
+  std::vector<std::string> apply_environment();
   void apply_assignment(const std::string& assignment);  // "a.b=value" from --set
   // Checks required keys are present (call after all layers are applied).
   void validate() const;

@@ -271,6 +271,17 @@ TEST_CASE("config environment values are type-checked and name the variable", "[
   CHECK(config.source_of("train.shuffle") == "environment ODC_TRAIN_SHUFFLE");
 }
 
+// A mistyped variable of a known section was silently ignored; others (the build scripts'
+// ODC_BUILD_DIR) are not this config's.
+TEST_CASE("config environment: an ODC_<SECTION>_ variable that names no key is reported", "[config]") {
+  Config config(test_specs());
+  const ScopedEnv typo("ODC_TRAIN_STPES", "5");
+  const ScopedEnv other("ODC_BUILD_DIR", "/tmp/build");
+  const ScopedEnv good("ODC_TRAIN_STEPS", "7");
+  CHECK(config.apply_environment() == std::vector<std::string>{"ODC_TRAIN_STPES"});
+  CHECK(config.get_int("train.steps") == 7);
+}
+
 TEST_CASE("config --set assignments are checked for shape", "[config]") {
   Config config(test_specs());
   REQUIRE_THROWS_WITH(config.apply_assignment("train.lr"),
@@ -595,6 +606,19 @@ TEST_CASE("config values hold only valid UTF-8 text", "[config]") {
   reloaded.load_yaml_text(config.dump(), "dump.yaml");
   CHECK(reloaded.get_string("data.train") == "/data/" + text);
   CHECK(reloaded.canonical() == config.canonical());
+}
+
+// A NUL from YAML's "\0" escape once reached the file system, which cut the path at it: the run
+// opened "/data/a" for "/data/a\0b.jsonl", and errors named the cut path.
+TEST_CASE("config values hold no NUL character", "[config]") {
+  Config config(test_specs());
+  const std::string before = config.canonical();
+  REQUIRE_THROWS_WITH(config.load_yaml_text("data:\n  train: \"/data/a\\0b.jsonl\"\n", "nul.yaml"),
+                      Contains("'data.train'") && Contains("nul.yaml:2") && Contains("NUL character") &&
+                          Contains("after '/data/a'"));
+  REQUIRE_THROWS_WITH(config.load_yaml_text("model:\n  config: {name: \"x\\0\"}\n", "nul.yaml"),
+                      Contains("'model.config'") && Contains("NUL character"));
+  CHECK(config.canonical() == before);
 }
 
 // Found by tests/fuzz/fuzz_config_yaml: yaml-cpp keeps a lone carriage return inside a plain

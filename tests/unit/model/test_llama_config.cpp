@@ -52,6 +52,36 @@ TEST_CASE("invalid model shapes are clear errors naming the field", "[model]") {
   j = base();
   j["num_hidden_layers"] = 1.5;
   CHECK_THROWS_WITH(LlamaConfig::from_json(j, "model.config", true), Contains("'num_hidden_layers' must be an integer"));
+  // Values beyond the field's 32-bit type are errors, never wrapped into another shape
+  // (4294967297 = 2^32 + 1 once trained a 1-layer model).
+  for (const char* field : {"num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim"}) {
+    j = base();
+    j[field] = 4294967297LL;
+    CHECK_THROWS_WITH(LlamaConfig::from_json(j, "model.config", true),
+                      Contains(std::string("'") + field + "' is 4294967297, outside the range"));
+    j[field] = -4294967295LL;
+    CHECK_THROWS_WITH(LlamaConfig::from_json(j, "model.config", true), Contains("outside the range"));
+  }
+  j = base();
+  j["vocab_size"] = 18446744073709551615ULL;  // beyond int64: must not wrap to -1
+  CHECK_THROWS_WITH(LlamaConfig::from_json(j, "model.config", true),
+                    Contains("'vocab_size' is 18446744073709551615, outside the range"));
+  // Fields that change the computation are errors even in a checkpoint's config.json (strict =
+  // false), where other unknown fields pass: they were silently ignored.
+  for (const bool strict : {true, false}) {
+    j = base();
+    j["partial_rotary_factor"] = 0.5;
+    CHECK_THROWS_WITH(LlamaConfig::from_json(j, "config.json", strict),
+                      Contains("'partial_rotary_factor' is 0.5") && Contains("not supported"));
+    j["partial_rotary_factor"] = 1.0;
+    CHECK_NOTHROW(LlamaConfig::from_json(j, "config.json", strict));
+    j = base();
+    j["rope_scaling"] = {{"factor", 8.0}};
+    CHECK_THROWS_WITH(LlamaConfig::from_json(j, "config.json", strict),
+                      Contains("rope_scaling {\"factor\":8.0} has no 'rope_type' (or 'type')"));
+    j["rope_scaling"] = nlohmann::json::object();
+    CHECK(LlamaConfig::from_json(j, "config.json", strict).rope_scaling.type == "default");
+  }
   j = base();
   j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   CHECK_THROWS_WITH(LlamaConfig::from_json(j, "model.config", true), Contains("rope_scaling type 'yarn' is not supported"));
