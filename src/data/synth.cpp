@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -168,55 +170,102 @@ SynthSequence make_add_task(std::int64_t length, Rng& rng) {
 
 }  // namespace
 
-std::vector<SynthSequence> generate_synth(const SynthOptions& options) {
-  const std::vector<Task> tasks = validate(options);
-  // mu chosen so that the mean of the unclipped log-normal is mean_length.
-  const double mu = std::log(options.mean_length) - 0.5 * options.sigma * options.sigma;
+namespace {
 
-  std::vector<SynthSequence> out;
-  out.reserve(static_cast<std::size_t>(options.num_sequences));
-  const std::uint64_t base = splitmix64(options.seed);
-  for (std::int64_t i = 0; i < options.num_sequences; ++i) {
-    // One stream per sequence: sequence i does not depend on how many sequences are generated.
-    Rng rng(splitmix64(substream_seed(base, static_cast<std::uint64_t>(i))));
+// Sequence i of a validated option set: one random stream per sequence, so sequence i does not
+// depend on how many are generated, and a writer can produce them one at a time.
+class SynthStream {
+ public:
+  explicit SynthStream(const SynthOptions& options)
+      : options_(options),
+        tasks_(validate(options)),
+        // mu chosen so that the mean of the unclipped log-normal is mean_length.
+        mu_(std::log(options.mean_length) - 0.5 * options.sigma * options.sigma),
+        base_(splitmix64(options.seed)) {}
 
-    const double drawn = std::exp(mu + options.sigma * rng.normal());
+  SynthSequence at(std::int64_t i) const {
+    Rng rng(splitmix64(substream_seed(base_, static_cast<std::uint64_t>(i))));
+    const double drawn = std::exp(mu_ + options_.sigma * rng.normal());
     // Clip in floating point first: exp() may overflow any integer type.
-    const double clipped = std::clamp(drawn, static_cast<double>(options.min_length),
-                                      static_cast<double>(options.max_length));
+    const double clipped = std::clamp(drawn, static_cast<double>(options_.min_length),
+                                      static_cast<double>(options_.max_length));
     const auto length = static_cast<std::int64_t>(std::llround(clipped));
-    const Task task = tasks[static_cast<std::size_t>(rng.below(tasks.size()))];
-    out.push_back(task == Task::add ? make_add_task(length, rng)
-                                    : make_symbol_task(task, length, options, rng));
+    const Task task = tasks_[static_cast<std::size_t>(rng.below(tasks_.size()))];
+    return task == Task::add ? make_add_task(length, rng) : make_symbol_task(task, length, options_, rng);
   }
+
+ private:
+  const SynthOptions& options_;
+  std::vector<Task> tasks_;
+  double mu_;
+  std::uint64_t base_;
+};
+
+void append_jsonl(const SynthSequence& seq, std::string& line) {
+  line.clear();
+  line += "{\"input_ids\":[";
+  for (std::size_t j = 0; j < seq.input_ids.size(); ++j) {
+    if (j > 0) line += ',';
+    line += std::to_string(seq.input_ids[j]);
+  }
+  line += "],\"loss_mask\":[";
+  for (std::size_t j = 0; j < seq.loss_mask.size(); ++j) {
+    if (j > 0) line += ',';
+    line += seq.loss_mask[j] != 0 ? '1' : '0';
+  }
+  line += "]}\n";
+}
+
+// Before writing anything: the output's directory exists (created if need be) and its disk can
+// hold at least the smallest file these options can produce (every token of a line takes at
+// least 4 bytes: a digit and a comma for the id and for the mask).
+void prepare_output(const SynthOptions& options, const std::filesystem::path& path) {
+  const auto dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail("{}: cannot create its directory {}: {}", path.string(), dir.string(), ec.message());
+  const auto space = std::filesystem::space(dir, ec);
+  if (ec) fail("{}: cannot read the free space of {}: {}", path.string(), dir.string(), ec.message());
+  const long double least = static_cast<long double>(options.num_sequences) *
+                            static_cast<long double>(options.min_length) * 4.0L;
+  if (least > static_cast<long double>(space.available)) {
+    fail("{}: {} sequences of at least {} tokens need at least {:.3g} GiB, but {} has {:.3g} GiB free; lower --num",
+         path.string(), options.num_sequences, options.min_length, static_cast<double>(least / (1024.0L * 1024 * 1024)),
+         dir.string(), static_cast<double>(space.available) / (1024.0 * 1024 * 1024));
+  }
+}
+
+}  // namespace
+
+std::vector<SynthSequence> generate_synth(const SynthOptions& options) {
+  const SynthStream stream(options);
+  std::vector<SynthSequence> out;
+  out.reserve(static_cast<std::size_t>(std::min<std::int64_t>(options.num_sequences, 1 << 20)));
+  for (std::int64_t i = 0; i < options.num_sequences; ++i) out.push_back(stream.at(i));
   return out;
 }
 
 void write_synth_jsonl(const SynthOptions& options, const std::string& path) {
-  const std::vector<SynthSequence> sequences = generate_synth(options);
-  // Written to a sibling temp file and renamed, so a crash never leaves a truncated dataset.
+  const SynthStream stream(options);  // validates the options first
+  prepare_output(options, path);
+  // Written to a sibling temp file and renamed, so a crash never leaves a truncated dataset;
+  // generated one sequence at a time, so memory stays flat for any count.
   const std::string temp_path = path + ".tmp";
   {
     std::ofstream out(temp_path, std::ios::binary | std::ios::trunc);
-    if (!out) fail("{}: cannot open for writing", temp_path);
+    if (!out) fail("{}: cannot open {} for writing: {}", path, temp_path, std::strerror(errno));
     std::string line;
-    for (const auto& seq : sequences) {
-      line.clear();
-      line += "{\"input_ids\":[";
-      for (std::size_t j = 0; j < seq.input_ids.size(); ++j) {
-        if (j > 0) line += ',';
-        line += std::to_string(seq.input_ids[j]);
-      }
-      line += "],\"loss_mask\":[";
-      for (std::size_t j = 0; j < seq.loss_mask.size(); ++j) {
-        if (j > 0) line += ',';
-        line += seq.loss_mask[j] != 0 ? '1' : '0';
-      }
-      line += "]}\n";
+    for (std::int64_t i = 0; i < options.num_sequences && out; ++i) {
+      append_jsonl(stream.at(i), line);
       out << line;
     }
     out.close();
-    if (!out) fail("{}: write failed (disk full or I/O error?)", temp_path);
+    if (!out) {
+      const int err = errno;
+      std::error_code ignored;
+      std::filesystem::remove(temp_path, ignored);
+      fail("{}: writing {} failed: {}", path, temp_path, err != 0 ? std::strerror(err) : "disk full or I/O error");
+    }
   }
   std::error_code ec;
   std::filesystem::rename(temp_path, path, ec);

@@ -124,9 +124,20 @@ run_tool bad_task synth --out "$work_dir/x.jsonl" --tasks copy,divide
 expect_rc bad_task 1
 expect_in bad_task err "divide"
 
-run_tool bad_out synth --out "$work_dir/no/such/dir/x.jsonl" --num 3
+# A missing directory is created (the README's first command in a fresh clone); a path under a
+# regular file is an error that names the path and the reason, not an internal .tmp file.
+run_tool new_dir synth --out "$work_dir/new/dir/x.jsonl" --num 3
+expect_rc new_dir 0
+[ -s "$work_dir/new/dir/x.jsonl" ] || fail "new_dir: $work_dir/new/dir/x.jsonl not written"
+run_tool bad_out synth --out "$out/x.jsonl" --num 3
 expect_rc bad_out 1
-expect_in bad_out err "no/such/dir"
+expect_in bad_out err "synth.jsonl/x.jsonl: cannot create its directory"
+expect_in bad_out err "Not a directory"
+# 2^32 + 1 sequences: a clear error before anything is written, not std::bad_alloc.
+run_tool huge_num synth --out "$work_dir/huge.jsonl" --num 4294967297
+expect_rc huge_num 1
+expect_in huge_num err "GiB free; lower --num"
+[ -e "$work_dir/huge.jsonl.tmp" ] && fail "huge_num: a temporary file was left behind"
 
 # --- help ---
 run_tool help --help

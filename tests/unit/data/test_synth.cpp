@@ -292,7 +292,20 @@ TEST_CASE("write_synth_jsonl round-trips through JsonlTokenDataset", "[data]") {
   }
   REQUIRE_FALSE(std::filesystem::exists(path + ".tmp"));
 
-  REQUIRE_THROWS_WITH(odc::data::write_synth_jsonl(o, (dir / "no_such_dir" / "x.jsonl").string()),
-                      Catch::Contains("no_such_dir"));
+  // A directory that does not exist yet is created (the README's `--out data/train.jsonl` in a
+  // fresh clone); one under a regular file is an error naming the path and the reason.
+  const auto nested = dir / "new_dir" / "deeper" / "x.jsonl";
+  odc::data::write_synth_jsonl(o, nested.string());
+  REQUIRE(odc::data::JsonlTokenDataset(nested.string(), o.vocab_size).size() == 100);
+  REQUIRE_THROWS_WITH(odc::data::write_synth_jsonl(o, (dir / "synth.jsonl" / "x.jsonl").string()),
+                      Catch::Contains("synth.jsonl/x.jsonl: cannot create its directory"));
+  // A count no disk holds is refused before anything is generated or written (it once ran out of
+  // memory with std::bad_alloc): 2^32 + 1 sequences of >= 16 tokens are >= 256 GiB.
+  SynthOptions huge = o;
+  huge.num_sequences = 4294967297LL;
+  REQUIRE_THROWS_WITH(odc::data::write_synth_jsonl(huge, (dir / "huge.jsonl").string()),
+                      Catch::Contains("4294967297 sequences of at least 16 tokens need at least") &&
+                          Catch::Contains("GiB free; lower --num"));
+  REQUIRE_FALSE(std::filesystem::exists(dir / "huge.jsonl.tmp"));
   std::filesystem::remove_all(dir);
 }
