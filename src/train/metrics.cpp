@@ -1,21 +1,44 @@
 #include "odc/train/metrics.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "odc/core/error.h"
 
 namespace odc::train {
 
-MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
+MetricsWriter::MetricsWriter(const std::string& path, std::int64_t keep_through_step) : path_(path) {
   if (path.empty()) return;
   const auto parent = std::filesystem::path(path).parent_path();
   std::error_code ec;
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  std::string kept;
+  std::int64_t kept_records = 0;
+  if (keep_through_step > 0) {
+    std::ifstream old(path);
+    std::string line;
+    while (std::getline(old, line)) {
+      const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
+          record["step"].get<std::int64_t>() <= keep_through_step) {
+        kept += line;
+        kept += '\n';
+        ++kept_records;
+      }
+    }
+    spdlog::info("train.metrics_file '{}': resumed after step {}: kept {} earlier records, appending", path,
+                 keep_through_step, kept_records);
+  }
   out_.open(path, std::ios::out | std::ios::trunc);
-  if (!out_) fail("train.metrics_file: cannot open '{}' for writing", path);
+  if (!out_) fail("train.metrics_file: cannot open '{}' for writing: {}", path, std::strerror(errno));
+  out_ << kept;
+  out_.flush();
+  if (!out_) fail("train.metrics_file: writing '{}' failed (disk full?)", path_);
 }
 
 void MetricsWriter::write(const nlohmann::json& record) {

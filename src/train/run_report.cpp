@@ -53,9 +53,9 @@ std::string format_rank_table(const std::vector<RankTotals>& ranks) {
 }  // namespace
 
 RunReport::RunReport(const Config& config, distributed::HostGroup& group, std::int64_t minibatch_size,
-                     double peak_flops, double gemm_flops)
+                     double peak_flops, double gemm_flops, std::int64_t resumed_step)
     : group_(group),
-      metrics_(metrics_path(config.get_string("train.metrics_file"), group.rank())),
+      metrics_(metrics_path(config.get_string("train.metrics_file"), group.rank()), resumed_step),
       trace_path_(config.get_string("train.trace_file")),
       minibatch_size_(minibatch_size),
       peak_flops_(peak_flops),

@@ -11,6 +11,7 @@
 #include "odc/distributed/in_process_group.h"
 #include "odc/io/hf_checkpoint.h"
 #include "odc/train/config_schema.h"
+#include "odc/train/output_probe.h"
 #include "odc/train/stop_signals.h"
 
 namespace odc::train {
@@ -64,6 +65,16 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   // The backend first: a device that cannot be used (no CUDA build or GPU, several ranks) fails
   // before anything is read or written.
   auto compute = training_backend(config, world);
+  // Outputs written only at the end of the run (by rank 0) are proven writable before anything
+  // is read or trained.
+  if (group_.is_root()) {
+    if (const auto trace = config.get_string("train.trace_file"); !trace.empty()) {
+      probe_output_file(trace, "train.trace_file");
+    }
+    if (const auto hf = config.get_string("checkpoint.export_hf"); !hf.empty()) {
+      probe_output_directory(hf, "checkpoint.export_hf");
+    }
+  }
   data_ = std::make_unique<MinibatchSource>(config, model_config_, rank, world, comm_kind_);
   model_ = std::make_unique<model::LlamaModel>(model_config_, std::move(compute));
   checkpointer_ = std::make_unique<Checkpointer>(config, group_);
@@ -131,7 +142,8 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
     peak_flops_ = measured.device;
     gemm_flops_ = measured.gemm;
   }
-  report_ = std::make_unique<RunReport>(config, group_, data_->minibatch_size(), peak_flops_, gemm_flops_);
+  report_ = std::make_unique<RunReport>(config, group_, data_->minibatch_size(), peak_flops_, gemm_flops_,
+                                        resumed_from_.empty() ? 0 : step_);
   // Every rank's clocks (traces) start together.
   if (world > 1) group_.barrier("the start-up barrier");
   if (tracer_) tracer_->set_origin(Tracer::Clock::now());
@@ -148,8 +160,8 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
                                  100.0 * measured.gemm / measured.device)
                    : fmt::format("peak {:.1f} GFLOP/s (train.peak_flops; nothing measured)", peak_flops_ / 1e9));
   if (!device.warning.empty()) spdlog::warn("{}", device.warning);
-  spdlog::info("comm: {} over {} rank(s); {} threads per rank; MFU against {:.1f} GFLOP/s per rank{}",
-               comm_->comm().name(), world, threads, peak_flops_ / 1e9,
+  spdlog::info("comm: {} over {} rank{}; {} compute thread{} per rank; MFU against {:.1f} GFLOP/s per rank{}",
+               comm_->comm().name(), world, world == 1 ? "" : "s", threads, threads == 1 ? "" : "s", peak_flops_ / 1e9,
                measured.device > 0 ? " (device peak)" : " (train.peak_flops)");
 }
 

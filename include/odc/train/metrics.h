@@ -1,6 +1,7 @@
 #pragma once
 // Per-step metrics as JSON lines (one object per optimizer step, flushed as written, so a crashed
 // or interrupted run keeps every completed step).
+#include <cstdint>
 #include <fstream>
 #include <string>
 
@@ -10,8 +11,11 @@ namespace odc::train {
 
 class MetricsWriter {
  public:
-  // Empty path = disabled. The file is truncated: a run's metrics file describes that run.
-  explicit MetricsWriter(const std::string& path);
+  // Empty path = disabled. A new run (keep_through_step = 0) truncates the file: a run's metrics
+  // file describes that run. A resumed run keeps the records of steps <= keep_through_step (the
+  // steps its checkpoint holds; later ones belong to an abandoned continuation, torn lines to a
+  // crash) and appends after them.
+  explicit MetricsWriter(const std::string& path, std::int64_t keep_through_step = 0);
   void write(const nlohmann::json& record);
   bool enabled() const { return out_.is_open(); }
 

@@ -42,9 +42,10 @@ class RunReport {
   // train.metrics_file ("m-{rank}.jsonl": one file per rank; without the placeholder only rank 0
   // writes), train.log_every; `minibatch_size` sequences per rank per step, `peak_flops` per rank
   // (the MFU denominator), `gemm_flops` the measured GEMM rate per rank (0: not measured; the
-  // summary's GEMM fraction is then left out).
+  // summary's GEMM fraction is then left out). resumed_step: the step a resumed run continues
+  // after (0 for a new run): the metrics file keeps its records up to that step and goes on.
   RunReport(const Config& config, distributed::HostGroup& group, std::int64_t minibatch_size, double peak_flops,
-            double gemm_flops = 0.0);
+            double gemm_flops = 0.0, std::int64_t resumed_step = 0);
 
   void begin_run(std::int64_t first_step, std::int64_t last_step, std::int64_t total_steps);
   // After every step: the metrics line and this run's totals.

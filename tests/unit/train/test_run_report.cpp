@@ -9,6 +9,7 @@
 #include "odc/io/hf_checkpoint.h"
 #include "odc/model/units.h"
 #include "odc/train/config_schema.h"
+#include "odc/train/metrics.h"
 #include "odc/train/model_export.h"
 #include "odc/train/run_report.h"
 #include "unit/rank_threads.h"
@@ -69,6 +70,35 @@ TEST_CASE("run report: one trace with a track per rank, one metrics file per ran
     CHECK(lines[1]["tokens_per_s"] == 200.0);
     CHECK(lines[1]["samples_per_s_per_rank"] == 8.0);
   }
+}
+
+// A resumed run once truncated its metrics file: the steps before the checkpoint were lost.
+TEST_CASE("metrics: a new run truncates the file, a resumed one keeps the steps its checkpoint holds", "[train]") {
+  const test::TempDir dir("metrics_resume");
+  const std::string path = dir.file("m.jsonl");
+  auto lines_of = [&] {
+    std::ifstream in(path);
+    std::vector<std::int64_t> steps;
+    std::string line;
+    while (std::getline(in, line)) steps.push_back(nlohmann::json::parse(line)["step"].get<std::int64_t>());
+    return steps;
+  };
+  {
+    train::MetricsWriter writer(path);
+    for (int step = 1; step <= 5; ++step) writer.write({{"step", step}, {"loss", 1.0 / step}});
+  }
+  { std::ofstream(path, std::ios::app) << "{\"step\": 6, \"lo"; }  // a line torn by a crash
+  {
+    // Resumed from the checkpoint of step 3: steps 4-5 belong to the abandoned continuation.
+    train::MetricsWriter writer(path, 3);
+    writer.write({{"step", 4}, {"loss", 0.3}});
+  }
+  CHECK(lines_of() == std::vector<std::int64_t>{1, 2, 3, 4});
+  {
+    train::MetricsWriter writer(path);  // a new run
+    writer.write({{"step", 1}, {"loss", 2.0}});
+  }
+  CHECK(lines_of() == std::vector<std::int64_t>{1});
 }
 
 TEST_CASE("export_hf: rank 0 writes the model from every rank's shards", "[train]") {
