@@ -47,10 +47,11 @@ Prints a one-line JSON summary.
 options:
   --from CKPT            native checkpoint directory (step-N) (required)
   --out DIR              output directory (required)
-  --dtype D              bf16, f16 or f32 (default f32)
+  --dtype D              bf16, f16 or f32 (default: the dtype of the HF directory it replaces, else f32)
   --architecture NAME    LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM (default: Qwen2 when
                          the model has attention biases, else LlamaForCausalLM)
-  --tokenizer-from DIR   copy tokenizer.json and friends from this directory
+  --tokenizer-from DIR   copy tokenizer.json and friends from this directory (default: keep those of
+                         the HF directory it replaces)
   -h, --help             show this help
 )";
 
@@ -276,10 +277,22 @@ int run_inspect(const odc::cli::Arguments& args) {
   return 0;
 }
 
+// The dtype an existing HF directory at `dir` is stored in (its config.json's torch_dtype), or "".
+std::string existing_hf_dtype(const std::string& dir) {
+  std::ifstream in(std::filesystem::path(dir) / "config.json");
+  if (!in) return "";
+  const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object() || !json.contains("torch_dtype") || !json["torch_dtype"].is_string()) return "";
+  return json["torch_dtype"].get<std::string>();
+}
+
 int run_export(const odc::cli::Arguments& args) {
   const std::string from = args.required("--from", "CKPT");
   const std::string out = args.required("--out", "DIR");
-  const odc::DType dtype = checkpoint_dtype(args, "f32");
+  // Replacing an HF directory keeps its dtype unless --dtype says otherwise (as the trainer's
+  // export_dtype: auto keeps the source's); a new directory gets float32.
+  const std::string kept = existing_hf_dtype(out);
+  const odc::DType dtype = checkpoint_dtype(args, kept.empty() ? "f32" : kept);
   const std::string architecture = args.value_or("--architecture", "");
   const std::string tokenizer_from = args.value_or("--tokenizer-from", "");
   const auto step = odc::train::export_native_to_hf(from, out, dtype, architecture, tokenizer_from);

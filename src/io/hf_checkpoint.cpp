@@ -307,7 +307,7 @@ void HfCheckpoint::read_unit_range(int unit, std::int64_t offset, std::int64_t c
 void write_hf_checkpoint(const std::string& dir, const model::LlamaConfig& config,
                          const std::string& architecture, DType dtype,
                          const std::function<void(int unit, float* out)>& full_unit,
-                         std::int64_t max_shard_bytes, const std::string& copy_from_dir) {
+                         std::int64_t max_shard_bytes, const std::string& copy_from) {
   if (dir.empty()) fail("HF export: empty output directory name");
   // "out/" and "out" are the same target; DIR.tmp must be a sibling, not a child.
   fs::path target = fs::path(dir).lexically_normal();
@@ -324,10 +324,14 @@ void write_hf_checkpoint(const std::string& dir, const model::LlamaConfig& confi
     fail("{}: dtype {} is not a checkpoint dtype (float32, bfloat16 or float16)", where, dtype_name(dtype));
   }
   if (max_shard_bytes <= 0) fail("{}: max shard size must be positive, got {}", where, max_shard_bytes);
-  if (!copy_from_dir.empty() && !fs::is_directory(copy_from_dir)) {
-    fail("{}: '{}' (to copy the tokenizer from) is not a directory", where, copy_from_dir);
+  if (!copy_from.empty() && !fs::is_directory(copy_from)) {
+    fail("{}: '{}' (to copy the tokenizer from) is not a directory", where, copy_from);
   }
   check_replaceable(target);
+  // Replacing an HF directory without another source keeps its tokenizer, generation defaults and
+  // special token ids (they were deleted: a fine-tuned model exported over its base lost them).
+  const std::string copy_from_dir =
+      !copy_from.empty() ? copy_from : fs::exists(target / "config.json") ? target.string() : std::string();
 
   StagingDir staging(fs::path(target.string() + ".tmp"));
   std::error_code ec;

@@ -90,8 +90,17 @@ EvalResult evaluate(LoadedModel& model, const data::TokenDataset& dataset, std::
 std::vector<std::int32_t> generate(LoadedModel& model, const std::vector<std::int32_t>& prompt,
                                    const GenerateOptions& options) {
   if (prompt.empty()) fail("generation needs a non-empty prompt");
-  if (options.temperature < 0) fail("temperature must be >= 0, found {}", options.temperature);
+  // Written so that NaN fails too (every comparison with NaN is false).
+  if (!(options.temperature >= 0) || !std::isfinite(options.temperature)) {
+    fail("temperature must be a finite number >= 0 (0 = greedy), found {}", options.temperature);
+  }
   if (!(options.top_p > 0 && options.top_p <= 1)) fail("top_p must be in (0, 1], found {}", options.top_p);
+  if (options.max_new_tokens < 0) fail("max_new_tokens must be >= 0, found {}", options.max_new_tokens);
+  const std::int64_t context = model.config().max_position_embeddings;
+  if (static_cast<std::int64_t>(prompt.size()) > context) {
+    fail("the prompt has {} tokens, more than the model's context of {} (max_position_embeddings); shorten it",
+         prompt.size(), context);
+  }
   const std::int64_t vocab = model.config().vocab_size;
   for (auto id : prompt) {
     if (id < 0 || id >= vocab) fail("prompt token id {} is outside the model's vocabulary of {}", id, vocab);

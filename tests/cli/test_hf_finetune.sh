@@ -72,6 +72,35 @@ grep -q "resumed from $work/imported/step-00000000" "$work/resume-imported.log" 
 [ $rc -eq 2 ] && grep -q -- "--bogus" "$work/e3.err" || fail "odc-eval with an unknown option: exit $rc"
 "$bin/odc-generate" --model "$work/tuned" --prompt "hi" >/dev/null 2>"$work/g1.err"; rc=$?
 [ $rc -eq 1 ] && grep -q "tokenizer.json" "$work/g1.err" || fail "odc-generate without a tokenizer: exit $rc, $(cat "$work/g1.err")"
+# Generation options out of range and a prompt beyond the model's context: exit 1 naming the
+# option (NaN temperature once sampled garbage, -1 new tokens and an over-long prompt printed
+# nothing, all with exit 0).
+/usr/bin/python3 "$(dirname "$0")/../../tools/make_demo_chat.py" --out "$work/chat" --num 10 --merges 10 --seed 1 >/dev/null
+gen=("$bin/odc-generate" --model "$work/tuned" --tokenizer "$work/chat/tokenizer/tokenizer.json")
+expect_generate_error() {
+  local name="$1" needle="$2"; shift 2
+  "${gen[@]}" "$@" >/dev/null 2>"$work/gen.err"; rc=$?
+  [ $rc -eq 1 ] && grep -qF -- "$needle" "$work/gen.err" || fail "odc-generate $name: exit $rc, $(cat "$work/gen.err")"
+}
+expect_generate_error "temperature below 0" "temperature must be a finite number >= 0" --prompt hi --temperature -1
+# NaN and infinity are no numbers to the command line (exit 2); the library's own check (above)
+# also rejects them for its other callers.
+"${gen[@]}" --prompt hi --temperature nan >/dev/null 2>"$work/gen.err"; rc=$?
+[ $rc -eq 2 ] && grep -qF -- "--temperature expects a number, got 'nan'" "$work/gen.err" ||
+  fail "odc-generate temperature nan: exit $rc, $(cat "$work/gen.err")"
+expect_generate_error "max-new-tokens -1" "max_new_tokens must be >= 0, found -1" --prompt hi --max-new-tokens -1
+long_prompt=$(printf 'x%.0s ' $(seq 1 4200))
+expect_generate_error "prompt beyond the context" "more than the model's context of 4096" --prompt "$long_prompt"
+# odc-ckpt export over an existing HF directory keeps its tokenizer files and its dtype (they were
+# deleted, and bf16 became f32): re-exporting step 40 over the bf16 export gives the same bytes.
+cp "$work/chat/tokenizer/tokenizer.json" "$work/chat/tokenizer/tokenizer_config.json" "$work/from-native/"
+"$bin/odc-ckpt" export --from "$work/ckpt/step-00000040" --out "$work/from-native" >"$work/reexport.log" 2>&1 ||
+  fail "odc-ckpt export over an HF directory: $(cat "$work/reexport.log")"
+for f in tokenizer.json tokenizer_config.json; do
+  cmp -s "$work/chat/tokenizer/$f" "$work/from-native/$f" || fail "re-export: $f not kept"
+done
+grep -q '"torch_dtype": "bfloat16"' "$work/from-native/config.json" || fail "re-export: dtype not kept: $(grep dtype "$work/from-native/config.json")"
+cmp -s "$work/tuned/model.safetensors" "$work/from-native/model.safetensors" || fail "re-export: weights differ from the bf16 export"
 "$bin/odc-train" --set "data.train=$work/data.jsonl" --set "model.checkpoint=$work/nowhere" >/dev/null 2>"$work/t1.err"; rc=$?
 [ $rc -eq 1 ] && grep -q "nowhere/config.json" "$work/t1.err" || fail "odc-train with a missing checkpoint: exit $rc, $(cat "$work/t1.err")"
 

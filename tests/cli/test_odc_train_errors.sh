@@ -57,6 +57,12 @@ expect_error "YAML syntax error" "syntax.yaml" -- "$work/syntax.yaml" "${base[@]
 expect_error "missing config file" "nope.yaml" -- "$work/nope.yaml"
 expect_error "malformed JSONL line" "malformed.jsonl:2" -- "${base[@]}" --set "data.train=$work/malformed.jsonl"
 expect_error "token id >= vocab_size" "big_id.jsonl:2" "64" -- "${base[@]}" --set "data.train=$work/big_id.jsonl"
+expect_error "min_lr above lr" "train.min_lr (0.0003) is above train.lr (0.0001)" -- "${base[@]}" --set train.lr=1e-4
+# A 32-bit model field given 2^32 + 1 once wrapped to 1 and trained a 1-layer model.
+expect_error "layer count beyond 32 bits" "'num_hidden_layers' is 4294967297, outside the range" -- "${base[@]}" \
+  --set model.config.num_hidden_layers=4294967297
+expect_error "head count beyond 32 bits" "'num_attention_heads' is 4294967300, outside the range" -- "${base[@]}" \
+  --set model.config.num_attention_heads=4294967300
 expect_error "missing data file" "absent.jsonl" -- "${base[@]}" --set "data.train=$work/absent.jsonl"
 expect_error "sequence longer than the cap" "length 10" "data.max_tokens_per_microbatch = 8" -- \
   "${base[@]}" --set data.max_tokens_per_microbatch=8
@@ -115,10 +121,26 @@ if "$bin/odc-ckpt" init --out "$work/hf16" "${hf_shape[@]}" >/dev/null 2>&1 &&
   expect_error "checkpoint of another model" "holds a different model" -- "${base[@]}" --set "checkpoint.dir=$work/ws1"
   rm -f "$work/ws1/step-00000000/rank-00000.safetensors"
   expect_error "checkpoint rank shard missing" "rank-00000.safetensors" "cannot open" -- \
-    "${base[@]}" --set "model.checkpoint=$work/hf16" --set "checkpoint.dir=$work/ws1"
+    --set "data.train=$work/good.jsonl" --set data.minibatch_size=2 --set train.steps=1 \
+    --set "model.checkpoint=$work/hf16" --set "checkpoint.dir=$work/ws1"
+  # model.config next to model.checkpoint was silently ignored (the checkpoint's config.json wins).
+  expect_error "model.config with model.checkpoint" "model.config (from default + --set) sets" "hidden_size: 32 (the checkpoint's: 16)" \
+    "defines the model by its config.json" -- "${base[@]}" --set "model.checkpoint=$work/hf16"
 else
   echo "FAIL [odc-ckpt init/import for the checkpoint cases]"; failures=$((failures + 1))
 fi
+# Outputs written only at the end are checked before training (they were found after it, losing
+# the run): a trace file or an HF export under a regular file, a trace path that is a directory.
+expect_error "trace file cannot be written" "train.trace_file: cannot write" "good.jsonl/trace.json" -- \
+  "${base[@]}" --set "train.trace_file=$work/good.jsonl/trace.json"
+expect_error "trace file is a directory" "train.trace_file:" "is a directory" -- "${base[@]}" --set "train.trace_file=$work"
+expect_error "HF export cannot be created" "checkpoint.export_hf: cannot create" "good.jsonl/hf" "is not a directory" -- \
+  "${base[@]}" --set "checkpoint.export_hf=$work/good.jsonl/hf"
+# The probe leaves nothing behind: a run that fails later (no data) has not created the export's
+# directories (an empty export directory would make the next run refuse to replace it).
+expect_error "probe leaves no export directory" "absent.jsonl" -- "${base[@]}" \
+  --set "data.train=$work/absent.jsonl" --set "checkpoint.export_hf=$work/hf-new/model"
+if [ -e "$work/hf-new" ]; then echo "FAIL [probe]: $work/hf-new was created"; failures=$((failures + 1)); fi
 expect_error "checkpoint dir cannot be created" "checkpoint: cannot create" "good.jsonl/ckpt" -- \
   "${base[@]}" --set "checkpoint.dir=$work/good.jsonl/ckpt"
 
