@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "odc/core/error.h"
+#include "adamw_loop.h"
 #include "parallel.h"
 #include "vec_rows.h"
 
@@ -24,34 +25,18 @@ void adamw_step(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, std::int64_t
   const T inv_sqrt_bc2 = T(1.0 / std::sqrt(bias_correction2));
   const T eps = T(params.eps);
   const T grad_scale = T(params.grad_scale);
-  // The four arrays are distinct and the loop is element-wise: it vectorizes (sqrt and division
-  // included; float in the AVX2 variant of vec_rows.cpp where the CPU has it) and splits into
-  // pieces for the compute threads; every element gets the same operations as in the scalar loop,
-  // so the result is the same for any thread count and ISA.
-  if constexpr (std::is_same_v<T, float>) {
-    const rows::AdamWScalars s{decay, beta1, one_minus_beta1, beta2, one_minus_beta2, step_size, inv_sqrt_bc2, eps,
+  // Element-wise (adamw_loop.h) in pieces for the compute threads, the same operations for every
+  // element whatever the piece: the same result for any thread count; float through the AVX2
+  // variant of vec_rows.cpp where the CPU has it, with the same bits.
+  const AdamWCoefficients<T> s{decay, beta1, one_minus_beta1, beta2, one_minus_beta2, step_size, inv_sqrt_bc2, eps,
                                grad_scale};
-    parallel_chunks(n, 32768, [&](std::int64_t begin, std::int64_t end) {
+  parallel_chunks(n, 32768, [&](std::int64_t begin, std::int64_t end) {
+    if constexpr (std::is_same_v<T, float>) {
       rows::adamw_update(param + begin, grad + begin, exp_avg + begin, exp_avg_sq + begin, end - begin, s);
-    });
-  } else {
-    parallel_chunks(n, 32768, [&](std::int64_t begin, std::int64_t end) {
-      T* __restrict p = param + begin;
-      const T* __restrict gr = grad + begin;
-      T* __restrict m1 = exp_avg + begin;
-      T* __restrict m2 = exp_avg_sq + begin;
-      const std::int64_t count = end - begin;
-#pragma omp simd
-      for (std::int64_t i = 0; i < count; ++i) {
-        const T g = gr[i] * grad_scale;
-        const T m = beta1 * m1[i] + one_minus_beta1 * g;
-        const T v = beta2 * m2[i] + one_minus_beta2 * g * g;
-        m1[i] = m;
-        m2[i] = v;
-        p[i] = p[i] * decay - step_size * m / (std::sqrt(v) * inv_sqrt_bc2 + eps);
-      }
-    });
-  }
+    } else {
+      adamw_elements(param + begin, grad + begin, exp_avg + begin, exp_avg_sq + begin, end - begin, s);
+    }
+  });
 }
 
 namespace {

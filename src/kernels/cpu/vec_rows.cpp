@@ -114,24 +114,6 @@ constexpr std::int64_t kLanes = 8;
   }
 }
 
-// Element-wise, no overlap (restrict): the compiler vectorizes it, sqrt and division included
-// (IEEE-exact in every width, so both compilations give the same bits).
-[[gnu::always_inline]] inline void adamw_body(float* __restrict p, const float* __restrict gr, float* __restrict m1,
-                                              float* __restrict m2, std::int64_t n, const AdamWScalars& s) {
-  const float decay = s.decay, beta1 = s.beta1, one_minus_beta1 = s.one_minus_beta1, beta2 = s.beta2,
-              one_minus_beta2 = s.one_minus_beta2, step_size = s.step_size, inv_sqrt_bc2 = s.inv_sqrt_bc2,
-              eps = s.eps, grad_scale = s.grad_scale;
-#pragma omp simd
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float g = gr[i] * grad_scale;
-    const float m = beta1 * m1[i] + one_minus_beta1 * g;
-    const float v = beta2 * m2[i] + one_minus_beta2 * g * g;
-    m1[i] = m;
-    m2[i] = v;
-    p[i] = p[i] * decay - step_size * m / (std::sqrt(v) * inv_sqrt_bc2 + eps);
-  }
-}
-
 // Double partial sums in two 4-lane vectors (one ymm each on AVX2; a 64-byte vector made GCC
 // spill to the stack): lanes 0-3 of every 8-element block into lo, 4-7 into hi.
 using D4 = double __attribute__((vector_size(32)));
@@ -230,7 +212,7 @@ using F4 = vec::f32x4;
   }                                                                                                      \
   attributes void adamw_##suffix(float* p, const float* g, float* m1, float* m2, std::int64_t n,         \
                                  const AdamWScalars& s) {                                                \
-    adamw_body(p, g, m1, m2, n, s);                                                                      \
+    adamw_elements(p, g, m1, m2, n, s);                                                                  \
   }                                                                                                      \
   attributes double sum_of_squares_##suffix(const float* x, std::int64_t n) { return sum_of_squares_body(x, n); } \
   attributes double triple_dot_##suffix(const float* a, const float* b, const float* c, std::int64_t n) {           \

@@ -7,6 +7,8 @@
 // run gives the same numbers on any x86-64 CPU with or without AVX2.
 #include <cstdint>
 
+#include "adamw_loop.h"
+
 namespace odc::kernels::cpu::rows {
 
 enum class Isa { baseline, x86_64_v3 };
@@ -28,13 +30,8 @@ void swiglu_forward(const float* gate, const float* up, float* h, std::int64_t n
 void swiglu_backward(const float* dh, const float* gate, const float* up, float* dgate, float* dup, std::int64_t n,
                      Isa isa = active_isa());
 
-// AdamW's per-step scalars (formed in double by adamw_step, applied in float).
-struct AdamWScalars {
-  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, step_size, inv_sqrt_bc2, eps, grad_scale;
-};
-// One AdamW update of n elements: g = grad * grad_scale, m = beta1 m + (1 - beta1) g,
-// v = beta2 v + (1 - beta2) g^2, p = p decay - step_size m / (sqrt(v) inv_sqrt_bc2 + eps). The four
-// arrays must not overlap.
+// One AdamW update of n elements (adamw_loop.h); the four arrays must not overlap.
+using AdamWScalars = AdamWCoefficients<float>;
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
                   const AdamWScalars& s, Isa isa = active_isa());
 // Sum of x[i]^2 in double: eight lanes of partial sums (the squares of floats are exact in
