@@ -47,7 +47,16 @@ odc::cli::Command command() {
 int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi) {
   const auto config = odc::train::load_trainer_config(args.positional(0), args.assignments());
   if (args.flag("--dump-config")) {
-    if (mpi.rank() == 0) std::fputs(config.dump().c_str(), stdout);
+    if (mpi.rank() == 0) {
+      std::fputs(config.dump().c_str(), stdout);
+      // With a checkpoint, its config.json defines the model (checked against model.config here):
+      // show that shape, not model.config's defaults.
+      if (!config.get_string("model.checkpoint").empty()) {
+        const auto model = odc::train::training_model_config(config);
+        std::printf("# the model, from model.checkpoint's config.json (model.config is not used):\n# %s\n",
+                    model.to_json().dump().c_str());
+      }
+    }
     return 0;
   }
   if (args.flag("--calibrate-cost")) {

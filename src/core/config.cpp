@@ -155,6 +155,13 @@ void check_value(const TunableSpec& spec, const YAML::Node& node, const std::str
         fail("config key '{}' in {} expects one of {}, found '{}'{}", spec.path, where, fmt::join(spec.choices, ", "),
              node.Scalar(), did_you_mean(closest_name(node.Scalar(), spec.choices)));
       }
+      // Only a shell expands ~, and only at the start of a word: "~/data" in a file or after
+      // --set key= would name a directory called "~" under the current one.
+      if (node.Scalar().starts_with("~/")) {
+        fail("config key '{}' in {} is '{}': '~' is not expanded here; write the path out ($HOME/... in a shell, or "
+             "an absolute path)",
+             spec.path, where, node.Scalar());
+      }
       return;
     case ValueKind::map:
       if (!node.IsMap()) mismatch();

@@ -123,6 +123,11 @@ if "$bin/odc-ckpt" init --out "$work/hf16" "${hf_shape[@]}" >/dev/null 2>&1 &&
   expect_error "checkpoint rank shard missing" "rank-00000.safetensors" "cannot open" -- \
     --set "data.train=$work/good.jsonl" --set data.minibatch_size=2 --set train.steps=1 \
     --set "model.checkpoint=$work/hf16" --set "checkpoint.dir=$work/ws1"
+  # --dump-config with a checkpoint shows the checkpoint's shape, not model.config's defaults.
+  if ! "$bin/odc-train" --set "data.train=$work/good.jsonl" --set "model.checkpoint=$work/hf16" --dump-config 2>&1 |
+     grep -q "^# {.*\"hidden_size\":16"; then
+    echo "FAIL [dump-config with a checkpoint]: the checkpoint's hidden_size 16 is not shown"; failures=$((failures + 1))
+  fi
   # model.config next to model.checkpoint was silently ignored (the checkpoint's config.json wins).
   expect_error "model.config with model.checkpoint" "model.config (from default + --set) sets" "hidden_size: 32 (the checkpoint's: 16)" \
     "defines the model by its config.json" -- "${base[@]}" --set "model.checkpoint=$work/hf16"

@@ -271,6 +271,17 @@ TEST_CASE("config environment values are type-checked and name the variable", "[
   CHECK(config.source_of("train.shuffle") == "environment ODC_TRAIN_SHUFFLE");
 }
 
+// "~/data.jsonl" after --set or in a file once created a directory named "~" in the current one.
+TEST_CASE("config string values do not start with an unexpanded ~/", "[config]") {
+  Config config(test_specs());
+  REQUIRE_THROWS_WITH(config.apply_assignment("data.train=~/data/train.jsonl"),
+                      Contains("'data.train'") && Contains("'~' is not expanded here"));
+  REQUIRE_THROWS_WITH(config.load_yaml_text("data:\n  train: ~/x.jsonl\n", "tilde.yaml"),
+                      Contains("tilde.yaml:2") && Contains("'~' is not expanded here"));
+  config.apply_assignment("data.train=/data/a~b.jsonl");  // a ~ elsewhere is just a character
+  CHECK(config.get_string("data.train") == "/data/a~b.jsonl");
+}
+
 // A mistyped variable of a known section was silently ignored; others (the build scripts'
 // ODC_BUILD_DIR) are not this config's.
 TEST_CASE("config environment: an ODC_<SECTION>_ variable that names no key is reported", "[config]") {
