@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "odc/distributed/local_comm.h"
 #include "odc/distributed/shard_store.h"
@@ -37,7 +38,7 @@ data::CostModel calibrate_cost_model(const Config& config, std::vector<Calibrati
   // shared machine then touches every length alike instead of one point of the curve. The first
   // round warms buffers up and is discarded.
   constexpr int kRounds = 8;
-  std::vector<double> seconds(lengths.size(), 0.0);
+  std::vector<double> seconds(lengths.size(), std::numeric_limits<double>::infinity());
   for (int round = 0; round < kRounds; ++round) {
     for (std::size_t k = 0; k < lengths.size(); ++k) {
       comm.begin_minibatch();
@@ -47,7 +48,7 @@ data::CostModel calibrate_cost_model(const Config& config, std::vector<Calibrati
       const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       // The fastest run: other load on the machine only ever adds time, so the minimum is the best
       // estimate of the work itself (a median still moves with a busy neighbour).
-      if (round > 0 && (round == 1 || t < seconds[k])) seconds[k] = t;
+      if (round > 0) seconds[k] = std::min(seconds[k], t);
     }
   }
   if (points != nullptr) {

@@ -18,18 +18,18 @@ void adamw_step(T* param, const T* grad, T* exp_avg, T* exp_avg_sq, std::int64_t
   ODC_CHECK(params.step >= 1, "AdamW step counts from 1, got {}", params.step);
   const double bias_correction1 = 1.0 - std::pow(params.beta1, double(params.step));
   const double bias_correction2 = 1.0 - std::pow(params.beta2, double(params.step));
-  const T decay = T(1.0 - params.lr * params.weight_decay);
-  const T beta1 = T(params.beta1), one_minus_beta1 = T(1.0 - params.beta1);
-  const T beta2 = T(params.beta2), one_minus_beta2 = T(1.0 - params.beta2);
-  const T step_size = T(params.lr / bias_correction1);
-  const T inv_sqrt_bc2 = T(1.0 / std::sqrt(bias_correction2));
-  const T eps = T(params.eps);
-  const T grad_scale = T(params.grad_scale);
   // Element-wise (adamw_loop.h) in pieces for the compute threads, the same operations for every
   // element whatever the piece: the same result for any thread count; float through the AVX2
   // variant of vec_rows.cpp where the CPU has it, with the same bits.
-  const AdamWCoefficients<T> s{decay, beta1, one_minus_beta1, beta2, one_minus_beta2, step_size, inv_sqrt_bc2, eps,
-                               grad_scale};
+  const AdamWCoefficients<T> s{T(1.0 - params.lr * params.weight_decay),
+                               T(params.beta1),
+                               T(1.0 - params.beta1),
+                               T(params.beta2),
+                               T(1.0 - params.beta2),
+                               T(params.lr / bias_correction1),
+                               T(1.0 / std::sqrt(bias_correction2)),
+                               T(params.eps),
+                               T(params.grad_scale)};
   parallel_chunks(n, 32768, [&](std::int64_t begin, std::int64_t end) {
     if constexpr (std::is_same_v<T, float>) {
       rows::adamw_update(param + begin, grad + begin, exp_avg + begin, exp_avg_sq + begin, end - begin, s);

@@ -18,17 +18,20 @@ namespace {
 // Float: the 8-lane row kernel (vec_rows.h); double: four partial sums.
 template <typename T>
 double triple_dot_row(const T* a, const T* b, const T* c, std::int64_t n) {
-  if constexpr (std::is_same_v<T, float>) return rows::triple_dot(a, b, c, n);
-  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  std::int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    s0 += double(a[i] * b[i]) * double(c[i]);
-    s1 += double(a[i + 1] * b[i + 1]) * double(c[i + 1]);
-    s2 += double(a[i + 2] * b[i + 2]) * double(c[i + 2]);
-    s3 += double(a[i + 3] * b[i + 3]) * double(c[i + 3]);
+  if constexpr (std::is_same_v<T, float>) {
+    return rows::triple_dot(a, b, c, n);
+  } else {
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    std::int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      s0 += double(a[i] * b[i]) * double(c[i]);
+      s1 += double(a[i + 1] * b[i + 1]) * double(c[i + 1]);
+      s2 += double(a[i + 2] * b[i + 2]) * double(c[i + 2]);
+      s3 += double(a[i + 3] * b[i + 3]) * double(c[i + 3]);
+    }
+    for (; i < n; ++i) s0 += double(a[i] * b[i]) * double(c[i]);
+    return (s0 + s1) + (s2 + s3);
   }
-  for (; i < n; ++i) s0 += double(a[i] * b[i]) * double(c[i]);
-  return (s0 + s1) + (s2 + s3);
 }
 
 // Rows per piece of work for the compute threads. The backward's weight gradient is summed per
@@ -75,14 +78,14 @@ void rmsnorm_backward(const T* dy, const T* x, const T* weight, const T* rstd, T
       const T coef = T(double(inv) * double(inv) * double(inv) * dot / double(dim));
       if constexpr (std::is_same_v<T, float>) {
         rows::rmsnorm_backward_row(dyr, xr, weight, inv, coef, dxr, dw, dim, dx_accumulate);
-        continue;
-      }
-      // dy is read before dx is written at each index, so dx may alias dy.
-      for (std::int64_t i = 0; i < dim; ++i) {
-        const T g = dyr[i];
-        dw[i] += g * (xr[i] * inv);
-        const T grad = inv * weight[i] * g - coef * xr[i];
-        dxr[i] = dx_accumulate ? dxr[i] + grad : grad;
+      } else {
+        // dy is read before dx is written at each index, so dx may alias dy.
+        for (std::int64_t i = 0; i < dim; ++i) {
+          const T g = dyr[i];
+          dw[i] += g * (xr[i] * inv);
+          const T grad = inv * weight[i] * g - coef * xr[i];
+          dxr[i] = dx_accumulate ? dxr[i] + grad : grad;
+        }
       }
     }
   });
