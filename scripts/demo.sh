@@ -30,7 +30,7 @@ answers "$out/base"
 "$build/bin/odc-eval" --model "$out/base" --data "$out/chat.jsonl" --format chat --max-sequences 1000 | tee "$out/eval-before.json"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-mpirun -np "$ranks" --oversubscribe --bind-to none "$build/bin/odc-train" "$root/configs/demo-chat.yaml" \
+"$build/bin/odc-run" -np "$ranks" --oversubscribe --bind-to none "$build/bin/odc-train" "$root/configs/demo-chat.yaml" \
   --set model.checkpoint="$out/base" --set data.train="$out/chat.jsonl" \
   --set checkpoint.export_hf="$out/sft" --set train.metrics_file="$out/metrics.jsonl" "$@"
 

@@ -1,6 +1,7 @@
 // odc-train CONFIG.yaml [--set key.path=value]... [--dump-config]
 // Trains a LLaMA-style model; run directly or under mpirun.
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -44,7 +45,7 @@ odc::cli::Command command() {
           "config file", 1};
 }
 
-int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi) {
+int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi, const odc::train::StopSignals& signals) {
   const auto config = odc::train::load_trainer_config(args.positional(0), args.assignments());
   if (args.flag("--dump-config")) {
     if (mpi.rank() == 0) {
@@ -81,19 +82,27 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
   if (!mpi.initialized()) {
     // Started directly: one process, no MPI (a single-GPU machine need not have MPI's runtime).
     odc::train::Trainer trainer(config);
-    trainer.run(/*keep_results=*/false);
+    trainer.run(/*keep_results=*/false, &signals);
     return 0;
+  }
+  if (mpi.rank() == 0 && std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr && std::getenv("ODC_LAUNCHER") == nullptr &&
+      !config.get_string("checkpoint.dir").empty()) {
+    // mpirun kills the ranks about a second after Ctrl-C or SIGTERM: a checkpoint may not fit.
+    spdlog::info("started by mpirun directly: a Ctrl-C or SIGTERM to mpirun ends the ranks ~1 s later, "
+                 "checkpoint or not; launch with odc-run (same arguments) for a graceful stop");
   }
   const auto group = odc::distributed::make_world_group(config.get_double("comm.timeout_s"));
   odc::train::Trainer trainer(config, *group);
-  trainer.run(/*keep_results=*/false);  // constant memory over any number of steps
+  trainer.run(/*keep_results=*/false, &signals);  // constant memory over any number of steps
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First, before MPI starts a thread: every thread inherits the blocked stop signals.
+  const odc::train::StopSignals signals;
   return odc::cli::run_mpi_tool("odc-train", argc, argv, [&](const odc::distributed::MpiSession& mpi) {
-    return run(odc::cli::parse(command(), argc, argv), mpi);
+    return run(odc::cli::parse(command(), argc, argv), mpi, signals);
   }, /*mpi_optional=*/true);
 }

@@ -1,42 +1,64 @@
 #include "odc/train/stop_signals.h"
 
+#include <pthread.h>
+
 #include <cstring>
+
+#include <fmt/format.h>
 
 namespace odc::train {
 
-namespace {
-// A signal handler can only talk to the program through a lock-free flag with static storage:
-// this is the one piece of global state the trainer needs, and only StopSignals touches it.
-volatile std::sig_atomic_t g_stop_signal = 0;
-
-extern "C" void on_stop_signal(int signal_number) {
-  if (g_stop_signal != 0) {
-    // Second signal: stop now, as the default action would have done the first time.
-    std::signal(signal_number, SIG_DFL);
-    std::raise(signal_number);
-    return;
-  }
-  g_stop_signal = signal_number;
-}
-}  // namespace
-
 StopSignals::StopSignals() {
-  g_stop_signal = 0;
-  struct sigaction action {};
-  action.sa_handler = on_stop_signal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;  // blocking calls resume; the flag is checked between steps
-  sigaction(SIGTERM, &action, &previous_term_);
-  sigaction(SIGINT, &action, &previous_int_);
+  sigemptyset(&set_);
+  sigaddset(&set_, SIGINT);
+  sigaddset(&set_, SIGTERM);
+  sigaddset(&set_, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+  receiver_ = std::thread([this] { receive(); });
 }
 
 StopSignals::~StopSignals() {
-  sigaction(SIGTERM, &previous_term_, nullptr);
-  sigaction(SIGINT, &previous_int_, nullptr);
+  closing_ = true;
+  pthread_kill(receiver_.native_handle(), SIGUSR1);  // wakes sigwait; `closing_` says why
+  receiver_.join();
+  // The signals stay blocked: a request still arriving while the process winds down (a storm of
+  // them, or the scheduler's own SIGTERM after odc-run's) must not turn a clean exit into a death
+  // by signal. Blocked signals pending at exit are discarded.
 }
 
-bool StopSignals::requested() const { return g_stop_signal != 0; }
+void StopSignals::receive() {
+  bool terminating_seen = false;  // a SIGINT or SIGTERM arrived before
+  for (;;) {
+    int signal_number = 0;
+    if (sigwait(&set_, &signal_number) != 0) continue;
+    if (closing_) return;
+    if (signal_number != SIGUSR1 && terminating_seen) {
+      // Second SIGINT/SIGTERM: end the process with the default action, as if nothing had caught
+      // the first. Unblocked in this thread only, the re-raised signal is delivered here.
+      std::signal(signal_number, SIG_DFL);
+      sigset_t one;
+      sigemptyset(&one);
+      sigaddset(&one, signal_number);
+      pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+      raise(signal_number);
+      return;
+    }
+    if (signal_number != SIGUSR1) terminating_seen = true;
+    int none = 0;
+    first_.compare_exchange_strong(none, signal_number);
+  }
+}
 
-int StopSignals::signal_number() const { return static_cast<int>(g_stop_signal); }
+bool StopSignals::requested() const { return first_.load() != 0; }
+
+int StopSignals::signal_number() const { return first_.load(); }
+
+std::string StopSignals::describe() const {
+  const int number = signal_number();
+  if (number == 0) return "no signal";
+  if (number == SIGUSR1) return "SIGUSR1, odc-run's stop request";
+  const char* abbrev = sigabbrev_np(number);
+  return abbrev != nullptr ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", number);
+}
 
 }  // namespace odc::train

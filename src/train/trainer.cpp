@@ -262,7 +262,7 @@ StepResult Trainer::step() {
   return r;
 }
 
-std::vector<StepResult> Trainer::run(bool keep_results) {
+std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signals) {
   const std::int64_t steps = config_.get_int("train.steps");
   const std::int64_t stop_at = config_.get_int("train.stop_at_step");
   const std::int64_t last = stop_at > 0 ? std::min(stop_at, steps) : steps;
@@ -270,29 +270,33 @@ std::vector<StepResult> Trainer::run(bool keep_results) {
   const std::int64_t first = step_;
   if (first >= last) spdlog::info("nothing to do: {} steps done, this run ends at step {}", first, last);
   report_->begin_run(first, last, steps);
-  const StopSignals signals;
-  bool preempted = false;
-  for (std::int64_t s = first; s < last; ++s) {
+  // A stop signal on any rank: every rank learns it at the same step (one small all-reduce).
+  const auto stop_ranks = [&](std::string_view when) {
+    std::array<double, 1> stop{signals != nullptr && signals->requested() ? 1.0 : 0.0};
+    group_.announce(fmt::format("step {}: stop-signal check", step_));
+    group_.all_reduce_sum(stop, "the stop-signal check");
+    if (stop[0] > 0) {
+      spdlog::warn("stop requested ({} on {} rank(s)) {}: {}",
+                   signals != nullptr && signals->requested() ? signals->describe() : std::string("a signal"),
+                   stop[0], when,
+                   step_ == first ? "nothing trained, nothing to save"
+                   : checkpointer_->enabled() ? "saving a checkpoint and exiting; resume with checkpoint.resume: auto"
+                                              : "no checkpoint.dir is set, so nothing is saved");
+    }
+    return stop[0] > 0;
+  };
+  // A signal during set-up (loading, planning): stop before the first step.
+  bool preempted = first < last && stop_ranks("before the first step");
+  for (std::int64_t s = first; s < last && !preempted; ++s) {
     const StepResult r = step();
     if (keep_results) results.push_back(r);
     report_->record(r, {data_->sampler().epoch(), store().bytes(), comm_->comm().resources()});
-    // A stop signal on any rank: every rank learns it at the same step (one small all-reduce),
-    // finishes here, checkpoints below and returns normally (exit 0).
-    std::array<double, 1> stop{signals.requested() ? 1.0 : 0.0};
-    group_.announce(fmt::format("step {}: stop-signal check", step_));
-    group_.all_reduce_sum(stop, "the stop-signal check");
-    if (stop[0] > 0 && step_ < last) {
-      spdlog::warn("stop requested ({} on {} rank(s)) after step {}: {}",
-                   signals.requested() ? strsignal(signals.signal_number()) : "a signal", stop[0], step_,
-                   checkpointer_->enabled() ? "saving a checkpoint and exiting; resume with checkpoint.resume: auto"
-                                            : "no checkpoint.dir is set, so nothing is saved");
-      preempted = true;
-    }
+    // Finishes here, checkpoints below and returns normally (exit 0).
+    preempted = step_ < last && stop_ranks(fmt::format("after step {}", step_));
     if (!preempted && checkpointer_->due(step_, last)) save_checkpoint();
     report_->progress(r);
-    if (preempted) break;
   }
-  if (checkpointer_->enabled() && first < last) save_checkpoint();
+  if (checkpointer_->enabled() && step_ > first) save_checkpoint();
   group_.announce("finishing (export, summary, trace)");
   // A preempted run exports nothing: it is not finished (the checkpoint resumes it).
   if (!preempted && !config_.get_string("checkpoint.export_hf").empty()) {

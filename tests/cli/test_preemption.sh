@@ -34,6 +34,9 @@ kill -TERM "$victim"
 wait "$launcher"; rc=$?
 [ "$rc" -eq 0 ] || fail "mpirun exited $rc after SIGTERM (expected 0): $(tail -5 "$work/run.log")"
 grep -q "stop requested" "$work/run.log" || fail "no 'stop requested' message"
+# Plain mpirun with checkpoint.dir: the start-up line says Ctrl-C through mpirun is not graceful.
+grep -q "started by mpirun directly: a Ctrl-C or SIGTERM to mpirun ends the ranks" "$work/run.log" ||
+  fail "plain mpirun: no start-up hint about odc-run"
 last=$(tail -1 "$work/metrics-0.jsonl" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')
 ckpt="$work/ckpt/$(printf 'step-%08d' "$last")"
 [ -f "$ckpt/manifest.json" ] || fail "no checkpoint of the last step $last: $(ls "$work/ckpt")"

@@ -1,9 +1,19 @@
 #pragma once
-// Graceful preemption: while a StopSignals object lives, SIGTERM and SIGINT only *request* a stop
-// (the trainer finishes the current minibatch, agrees with every rank, checkpoints and exits 0);
-// a second signal ends the process at once with the default action. The previous handlers come
-// back when the object is destroyed.
+// Graceful preemption. While a StopSignals object lives, SIGINT, SIGTERM and SIGUSR1 only
+// *request* a stop (the trainer finishes the current minibatch, agrees with every rank,
+// checkpoints and exits 0). A second SIGINT/SIGTERM ends the process at once with the default
+// action; SIGUSR1 (what odc-run forwards through mpirun) never does, so a scheduler's SIGTERM
+// arriving next to it is still one request.
+//
+// No signal handler runs: the constructor blocks the three signals in the calling thread, so
+// every thread started afterwards (MPI's, UCX's, the comm's progress thread, OpenMP's) inherits
+// the blocked mask, and one thread of its own receives them with sigwait. No system call anywhere
+// in the process is interrupted by them (EINTR), whichever library it belongs to. Construct it
+// first in main, before MPI or any other thread starts. The signals stay blocked after it.
+#include <atomic>
 #include <csignal>
+#include <string>
+#include <thread>
 
 namespace odc::train {
 
@@ -15,12 +25,18 @@ class StopSignals {
   StopSignals& operator=(const StopSignals&) = delete;
   // True once a signal arrived (on this process).
   bool requested() const;
-  // The signal that arrived (0 = none).
+  // The signal that asked first (0 = none).
   int signal_number() const;
+  // The signal for a log line: "SIGTERM", "SIGUSR1, odc-run's stop request", ...
+  std::string describe() const;
 
  private:
-  struct sigaction previous_term_ {};
-  struct sigaction previous_int_ {};
+  void receive();
+
+  sigset_t set_{};
+  std::atomic<int> first_{0};
+  std::atomic<bool> closing_{false};
+  std::thread receiver_;
 };
 
 }  // namespace odc::train

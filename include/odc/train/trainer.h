@@ -25,6 +25,7 @@
 #include "odc/train/model_export.h"
 #include "odc/train/run_report.h"
 #include "odc/train/step_result.h"
+#include "odc/train/stop_signals.h"
 
 namespace odc::train {
 
@@ -38,8 +39,10 @@ class Trainer {
 
   // Runs to train.steps (or train.stop_at_step); every step is logged and written to the metrics
   // file. Returns every step's result when keep_results (tests compare losses step by step);
-  // odc-train passes false so that a run of any length holds constant memory.
-  std::vector<StepResult> run(bool keep_results = true);
+  // odc-train passes false so that a run of any length holds constant memory. With `signals`
+  // (odc-train's, made before any thread), a stop signal on any rank ends the run gracefully
+  // after the current step: a checkpoint (with checkpoint.dir) and a normal return.
+  std::vector<StepResult> run(bool keep_results = true, const StopSignals* signals = nullptr);
   // One optimizer step on the next global minibatch.
   StepResult step();
 
