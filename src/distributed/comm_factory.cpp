@@ -50,7 +50,8 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
   // The masters live in memory the transport registered, so peers can read them one-sidedly.
   stack->transport_ = std::make_unique<UcxTransport>(mpi->comm(), layout.owned_elements(), transport);
   stack->store_ = std::make_unique<ShardStore>(layout, units, config, seed, stack->transport_->exposed());
-  stack->comm_ = std::make_unique<OdcComm>(*stack->store_, *stack->transport_, mpi->comm(), mpi->watchdog());
+  stack->comm_ = std::make_unique<OdcComm>(*stack->store_, *stack->transport_, mpi->comm(), mpi->watchdog(),
+                                            options.deterministic);
   return stack;
 }
 

@@ -9,7 +9,7 @@
 
 namespace odc::distributed {
 
-OdcComm::OdcComm(ShardStore& store, UcxTransport& transport, MPI_Comm comm, Watchdog* watchdog)
+OdcComm::OdcComm(ShardStore& store, UcxTransport& transport, MPI_Comm comm, Watchdog* watchdog, bool deterministic)
     : ShardedComm(store.layout()), store_(store), transport_(transport), comm_(comm), watchdog_(watchdog) {
   const auto& layout = store.layout();
   if (layout.world_size() != transport.world_size() || layout.rank() != transport.rank()) {
@@ -20,6 +20,10 @@ OdcComm::OdcComm(ShardStore& store, UcxTransport& transport, MPI_Comm comm, Watc
   for (int i = 0; i < UnitBufferPool::kWeightBuffers; ++i) gathers_.push_back(std::make_unique<Completion>(layout.world_size()));
   for (int i = 0; i < UnitBufferPool::kGradBuffers; ++i) pushes_.push_back(std::make_unique<Completion>(layout.world_size()));
   pushes_to_.assign(static_cast<std::size_t>(layout.world_size()), 0);
+  if (deterministic) {
+    ordered_ = std::make_unique<OrderedAccumulator>(layout);
+    unit_pushes_.assign(static_cast<std::size_t>(layout.num_units()), 0);
+  }
   transport_.set_receiver([this](const PushHeader& header, const float* data) { accumulate(header, data); });
 }
 
@@ -40,6 +44,10 @@ void OdcComm::accumulate(const PushHeader& header, const float* data) {
       header.offset + header.count > layout.unit(header.tag).shard) {
     fail("rank {}: invalid gradient push from rank {} (unit {}, offset {}, count {})", transport_.rank(), header.from,
          header.tag, header.offset, header.count);
+  }
+  if (ordered_) {
+    ordered_->add(header.from, header.tag, header.sequence, header.offset, data, header.count);
+    return;
   }
   // The pushed slice never overlaps the accumulator (a slot or a receive buffer): vectorized.
   float* __restrict acc = store_.grad(header.tag) + header.offset;
@@ -68,10 +76,12 @@ void OdcComm::wait_gather(int unit, int buffer) {
 void OdcComm::start_push(int unit, int buffer, const float* full) {
   const auto& layout = store_.layout();
   const std::int64_t shard = layout.unit(unit).shard;
+  const std::int32_t sequence = ordered_ ? unit_pushes_[static_cast<std::size_t>(unit)]++ : 0;
   for (int i = 0; i < layout.world_size(); ++i) {
     const int owner = (transport_.rank() + 1 + i) % layout.world_size();
-    pushes_to_[static_cast<std::size_t>(owner)] += transport_.push(
-        owner, unit, 0, full + layout.shard_begin(unit, owner), shard, *pushes_[static_cast<std::size_t>(buffer)]);
+    pushes_to_[static_cast<std::size_t>(owner)] +=
+        transport_.push(owner, unit, 0, full + layout.shard_begin(unit, owner), shard,
+                        *pushes_[static_cast<std::size_t>(buffer)], sequence);
   }
 }
 
@@ -86,6 +96,10 @@ void OdcComm::begin_minibatch() {
   store_.zero_grads();
   transport_.reset_received();
   std::fill(pushes_to_.begin(), pushes_to_.end(), 0);
+  if (ordered_) {
+    ordered_->begin();
+    std::fill(unit_pushes_.begin(), unit_pushes_.end(), 0);
+  }
   // Publishes every rank's optimizer step (no gather may read half-updated masters) and the
   // zeroed accumulators (no push may land before them).
   const auto start = std::chrono::steady_clock::now();
@@ -108,6 +122,7 @@ void OdcComm::end_minibatch() {
     MPI_Alltoall(pushes_to_.data(), 1, MPI_INT64_T, expected.data(), 1, MPI_INT64_T, comm_);
   }
   transport_.wait_received(expected, "the minibatch-end wait for gradient pushes");
+  if (ordered_) ordered_->fold_into(store_.grad(0));  // every push is applied: the fold in rank order
   pool_.waits().barrier_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 

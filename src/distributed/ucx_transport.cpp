@@ -350,7 +350,7 @@ float* UcxTransport::slot_at(float* region_base, int client, int slot) const {
 }
 
 std::int64_t UcxTransport::push(int peer, std::int32_t tag, std::int64_t offset, const float* src,
-                                std::int64_t count, Completion& completion) {
+                                std::int64_t count, Completion& completion, std::int32_t sequence) {
   const float* mapped = direct_[static_cast<std::size_t>(peer)];
   if (mapped != nullptr && count <= options_.slot_floats) {
     // Slot protocol: wait until our next slot at `peer` is acked, fill it, notify.
@@ -379,7 +379,7 @@ std::int64_t UcxTransport::push(int peer, std::int32_t tag, std::int64_t offset,
     op->peer = peer;
     op->src = nullptr;
     op->count = 0;
-    op->header = PushHeader{tag, rank_, offset, count, s, 0};
+    op->header = PushHeader{tag, rank_, offset, count, s, sequence};
     op->completion = &completion;
     std::lock_guard<std::mutex> lock(mutex_);
     completion.pending_.fetch_add(1, std::memory_order_relaxed);
@@ -398,7 +398,7 @@ std::int64_t UcxTransport::push(int peer, std::int32_t tag, std::int64_t offset,
     op->peer = peer;
     op->src = src + done;
     op->count = std::min(chunk, count - done);
-    op->header = PushHeader{tag, rank_, offset + done, op->count, -1, 0};
+    op->header = PushHeader{tag, rank_, offset + done, op->count, -1, sequence};
     op->completion = &completion;
     completion.pending_.fetch_add(1, std::memory_order_relaxed);
     completion.per_peer_[static_cast<std::size_t>(peer)].fetch_add(1, std::memory_order_relaxed);

@@ -102,6 +102,10 @@ std::vector<TunableSpec> trainer_tunables() {
       tunable("comm.direct_load", K::boolean, "true",
               "ODC gathers copy straight from peers' shards where UCX maps them (shared memory); false forces "
               "ucp_get through the progress thread"),
+      tunable("comm.deterministic", K::boolean, "false",
+              "ODC owners add gradient pushes in a fixed order (per-client buffers folded in rank order): two runs, "
+              "and a resumed run, give the same bits; costs one fp32 copy of the parameters per rank. The "
+              "collective and single-rank paths are always deterministic"),
       tunable("comm.timeout_s", K::number, "600", "a wait on a peer longer than this is an error naming the peer",
               Range::above(0)),
       // checkpoint

@@ -42,6 +42,7 @@ distributed::CommOptions comm_options(const Config& config) {
   options.transport.max_inflight = static_cast<int>(config.get_int("comm.max_inflight"));
   options.transport.timeout_s = config.get_double("comm.timeout_s");
   options.transport.direct_load = config.get_bool("comm.direct_load");
+  options.deterministic = config.get_bool("comm.deterministic");
   return options;
 }
 }  // namespace

@@ -25,6 +25,7 @@ class UcxTransport;
 struct CommOptions {
   CommKind kind = CommKind::odc;
   TransportOptions transport;  // ODC: chunking, in-flight limit, timeout, direct loads
+  bool deterministic = false;  // ODC: ordered accumulation (bitwise reproducible); the others always are
 };
 
 class CommStack {

@@ -8,6 +8,8 @@
 // microbatches. The only synchronization is at the minibatch boundaries:
 //   begin_minibatch: zero accumulators, barrier (publishes the previous optimizer step);
 //   end_minibatch:   exchange per-owner push counts, wait until this owner applied all of them.
+// With `deterministic`, an owner applies pushes through an OrderedAccumulator (per-client
+// buffers, each client's pushes in its order, folded in rank order): bitwise reproducible.
 // The buffers and the protocol are the UnitBufferPool's; this class is the UCX transport.
 #include <cstdint>
 #include <memory>
@@ -16,6 +18,7 @@
 #include <mpi.h>
 
 #include "odc/distributed/comm.h"
+#include "odc/distributed/ordered_accumulator.h"
 #include "odc/distributed/shard_store.h"
 #include "odc/distributed/ucx_transport.h"
 #include "odc/distributed/unit_buffer_pool.h"
@@ -28,7 +31,7 @@ class OdcComm final : public ShardedComm {
  public:
   // `transport` must expose `store`'s master region (ShardStore built on transport.exposed());
   // `watchdog` (may be null) watches the minibatch-boundary MPI waits.
-  OdcComm(ShardStore& store, UcxTransport& transport, MPI_Comm comm, Watchdog* watchdog);
+  OdcComm(ShardStore& store, UcxTransport& transport, MPI_Comm comm, Watchdog* watchdog, bool deterministic = false);
   ~OdcComm() override;
   OdcComm(const OdcComm&) = delete;
   OdcComm& operator=(const OdcComm&) = delete;
@@ -58,6 +61,8 @@ class OdcComm final : public ShardedComm {
   std::vector<std::unique_ptr<Completion>> gathers_;  // per weight buffer
   std::vector<std::unique_ptr<Completion>> pushes_;   // per gradient buffer
   std::vector<std::int64_t> pushes_to_;               // messages sent to each owner this minibatch
+  std::unique_ptr<OrderedAccumulator> ordered_;       // comm.deterministic only
+  std::vector<std::int32_t> unit_pushes_;             // deterministic: pushes of each unit this minibatch
 };
 
 }  // namespace odc::distributed

@@ -57,7 +57,7 @@ struct PushHeader {
   std::int64_t offset = 0;  // element offset inside the owner's shard of the unit
   std::int64_t count = 0;   // elements
   std::int32_t slot = -1;   // slot protocol: the client's slot holding the data; -1: payload attached
-  std::int32_t reserved = 0;
+  std::int32_t sequence = 0;  // the client's push number for this unit this minibatch (comm.deterministic)
 };
 
 class UcxTransport {
@@ -83,8 +83,9 @@ class UcxTransport {
   void get(int peer, std::int64_t offset, float* dest, std::int64_t count, Completion& completion);
   // Sends `count` floats from `src` to `peer`'s receiver. `src` must stay valid until completion.
   // Returns the number of messages the receiver will count for it.
+  // `sequence` travels in the header (PushHeader::sequence).
   std::int64_t push(int peer, std::int32_t tag, std::int64_t offset, const float* src, std::int64_t count,
-                    Completion& completion);
+                    Completion& completion, std::int32_t sequence = 0);
   // Blocks until `completion` is done; after options().timeout_s throws odc::Error naming `what`
   // and the peers whose operations are outstanding.
   void wait(Completion& completion, const std::string& what);
