@@ -231,7 +231,7 @@ TrainingManifest Checkpointer::load(const std::string& path, distributed::ShardS
   // data starts from the beginning.
   if (!manifest.imported() && manifest.data_fingerprint != fingerprint_hex(data_fingerprint)) {
     fail("checkpoint '{}' was trained on different data ({}) than {}: resuming would not continue the same "
-         "run (use checkpoint.resume: never to start over)", path, manifest.dataset, dataset);
+         "run (to start over: a new checkpoint.dir with checkpoint.resume: never)", path, manifest.dataset, dataset);
   }
   const int world = group_.size();
   // The sampler's position counts sequences: the same steps draw the same sequences only with the
