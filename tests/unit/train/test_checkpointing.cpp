@@ -151,7 +151,7 @@ TEST_CASE("checkpointer: three ranks save and load their shards and the manifest
     CHECK_THAT(s.other_model, Catch::Contains("holds a different model"));
     CHECK_THAT(s.other_batch, Catch::Contains("was trained with 12 sequences per step (data.minibatch_size 4 x 3 ranks), "
                                               "this run draws 10") &&
-                                  Catch::Contains("no data.minibatch_size gives 12 sequences on 3 ranks"));
+                                  Catch::Contains("set data.minibatch_size=4 to continue it on 3 ranks"));
     // The run's identity: made at the fresh start (the same on every rank), inherited on resume,
     // with the checkpoint resumed from as its lineage.
     CHECK(s.fresh_run == seen[0].fresh_run);
@@ -166,7 +166,7 @@ TEST_CASE("checkpointer: three ranks save and load their shards and the manifest
   // Two and four ranks continue the three-rank checkpoint: each unit's flat state, re-sliced.
   for (const int world : {2, 4}) {
     std::vector<int> equal(static_cast<std::size_t>(world), 0);
-    const auto errors = test::on_every_rank(world, [&](distributed::HostGroup& group) {
+    const auto resharded = test::on_every_rank(world, [&](distributed::HostGroup& group) {
       const distributed::ShardLayout layout(units, world, group.rank());
       distributed::ShardStore store(layout, units, config, 3);
       train::Checkpointer checkpointer(checkpoint_config(dir.path().string()), group);
@@ -190,8 +190,8 @@ TEST_CASE("checkpointer: three ranks save and load their shards and the manifest
       equal[static_cast<std::size_t>(group.rank())] = same ? 1 : 0;
     });
     for (int r = 0; r < world; ++r) {
-      INFO("world " << world << " rank " << r << ": " << errors[static_cast<std::size_t>(r)]);
-      CHECK(errors[static_cast<std::size_t>(r)].empty());
+      INFO("world " << world << " rank " << r << ": " << resharded[static_cast<std::size_t>(r)]);
+      CHECK(resharded[static_cast<std::size_t>(r)].empty());
       CHECK(equal[static_cast<std::size_t>(r)] == 1);
     }
   }
