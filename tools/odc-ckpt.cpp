@@ -1,6 +1,8 @@
 // odc-ckpt: Hugging Face checkpoint utilities. `init` writes a randomly initialized model in HF
 // layout (the model's own initialization, so `odc-ckpt init --seed S` in f32 is exactly the model
-// odc-train builds with model.seed=S); `inspect` prints what a checkpoint holds as one JSON line.
+// odc-train builds with model.seed=S); `inspect` prints what a checkpoint holds as one JSON line;
+// `export`/`import` convert between native and HF checkpoints; `reshard` re-slices a native
+// checkpoint for another number of ranks.
 // Exit codes: 0 ok, 1 bad input (odc::Error), 2 usage error.
 #include <cstdint>
 #include <filesystem>
@@ -34,6 +36,7 @@ commands:
   inspect   print a checkpoint's architecture, dtype, parameter count and tensor shapes (JSON)
   export    write a native training checkpoint (checkpoint.dir/step-N) as a Hugging Face directory
   import    write a Hugging Face directory as a native checkpoint for N ranks (step 0)
+  reshard   write a native checkpoint for another number of ranks (optimizer state and data position kept)
 
 Run 'odc-ckpt <command> --help' for the options of a command.
 )";
@@ -64,6 +67,20 @@ with checkpoint.dir=CKPT_DIR resumes from it and starts its data from the beginn
 options:
   --from DIR             Hugging Face checkpoint directory (required)
   --out CKPT_DIR         checkpoint.dir to write into (required)
+  --world-size N         number of ranks of the runs that will resume from it (required)
+  -h, --help             show this help
+)";
+
+constexpr const char* kReshardUsage = R"(usage: odc-ckpt reshard IN OUT --world-size N
+
+Writes the native checkpoint IN (a step-N directory written by odc-train on any number of ranks)
+as a checkpoint for N ranks: OUT/step-N with every unit's master weights and AdamW moments
+re-sliced onto N ranks' shards, and IN's manifest (run, lineage, optimizer step, data position)
+with "resharded_from". A run with checkpoint.dir=OUT on N ranks and the same global minibatch
+(data.minibatch_size x ranks) continues IN's run. OUT must be a new or empty directory, not IN's.
+(odc-train also reshards by itself when it resumes on another number of ranks.)
+
+options:
   --world-size N         number of ranks of the runs that will resume from it (required)
   -h, --help             show this help
 )";
@@ -309,6 +326,16 @@ int run_import(const odc::cli::Arguments& args) {
   return 0;
 }
 
+int run_reshard(const odc::cli::Arguments& args) {
+  const std::string in = args.positional(0);
+  const std::string out = args.positional(1);
+  if (in.empty() || out.empty()) throw args.usage_error("IN and OUT are required");
+  const std::int64_t world = args.required_integer("--world-size", "N", odc::Range::at_least(1));
+  const auto path = odc::train::reshard_native(in, out, static_cast<int>(world));
+  std::cout << nlohmann::json{{"from", in}, {"checkpoint", path}, {"world_size", world}}.dump() << '\n';
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -324,6 +351,7 @@ int main(int argc, char** argv) {
       {"export", Command{"", kExportUsage, {{"--from"}, {"--out"}, {"--dtype"}, {"--architecture"}, {"--tokenizer-from"}}},
        run_export},
       {"import", Command{"", kImportUsage, {{"--from"}, {"--out"}, {"--world-size"}}}, run_import},
+      {"reshard", Command{"", kReshardUsage, {{"--world-size"}}, "checkpoint directory", 2}, run_reshard},
   };
   return odc::cli::run_tool("odc-ckpt", [&] {
     // Warnings (e.g. an unimplemented sliding window) go to stderr: stdout is the JSON line.

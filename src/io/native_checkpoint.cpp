@@ -117,16 +117,47 @@ std::string commit_checkpoint(const std::string& dir, std::int64_t step, int wor
   if (ec) fail("checkpoint: cannot rename '{}' to '{}': {}", staging.string(), final_path.string(), ec.message());
   fsync_directory(dir);
 
-  // Prune: older complete checkpoints beyond `keep`, and partial directories of crashed writes.
-  auto complete = complete_checkpoints(dir);
-  if (keep > 0 && static_cast<int>(complete.size()) > keep) {
-    for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < complete.size(); ++i) fs::remove_all(complete[i].second, ec);
+  // Prune: this run's older checkpoints beyond `keep` (another run's, or one whose manifest does
+  // not read, is not ours to delete), and partial directories of crashed writes.
+  const std::string run_id = manifest.value("run_id", std::string());
+  std::vector<fs::path> ours;
+  for (const auto& [s, path] : complete_checkpoints(dir)) {
+    std::ifstream in(path / "manifest.json");
+    const auto other = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (other.is_object() && other.value("run_id", std::string()) == run_id) ours.push_back(path);
+  }
+  if (keep > 0 && static_cast<int>(ours.size()) > keep) {
+    for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < ours.size(); ++i) fs::remove_all(ours[i], ec);
   }
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     if (name.rfind(kPartialPrefix, 0) == 0 && entry.path() != staging) fs::remove_all(entry.path(), ec);
   }
   return final_path.string();
+}
+
+std::vector<CheckpointEntry> list_checkpoints(const std::string& dir) {
+  std::vector<CheckpointEntry> out;
+  for (const auto& [step, path] : complete_checkpoints(dir)) out.push_back({step, path.string()});
+  return out;
+}
+
+std::string retire_checkpoints(const std::string& dir, const std::vector<std::string>& checkpoints,
+                               const std::string& name) {
+  const fs::path retired = fs::path(dir) / "retired";
+  fs::path target = retired / name;
+  for (int n = 2; fs::exists(target); ++n) target = retired / fmt::format("{}-{}", name, n);
+  std::error_code ec;
+  fs::create_directories(target, ec);
+  if (ec) fail("checkpoint: cannot create '{}': {}", target.string(), ec.message());
+  for (const auto& checkpoint : checkpoints) {
+    const fs::path from(checkpoint);
+    fs::rename(from, target / from.filename(), ec);
+    if (ec) fail("checkpoint: cannot move '{}' to '{}': {}", checkpoint, target.string(), ec.message());
+  }
+  fsync_directory(target.string());
+  fsync_directory(dir);
+  return target.string();
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& dir) {

@@ -1,13 +1,16 @@
 #include "odc/train/checkpoint_convert.h"
 
+#include <filesystem>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "odc/core/error.h"
 #include "odc/distributed/shard_layout.h"
+#include "odc/io/directory_lock.h"
 #include "odc/io/hf_checkpoint.h"
 #include "odc/io/native_checkpoint.h"
+#include "odc/io/native_reshard.h"
 #include "odc/io/safetensors.h"
 #include "odc/model/units.h"
 #include "odc/train/checkpointing.h"
@@ -49,8 +52,24 @@ std::int64_t export_native_to_hf(const std::string& native_checkpoint, const std
   return manifest.step;
 }
 
+namespace {
+namespace fs = std::filesystem;
+
+// A directory written by import or reshard (locked by the caller: no job may be using it) must
+// not hold a run already.
+void check_no_checkpoints(const std::string& dir, const char* command) {
+  const auto existing = io::list_checkpoints(dir);
+  if (!existing.empty()) {
+    fail("odc-ckpt {}: '{}' already holds {} checkpoint(s) (the newest: {}): a checkpoint directory belongs to one "
+         "run; write into a new or empty directory", command, dir, existing.size(), existing.back().path);
+  }
+}
+}  // namespace
+
 std::string import_hf_to_native(const std::string& hf_dir, const std::string& native_dir, int world_size) {
   if (world_size < 1) fail("import needs a world size >= 1, found {}", world_size);
+  const io::DirectoryLock lock(native_dir, io::this_process(""));
+  check_no_checkpoints(native_dir, "import");
   const io::HfCheckpoint checkpoint(hf_dir);
   for (int r = 0; r < world_size; ++r) {
     const distributed::ShardLayout layout(checkpoint.units(), world_size, r);
@@ -65,7 +84,36 @@ std::string import_hf_to_native(const std::string& hf_dir, const std::string& na
   manifest.comm = "any";
   manifest.imported_from = hf_dir;
   manifest.model_config = checkpoint.config().to_json();
+  manifest.source_architecture = checkpoint.architecture();
+  manifest.source_dtype = std::string(dtype_name(checkpoint.dtype()));
   return io::commit_checkpoint(native_dir, 0, world_size, manifest.to_json(), 0);
+}
+
+std::string reshard_native(const std::string& checkpoint, const std::string& out_dir, int world_size) {
+  if (world_size < 1) fail("reshard needs a world size >= 1, found {}", world_size);
+  nlohmann::json json = io::read_manifest(checkpoint);
+  const TrainingManifest manifest = TrainingManifest::from_json(json, checkpoint);
+  if (manifest.model_config.is_null()) fail("checkpoint '{}': the manifest holds no model_config", checkpoint);
+  const auto config = model::LlamaConfig::from_json(manifest.model_config, checkpoint + "/manifest.json", false);
+  const auto units = model::build_unit_layouts(config);
+  for (const auto& unit : units) {
+    const std::int64_t shard = (unit.numel + world_size - 1) / world_size;
+    if (shard * (world_size - 1) >= unit.numel) {
+      fail("world size {} is too large for unit '{}' ({} parameters): some ranks would own only padding", world_size,
+           unit.name, unit.numel);
+    }
+  }
+  std::error_code ec;
+  const fs::path source_dir = fs::weakly_canonical(fs::absolute(checkpoint), ec).parent_path();
+  if (fs::exists(out_dir) && fs::equivalent(source_dir, out_dir, ec)) {
+    fail("odc-ckpt reshard: OUT '{}' is the directory of '{}': write the resharded checkpoint into another directory "
+         "(its step-{} would replace the one it is made from)", out_dir, checkpoint, manifest.step);
+  }
+  const io::DirectoryLock lock(out_dir, io::this_process(manifest.identity.run_id));
+  check_no_checkpoints(out_dir, "reshard");
+  json["resharded_from"] = {{"path", fs::weakly_canonical(fs::absolute(checkpoint), ec).string()},
+                            {"world_size", manifest.world_size}};
+  return io::write_resharded_checkpoint(checkpoint, units, world_size, out_dir, std::move(json));
 }
 
 }  // namespace odc::train

@@ -1,6 +1,8 @@
 #include "odc/train/checkpointing.h"
 
 #include <chrono>
+#include <filesystem>
+#include <functional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -9,6 +11,9 @@
 #include "odc/core/error.h"
 #include "odc/core/hash.h"
 #include "odc/io/native_checkpoint.h"
+#include "odc/io/native_reshard.h"
+#include "odc/model/llama_config.h"
+#include "odc/model/units.h"
 
 namespace odc::train {
 
@@ -36,6 +41,9 @@ nlohmann::json TrainingManifest::to_json() const {
   if (!dataset.empty()) out["dataset"] = dataset;
   if (!config.empty()) out["config"] = config;
   if (!imported_from.empty()) out["imported_from"] = imported_from;
+  if (!identity.run_id.empty()) out.update(identity.to_json());
+  if (global_minibatch > 0) out["global_minibatch"] = global_minibatch;
+  if (!source_architecture.empty()) out["source"] = {{"architecture", source_architecture}, {"dtype", source_dtype}};
   return out;
 }
 
@@ -50,6 +58,12 @@ TrainingManifest TrainingManifest::from_json(const nlohmann::json& manifest, con
   m.config = manifest.value("config", std::string());
   m.step = field<std::int64_t>(manifest, "step", where);
   m.world_size = field<int>(manifest, "world_size", where);
+  m.identity = RunIdentity::from_json(manifest, where);
+  m.global_minibatch = manifest.value("global_minibatch", std::int64_t{0});
+  if (const auto source = manifest.find("source"); source != manifest.end() && source->is_object()) {
+    m.source_architecture = source->value("architecture", std::string());
+    m.source_dtype = source->value("dtype", std::string());
+  }
   if (!m.imported()) {
     const auto s = field<nlohmann::json>(manifest, "sampler", where);
     data::SamplerState state;
@@ -63,6 +77,28 @@ TrainingManifest TrainingManifest::from_json(const nlohmann::json& manifest, con
   return m;
 }
 
+namespace {
+// Rank 0 runs `decide` and broadcasts its result (or its error, which then every rank throws): the
+// decisions about the shared directory are made once, and no rank is left waiting for another
+// that failed.
+std::string decided_by_root(distributed::HostGroup& group, const std::string& what,
+                            const std::function<std::string()>& decide) {
+  nlohmann::json message = nlohmann::json::object();
+  if (group.is_root()) {
+    try {
+      message["result"] = decide();
+    } catch (const Error& e) {
+      message["error"] = e.what();
+    }
+  }
+  std::string text = message.dump();
+  if (group.size() > 1) group.broadcast(text, what);
+  message = nlohmann::json::parse(text);
+  if (message.contains("error")) throw Error(message["error"].get<std::string>());
+  return message.value("result", std::string());
+}
+}  // namespace
+
 Checkpointer::Checkpointer(const Config& config, distributed::HostGroup& group)
     : group_(group),
       dir_(config.get_string("checkpoint.dir")),
@@ -70,7 +106,17 @@ Checkpointer::Checkpointer(const Config& config, distributed::HostGroup& group)
       keep_(static_cast<int>(config.get_int("checkpoint.keep"))),
       resume_(config.get_string("checkpoint.resume")),
       debug_delay_ms_(config.get_double("debug.checkpoint_delay_ms")),
-      debug_delay_rank_(config.get_int("debug.checkpoint_delay_rank")) {}
+      debug_delay_rank_(config.get_int("debug.checkpoint_delay_rank")) {
+  if (!enabled()) return;
+  decided_by_root(group_, "the checkpoint directory's lock", [&] {
+    lock_.emplace(dir_, io::this_process(""));
+    if (!lock_->locked()) {
+      spdlog::warn("checkpoint.dir '{}': {}; a second job on this directory would not be detected", dir_,
+                   lock_->unlocked_reason());
+    }
+    return std::string();
+  });
+}
 
 bool Checkpointer::in_use() const { return enabled() || (resume_ != "never" && resume_ != "auto"); }
 
@@ -78,20 +124,76 @@ bool Checkpointer::due(std::int64_t step, std::int64_t last_step) const {
   return enabled() && every_ > 0 && step % every_ == 0 && step < last_step;
 }
 
-std::string Checkpointer::resume_path() {
-  std::string path;
-  if (resume_ == "auto") {
-    if (enabled()) path = io::latest_checkpoint(dir_).value_or("");
-  } else if (resume_ != "never") {
-    path = resume_;
-  }
+const Checkpointer::RunStart& Checkpointer::begin_run() {
+  ODC_CHECK(!start_, "Checkpointer::begin_run called twice");
   if (group_.size() > 1) {
-    distributed::check_identical_across_ranks(group_, {{"the checkpoint to resume from ('" + path + "')", fnv1a64(path)}});
+    // Every rank must mean the same thing (rank 0 alone then looks at the directory).
+    distributed::check_identical_across_ranks(
+        group_, {{"the checkpoint to resume from ('" + resume_ + "')", fnv1a64(resume_)},
+                 {"checkpoint.dir ('" + dir_ + "')", fnv1a64(dir_)}});
   }
-  return path;
+  const std::string decided = decided_by_root(group_, "the run's identity and resume point", [&] {
+    std::string path;
+    if (resume_ == "auto") {
+      if (enabled()) path = io::latest_checkpoint(dir_).value_or("");
+    } else if (resume_ != "never") {
+      path = resume_;
+    }
+    RunIdentity identity = fresh_identity();
+    std::int64_t step = 0;
+    if (!path.empty()) {
+      const nlohmann::json manifest = io::read_manifest(path);
+      identity = resumed_identity(path, manifest);
+      step = manifest.at("step").get<std::int64_t>();
+    }
+    nlohmann::json out = {{"path", path}, {"identity", identity.to_json()}, {"abandoned", nlohmann::json::array()}};
+    if (enabled()) {
+      const DirectoryPlan plan = plan_directory(dir_, resume_, path, step, identity);
+      if (!plan.error.empty()) fail("{}", plan.error);
+      out["abandoned"] = plan.abandoned;
+      out["retire_name"] = plan.retire_name;
+      if (lock_) lock_->update(io::this_process(identity.run_id));
+    }
+    if (path.empty()) {
+      spdlog::info("run {}: a fresh start{}", identity.run_id, enabled() ? " in checkpoint.dir " + dir_ : "");
+    } else {
+      spdlog::info("run {}: resuming from {} (step {}; this job is segment {})", identity.run_id, path, step,
+                   identity.segment);
+    }
+    return out.dump();
+  });
+  const auto json = nlohmann::json::parse(decided);
+  RunStart start;
+  start.resume_path = json["path"].get<std::string>();
+  start.identity = RunIdentity::from_json(json["identity"], "the run's identity");
+  start.abandoned = json["abandoned"].get<std::vector<std::string>>();
+  start.retire_name = json.value("retire_name", std::string());
+  start_ = std::move(start);
+  return *start_;
+}
+
+void Checkpointer::retire_abandoned() {
+  ODC_CHECK(start_.has_value(), "Checkpointer::retire_abandoned before begin_run");
+  if (start_->abandoned.empty()) return;
+  decided_by_root(group_, "the retirement of an abandoned branch", [&] {
+    std::string names;
+    for (const auto& path : start_->abandoned) names += (names.empty() ? "" : ", ") + std::filesystem::path(path).filename().string();
+    const std::string where = io::retire_checkpoints(dir_, start_->abandoned, start_->retire_name);
+    spdlog::warn("rollback: run {} resumed from {}; its later checkpoints ({}) are an abandoned branch, moved to {} "
+                 "(not deleted); auto-resume and checkpoint.keep follow the new branch",
+                 start_->identity.run_id, start_->resume_path, names, where);
+    return std::string();
+  });
+  start_->abandoned.clear();
+}
+
+const RunIdentity& Checkpointer::identity() const {
+  ODC_CHECK(start_.has_value(), "Checkpointer::identity before begin_run");
+  return start_->identity;
 }
 
 void Checkpointer::save(std::int64_t step, const TrainingManifest& manifest, distributed::ShardStore& store) {
+  ODC_CHECK(start_.has_value(), "Checkpointer::save before begin_run");
   const auto start = std::chrono::steady_clock::now();
   const auto owned = static_cast<std::size_t>(store.layout().owned_elements());
   group_.announce(fmt::format("step {}: checkpoint write", step));
@@ -106,7 +208,9 @@ void Checkpointer::save(std::int64_t step, const TrainingManifest& manifest, dis
   group_.barrier("the checkpoint barrier (every rank's shards written)");
   if (group_.is_root()) {
     group_.announce(fmt::format("step {}: checkpoint commit", step));
-    const std::string path = io::commit_checkpoint(dir_, step, group_.size(), manifest.to_json(), keep_);
+    TrainingManifest ours = manifest;
+    ours.identity = identity();
+    const std::string path = io::commit_checkpoint(dir_, step, group_.size(), ours.to_json(), keep_);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     spdlog::info("checkpoint: step {} saved to {} in {:.2f} s", step, path, seconds);
   }
@@ -116,14 +220,9 @@ void Checkpointer::save(std::int64_t step, const TrainingManifest& manifest, dis
 
 TrainingManifest Checkpointer::load(const std::string& path, distributed::ShardStore& store,
                                     const nlohmann::json& model_config, std::uint64_t data_fingerprint,
-                                    const std::string& dataset) {
+                                    const std::string& dataset, std::int64_t global_minibatch) {
   const nlohmann::json json = io::read_manifest(path);
   TrainingManifest manifest = TrainingManifest::from_json(json, path);
-  if (manifest.world_size != group_.size()) {
-    fail("checkpoint '{}' was written by {} ranks, this run has {}: native checkpoints hold per-rank shards; "
-         "export it to a Hugging Face directory and start from model.checkpoint to change the world size",
-         path, manifest.world_size, group_.size());
-  }
   if (manifest.model_config != model_config) {
     fail("checkpoint '{}' holds a different model (model_config: {}) than this run's ({})", path,
          manifest.model_config.dump(), model_config.dump());
@@ -132,14 +231,40 @@ TrainingManifest Checkpointer::load(const std::string& path, distributed::ShardS
   // data starts from the beginning.
   if (!manifest.imported() && manifest.data_fingerprint != fingerprint_hex(data_fingerprint)) {
     fail("checkpoint '{}' was trained on different data ({}) than {}: resuming would not continue the same "
-         "run (use checkpoint.resume: never to start over)", path, manifest.dataset, dataset);
+         "run (to start over: a new checkpoint.dir with checkpoint.resume: never)", path, manifest.dataset, dataset);
+  }
+  const int world = group_.size();
+  // The sampler's position counts sequences: the same steps draw the same sequences only with the
+  // same number per step (the per-rank share may change with the world size).
+  if (!manifest.imported() && manifest.global_minibatch > 0 && global_minibatch > 0 &&
+      manifest.global_minibatch != global_minibatch) {
+    const std::int64_t g = manifest.global_minibatch;
+    fail("checkpoint '{}' was trained with {} sequences per step (data.minibatch_size {} x {} ranks), this run "
+         "draws {} (data.minibatch_size {} x {} ranks): the steps after the resume would not draw the same "
+         "sequences; {}",
+         path, g, g / std::max(1, manifest.world_size), manifest.world_size, global_minibatch, global_minibatch / world,
+         world,
+         g % world == 0 ? fmt::format("set data.minibatch_size={} to continue it on {} ranks", g / world, world)
+                        : fmt::format("no data.minibatch_size gives {} sequences on {} ranks; choose a world size "
+                                      "that divides {}", g, world, g));
   }
   const auto owned = static_cast<std::size_t>(store.layout().owned_elements());
-  io::read_rank_shards(path, json, group_.rank(),
-                       {{store.host_masters().data(), owned}, {store.host_exp_avg().data(), owned},
-                        {store.host_exp_avg_sq().data(), owned}});
+  const io::RankShardsOut out{store.host_masters().subspan(0, owned), store.host_exp_avg().subspan(0, owned),
+                              store.host_exp_avg_sq().subspan(0, owned)};
+  if (manifest.world_size == world) {
+    io::read_rank_shards(path, json, group_.rank(), out);
+  } else {
+    const auto units =
+        model::build_unit_layouts(model::LlamaConfig::from_json(manifest.model_config, path + "/manifest.json", false));
+    io::read_resharded_shards(path, json, units, store.layout(), out);
+  }
   store.push_to_device();
-  spdlog::info("resumed from {} (step {}, written with comm {})", path, manifest.step, manifest.comm);
+  if (manifest.world_size != world) {
+    spdlog::info("resumed from {} (step {}, written with comm {} by {} ranks, resharded onto {})", path, manifest.step,
+                 manifest.comm, manifest.world_size, world);
+  } else {
+    spdlog::info("resumed from {} (step {}, written with comm {})", path, manifest.step, manifest.comm);
+  }
   return manifest;
 }
 

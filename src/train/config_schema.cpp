@@ -114,10 +114,12 @@ std::vector<TunableSpec> trainer_tunables() {
               "none"),
       tunable("checkpoint.every", K::integer, "0", "save every N steps (0 = only at the end of the run)",
               Range::at_least(0)),
-      tunable("checkpoint.keep", K::integer, "3", "keep the newest K checkpoints (0 = all)", Range::at_least(0)),
+      tunable("checkpoint.keep", K::integer, "3", "keep the newest K checkpoints of this run (0 = all)",
+              Range::at_least(0)),
       tunable("checkpoint.resume", K::string, "auto",
-              "auto = continue from the newest complete checkpoint in checkpoint.dir if there is one; never; or a "
-              "checkpoint directory (step-N) to continue from"),
+              "auto = continue from the newest complete checkpoint in checkpoint.dir if there is one; never = a fresh "
+              "run (checkpoint.dir must hold no checkpoints); or a checkpoint directory (step-N) to continue from: an "
+              "earlier step of checkpoint.dir is a rollback, its later checkpoints move to checkpoint.dir/retired/"),
       tunable("checkpoint.export_hf", K::string, "\"\"",
               "at the end of the run, write the trained model as a Hugging Face directory here (config.json, "
               "safetensors, tokenizer files copied from model.checkpoint); empty = no export"),

@@ -1,6 +1,7 @@
 #include "odc/train/model_export.h"
 
 #include <chrono>
+#include <filesystem>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -36,10 +37,18 @@ void export_hf(const Config& config, distributed::HostGroup& group, const distri
     group.gather_values<float>(masters.subspan(static_cast<std::size_t>(store.offset(unit)), shard), padded, "the export's gather of unit weights");
   };
   if (group.is_root()) {
+    // The tokenizer files come from model.checkpoint; a resumed run needs no base checkpoint, so
+    // one that was moved away leaves the export without them (said, not an error at the run's end).
+    std::string tokenizer_from = config.get_string("model.checkpoint");
+    if (!tokenizer_from.empty() && !std::filesystem::is_directory(tokenizer_from)) {
+      spdlog::warn("checkpoint.export_hf: model.checkpoint '{}' is not there: {} gets no tokenizer files (copy them "
+                   "with odc-ckpt export --tokenizer-from)", tokenizer_from, dir);
+      tokenizer_from.clear();
+    }
     io::write_hf_checkpoint(dir, model_config, architecture, dtype, [&](int unit, float* out) {
       gather(unit);
       std::copy(padded.begin(), padded.begin() + layout.unit(unit).numel, out);
-    }, 5'000'000'000, config.get_string("model.checkpoint"));
+    }, 5'000'000'000, tokenizer_from);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     spdlog::info("export: {} ({}) written to {} in {:.2f} s", architecture, dtype_name(dtype), dir, seconds);
   } else {

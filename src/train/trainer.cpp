@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -10,6 +11,7 @@
 #include "odc/core/hash.h"
 #include "odc/distributed/in_process_group.h"
 #include "odc/io/hf_checkpoint.h"
+#include "odc/io/native_checkpoint.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/output_probe.h"
 #include "odc/train/stop_signals.h"
@@ -35,6 +37,51 @@ void check_world_size(const std::vector<model::UnitLayout>& units, int world_siz
   }
 }
 
+// The model this run trains. A resumed run's checkpoint holds the model config and every weight,
+// so the base weights of model.checkpoint are never read then, and a model.checkpoint that was
+// moved away is not needed: its config.json is compared when it is there, else the checkpoint's
+// model config is taken.
+model::LlamaConfig run_model_config(const Config& config, const std::string& resume_path) {
+  const std::string base = config.get_string("model.checkpoint");
+  if (resume_path.empty() || base.empty() || std::filesystem::exists(std::filesystem::path(base) / "config.json")) {
+    return training_model_config(config);
+  }
+  const TrainingManifest manifest = TrainingManifest::from_json(io::read_manifest(resume_path), resume_path);
+  if (manifest.model_config.is_null()) fail("checkpoint '{}': the manifest holds no model_config", resume_path);
+  spdlog::info("model.checkpoint '{}' is not there (moved?): not needed, {} holds the model config and every weight",
+               base, resume_path);
+  return model::LlamaConfig::from_json(manifest.model_config, resume_path + "/manifest.json", false);
+}
+
+// Text data is tokenized with model.checkpoint's tokenizer.json unless data.tokenizer names one:
+// that file is the one thing of the base checkpoint a resumed run still needs.
+void check_tokenizer_present(const Config& config) {
+  const std::string format = config.get_string("data.format");
+  const std::string base = config.get_string("model.checkpoint");
+  if ((format != "chat" && format != "text") || !config.get_string("data.tokenizer").empty() || base.empty()) return;
+  const auto tokenizer = std::filesystem::path(base) / "tokenizer.json";
+  if (!std::filesystem::exists(tokenizer)) {
+    fail("data.format {} tokenizes with model.checkpoint's tokenizer, but '{}' does not exist (was model.checkpoint "
+         "moved?): set data.tokenizer to the tokenizer.json (a native checkpoint holds the model and its weights, "
+         "not the tokenizer)", format, tokenizer.string());
+  }
+}
+
+// What the export keeps of the model's origin after a resume: the manifest's record of it, or for
+// a checkpoint written before it was recorded, model.checkpoint's (when still there; headers only).
+ModelSource resumed_source(const Config& config, const TrainingManifest& manifest) {
+  ModelSource source;
+  if (!manifest.source_architecture.empty()) {
+    source.architecture = manifest.source_architecture;
+    if (!manifest.source_dtype.empty()) source.dtype = parse_dtype(manifest.source_dtype);
+  } else if (const std::string base = config.get_string("model.checkpoint");
+             !base.empty() && std::filesystem::exists(std::filesystem::path(base) / "config.json")) {
+    const io::HfCheckpoint checkpoint(base);
+    source = {checkpoint.architecture(), checkpoint.dtype()};
+  }
+  return source;
+}
+
 distributed::CommOptions comm_options(const Config& config) {
   distributed::CommOptions options;
   options.kind = distributed::parse_comm_kind(config.get_string("train.comm"));
@@ -56,7 +103,6 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
     : config_(config),
       own_group_(std::move(own_group)),
       group_(group != nullptr ? *group : *own_group_),
-      model_config_(training_model_config(config)),
       comm_kind_(distributed::parse_comm_kind(config.get_string("train.comm"))) {
   const auto threads = config.get_int("train.threads");
   const int rank = group_.rank();
@@ -76,9 +122,15 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
       probe_output_directory(hf, "checkpoint.export_hf");
     }
   }
+  // The checkpoint directory is locked and the run's identity and resume point settled before
+  // anything is read: a second job on the directory, or another run's checkpoints there, stop
+  // every rank here.
+  checkpointer_ = std::make_unique<Checkpointer>(config, group_);
+  const std::string resume = checkpointer_->begin_run().resume_path;
+  model_config_ = run_model_config(config, resume);
+  check_tokenizer_present(config);
   data_ = std::make_unique<MinibatchSource>(config, model_config_, rank, world, comm_kind_);
   model_ = std::make_unique<model::LlamaModel>(model_config_, std::move(compute));
-  checkpointer_ = std::make_unique<Checkpointer>(config, group_);
   // Only a checkpoint (or another rank) can need the fingerprint: it reads the whole dataset.
   if (world > 1 || checkpointer_->in_use()) data_fingerprint_ = data_->fingerprint();
   if (world > 1) {
@@ -92,7 +144,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   const distributed::ShardLayout layout(model_->units(), world, rank);
   comm_ = distributed::make_comm(comm_options(config), group_, layout, model_->units(), model_config_,
                                  static_cast<std::uint64_t>(config.get_int("model.seed")), &model_->backend());
-  if (const std::string source = config.get_string("model.checkpoint"); !source.empty()) {
+  if (const std::string source = config.get_string("model.checkpoint"); !source.empty() && resume.empty()) {
     // Every rank reads only its shard of every unit from the safetensors files.
     const io::HfCheckpoint checkpoint(source);
     source_ = {checkpoint.architecture(), checkpoint.dtype()};
@@ -120,14 +172,16 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   schedule_.kind = config.get_string("train.schedule");
   grad_clip_ = config.get_double("train.grad_clip");
 
-  if (const std::string resume = checkpointer_->resume_path(); !resume.empty()) {
+  if (!resume.empty()) {
     const TrainingManifest manifest = checkpointer_->load(resume, store(), model_config_.to_json(), data_fingerprint_,
-                                                          data_->dataset().describe());
+                                                          data_->dataset().describe(), data_->minibatch_size() * world);
     if (manifest.sampler) data_->sampler().restore(*manifest.sampler);
     optimizer_->set_steps_taken(manifest.optimizer_steps);
     step_ = manifest.step;
     resumed_from_ = resume;
+    source_ = resumed_source(config, manifest);
   }
+  checkpointer_->retire_abandoned();  // a rollback's abandoned branch, once the resume succeeded
 
   if (!config.get_string("train.trace_file").empty()) {
     tracer_ = std::make_unique<Tracer>(rank);
@@ -317,6 +371,9 @@ void Trainer::save_checkpoint() {
   manifest.dataset = data_->dataset().describe();
   manifest.model_config = model_config_.to_json();
   manifest.config = config_.dump();
+  manifest.global_minibatch = data_->minibatch_size() * group_.size();
+  manifest.source_architecture = source_.architecture;
+  if (source_.dtype) manifest.source_dtype = std::string(dtype_name(*source_.dtype));
   checkpointer_->save(step_, manifest, store());
 }
 

@@ -12,7 +12,11 @@
 // DIR/.partial-step-N/, each file fsynced; after a barrier rank 0 writes the manifest, fsyncs the
 // directory and renames it to DIR/step-N, then fsyncs DIR. A crash at any point leaves either no
 // step-N or a complete one, and every older checkpoint untouched; partial directories are
-// ignored by the search and removed by the next commit. Rank 0 then prunes to the newest K.
+// ignored by the search and removed by the next commit. Rank 0 then prunes to the newest K of the
+// same run (manifests with the same "run_id"): checkpoints of other runs are never touched.
+//
+//   DIR/retired/<name>/step-N/             checkpoints moved out of the way (an abandoned branch
+//                                          after a rollback), never searched, never pruned
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -42,9 +46,23 @@ void write_rank_shards(const std::string& staging, int rank, const RankShards& s
 
 // Rank 0, after every rank wrote: completes `manifest` with the per-rank files (read from the
 // sidecars; odc::Error naming a missing rank), writes it, commits (rename) and prunes the
-// directory to the newest `keep` checkpoints (keep <= 0 keeps all). Returns the final path.
+// directory to the newest `keep` checkpoints whose "run_id" is the manifest's (keep <= 0 keeps
+// all). Returns the final path.
 std::string commit_checkpoint(const std::string& dir, std::int64_t step, int world_size, nlohmann::json manifest,
                               int keep);
+
+// The complete checkpoints under `dir` (step-N directories holding a manifest.json), oldest first.
+struct CheckpointEntry {
+  std::int64_t step = 0;
+  std::string path;
+};
+std::vector<CheckpointEntry> list_checkpoints(const std::string& dir);
+
+// Moves `checkpoints` (paths of step-N directories inside `dir`) into `dir`/retired/`name`/
+// (a fresh name: "-2", "-3", ... appended if taken), fsyncing both directories. Returns the
+// directory they are in now.
+std::string retire_checkpoints(const std::string& dir, const std::vector<std::string>& checkpoints,
+                               const std::string& name);
 
 // The newest complete checkpoint under `dir` (a step-N directory with a readable manifest), if any.
 std::optional<std::string> latest_checkpoint(const std::string& dir);

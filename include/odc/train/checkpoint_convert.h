@@ -20,4 +20,12 @@ std::int64_t export_native_to_hf(const std::string& native_checkpoint, const std
 // Returns the checkpoint's path (native_dir/step-00000000).
 std::string import_hf_to_native(const std::string& hf_dir, const std::string& native_dir, int world_size);
 
+// Writes the native checkpoint `checkpoint` (any world size) for `world_size` ranks into the
+// checkpoint directory `out_dir` (a new or empty one, locked while written; not the directory of
+// `checkpoint`): the same step, masters and AdamW moments re-sliced (io/native_reshard.h), the
+// manifest kept — run, lineage, data position — with "resharded_from" added. A run with
+// checkpoint.dir=out_dir on `world_size` ranks resumes it exactly (the trainer also reshards on
+// resume by itself). Returns the new checkpoint's path.
+std::string reshard_native(const std::string& checkpoint, const std::string& out_dir, int world_size);
+
 }  // namespace odc::train

@@ -2,13 +2,20 @@
 // Checkpointing of a training run (native checkpoints, io/native_checkpoint.h): when to save,
 // what to resume from, and the training half of the manifest as a type.
 //
+// A job's checkpoint directory is its own: rank 0 holds a lock on it for the job's lifetime
+// (io/directory_lock.h), and begin_run decides the run's identity and what the directory's other
+// checkpoints mean for it (train/run_identity.h) — rank 0 decides, every rank learns the answer
+// or the same error.
+//
 // Save: every rank writes its shards (masters, AdamW moments) into the staging directory, a
-// barrier, rank 0 commits (manifest, rename, prune), a barrier — so nobody moves on, or exits,
-// before the checkpoint is complete. Load: the manifest must describe this run (world size,
-// model, data), then every rank reads its own shards.
+// barrier, rank 0 commits (manifest, rename, prune this run's older ones), a barrier — so nobody
+// moves on, or exits, before the checkpoint is complete. Load: the manifest must describe this
+// run (model, data, global minibatch), then every rank reads its shards — re-sliced from the old
+// ranks' files when the world size changed (io/native_reshard.h).
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +23,8 @@
 #include "odc/data/packing.h"
 #include "odc/distributed/host_group.h"
 #include "odc/distributed/shard_store.h"
+#include "odc/io/directory_lock.h"
+#include "odc/train/run_identity.h"
 
 namespace odc::train {
 
@@ -30,6 +39,12 @@ struct TrainingManifest {
   nlohmann::json model_config;
   std::string config;                        // the effective configuration (YAML)
   std::string imported_from;                 // the Hugging Face directory of `odc-ckpt import`
+  RunIdentity identity;                      // run, segment, lineage (empty: before run ids)
+  std::int64_t global_minibatch = 0;         // sequences per step, all ranks (0: not recorded)
+  // The Hugging Face directory training started from (model.checkpoint): what the export keeps
+  // (architecture, dtype); empty when it started from random weights.
+  std::string source_architecture;
+  std::string source_dtype;
   // Read back from io's fields.
   std::int64_t step = 0;
   int world_size = 0;
@@ -44,6 +59,8 @@ std::string fingerprint_hex(std::uint64_t fingerprint);
 
 class Checkpointer {
  public:
+  // Collective: with checkpoint.dir, rank 0 creates and locks it (odc::Error on every rank when
+  // another job holds it).
   Checkpointer(const Config& config, distributed::HostGroup& group);
 
   bool enabled() const { return !dir_.empty(); }
@@ -52,19 +69,32 @@ class Checkpointer {
   // A periodic save is due after `step` (checkpoint.every), short of the run's last step.
   bool due(std::int64_t step, std::int64_t last_step) const;
 
-  // The checkpoint to resume from (checkpoint.resume: auto = the newest complete one in
-  // checkpoint.dir, never, or a path), or empty. Collective: ranks must agree (a shared directory
-  // seen at different moments could differ), else every rank fails.
-  std::string resume_path();
+  // Collective, once, before save or load: the checkpoint to resume from (checkpoint.resume:
+  // auto = the newest complete one in checkpoint.dir, never, or a path; empty = a fresh start),
+  // this run's identity, and this run's checkpoints that a rollback abandons. odc::Error on every
+  // rank when checkpoint.dir holds another run's checkpoints. Nothing is moved yet.
+  struct RunStart {
+    std::string resume_path;
+    RunIdentity identity;
+    std::vector<std::string> abandoned;
+    std::string retire_name;
+  };
+  const RunStart& begin_run();
+  // Collective, after the resume succeeded: rank 0 moves the abandoned checkpoints to
+  // checkpoint.dir/retired/ (logged). Nothing to do without a rollback.
+  void retire_abandoned();
+  const RunIdentity& identity() const;
 
-  // Collective: writes this rank's shards, rank 0 commits `manifest` as step `step`.
+  // Collective: writes this rank's shards, rank 0 commits `manifest` (with this run's identity)
+  // as step `step`.
   void save(std::int64_t step, const TrainingManifest& manifest, distributed::ShardStore& store);
 
   // Reads `path`'s manifest and this rank's shards into `store`, after checking that it belongs
-  // to this run: same world size and model (`model_config`), and — unless it holds imported
-  // weights — the same data (`data_fingerprint`, described by `dataset`).
+  // to this run: the same model (`model_config`), and — unless it holds imported weights — the
+  // same data (`data_fingerprint`, described by `dataset`) and the same global minibatch
+  // (sequences per step; 0 skips the check). A checkpoint of another world size is resharded.
   TrainingManifest load(const std::string& path, distributed::ShardStore& store, const nlohmann::json& model_config,
-                        std::uint64_t data_fingerprint, const std::string& dataset);
+                        std::uint64_t data_fingerprint, const std::string& dataset, std::int64_t global_minibatch);
 
  private:
   distributed::HostGroup& group_;
@@ -74,6 +104,8 @@ class Checkpointer {
   std::string resume_;
   double debug_delay_ms_ = 0.0;
   std::int64_t debug_delay_rank_ = -1;
+  std::optional<io::DirectoryLock> lock_;  // rank 0 with checkpoint.dir
+  std::optional<RunStart> start_;
 };
 
 }  // namespace odc::train

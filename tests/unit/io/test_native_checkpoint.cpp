@@ -1,5 +1,7 @@
 // Native checkpoints: commit protocol (partial directories are never picked), pruning, and damage
 // detection on load.
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -100,4 +102,31 @@ TEST_CASE("damaged or mismatched checkpoints are errors naming the file", "[io][
     REQUIRE_THROWS_WITH(io::read_manifest(path), Catch::Contains("manifest.json"));
     REQUIRE_FALSE(io::latest_checkpoint(dir).has_value());  // skipped, not picked
   }
+}
+
+TEST_CASE("pruning keeps the newest K of the committing run only; retired checkpoints leave the search",
+          "[io][checkpoint]") {
+  const auto dir = (fs::temp_directory_path() / ("odc_native_ckpt_runs_" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  auto commit = [&](std::int64_t step, const std::string& run) {
+    for (int r = 0; r < 2; ++r) io::write_rank_shards(io::staging_path(dir, step), r, Shards(r).view());
+    io::commit_checkpoint(dir, step, 2, {{"run_id", run}}, 2);
+  };
+  commit(50, "old");
+  commit(60, "old");
+  commit(10, "new");
+  commit(20, "new");
+  commit(30, "new");  // keep 2 of run "new": step-10 goes, the other run's step-50/60 stay
+  std::vector<std::int64_t> steps;
+  for (const auto& e : io::list_checkpoints(dir)) steps.push_back(e.step);
+  CHECK(steps == std::vector<std::int64_t>{20, 30, 50, 60});
+
+  const auto where = io::retire_checkpoints(dir, {dir + "/step-00000050", dir + "/step-00000060"}, "branch");
+  CHECK(where == dir + "/retired/branch");
+  CHECK(fs::exists(fs::path(where) / "step-00000060" / "manifest.json"));
+  CHECK(fs::path(*io::latest_checkpoint(dir)).filename() == "step-00000030");
+  // A second retirement under the same name gets a fresh directory.
+  CHECK(io::retire_checkpoints(dir, {dir + "/step-00000020"}, "branch") == dir + "/retired/branch-2");
+  CHECK(io::list_checkpoints(dir).size() == 1);
+  fs::remove_all(dir);
 }

@@ -1,6 +1,8 @@
 // Checkpointer over an in-process group of ranks: every rank's shards and the typed manifest
-// survive a save and a load bit for bit; a checkpoint of another world size, model or dataset is
-// refused on every rank; the manifest's JSON keeps its field names.
+// survive a save and a load bit for bit; a checkpoint of another world size is resharded, one of
+// another model, dataset or global minibatch is refused on every rank; the manifest's JSON keeps
+// its field names. The directory belongs to one run: a second job is refused while the first
+// holds it, another run's checkpoints are an error, a rollback retires the abandoned branch.
 #include <catch2/catch.hpp>
 
 #include "odc/io/native_checkpoint.h"
@@ -31,8 +33,41 @@ train::TrainingManifest manifest_for(std::int64_t position) {
   m.dataset = "d.jsonl (40 sequences)";
   m.model_config = test::tiny_model().to_json();
   m.config = "train:\n  lr: 0.1\n";
+  m.global_minibatch = 12;
   return m;
 }
+// One job on `dir` over a one-rank group: begins the run, saves `steps`, returns the run's
+// identity (or the error).
+struct Job {
+  train::RunIdentity identity;
+  std::string resumed, error;
+  std::vector<std::string> abandoned;
+};
+Job run_job(const std::string& dir, const std::vector<std::string>& settings, const std::vector<std::int64_t>& steps) {
+  Job job;
+  const auto config = test::tiny_model();
+  const auto units = model::build_unit_layouts(config);
+  const auto errors = test::on_every_rank(1, [&](distributed::HostGroup& group) {
+    const distributed::ShardLayout layout(units, 1, 0);
+    distributed::ShardStore store(layout, units, config, 1);
+    train::Checkpointer checkpointer(checkpoint_config(dir, settings), group);
+    const auto& start = checkpointer.begin_run();
+    job.identity = start.identity;
+    job.resumed = start.resume_path;
+    job.abandoned = start.abandoned;
+    checkpointer.retire_abandoned();
+    for (const auto step : steps) checkpointer.save(step, manifest_for(step), store);
+  });
+  job.error = errors[0];
+  return job;
+}
+
+std::vector<std::string> names_in(const std::filesystem::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : io::list_checkpoints(dir.string())) names.push_back(std::filesystem::path(e.path).filename().string());
+  return names;
+}
+
 }  // namespace
 
 TEST_CASE("checkpointer: three ranks save and load their shards and the manifest exactly", "[train]") {
@@ -45,7 +80,9 @@ TEST_CASE("checkpointer: three ranks save and load their shards and the manifest
     std::string path;
     train::TrainingManifest manifest;
     bool shards_equal = false;
-    std::string other_data, other_model;
+    std::string other_data, other_model, other_batch;
+    std::string fresh_run;
+    train::RunIdentity identity;
   };
   std::vector<Seen> seen(3);
   const auto errors = test::on_every_rank(3, [&](distributed::HostGroup& group) {
@@ -58,15 +95,20 @@ TEST_CASE("checkpointer: three ranks save and load their shards and the manifest
         saved.exp_avg_sq(u)[i] = static_cast<float>(u) + 0.5f;
       }
     }
-    train::Checkpointer checkpointer(checkpoint_config(dir.path().string(), {"checkpoint.every=4"}), group);
-    mine.due = {checkpointer.due(8, 10), checkpointer.due(10, 10), checkpointer.due(6, 10)};
-    checkpointer.save(8, manifest_for(12), saved);
+    {
+      train::Checkpointer checkpointer(checkpoint_config(dir.path().string(), {"checkpoint.every=4"}), group);
+      mine.due = {checkpointer.due(8, 10), checkpointer.due(10, 10), checkpointer.due(6, 10)};
+      mine.fresh_run = checkpointer.begin_run().identity.run_id;
+      checkpointer.save(8, manifest_for(12), saved);
+    }
 
-    // A fresh run of the same world finds it (resume: auto) and reads it back.
+    // A fresh job of the same world finds it (resume: auto) and reads it back.
     train::Checkpointer again(checkpoint_config(dir.path().string()), group);
-    mine.path = again.resume_path();
+    const auto& start = again.begin_run();
+    mine.path = start.resume_path;
+    mine.identity = start.identity;
     distributed::ShardStore loaded(layout, units, config, 2);  // other initial weights
-    mine.manifest = again.load(mine.path, loaded, config.to_json(), 0xabcdef, "d.jsonl (40 sequences)");
+    mine.manifest = again.load(mine.path, loaded, config.to_json(), 0xabcdef, "d.jsonl (40 sequences)", 0);
     mine.shards_equal = true;
     for (int u = 0; u < layout.num_units(); ++u) {
       for (std::int64_t i = 0; i < layout.unit(u).shard; ++i) {
@@ -75,14 +117,19 @@ TEST_CASE("checkpointer: three ranks save and load their shards and the manifest
       }
     }
     try {
-      again.load(mine.path, loaded, config.to_json(), 0x1234, "e.jsonl");
+      again.load(mine.path, loaded, config.to_json(), 0x1234, "e.jsonl", 0);
     } catch (const Error& e) {
       mine.other_data = e.what();
+    }
+    try {
+      again.load(mine.path, loaded, config.to_json(), 0xabcdef, "d.jsonl", 10);  // manifest_for: 12 per step
+    } catch (const Error& e) {
+      mine.other_batch = e.what();
     }
     auto other = config;
     other.hidden_size = 16;
     try {
-      again.load(mine.path, loaded, other.to_json(), 0xabcdef, "d.jsonl");
+      again.load(mine.path, loaded, other.to_json(), 0xabcdef, "d.jsonl", 0);
     } catch (const Error& e) {
       mine.other_model = e.what();
     }
@@ -102,16 +149,52 @@ TEST_CASE("checkpointer: three ranks save and load their shards and the manifest
     CHECK(s.shards_equal);
     CHECK_THAT(s.other_data, Catch::Contains("was trained on different data (d.jsonl (40 sequences)) than e.jsonl"));
     CHECK_THAT(s.other_model, Catch::Contains("holds a different model"));
+    CHECK_THAT(s.other_batch, Catch::Contains("was trained with 12 sequences per step (data.minibatch_size 4 x 3 ranks), "
+                                              "this run draws 10") &&
+                                  Catch::Contains("set data.minibatch_size=4 to continue it on 3 ranks"));
+    // The run's identity: made at the fresh start (the same on every rank), inherited on resume,
+    // with the checkpoint resumed from as its lineage.
+    CHECK(s.fresh_run == seen[0].fresh_run);
+    CHECK(s.identity.run_id == s.fresh_run);
+    CHECK(s.manifest.identity.run_id == s.fresh_run);
+    REQUIRE(s.identity.lineage.size() == 1);
+    CHECK(s.identity.lineage[0].step == 8);
+    CHECK(s.identity.lineage[0].segment == s.manifest.identity.segment);
+    CHECK(s.identity.segment != s.manifest.identity.segment);
   }
 
-  // Two ranks cannot continue a three-rank checkpoint.
-  const auto wrong_world = test::on_every_rank(2, [&](distributed::HostGroup& group) {
-    const distributed::ShardLayout layout(units, 2, group.rank());
-    distributed::ShardStore store(layout, units, config, 1);
-    train::Checkpointer checkpointer(checkpoint_config(dir.path().string()), group);
-    checkpointer.load(checkpointer.resume_path(), store, config.to_json(), 0xabcdef, "d.jsonl");
-  });
-  for (const auto& e : wrong_world) CHECK_THAT(e, Catch::Contains("was written by 3 ranks, this run has 2"));
+  // Two and four ranks continue the three-rank checkpoint: each unit's flat state, re-sliced.
+  for (const int world : {2, 4}) {
+    std::vector<int> equal(static_cast<std::size_t>(world), 0);
+    const auto resharded = test::on_every_rank(world, [&](distributed::HostGroup& group) {
+      const distributed::ShardLayout layout(units, world, group.rank());
+      distributed::ShardStore store(layout, units, config, 3);
+      train::Checkpointer checkpointer(checkpoint_config(dir.path().string()), group);
+      const auto manifest = checkpointer.load(checkpointer.begin_run().resume_path, store, config.to_json(), 0xabcdef,
+                                              "d.jsonl", 12);
+      // The expected state, as the 3-rank writer set it: masters from seed 1, moments by formula.
+      const distributed::ShardStore reference(layout, units, config, 1);
+      bool same = manifest.world_size == 3;
+      for (int u = 0; u < layout.num_units(); ++u) {
+        for (std::int64_t j = 0; j < layout.unit(u).shard; ++j) {
+          const std::int64_t i = layout.shard_begin(u, group.rank()) + j;
+          const std::int64_t old_shard = (layout.unit(u).numel + 2) / 3;
+          const bool real = i < layout.unit(u).numel;
+          const auto old_rank = static_cast<float>(i / old_shard);
+          const float m = real ? (old_rank * 1000 + static_cast<float>(i % old_shard)) * 0.25f : 0.0f;
+          const float v = real ? static_cast<float>(u) + 0.5f : 0.0f;
+          same = same && store.master(u)[j] == reference.master(u)[j] && store.exp_avg(u)[j] == m &&
+                 store.exp_avg_sq(u)[j] == v;
+        }
+      }
+      equal[static_cast<std::size_t>(group.rank())] = same ? 1 : 0;
+    });
+    for (int r = 0; r < world; ++r) {
+      INFO("world " << world << " rank " << r << ": " << resharded[static_cast<std::size_t>(r)]);
+      CHECK(resharded[static_cast<std::size_t>(r)].empty());
+      CHECK(equal[static_cast<std::size_t>(r)] == 1);
+    }
+  }
 }
 
 TEST_CASE("checkpointer: ranks that would resume from different checkpoints stop together", "[train]") {
@@ -120,7 +203,7 @@ TEST_CASE("checkpointer: ranks that would resume from different checkpoints stop
     train::Checkpointer checkpointer(
         checkpoint_config(dir.path().string(), {"checkpoint.resume=" + dir.file("step-" + std::to_string(group.rank()))}),
         group);
-    checkpointer.resume_path();
+    checkpointer.begin_run();
   });
   for (const auto& e : errors) CHECK_THAT(e, Catch::Contains("the checkpoint to resume from") && Catch::Contains("rank(s) 1"));
 }
@@ -155,4 +238,89 @@ TEST_CASE("training manifest: JSON field names, and an import without data posit
   auto bad = json;
   bad["sampler"]["epoch"] = "two";
   CHECK_THROWS_WITH(train::TrainingManifest::from_json(bad, "m.json"), Catch::Contains("'epoch' has the wrong type"));
+}
+
+TEST_CASE("checkpointer: a second job on the directory is refused on every rank, naming the first", "[train][lock]") {
+  const test::TempDir dir("checkpointer_lock");
+  const std::string ckpt = dir.file("ckpt");
+  // The first job (one rank) holds the directory while a second job of two ranks starts on it.
+  const auto first = test::on_every_rank(1, [&](distributed::HostGroup& holder) {
+    train::Checkpointer running(checkpoint_config(ckpt), holder);
+    const std::string run = running.begin_run().identity.run_id;
+    const auto second = test::on_every_rank(2, [&](distributed::HostGroup& group) {
+      train::Checkpointer refused(checkpoint_config(ckpt), group);
+    });
+    for (const auto& e : second) {
+      if (e.find("checkpoint directory '" + ckpt + "' is in use by run " + run + " (host ") == std::string::npos) {
+        throw Error("rank saw: '" + e + "'");
+      }
+    }
+  });
+  CHECK(first[0].empty());
+  // Released with the first job: a third one gets it.
+  CHECK(run_job(ckpt, {}, {}).error.empty());
+}
+
+TEST_CASE("checkpointer: resume never into another run's directory is an error; keep prunes this run only",
+          "[train][runs]") {
+  const test::TempDir dir("checkpointer_runs");
+  const std::string ckpt = dir.file("ckpt");
+  const Job old = run_job(ckpt, {"checkpoint.keep=2"}, {50, 60});
+  REQUIRE(old.error.empty());
+  const Job fresh = run_job(ckpt, {"checkpoint.resume=never", "checkpoint.keep=2"}, {10});
+  CHECK_THAT(fresh.error, Catch::Contains("checkpoint.dir '" + ckpt + "' holds the checkpoints of run " +
+                                          old.identity.run_id + " (step-00000050, step-00000060), and "
+                                          "checkpoint.resume is never") &&
+                              Catch::Contains("use a new checkpoint.dir"));
+  CHECK(names_in(ckpt) == std::vector<std::string>{"step-00000050", "step-00000060"});  // nothing written
+
+  // Resuming another directory's run into this one mixes two runs as well.
+  const std::string other = dir.file("other");
+  REQUIRE(run_job(other, {}, {5}).error.empty());
+  const Job mixed = run_job(ckpt, {"checkpoint.resume=" + other + "/step-00000005"}, {6});
+  CHECK_THAT(mixed.error, Catch::Contains("holds the checkpoints of run " + old.identity.run_id) &&
+                              Catch::Contains("a checkpoint directory belongs to one run"));
+
+  // The same run resumed keeps its identity; pruning (keep 2) leaves another run's checkpoints
+  // alone: here the new directory of a fresh run next to the old one's untouched copy.
+  const std::string shared = dir.file("shared");
+  REQUIRE(run_job(shared, {"checkpoint.keep=2"}, {1, 2, 3}).error.empty());
+  CHECK(names_in(shared) == std::vector<std::string>{"step-00000002", "step-00000003"});
+  const Job again = run_job(shared, {"checkpoint.keep=2"}, {4});
+  CHECK(again.error.empty());
+  CHECK(again.resumed == shared + "/step-00000003");
+  CHECK(names_in(shared) == std::vector<std::string>{"step-00000003", "step-00000004"});
+}
+
+TEST_CASE("checkpointer: a rollback retires the abandoned branch, auto-resume follows the new one", "[train][runs]") {
+  const test::TempDir dir("checkpointer_rollback");
+  const std::string ckpt = dir.file("ckpt");
+  const Job first = run_job(ckpt, {"checkpoint.keep=3"}, {20, 40, 60});
+  REQUIRE(first.error.empty());
+  // Roll back to step 20 and train to 30 (keep 3: 20 stays, it is the new branch's past).
+  const Job rollback = run_job(ckpt, {"checkpoint.keep=3", "checkpoint.resume=" + ckpt + "/step-00000020"}, {30});
+  REQUIRE(rollback.error.empty());
+  CHECK(rollback.identity.run_id == first.identity.run_id);
+  CHECK(rollback.abandoned.size() == 2);
+  CHECK(names_in(ckpt) == std::vector<std::string>{"step-00000020", "step-00000030"});
+  const auto retired = std::filesystem::path(ckpt) / "retired" /
+                       ("after-step-00000020-" + rollback.identity.segment);
+  CHECK(std::filesystem::exists(retired / "step-00000040" / "manifest.json"));
+  CHECK(std::filesystem::exists(retired / "step-00000060" / "manifest.json"));
+
+  // auto: the new branch's step-30, whose lineage is the rollback point.
+  const Job next = run_job(ckpt, {"checkpoint.keep=3"}, {40});
+  REQUIRE(next.error.empty());
+  CHECK(next.resumed == ckpt + "/step-00000030");
+  CHECK(next.abandoned.empty());
+  REQUIRE(next.identity.lineage.size() == 2);
+  CHECK(next.identity.lineage[0].step == 20);
+  CHECK(next.identity.lineage[1].step == 30);
+  CHECK(names_in(ckpt) == std::vector<std::string>{"step-00000020", "step-00000030", "step-00000040"});
+
+  // Restoring the abandoned branch from retired/ retires the new branch in turn (step-20, its
+  // common past, stays).
+  const Job restore = run_job(ckpt, {"checkpoint.resume=" + (retired / "step-00000060").string()}, {});
+  REQUIRE(restore.error.empty());
+  CHECK(names_in(ckpt) == std::vector<std::string>{"step-00000020"});
 }

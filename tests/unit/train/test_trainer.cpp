@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/distributed/local_comm.h"
+#include "odc/io/hf_checkpoint.h"
+#include "odc/model/units.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/trainer.h"
 
@@ -249,18 +251,21 @@ TEST_CASE("stopping at step 10 and resuming gives bit-identical losses and weigh
   }
   REQUIRE(std::filesystem::exists(dir / "ckpt" / "step-00000010"));
   REQUIRE(std::filesystem::exists(dir / "ckpt" / "step-00000008"));
-  train::Trainer second(with({ckpt}));
-  REQUIRE(second.steps_done() == 10);
-  REQUIRE_FALSE(second.resumed_from().empty());
-  const auto rest = second.run();
-  REQUIRE(rest.size() == 10);
-  for (std::size_t i = 0; i < 10; ++i) {
-    INFO("step " << i + 11);
-    REQUIRE(rest[i].step == all[i + 10].step);
-    REQUIRE(rest[i].loss == all[i + 10].loss);  // bitwise: one rank, same order of every sum
-    REQUIRE(rest[i].grad_norm == all[i + 10].grad_norm);
+  {
+    // (Scoped: a trainer holds its checkpoint directory's lock until it is destroyed.)
+    train::Trainer second(with({ckpt}));
+    REQUIRE(second.steps_done() == 10);
+    REQUIRE_FALSE(second.resumed_from().empty());
+    const auto rest = second.run();
+    REQUIRE(rest.size() == 10);
+    for (std::size_t i = 0; i < 10; ++i) {
+      INFO("step " << i + 11);
+      REQUIRE(rest[i].step == all[i + 10].step);
+      REQUIRE(rest[i].loss == all[i + 10].loss);  // bitwise: one rank, same order of every sum
+      REQUIRE(rest[i].grad_norm == all[i + 10].grad_norm);
+    }
+    REQUIRE(all_weights(second) == all_weights(straight));
   }
-  REQUIRE(all_weights(second) == all_weights(straight));
 
   // A checkpoint of other data is refused rather than silently continued.
   const auto other = std::filesystem::temp_directory_path() / "odc_trainer_resume_other.jsonl";
@@ -272,4 +277,57 @@ TEST_CASE("stopping at step 10 and resuming gives bit-identical losses and weigh
   }
   REQUIRE_THROWS_WITH(train::Trainer(make_config(other, {ckpt, "train.steps=20", "data.max_tokens_per_microbatch=40"})),
                       Catch::Contains("different data") && Catch::Contains("checkpoint.resume: never"));
+}
+
+TEST_CASE("a resumed run needs no base weights: model.checkpoint moved away, the resume continues bit for bit",
+          "[train][checkpoint]") {
+  const auto data = write_dataset();
+  const auto dir = std::filesystem::temp_directory_path() / ("odc_trainer_nobase_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  model::LlamaConfig hf;
+  hf.vocab_size = 50;
+  hf.hidden_size = 32;
+  hf.intermediate_size = 48;
+  hf.num_hidden_layers = 2;
+  hf.num_attention_heads = 4;
+  hf.num_key_value_heads = 2;
+  hf.head_dim = 8;
+  hf.max_position_embeddings = 256;
+  const auto units = model::build_unit_layouts(hf);
+  const std::string base = (dir / "base").string();
+  io::write_hf_checkpoint(base, hf, "LlamaForCausalLM", DType::f32, [&](int u, float* out) {
+    const auto& unit = units[static_cast<std::size_t>(u)];
+    model::init_unit_range(unit, hf, 7, 0, unit.numel, out);
+  });
+  auto config = [&](const std::vector<std::string>& extra) {
+    Config c(train::trainer_tunables());
+    for (const auto& e : {"data.train=" + data.string(), "model.checkpoint=" + base, std::string("data.minibatch_size=6"),
+                          std::string("train.steps=6"), std::string("train.warmup_steps=0"), std::string("train.lr=0.001"),
+                          std::string("train.peak_flops=1e10"), std::string("data.max_tokens_per_microbatch=40")}) {
+      c.apply_assignment(e);
+    }
+    for (const auto& e : extra) c.apply_assignment(e);
+    c.validate();
+    return c;
+  };
+  const std::string ckpt = "checkpoint.dir=" + (dir / "ckpt").string();
+  train::Trainer straight(config({"checkpoint.resume=never"}));
+  const auto all = straight.run();
+  {
+    train::Trainer first(config({ckpt, "train.stop_at_step=3"}));
+    REQUIRE(first.run().size() == 3);
+  }
+  std::filesystem::rename(base, base + "-moved");
+  {
+    train::Trainer second(config({ckpt}));
+    REQUIRE(second.steps_done() == 3);
+    const auto rest = second.run();
+    REQUIRE(rest.size() == 3);
+    for (std::size_t i = 0; i < 3; ++i) REQUIRE(rest[i].loss == all[i + 3].loss);  // bitwise: one rank
+    REQUIRE(all_weights(second) == all_weights(straight));
+  }
+  // Without the base, a fresh start has nothing to start from: the error names what is missing.
+  REQUIRE_THROWS_WITH(train::Trainer(config({"checkpoint.resume=never"})),
+                      Catch::Contains("model.checkpoint: cannot read '" + base + "/config.json'"));
+  std::filesystem::remove_all(dir);
 }
