@@ -5,7 +5,8 @@
 // RoPE, at the position they were computed for, in the backend's activation dtype.
 //
 // The cache is sized once (capacity positions, at most the model's max_position_embeddings) and
-// allocates nothing afterwards; clear() starts a new sequence in the same memory.
+// allocates nothing afterwards; clear() starts a new sequence in the same memory. Its memory is
+// the backend's: a cache must not outlive the backend (the model) it was made for.
 #include <cstdint>
 #include <memory>
 #include <vector>
