@@ -1,10 +1,12 @@
 // odc-generate --model DIR --prompt TEXT [options]: continues a prompt with a Hugging Face
-// checkpoint (greedy, or temperature + top-p sampling) and prints the text.
+// checkpoint (greedy, or temperature + top-k/top-p sampling, with an optional repetition penalty
+// and stop strings; a KV cache unless --no-cache) and prints the text.
 // Exit codes: 0 ok, 1 bad input (odc::Error), 2 usage error.
 #include <cstdio>
 #include <filesystem>
 #include <string>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/command_line.h"
@@ -19,8 +21,10 @@ namespace {
 constexpr const char* kUsage = R"(usage: odc-generate --model DIR --prompt TEXT [options]
 
 Encodes TEXT with DIR/tokenizer.json (adding the tokenizer's special tokens, e.g. a BOS), then
-generates until an end-of-sequence id (config.json / generation_config.json eos_token_id) or
---max-new-tokens, and prints the continuation.
+generates until an end-of-sequence id (config.json / generation_config.json eos_token_id),
+--max-new-tokens, a --stop string or the model's context (max_position_embeddings), and prints
+the continuation. The prompt runs once and each new token once more over a KV cache of the
+keys and values computed so far (--no-cache recomputes the whole sequence for every token).
 
 options:
   --model DIR            Hugging Face checkpoint directory with tokenizer.json (required)
@@ -29,11 +33,19 @@ options:
   --max-new-tokens N     default 64
   --temperature T        0 = greedy (default); > 0 samples from softmax(logits / T)
   --top-p P              nucleus sampling mass with T > 0 (default 1.0)
+  --top-k K              sample among the K most likely tokens with T > 0 (default 0 = off;
+                         applied before --top-p)
+  --repetition-penalty P penalize tokens of the prompt and output so far: logit / P if the logit
+                         is > 0, else logit * P (greedy too; default 1 = off; P > 0)
+  --stop STRING          stop once the output contains STRING (repeatable); the printed text
+                         is cut before it (--json's completion_ids keep the ids that made it)
+  --no-cache             recompute the whole sequence for every new token (no KV cache)
   --seed N               sampling seed (default 0)
   --chat                 render TEXT as a user turn of the model's chat template (from
                          tokenizer_config.json or the special tokens) and answer as the assistant
   --chat-template T      auto (default), llama3 or chatml (with --chat)
-  --json                 print a JSON line {"prompt", "completion", "prompt_ids", "completion_ids"}
+  --json                 print a JSON line {"prompt", "completion", "prompt_ids", "completion_ids",
+                         "finish_reason"} (finish_reason: eos, length, stop or context)
   --threads N            compute threads (default 1)
   -h, --help             this text
 )";
@@ -42,6 +54,7 @@ odc::cli::Command command() {
   using odc::cli::Takes;
   return {"odc-generate", kUsage,
           {{"--model"}, {"--prompt"}, {"--tokenizer"}, {"--max-new-tokens"}, {"--temperature"}, {"--top-p"},
+           {"--top-k"}, {"--repetition-penalty"}, {"--stop", Takes::values}, {"--no-cache", Takes::nothing},
            {"--seed"}, {"--chat", Takes::nothing}, {"--chat-template"}, {"--json", Takes::nothing}, {"--threads"}}};
 }
 
@@ -50,10 +63,23 @@ int run(const odc::cli::Arguments& args) {
   const std::string prompt = args.required("--prompt", "TEXT");
   std::string tokenizer_path = args.value_or("--tokenizer", "");
   odc::train::GenerateOptions options;
-  // The sampling options are checked by train::generate (the library's callers share its checks).
+  // The sampling options are checked by train::generate (the library's callers share its checks);
+  // the newer ones here too, as command-line mistakes (exit 2).
   options.max_new_tokens = args.integer("--max-new-tokens", 64);
   options.temperature = args.number("--temperature", 0.0);
   options.top_p = args.number("--top-p", 1.0);
+  options.top_k = args.integer("--top-k", 0);
+  if (options.top_k < 0) throw args.usage_error(fmt::format("--top-k must be >= 0 (0 = off), got {}", options.top_k));
+  options.repetition_penalty = args.number("--repetition-penalty", 1.0);  // NaN and infinity: not numbers
+  if (!(options.repetition_penalty > 0)) {
+    throw args.usage_error(
+        fmt::format("--repetition-penalty must be > 0 (1 = off), got {}", options.repetition_penalty));
+  }
+  options.stop = args.values("--stop");
+  for (const auto& stop : options.stop) {
+    if (stop.empty()) throw args.usage_error("--stop expects a non-empty string, got ''");
+  }
+  options.use_cache = !args.flag("--no-cache");
   options.seed = static_cast<std::uint64_t>(args.integer("--seed", 0));
   const bool json = args.flag("--json");
   const bool chat = args.flag("--chat");
@@ -75,10 +101,16 @@ int run(const odc::cli::Arguments& args) {
   } else {
     prompt_ids = tokenizer.encode(prompt, true);
   }
-  const auto ids = odc::train::generate(model, prompt_ids, options);
-  const std::string text = tokenizer.decode(ids, true);
+  const auto result = odc::train::generate(model, prompt_ids, options, [&](const std::vector<std::int32_t>& ids) {
+    return tokenizer.decode(ids, true);
+  });
+  const std::string& text = result.text;
   if (json) {
-    const nlohmann::json out = {{"prompt", prompt}, {"completion", text}, {"prompt_ids", prompt_ids}, {"completion_ids", ids}};
+    const nlohmann::json out = {{"prompt", prompt},
+                                {"completion", text},
+                                {"prompt_ids", prompt_ids},
+                                {"completion_ids", result.ids},
+                                {"finish_reason", odc::train::finish_reason_name(result.finish)}};
     std::puts(out.dump().c_str());
   } else {
     std::puts(text.c_str());

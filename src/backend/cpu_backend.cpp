@@ -13,6 +13,7 @@
 #include "odc/core/cpu_features.h"
 #include "odc/core/error.h"
 #include "odc/kernels/attention.h"
+#include "odc/kernels/attention_cache.h"
 #include "odc/kernels/cross_entropy.h"
 #include "odc/kernels/embedding.h"
 #include "odc/kernels/matmul.h"
@@ -248,6 +249,20 @@ void CpuBackend::attention_backward(const AttentionShape& shape, ConstView q, Co
   } else {
     k::attention_backward<float>(cpu_shape(shape), f(q), f(k_), f(v), f(o), f(lse), f(dout), f(dq), f(dk), f(dv));
   }
+}
+
+void CpuBackend::attention_cached(const CachedAttentionShape& shape, ConstView q, ConstView k_cache,
+                                  ConstView v_cache, View o) {
+  const std::int64_t keys = shape.past + shape.queries;
+  const std::int64_t q_elems = shape.queries * shape.n_heads * shape.head_dim;
+  const std::int64_t kv_elems = keys * shape.n_kv_heads * shape.head_dim;
+  ODC_CHECK(q.count >= q_elems && o.count >= q_elems && k_cache.count >= kv_elems && v_cache.count >= kv_elems,
+            "attention_cached: {} queries after {} cached rows need {} query and {} cache elements, got q {}, out {}, "
+            "k {}, v {}", shape.queries, shape.past, q_elems, kv_elems, q.count, o.count, k_cache.count, v_cache.count);
+  // bf16 mode: the CUDA kernel keeps scores and probabilities in fp32 and rounds only its output.
+  k::attention_cached_forward<float>({shape.queries, shape.past, shape.n_heads, shape.n_kv_heads, shape.head_dim},
+                                     f(q), f(k_cache), f(v_cache), f(o));
+  if (rounds()) round_bf16(o, q_elems);
 }
 
 void CpuBackend::swiglu_forward(ConstView gate, ConstView up, View h, std::int64_t n) {

@@ -4,6 +4,7 @@
 
 #include "cuda_backend_impl.h"
 #include "odc/kernels/cuda_attention.h"
+#include "odc/kernels/cuda_attention_cache.h"
 #include "odc/kernels/cuda_backend_ops.h"
 #include "odc/kernels/cuda_cross_entropy.h"
 #include "odc/kernels/cuda_ops.h"
@@ -139,6 +140,21 @@ void CudaBackend::attention_backward(const AttentionShape& shape, ConstView q, C
   } else {
     cu::attention_backward(s, q_, k_, v_, o_, lse_, do_, dq_, dk_, dv_, impl_->allocator, impl_->s());
   }
+}
+
+void CudaBackend::attention_cached(const CachedAttentionShape& shape, ConstView q, ConstView k_cache,
+                                   ConstView v_cache, View out) {
+  const std::int64_t keys = shape.past + shape.queries;
+  const std::int64_t q_elems = shape.queries * shape.n_heads * shape.head_dim;
+  const std::int64_t kv_elems = keys * shape.n_kv_heads * shape.head_dim;
+  ODC_CHECK(q.count >= q_elems && out.count >= q_elems && k_cache.count >= kv_elems && v_cache.count >= kv_elems,
+            "attention_cached: {} queries after {} cached rows need {} query and {} cache elements, got q {}, out {}, "
+            "k {}, v {}", shape.queries, shape.past, q_elems, kv_elems, q.count, out.count, k_cache.count,
+            v_cache.count);
+  cu::attention_cached_forward({shape.queries, shape.past, shape.n_heads, shape.n_kv_heads, shape.head_dim},
+                               bf16_in(q, "attention_cached"), bf16_in(k_cache, "attention_cached"),
+                               bf16_in(v_cache, "attention_cached"), bf16_out(out, "attention_cached"),
+                               impl_->allocator, impl_->s());
 }
 
 void CudaBackend::swiglu_forward(ConstView gate, ConstView up, View h, std::int64_t n) {

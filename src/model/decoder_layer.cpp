@@ -99,6 +99,30 @@ std::int64_t Scratch::bytes() const {
   return n;
 }
 
+DecodeBuffers::DecodeBuffers(backend::Backend& b)
+    : x(b.memory(), b.activation_dtype()),
+      xn(b.memory(), b.activation_dtype()),
+      rstd(b.memory(), DType::f32),
+      q(b.memory(), b.activation_dtype()),
+      attn(b.memory(), b.activation_dtype()),
+      gate(b.memory(), b.activation_dtype()),
+      up(b.memory(), b.activation_dtype()),
+      h(b.memory(), b.activation_dtype()),
+      cos(b.memory(), DType::f32),
+      sin(b.memory(), DType::f32),
+      xf(b.memory(), b.activation_dtype()),
+      logits(b.memory(), b.activation_dtype()),
+      tokens(b.memory(), DType::i32),
+      positions(b.memory(), DType::i32) {}
+
+std::int64_t DecodeBuffers::bytes() const {
+  std::int64_t n = 0;
+  for (const auto* w : {&x, &xn, &rstd, &q, &attn, &gate, &up, &h, &cos, &sin, &xf, &logits, &tokens, &positions}) {
+    n += w->capacity_bytes();
+  }
+  return n;
+}
+
 void layer_forward(backend::Backend& b, const LayerContext& ctx, const LayerSlices& o, ConstView w,
                    LayerBuffers& saved, ConstView x_in, View x_out, Scratch& s) {
   const Dims& d = ctx.d;
@@ -132,6 +156,38 @@ void layer_forward(backend::Backend& b, const LayerContext& ctx, const LayerSlic
   b.swiglu_forward(gate, up, h, t * d.f);
   b.copy(x_mid, x_out);
   b.linear_forward_add(h, part(w, o.wd), x_out, t, d.f, d.c);  // + h Wd^T
+}
+
+void layer_decode(backend::Backend& b, const Dims& d, const LayerSlices& o, ConstView w, std::int64_t past,
+                  ConstView cos, ConstView sin, View k_cache, View v_cache, View x, DecodeBuffers& s) {
+  const std::int64_t t = d.t;
+  const View xn = s.xn.get(t * d.c);
+  const View rstd = s.rstd.get(t);
+  const View q = s.q.get(t * d.q);
+  const View attn = s.attn.get(t * d.q);
+  const View gate = s.gate.get(t * d.f);
+  const View up = s.up.get(t * d.f);
+  const View h = s.h.get(t * d.f);
+  // The new rows' keys and values go straight into their place in the cache.
+  const View k_new = k_cache.at(past * d.kv, t * d.kv);
+  const View v_new = v_cache.at(past * d.kv, t * d.kv);
+
+  // The same ops as layer_forward; the residual adds run in place (x_mid and x_out are x).
+  b.rmsnorm_forward(x, part(w, o.in_norm), xn, rstd, t, d.c, d.eps);
+  b.linear_forward(xn, part(w, o.wq), part(w, o.bq), q, t, d.c, d.q);
+  b.linear_forward(xn, part(w, o.wk), part(w, o.bk), k_new, t, d.c, d.kv);
+  b.linear_forward(xn, part(w, o.wv), part(w, o.bv), v_new, t, d.c, d.kv);
+  b.rope_forward(q, cos, sin, t, d.heads, d.head_dim);
+  b.rope_forward(k_new, cos, sin, t, d.kv_heads, d.head_dim);
+  const std::int64_t keys = past + t;
+  b.attention_cached({t, past, d.heads, d.kv_heads, d.head_dim}, q, k_cache.at(0, keys * d.kv),
+                     v_cache.at(0, keys * d.kv), attn);
+  b.linear_forward_add(attn, part(w, o.wo), x, t, d.q, d.c);
+  b.rmsnorm_forward(x, part(w, o.post_norm), xn, rstd, t, d.c, d.eps);
+  b.linear_forward(xn, part(w, o.wg), ConstView{}, gate, t, d.c, d.f);
+  b.linear_forward(xn, part(w, o.wu), ConstView{}, up, t, d.c, d.f);
+  b.swiglu_forward(gate, up, h, t * d.f);
+  b.linear_forward_add(h, part(w, o.wd), x, t, d.f, d.c);
 }
 
 void layer_backward(backend::Backend& b, const LayerContext& ctx, const LayerSlices& o, ConstView w, View g,

@@ -4,6 +4,7 @@
 // stream. The layer saves exactly what its backward reads; the SwiGLU product and the attention
 // probabilities are recomputed in backward.
 #include <cstdint>
+#include <vector>
 
 #include "odc/backend/backend.h"
 #include "odc/model/llama_config.h"
@@ -57,11 +58,27 @@ struct LayerContext {
   backend::ConstView cos, sin;
 };
 
+// Scratch of an incremental forward (LlamaModel::forward_cached), owned by the KvCache it runs
+// over: sized by the count of new tokens; nothing is saved for a backward.
+struct DecodeBuffers {
+  explicit DecodeBuffers(backend::Backend& b);
+  backend::Buffer x, xn, rstd, q, attn, gate, up, h, cos, sin, xf, logits, tokens, positions;
+  std::vector<std::int32_t> host_positions;
+  std::int64_t bytes() const;
+};
+
 void layer_forward(backend::Backend& b, const LayerContext& ctx, const LayerSlices& o, backend::ConstView w,
                    LayerBuffers& saved, backend::ConstView x_in, backend::View x_out, Scratch& s);
 
 // On entry s.dx holds dL/dx_out; on exit dL/dx_in. Weight gradients are added into g.
 void layer_backward(backend::Backend& b, const LayerContext& ctx, const LayerSlices& o, backend::ConstView w,
                     backend::View g, LayerBuffers& saved, backend::ConstView x_in, Scratch& s);
+
+// The layer over d.t new tokens at positions [past, past + d.t) of one sequence: their keys and
+// values (post-RoPE) are written into rows [past, past + d.t) of the layer's caches, the queries
+// attend to cache rows [0, past + d.t), and x [d.t, hidden] is updated in place (residuals).
+void layer_decode(backend::Backend& b, const Dims& d, const LayerSlices& o, backend::ConstView w, std::int64_t past,
+                  backend::ConstView cos, backend::ConstView sin, backend::View k_cache, backend::View v_cache,
+                  backend::View x, DecodeBuffers& s);
 
 }  // namespace odc::model::detail

@@ -4,8 +4,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <numeric>
-#include <random>
 
 #include <nlohmann/json.hpp>
 
@@ -60,6 +58,15 @@ model::MicrobatchResult LoadedModel::forward(const model::PackedBatch& batch, st
   return model_->forward(batch, *comm_, logits);
 }
 
+model::KvCache LoadedModel::make_cache(std::int64_t capacity) {
+  return model::KvCache(model_->backend(), model_->config(), capacity);
+}
+
+void LoadedModel::forward_cached(std::span<const std::int32_t> tokens, model::KvCache& cache,
+                                 std::vector<float>& logits) {
+  model_->forward_cached(tokens, cache, *comm_, logits);
+}
+
 EvalResult evaluate(LoadedModel& model, const data::TokenDataset& dataset, std::int64_t max_tokens,
                     std::int64_t max_sequences) {
   if (max_tokens < 1) fail("evaluation batch size must be at least 1 token, found {}", max_tokens);
@@ -87,17 +94,35 @@ EvalResult evaluate(LoadedModel& model, const data::TokenDataset& dataset, std::
   return result;
 }
 
-std::vector<std::int32_t> generate(LoadedModel& model, const std::vector<std::int32_t>& prompt,
-                                   const GenerateOptions& options) {
-  if (prompt.empty()) fail("generation needs a non-empty prompt");
-  // Written so that NaN fails too (every comparison with NaN is false).
-  if (!(options.temperature >= 0) || !std::isfinite(options.temperature)) {
-    fail("temperature must be a finite number >= 0 (0 = greedy), found {}", options.temperature);
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::eos: return "eos";
+    case FinishReason::length: return "length";
+    case FinishReason::stop: return "stop";
+    case FinishReason::context: return "context";
   }
-  if (!(options.top_p > 0 && options.top_p <= 1)) fail("top_p must be in (0, 1], found {}", options.top_p);
-  if (options.max_new_tokens < 0) fail("max_new_tokens must be >= 0, found {}", options.max_new_tokens);
+  return "?";
+}
+
+namespace {
+
+// Where the earliest of the stop strings starts in `text`, or npos.
+std::size_t find_stop(const std::string& text, const std::vector<std::string>& stop) {
+  std::size_t first = std::string::npos;
+  for (const auto& s : stop) first = std::min(first, text.find(s));
+  return first;
+}
+
+}  // namespace
+
+GenerateResult generate(LoadedModel& model, const std::vector<std::int32_t>& prompt, const GenerateOptions& options,
+                        const TokenDecoder& decode) {
+  check_generate_options(options);
+  if (!options.stop.empty() && !decode) fail("stop strings need a decoder of the generated ids");
+  if (prompt.empty()) fail("generation needs a non-empty prompt");
   const std::int64_t context = model.config().max_position_embeddings;
-  if (static_cast<std::int64_t>(prompt.size()) > context) {
+  const auto prompt_length = static_cast<std::int64_t>(prompt.size());
+  if (prompt_length > context) {
     fail("the prompt has {} tokens, more than the model's context of {} (max_position_embeddings); shorten it",
          prompt.size(), context);
   }
@@ -105,51 +130,52 @@ std::vector<std::int32_t> generate(LoadedModel& model, const std::vector<std::in
   for (auto id : prompt) {
     if (id < 0 || id >= vocab) fail("prompt token id {} is outside the model's vocabulary of {}", id, vocab);
   }
+  TokenSampler sampler(options, vocab);
+  for (auto id : prompt) sampler.observe(id);
+  // Positions [0, prompt + max_new_tokens) at most, and never beyond the context.
+  std::optional<model::KvCache> cache;
+  if (options.use_cache && options.max_new_tokens > 0) {
+    cache.emplace(model.make_cache(std::min(prompt_length + options.max_new_tokens, context)));
+  }
+  GenerateResult result;
   std::vector<std::int32_t> sequence = prompt;
-  std::vector<std::int32_t> generated;
-  std::mt19937_64 rng(options.seed);
   std::vector<float> logits;
-  std::vector<std::int32_t> order(static_cast<std::size_t>(vocab));
-  std::vector<double> probs(static_cast<std::size_t>(vocab));
+  const auto& eos = model.eos_token_ids();
   for (std::int64_t step = 0; step < options.max_new_tokens; ++step) {
-    if (static_cast<std::int64_t>(sequence.size()) >= model.config().max_position_embeddings) break;
-    model::PackedBatch batch;
-    batch.append(sequence.data(), nullptr, static_cast<std::int64_t>(sequence.size()), 0.0f);
-    model.forward(batch, &logits);
-    const float* last = logits.data() + (sequence.size() - 1) * static_cast<std::size_t>(vocab);
-    std::int32_t next = 0;
-    if (options.temperature == 0.0) {
-      next = static_cast<std::int32_t>(std::max_element(last, last + vocab) - last);
+    if (static_cast<std::int64_t>(sequence.size()) >= context) {
+      result.finish = FinishReason::context;
+      break;
+    }
+    if (cache) {
+      // The first step runs the prompt (prefill), each later one only the token it added.
+      const auto fresh = step == 0 ? std::span<const std::int32_t>(sequence)
+                                   : std::span<const std::int32_t>(&sequence.back(), 1);
+      model.forward_cached(fresh, *cache, logits);
     } else {
-      const double top = *std::max_element(last, last + vocab);
-      double total = 0.0;
-      for (std::int64_t v = 0; v < vocab; ++v) {
-        probs[static_cast<std::size_t>(v)] = std::exp((last[v] - top) / options.temperature);
-        total += probs[static_cast<std::size_t>(v)];
-      }
-      std::iota(order.begin(), order.end(), 0);
-      std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
-        return probs[static_cast<std::size_t>(a)] > probs[static_cast<std::size_t>(b)];
-      });
-      // The smallest set of most likely tokens whose mass reaches top_p, renormalized.
-      double mass = 0.0;
-      std::size_t keep = 0;
-      while (keep < order.size() && (keep == 0 || mass < options.top_p * total)) mass += probs[static_cast<std::size_t>(order[keep++])];
-      double pick = std::uniform_real_distribution<double>(0.0, mass)(rng);
-      next = order[keep - 1];
-      for (std::size_t i = 0; i < keep; ++i) {
-        pick -= probs[static_cast<std::size_t>(order[i])];
-        if (pick <= 0) {
-          next = order[i];
-          break;
-        }
+      model::PackedBatch batch;
+      batch.append(sequence.data(), nullptr, static_cast<std::int64_t>(sequence.size()), 0.0f);
+      model.forward(batch, &logits);
+      logits.erase(logits.begin(), logits.end() - vocab);  // the last position's row
+    }
+    const std::int32_t next = sampler.next(logits);
+    result.ids.push_back(next);
+    sequence.push_back(next);
+    sampler.observe(next);
+    if (std::find(eos.begin(), eos.end(), next) != eos.end()) {
+      result.finish = FinishReason::eos;
+      break;
+    }
+    if (!options.stop.empty()) {
+      const std::string text = decode(result.ids);
+      if (const std::size_t at = find_stop(text, options.stop); at != std::string::npos) {
+        result.text = text.substr(0, at);
+        result.finish = FinishReason::stop;
+        return result;
       }
     }
-    generated.push_back(next);
-    sequence.push_back(next);
-    if (std::find(model.eos_token_ids().begin(), model.eos_token_ids().end(), next) != model.eos_token_ids().end()) break;
   }
-  return generated;
+  if (decode) result.text = decode(result.ids);
+  return result;
 }
 
 }  // namespace odc::train

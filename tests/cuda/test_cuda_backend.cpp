@@ -189,6 +189,21 @@ TEST_CASE("CudaBackend ops agree with CpuBackend (normwise 1e-2)", "[cuda][backe
     check_normwise("attention_backward dk", dk.gpu_values(gb), dk.cpu_values(), 1e-2);
     check_normwise("attention_backward dv", dv.gpu_values(gb), dv.cpu_values(), 1e-2);
   }
+  SECTION("cached attention (decoding): new rows over a KV cache, GQA") {
+    const int heads = 4, kv_heads = 2, head_dim = 64;
+    const std::int64_t keys = 73;  // 73 cache rows: 70 new ones after 3, 1 after 72, 3 after 70
+    const std::int64_t kn = keys * kv_heads * head_dim;
+    Pair k(cb, gb, bf16_values(kn, rng), DType::bf16), v(cb, gb, bf16_values(kn, rng), DType::bf16);
+    for (const std::int64_t queries : {std::int64_t{70}, std::int64_t{1}, std::int64_t{3}}) {
+      const std::int64_t past = keys - queries;
+      const std::int64_t qn = queries * heads * head_dim;
+      Pair q(cb, gb, bf16_values(qn, rng), DType::bf16), o(cb, gb, std::vector<float>(qn), DType::bf16);
+      const backend::CachedAttentionShape shape{queries, past, heads, kv_heads, head_dim};
+      cb.attention_cached(shape, q.c, k.c, v.c, o.c);
+      gb.attention_cached(shape, q.g, k.g, v.g, o.g);
+      check_normwise("attention_cached out", o.gpu_values(gb), o.cpu_values(), 1e-2);
+    }
+  }
   SECTION("embedding, row gather/scatter, cross-entropy with deferred loss sums") {
     const std::int64_t vocab = 300;
     std::vector<std::int32_t> ids(static_cast<std::size_t>(rows));

@@ -34,6 +34,16 @@ struct AttentionShape {
   int head_dim = 0;
 };
 
+// Incremental decoding (kernels/attention_cache.h): `queries` new rows of one sequence at
+// positions [past, past + queries), attending to its key/value cache rows [0, past + queries).
+struct CachedAttentionShape {
+  std::int64_t queries = 0;
+  std::int64_t past = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+};
+
 // Running sums of a loss over row chunks (cross_entropy adds each chunk's rows in order).
 struct LossSums {
   double weighted = 0.0;  // sum_r weight[r] * nll[r]
@@ -151,6 +161,11 @@ class Backend {
                                  View lse) = 0;
   virtual void attention_backward(const AttentionShape& shape, ConstView q, ConstView k, ConstView v, ConstView out,
                                   ConstView lse, ConstView dout, View dq, View dk, View dv) = 0;
+  // Inference only (no log-sum-exp, no backward): q and out [queries, n_heads * head_dim]; the
+  // caches [>= past + queries, n_kv_heads * head_dim] in activation_dtype(), the new rows'
+  // post-RoPE keys and values already written at rows [past, past + queries).
+  virtual void attention_cached(const CachedAttentionShape& shape, ConstView q, ConstView k_cache, ConstView v_cache,
+                                View out) = 0;
   virtual void swiglu_forward(ConstView gate, ConstView up, View h, std::int64_t n) = 0;
   virtual void swiglu_backward(ConstView dh, ConstView gate, ConstView up, View dgate, View dup, std::int64_t n) = 0;
   virtual void embedding_forward(ConstView ids, ConstView table, View out, std::int64_t tokens, std::int64_t dim) = 0;

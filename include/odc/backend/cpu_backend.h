@@ -82,6 +82,8 @@ class CpuBackend final : public Backend {
                          View lse) override;
   void attention_backward(const AttentionShape& shape, ConstView q, ConstView k, ConstView v, ConstView out,
                           ConstView lse, ConstView dout, View dq, View dk, View dv) override;
+  void attention_cached(const CachedAttentionShape& shape, ConstView q, ConstView k_cache, ConstView v_cache,
+                        View out) override;
   void swiglu_forward(ConstView gate, ConstView up, View h, std::int64_t n) override;
   void swiglu_backward(ConstView dh, ConstView gate, ConstView up, View dgate, View dup, std::int64_t n) override;
   void embedding_forward(ConstView ids, ConstView table, View out, std::int64_t tokens, std::int64_t dim) override;

@@ -10,11 +10,13 @@
 // it is complete.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "odc/backend/backend.h"
 #include "odc/core/trace.h"
 #include "odc/model/batch.h"
+#include "odc/model/kv_cache.h"
 #include "odc/model/llama_config.h"
 #include "odc/model/param_io.h"
 #include "odc/model/units.h"
@@ -50,6 +52,16 @@ class LlamaModel {
   // Forward only. If logits != nullptr it is resized to [tokens, vocab] and filled (on the host).
   // Returns the weighted loss statistics of the batch's targets.
   MicrobatchResult forward(const PackedBatch& batch, ParamSource& params, std::vector<float>* logits);
+
+  // Incremental forward over a KV cache (inference; kv_cache.h): runs `tokens`, the next tokens of
+  // the cache's sequence, at positions [cache.length(), cache.length() + tokens.size()), writes
+  // their keys and values into the cache, and sets `logits` (host, [vocab]) to the prediction
+  // after the last of them. A prompt is one call (prefill), each generated token one more; the
+  // work per call is linear in the cached length. Units are acquired and released as in
+  // forward(). odc::Error when the tokens do not fit the cache, an id is out of the vocabulary,
+  // or the cache belongs to another backend or model shape.
+  void forward_cached(std::span<const std::int32_t> tokens, KvCache& cache, ParamSource& params,
+                      std::vector<float>& logits);
 
   // Records each unit's forward/backward compute as trace events (null: off). Weight gathers and
   // gradient hand-offs happen outside these events, so they time pure compute.

@@ -2,15 +2,19 @@
 // Using a trained model on one process: load a Hugging Face checkpoint, measure its loss on a
 // dataset (odc-eval), and generate text from a prompt (odc-generate).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "odc/data/dataset.h"
 #include "odc/distributed/local_comm.h"
 #include "odc/distributed/shard_store.h"
+#include "odc/model/kv_cache.h"
 #include "odc/model/llama_model.h"
+#include "odc/train/sampling.h"
 
 namespace odc::train {
 
@@ -27,6 +31,10 @@ class LoadedModel {
 
   // Forward of one packed batch; logits [tokens, vocab] when requested.
   model::MicrobatchResult forward(const model::PackedBatch& batch, std::vector<float>* logits);
+  // A KV cache of `capacity` positions in the model's backend memory, and the incremental forward
+  // over it (model::LlamaModel::forward_cached): `logits` gets the prediction after the last token.
+  model::KvCache make_cache(std::int64_t capacity);
+  void forward_cached(std::span<const std::int32_t> tokens, model::KvCache& cache, std::vector<float>& logits);
 
  private:
   std::string architecture_;
@@ -48,17 +56,27 @@ struct EvalResult {
 EvalResult evaluate(LoadedModel& model, const data::TokenDataset& dataset, std::int64_t max_tokens,
                     std::int64_t max_sequences = 0);
 
-struct GenerateOptions {
-  std::int64_t max_new_tokens = 64;
-  double temperature = 0.0;  // 0 = greedy
-  double top_p = 1.0;        // nucleus sampling mass (with temperature > 0)
-  std::uint64_t seed = 0;
+// Why generation ended.
+enum class FinishReason { eos, length, stop, context };
+const char* finish_reason_name(FinishReason reason);  // "eos", "length", "stop", "context"
+
+struct GenerateResult {
+  // Every new id, including an eos id that ended generation and the ids that produced a stop string.
+  std::vector<std::int32_t> ids;
+  // With a decoder: the decoded new ids, cut before the first stop string found (else empty).
+  std::string text;
+  FinishReason finish = FinishReason::length;
 };
 
-// Continues `prompt` (token ids) until an eos id or max_new_tokens; returns the new ids only.
-// Each step runs the forward over the whole sequence (no KV cache: fine for the small models this
-// trainer's CPU backend targets, quadratic in length).
-std::vector<std::int32_t> generate(LoadedModel& model, const std::vector<std::int32_t>& prompt,
-                                   const GenerateOptions& options);
+// Text of a run of token ids (the tokenizer's decode).
+using TokenDecoder = std::function<std::string(const std::vector<std::int32_t>&)>;
+
+// Continues `prompt` (token ids) until an eos id, max_new_tokens, a stop string or the model's
+// context (max_position_embeddings) ends it; returns the new ids (and, with `decode`, their text).
+// With the KV cache (options.use_cache, the default) the prompt runs once and each new token once
+// more (work linear in the length per token); without it every step runs the whole sequence again.
+// The options are checked first (check_generate_options); stop strings need `decode`.
+GenerateResult generate(LoadedModel& model, const std::vector<std::int32_t>& prompt, const GenerateOptions& options,
+                        const TokenDecoder& decode = {});
 
 }  // namespace odc::train

@@ -1,0 +1,125 @@
+// Incremental decoding: the KV cache and LlamaModel::forward_cached, which runs only the new
+// tokens of a sequence through every layer, attending to the cached keys and values.
+#include "odc/model/kv_cache.h"
+
+#include <numeric>
+
+#include "decoder_layer.h"
+#include "odc/core/error.h"
+#include "odc/model/llama_model.h"
+
+namespace odc::model {
+
+using backend::ConstView;
+using backend::View;
+
+KvCache::KvCache(backend::Backend& backend, const LlamaConfig& config, std::int64_t capacity)
+    : backend_(&backend), capacity_(capacity), kv_dim_(config.kv_dim()),
+      buffers_(std::make_unique<detail::DecodeBuffers>(backend)) {
+  if (capacity < 1 || capacity > config.max_position_embeddings) {
+    fail("a KV cache needs 1 to {} positions (the model's max_position_embeddings), asked for {}",
+         config.max_position_embeddings, capacity);
+  }
+  for (int l = 0; l < config.num_hidden_layers; ++l) {
+    keys_.emplace_back(backend.memory(), backend.activation_dtype());
+    values_.emplace_back(backend.memory(), backend.activation_dtype());
+    keys_.back().get(capacity * kv_dim_);  // allocated once, here
+    values_.back().get(capacity * kv_dim_);
+  }
+}
+
+KvCache::~KvCache() = default;
+KvCache::KvCache(KvCache&&) noexcept = default;
+KvCache& KvCache::operator=(KvCache&&) noexcept = default;
+
+std::int64_t KvCache::bytes() const {
+  std::int64_t n = buffers_->bytes();
+  for (const auto& b : keys_) n += b.capacity_bytes();
+  for (const auto& b : values_) n += b.capacity_bytes();
+  return n;
+}
+
+View KvCache::keys(int layer) { return keys_.at(static_cast<std::size_t>(layer)).get(capacity_ * kv_dim_); }
+View KvCache::values(int layer) { return values_.at(static_cast<std::size_t>(layer)).get(capacity_ * kv_dim_); }
+
+void KvCache::advance(std::int64_t n) {
+  ODC_CHECK(n >= 0 && length_ + n <= capacity_, "KV cache advanced by {} at {} of {}", n, length_, capacity_);
+  length_ += n;
+}
+
+void LlamaModel::forward_cached(std::span<const std::int32_t> tokens, KvCache& cache, ParamSource& params,
+                                std::vector<float>& logits) {
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  if (n == 0) fail("forward_cached needs at least one new token");
+  if (cache.backend() != backend_.get()) fail("forward_cached: the KV cache was made for another backend");
+  if (cache.num_layers() != config_.num_hidden_layers || cache.kv_dim() != config_.kv_dim()) {
+    fail("forward_cached: the KV cache holds {} layers of width {}, the model has {} of width {}", cache.num_layers(),
+         cache.kv_dim(), config_.num_hidden_layers, config_.kv_dim());
+  }
+  const std::int64_t past = cache.length();
+  if (past + n > cache.capacity()) {
+    fail("the KV cache holds {} of its {} positions: {} more tokens do not fit", past, cache.capacity(), n);
+  }
+  for (std::int64_t t = 0; t < n; ++t) {
+    const std::int32_t id = tokens[static_cast<std::size_t>(t)];
+    if (id < 0 || id >= config_.vocab_size) {
+      fail("token id {} at new position {} is out of range [0, {})", id, past + t, config_.vocab_size);
+    }
+  }
+  backend::Backend& b = *backend_;
+  detail::DecodeBuffers& s = cache.buffers();
+  const detail::Dims d = detail::dims_of(config_, n);
+  const detail::LayerSlices slices = detail::layer_slices(units_[1], config_.attention_bias);
+
+  // RoPE tables of the new positions.
+  s.host_positions.resize(static_cast<std::size_t>(n));
+  std::iota(s.host_positions.begin(), s.host_positions.end(), static_cast<std::int32_t>(past));
+  const View cos = s.cos.get(n * d.head_dim / 2);
+  const View sin = s.sin.get(n * d.head_dim / 2);
+  b.rope_tables(b.upload(std::span<const std::int32_t>(s.host_positions), s.positions), n, inv_freq_, cos, sin);
+
+  const View x = s.x.get(n * d.c);
+  params.prefetch(1);
+  const float* embed = params.acquire(0);
+  b.embedding_forward(b.upload(tokens, s.tokens), b.weights(embed, units_[0].numel), x, n, d.c);
+  if (!config_.tie_word_embeddings) {
+    b.release_weights(embed);
+    params.release(0);
+  }
+  for (int l = 0; l < config_.num_hidden_layers; ++l) {
+    const int unit = l + 1;
+    params.prefetch(unit + 1);
+    const float* w = params.acquire(unit);
+    detail::layer_decode(b, d, slices, b.weights(w, units_[static_cast<std::size_t>(unit)].numel), past, cos, sin,
+                         cache.keys(l), cache.values(l), x, s);
+    b.release_weights(w);
+    params.release(unit);
+  }
+
+  // Head: the final norm and the logits of the last new token only.
+  const int head = head_unit();
+  const auto& head_layout = units_[static_cast<std::size_t>(head)];
+  const float* head_weights = params.acquire(head);
+  const ConstView wh = b.weights(head_weights, head_layout.numel);
+  const auto& norm = head_layout.find("model.norm.weight");
+  const ConstView table = config_.tie_word_embeddings
+                              ? b.weights(embed, units_[0].numel)
+                              : detail::part(wh, {head_layout.find("lm_head.weight").offset,
+                                                  head_layout.find("lm_head.weight").numel});
+  const View xf = s.xf.get(d.c);
+  b.rmsnorm_forward(x.at((n - 1) * d.c, d.c), detail::part(wh, {norm.offset, norm.numel}), xf, s.rstd.get(1), 1, d.c,
+                    d.eps);
+  const View out = s.logits.get(d.v);
+  b.linear_forward(xf, table, ConstView{}, out, 1, d.c, d.v);
+  logits.resize(static_cast<std::size_t>(d.v));
+  b.download(out, logits);
+  b.release_weights(head_weights);
+  params.release(head);
+  if (config_.tie_word_embeddings) {
+    b.release_weights(embed);
+    params.release(0);
+  }
+  cache.advance(n);
+}
+
+}  // namespace odc::model

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# odc-generate's decoding options on a small random model: the KV cache gives the same greedy
+# (and seeded sampled) tokens as --no-cache, --stop cuts the text before the stop string,
+# generation ends at the model's context, and bad option values are usage errors (exit 2) naming
+# the option and the value.
+# Usage: bash test_odc_generate.sh BIN_DIR WORK_DIR
+set -euo pipefail
+
+bin_dir=${1:?usage: test_odc_generate.sh BIN_DIR WORK_DIR}
+work_dir=${2:?usage: test_odc_generate.sh BIN_DIR WORK_DIR}
+tool="$bin_dir/odc-generate"
+# shellcheck source=cli_tool_checks.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cli_tool_checks.sh"
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+
+# A byte-level BPE tokenizer (299 ids) and a random GQA model of that vocabulary; a wide initialization so
+# that greedy continuations vary. No eos id: only the options under test end generation.
+/usr/bin/python3 "$repo/tools/make_demo_chat.py" --out "$work_dir/chat" --num 200 --merges 40 --seed 1 >/dev/null
+"$bin_dir/odc-ckpt" init --out "$work_dir/model" --dtype f32 --seed 5 --set model.config.vocab_size=299 \
+  --set model.config.hidden_size=64 --set model.config.intermediate_size=128 --set model.config.num_hidden_layers=2 \
+  --set model.config.num_attention_heads=4 --set model.config.num_key_value_heads=2 \
+  --set model.config.max_position_embeddings=96 --set model.config.initializer_range=0.5 \
+  >"$work_dir/init.out" 2>&1 || fail "odc-ckpt init: $(cat "$work_dir/init.out")"
+gen=(--model "$work_dir/model" --tokenizer "$work_dir/chat/tokenizer/tokenizer.json" --json)
+
+# field NAME KEY: a field of the JSON line in NAME.out.
+field() { /usr/bin/python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))[sys.argv[2]]))' "$work_dir/$1.out" "$2"; }
+
+# --- the cache against --no-cache: the same ids, for several prompts and with a penalty ---
+for prompt in "the river" "zebra sunset piano" "a"; do
+  for penalty in 1 1.4; do
+    name="cache_${penalty}_${prompt// /_}"
+    run_tool "$name" "${gen[@]}" --prompt "$prompt" --max-new-tokens 40 --repetition-penalty "$penalty"
+    expect_rc "$name" 0
+    run_tool "${name}_nc" "${gen[@]}" --prompt "$prompt" --max-new-tokens 40 --repetition-penalty "$penalty" --no-cache
+    expect_rc "${name}_nc" 0
+    [ "$(field "$name" completion_ids)" = "$(field "${name}_nc" completion_ids)" ] ||
+      fail "cache and no-cache agree ('$prompt', penalty $penalty): $(field "$name" completion_ids) vs $(field "${name}_nc" completion_ids)"
+    [ "$(field "$name" finish_reason)" = '"length"' ] || fail "cache and no-cache agree: finish $(field "$name" finish_reason)"
+  done
+done
+[ "$(field "cache_1_the_river" completion_ids)" != "$(field "cache_1.4_the_river" completion_ids)" ] ||
+  fail "penalty cache and no-cache agree: --repetition-penalty 1.4 changed nothing"
+
+# --- seeded top-k sampling: the same draws with and without the cache ---
+run_tool topk "${gen[@]}" --prompt "the river" --max-new-tokens 30 --temperature 0.8 --top-k 5 --seed 2
+expect_rc topk 0
+run_tool topk_nc "${gen[@]}" --prompt "the river" --max-new-tokens 30 --temperature 0.8 --top-k 5 --seed 2 --no-cache
+expect_rc topk_nc 0
+[ "$(field topk completion_ids)" = "$(field topk_nc completion_ids)" ] || fail "top-k sampling: cache and no-cache differ"
+
+# --- --stop: the text is cut before the earliest stop string; the ids include it ---
+full_text=$(field cache_1_zebra_sunset_piano completion)
+stop=$(/usr/bin/python3 -c '
+import json, sys
+text = json.loads(sys.argv[1])
+for i in range(5, len(text) - 2):
+    if text[i:i + 2].isascii() and text[i:i + 2].isalnum():
+        print(text[i:i + 2]); break' "$full_text")
+[ -n "$stop" ] || fail "stop string: no two ASCII letters in $full_text to stop at"
+run_tool stop "${gen[@]}" --prompt "zebra sunset piano" --max-new-tokens 40 --stop "$stop" --stop "never-there"
+expect_rc stop 0
+/usr/bin/python3 - "$full_text" "$stop" "$(field stop completion)" "$(field stop finish_reason)" <<'PY' ||
+import json, sys
+full, stop, cut, reason = json.loads(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
+assert reason == "stop", reason
+assert cut == full[:full.find(stop)], (cut, full, stop)
+PY
+  fail "stop string: $(cat "$work_dir/stop.out")"
+# The plain output is the cut text too.
+run_tool stop_plain --model "$work_dir/model" --tokenizer "$work_dir/chat/tokenizer/tokenizer.json" \
+  --prompt "zebra sunset piano" --max-new-tokens 40 --stop "$stop"
+expect_rc stop_plain 0
+grep -qF -- "$stop" "$work_dir/stop_plain.out" && fail "stop string: plain output still holds '$stop'"
+
+# --- the context (96 positions) ends generation, with and without the cache ---
+for cache in "" --no-cache; do
+  run_tool "context$cache" "${gen[@]}" --prompt "the river" --max-new-tokens 500 $cache
+  expect_rc "context$cache" 0
+  /usr/bin/python3 -c '
+import json, sys
+out = json.load(open(sys.argv[1]))
+assert out["finish_reason"] == "context", out["finish_reason"]
+assert len(out["prompt_ids"]) + len(out["completion_ids"]) == 96, (len(out["prompt_ids"]), len(out["completion_ids"]))
+' "$work_dir/context$cache.out" || fail "context end $cache: $(head -c 300 "$work_dir/context$cache.out")"
+done
+
+# --- bad values: usage errors naming the option and the value ---
+expect_usage_error() {  # NAME NEEDLE ARGS...
+  local name="$1" needle="$2"; shift 2
+  run_tool "$name" "${gen[@]}" --prompt hi "$@"
+  expect_rc "$name" 2
+  expect_in "$name" err "$needle"
+}
+expect_usage_error "top-k negative" "--top-k must be >= 0 (0 = off), got -1" --top-k -1
+expect_usage_error "top-k not an integer" "--top-k expects an integer, got 'three'" --top-k three
+expect_usage_error "repetition penalty zero" "--repetition-penalty must be > 0 (1 = off), got 0" --repetition-penalty 0
+expect_usage_error "repetition penalty negative" "--repetition-penalty must be > 0 (1 = off), got -2" --repetition-penalty -2
+expect_usage_error "repetition penalty nan" "--repetition-penalty expects a number, got 'nan'" --repetition-penalty nan
+expect_usage_error "repetition penalty infinite" "--repetition-penalty expects a number, got 'inf'" --repetition-penalty inf
+expect_usage_error "empty stop string" "--stop expects a non-empty string, got ''" --stop ok --stop ""
+expect_usage_error "empty stop string (=)" "--stop expects a non-empty string, got ''" --stop=
+
+run_tool help --help
+expect_rc help 0
+for option in --top-k --repetition-penalty --stop --no-cache finish_reason; do expect_in help out "$option"; done
+
+if [ "$failures" -ne 0 ]; then
+  echo "test_odc_generate: $failures failure(s)" >&2
+  exit 1
+fi
+echo "test_odc_generate: ok"
