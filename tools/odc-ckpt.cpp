@@ -4,6 +4,7 @@
 // `export`/`import` convert between native and HF checkpoints; `reshard` re-slices a native
 // checkpoint for another number of ranks.
 // Exit codes: 0 ok, 1 bad input (odc::Error), 2 usage error.
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include "odc/core/dtype.h"
 #include "odc/core/error.h"
 #include "odc/core/logging.h"
+#include "odc/data/tokenizer.h"
 #include "odc/io/hf_checkpoint.h"
 #include "odc/train/checkpoint_convert.h"
 #include "odc/model/units.h"
@@ -104,7 +106,8 @@ options:
   --dtype D              bf16, f16 or f32 (default bf16)
   --seed N               initialization seed (default 0)
   --tokenizer PATH       copy tokenizer.json (+ tokenizer_config.json, special_tokens_map.json,
-                         generation_config.json) from this directory, or this tokenizer.json file
+                         generation_config.json) from this directory, or this tokenizer.json file;
+                         the model's vocab_size is then the tokenizer's unless set
   --max-shard-bytes N    largest safetensors file before splitting into shards (default 5000000000)
   -h, --help             show this help
 )";
@@ -213,16 +216,6 @@ int run_init(const odc::cli::Arguments& args) {
     fields["architectures"] = {architecture};
     fields["model_type"] = odc::io::hf_model_type(architecture);
   }
-  const auto config = odc::io::hf_config_from_json(fields, where, &architecture);
-  // Loading follows transformers, which ignores attention_bias for Qwen2 and Mistral; a user who
-  // asks for the opposite of what the architecture has gets an error, not a silent override.
-  if (const auto bias = fields.find("attention_bias"); bias != fields.end() && bias->is_boolean()) {
-    auto asked = config;
-    asked.attention_bias = bias->get<bool>();
-    odc::io::check_hf_architecture(architecture, asked, where);
-  }
-  check_assigned_keys(fields, config, assignments);
-
   std::string copy_from;
   if (!tokenizer.empty()) {
     if (fs::is_directory(tokenizer)) {
@@ -237,6 +230,32 @@ int run_init(const odc::cli::Arguments& args) {
       odc::fail("--tokenizer '{}': no tokenizer.json there", tokenizer);
     }
   }
+
+  // The model's vocabulary follows the tokenizer unless the user gave one; one smaller than the
+  // tokenizer's would let it emit ids the embedding does not have.
+  const bool vocab_given = (!config_file.empty() && fields.contains("vocab_size")) ||
+                           std::any_of(assignments.begin(), assignments.end(), [](const std::string& a) {
+                             return a.rfind("model.config.vocab_size=", 0) == 0;
+                           });
+  if (!copy_from.empty()) {
+    const auto vocab = odc::data::Tokenizer::from_file((fs::path(copy_from) / "tokenizer.json").string()).vocab_size();
+    if (!vocab_given) {
+      fields["vocab_size"] = vocab;
+    } else if (fields.value("vocab_size", std::int64_t{0}) < vocab) {
+      odc::fail("model.config.vocab_size {} is smaller than the tokenizer's {} tokens ({}); drop the setting to take "
+                "the tokenizer's, or set at least {}",
+                fields.value("vocab_size", std::int64_t{0}), vocab, (fs::path(copy_from) / "tokenizer.json").string(), vocab);
+    }
+  }
+  const auto config = odc::io::hf_config_from_json(fields, where, &architecture);
+  // Loading follows transformers, which ignores attention_bias for Qwen2 and Mistral; a user who
+  // asks for the opposite of what the architecture has gets an error, not a silent override.
+  if (const auto bias = fields.find("attention_bias"); bias != fields.end() && bias->is_boolean()) {
+    auto asked = config;
+    asked.attention_bias = bias->get<bool>();
+    odc::io::check_hf_architecture(architecture, asked, where);
+  }
+  check_assigned_keys(fields, config, assignments);
 
   const auto units = odc::model::build_unit_layouts(config);
   odc::io::write_hf_checkpoint(

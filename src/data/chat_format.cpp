@@ -149,11 +149,18 @@ TokenizedSample ChatFormatter::format_record(const json& record, const std::stri
   if (record.contains("messages")) return format_messages(record["messages"], where);
   if (record.contains("prompt") || record.contains("completion")) return format_prompt_completion(record, where);
   if (record.contains("text")) return format_text(string_field(record, "text", where));
-  fail("{}: expected \"messages\", \"prompt\" + \"completion\" or \"text\"", where);
+  fail("{}: expected \"messages\", \"prompt\" + \"completion\" or \"text\"{}", where,
+       record.contains("input_ids") ? " (a pre-tokenized record: set data.format: tokens)" : "");
 }
 
 TokenizedSample ChatFormatter::format_text_record(const json& record, const std::string& where) const {
   if (!record.is_object()) fail("{}: expected a JSON object with \"text\", found {}", where, record.type_name());
+  if (!record.contains("text")) {
+    const char* hint = record.contains("input_ids")  ? " (a pre-tokenized record: set data.format: tokens)"
+                       : record.contains("messages") ? " (a chat record: set data.format: chat)"
+                                                     : "";
+    fail("{}: missing \"text\"{}", where, hint);
+  }
   return format_text(string_field(record, "text", where));
 }
 

@@ -100,7 +100,13 @@ JsonlTokenDataset::JsonlTokenDataset(const std::string& path, std::int64_t vocab
       fail("{}: expected a JSON object with \"input_ids\", found {}", where, record.type_name());
     }
     const auto ids = record.find("input_ids");
-    if (ids == record.end()) fail("{}: missing \"input_ids\"", where);
+    if (ids == record.end()) {
+      // A record of another format: say which data.format reads it.
+      const char* hint = record.contains("messages")                                    ? " (a chat record: set data.format: chat)"
+                         : record.contains("text") || record.contains("prompt")          ? " (a text record: set data.format: text)"
+                                                                                         : "";
+      fail("{}: missing \"input_ids\"{}", where, hint);
+    }
     if (!ids->is_array()) {
       fail("{}: \"input_ids\" must be an array of token ids, found {}", where, ids->type_name());
     }

@@ -244,7 +244,7 @@ StepResult Trainer::step() {
   Tracer* tracer = tracer_ && (trace_steps_ == 0 || step_ < trace_steps_) ? tracer_.get() : nullptr;
   model_->set_tracer(tracer);
   comm.set_tracer(tracer);
-  if (tracer != nullptr) tracer->set_step(step_);
+  if (tracer != nullptr) tracer->set_step(step_ + 1);  // 1-based, as in the metrics and the progress line
 
   const distributed::CommWaits waits_before = comm.waits();
   const auto minibatch_start = Clock::now();

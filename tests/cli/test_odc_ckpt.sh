@@ -186,6 +186,20 @@ expect_rc bad_tokenizer 1
 expect_in bad_tokenizer err "tokenizer.json"
 [ -e "$work_dir/x" ] && fail "a failed init left $work_dir/x behind"
 
+# --- the vocabulary follows --tokenizer unless set; a smaller one is refused ---
+mkdir -p "$work_dir/tok48"
+/usr/bin/python3 -c 'import json,sys; json.dump({"model": {"type": "BPE", "vocab": {f"t{i}": i for i in range(48)}, "merges": []}}, open(sys.argv[1], "w"))' \
+  "$work_dir/tok48/tokenizer.json"
+tiny_no_vocab=("${tiny[@]:2}")
+run_tool vocab_from_tokenizer init --out "$work_dir/tokvocab" "${tiny_no_vocab[@]}" --tokenizer "$work_dir/tok48"
+expect_rc vocab_from_tokenizer 0
+[ "$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"])' "$work_dir/tokvocab/config.json")" = 48 ] ||
+  fail "vocab_from_tokenizer: config.json vocab_size is not the tokenizer's 48"
+run_tool vocab_below_tokenizer init --out "$work_dir/x" "${tiny[@]}" --tokenizer "$work_dir/tok48"
+expect_rc vocab_below_tokenizer 1
+expect_in vocab_below_tokenizer err "is smaller than the tokenizer's 48 tokens"
+[ -e "$work_dir/x" ] && fail "vocab_below_tokenizer left $work_dir/x behind"
+
 # --- usage errors: exit 2 and the message names the culprit ---
 run_tool no_out init "${tiny[@]}"
 expect_rc no_out 2
