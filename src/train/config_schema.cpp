@@ -185,6 +185,17 @@ void check_relations(const Config& config) {
          "set train.min_lr <= train.lr",
          min_lr, lr, schedule);
   }
+  // A key that shapes only something this run does not do would be silently ignored.
+  if (schedule != "wsd" && config.source_of("train.decay_ratio") != "default") {
+    fail("train.decay_ratio (from {}) shapes only train.schedule wsd, but the schedule is {}; drop it or set "
+         "train.schedule: wsd",
+         config.source_of("train.decay_ratio"), schedule);
+  }
+  if (config.get_int("data.max_length") == 0 && config.source_of("data.over_length") != "default") {
+    fail("data.over_length (from {}) says what a sequence longer than data.max_length does, but data.max_length is 0 "
+         "(no limit); set data.max_length",
+         config.source_of("data.over_length"));
+  }
   // The shape itself (fields in range, heads dividing the width): --dump-config and every run
   // see the same verdict. A checkpoint's config.json is checked when it is read
   // (training_model_config).

@@ -154,7 +154,8 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   if (length_.epochs > 0) {
     spdlog::info("train.epochs {}: {} steps per epoch{}, {} steps", length_.epochs, length_.steps_per_epoch,
                  length_.last_step_sequences < global
-                     ? fmt::format(" (the last trains the remaining {} sequences)", length_.last_step_sequences)
+                     ? fmt::format(" (the last trains the remaining {} sequence{})", length_.last_step_sequences,
+                                   length_.last_step_sequences == 1 ? "" : "s")
                      : std::string(),
                  length_.steps);
   }

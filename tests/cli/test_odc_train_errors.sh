@@ -85,6 +85,10 @@ expect_error "sequence longer than data.max_length" "good.jsonl:2: the sequence 
   "record 1 of the dataset" "data.over_length: truncate" -- "${base[@]}" --set data.max_length=8
 expect_error "max_length drops every sequence" "every one of its 3 sequences is longer than data.max_length = 5" -- \
   "${base[@]}" --set data.max_length=5 --set data.over_length=drop
+expect_error "decay_ratio without wsd" "train.decay_ratio (from --set) shapes only train.schedule wsd" -- \
+  "${base[@]}" --set train.decay_ratio=0.2
+expect_error "over_length without max_length" "data.over_length (from --set) says what a sequence longer than" \
+  "data.max_length is 0 (no limit)" -- "${base[@]}" --set data.over_length=truncate
 expect_error "warmup ratio above 1" "config key 'train.warmup_ratio' in --set must be in [0, 1], found 2" -- \
   "${base[@]}" --set train.warmup_steps= --set train.warmup_ratio=2
 expect_usage_error "unknown flag" "odc-train: unknown option '--frobnicate'" -- --frobnicate

@@ -94,6 +94,17 @@ TEST_CASE("batch schedule: warmup_ratio and wsd's decay_ratio round to the neare
   REQUIRE_THROWS_WITH(config_with({"train.warmup_ratio=1.5"}), Contains("must be in [0, 1], found 1.5"));
 }
 
+TEST_CASE("batch schedule: keys that shape only what the run does not do are errors as the config loads",
+          "[train][batch]") {
+  REQUIRE_THROWS_WITH(train::load_trainer_config("", {"train.decay_ratio=0.2"}),
+                      Contains("train.decay_ratio (from --set) shapes only train.schedule wsd, but the schedule is cosine"));
+  CHECK_NOTHROW(train::load_trainer_config("", {"train.decay_ratio=0.2", "train.schedule=wsd"}));
+  REQUIRE_THROWS_WITH(train::load_trainer_config("", {"data.over_length=drop"}),
+                      Contains("data.over_length (from --set) says what a sequence longer than data.max_length does, "
+                               "but data.max_length is 0 (no limit)"));
+  CHECK_NOTHROW(train::load_trainer_config("", {"data.over_length=drop", "data.max_length=64"}));
+}
+
 TEST_CASE("batch schedule: --dump-config's resolved lines", "[train][batch]") {
   const std::string global = train::resolved_summary(config_with({"data.global_batch_size=8"}), 2);
   CHECK_THAT(global, Contains("# resolved for 2 ranks:") &&
