@@ -13,6 +13,7 @@
 #include "odc/core/logging.h"
 #include "odc/distributed/mpi_host_group.h"
 #include "odc/distributed/mpi_session.h"
+#include "odc/train/batch_schedule.h"
 #include "odc/train/calibrate.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/trainer.h"
@@ -28,7 +29,8 @@ Values come from the built-in defaults, then CONFIG.yaml, then ODC_<SECTION>_<KE
 variables, then --set assignments (e.g. --set train.lr=1e-3 --set model.config.num_hidden_layers=2).
 
   --set k=v       override one key (repeatable)
-  --dump-config   print the effective configuration (YAML, with docs) and exit
+  --dump-config   print the effective configuration (YAML, with docs), then what it resolves to on
+                  this many ranks (global batch, steps, warmup), and exit
   --calibrate-cost  time forward+backward of sequences of 64..4096 tokens on this model and
                   machine and print the points and the quadratic fit (JSON), then the --set
                   lines of the measured model (data.cost_model=measured, data.cost_points: it
@@ -50,6 +52,8 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
   if (args.flag("--dump-config")) {
     if (mpi.rank() == 0) {
       std::fputs(config.dump().c_str(), stdout);
+      // What the keys that can be given two ways resolve to on this many ranks (the global batch).
+      std::fputs(odc::train::resolved_summary(config, mpi.world_size()).c_str(), stdout);
       // With a checkpoint, its config.json defines the model (checked against model.config here):
       // show that shape, not model.config's defaults.
       if (!config.get_string("model.checkpoint").empty()) {

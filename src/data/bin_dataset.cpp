@@ -375,6 +375,10 @@ std::int64_t BinTokenDataset::target_count(std::int64_t index) const {
   return target_counts_[static_cast<std::size_t>(index)];
 }
 
+std::string BinTokenDataset::record(std::int64_t index) const {
+  return fmt::format("{}.idx: sequence {}", prefix_, index);
+}
+
 std::string BinTokenDataset::describe() const {
   return fmt::format("{}.bin ({} sequences, {} tokens)", prefix_, size(), total_tokens());
 }

@@ -12,8 +12,6 @@ namespace odc::data {
 std::vector<TunableSpec> data_tunables() {
   using K = ValueKind;
   return {
-      tunable("data.minibatch_size", K::integer, "4", "sequences per rank (simulated device) per optimizer step",
-              Range::at_least(1)),
       tunable("data.max_tokens_per_microbatch", K::integer, "0",
               "token cap of a packed microbatch; 0 = the longest sequence of the data times data.packing_ratio",
               Range::at_least(0)),

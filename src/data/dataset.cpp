@@ -67,6 +67,8 @@ std::uint8_t parse_mask(const json& value, std::size_t position, const std::stri
 
 }  // namespace
 
+std::string TokenDataset::record(std::int64_t index) const { return fmt::format("{}: sequence {}", describe(), index); }
+
 std::int64_t TokenDataset::max_length() const {
   std::int64_t longest = 0;
   for (std::int64_t i = 0; i < size(); ++i) longest = std::max(longest, length(i));
@@ -74,7 +76,7 @@ std::int64_t TokenDataset::max_length() const {
 }
 
 JsonlTokenDataset::JsonlTokenDataset(const std::string& path, std::int64_t vocab_size)
-    : path_(path) {
+    : InMemoryTokenDataset(path) {
   // Token ids are stored as int32, so a larger vocabulary could not be represented anyway.
   if (vocab_size <= 0 || vocab_size > std::numeric_limits<std::int32_t>::max()) {
     fail("{}: vocab size must be in [1, {}], got {}", path,
@@ -131,13 +133,14 @@ JsonlTokenDataset::JsonlTokenDataset(const std::string& path, std::int64_t vocab
       for (std::size_t j = 0; j < length; ++j) masks_.push_back(parse_mask((*mask)[j], j, where));
     }
 
-    end_sequence();
+    end_sequence(line_number);
   }
   if (in.bad()) fail("{}: read error after line {}", path, line_number);
   if (size() == 0) fail("{}: dataset has no sequences (expected one JSON object per line)", path);
 }
 
-void InMemoryTokenDataset::end_sequence() {
+void InMemoryTokenDataset::end_sequence(std::int64_t line) {
+  lines_.push_back(line);
   const std::int64_t begin = offsets_.back();
   const auto end = static_cast<std::int64_t>(tokens_.size());
   // Position 0 is never predicted (nothing precedes it), so its mask does not count.
@@ -164,8 +167,13 @@ std::int64_t InMemoryTokenDataset::target_count(std::int64_t index) const {
   return target_counts_[static_cast<std::size_t>(index)];
 }
 
+std::string InMemoryTokenDataset::record(std::int64_t index) const {
+  ODC_CHECK(index >= 0 && index < size(), "index {} of {}", index, describe());
+  return fmt::format("{}:{}", path_, lines_[static_cast<std::size_t>(index)]);
+}
+
 std::string JsonlTokenDataset::describe() const {
-  return fmt::format("{} ({} sequences, {} tokens)", path_, size(), tokens_.size());
+  return fmt::format("{} ({} sequences, {} tokens)", path(), size(), tokens_.size());
 }
 
 std::unique_ptr<TokenDataset> open_dataset(const std::string& path, const std::string& format,

@@ -24,7 +24,7 @@ bool is_blank(const std::string& line) {
 
 TextJsonlDataset::TextJsonlDataset(const std::string& path, Kind kind, const ChatFormatter& formatter,
                                    std::int64_t vocab_size)
-    : path_(path), kind_name_(kind == Kind::chat ? "chat" : "text") {
+    : InMemoryTokenDataset(path), kind_name_(kind == Kind::chat ? "chat" : "text") {
   if (vocab_size <= 0 || vocab_size > std::numeric_limits<std::int32_t>::max()) {
     fail("{}: vocab size must be in [1, {}], got {}", path, std::numeric_limits<std::int32_t>::max(), vocab_size);
   }
@@ -56,14 +56,14 @@ TextJsonlDataset::TextJsonlDataset(const std::string& path, Kind kind, const Cha
     }
     tokens_.insert(tokens_.end(), sample.tokens.begin(), sample.tokens.end());
     masks_.insert(masks_.end(), sample.target_mask.begin(), sample.target_mask.end());
-    end_sequence();
+    end_sequence(line_number);
   }
   if (in.bad()) fail("{}: read error after line {}", path, line_number);
   if (size() == 0) fail("{}: dataset has no records (expected one JSON object per line)", path);
 }
 
 std::string TextJsonlDataset::describe() const {
-  return fmt::format("{} ({} JSONL, {} sequences, {} tokens)", path_, kind_name_, size(), tokens_.size());
+  return fmt::format("{} ({} JSONL, {} sequences, {} tokens)", path(), kind_name_, size(), tokens_.size());
 }
 
 std::string resolve_tokenizer_path(const std::string& configured, const std::string& checkpoint_dir) {

@@ -12,6 +12,7 @@
 #include "odc/core/error.h"
 #include "odc/data/data_config.h"
 #include "odc/io/hf_checkpoint.h"
+#include "odc/train/batch_schedule.h"
 
 namespace odc::train {
 
@@ -51,7 +52,23 @@ std::vector<TunableSpec> trainer_tunables() {
               "chat template of data.format chat: llama3, chatml (Qwen), or auto (from tokenizer_config.json "
               "next to the tokenizer, else from its special tokens)",
               {"auto", "llama3", "chatml"}),
-      data::data_tunable("data.minibatch_size"),
+      tunable("data.minibatch_size", K::integer, "",
+              "sequences per rank per optimizer step; set this or data.global_batch_size (neither: 4 per rank)",
+              Range::at_least(1)),
+      tunable("data.global_batch_size", K::integer, "",
+              "sequences per optimizer step over all ranks, instead of data.minibatch_size (set one of the two); "
+              "need not divide by the world size with data.balance lb_mini, local_sort or round_robin (ranks then "
+              "run different numbers of sequences); lb_micro (auto with train.comm collective) needs a multiple",
+              Range::at_least(1)),
+      tunable("data.max_length", K::integer, "0",
+              "longest sequence (tokens) to train on; 0 = no limit (model.config.max_position_embeddings is only "
+              "warned about); longer ones are handled by data.over_length (odc-sim's data.max_length truncates)",
+              Range::at_least(0)),
+      tunable("data.over_length", K::string, "error",
+              "what a sequence longer than data.max_length does: error (names its file:line or bin index and "
+              "length), truncate (keeps its first data.max_length tokens and their mask), drop (left out; the "
+              "number is logged)",
+              {"error", "truncate", "drop"}),
       data::data_tunable("data.max_tokens_per_microbatch"),
       data::data_tunable("data.packing_ratio"),
       tunable("data.balance", K::string, "auto",
@@ -68,11 +85,28 @@ std::vector<TunableSpec> trainer_tunables() {
       // train
       tunable("train.comm", K::string, "odc", "communication: odc (on-demand) or collective (FSDP-style)",
               {"odc", "collective"}),
-      tunable("train.steps", K::integer, "200", "optimizer steps (minibatches) to run", Range::at_least(0)),
+      tunable("train.steps", K::integer, "",
+              "optimizer steps (minibatches) to run; set this or train.epochs (neither: 200 steps)", Range::at_least(0)),
+      tunable("train.epochs", K::integer, "",
+              "passes over the dataset, instead of train.steps: ceil(sequences / global batch) steps per epoch, the "
+              "last step of each epoch trains the remainder (fewer sequences); every step stays within one epoch",
+              Range::at_least(1)),
       tunable("train.lr", K::number, "3.0e-3", "peak learning rate", Range::above(0)),
-      tunable("train.min_lr", K::number, "3.0e-4", "learning rate at the end of the decay", Range::at_least(0)),
-      tunable("train.warmup_steps", K::integer, "20", "linear warmup steps", Range::at_least(0)),
-      tunable("train.schedule", K::string, "cosine", "decay after warmup", {"cosine", "linear", "constant"}),
+      tunable("train.min_lr", K::number, "3.0e-4",
+              "learning rate at the end of the decay (inverse_sqrt: its floor)", Range::at_least(0)),
+      tunable("train.warmup_steps", K::integer, "",
+              "linear warmup steps; set this or train.warmup_ratio (neither: 20 steps)", Range::at_least(0)),
+      tunable("train.warmup_ratio", K::number, "",
+              "warmup as a fraction of the run's steps (rounded to the nearest step), instead of train.warmup_steps",
+              Range::at_least(0).and_at_most(1)),
+      tunable("train.schedule", K::string, "cosine",
+              "after warmup: cosine, linear (decay to train.min_lr at the end), constant, wsd (constant, then a "
+              "linear decay to train.min_lr over the last train.decay_ratio of the steps), inverse_sqrt "
+              "(lr * sqrt(warmup / (step + 1)), floored at train.min_lr)",
+              {"cosine", "linear", "constant", "wsd", "inverse_sqrt"}),
+      tunable("train.decay_ratio", K::number, "0.1",
+              "wsd: the fraction of the run's steps (rounded to the nearest step) that decays to train.min_lr",
+              Range::at_least(0).and_at_most(1)),
       tunable("train.weight_decay", K::number, "0.01", "decoupled weight decay (matrices only)", Range::at_least(0)),
       tunable("train.beta1", K::number, "0.9", "AdamW beta1", Range::at_least(0).and_below(1)),
       tunable("train.beta2", K::number, "0.95", "AdamW beta2", Range::at_least(0).and_below(1)),
@@ -149,12 +183,24 @@ namespace {
 // Relations between keys that each key's own range cannot express, checked as the config loads
 // (before any data is read or any training runs).
 void check_relations(const Config& config) {
+  check_exclusive_keys(config);
   const std::string schedule = config.get_string("train.schedule");
   const double lr = config.get_double("train.lr"), min_lr = config.get_double("train.min_lr");
   if (schedule != "constant" && min_lr > lr) {
     fail("train.min_lr ({}) is above train.lr ({}): the {} schedule would raise the learning rate as it decays; "
          "set train.min_lr <= train.lr",
          min_lr, lr, schedule);
+  }
+  // A key that shapes only something this run does not do would be silently ignored.
+  if (schedule != "wsd" && config.source_of("train.decay_ratio") != "default") {
+    fail("train.decay_ratio (from {}) shapes only train.schedule wsd, but the schedule is {}; drop it or set "
+         "train.schedule: wsd",
+         config.source_of("train.decay_ratio"), schedule);
+  }
+  if (config.get_int("data.max_length") == 0 && config.source_of("data.over_length") != "default") {
+    fail("data.over_length (from {}) says what a sequence longer than data.max_length does, but data.max_length is 0 "
+         "(no limit); set data.max_length",
+         config.source_of("data.over_length"));
   }
   // The shape itself (fields in range, heads dividing the width): --dump-config and every run
   // see the same verdict. A checkpoint's config.json is checked when it is read

@@ -1,27 +1,36 @@
 #include "odc/train/minibatch_source.h"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include "odc/core/error.h"
 #include "odc/core/hash.h"
 #include "odc/data/data_config.h"
+#include "odc/data/length_limit.h"
 #include "odc/data/text_dataset.h"
+#include "odc/train/batch_schedule.h"
 
 namespace odc::train {
 
 MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig& model, int rank, int world_size,
                                  distributed::CommKind comm)
     : rank_(rank), world_size_(world_size) {
-  dataset_ = data::open_dataset(
-      config.get_string("data.train"), config.get_string("data.format"), model.vocab_size,
-      data::TextDataOptions{data::resolve_tokenizer_path(config.get_string("data.tokenizer"),
-                                                         config.get_string("model.checkpoint")),
-                            config.get_string("data.chat_template")});
-  minibatch_size_ = config.get_int("data.minibatch_size");
-  const std::int64_t global = minibatch_size_ * world_size_;
-  if (global > dataset_->size()) {
-    fail("data.minibatch_size {} x {} ranks = {} sequences per step, but {} holds only {}", minibatch_size_,
-         world_size_, global, dataset_->describe(), dataset_->size());
+  global_batch_ = train::global_batch_size(config, world_size_, &global_batch_origin_);
+  within_epochs_ = config.has("train.epochs");
+  // The balance first: a batch it cannot split fails before any data is read.
+  const std::string balance = config.get_string("data.balance");
+  balance_ = data::parse_balance(balance == "auto" ? (comm == distributed::CommKind::odc ? "lb_mini" : "lb_micro")
+                                                   : balance);
+  if (balance_ == data::Balance::lb_mini && distributed::needs_equal_microbatches(comm, world_size_)) {
+    fail("data.balance = lb_mini needs train.comm = odc: LB-Mini gives ranks different numbers of microbatches, "
+         "which collectives cannot run (use lb_micro or local_sort with train.comm = collective)");
+  }
+  check_batch_split(global_batch_, world_size_, balance_, global_batch_origin_);
+  dataset_ = open_limited(config, model.vocab_size);
+  if (global_batch_ > dataset_->size()) {
+    fail("the global batch is {} sequences per step ({}), but {} holds only {}", global_batch_, global_batch_origin_,
+         dataset_->describe(), dataset_->size());
   }
 
   // Token cap: explicit, or the longest sequence of the dataset scaled by packing_ratio.
@@ -29,7 +38,7 @@ MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig&
   for (std::int64_t i = 0; i < dataset_->size(); ++i) {
     if (dataset_->length(i) > token_cap_) {
       fail("{}: sequence {} has length {}, which exceeds the microbatch cap "
-           "data.max_tokens_per_microbatch = {}", dataset_->describe(), i, dataset_->length(i), token_cap_);
+           "data.max_tokens_per_microbatch = {}", dataset_->record(i), i, dataset_->length(i), token_cap_);
     }
   }
   if (dataset_->max_length() > model.max_position_embeddings) {
@@ -40,14 +49,36 @@ MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig&
                                              config.get_bool("data.shuffle"));
   sequence_reduction_ = config.get_string("train.loss_reduction") == "sequence";
 
-  const std::string balance = config.get_string("data.balance");
-  balance_ = data::parse_balance(balance == "auto" ? (comm == distributed::CommKind::odc ? "lb_mini" : "lb_micro")
-                                                   : balance);
-  if (balance_ == data::Balance::lb_mini && distributed::needs_equal_microbatches(comm, world_size_)) {
-    fail("data.balance = lb_mini needs train.comm = odc: LB-Mini gives ranks different numbers of microbatches, "
-         "which collectives cannot run (use lb_micro or local_sort with train.comm = collective)");
+  if (within_epochs_ && balance_ == data::Balance::lb_micro && dataset_->size() % global_batch_ % world_size_ != 0) {
+    spdlog::info("data.balance lb_micro: each epoch's last step ({} sequences) does not divide over {} ranks; that "
+                 "step is planned with local_sort (every sequence trains)",
+                 dataset_->size() % global_batch_, world_size_);
   }
   cost_model_ = data::cost_model(config, model.linear_flops_per_token(), model.attention_flops_per_pair());
+}
+
+std::unique_ptr<data::TokenDataset> MinibatchSource::open_limited(const Config& config, std::int64_t vocab_size) {
+  auto dataset = data::open_dataset(
+      config.get_string("data.train"), config.get_string("data.format"), vocab_size,
+      data::TextDataOptions{data::resolve_tokenizer_path(config.get_string("data.tokenizer"),
+                                                         config.get_string("model.checkpoint")),
+                            config.get_string("data.chat_template")});
+  const data::LengthLimit limit{config.get_int("data.max_length"),
+                                data::parse_over_length(config.get_string("data.over_length"))};
+  data::LengthLimitReport report;
+  dataset = data::limit_lengths(std::move(dataset), limit, &report);
+  if (report.over > 0 && limit.policy == data::OverLength::drop) {
+    spdlog::info("data.max_length {}: dropped {} of {} sequences (the longest had {} tokens); {} remain",
+                 limit.max_length, report.over, report.sequences_before, report.longest, dataset->size());
+  } else if (report.over > 0) {
+    spdlog::info("data.max_length {}: truncated {} of {} sequences (the longest had {} tokens){}", limit.max_length,
+                 report.over, report.sequences_before, report.longest,
+                 report.lost_targets > 0
+                     ? fmt::format("; {} of them kept no prediction target and add nothing to the loss",
+                                   report.lost_targets)
+                     : std::string());
+  }
+  return dataset;
 }
 
 std::uint64_t MinibatchSource::fingerprint() const {
@@ -62,7 +93,8 @@ std::uint64_t MinibatchSource::fingerprint() const {
 Minibatch MinibatchSource::next(bool equal_counts) {
   Minibatch out;
   // The global minibatch is the same on every rank; the loss weights are normalized over all of it.
-  out.global = sampler_->next(minibatch_size_ * world_size_);
+  const std::int64_t count = within_epochs_ ? std::min(global_batch_, sampler_->remaining_in_epoch()) : global_batch_;
+  out.global = sampler_->next(count);
   for (auto index : out.global) {
     const auto targets = dataset_->target_count(index);
     out.normalizer += sequence_reduction_ ? (targets > 0 ? 1.0 : 0.0) : static_cast<double>(targets);
@@ -71,7 +103,8 @@ Minibatch MinibatchSource::next(bool equal_counts) {
   input.world_size = world_size_;
   input.token_cap = token_cap_;
   input.cost = cost_model_;
-  input.balance = balance_;
+  const bool even = count % world_size_ == 0;
+  input.balance = balance_ == data::Balance::lb_micro && !even ? data::Balance::local_sort : balance_;
   for (auto index : out.global) input.lengths.push_back(dataset_->length(index));
   out.plan = data::make_plan(input);
   out.weights.assign(out.global.size(), 0.0f);

@@ -52,12 +52,11 @@ std::string format_rank_table(const std::vector<RankTotals>& ranks) {
 }
 }  // namespace
 
-RunReport::RunReport(const Config& config, distributed::HostGroup& group, std::int64_t minibatch_size,
-                     double peak_flops, double gemm_flops, std::int64_t resumed_step)
+RunReport::RunReport(const Config& config, distributed::HostGroup& group, double peak_flops, double gemm_flops,
+                     std::int64_t resumed_step)
     : group_(group),
       metrics_(metrics_path(config.get_string("train.metrics_file"), group.rank()), resumed_step),
       trace_path_(config.get_string("train.trace_file")),
-      minibatch_size_(minibatch_size),
       peak_flops_(peak_flops),
       gemm_flops_(gemm_flops),
       log_every_(config.get_int("train.log_every")) {}
@@ -74,6 +73,7 @@ void RunReport::record(const StepResult& r, const StepContext& context) {
   last_loss_ = r.loss;
   bubble_planned_sum_ += r.bubble_planned;
   ++steps_;
+  sequences_ += r.sequences;
   totals_.compute_s += r.compute_s;
   totals_.gather_s += r.wait_gather_s;
   totals_.push_s += r.wait_push_s;
@@ -88,10 +88,11 @@ void RunReport::record(const StepResult& r, const StepContext& context) {
                   {"loss", r.loss},
                   {"lr", r.lr},
                   {"grad_norm", r.grad_norm},
+                  {"sequences", r.sequences},
                   {"tokens", r.tokens},
                   {"target_tokens", r.target_tokens},
                   {"tokens_per_s", r.tokens / r.seconds},
-                  {"samples_per_s_per_rank", static_cast<double>(minibatch_size_) / r.seconds},
+                  {"samples_per_s_per_rank", static_cast<double>(r.sequences) / group_.size() / r.seconds},
                   {"mfu", r.mfu},
                   {"gemm_fraction", r.gemm_fraction},
                   {"flops", r.flops},
@@ -130,9 +131,9 @@ void RunReport::progress(const StepResult& r) {
   if (done % log_every_ != 0 && done != last_) return;
   const double elapsed = seconds_since(start_);
   const double eta = elapsed / static_cast<double>(done - first_) * static_cast<double>(last_ - done);
-  spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | MFU {:.1f}% | "
-               "bubble {:.1f}% (planned {:.1f}%) | ETA {}{}",
-               done, total_, r.loss, r.lr, r.grad_norm, r.tokens / r.seconds, 100.0 * r.mfu,
+  spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | batch {} seq {:.0f} tok | {:.0f} tok/s | "
+               "MFU {:.1f}% | bubble {:.1f}% (planned {:.1f}%) | ETA {}{}",
+               done, total_, r.loss, r.lr, r.grad_norm, r.sequences, r.tokens, r.tokens / r.seconds, 100.0 * r.mfu,
                100.0 * r.bubble_measured, 100.0 * r.bubble_planned, format_duration(eta),
                r.padded_microbatches_global > 0 ? fmt::format(" | {} padding microbatch(es)", r.padded_microbatches_global)
                                                 : std::string());
@@ -162,7 +163,7 @@ void RunReport::summary(double param_state_bytes) const {
   spdlog::info("done: {} steps in {}, {:.0f} tokens/s, {:.3f} samples/s per rank, MFU {:.1f}% (of {:.1f} GFLOP/s "
                "per rank){}, bubble {:.1f}% measured / {:.1f}% planned, loss {:.4f} -> {:.4f}; this rank holds {:.1f} MiB "
                "of parameter + optimizer shards, peak RSS {:.1f} MiB\n{}",
-               steps_, format_duration(elapsed), tokens / elapsed, steps * static_cast<double>(minibatch_size_) / elapsed,
+               steps_, format_duration(elapsed), tokens / elapsed, static_cast<double>(sequences_) / group_.size() / elapsed,
                100.0 * achieved / peak_flops_, peak_flops_ / 1e9,
                gemm_flops_ > 0 ? fmt::format(", {:.1f}% of the measured GEMM rate ({:.1f} GFLOP/s)",
                                              100.0 * achieved / gemm_flops_, gemm_flops_ / 1e9)

@@ -12,6 +12,7 @@
 #include "odc/distributed/in_process_group.h"
 #include "odc/io/hf_checkpoint.h"
 #include "odc/io/native_checkpoint.h"
+#include "odc/train/batch_schedule.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/output_probe.h"
 #include "odc/train/stop_signals.h"
@@ -165,16 +166,13 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   adam.eps = config.get_double("train.eps");
   adam.weight_decay = config.get_double("train.weight_decay");
   optimizer_ = std::make_unique<optim::ShardedAdamW>(adam);
-  schedule_.lr = config.get_double("train.lr");
-  schedule_.min_lr = config.get_double("train.min_lr");
-  schedule_.warmup_steps = config.get_int("train.warmup_steps");
-  schedule_.total_steps = config.get_int("train.steps");
-  schedule_.kind = config.get_string("train.schedule");
+  length_ = run_length(config, data_->dataset().size(), data_->global_batch_size());
+  schedule_ = lr_schedule(config, length_.steps);
   grad_clip_ = config.get_double("train.grad_clip");
 
   if (!resume.empty()) {
     const TrainingManifest manifest = checkpointer_->load(resume, store(), model_config_.to_json(), data_fingerprint_,
-                                                          data_->dataset().describe(), data_->minibatch_size() * world);
+                                                          data_->dataset().describe(), data_->global_batch_size());
     if (manifest.sampler) data_->sampler().restore(*manifest.sampler);
     optimizer_->set_steps_taken(manifest.optimizer_steps);
     step_ = manifest.step;
@@ -197,8 +195,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
     peak_flops_ = measured.device;
     gemm_flops_ = measured.gemm;
   }
-  report_ = std::make_unique<RunReport>(config, group_, data_->minibatch_size(), peak_flops_, gemm_flops_,
-                                        resumed_from_.empty() ? 0 : step_);
+  report_ = std::make_unique<RunReport>(config, group_, peak_flops_, gemm_flops_, resumed_from_.empty() ? 0 : step_);
   // Every rank's clocks (traces) start together.
   if (world > 1) group_.barrier("the start-up barrier");
   if (tracer_) tracer_->set_origin(Tracer::Clock::now());
@@ -206,8 +203,26 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   spdlog::info("model: {} layers, hidden {}, heads {}/{} (q/kv), vocab {}, {:.2f}M parameters", model_config_.num_hidden_layers,
                model_config_.hidden_size, model_config_.num_attention_heads, model_config_.num_key_value_heads,
                model_config_.vocab_size, static_cast<double>(model_config_.num_parameters()) / 1e6);
-  spdlog::info("data: {}, {} sequences per rank per step, microbatch cap {} tokens", data_->dataset().describe(),
-               data_->minibatch_size(), data_->token_cap());
+  const std::int64_t global = data_->global_batch_size();
+  spdlog::info("data: {}, global batch {} sequences per step ({}), microbatch cap {} tokens",
+               data_->dataset().describe(), global, data_->global_batch_origin(), data_->token_cap());
+  if (length_.epochs > 0) {
+    spdlog::info("train.epochs {}: {} steps per epoch{}, {} steps", length_.epochs, length_.steps_per_epoch,
+                 length_.last_step_sequences < global
+                     ? fmt::format(" (the last trains the remaining {} sequence{})", length_.last_step_sequences,
+                                   length_.last_step_sequences == 1 ? "" : "s")
+                     : std::string(),
+                 length_.steps);
+  }
+  const auto steps_text = [](std::int64_t n) { return fmt::format("{} step{}", n, n == 1 ? "" : "s"); };
+  spdlog::info("lr: {} schedule, peak {:.3g}, warmup: {}{}", schedule_.kind, schedule_.lr,
+               steps_text(schedule_.warmup_steps),
+               schedule_.kind == "wsd" ? ", decay: the last " + steps_text(schedule_.decay_steps) : std::string());
+  if (schedule_.warmup_steps >= length_.steps && length_.steps > 0) {
+    spdlog::warn("the warmup ({}) is as long as the run ({}): the learning rate never reaches train.lr = {:.3g}; set "
+                 "train.warmup_steps or train.warmup_ratio",
+                 steps_text(schedule_.warmup_steps), steps_text(length_.steps), schedule_.lr);
+  }
   spdlog::info("{}; {}", device.text,
                measured.device > 0
                    ? fmt::format("peak {:.1f} GFLOP/s ({}), GEMM {:.1f} GFLOP/s ({:.0f}% of peak)",
@@ -239,6 +254,7 @@ StepResult Trainer::step() {
   r.planned_cost = plan.ranks[static_cast<std::size_t>(group_.rank())].cost;
   for (const auto& rank_plan : plan.ranks) r.planned_cost_max = std::max(r.planned_cost_max, rank_plan.cost);
   r.padded_microbatches = minibatch.padded;
+  r.sequences = static_cast<std::int64_t>(minibatch.global.size());
 
   // Tracing covers the first train.trace_steps steps (all when 0).
   Tracer* tracer = tracer_ && (trace_steps_ == 0 || step_ < trace_steps_) ? tracer_.get() : nullptr;
@@ -318,7 +334,7 @@ StepResult Trainer::step() {
 }
 
 std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signals) {
-  const std::int64_t steps = config_.get_int("train.steps");
+  const std::int64_t steps = length_.steps;
   const std::int64_t stop_at = config_.get_int("train.stop_at_step");
   const std::int64_t last = stop_at > 0 ? std::min(stop_at, steps) : steps;
   std::vector<StepResult> results;
@@ -371,7 +387,7 @@ void Trainer::save_checkpoint() {
   manifest.dataset = data_->dataset().describe();
   manifest.model_config = model_config_.to_json();
   manifest.config = config_.dump();
-  manifest.global_minibatch = data_->minibatch_size() * group_.size();
+  manifest.global_minibatch = data_->global_batch_size();
   manifest.source_architecture = source_.architecture;
   if (source_.dtype) manifest.source_dtype = std::string(dtype_name(*source_.dtype));
   checkpointer_->save(step_, manifest, store());
@@ -383,7 +399,8 @@ nlohmann::json Trainer::trace_metadata() const {
           {"comm", std::string(comm_->comm().name())},
           {"balance", data::balance_name(data_->balance())},
           {"threads", config_.get_int("train.threads")},
-          {"minibatch_size", data_->minibatch_size()},
+          {"global_batch_size", data_->global_batch_size()},
+          {"minibatch_size", static_cast<double>(data_->global_batch_size()) / group_.size()},
           {"token_cap", data_->token_cap()},
           {"cost_model", {{"kind", cost.kind}, {"a", cost.a}, {"b", cost.b}}},
           {"peak_flops", peak_flops_},

@@ -71,6 +71,26 @@ expect_error "hidden not divisible by heads" "hidden_size 30 is not divisible by
 expect_error "kv heads not dividing heads" "num_key_value_heads 3 does not divide num_attention_heads 4" -- \
   "${base[@]}" --set model.config.num_key_value_heads=3
 expect_error "unknown model field" "model.config" "hiden_size" -- "${base[@]}" --set model.config.hiden_size=32
+# The keys that say one thing two ways: both set is an error naming both and where each came from.
+expect_error "both batch keys" "data.minibatch_size (2, from --set) and data.global_batch_size (4, from --set) are both set" \
+  "--set data.minibatch_size=" -- "${base[@]}" --set data.global_batch_size=4
+expect_error "both steps and epochs" "train.steps (1, from --set) and train.epochs (2, from --set) are both set" -- \
+  "${base[@]}" --set train.epochs=2
+expect_error "both warmup keys" "train.warmup_steps (3, from --set) and train.warmup_ratio (0.1, from --set) are both set" -- \
+  "${base[@]}" --set train.warmup_steps=3 --set train.warmup_ratio=0.1
+expect_error "global batch larger than the data" "the global batch is 5 sequences per step (data.global_batch_size)" \
+  "holds only 3" -- "${base[@]}" --set data.minibatch_size= --set data.global_batch_size=5
+# data.max_length: a longer sequence names file:line, its length and the limit; drop of everything is an error.
+expect_error "sequence longer than data.max_length" "good.jsonl:2: the sequence has 10 tokens, more than data.max_length = 8" \
+  "record 1 of the dataset" "data.over_length: truncate" -- "${base[@]}" --set data.max_length=8
+expect_error "max_length drops every sequence" "every one of its 3 sequences is longer than data.max_length = 5" -- \
+  "${base[@]}" --set data.max_length=5 --set data.over_length=drop
+expect_error "decay_ratio without wsd" "train.decay_ratio (from --set) shapes only train.schedule wsd" -- \
+  "${base[@]}" --set train.decay_ratio=0.2
+expect_error "over_length without max_length" "data.over_length (from --set) says what a sequence longer than" \
+  "data.max_length is 0 (no limit)" -- "${base[@]}" --set data.over_length=truncate
+expect_error "warmup ratio above 1" "config key 'train.warmup_ratio' in --set must be in [0, 1], found 2" -- \
+  "${base[@]}" --set train.warmup_steps= --set train.warmup_ratio=2
 expect_usage_error "unknown flag" "odc-train: unknown option '--frobnicate'" -- --frobnicate
 expect_usage_error "misspelled flag" "unknown option '--dump_config'; did you mean '--dump-config'?" -- --dump_config
 expect_usage_error "two config files" "only one config file may be given" -- "$work/mistyped.yaml" "$work/mistyped.yaml"

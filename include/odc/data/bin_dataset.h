@@ -63,6 +63,7 @@ class BinTokenDataset final : public TokenDataset {
   std::int64_t length(std::int64_t index) const override;
   std::int64_t target_count(std::int64_t index) const override;  // O(1), computed at open
   std::string describe() const override;
+  std::string record(std::int64_t index) const override;  // "PREFIX.idx: sequence i" (0-based)
 
   const std::string& prefix() const { return prefix_; }
   std::int64_t total_tokens() const { return static_cast<std::int64_t>(masks_.size()); }

@@ -5,6 +5,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace odc::data {
@@ -23,6 +24,10 @@ class TokenDataset {
   // Number of prediction targets of a sequence: positions 1..len-1 whose mask is set.
   virtual std::int64_t target_count(std::int64_t index) const = 0;
   virtual std::string describe() const = 0;  // e.g. "data/train.jsonl (1000 sequences)"
+  // Where sequence `index` comes from, for error messages: "data/train.jsonl:17" (file:line) for
+  // the JSONL formats, "data/train.idx: sequence 16" for the binary one; by default
+  // "<describe()>: sequence <index>".
+  virtual std::string record(std::int64_t index) const;
   std::int64_t max_length() const;
 };
 
@@ -38,27 +43,29 @@ class InMemoryTokenDataset : public TokenDataset {
   SequenceView get(std::int64_t index) const override;
   std::int64_t length(std::int64_t index) const override;
   std::int64_t target_count(std::int64_t index) const override;
+  std::string record(std::int64_t index) const override;  // "path:line"
 
  protected:
-  InMemoryTokenDataset() : offsets_{0} {}
+  explicit InMemoryTokenDataset(std::string path) : path_(std::move(path)), offsets_{0} {}
+  const std::string& path() const { return path_; }
   std::int64_t total_tokens() const { return static_cast<std::int64_t>(tokens_.size()); }
-  // Closes the sequence made of the tokens/masks appended since the previous one.
-  void end_sequence();
+  // Closes the sequence made of the tokens/masks appended since the previous one, read from line
+  // `line` (1-based) of the file.
+  void end_sequence(std::int64_t line);
   std::vector<std::int32_t> tokens_;
   std::vector<std::uint8_t> masks_;
 
  private:
+  std::string path_;
   std::vector<std::int64_t> offsets_;  // size()+1 entries into tokens_/masks_
   std::vector<std::int64_t> target_counts_;
+  std::vector<std::int64_t> lines_;    // per sequence: its line in the file
 };
 
 class JsonlTokenDataset final : public InMemoryTokenDataset {
  public:
   JsonlTokenDataset(const std::string& path, std::int64_t vocab_size);
   std::string describe() const override;
-
- private:
-  std::string path_;
 };
 
 // What the text formats need: the tokenizer.json to tokenize with and the chat template

@@ -30,6 +30,8 @@ class Sampler {
   std::vector<std::int64_t> next(std::int64_t count);
   std::int64_t epoch() const { return epoch_; }
   std::int64_t position() const { return position_; }
+  // Draws left before the current epoch ends (then the next epoch's permutation begins).
+  std::int64_t remaining_in_epoch() const { return size_ - position_; }
 
   SamplerState state() const;
   // Continues from `state`, producing exactly the indices the saved sampler would have produced.

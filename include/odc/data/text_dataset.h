@@ -20,7 +20,6 @@ class TextJsonlDataset final : public InMemoryTokenDataset {
   std::string describe() const override;
 
  private:
-  std::string path_;
   std::string kind_name_;
 };
 

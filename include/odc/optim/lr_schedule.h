@@ -1,6 +1,16 @@
 #pragma once
-// Learning-rate schedule: linear warmup from lr/warmup_steps to lr over `warmup_steps` steps, then
-// cosine, linear or constant decay to `min_lr` at `total_steps`. Steps count from 0.
+// Learning-rate schedule. Steps count from 0; step s trains with at(s). Warmup first: linear from
+// lr/warmup_steps at step 0 to lr at step warmup_steps-1. After it, by `kind`:
+//   cosine       min_lr + (lr - min_lr) * (1 + cos(pi * p)) / 2,  p = (s - warmup) / (total - warmup)
+//   linear       lr - (lr - min_lr) * p                            (same p)
+//   constant     lr
+//   wsd          warmup-stable-decay: lr until the last `decay_steps` steps, then a LINEAR decay
+//                lr - (lr - min_lr) * (s - d) / (total - d),       d = max(warmup, total - decay_steps)
+//   inverse_sqrt lr * sqrt(max(warmup, 1) / (s + 1)), floored at min_lr (fairseq's schedule with
+//                update number s + 1: exactly lr at the end of warmup, lr / sqrt(s + 1) without it);
+//                it does not depend on total_steps
+// The decaying schedules reach min_lr at step total_steps, the step after the last one trained
+// (p clamps to [0, 1]).
 #include <cstdint>
 #include <string>
 
@@ -11,7 +21,8 @@ struct LrSchedule {
   double min_lr = 0.0;
   std::int64_t warmup_steps = 0;
   std::int64_t total_steps = 1;
-  std::string kind = "cosine";  // cosine | linear | constant
+  std::string kind = "cosine";  // cosine | linear | constant | wsd | inverse_sqrt
+  std::int64_t decay_steps = 0;  // wsd: steps of the final decay
 
   double at(std::int64_t step) const;
 };

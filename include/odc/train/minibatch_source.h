@@ -31,19 +31,25 @@ struct Minibatch {
 
 class MinibatchSource {
  public:
-  // Opens data.train and checks it against the model and the world (minibatch size, token cap).
-  // `comm` decides what data.balance = auto means and whether lb_mini is possible.
+  // Opens data.train, applies data.max_length (data.over_length) and checks the data against the
+  // model and the world (global batch, token cap). `comm` decides what data.balance = auto means
+  // and whether lb_mini is possible.
   MinibatchSource(const Config& config, const model::LlamaConfig& model, int rank, int world_size,
                   distributed::CommKind comm);
 
-  // The next global minibatch and its plan.
+  // The next global minibatch and its plan: global_batch_size() sequences, or with train.epochs
+  // no more than the current epoch has left (its last step trains the remainder). A step whose
+  // sequences lb_micro cannot split evenly (only such a last step can be one) is planned with
+  // local_sort.
   Minibatch next(bool equal_counts);
   // Packs microbatch `m` of this rank's share into `out` (reused across microbatches).
   void build(const Minibatch& minibatch, std::size_t m, model::PackedBatch& out) const;
 
   const data::TokenDataset& dataset() const { return *dataset_; }
   data::Sampler& sampler() { return *sampler_; }
-  std::int64_t minibatch_size() const { return minibatch_size_; }  // sequences per rank
+  std::int64_t global_batch_size() const { return global_batch_; }  // sequences per full step
+  // How global_batch_size() was given ("data.global_batch_size", "data.minibatch_size 4 x 2 ranks").
+  const std::string& global_batch_origin() const { return global_batch_origin_; }
   std::int64_t token_cap() const { return token_cap_; }
   data::Balance balance() const { return balance_; }
   const data::CostModel& cost_model() const { return cost_model_; }
@@ -51,11 +57,15 @@ class MinibatchSource {
   std::uint64_t fingerprint() const;
 
  private:
+  // data.train opened in data.format, data.max_length applied (what it dropped or cut is logged).
+  static std::unique_ptr<data::TokenDataset> open_limited(const Config& config, std::int64_t vocab_size);
   int rank_;
   int world_size_;
   std::unique_ptr<data::TokenDataset> dataset_;
   std::unique_ptr<data::Sampler> sampler_;
-  std::int64_t minibatch_size_ = 0;
+  std::int64_t global_batch_ = 0;
+  std::string global_batch_origin_;
+  bool within_epochs_ = false;  // train.epochs: no step crosses an epoch's end
   std::int64_t token_cap_ = 0;
   bool sequence_reduction_ = false;
   data::Balance balance_ = data::Balance::lb_mini;

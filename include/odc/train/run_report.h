@@ -40,17 +40,18 @@ struct StepContext {
 class RunReport {
  public:
   // train.metrics_file ("m-{rank}.jsonl": one file per rank; without the placeholder only rank 0
-  // writes), train.log_every; `minibatch_size` sequences per rank per step, `peak_flops` per rank
+  // writes), train.log_every; `peak_flops` per rank
   // (the MFU denominator), `gemm_flops` the measured GEMM rate per rank (0: not measured; the
   // summary's GEMM fraction is then left out). resumed_step: the step a resumed run continues
   // after (0 for a new run): the metrics file keeps its records up to that step and goes on.
-  RunReport(const Config& config, distributed::HostGroup& group, std::int64_t minibatch_size, double peak_flops,
-            double gemm_flops = 0.0, std::int64_t resumed_step = 0);
+  RunReport(const Config& config, distributed::HostGroup& group, double peak_flops, double gemm_flops = 0.0,
+            std::int64_t resumed_step = 0);
 
   void begin_run(std::int64_t first_step, std::int64_t last_step, std::int64_t total_steps);
   // After every step: the metrics line and this run's totals.
   void record(const StepResult& result, const StepContext& context);
-  // The progress line, every train.log_every steps and at the last.
+  // The progress line, every train.log_every steps and at the last: step, loss, lr, gradient norm,
+  // the global batch (sequences and tokens of this step), tokens/s, MFU, bubbles, ETA.
   void progress(const StepResult& result);
   // Collective: the end-of-run summary (rank 0 logs it).
   void summary(double param_state_bytes) const;
@@ -61,7 +62,6 @@ class RunReport {
   distributed::HostGroup& group_;
   MetricsWriter metrics_;
   std::string trace_path_;
-  std::int64_t minibatch_size_;
   double peak_flops_;
   double gemm_flops_;
   std::int64_t log_every_ = 1;
@@ -69,6 +69,7 @@ class RunReport {
   std::chrono::steady_clock::time_point start_;
   // This run's running totals (constant memory over any number of steps).
   std::int64_t steps_ = 0;
+  std::int64_t sequences_ = 0;  // global, over this run's steps
   double first_loss_ = 0.0, last_loss_ = 0.0, bubble_planned_sum_ = 0.0;
   RankTotals totals_;
 };

@@ -11,6 +11,7 @@ struct StepResult {
   double loss = 0.0;          // the objective: weighted mean NLL over the global minibatch
   double lr = 0.0;
   double grad_norm = 0.0;     // before clipping
+  std::int64_t sequences = 0; // sequences of the global minibatch (an epoch's last step may have fewer)
   double tokens = 0.0;        // global tokens processed
   double target_tokens = 0.0; // global positions that carried loss
   int microbatches = 0;       // this rank's, including padding

@@ -20,6 +20,7 @@
 #include "odc/model/llama_model.h"
 #include "odc/optim/lr_schedule.h"
 #include "odc/optim/sharded_adamw.h"
+#include "odc/train/batch_schedule.h"
 #include "odc/train/checkpointing.h"
 #include "odc/train/minibatch_source.h"
 #include "odc/train/model_export.h"
@@ -37,7 +38,7 @@ class Trainer {
   explicit Trainer(const Config& config);
   ~Trainer();
 
-  // Runs to train.steps (or train.stop_at_step); every step is logged and written to the metrics
+  // Runs to train.steps (or the steps of train.epochs, or train.stop_at_step); every step is logged and written to the metrics
   // file. Returns every step's result when keep_results (tests compare losses step by step);
   // odc-train passes false so that a run of any length holds constant memory. With `signals`
   // (odc-train's, made before any thread), a stop signal on any rank ends the run gracefully
@@ -49,6 +50,10 @@ class Trainer {
   const model::LlamaModel& model() const { return *model_; }
   distributed::ShardStore& store() { return comm_->store(); }
   std::int64_t token_cap() const { return data_->token_cap(); }
+  // The run's length: train.steps, or the steps train.epochs takes over this data and batch.
+  const RunLength& length() const { return length_; }
+  // The learning rate of every step (warmup and decay resolved).
+  const optim::LrSchedule& schedule() const { return schedule_; }
   // Optimizer steps done so far (including those of a checkpoint this run resumed from).
   std::int64_t steps_done() const { return step_; }
   // The checkpoint this trainer resumed from (empty when it started fresh).
@@ -71,6 +76,7 @@ class Trainer {
   std::unique_ptr<model::LlamaModel> model_;
   std::unique_ptr<distributed::CommStack> comm_;
   std::unique_ptr<optim::ShardedAdamW> optimizer_;
+  RunLength length_;  // train.steps, or train.epochs over this dataset and batch
   optim::LrSchedule schedule_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<RunReport> report_;

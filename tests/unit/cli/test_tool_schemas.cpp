@@ -52,9 +52,14 @@ TEST_CASE("schemas: the data keys both tools read are the one shared declaration
     }
   }
   // Any other data.* key is one schema's own: a key both declare must come from data_tunables(),
-  // except data.format, whose choices differ (the trainer reads datasets, the simulator lengths).
+  // except data.format, whose choices differ (the trainer reads datasets, the simulator lengths),
+  // data.minibatch_size (the trainer's has no default: data.global_batch_size may say it instead)
+  // and data.max_length (the simulator truncates to it; the trainer's has data.over_length).
   CHECK(trainer.at("data.format").choices != sim.at("data.format").choices);
-  shared_paths.insert("data.format");
+  CHECK(trainer.at("data.minibatch_size").default_value.empty());
+  CHECK(sim.at("data.minibatch_size").default_value == "4");
+  CHECK(trainer.at("data.max_length").default_value != sim.at("data.max_length").default_value);
+  shared_paths.insert({"data.format", "data.minibatch_size", "data.max_length"});
   std::set<std::string> in_both;
   const auto trainer_data = data_paths(odc::train::trainer_tunables());
   const auto sim_data = data_paths(odc::sim::sim_tunables());

@@ -186,6 +186,7 @@ TEST_CASE("write_bin_dataset leaves nothing behind on failure", "[data]") {
   // A failure half-way keeps the previous pair intact and removes the temporary files.
   const std::string prefix = dir.file("keep");
   odc::data::write_bin_dataset(prefix, source);
+  CHECK(FailingDataset(source, 3).record(2) == "failing: sequence 2");  // TokenDataset's default record
   REQUIRE_THROWS_WITH(odc::data::write_bin_dataset(prefix, FailingDataset(source, 3)),
                       Catch::Contains("simulated read failure at sequence 3"));
   REQUIRE_FALSE(fs::exists(prefix + ".bin.tmp"));

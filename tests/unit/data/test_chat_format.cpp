@@ -16,6 +16,7 @@
 #include "unit/temp_dir.h"
 #include "odc/data/chat_format.h"
 #include "odc/data/dataset.h"
+#include "odc/data/length_limit.h"
 #include "odc/data/text_dataset.h"
 
 namespace fs = std::filesystem;
@@ -266,4 +267,40 @@ TEST_CASE("chat format: a number overflow in a record is malformed JSON naming f
     REQUIRE_THROWS_WITH(odc::data::open_dataset(text, format, 400, options),
                         Catch::Contains(text + ":2") && Catch::Contains("malformed JSON"));
   }
+}
+
+// data.max_length over tokenized text: the records keep their file:line (blank lines counted), a
+// truncated conversation can lose its assistant turn (counted), and text records are limited alike.
+TEST_CASE("chat format: data.max_length truncates, drops or names chat and text records", "[chat][length]") {
+  using odc::data::limit_lengths;
+  using odc::data::OverLength;
+  TempDir dir;
+  const std::string tokenizer = dir.write("tokenizer.json", tiny_tokenizer(kChatml).dump());
+  const odc::data::TextDataOptions options{tokenizer, "auto"};
+  const std::string chat = dir.write("chat.jsonl",
+                                     "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, "
+                                     "{\"role\": \"assistant\", \"content\": \"Yo\"}]}\n\n"
+                                     "{\"prompt\": \"a\", \"completion\": \"bc\"}\n");
+  // Lengths 25 (line 1) and 4 (line 3).
+  REQUIRE_THROWS_WITH(limit_lengths(odc::data::open_dataset(chat, "chat", 400, options), {10, OverLength::error}),
+                      Catch::Contains(chat + ":1: the sequence has 25 tokens, more than data.max_length = 10"));
+  odc::data::LengthLimitReport report;
+  const auto cut = limit_lengths(odc::data::open_dataset(chat, "chat", 400, options), {10, OverLength::truncate}, &report);
+  REQUIRE(cut->size() == 2);
+  CHECK(cut->length(0) == 10);
+  CHECK(cut->target_count(0) == 0);  // the assistant's "Yo" + <|im_end|> came after token 10
+  CHECK(report.lost_targets == 1);
+  CHECK(cut->target_count(1) == 3);
+  const auto kept = limit_lengths(odc::data::open_dataset(chat, "chat", 400, options), {10, OverLength::drop});
+  REQUIRE(kept->size() == 1);
+  CHECK(kept->length(0) == 4);
+  CHECK(kept->record(0) == chat + ":3");
+
+  const std::string text = dir.write("text.jsonl", "{\"text\": \"x\"}\n{\"text\": \"hello\"}\n");
+  const auto one = odc::data::open_dataset(text, "text", 400, options);
+  const std::int64_t longer = one->length(1);
+  REQUIRE(longer > one->length(0));
+  REQUIRE_THROWS_WITH(limit_lengths(odc::data::open_dataset(text, "text", 400, options), {longer - 1, OverLength::error}),
+                      Catch::Contains(text + ":2: the sequence has " + std::to_string(longer) + " tokens"));
+  CHECK(limit_lengths(odc::data::open_dataset(text, "text", 400, options), {longer - 1, OverLength::drop})->size() == 1);
 }

@@ -1,4 +1,4 @@
-// LR schedule shapes and the clip coefficient.
+// LR schedule shapes (cosine, linear, constant, wsd, inverse_sqrt) and the clip coefficient.
 #include <cmath>
 #include <numbers>
 
@@ -23,6 +23,45 @@ TEST_CASE("warmup rises linearly, then cosine/linear/constant decay to min_lr", 
   CHECK(s.at(12) == Approx(1.0));
   s.kind = "exponential";
   CHECK_THROWS_WITH(s.at(5), Catch::Contains("unknown learning-rate schedule 'exponential'"));
+}
+
+// Exact values from the formulas in lr_schedule.h (Approx's 1e-12 covers only the rounding of
+// the few double operations each value takes).
+TEST_CASE("wsd: warmup, constant, then a linear decay over the last decay_steps to min_lr", "[optim]") {
+  LrSchedule s{1.0, 0.1, 4, 14, "wsd", 5};  // the decay starts at step 14 - 5 = 9
+  CHECK(s.at(0) == Approx(0.25).epsilon(1e-12));
+  CHECK(s.at(3) == Approx(1.0).epsilon(1e-12));
+  CHECK(s.at(4) == 1.0);
+  CHECK(s.at(8) == 1.0);
+  CHECK(s.at(9) == 1.0);
+  CHECK(s.at(10) == Approx(1.0 - 0.9 * 1.0 / 5.0).epsilon(1e-12));  // 0.82
+  CHECK(s.at(13) == Approx(1.0 - 0.9 * 4.0 / 5.0).epsilon(1e-12));  // 0.28, the last step trained
+  CHECK(s.at(14) == Approx(0.1).epsilon(1e-12));
+  CHECK(s.at(50) == Approx(0.1).epsilon(1e-12));
+  // A decay longer than what follows warmup starts when warmup ends.
+  LrSchedule overlap{1.0, 0.1, 4, 6, "wsd", 5};
+  CHECK(overlap.at(3) == Approx(1.0).epsilon(1e-12));
+  CHECK(overlap.at(4) == 1.0);
+  CHECK(overlap.at(5) == Approx(0.55).epsilon(1e-12));
+  // No decay steps: constant to the end.
+  LrSchedule flat{1.0, 0.1, 0, 10, "wsd", 0};
+  CHECK(flat.at(9) == 1.0);
+}
+
+TEST_CASE("inverse_sqrt: lr * sqrt(warmup / (step + 1)) after warmup, floored at min_lr", "[optim]") {
+  LrSchedule s{1.0, 0.1, 4, 10, "inverse_sqrt"};
+  CHECK(s.at(3) == Approx(1.0).epsilon(1e-12));                    // end of warmup
+  CHECK(s.at(4) == Approx(std::sqrt(4.0 / 5.0)).epsilon(1e-12));   // 0.894...
+  CHECK(s.at(15) == Approx(0.5).epsilon(1e-12));
+  CHECK(s.at(63) == Approx(0.25).epsilon(1e-12));
+  CHECK(s.at(399) == Approx(0.1).epsilon(1e-12));
+  CHECK(s.at(1599) == 0.1);  // sqrt(4/1600) = 0.05, floored
+  s.total_steps = 1000;      // total_steps plays no part
+  CHECK(s.at(15) == Approx(0.5).epsilon(1e-12));
+  LrSchedule no_warmup{2.0, 0.0, 0, 10, "inverse_sqrt"};
+  CHECK(no_warmup.at(0) == 2.0);
+  CHECK(no_warmup.at(3) == Approx(1.0).epsilon(1e-12));
+  CHECK(no_warmup.at(99) == Approx(0.2).epsilon(1e-12));
 }
 
 TEST_CASE("clip coefficient follows torch.nn.utils.clip_grad_norm_", "[optim]") {

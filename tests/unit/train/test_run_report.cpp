@@ -32,7 +32,7 @@ TEST_CASE("run report: one trace with a track per rank, one metrics file per ran
   const auto config = report_config({"train.trace_file=" + dir.file("trace.json"),
                                      "train.metrics_file=" + dir.file("m-{rank}.jsonl")});
   const auto errors = test::on_every_rank(3, [&](distributed::HostGroup& group) {
-    train::RunReport report(config, group, 4, 1e9);
+    train::RunReport report(config, group, 1e9);
     report.begin_run(0, 2, 2);
     Tracer tracer(group.rank());
     for (std::int64_t step = 0; step < 2; ++step) {
@@ -41,6 +41,7 @@ TEST_CASE("run report: one trace with a track per rank, one metrics file per ran
       r.step = step;
       r.loss = 2.0 - 0.5 * static_cast<double>(step);
       r.tokens = 100;
+      r.sequences = 12;  // 4 per rank
       r.seconds = 0.5;
       r.local_tokens = 30 + group.rank();
       report.record(r, {0, 1024, {}});
@@ -68,7 +69,8 @@ TEST_CASE("run report: one trace with a track per rank, one metrics file per ran
     CHECK(lines[1]["rank"] == r);
     CHECK(lines[1]["world_size"] == 3);
     CHECK(lines[1]["tokens_per_s"] == 200.0);
-    CHECK(lines[1]["samples_per_s_per_rank"] == 8.0);
+    CHECK(lines[1]["sequences"] == 12);
+    CHECK(lines[1]["samples_per_s_per_rank"] == 8.0);  // 12 sequences / 3 ranks / 0.5 s
   }
 }
 

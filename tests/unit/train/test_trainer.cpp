@@ -129,6 +129,9 @@ TEST_CASE("trainer rejects inputs that cannot train, naming the key", "[train]")
                     Catch::Contains("sequence 3 has length 24") && Catch::Contains("data.max_tokens_per_microbatch = 20"));
   CHECK_THROWS_WITH(train::Trainer(make_config(data, {"data.minibatch_size=25"})),
                     Catch::Contains("holds only 24"));
+  CHECK_THROWS_WITH(train::Trainer(make_config(data, {"data.minibatch_size=", "data.global_batch_size=25"})),
+                    Catch::Contains("the global batch is 25 sequences per step (data.global_batch_size)") &&
+                        Catch::Contains("holds only 24"));
   CHECK_THROWS_WITH(train::Trainer(make_config(data, {"model.config.vocab_size=40"})),
                     Catch::Contains("out of range [0, 40)"));
 }
