@@ -28,6 +28,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_args.h"
+
 #include "odc/core/error.h"
 #include "odc/io/hf_checkpoint.h"
 #include "odc/model/llama_config.h"
@@ -60,17 +62,7 @@ constexpr const char* kUsage =
     "Times greedy generation of N new tokens with and without the KV cache; one JSON line per\n"
     "measurement, with ms_per_token.\n";
 
-std::int64_t parse_int(const std::string& flag, const std::string& text) {
-  std::size_t used = 0;
-  long long value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || value < 0) odc::fail("{} expects a non-negative integer, got '{}'", flag, text);
-  return value;
-}
+using odc::bench::parse_int;
 
 Options parse_options(int argc, char** argv) {
   Options o;

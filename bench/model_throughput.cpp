@@ -28,6 +28,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_args.h"
+
 #include "odc/backend/cpu_backend.h"
 #include "odc/core/cpu_features.h"
 #include "odc/core/error.h"
@@ -63,17 +65,7 @@ constexpr const char* kUsage =
     "Times LlamaModel::train_microbatch on one packed microbatch of the given sequence lengths and\n"
     "a comparable SGEMM; prints one JSON line.\n";
 
-std::int64_t parse_int(const std::string& flag, const std::string& text) {
-  std::size_t used = 0;
-  long long value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || value < 0) odc::fail("{} expects a non-negative integer, got '{}'", flag, text);
-  return value;
-}
+using odc::bench::parse_int;
 
 Options parse_options(int argc, char** argv) {
   Options o;
