@@ -151,6 +151,10 @@ TEST_CASE("eval metrics lines, and best.json names the checkpoint with the lowes
   CHECK(best["eval_loss"].get<double>() == loss[expected]);
   CHECK(best["checkpoint"].get<std::string>() == io::checkpoint_name(expected));
   CHECK(fs::exists(fs::path(ckpt) / io::checkpoint_name(expected) / "manifest.json"));
+  std::vector<std::int64_t> kept;
+  for (const auto& e : io::list_checkpoints(ckpt)) kept.push_back(e.step);
+  // checkpoint.keep 1: the newest, and the best when it is another.
+  CHECK(kept == (expected == 6 ? std::vector<std::int64_t>{6} : std::vector<std::int64_t>{expected, 6}));
 
   SECTION("pruning keeps the best; a resumed run continues the record") {
     // Make step 6 a best no later eval can beat, then resume to step 10 with checkpoint.keep 1.
