@@ -94,7 +94,7 @@ void write_rank_shards(const std::string& staging, int rank, const RankShards& s
 }
 
 std::string commit_checkpoint(const std::string& dir, std::int64_t step, int world_size, nlohmann::json manifest,
-                              int keep) {
+                              int keep, std::optional<std::int64_t> protect_step) {
   const fs::path staging = staging_path(dir, step);
   nlohmann::json ranks = nlohmann::json::array();
   for (int r = 0; r < world_size; ++r) {
@@ -120,14 +120,17 @@ std::string commit_checkpoint(const std::string& dir, std::int64_t step, int wor
   // Prune: this run's older checkpoints beyond `keep` (another run's, or one whose manifest does
   // not read, is not ours to delete), and partial directories of crashed writes.
   const std::string run_id = manifest.value("run_id", std::string());
-  std::vector<fs::path> ours;
+  std::vector<std::pair<std::int64_t, fs::path>> ours;
   for (const auto& [s, path] : complete_checkpoints(dir)) {
     std::ifstream in(path / "manifest.json");
     const auto other = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (other.is_object() && other.value("run_id", std::string()) == run_id) ours.push_back(path);
+    if (other.is_object() && other.value("run_id", std::string()) == run_id) ours.emplace_back(s, path);
   }
   if (keep > 0 && static_cast<int>(ours.size()) > keep) {
-    for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < ours.size(); ++i) fs::remove_all(ours[i], ec);
+    for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < ours.size(); ++i) {
+      if (protect_step && ours[i].first == *protect_step) continue;  // the best checkpoint stays
+      fs::remove_all(ours[i].second, ec);
+    }
   }
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();

@@ -106,7 +106,8 @@ Checkpointer::Checkpointer(const Config& config, distributed::HostGroup& group)
       keep_(static_cast<int>(config.get_int("checkpoint.keep"))),
       resume_(config.get_string("checkpoint.resume")),
       debug_delay_ms_(config.get_double("debug.checkpoint_delay_ms")),
-      debug_delay_rank_(config.get_int("debug.checkpoint_delay_rank")) {
+      debug_delay_rank_(config.get_int("debug.checkpoint_delay_rank")),
+      save_best_(config.get_bool("checkpoint.save_best")) {
   if (!enabled()) return;
   decided_by_root(group_, "the checkpoint directory's lock", [&] {
     lock_.emplace(dir_, io::this_process(""));
@@ -153,6 +154,7 @@ const Checkpointer::RunStart& Checkpointer::begin_run() {
       out["abandoned"] = plan.abandoned;
       out["retire_name"] = plan.retire_name;
       if (lock_) lock_->update(io::this_process(identity.run_id));
+      if (const auto best = read_best_checkpoint(dir_, identity.run_id, step)) out["best"] = best->to_json();
     }
     if (path.empty()) {
       spdlog::info("run {}: a fresh start{}", identity.run_id, enabled() ? " in checkpoint.dir " + dir_ : "");
@@ -168,6 +170,7 @@ const Checkpointer::RunStart& Checkpointer::begin_run() {
   start.identity = RunIdentity::from_json(json["identity"], "the run's identity");
   start.abandoned = json["abandoned"].get<std::vector<std::string>>();
   start.retire_name = json.value("retire_name", std::string());
+  if (json.contains("best")) best_ = BestCheckpoint::from_json(json["best"], best_record_path(dir_));
   start_ = std::move(start);
   return *start_;
 }
@@ -210,12 +213,25 @@ void Checkpointer::save(std::int64_t step, const TrainingManifest& manifest, dis
     group_.announce(fmt::format("step {}: checkpoint commit", step));
     TrainingManifest ours = manifest;
     ours.identity = identity();
-    const std::string path = io::commit_checkpoint(dir_, step, group_.size(), ours.to_json(), keep_);
+    const std::string path = io::commit_checkpoint(dir_, step, group_.size(), ours.to_json(), keep_,
+                                                   best_ ? std::optional(best_->step) : std::nullopt);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     spdlog::info("checkpoint: step {} saved to {} in {:.2f} s", step, path, seconds);
   }
   group_.announce(fmt::format("step {}: checkpoint committed?", step));
   group_.barrier("the checkpoint barrier (committed)");  // nobody moves on (or exits) before the commit
+}
+
+void Checkpointer::record_best(BestCheckpoint best) {
+  ODC_CHECK(start_.has_value() && enabled(), "Checkpointer::record_best without begin_run or checkpoint.dir");
+  best.run_id = identity().run_id;
+  if (group_.is_root()) {
+    write_best_checkpoint(dir_, best);
+    spdlog::info("checkpoint: step {} is the best so far (eval loss {:.6f}{}), recorded in {}", best.step,
+                 best.eval_loss, best_ ? fmt::format(", was {:.6f} at step {}", best_->eval_loss, best_->step) : "",
+                 best_record_path(dir_));
+  }
+  best_ = std::move(best);
 }
 
 TrainingManifest Checkpointer::load(const std::string& path, distributed::ShardStore& store,

@@ -39,6 +39,11 @@ std::vector<TunableSpec> trainer_tunables() {
       tunable("model.seed", K::integer, "0", "seed of the random initialization (same model on every world size)"),
       // data: the trainer's own keys, then the ones odc-sim shares (data::data_tunable), in this order
       tunable("data.train", K::string, "", "training data file", {}, true),
+      tunable("data.eval", K::string, "\"\"",
+              "held-out data file, in data.train's format (data.format, data.tokenizer, data.chat_template): its "
+              "loss and perplexity are measured every train.eval_every steps and at the end (empty = none)"),
+      tunable("data.eval_max_sequences", K::integer, "0",
+              "evaluate on the first N sequences of data.eval (0 = all)", Range::at_least(0)),
       tunable("data.format", K::string, "tokens",
               "data format: tokens = pre-tokenized JSONL {\"input_ids\": [...], \"loss_mask\": [...]}; bin = "
               "binary PREFIX.bin + PREFIX.idx written by odc-data convert (memory-mapped); chat = JSONL of "
@@ -91,6 +96,9 @@ std::vector<TunableSpec> trainer_tunables() {
               "passes over the dataset, instead of train.steps: ceil(sequences / global batch) steps per epoch, the "
               "last step of each epoch trains the remainder (fewer sequences); every step stays within one epoch",
               Range::at_least(1)),
+      tunable("train.eval_every", K::integer, "0",
+              "evaluate on data.eval every N optimizer steps and at the end of the run (0 = only at the end)",
+              Range::at_least(0)),
       tunable("train.lr", K::number, "3.0e-3", "peak learning rate", Range::above(0)),
       tunable("train.min_lr", K::number, "3.0e-4",
               "learning rate at the end of the decay (inverse_sqrt: its floor)", Range::at_least(0)),
@@ -150,6 +158,9 @@ std::vector<TunableSpec> trainer_tunables() {
               Range::at_least(0)),
       tunable("checkpoint.keep", K::integer, "3", "keep the newest K checkpoints of this run (0 = all)",
               Range::at_least(0)),
+      tunable("checkpoint.save_best", K::boolean, "false",
+              "an evaluation with the lowest eval loss so far on a step that has no checkpoint saves one there "
+              "(false: it is logged, and checkpoint.dir/best.json keeps naming the best evaluated checkpoint)"),
       tunable("checkpoint.resume", K::string, "auto",
               "auto = continue from the newest complete checkpoint in checkpoint.dir if there is one; never = a fresh "
               "run (checkpoint.dir must hold no checkpoints); or a checkpoint directory (step-N) to continue from: an "

@@ -68,6 +68,22 @@ void RunReport::begin_run(std::int64_t first_step, std::int64_t last_step, std::
   start_ = std::chrono::steady_clock::now();
 }
 
+void RunReport::record_eval(const EvalSummary& eval, double seconds) {
+  if (group_.is_root()) {
+    spdlog::info("eval after step {}: loss {:.6f}, perplexity {:.4f}, {} tokens ({} sequences, {:.2f} s)", eval.step,
+                 eval.loss, eval.perplexity, static_cast<std::int64_t>(eval.tokens), eval.sequences, seconds);
+  }
+  if (!metrics_.enabled()) return;
+  metrics_.write({{"step", eval.step},
+                  {"eval_loss", eval.loss},
+                  {"eval_perplexity", eval.perplexity},
+                  {"eval_tokens", eval.tokens},
+                  {"eval_sequences", eval.sequences},
+                  {"eval_s", seconds},
+                  {"rank", group_.rank()},
+                  {"world_size", group_.size()}});
+}
+
 void RunReport::record(const StepResult& r, const StepContext& context) {
   if (steps_ == 0) first_loss_ = r.loss;
   last_loss_ = r.loss;

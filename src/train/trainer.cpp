@@ -131,6 +131,9 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   model_config_ = run_model_config(config, resume);
   check_tokenizer_present(config);
   data_ = std::make_unique<MinibatchSource>(config, model_config_, rank, world, comm_kind_);
+  if (Evaluator::configured(config)) {
+    evaluator_ = std::make_unique<Evaluator>(config, model_config_, rank, world, data_->token_cap());
+  }
   model_ = std::make_unique<model::LlamaModel>(model_config_, std::move(compute));
   // Only a checkpoint (or another rank) can need the fingerprint: it reads the whole dataset.
   if (world > 1 || checkpointer_->in_use()) data_fingerprint_ = data_->fingerprint();
@@ -364,10 +367,16 @@ std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signa
     report_->record(r, {data_->sampler().epoch(), store().bytes(), comm_->comm().resources()});
     // Finishes here, checkpoints below and returns normally (exit 0).
     preempted = step_ < last && stop_ranks(fmt::format("after step {}", step_));
-    if (!preempted && checkpointer_->due(step_, last)) save_checkpoint();
+    const bool saved = !preempted && checkpointer_->due(step_, last);
+    if (saved) save_checkpoint();
+    if (!preempted && evaluator_ && evaluator_->due(step_, last)) evaluate_and_track(saved);
     report_->progress(r);
   }
   if (checkpointer_->enabled() && step_ > first) save_checkpoint();
+  // The end of a finished run is evaluated (a preempted one is not finished: its resume will be).
+  if (!preempted && evaluator_ && (!last_eval_ || last_eval_->step != step_)) {
+    evaluate_and_track(checkpointer_->enabled() && (step_ > first || !resumed_from_.empty()));
+  }
   group_.announce("finishing (export, summary, trace)");
   // A preempted run exports nothing: it is not finished (the checkpoint resumes it).
   if (!preempted && !config_.get_string("checkpoint.export_hf").empty()) {
@@ -376,6 +385,31 @@ std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signa
   report_->summary(static_cast<double>(store().bytes()));
   if (tracer_) report_->write_trace(*tracer_, trace_metadata());
   return results;
+}
+
+EvalSummary Trainer::evaluate() {
+  if (!evaluator_) fail("no evaluation data: set data.eval");
+  const auto start = Clock::now();
+  last_eval_ = evaluator_->run(*model_, comm_->comm(), group_, step_);
+  report_->record_eval(*last_eval_, seconds_since(start));
+  return *last_eval_;
+}
+
+// An evaluation after step_, and the best-checkpoint record (best_checkpoint.h): `checkpointed`
+// says whether a checkpoint of step_ exists.
+void Trainer::evaluate_and_track(bool checkpointed) {
+  const EvalSummary eval = evaluate();
+  if (!checkpointer_->enabled() || !checkpointer_->is_new_best(eval.loss)) return;
+  if (!checkpointed && checkpointer_->save_best()) {
+    save_checkpoint();
+    checkpointed = true;
+  }
+  if (checkpointed) {
+    checkpointer_->record_best({"", eval.step, eval.loss, eval.perplexity, eval.tokens});
+  } else if (group_.is_root()) {
+    spdlog::info("eval after step {}: the lowest eval loss so far, but step {} has no checkpoint "
+                 "(checkpoint.save_best: false): the best-checkpoint record is unchanged", eval.step, eval.step);
+  }
 }
 
 void Trainer::save_checkpoint() {

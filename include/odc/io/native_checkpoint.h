@@ -47,9 +47,10 @@ void write_rank_shards(const std::string& staging, int rank, const RankShards& s
 // Rank 0, after every rank wrote: completes `manifest` with the per-rank files (read from the
 // sidecars; odc::Error naming a missing rank), writes it, commits (rename) and prunes the
 // directory to the newest `keep` checkpoints whose "run_id" is the manifest's (keep <= 0 keeps
-// all). Returns the final path.
+// all), never removing the checkpoint of `protect_step` (the run's best one, which then stays as
+// one more). Returns the final path.
 std::string commit_checkpoint(const std::string& dir, std::int64_t step, int world_size, nlohmann::json manifest,
-                              int keep);
+                              int keep, std::optional<std::int64_t> protect_step = std::nullopt);
 
 // The complete checkpoints under `dir` (step-N directories holding a manifest.json), oldest first.
 struct CheckpointEntry {

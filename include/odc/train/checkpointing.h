@@ -24,6 +24,7 @@
 #include "odc/distributed/host_group.h"
 #include "odc/distributed/shard_store.h"
 #include "odc/io/directory_lock.h"
+#include "odc/train/best_checkpoint.h"
 #include "odc/train/run_identity.h"
 
 namespace odc::train {
@@ -89,6 +90,16 @@ class Checkpointer {
   // as step `step`.
   void save(std::int64_t step, const TrainingManifest& manifest, distributed::ShardStore& store);
 
+  // The best checkpoint so far (lowest eval loss; best_checkpoint.h): continued from best.json on
+  // a resume, the same on every rank. checkpoint.keep's pruning never removes it.
+  const std::optional<BestCheckpoint>& best() const { return best_; }
+  // Whether an eval loss beats the best so far (the first eval always does).
+  bool is_new_best(double eval_loss) const { return !best_ || eval_loss < best_->eval_loss; }
+  // checkpoint.save_best: an eval that is a new best on a step without a checkpoint saves one.
+  bool save_best() const { return save_best_; }
+  // Every rank: `best` (of a step that has a checkpoint) becomes the best; rank 0 writes best.json.
+  void record_best(BestCheckpoint best);
+
   // Reads `path`'s manifest and this rank's shards into `store`, after checking that it belongs
   // to this run: the same model (`model_config`), and — unless it holds imported weights — the
   // same data (`data_fingerprint`, described by `dataset`) and the same global minibatch
@@ -106,6 +117,8 @@ class Checkpointer {
   std::int64_t debug_delay_rank_ = -1;
   std::optional<io::DirectoryLock> lock_;  // rank 0 with checkpoint.dir
   std::optional<RunStart> start_;
+  bool save_best_ = false;
+  std::optional<BestCheckpoint> best_;
 };
 
 }  // namespace odc::train

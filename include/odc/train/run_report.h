@@ -13,6 +13,7 @@
 #include "odc/core/trace.h"
 #include "odc/distributed/comm.h"
 #include "odc/distributed/host_group.h"
+#include "odc/train/evaluation.h"
 #include "odc/train/metrics.h"
 #include "odc/train/step_result.h"
 
@@ -50,6 +51,9 @@ class RunReport {
   void begin_run(std::int64_t first_step, std::int64_t last_step, std::int64_t total_steps);
   // After every step: the metrics line and this run's totals.
   void record(const StepResult& result, const StepContext& context);
+  // After every evaluation: the log line (rank 0) and a metrics line with "eval_loss",
+  // "eval_perplexity", "eval_tokens", "eval_sequences", "eval_s" and the step it followed.
+  void record_eval(const EvalSummary& eval, double seconds);
   // The progress line, every train.log_every steps and at the last: step, loss, lr, gradient norm,
   // the global batch (sequences and tokens of this step), tokens/s, MFU, bubbles, ETA.
   void progress(const StepResult& result);

@@ -10,6 +10,7 @@
 // summary, trace) and export_hf. Every exchange between ranks goes through the HostGroup.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "odc/optim/sharded_adamw.h"
 #include "odc/train/batch_schedule.h"
 #include "odc/train/checkpointing.h"
+#include "odc/train/evaluation.h"
 #include "odc/train/minibatch_source.h"
 #include "odc/train/model_export.h"
 #include "odc/train/run_report.h"
@@ -46,6 +48,12 @@ class Trainer {
   std::vector<StepResult> run(bool keep_results = true, const StopSignals* signals = nullptr);
   // One optimizer step on the next global minibatch.
   StepResult step();
+  // Collective: evaluates the current weights on data.eval (evaluation.h), logs it and writes its
+  // metrics line; odc::Error without data.eval. run() calls it every train.eval_every steps and at
+  // the end, and keeps the best-checkpoint record.
+  EvalSummary evaluate();
+  // The latest evaluation of this run, if any.
+  const std::optional<EvalSummary>& last_eval() const { return last_eval_; }
 
   const model::LlamaModel& model() const { return *model_; }
   distributed::ShardStore& store() { return comm_->store(); }
@@ -65,6 +73,7 @@ class Trainer {
   // `group`, or when null the group this trainer owns.
   Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> own_group, distributed::HostGroup* group);
   void save_checkpoint();
+  void evaluate_and_track(bool checkpointed);
   nlohmann::json trace_metadata() const;
 
   const Config config_;  // a copy: the trainer must not depend on the caller keeping it alive
@@ -73,6 +82,8 @@ class Trainer {
   model::LlamaConfig model_config_;
   distributed::CommKind comm_kind_;
   std::unique_ptr<MinibatchSource> data_;
+  std::unique_ptr<Evaluator> evaluator_;  // null unless data.eval is set
+  std::optional<EvalSummary> last_eval_;
   std::unique_ptr<model::LlamaModel> model_;
   std::unique_ptr<distributed::CommStack> comm_;
   std::unique_ptr<optim::ShardedAdamW> optimizer_;

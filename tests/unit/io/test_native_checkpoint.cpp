@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
 
 #include <catch2/catch.hpp>
 
@@ -128,5 +129,27 @@ TEST_CASE("pruning keeps the newest K of the committing run only; retired checkp
   // A second retirement under the same name gets a fresh directory.
   CHECK(io::retire_checkpoints(dir, {dir + "/step-00000020"}, "branch") == dir + "/retired/branch-2");
   CHECK(io::list_checkpoints(dir).size() == 1);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("pruning never removes the protected (best) checkpoint: it stays as one more than keep", "[io][checkpoint]") {
+  const auto dir = (fs::temp_directory_path() / ("odc_native_ckpt_best_" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  auto commit = [&](std::int64_t step, std::optional<std::int64_t> best) {
+    for (int r = 0; r < 2; ++r) io::write_rank_shards(io::staging_path(dir, step), r, Shards(r).view());
+    io::commit_checkpoint(dir, step, 2, {{"run_id", "r"}}, 2, best);
+  };
+  auto steps = [&] {
+    std::vector<std::int64_t> out;
+    for (const auto& e : io::list_checkpoints(dir)) out.push_back(e.step);
+    return out;
+  };
+  commit(10, std::nullopt);
+  commit(20, 10);
+  commit(30, 10);
+  commit(40, 10);  // keep 2 (30, 40) and the best (10); 20 goes
+  CHECK(steps() == std::vector<std::int64_t>{10, 30, 40});
+  commit(50, 40);  // the best moved on: 10 is pruned like any other, 30 too
+  CHECK(steps() == std::vector<std::int64_t>{40, 50});
   fs::remove_all(dir);
 }
