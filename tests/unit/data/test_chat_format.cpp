@@ -218,7 +218,12 @@ TEST_CASE("chat format: bad records are errors naming file:line", "[chat]") {
   CHECK_THAT(error_of(R"({"input": "a"})"), Contains("data.jsonl:7") && Contains("\"messages\""));
   CHECK_THAT(error_of(R"([1, 2])"), Contains("data.jsonl:7") && Contains("expected a JSON object"));
   REQUIRE_THROWS_WITH(formatter.format_text_record(json::parse(R"({"messages": []})"), "data.jsonl:8"),
-                      Contains("data.jsonl:8") && Contains("missing \"text\""));
+                      Contains("data.jsonl:8") && Contains("missing \"text\"") &&
+                          Contains("(a chat record: set data.format: chat)"));
+  // A record of another format names the data.format that reads it.
+  CHECK_THAT(error_of(R"({"input_ids": [1, 2]})"), Contains("(a pre-tokenized record: set data.format: tokens)"));
+  REQUIRE_THROWS_WITH(formatter.format_text_record(json::parse(R"({"input_ids": [1]})"), "data.jsonl:9"),
+                      Contains("(a pre-tokenized record: set data.format: tokens)"));
 }
 
 TEST_CASE("chat format: open_dataset tokenizes chat and text JSONL", "[chat]") {

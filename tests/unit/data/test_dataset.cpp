@@ -93,6 +93,12 @@ TEST_CASE("JsonlTokenDataset reports every bad input with file:line", "[data]") 
     REQUIRE_THROWS_WITH(JsonlTokenDataset(path, 32),
                         Catch::Contains(path + ":3:") && Catch::Contains("missing \"input_ids\""));
   }
+  SECTION("a record of another format names the data.format that reads it") {
+    const auto chat = bad_file("chat.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}");
+    REQUIRE_THROWS_WITH(JsonlTokenDataset(chat, 32), Catch::Contains("(a chat record: set data.format: chat)"));
+    const auto text = bad_file("text.jsonl", "{\"text\": \"hello\"}");
+    REQUIRE_THROWS_WITH(JsonlTokenDataset(text, 32), Catch::Contains("(a text record: set data.format: text)"));
+  }
   SECTION("input_ids not an array") {
     const auto path = bad_file("notarray.jsonl", "{\"input_ids\": \"1 2 3\"}");
     REQUIRE_THROWS_WITH(JsonlTokenDataset(path, 32),
