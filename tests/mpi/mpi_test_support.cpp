@@ -22,13 +22,13 @@ int mpi_world() {
 
 std::unique_ptr<distributed::MpiHostGroup> world_group() { return distributed::make_world_group(600.0); }
 
-std::filesystem::path ragged_dataset(const std::string& name, int sequences) {
+std::filesystem::path ragged_dataset(const std::string& name, int sequences, std::uint32_t seed) {
   const auto dir = std::filesystem::temp_directory_path() / "odc_mpi_tests";
   const auto path = dir / (name + ".jsonl");
   if (mpi_rank() == 0) {
     std::filesystem::create_directories(dir);
     std::ofstream out(path);
-    std::uint32_t state = 2024;
+    std::uint32_t state = seed;
     for (int s = 0; s < sequences; ++s) {
       state = state * 1664525u + 1013904223u;
       const int len = 3 + static_cast<int>((state >> 9) % 13) * static_cast<int>((state >> 20) % 5);

@@ -1,6 +1,7 @@
 #pragma once
 // Helpers for the multi-rank tests: a shared ragged dataset, a small model config, and gathering
 // sharded weights to rank 0.
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -20,7 +21,8 @@ std::unique_ptr<distributed::MpiHostGroup> world_group();
 
 // Writes (on rank 0) a dataset whose lengths vary from 3 to ~60 tokens, so ranks get different
 // amounts of work; returns its path on every rank.
-std::filesystem::path ragged_dataset(const std::string& name, int sequences);
+// `seed` picks another set of the same shape (a held-out set).
+std::filesystem::path ragged_dataset(const std::string& name, int sequences, std::uint32_t seed = 2024);
 
 Config small_config(const std::filesystem::path& data, int minibatch_size, const std::vector<std::string>& extra);
 

@@ -22,29 +22,8 @@ namespace {
 
 constexpr int kGlobalMinibatch = 8;
 
-// A held-out set (another seed than ragged_dataset's), 3..~60 tokens, the last two thirds targets.
-std::filesystem::path heldout_dataset(int sequences) {
-  const auto path = std::filesystem::temp_directory_path() / "odc_mpi_tests" / "eval_heldout.jsonl";
-  if (mpi_rank() == 0) {
-    std::filesystem::create_directories(path.parent_path());
-    std::ofstream out(path);
-    std::uint32_t state = 77;
-    for (int s = 0; s < sequences; ++s) {
-      state = state * 1664525u + 1013904223u;
-      const int len = 3 + static_cast<int>((state >> 9) % 13) * static_cast<int>((state >> 20) % 5);
-      out << "{\"input_ids\": [";
-      for (int i = 0; i < len; ++i) {
-        state = state * 1664525u + 1013904223u;
-        out << (i ? ", " : "") << (state >> 12) % 50;
-      }
-      out << "], \"loss_mask\": [";
-      for (int i = 0; i < len; ++i) out << (i ? ", " : "") << (i >= len / 3 ? 1 : 0);
-      out << "]}\n";
-    }
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  return path;
-}
+// A held-out set: ragged_dataset's shape with another seed, 3..~60 tokens, the last two thirds targets.
+std::filesystem::path heldout_dataset(int sequences) { return test::ragged_dataset("eval_heldout", sequences, 77); }
 
 std::vector<std::string> eval_extra(const std::filesystem::path& eval, const std::string& comm) {
   return {"data.eval=" + eval.string(), "train.steps=3", "train.eval_every=2", "train.comm=" + comm,
