@@ -16,7 +16,8 @@ ShardStore::ShardStore(const ShardLayout& layout, const std::vector<model::UnitL
   const std::int64_t total = layout_.owned_elements();
   if (device != nullptr && device->device().kind != DeviceKind::cpu) device_ = device;
   if (device_ != nullptr) {
-    ODC_CHECK(master_region.empty(), "a device shard store cannot hold its masters in a caller's host region");
+    ODC_CHECK(master_region.empty() || static_cast<std::int64_t>(master_region.size()) >= total,
+              "master region of {} floats for {} owned", master_region.size(), total);
     // Initialization and all host I/O go through the staging copies; the state is device memory.
     staging_masters_ = Tensor(Shape{total}, DType::f32);
     staging_exp_avg_ = Tensor(Shape{total}, DType::f32);
@@ -24,6 +25,10 @@ ShardStore::ShardStore(const ShardLayout& layout, const std::vector<model::UnitL
     float** kinds[] = {&masters_, &grads_, &exp_avg_, &exp_avg_sq_};
     device_state_.reserve(4);
     for (float** kind : kinds) {
+      if (kind == &masters_ && !master_region.empty()) {
+        masters_ = master_region.data();  // device memory the caller exported to its peers
+        continue;
+      }
       device_state_.emplace_back(device_->memory(), DType::f32);
       *kind = static_cast<float*>(device_state_.back().get(total).data);  // zero-filled
     }

@@ -7,11 +7,33 @@
 
 namespace odc::distributed {
 
-UnitBufferPool::UnitBufferPool(const ShardLayout& layout, UnitTransport& transport)
-    : layout_(layout), transport_(transport) {
+UnitBufferPool::UnitBufferPool(const ShardLayout& layout, UnitTransport& transport, backend::Backend* device)
+    : layout_(layout),
+      transport_(transport),
+      device_(device != nullptr && device->device().kind != DeviceKind::cpu ? device : nullptr) {
   const std::int64_t largest = layout.largest_padded_unit();
-  for (int i = 0; i < kWeightBuffers; ++i) weights_.push_back({Tensor(Shape{largest}, DType::f32)});
-  for (int i = 0; i < kGradBuffers; ++i) grads_.push_back({Tensor(Shape{largest}, DType::f32)});
+  for (int i = 0; i < kWeightBuffers; ++i) weights_.push_back(make_buffer(largest));
+  for (int i = 0; i < kGradBuffers; ++i) grads_.push_back(make_buffer(largest));
+}
+
+UnitBufferPool::Buffer UnitBufferPool::make_buffer(std::int64_t floats) {
+  Buffer b;
+  if (device_ == nullptr) {
+    b.host = Tensor(Shape{floats}, DType::f32);
+    b.data = b.host.data<float>();
+  } else {
+    b.on_device.emplace(device_->memory(), DType::f32);
+    b.data = static_cast<float*>(b.on_device->get(floats).data);
+  }
+  return b;
+}
+
+void UnitBufferPool::zero(float* data, std::int64_t floats) {
+  if (device_ == nullptr) {
+    std::memset(data, 0, static_cast<std::size_t>(floats) * sizeof(float));
+  } else {
+    device_->zero(backend::View{data, DType::f32, device_->device(), floats});
+  }
 }
 
 void UnitBufferPool::wait(bool gather, int unit, int buffer) {
@@ -48,7 +70,7 @@ int UnitBufferPool::start_gather(int unit) {
   Buffer& buffer = weights_[static_cast<std::size_t>(b)];
   buffer.unit = unit;
   buffer.in_flight = true;
-  transport_.start_gather(unit, b, buffer.data.data<float>());
+  transport_.start_gather(unit, b, buffer.data);
   return b;
 }
 
@@ -68,7 +90,7 @@ const float* UnitBufferPool::acquire(int unit) {
     buffer.in_flight = false;
   }
   buffer.held = true;
-  return buffer.data.data<float>();
+  return buffer.data;
 }
 
 void UnitBufferPool::release(int unit) {
@@ -99,8 +121,8 @@ float* UnitBufferPool::grad_buffer(int unit) {
   }
   buffer.unit = unit;
   buffer.held = true;
-  std::memset(buffer.data.raw(), 0, static_cast<std::size_t>(layout_.unit(unit).padded) * sizeof(float));
-  return buffer.data.data<float>();
+  zero(buffer.data, layout_.unit(unit).padded);
+  return buffer.data;
 }
 
 void UnitBufferPool::push_grad(int unit) {
@@ -109,7 +131,7 @@ void UnitBufferPool::push_grad(int unit) {
     if (!(g.held && g.unit == unit)) continue;
     g.held = false;
     g.in_flight = true;
-    transport_.start_push(unit, static_cast<int>(i), g.data.data<float>());
+    transport_.start_push(unit, static_cast<int>(i), g.data);
     return;
   }
   ODC_CHECK(false, "push of unit {} without an open gradient buffer", unit);

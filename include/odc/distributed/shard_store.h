@@ -26,7 +26,8 @@ class ShardStore {
   // starts from the same model. `master_region`, when given, is caller-owned memory of
   // layout.owned_elements() floats that holds the masters (e.g. transport-registered memory); it
   // must outlive the store. `device`, when given and not a host backend, holds the whole state in
-  // its memory (then no master_region); it must outlive the store.
+  // its memory (a master_region is then device memory of that backend, e.g. exported to peers
+  // with CUDA IPC); it must outlive the store.
   ShardStore(const ShardLayout& layout, const std::vector<model::UnitLayout>& units,
              const model::LlamaConfig& config, std::uint64_t seed, std::span<float> master_region = {},
              backend::Backend* device = nullptr);

@@ -14,10 +14,14 @@
 //
 // Buffers: kWeightBuffers and kGradBuffers of the largest padded unit — the unit computing, the
 // one prefetched (or being pushed) and, with tied embeddings, unit 0 kept across the microbatch.
+// They live in host memory, or in a device backend's memory when the pool is given one (a GPU
+// comm's transfers then move device memory and the model computes on the buffers in place).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "odc/backend/backend.h"
 #include "odc/core/tensor.h"
 #include "odc/core/trace.h"
 #include "odc/distributed/comm.h"
@@ -50,7 +54,8 @@ class UnitBufferPool {
   static constexpr int kWeightBuffers = 3;
   static constexpr int kGradBuffers = 3;
 
-  UnitBufferPool(const ShardLayout& layout, UnitTransport& transport);
+  // `device`: a device backend whose memory holds the buffers (null or a host backend: host memory).
+  UnitBufferPool(const ShardLayout& layout, UnitTransport& transport, backend::Backend* device = nullptr);
 
   // The ParamSource / GradSink protocol (param_io.h).
   const float* acquire(int unit);
@@ -71,11 +76,15 @@ class UnitBufferPool {
 
  private:
   struct Buffer {
-    Tensor data;
+    Tensor host;                       // host memory, or
+    std::optional<backend::Buffer> on_device;  // the device backend's
+    float* data = nullptr;
     int unit = -1;           // the unit held, arriving or pushed; -1: none
     bool held = false;       // weights: acquired, not released; gradients: handed out, not pushed
     bool in_flight = false;  // a transfer is started and not waited for
   };
+  Buffer make_buffer(std::int64_t floats);
+  void zero(float* data, std::int64_t floats);
   int find_weights(int unit) const;
   int free_weights() const;
   int start_gather(int unit);
@@ -85,6 +94,7 @@ class UnitBufferPool {
 
   const ShardLayout& layout_;
   UnitTransport& transport_;
+  backend::Backend* device_ = nullptr;  // null: host buffers
   std::vector<Buffer> weights_;
   std::vector<Buffer> grads_;
   CommWaits waits_;
@@ -106,7 +116,7 @@ class ShardedComm : public Comm, protected UnitTransport {
 
  protected:
   // The pool only keeps the transport's address here; it calls it once the comm is built.
-  explicit ShardedComm(const ShardLayout& layout) : pool_(layout, *this) {}
+  explicit ShardedComm(const ShardLayout& layout, backend::Backend* device = nullptr) : pool_(layout, *this, device) {}
   UnitBufferPool pool_;
 };
 

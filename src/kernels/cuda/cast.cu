@@ -32,7 +32,19 @@ __global__ void fill_kernel(float* out, float value, std::int64_t n) {
   }
 }
 
+__global__ void add_kernel(float* acc, const float* in, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    acc[i] += in[i];
+  }
+}
+
 }  // namespace
+
+void add_f32(float* acc, const float* in, std::int64_t n, void* stream) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(acc, in, n);
+}
 
 void cast_f32_to_bf16(const float* in, std::uint16_t* out, std::int64_t n, void* stream) {
   f32_to_bf16_kernel<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
