@@ -20,6 +20,14 @@ namespace odc::distributed {
 enum class CommKind { odc, collective };
 CommKind parse_comm_kind(std::string_view name);  // "odc" | "collective", else odc::Error
 std::string_view comm_kind_name(CommKind kind);
+// The element type unit weights travel in between ranks (comm.gather_dtype): the fp32 masters
+// themselves (the paper's reference gathers them under ODC and casts afterwards), or a bf16 copy
+// of every shard refreshed at the minibatch start (half the bytes; the same weights wherever the
+// model computes in bf16, which rounds them so anyway). Gradients always travel in fp32.
+enum class GatherDtype { f32, bf16 };
+GatherDtype parse_gather_dtype(std::string_view name);  // "fp32" | "bf16", else odc::Error
+std::string_view gather_dtype_name(GatherDtype dtype);
+
 // Whether `kind` needs every rank to run the same number of microbatches in a minibatch: the
 // collective baseline's gathers and pushes are collectives, so a rank with fewer microbatches
 // runs empty ones. A single rank communicates nothing and never does.
