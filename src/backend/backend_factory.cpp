@@ -27,7 +27,7 @@ std::unique_ptr<Backend> make_cpu(DType dtype, int threads) {
   fail("model.dtype={} on model.device=cpu: the CPU backend computes in float32 or bfloat16", dtype_name(dtype));
 }
 
-std::unique_ptr<Backend> make_cuda(DType dtype) {
+std::unique_ptr<Backend> make_cuda(DType dtype, int local_rank) {
   if (dtype != DType::bf16) {
     fail("model.dtype={} on model.device=cuda: the CUDA kernels compute in bfloat16 (fp32 masters and "
          "gradients); set model.dtype: bfloat16",
@@ -35,11 +35,13 @@ std::unique_ptr<Backend> make_cuda(DType dtype) {
   }
 #if defined(ODC_HAVE_CUDA)
   std::string why;
-  if (kernels::cuda::device_count(&why) < 1) {
+  const int count = kernels::cuda::device_count(&why);
+  if (count < 1) {
     fail("model.device=cuda: no usable CUDA device ({}); use model.device: cpu", why.empty() ? "none visible" : why);
   }
-  return std::make_unique<CudaBackend>(0);
+  return std::make_unique<CudaBackend>(local_rank % count);
 #else
+  (void)local_rank;
   fail("model.device=cuda: this build has no CUDA backend (configure with nvcc present, -DODC_CUDA=ON); use "
        "model.device: cpu");
 #endif
@@ -47,9 +49,9 @@ std::unique_ptr<Backend> make_cuda(DType dtype) {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(std::string_view device, DType dtype, int threads) {
+std::unique_ptr<Backend> make_backend(std::string_view device, DType dtype, int threads, int local_rank) {
   if (device == "cpu") return make_cpu(dtype, threads);
-  if (device == "cuda") return make_cuda(dtype);
+  if (device == "cuda") return make_cuda(dtype, local_rank < 0 ? 0 : local_rank);
   fail("model.device: unknown device '{}': expected cpu or cuda", device);
 }
 

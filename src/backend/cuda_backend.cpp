@@ -53,6 +53,7 @@ CudaBackend::~CudaBackend() = default;
 
 DeviceMemory& CudaBackend::memory() { return impl_->memory; }
 void* CudaBackend::stream() const { return impl_->s(); }
+int CudaBackend::device_index() const { return impl_->device; }
 void CudaBackend::synchronize() { impl_->stream.synchronize(); }
 
 PeakFlops CudaBackend::measure_peak_flops() {

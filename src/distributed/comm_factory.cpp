@@ -4,10 +4,20 @@
 
 #include "odc/core/error.h"
 #include "odc/distributed/collective_comm.h"
+#include "odc/distributed/ipc_odc_comm.h"
 #include "odc/distributed/local_comm.h"
 #include "odc/distributed/mpi_host_group.h"
 #include "odc/distributed/odc_comm.h"
+#include "odc/distributed/peer_memory.h"
+#include "odc/distributed/shared_segment.h"
 #include "odc/distributed/ucx_transport.h"
+#if defined(ODC_HAVE_CUDA)
+#include "odc/distributed/cuda_peer_memory.h"
+#if __has_include("odc/distributed/nccl_comm.h")  // TEMPORARY until the NCCL branch lands
+#include "odc/distributed/nccl_comm.h"
+#define ODC_NCCL_LANDED 1
+#endif
+#endif
 
 namespace odc::distributed {
 
@@ -16,7 +26,32 @@ CommStack::~CommStack() {
   comm_.reset();
   store_.reset();
   transport_.reset();
+  peer_memory_.reset();
 }
+
+OdcTransport parse_odc_transport(std::string_view name) {
+  if (name == "auto") return OdcTransport::automatic;
+  if (name == "ucx") return OdcTransport::ucx;
+  if (name == "ipc") return OdcTransport::ipc;
+  fail("unknown comm.transport '{}': expected auto, ucx or ipc", name);
+}
+
+namespace {
+
+std::unique_ptr<PeerMemory> make_peer_memory(HostGroup& group, backend::Backend* device) {
+  if (device != nullptr) {
+#if defined(ODC_HAVE_CUDA)
+    return make_cuda_peer_memory(*device);
+#else
+    fail("the ipc transport for {} state needs a CUDA build", device->name());
+#endif
+  }
+  std::string prefix = group.is_root() ? unique_segment_prefix() : std::string();
+  group.broadcast(prefix, "the IPC transport's region names");
+  return make_host_peer_memory(prefix, group.rank());
+}
+
+}  // namespace
 
 std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& group, const ShardLayout& layout,
                                      const std::vector<model::UnitLayout>& units, const model::LlamaConfig& config,
@@ -31,19 +66,63 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
     stack->comm_ = std::make_unique<LocalComm>(*stack->store_);
     return stack;
   }
-  if (device != nullptr && device->device().kind != DeviceKind::cpu) {
-    fail("the {} comm over {} ranks moves host memory; state on a {} device supports one rank", comm_kind_name(options.kind),
-         group.size(), device->name());
-  }
+  // A device backend holds the state in its memory; a host backend (or none) leaves it on the host.
+  backend::Backend* state_device = device != nullptr && device->device().kind != DeviceKind::cpu ? device : nullptr;
   auto* mpi = dynamic_cast<MpiHostGroup*>(&group);
-  if (mpi == nullptr) {
-    fail("the {} comm runs over MPI: a multi-rank run needs an MPI host group (run under mpirun)",
-         comm_kind_name(options.kind));
-  }
   if (options.kind == CommKind::collective) {
+    if (state_device != nullptr) {
+#if defined(ODC_NCCL_LANDED)
+      stack->store_ = std::make_unique<ShardStore>(layout, units, config, seed, std::span<float>{}, state_device);
+      stack->comm_ = std::make_unique<NcclComm>(*stack->store_, group, *state_device, options.gather_dtype,
+                                                options.transport.timeout_s);
+      return stack;
+#else
+      fail("the collective comm for {} state needs a CUDA build (NCCL)", state_device->name());
+#endif
+    }
+    if (mpi == nullptr) {
+      fail("the collective comm on host memory runs over MPI: launch the job with odc-run or mpirun (train.comm odc "
+           "runs without MPI on one host)");
+    }
+    if (options.gather_dtype != GatherDtype::f32) {
+      fail("comm.gather_dtype {} on host memory: the MPI collectives gather the fp32 masters (bf16 gathers are NCCL's "
+           "and the ipc transport's)", gather_dtype_name(options.gather_dtype));
+    }
     stack->store_ = std::make_unique<ShardStore>(layout, units, config, seed);
     stack->comm_ = std::make_unique<CollectiveComm>(*stack->store_, mpi->comm(), mpi->watchdog());
     return stack;
+  }
+  OdcTransport transport_kind = options.odc_transport;
+  if (transport_kind == OdcTransport::automatic) {
+    transport_kind = state_device != nullptr || mpi == nullptr ? OdcTransport::ipc : OdcTransport::ucx;
+  }
+  if (transport_kind == OdcTransport::ipc) {
+    stack->peer_memory_ = make_peer_memory(group, state_device);
+    std::string handle;
+    auto* masters = static_cast<float*>(stack->peer_memory_->export_region(
+        static_cast<std::size_t>(layout.owned_elements()) * sizeof(float), "the master shards", handle));
+    stack->store_ = std::make_unique<ShardStore>(layout, units, config, seed,
+                                                 std::span<float>(masters, static_cast<std::size_t>(layout.owned_elements())),
+                                                 state_device);
+    IpcOptions ipc;
+    ipc.gather_dtype = options.gather_dtype;
+    ipc.deterministic = options.deterministic;
+    ipc.chunk_floats = std::max<std::int64_t>(1, options.transport.chunk_bytes / static_cast<std::int64_t>(sizeof(float)));
+    ipc.slots = options.transport.max_inflight;
+    ipc.timeout_s = options.transport.timeout_s;
+    stack->comm_ = std::make_unique<IpcOdcComm>(*stack->store_, group, *stack->peer_memory_, handle, ipc, state_device);
+    return stack;
+  }
+  if (state_device != nullptr) {
+    fail("comm.transport ucx moves host memory, but the state is on {}: use comm.transport ipc (the ranks of one host "
+         "through CUDA IPC)", state_device->name());
+  }
+  if (mpi == nullptr) {
+    fail("comm.transport ucx runs over MPI: launch the job with odc-run or mpirun, or use comm.transport ipc (one host)");
+  }
+  if (options.gather_dtype != GatherDtype::f32) {
+    fail("comm.gather_dtype {} needs comm.transport ipc (the UCX transport gathers the fp32 masters)",
+         gather_dtype_name(options.gather_dtype));
   }
   TransportOptions transport = options.transport;
   for (int u = 0; u < layout.num_units(); ++u) transport.slot_floats = std::max(transport.slot_floats, layout.unit(u).shard);

@@ -13,7 +13,7 @@ namespace odc::train {
 
 data::CostModel calibrate_cost_model(const Config& config, std::vector<CalibrationPoint>* points) {
   const auto model_config = training_model_config(config);
-  model::LlamaModel model(model_config, training_backend(config, 1));
+  model::LlamaModel model(model_config, training_backend(config, 0));
   distributed::ShardLayout layout(model.units(), 1, 0);
   distributed::ShardStore store(layout, model.units(), model_config, static_cast<std::uint64_t>(config.get_int("model.seed")),
                                 {}, &model.backend());

@@ -148,6 +148,16 @@ std::vector<TunableSpec> trainer_tunables() {
               "ODC owners add gradient pushes in a fixed order (per-client buffers folded in rank order): two runs, "
               "and a resumed run, give the same bits; costs one fp32 copy of the parameters per rank. The "
               "collective and single-rank paths are always deterministic"),
+      tunable("comm.transport", K::string, "auto",
+              "how ODC moves data: ucx (UCX one-sided gets and pushes, any hosts), ipc (memory shared by the ranks "
+              "of one host: CUDA IPC on GPUs, shared memory on CPUs), auto (ipc for GPU state or a job started "
+              "without MPI, else ucx)",
+              {"auto", "ucx", "ipc"}),
+      tunable("comm.gather_dtype", K::string, "fp32",
+              "element type of gathered unit weights: fp32 (the masters, as the paper's reference under ODC) or bf16 "
+              "(a bf16 copy of every shard made at the minibatch start: half the bytes; needs model.dtype bfloat16, "
+              "whose compute rounds the weights to bf16 anyway)",
+              {"fp32", "bf16"}),
       tunable("comm.timeout_s", K::number, "600", "a wait on a peer longer than this is an error naming the peer",
               Range::above(0)),
       // checkpoint
@@ -274,13 +284,15 @@ model::LlamaConfig model_config_from(const Config& config) {
   return model::LlamaConfig::from_json(yaml_to_json(config.get_map("model.config")), "model.config", true);
 }
 
-std::unique_ptr<backend::Backend> training_backend(const Config& config, int world_size) {
+std::unique_ptr<backend::Backend> training_backend(const Config& config, int local_rank) {
   const std::string device = config.get_string("model.device");
-  if (device == "cuda" && world_size != 1) {
-    fail("model.device=cuda supports one rank (got {}); multi-rank GPU training is not built yet", world_size);
+  const DType dtype = parse_dtype(config.get_string("model.dtype"));
+  if (config.get_string("comm.gather_dtype") == "bf16" && dtype != DType::bf16) {
+    fail("comm.gather_dtype bf16 rounds the gathered weights to bf16, but model.dtype {} computes with them unrounded: "
+         "set model.dtype: bfloat16, or comm.gather_dtype: fp32",
+         dtype_name(dtype));
   }
-  return backend::make_backend(device, parse_dtype(config.get_string("model.dtype")),
-                               static_cast<int>(config.get_int("train.threads")));
+  return backend::make_backend(device, dtype, static_cast<int>(config.get_int("train.threads")), local_rank);
 }
 
 namespace {

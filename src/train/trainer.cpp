@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -83,6 +84,15 @@ ModelSource resumed_source(const Config& config, const TrainingManifest& manifes
   return source;
 }
 
+// This rank among the ranks of its host, as the launcher says (Open MPI, odc-run --local, Slurm);
+// else its rank (ranks that are threads of one process).
+int local_rank(int rank) {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "ODC_LOCAL_RANK", "SLURM_LOCALID"}) {
+    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') return std::atoi(value);
+  }
+  return rank;
+}
+
 distributed::CommOptions comm_options(const Config& config) {
   distributed::CommOptions options;
   options.kind = distributed::parse_comm_kind(config.get_string("train.comm"));
@@ -91,6 +101,8 @@ distributed::CommOptions comm_options(const Config& config) {
   options.transport.timeout_s = config.get_double("comm.timeout_s");
   options.transport.direct_load = config.get_bool("comm.direct_load");
   options.deterministic = config.get_bool("comm.deterministic");
+  options.odc_transport = distributed::parse_odc_transport(config.get_string("comm.transport"));
+  options.gather_dtype = distributed::parse_gather_dtype(config.get_string("comm.gather_dtype"));
   return options;
 }
 }  // namespace
@@ -112,7 +124,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
 
   // The backend first: a device that cannot be used (no CUDA build or GPU, several ranks) fails
   // before anything is read or written.
-  auto compute = training_backend(config, world);
+  auto compute = training_backend(config, local_rank(rank));
   // Outputs written only at the end of the run (by rank 0) are proven writable before anything
   // is read or trained.
   if (group_.is_root()) {

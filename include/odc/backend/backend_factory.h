@@ -3,7 +3,7 @@
 // and calibration construct their model's backend here.
 //
 //   device "cpu"   CpuBackend: float32 (bfloat16: the CPU backend's bf16 mode, where built)
-//   device "cuda"  CudaBackend on GPU 0 (bfloat16 compute; fp32 masters and gradients), in a
+//   device "cuda"  CudaBackend on GPU local_rank % count (bfloat16 compute; fp32 masters and gradients), in a
 //                  build with CUDA and with a visible device
 // Anything else is an odc::Error naming the key and the value.
 #include <memory>
@@ -17,6 +17,8 @@ namespace odc::backend {
 bool cuda_backend_built();
 
 // `threads`: the CPU backend's compute threads (>= 1); the CUDA backend ignores it.
-std::unique_ptr<Backend> make_backend(std::string_view device, DType dtype, int threads);
+// `local_rank`: this rank among the ranks of its host; the CUDA backend runs on GPU
+// local_rank % (visible GPUs), so ranks spread over a node's GPUs and may share one.
+std::unique_ptr<Backend> make_backend(std::string_view device, DType dtype, int threads, int local_rank = 0);
 
 }  // namespace odc::backend

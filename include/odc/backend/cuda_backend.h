@@ -81,8 +81,10 @@ class CudaBackend final : public Backend {
   void cross_entropy(ConstView logits, ConstView targets, ConstView weights, std::int64_t rows, std::int64_t vocab,
                      View dlogits, View nll, LossSums& sums) override;
 
-  // The stream every op runs on (a cudaStream_t), for tests and benchmarks.
+  // The stream every op runs on (a cudaStream_t): the comms order their work against it.
   void* stream() const;
+  // The CUDA device index the backend runs on.
+  int device_index() const;
 
  private:
   struct Impl;

@@ -4,9 +4,13 @@
 // them one-sidedly), then the ShardStore (masters initialized, accumulators, optimizer moments),
 // then the Comm — and torn down in reverse.
 //
-//   one rank        LocalComm (nothing to communicate)
-//   collective      CollectiveComm over the group's MPI communicator
-//   odc             UcxTransport + OdcComm
+//   one rank              LocalComm (nothing to communicate)
+//   collective            CollectiveComm over the group's MPI communicator (host state), or
+//                         NcclComm (GPU state)
+//   odc, transport ucx    UcxTransport + OdcComm (host state, any hosts)
+//   odc, transport ipc    PeerMemory + IpcOdcComm (ranks of one host: CUDA IPC for GPU state,
+//                         shared memory for host state; any HostGroup, MPI or not)
+//   odc, transport auto   ipc for GPU state or a group without MPI, else ucx
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -21,9 +25,16 @@
 namespace odc::distributed {
 
 class UcxTransport;
+class PeerMemory;
+
+// How ODC moves data (comm.transport).
+enum class OdcTransport { automatic, ucx, ipc };
+OdcTransport parse_odc_transport(std::string_view name);  // "auto" | "ucx" | "ipc"
 
 struct CommOptions {
   CommKind kind = CommKind::odc;
+  OdcTransport odc_transport = OdcTransport::automatic;
+  GatherDtype gather_dtype = GatherDtype::f32;
   TransportOptions transport;  // ODC: chunking, in-flight limit, timeout, direct loads
   bool deterministic = false;  // ODC: ordered accumulation (bitwise reproducible); the others always are
 };
@@ -44,7 +55,8 @@ class CommStack {
                                                const std::vector<model::UnitLayout>&, const model::LlamaConfig&,
                                                std::uint64_t, backend::Backend*);
   CommStack() = default;
-  std::unique_ptr<UcxTransport> transport_;  // declared first: destroyed after the store and comm
+  std::unique_ptr<PeerMemory> peer_memory_;  // declared first: destroyed after the store and comm
+  std::unique_ptr<UcxTransport> transport_;
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<Comm> comm_;
 };
@@ -52,8 +64,7 @@ class CommStack {
 // Collective over `group`. A multi-rank group must be an MpiHostGroup (the comms run on its
 // communicator and watchdog); a single rank needs no communicator. The masters are initialized
 // deterministically from `seed` (ShardStore), the same for every world size. `device`, when
-// given and not a host backend, holds the state in its memory (one rank only: the comms between
-// ranks move host memory).
+// given and not a host backend, holds the state in its memory (then the comm is NCCL or IPC).
 std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& group, const ShardLayout& layout,
                                      const std::vector<model::UnitLayout>& units, const model::LlamaConfig& config,
                                      std::uint64_t seed, backend::Backend* device = nullptr);

@@ -9,6 +9,15 @@
 using namespace odc;
 using distributed::CommKind;
 
+namespace {
+distributed::CommOptions options_of(CommKind kind, distributed::OdcTransport transport = distributed::OdcTransport::automatic) {
+  distributed::CommOptions o;
+  o.kind = kind;
+  o.odc_transport = transport;
+  return o;
+}
+}  // namespace
+
 
 TEST_CASE("comm kinds: names, and which schedules need equal microbatch counts", "[distributed]") {
   CHECK(distributed::parse_comm_kind("odc") == CommKind::odc);
@@ -25,7 +34,7 @@ TEST_CASE("make_comm: one rank gets the local comm over the whole model, initial
   auto group = distributed::InProcessGroup::create(1);
   for (const auto kind : {CommKind::odc, CommKind::collective}) {
     const distributed::ShardLayout layout(units, 1, 0);
-    auto stack = distributed::make_comm({kind, {}}, *group[0], layout, units, config, 5);
+    auto stack = distributed::make_comm(options_of(kind), *group[0], layout, units, config, 5);
     CHECK(stack->comm().name() == "local");
     CHECK_FALSE(stack->comm().needs_equal_microbatches());
     CHECK(stack->comm().resources().endpoints == 0);
@@ -38,14 +47,20 @@ TEST_CASE("make_comm: one rank gets the local comm over the whole model, initial
   }
 }
 
-TEST_CASE("make_comm: a multi-rank comm needs an MPI group, and the layout must match the group", "[distributed]") {
+TEST_CASE("make_comm: UCX and host collectives need an MPI group, and the layout must match the group", "[distributed]") {
   const auto config = test::tiny_model();
   const auto units = model::build_unit_layouts(config);
   auto group = distributed::InProcessGroup::create(2);
   const distributed::ShardLayout layout(units, 2, 0);
-  CHECK_THROWS_WITH(distributed::make_comm({CommKind::odc, {}}, *group[0], layout, units, config, 0),
-                    Catch::Contains("the odc comm runs over MPI"));
+  CHECK_THROWS_WITH(distributed::make_comm(options_of(CommKind::odc, distributed::OdcTransport::ucx), *group[0], layout, units, config, 0),
+                    Catch::Contains("comm.transport ucx runs over MPI"));
+  CHECK_THROWS_WITH(distributed::make_comm(options_of(CommKind::collective), *group[0], layout, units, config, 0),
+                    Catch::Contains("the collective comm on host memory runs over MPI"));
   const distributed::ShardLayout wrong(units, 2, 1);
-  CHECK_THROWS_WITH(distributed::make_comm({CommKind::collective, {}}, *group[0], wrong, units, config, 0),
+  CHECK_THROWS_WITH(distributed::make_comm(options_of(CommKind::collective), *group[0], wrong, units, config, 0),
                     Catch::Contains("shard layout is for rank 1 of 2, but the group has rank 0 of 2"));
+  CHECK(distributed::parse_odc_transport("auto") == distributed::OdcTransport::automatic);
+  CHECK_THROWS_WITH(distributed::parse_odc_transport("tcp"), Catch::Contains("unknown comm.transport 'tcp'"));
+  CHECK(distributed::parse_gather_dtype("bf16") == distributed::GatherDtype::bf16);
+  CHECK_THROWS_WITH(distributed::parse_gather_dtype("fp16"), Catch::Contains("unknown comm.gather_dtype 'fp16'"));
 }
