@@ -54,6 +54,12 @@ TEST_CASE("ODC training on N ranks matches one rank and the collective baseline"
   auto messages_extra = with("odc");
   messages_extra.push_back("comm.direct_load=false");
   const Run odc_messages = train_with(data, messages_extra);
+  // The same through the IPC transport (shared memory between the ranks of this host; on GPUs
+  // the same protocol runs over CUDA IPC).
+  auto ipc_extra = with("odc");
+  ipc_extra.push_back("comm.transport=ipc");
+  ipc_extra.push_back("comm.chunk_bytes=4096");  // several chunks per slice: slots are reused within a push
+  const Run odc_ipc = train_with(data, ipc_extra);
   const Run collective = train_with(data, with("collective"));
   // Microbatch counts differ between ranks in some step (ODC runs them unpadded).
   int differing_steps = 0;
@@ -76,6 +82,8 @@ TEST_CASE("ODC training on N ranks matches one rank and the collective baseline"
       CHECK(odc.steps[s].loss == Approx(expected[s].loss).epsilon(1e-5));
       CHECK(odc.steps[s].loss == Approx(collective.steps[s].loss).epsilon(1e-5));
       CHECK(odc_messages.steps[s].loss == Approx(expected[s].loss).epsilon(1e-5));
+      CHECK(odc_ipc.steps[s].loss == Approx(expected[s].loss).epsilon(1e-5));
+      CHECK(odc_ipc.steps[s].grad_norm == Approx(expected[s].grad_norm).epsilon(1e-5));
       CHECK(odc.steps[s].grad_norm == Approx(expected[s].grad_norm).epsilon(1e-5));
     }
     auto& ref = reference.store();
@@ -86,6 +94,7 @@ TEST_CASE("ODC training on N ranks matches one rank and the collective baseline"
       CHECK(test::relative_difference(odc.weights[static_cast<std::size_t>(u)],
                                       collective.weights[static_cast<std::size_t>(u)]) < 1e-5);
       CHECK(test::relative_difference(odc_messages.weights[static_cast<std::size_t>(u)], w) < 1e-5);
+      CHECK(test::relative_difference(odc_ipc.weights[static_cast<std::size_t>(u)], w) < 1e-5);
     }
   }
 }
@@ -106,6 +115,31 @@ TEST_CASE("comm.deterministic: ODC runs repeat bit for bit, and a resumed run co
     CHECK(a.steps[s].grad_norm == b.steps[s].grad_norm);
   }
   if (mpi_rank() == 0) CHECK(a.weights == b.weights);
+  // The IPC transport's ordered accumulation (per-client accumulators folded in rank order).
+  auto ipc = det;
+  ipc.push_back("comm.transport=ipc");
+  const Run c = train_with(data, ipc);
+  const Run d = train_with(data, ipc);
+  for (std::size_t s = 0; s < c.steps.size(); ++s) {
+    INFO("ipc step " << s + 1);
+    CHECK(c.steps[s].loss == d.steps[s].loss);  // bitwise
+    CHECK(c.steps[s].grad_norm == d.steps[s].grad_norm);
+    CHECK(c.steps[s].loss == Approx(a.steps[s].loss).epsilon(1e-5));
+  }
+  if (mpi_rank() == 0) CHECK(c.weights == d.weights);
+  // bf16 compute rounds the weights to bf16 wherever they come from: gathering a bf16 copy of the
+  // shards (half the bytes) gives the same bits as gathering the fp32 masters.
+  auto bf16 = ipc;
+  bf16.push_back("model.dtype=bfloat16");
+  const Run fp32_gathers = train_with(data, bf16);
+  bf16.push_back("comm.gather_dtype=bf16");
+  const Run bf16_gathers = train_with(data, bf16);
+  for (std::size_t s = 0; s < fp32_gathers.steps.size(); ++s) {
+    INFO("bf16 step " << s + 1);
+    CHECK(bf16_gathers.steps[s].loss == fp32_gathers.steps[s].loss);  // bitwise
+    CHECK(bf16_gathers.steps[s].grad_norm == fp32_gathers.steps[s].grad_norm);
+  }
+  if (mpi_rank() == 0) CHECK(bf16_gathers.weights == fp32_gathers.weights);
 
   const auto dir = std::filesystem::temp_directory_path() / "odc_mpi_deterministic_resume";
   if (mpi_rank() == 0) std::filesystem::remove_all(dir);
