@@ -10,6 +10,7 @@
 #include "odc/distributed/odc_comm.h"
 #include "odc/distributed/peer_memory.h"
 #include "odc/distributed/shared_segment.h"
+#include "odc/distributed/staged_comm.h"
 #include "odc/distributed/ucx_transport.h"
 #if defined(ODC_HAVE_CUDA)
 #include "odc/distributed/cuda_peer_memory.h"
@@ -25,6 +26,8 @@ CommStack::~CommStack() {
   // The comm references the store and the transport; the store may live in the transport's memory.
   comm_.reset();
   store_.reset();
+  host_comm_.reset();
+  host_store_.reset();
   transport_.reset();
   peer_memory_.reset();
 }
@@ -52,6 +55,18 @@ std::unique_ptr<PeerMemory> make_peer_memory(HostGroup& group, backend::Backend*
 }
 
 }  // namespace
+
+void CommStack::stage(CommStack& stack, std::unique_ptr<ShardStore> host_store, std::unique_ptr<Comm> host_comm,
+                      const ShardLayout& layout, const std::vector<model::UnitLayout>& units,
+                      const model::LlamaConfig& config, std::uint64_t seed, backend::Backend* state_device,
+                      backend::Backend* device) {
+  ODC_CHECK(device != nullptr, "host staging needs the model's backend");
+  stack.host_store_ = std::move(host_store);
+  stack.host_comm_ = std::move(host_comm);
+  // The device store starts from the same seed: both hold the same masters until the first step.
+  stack.store_ = std::make_unique<ShardStore>(layout, units, config, seed, std::span<float>{}, state_device);
+  stack.comm_ = std::make_unique<StagedComm>(*stack.host_comm_, *stack.host_store_, *stack.store_, *device);
+}
 
 std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& group, const ShardLayout& layout,
                                      const std::vector<model::UnitLayout>& units, const model::LlamaConfig& config,
@@ -88,13 +103,21 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
       fail("comm.gather_dtype {} on host memory: the MPI collectives gather the fp32 masters (bf16 gathers are NCCL's "
            "and the ipc transport's)", gather_dtype_name(options.gather_dtype));
     }
-    stack->store_ = std::make_unique<ShardStore>(layout, units, config, seed);
-    stack->comm_ = std::make_unique<CollectiveComm>(*stack->store_, mpi->comm(), mpi->watchdog());
+    auto host_store = std::make_unique<ShardStore>(layout, units, config, seed);
+    auto host_comm = std::make_unique<CollectiveComm>(*host_store, mpi->comm(), mpi->watchdog());
+    if (!options.host_staging) {
+      stack->store_ = std::move(host_store);
+      stack->comm_ = std::move(host_comm);
+      return stack;
+    }
+    CommStack::stage(*stack, std::move(host_store), std::move(host_comm), layout, units, config, seed, nullptr, device);
     return stack;
   }
+  // A group without MPI is one host by construction (odc-run --local, threads).
+  const bool one_host = mpi == nullptr || mpi->topology().hosts == 1;
   OdcTransport transport_kind = options.odc_transport;
   if (transport_kind == OdcTransport::automatic) {
-    transport_kind = state_device != nullptr || mpi == nullptr ? OdcTransport::ipc : OdcTransport::ucx;
+    transport_kind = (state_device != nullptr && one_host) || mpi == nullptr ? OdcTransport::ipc : OdcTransport::ucx;
   }
   if (transport_kind == OdcTransport::ipc) {
     stack->peer_memory_ = make_peer_memory(group, state_device);
@@ -113,10 +136,6 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
     stack->comm_ = std::make_unique<IpcOdcComm>(*stack->store_, group, *stack->peer_memory_, handle, ipc, state_device);
     return stack;
   }
-  if (state_device != nullptr) {
-    fail("comm.transport ucx moves host memory, but the state is on {}: use comm.transport ipc (the ranks of one host "
-         "through CUDA IPC)", state_device->name());
-  }
   if (mpi == nullptr) {
     fail("comm.transport ucx runs over MPI: launch the job with odc-run or mpirun, or use comm.transport ipc (one host)");
   }
@@ -124,13 +143,20 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
     fail("comm.gather_dtype {} needs comm.transport ipc (the UCX transport gathers the fp32 masters)",
          gather_dtype_name(options.gather_dtype));
   }
+  const bool staged = state_device != nullptr || options.host_staging;
   TransportOptions transport = options.transport;
   for (int u = 0; u < layout.num_units(); ++u) transport.slot_floats = std::max(transport.slot_floats, layout.unit(u).shard);
   // The masters live in memory the transport registered, so peers can read them one-sidedly.
   stack->transport_ = std::make_unique<UcxTransport>(mpi->comm(), layout.owned_elements(), transport);
-  stack->store_ = std::make_unique<ShardStore>(layout, units, config, seed, stack->transport_->exposed());
-  stack->comm_ = std::make_unique<OdcComm>(*stack->store_, *stack->transport_, mpi->comm(), mpi->watchdog(),
-                                            options.deterministic);
+  auto host_store = std::make_unique<ShardStore>(layout, units, config, seed, stack->transport_->exposed());
+  auto host_comm = std::make_unique<OdcComm>(*host_store, *stack->transport_, mpi->comm(), mpi->watchdog(),
+                                             options.deterministic);
+  if (!staged) {
+    stack->store_ = std::move(host_store);
+    stack->comm_ = std::move(host_comm);
+    return stack;
+  }
+  CommStack::stage(*stack, std::move(host_store), std::move(host_comm), layout, units, config, seed, state_device, device);
   return stack;
 }
 

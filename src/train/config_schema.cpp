@@ -192,6 +192,9 @@ std::vector<TunableSpec> trainer_tunables() {
       tunable("debug.checkpoint_delay_rank", K::integer, "-1",
               "the rank that sleeps debug.checkpoint_delay_ms (-1: every rank; rank-failure tests)",
               Range::at_least(-1)),
+      tunable("debug.host_staging", K::boolean, "false",
+              "stage the host comms (odc over ucx, collective over MPI) through the model backend's memory even for "
+              "host state: the path GPU ranks on several hosts take, exercised on a CPU"),
       tunable("debug.slow_rank", K::integer, "-1", "rank that sleeps debug.delay_ms before each microbatch (-1: none)",
               Range::at_least(-1)),
       tunable("debug.delay_ms", K::number, "0", "injected per-microbatch delay of debug.slow_rank (straggler studies)",

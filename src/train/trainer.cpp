@@ -103,6 +103,7 @@ distributed::CommOptions comm_options(const Config& config) {
   options.deterministic = config.get_bool("comm.deterministic");
   options.odc_transport = distributed::parse_odc_transport(config.get_string("comm.transport"));
   options.gather_dtype = distributed::parse_gather_dtype(config.get_string("comm.gather_dtype"));
+  options.host_staging = config.get_bool("debug.host_staging");
   return options;
 }
 }  // namespace

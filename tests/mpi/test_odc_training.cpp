@@ -61,6 +61,15 @@ TEST_CASE("ODC training on N ranks matches one rank and the collective baseline"
   ipc_extra.push_back("comm.chunk_bytes=4096");  // several chunks per slice: slots are reused within a push
   const Run odc_ipc = train_with(data, ipc_extra);
   const Run collective = train_with(data, with("collective"));
+  // Both host comms staged through the backend's memory: the path GPU ranks on several hosts take.
+  auto staged = [&](const std::string& comm) {
+    auto extra = with(comm);
+    extra.push_back("debug.host_staging=true");
+    extra.push_back("comm.transport=ucx");
+    return extra;
+  };
+  const Run odc_staged = train_with(data, staged("odc"));
+  const Run collective_staged = train_with(data, staged("collective"));
   // Microbatch counts differ between ranks in some step (ODC runs them unpadded).
   int differing_steps = 0;
   for (const auto& s : odc.steps) {
@@ -84,6 +93,9 @@ TEST_CASE("ODC training on N ranks matches one rank and the collective baseline"
       CHECK(odc_messages.steps[s].loss == Approx(expected[s].loss).epsilon(1e-5));
       CHECK(odc_ipc.steps[s].loss == Approx(expected[s].loss).epsilon(1e-5));
       CHECK(odc_ipc.steps[s].grad_norm == Approx(expected[s].grad_norm).epsilon(1e-5));
+      CHECK(odc_staged.steps[s].loss == Approx(expected[s].loss).epsilon(1e-5));
+      CHECK(collective_staged.steps[s].loss == collective.steps[s].loss);  // the same reductions, staged
+      CHECK(collective_staged.steps[s].grad_norm == collective.steps[s].grad_norm);
       CHECK(odc.steps[s].grad_norm == Approx(expected[s].grad_norm).epsilon(1e-5));
     }
     auto& ref = reference.store();
@@ -95,6 +107,8 @@ TEST_CASE("ODC training on N ranks matches one rank and the collective baseline"
                                       collective.weights[static_cast<std::size_t>(u)]) < 1e-5);
       CHECK(test::relative_difference(odc_messages.weights[static_cast<std::size_t>(u)], w) < 1e-5);
       CHECK(test::relative_difference(odc_ipc.weights[static_cast<std::size_t>(u)], w) < 1e-5);
+      CHECK(test::relative_difference(odc_staged.weights[static_cast<std::size_t>(u)], w) < 1e-5);
+      CHECK(collective_staged.weights[static_cast<std::size_t>(u)] == collective.weights[static_cast<std::size_t>(u)]);
     }
   }
 }

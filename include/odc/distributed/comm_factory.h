@@ -10,7 +10,9 @@
 //   odc, transport ucx    UcxTransport + OdcComm (host state, any hosts)
 //   odc, transport ipc    PeerMemory + IpcOdcComm (ranks of one host: CUDA IPC for GPU state,
 //                         shared memory for host state; any HostGroup, MPI or not)
-//   odc, transport auto   ipc for GPU state or a group without MPI, else ucx
+//   odc, transport auto   ipc for GPU state on one host or a group without MPI, else ucx
+// GPU state with a host comm (odc over ucx: several hosts) goes through StagedComm, which copies
+// between the device and the host comm's own host store.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -37,6 +39,9 @@ struct CommOptions {
   GatherDtype gather_dtype = GatherDtype::f32;
   TransportOptions transport;  // ODC: chunking, in-flight limit, timeout, direct loads
   bool deterministic = false;  // ODC: ordered accumulation (bitwise reproducible); the others always are
+  // Stage a host comm through the backend's memory even for host state (debug.host_staging: the
+  // path GPU state takes across hosts, exercised on a CPU).
+  bool host_staging = false;
 };
 
 class CommStack {
@@ -55,8 +60,16 @@ class CommStack {
                                                const std::vector<model::UnitLayout>&, const model::LlamaConfig&,
                                                std::uint64_t, backend::Backend*);
   CommStack() = default;
+  // Wraps a host comm and its store in a StagedComm over a store in `state_device`'s memory
+  // (null: host memory) and `device`'s copies.
+  static void stage(CommStack& stack, std::unique_ptr<ShardStore> host_store, std::unique_ptr<Comm> host_comm,
+                    const ShardLayout& layout, const std::vector<model::UnitLayout>& units,
+                    const model::LlamaConfig& config, std::uint64_t seed, backend::Backend* state_device,
+                    backend::Backend* device);
   std::unique_ptr<PeerMemory> peer_memory_;  // declared first: destroyed after the store and comm
   std::unique_ptr<UcxTransport> transport_;
+  std::unique_ptr<ShardStore> host_store_;  // StagedComm: the inner comm's state in host memory
+  std::unique_ptr<Comm> host_comm_;          // StagedComm: the inner comm
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<Comm> comm_;
 };
