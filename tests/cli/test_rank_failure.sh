@@ -13,8 +13,9 @@
 #   kill -STOP  the process is frozen (the launcher sees nothing): our own timeouts must catch it
 #          (the ODC transport's per-operation timeout or the watchdog around MPI waits) and name it.
 # COMM (default odc): collective runs the same moments over the collective baseline, whose frozen-peer
-# detection in the microbatch loop is the watchdog around its all-gather / reduce-scatter waits.
-# Usage: test_rank_failure.sh BIN_DIR WORK_DIR microbatch|barrier|checkpoint [odc|collective]
+# detection in the microbatch loop is the watchdog around its all-gather / reduce-scatter waits;
+# ipc runs ODC over the IPC transport (shared memory), whose frozen owner stops freeing data slots.
+# Usage: test_rank_failure.sh BIN_DIR WORK_DIR microbatch|barrier|checkpoint [odc|collective|ipc]
 set -uo pipefail
 bin="$(cd "$1" && pwd)"
 work="$2"
@@ -30,13 +31,15 @@ cleanup() {  # a SIGKILLed UCX process cannot unlink its shared-memory files
 trap cleanup EXIT
 
 timeout_s=5
+comm_args=(--set "train.comm=$comm")
+[ "$comm" = ipc ] && comm_args=(--set train.comm=odc --set comm.transport=ipc)
 "$bin/odc-data" synth --out "$work/data.jsonl" --num 400 --max-length 96 --mean-length 40 --seed 3 >/dev/null
 ckpt="$work/ckpt"
 train() {  # extra --set arguments...
   mpirun -np 2 --oversubscribe --bind-to none --mca orte_base_help_aggregate 0 "$bin/odc-train" \
     --set "data.train=$work/data.jsonl" \
     --set "model.config={hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2}" \
-    --set data.minibatch_size=4 --set train.comm=$comm --set checkpoint.every=2 --set "checkpoint.dir=$ckpt" \
+    --set data.minibatch_size=4 "${comm_args[@]}" --set checkpoint.every=2 --set "checkpoint.dir=$ckpt" \
     --set train.log_every=1 --set train.peak_flops=1e10 --set comm.timeout_s=$timeout_s "$@"
 }
 latest_step() { ls "$ckpt" | grep -E '^step-[0-9]+$' | sort | tail -1 | sed 's/^step-0*//'; }
@@ -104,9 +107,11 @@ for signal in KILL STOP; do
   else
     # Frozen: only our timeouts can see it: the ODC transport's (an operation on rank 1 that never
     # completes) or the watchdog's (rank 1 does not answer). The error must name rank 1 and the moment.
-    name="to rank 1 stalled|from rank\(s\) 1 after|missing from 1|rank\(s\) 1 did not answer"
+    name="to rank 1 stalled|to rank 1: no data slot freed|from rank\(s\) 1 after|missing from 1|rank\(s\) 1 did not answer"
     case "$moment" in
-      microbatch) where="gradient push|gather|reduce-scatter|microbatch" ;;
+      # Over ipc a push completes into the owner's free data slots without the owner: with slots
+      # to spare, the survivor finishes its loop and names rank 1 at the minibatch end.
+      microbatch) where="gradient push|gather|reduce-scatter|microbatch"; [ "$comm" = ipc ] && where="$where|minibatch end" ;;
       barrier) where="minibatch.end" ;;
       checkpoint) where="checkpoint" ;;
     esac
