@@ -63,6 +63,10 @@ expect_error "layer count beyond 32 bits" "'num_hidden_layers' is 4294967297, ou
   --set model.config.num_hidden_layers=4294967297
 expect_error "head count beyond 32 bits" "'num_attention_heads' is 4294967300, outside the range" -- "${base[@]}" \
   --set model.config.num_attention_heads=4294967300
+# bf16 gathers would round the weights that fp32 compute uses unrounded.
+expect_error "bf16 gathers with fp32 compute" "comm.gather_dtype bf16 rounds the gathered weights to bf16" "set model.dtype: bfloat16" \
+  -- "${base[@]}" --set comm.gather_dtype=bf16
+expect_error "unknown comm transport" "comm.transport" -- "${base[@]}" --set comm.transport=tcp
 expect_error "missing data file" "absent.jsonl" -- "${base[@]}" --set "data.train=$work/absent.jsonl"
 expect_error "sequence longer than the cap" "length 10" "data.max_tokens_per_microbatch = 8" -- \
   "${base[@]}" --set data.max_tokens_per_microbatch=8
