@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu_main.h"
 #include "gpu_timing.h"
 #include "odc/core/dtype.h"
 #include "odc/core/error.h"
@@ -40,9 +41,7 @@ struct Options {
 
 constexpr const char* kUsage = "usage: gpu_ceilings [--size N] [--iters N] [--warmup N] [--copy-mib N]\n";
 
-struct UsageError : odc::Error {
-  using odc::Error::Error;
-};
+using odc::bench::UsageError;
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -125,27 +124,10 @@ void copy_ceiling(const Options& o, cu::DeviceAllocator& alloc, const cu::Stream
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options options;
-  try {
-    options = parse(argc, argv);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "gpu_ceilings: %s\n%s", e.what(), kUsage);
-    return 2;
-  }
-  try {
-    std::string why;
-    if (cu::device_count(&why) == 0) {
-      std::fprintf(stderr, "SKIP: no CUDA device visible (%s)\n", why.empty() ? "none" : why.c_str());
-      return 77;
-    }
+  return odc::bench::gpu_bench_main("gpu_ceilings", kUsage, [&] { return parse(argc, argv); }, [](const Options& o) {
     cu::DeviceAllocator alloc;
     const cu::Stream stream;
-    gemm_ceiling(options, alloc, stream);
-    copy_ceiling(options, alloc, stream);
-    std::fflush(stdout);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpu_ceilings: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    gemm_ceiling(o, alloc, stream);
+    copy_ceiling(o, alloc, stream);
+  });
 }

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_args.h"
+#include "gpu_main.h"
 #include "gpu_timing.h"
 #include "odc/core/error.h"
 #include "odc/kernels/cuda_cast.h"
@@ -43,9 +44,7 @@ struct Options {
   std::vector<std::int64_t> mib;
 };
 
-struct UsageError : odc::Error {
-  using odc::Error::Error;
-};
+using odc::bench::UsageError;
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -140,27 +139,11 @@ void measure(const Options& o, std::int64_t mib, const OneRankComm& comm, cu::De
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options options;
-  try {
-    options = parse(argc, argv);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "gpu_nccl: %s\n%s", e.what(), kUsage);
-    return 2;
-  }
-  try {
-    std::string why;
-    if (cu::device_count(&why) == 0) {
-      std::fprintf(stderr, "SKIP: no CUDA device visible (%s)\n", why.empty() ? "none" : why.c_str());
-      return 77;
-    }
+  return odc::bench::gpu_bench_main("gpu_nccl", kUsage, [&] { return parse(argc, argv); }, [](const Options& o) {
     cu::set_device(0);
     cu::DeviceAllocator alloc;
     const cu::Stream stream;
     const OneRankComm comm;
-    for (const std::int64_t mib : options.mib) measure(options, mib, comm, alloc, stream);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpu_nccl: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    for (const std::int64_t mib : o.mib) measure(o, mib, comm, alloc, stream);
+  });
 }

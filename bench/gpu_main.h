@@ -1,0 +1,44 @@
+#pragma once
+// The frame of a GPU benchmark's main (gpu_ceilings, gpu_nccl): a UsageError from parsing prints
+// the message and the usage and exits 2; without a visible CUDA device the program prints the
+// SKIP line and exits 77 (what ctest and the GPU check's dry run count as skipped); any other
+// error is printed and exits 1.
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "odc/core/error.h"
+#include "odc/kernels/cuda_cast.h"
+
+namespace odc::bench {
+
+struct UsageError : odc::Error {
+  using odc::Error::Error;
+};
+
+// parse() returns the options (throwing UsageError on a bad command line); run(options) measures.
+template <typename Parse, typename Run>
+int gpu_bench_main(const char* name, const char* usage, Parse&& parse, Run&& run) {
+  decltype(parse()) options;
+  try {
+    options = parse();
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s\n%s", name, e.what(), usage);
+    return 2;
+  }
+  try {
+    std::string why;
+    if (kernels::cuda::device_count(&why) == 0) {
+      std::fprintf(stderr, "SKIP: no CUDA device visible (%s)\n", why.empty() ? "none" : why.c_str());
+      return 77;
+    }
+    run(options);
+    std::fflush(stdout);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", name, e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace odc::bench
