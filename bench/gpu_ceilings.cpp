@@ -45,37 +45,20 @@ using odc::bench::UsageError;
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    auto value = [&]() -> long long {
-      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
-      const std::string text = argv[++i];
-      std::size_t used = 0;
-      long long v = 0;
-      try {
-        v = std::stoll(text, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != text.size() || v < 0) throw UsageError(arg + " expects a non-negative integer, got '" + text + "'");
-      return v;
-    };
-    if (arg == "--size") {
-      o.size = value();
-    } else if (arg == "--iters") {
-      o.iters = static_cast<int>(value());
-    } else if (arg == "--warmup") {
-      o.warmup = static_cast<int>(value());
-    } else if (arg == "--copy-mib") {
-      o.copy_mib = value();
+  odc::bench::parse_int_flags(argc, argv, kUsage, [&](const std::string& flag, std::int64_t value) {
+    if (flag == "--size") {
+      o.size = value;
+    } else if (flag == "--iters") {
+      o.iters = static_cast<int>(value);
+    } else if (flag == "--warmup") {
+      o.warmup = static_cast<int>(value);
+    } else if (flag == "--copy-mib") {
+      o.copy_mib = value;
     } else {
-      throw UsageError("unknown argument '" + arg + "'");
+      return false;
     }
-  }
+    return true;
+  });
   if (o.size < 16 || o.size > 32768) throw UsageError("--size must lie in [16, 32768]");
   if (o.iters < 1) throw UsageError("--iters must be at least 1");
   if (o.copy_mib < 1) throw UsageError("--copy-mib must be at least 1");

@@ -3,10 +3,13 @@
 // the message and the usage and exits 2; without a visible CUDA device the program prints the
 // SKIP line and exits 77 (what ctest and the GPU check's dry run count as skipped); any other
 // error is printed and exits 1.
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 
+#include "bench_args.h"
 #include "odc/core/error.h"
 #include "odc/kernels/cuda_cast.h"
 
@@ -15,6 +18,28 @@ namespace odc::bench {
 struct UsageError : odc::Error {
   using odc::Error::Error;
 };
+
+// The command line of a GPU benchmark: --help / -h prints `usage` and exits 0; every other argument
+// is a flag followed by a non-negative integer, handed to on_flag(flag, value), which returns false
+// for a flag it does not know. Mistakes are UsageErrors naming the flag.
+template <typename OnFlag>
+void parse_int_flags(int argc, char** argv, const char* usage, OnFlag&& on_flag) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(usage, stdout);
+      std::exit(0);
+    }
+    if (i + 1 >= argc) throw UsageError(flag + " needs a value");
+    std::int64_t value = 0;
+    try {
+      value = parse_int(flag, argv[++i]);
+    } catch (const odc::Error& e) {
+      throw UsageError(e.what());
+    }
+    if (!on_flag(flag, value)) throw UsageError("unknown argument '" + flag + "'");
+  }
+}
 
 // parse() returns the options (throwing UsageError on a bad command line); run(options) measures.
 template <typename Parse, typename Run>

@@ -18,14 +18,11 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <exception>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "bench_args.h"
 #include "gpu_main.h"
 #include "gpu_timing.h"
 #include "odc/core/error.h"
@@ -48,25 +45,14 @@ using odc::bench::UsageError;
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (arg != "--iters" && arg != "--warmup" && arg != "--mib") throw UsageError("unknown argument '" + arg + "'");
-    if (i + 1 >= argc) throw UsageError(arg + " needs a value");
-    std::int64_t value = 0;
-    try {
-      value = odc::bench::parse_int(arg, argv[++i]);
-    } catch (const odc::Error& e) {
-      throw UsageError(e.what());
-    }
-    if (value < 1) throw UsageError(arg + " must be at least 1");
-    if (arg == "--iters") o.iters = static_cast<int>(value);
-    if (arg == "--warmup") o.warmup = static_cast<int>(value);
-    if (arg == "--mib") o.mib.push_back(value);
-  }
+  odc::bench::parse_int_flags(argc, argv, kUsage, [&](const std::string& flag, std::int64_t value) {
+    if (flag != "--iters" && flag != "--warmup" && flag != "--mib") return false;
+    if (value < 1) throw UsageError(flag + " must be at least 1");
+    if (flag == "--iters") o.iters = static_cast<int>(value);
+    if (flag == "--warmup") o.warmup = static_cast<int>(value);
+    if (flag == "--mib") o.mib.push_back(value);
+    return true;
+  });
   if (o.mib.empty()) o.mib = {64, 256};
   return o;
 }
