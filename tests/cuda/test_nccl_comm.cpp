@@ -229,11 +229,14 @@ void CUDART_CB hold_stream(void* release) {
 // Run in a child process by the next test case (hidden: not part of a plain run).
 TEST_CASE("NcclComm timeout (child process)", "[.][nccl-timeout-child]") {
   std::atomic<bool> release{false};
-  // A deadline that NCCL's start-up stays well inside; the stream is released long after it,
-  // whatever the abort does meanwhile (it may wait for the device), so nothing here waits forever.
+  // A deadline that NCCL's start-up stays well inside. The stream is released once the error is
+  // caught, or at the latest at twice the deadline should the abort wait for the device meanwhile.
   constexpr double kTimeout = 3.0;
-  std::thread releaser([&] {
-    std::this_thread::sleep_for(std::chrono::duration<double>(2 * kTimeout));
+  std::jthread releaser([&] {  // joined on every way out of this scope
+    const auto latest = std::chrono::steady_clock::now() + std::chrono::duration<double>(2 * kTimeout);
+    while (!release && std::chrono::steady_clock::now() < latest) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     release = true;
   });
   {
@@ -250,6 +253,7 @@ TEST_CASE("NcclComm timeout (child process)", "[.][nccl-timeout-child]") {
       std::printf("nccl-timeout-child: %s\n", e.what());
     }
     std::fflush(stdout);
+    release = true;
     releaser.join();
     try {
       kernels::cuda::device_synchronize();  // nothing of the aborted push is left when the buffers go
@@ -261,9 +265,10 @@ TEST_CASE("NcclComm timeout (child process)", "[.][nccl-timeout-child]") {
 
 TEST_CASE("NcclComm: a push that cannot complete times out naming rank, operation and unit, and aborts",
           "[cuda][nccl][timeout]") {
-  // This test binary itself (the shell popen starts would be /proc/self/exe).
+  // This test binary itself (the shell popen starts would be /proc/self/exe), bounded: a hang is a
+  // failure (exit 124), not a stuck test run.
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::string command = "'" + self + "' '[nccl-timeout-child]' 2>&1";
+  const std::string command = "timeout 60 '" + self + "' '[nccl-timeout-child]' 2>&1";
   std::FILE* child = ::popen(command.c_str(), "r");
   REQUIRE(child != nullptr);
   std::string output;
