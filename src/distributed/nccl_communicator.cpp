@@ -167,7 +167,8 @@ void NcclCommunicator::poll(const NcclOperation& op, Ready&& ready) {
     if (done) return;
     if (std::chrono::steady_clock::now() > deadline) {
       abort_and_fail(op, fmt::format("not complete after comm.timeout_s = {} s: a peer rank stalled, died or "
-                                     "runs other collectives; the communicator is aborted",
+                                     "runs other collectives, or this GPU's work before it is stuck; the "
+                                     "communicator is aborted",
                                      timeout_s_));
     }
     // Spin briefly (collectives of one unit take micro- to milliseconds), then leave the core to
