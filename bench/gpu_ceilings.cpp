@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu_main.h"
 #include "gpu_timing.h"
 #include "odc/core/dtype.h"
 #include "odc/core/error.h"
@@ -40,43 +41,24 @@ struct Options {
 
 constexpr const char* kUsage = "usage: gpu_ceilings [--size N] [--iters N] [--warmup N] [--copy-mib N]\n";
 
-struct UsageError : odc::Error {
-  using odc::Error::Error;
-};
+using odc::bench::UsageError;
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    auto value = [&]() -> long long {
-      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
-      const std::string text = argv[++i];
-      std::size_t used = 0;
-      long long v = 0;
-      try {
-        v = std::stoll(text, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != text.size() || v < 0) throw UsageError(arg + " expects a non-negative integer, got '" + text + "'");
-      return v;
-    };
-    if (arg == "--size") {
-      o.size = value();
-    } else if (arg == "--iters") {
-      o.iters = static_cast<int>(value());
-    } else if (arg == "--warmup") {
-      o.warmup = static_cast<int>(value());
-    } else if (arg == "--copy-mib") {
-      o.copy_mib = value();
+  odc::bench::parse_int_flags(argc, argv, kUsage, [&](const std::string& flag, std::int64_t value) {
+    if (flag == "--size") {
+      o.size = value;
+    } else if (flag == "--iters") {
+      o.iters = static_cast<int>(value);
+    } else if (flag == "--warmup") {
+      o.warmup = static_cast<int>(value);
+    } else if (flag == "--copy-mib") {
+      o.copy_mib = value;
     } else {
-      throw UsageError("unknown argument '" + arg + "'");
+      return false;
     }
-  }
+    return true;
+  });
   if (o.size < 16 || o.size > 32768) throw UsageError("--size must lie in [16, 32768]");
   if (o.iters < 1) throw UsageError("--iters must be at least 1");
   if (o.copy_mib < 1) throw UsageError("--copy-mib must be at least 1");
@@ -125,27 +107,10 @@ void copy_ceiling(const Options& o, cu::DeviceAllocator& alloc, const cu::Stream
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options options;
-  try {
-    options = parse(argc, argv);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "gpu_ceilings: %s\n%s", e.what(), kUsage);
-    return 2;
-  }
-  try {
-    std::string why;
-    if (cu::device_count(&why) == 0) {
-      std::fprintf(stderr, "SKIP: no CUDA device visible (%s)\n", why.empty() ? "none" : why.c_str());
-      return 77;
-    }
+  return odc::bench::gpu_bench_main("gpu_ceilings", kUsage, [&] { return parse(argc, argv); }, [](const Options& o) {
     cu::DeviceAllocator alloc;
     const cu::Stream stream;
-    gemm_ceiling(options, alloc, stream);
-    copy_ceiling(options, alloc, stream);
-    std::fflush(stdout);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpu_ceilings: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    gemm_ceiling(o, alloc, stream);
+    copy_ceiling(o, alloc, stream);
+  });
 }

@@ -16,7 +16,8 @@
 #
 # Steps (name: what it runs), most important first: env (nvidia-smi, torch), tests
 # (odc_cuda_tests, one pass), trainer (odc-train on the GPU: rerun and resume bit for bit,
-# scripts/gpu_check_train.py), ceilings (cuBLASLt bf16 8192^3, device copy), model-parity (GPU
+# scripts/gpu_check_train.py), ceilings (cuBLASLt bf16 8192^3, device copy), nccl (NCCL all-gather
+# and reduce-scatter of 64 and 256 MiB on one rank against a device copy), model-parity (GPU
 # bf16 vs CPU bf16 vs CPU fp32, tiny model), throughput (1B shape, ours and torch eager),
 # attention (ours and torch SDPA flash/cuDNN on the same shapes), memcheck / racecheck /
 # synccheck (compute-sanitizer on the [sanitize] cases). Exit: 0 when every step passed, else 1;
@@ -30,7 +31,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry_run=1; shift ;;
     --deadline) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; deadline="$2"; shift 2 ;;
-    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu-check: unknown option '$1'" >&2; usage ;;
     *) args+=("$1"); shift ;;
   esac
@@ -116,7 +117,7 @@ step env 30 bash -c 'nvidia-smi || echo "nvidia-smi: none"; python3 -c "import t
 if [ "$dry_run" -eq 1 ]; then
   # Each program starts with the bundle's libraries: without a device it exits 77 (SKIP) or, asked
   # for --help, 0.
-  for p in gpu_ceilings gpu_gemm gpu_attention gpu_model_parity gpu_model_throughput odc_cuda_tests; do
+  for p in gpu_ceilings gpu_nccl gpu_gemm gpu_attention gpu_model_parity gpu_model_throughput odc_cuda_tests; do
     step "start-$p" 20 bash -c '"$1"; rc=$?; [ $rc -eq 77 ] || [ $rc -eq 0 ]' start "$bin/$p"
   done
   step start-odc-train 20 "$bin/odc-train" --help
@@ -135,6 +136,7 @@ step tests 120 "$bin/odc_cuda_tests" --durations yes
 step trainer 90 bash -c 'python3 "$1/py/gpu_check_train.py" "$1/bin/odc-train" "$1/configs/gpu-check-train.yaml" \
   "$1/data/gpu-train.jsonl" "$2/train" >"$3"' trainer "$b" "$work" "$logs/trainer.jsonl"
 step ceilings 30 bash -c '"$1" >"$2"' ceilings "$bin/gpu_ceilings" "$logs/ceilings.jsonl"
+step nccl 20 bash -c '"$1" >"$2"' nccl "$bin/gpu_nccl" "$logs/nccl.jsonl"
 step model-parity 45 bash -c '"$1" >"$2"' model-parity "$bin/gpu_model_parity" "$logs/model-parity.jsonl"
 step throughput 60 bash -c '"$1" >"$2"' throughput "$bin/gpu_model_throughput" "$logs/throughput.jsonl"
 step throughput-torch 60 bash -c 'python3 "$1" >"$2"; rc=$?; [ $rc -eq 77 ] && exit 0; exit $rc' \

@@ -5,7 +5,7 @@
 
 Reads LOGS_DIR/steps.tsv (name, exit code, seconds per step), COMMIT, tests.log (the Catch2
 totals and the "[cuda]" parity lines of odc_cuda_tests), the sanitizer logs, and the JSON lines of
-trainer.jsonl, ceilings.jsonl, attention*.jsonl, model-parity.jsonl, throughput*.jsonl. Missing results are
+trainer.jsonl, ceilings.jsonl, nccl.jsonl, attention*.jsonl, model-parity.jsonl, throughput*.jsonl. Missing results are
 reported as missing, never invented. Standard library only (it runs on the lent machine too).
 """
 import json
@@ -102,6 +102,24 @@ def ceiling_lines(logs):
     return [f"ceilings: {g}; {c}"], (gemm["tflops"] if gemm else None)
 
 
+def nccl_lines(logs):
+    """One line per buffer size of gpu_nccl: each collective's GB/s and its ratio to the copy."""
+    rows = [r for r in jsonl(os.path.join(logs, "nccl.jsonl")) if "gbps" in r and "bytes" in r]
+    if not rows:
+        return ["nccl: no results"]
+    out = []
+    for size in dict.fromkeys(r["bytes"] for r in rows):
+        cells = []
+        for r in (r for r in rows if r["bytes"] == size and r.get("op") != "device_copy"):
+            name = r.get("op", "?").replace("_", "-") + " " + r.get("dtype", "")
+            ratio = f" ({r['vs_copy']:.2f}x copy)" if isinstance(r.get("vs_copy"), (int, float)) else ""
+            cells.append(f"{name.strip()} {r['gbps']:.0f}{ratio}")
+        copy = next((r for r in rows if r["bytes"] == size and r.get("op") == "device_copy"), None)
+        cells.append(f"copy {copy['gbps']:.0f}" if copy else "copy missing")
+        out.append(f"nccl 1 rank {size / 2**20:.0f} MiB, GB/s: " + ", ".join(cells))
+    return out
+
+
 def attention_lines(logs):
     rows = jsonl(os.path.join(logs, "attention.jsonl")) + jsonl(os.path.join(logs, "attention-torch.jsonl"))
     key = lambda r: (r.get("shape"), r.get("n_heads"), r.get("n_kv_heads"), r.get("head_dim"))
@@ -178,6 +196,7 @@ def main():
         lines += sanitizer_lines(logs)
         ceil, ceiling_tflops = ceiling_lines(logs)
         lines += ceil
+        lines += nccl_lines(logs)
         lines += attention_lines(logs)
         lines += parity_lines(logs)
         lines += throughput_lines(logs, ceiling_tflops)

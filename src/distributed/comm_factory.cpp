@@ -14,10 +14,7 @@
 #include "odc/distributed/ucx_transport.h"
 #if defined(ODC_HAVE_CUDA)
 #include "odc/distributed/cuda_peer_memory.h"
-#if __has_include("odc/distributed/nccl_comm.h")  // TEMPORARY until the NCCL branch lands
 #include "odc/distributed/nccl_comm.h"
-#define ODC_NCCL_LANDED 1
-#endif
 #endif
 
 namespace odc::distributed {
@@ -86,7 +83,7 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
   auto* mpi = dynamic_cast<MpiHostGroup*>(&group);
   if (options.kind == CommKind::collective) {
     if (state_device != nullptr) {
-#if defined(ODC_NCCL_LANDED)
+#if defined(ODC_HAVE_CUDA)
       stack->store_ = std::make_unique<ShardStore>(layout, units, config, seed, std::span<float>{}, state_device);
       stack->comm_ = std::make_unique<NcclComm>(*stack->store_, group, *state_device, options.gather_dtype,
                                                 options.transport.timeout_s);

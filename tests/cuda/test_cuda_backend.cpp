@@ -17,6 +17,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "cuda_model_support.h"
 #include "odc/backend/cpu_backend.h"
 #include "odc/backend/cuda_backend.h"
 #include "odc/distributed/local_comm.h"
@@ -298,32 +299,8 @@ TEST_CASE("CudaBackend ops agree with CpuBackend (normwise 1e-2)", "[cuda][backe
   }
 }
 
-namespace {
-
-model::LlamaConfig gpu_tiny_model() {
-  model::LlamaConfig c;
-  c.vocab_size = 256;
-  c.hidden_size = 128;
-  c.intermediate_size = 256;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.num_key_value_heads = 1;
-  c.head_dim = 64;  // the CUDA attention supports 64 and 128
-  c.max_position_embeddings = 256;
-  return c;
-}
-
-model::PackedBatch tiny_batch(const model::LlamaConfig& c) {
-  model::PackedBatch batch;
-  for (int s : {5, 64, 1, 97}) {
-    std::vector<std::int32_t> tokens(static_cast<std::size_t>(s));
-    for (int i = 0; i < s; ++i) tokens[static_cast<std::size_t>(i)] = (i * 31 + s) % c.vocab_size;
-    batch.append(tokens.data(), nullptr, s, 1.0f / 163.0f);
-  }
-  return batch;
-}
-
-}  // namespace
+using test::cuda::gpu_tiny_model;
+using test::cuda::tiny_batch;
 
 TEST_CASE("a CUDA model microbatch agrees with the CPU model (loss 1e-2, gradients 5e-2 per unit)", "[cuda][backend]") {
   const auto config = gpu_tiny_model();

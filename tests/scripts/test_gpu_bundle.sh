@@ -23,7 +23,7 @@ bytes=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["bytes"]
 mkdir -p "$work/unpacked"
 tar -C "$work/unpacked" -xJf "$work/bundle.tar.xz"
 b="$work/unpacked/odc-gpu"
-for p in odc_cuda_tests gpu_ceilings gpu_gemm gpu_attention gpu_model_parity gpu_model_throughput odc-train; do
+for p in odc_cuda_tests gpu_ceilings gpu_nccl gpu_gemm gpu_attention gpu_model_parity gpu_model_throughput odc-train; do
   [ -x "$b/bin/$p" ] || fail "the bundle lacks bin/$p"
 done
 for f in gpu-check.sh COMMIT BUNDLE.json MANIFEST.sha256 py/gpu_model_torch.py py/gpu_attention_torch.py \

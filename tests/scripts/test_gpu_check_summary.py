@@ -50,6 +50,13 @@ def full_logs(folder):
     write(folder, "racecheck.log", "========= RACECHECK SUMMARY: 0 hazards displayed\n========= ERROR SUMMARY: 0 errors\n")
     jsonl(folder, "ceilings.jsonl", [{"op": "gemm_bf16", "m": 8192, "tflops": 750.0},
                                      {"op": "device_copy", "gbps": 4200.0}])
+    mib64 = 64 << 20
+    jsonl(folder, "nccl.jsonl", [
+        {"bench": "gpu_nccl", "op": "device_copy", "ranks": 1, "bytes": mib64, "ms": 0.05, "gbps": 1342.0},
+        {"bench": "gpu_nccl", "op": "all_gather", "dtype": "fp32", "ranks": 1, "bytes": mib64, "ms": 0.06,
+         "gbps": 1118.0, "vs_copy": 0.83},
+        {"bench": "gpu_nccl", "op": "reduce_scatter", "dtype": "fp32", "ranks": 1, "bytes": mib64, "ms": 0.07,
+         "gbps": 958.0, "vs_copy": 0.714}])
     jsonl(folder, "attention.jsonl", [{"impl": "odc", "shape": "1x4096", "n_heads": 32, "n_kv_heads": 8,
                                        "head_dim": 128, "fwdbwd_tflops": 300.0}])
     jsonl(folder, "attention-torch.jsonl", [
@@ -87,6 +94,8 @@ def main():
         expect(lines, "racecheck 0 errors, 0 hazards")
         expect(lines, "synccheck not run")
         expect(lines, "cuBLASLt bf16 8192^3 750 TFLOP/s")
+        expect(lines, "nccl 1 rank 64 MiB, GB/s: all-gather fp32 1118 (0.83x copy), reduce-scatter fp32 958 "
+                      "(0.71x copy), copy 1342")
         expect(lines, "300 / 500 (cudnn) = 0.60x")
         expect(lines, "model parity: 1/2 within bounds")
         expect(lines, "FAIL")
@@ -106,6 +115,7 @@ def main():
         expect(lines, "model parity: 0/60 within bounds")
         expect(lines, "tests: not run")
         expect(lines, "throughput: no results")
+        expect(lines, "nccl: no results")
         expect(lines, "trainer: no result")
     with tempfile.TemporaryDirectory() as folder:
         write(folder, "steps.tsv", "manifest\t0\t1\nlibraries\t0\t1\n")
