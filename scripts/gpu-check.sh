@@ -16,7 +16,10 @@
 #
 # Steps (name: what it runs), most important first: env (nvidia-smi, torch), tests
 # (odc_cuda_tests, one pass), trainer (odc-train on the GPU: rerun and resume bit for bit,
-# scripts/gpu_check_train.py), ceilings (cuBLASLt bf16 8192^3, device copy), nccl (NCCL all-gather
+# scripts/gpu_check_train.py), ipc-train (1, 2 and 4 odc-train processes on the one GPU through
+# odc-run --local, ODC over CUDA IPC: the 1-rank losses, bf16 gathers bitwise; scripts/gpu_check_ipc.py),
+# comm-bandwidth (IPC gather / scatter-accumulate against a device copy, 2 and 4 processes),
+# ceilings (cuBLASLt bf16 8192^3, device copy), nccl (NCCL all-gather
 # and reduce-scatter of 64 and 256 MiB on one rank against a device copy), model-parity (GPU
 # bf16 vs CPU bf16 vs CPU fp32, tiny model), throughput (1B shape, ours and torch eager),
 # attention (ours and torch SDPA flash/cuDNN on the same shapes), memcheck / racecheck /
@@ -31,7 +34,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry_run=1; shift ;;
     --deadline) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; deadline="$2"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu-check: unknown option '$1'" >&2; usage ;;
     *) args+=("$1"); shift ;;
   esac
@@ -127,6 +130,16 @@ if [ "$dry_run" -eq 1 ]; then
     --set model.config.intermediate_size=256 --set model.config.num_hidden_layers=2 \
     --set model.config.num_attention_heads=2 --set model.config.num_key_value_heads=1 \
     --set data.minibatch_size=4 --set train.steps=4 >"$3"' trainer "$b" "$work" "$logs/trainer.jsonl"
+  # Several ranks without MPI (odc-run --local), ODC over the IPC transport: here host shared
+  # memory, on the GPU CUDA IPC; and the comms' bandwidth bench, tiny.
+  step ipc-train 120 bash -c 'python3 "$1/py/gpu_check_ipc.py" "$1/bin/odc-run" "$1/bin/odc-train" \
+    "$1/configs/gpu-check-ipc.yaml" "$1/data/gpu-train.jsonl" "$2/ipc" --ranks 1,2 --set model.device=cpu \
+    --set model.config.hidden_size=128 --set model.config.intermediate_size=256 \
+    --set model.config.num_hidden_layers=2 --set model.config.num_attention_heads=2 \
+    --set model.config.num_key_value_heads=1 --set train.steps=4 --set train.threads=1 >"$3"' \
+    ipc-train "$b" "$work" "$logs/ipc-train.jsonl"
+  step comm-bandwidth 60 bash -c '"$1/bin/odc-run" --local 2 "$1/bin/comm_bandwidth" --device cpu --unit-mib 1 \
+    --units 2 --reps 1 --comms ipc,ipc-bf16 >"$2"' comm-bandwidth "$b" "$logs/comm-bandwidth.jsonl"
   step python-peers 30 python3 -m py_compile "$b"/py/*.py
   finish
 fi
@@ -135,6 +148,13 @@ fi
 step tests 120 "$bin/odc_cuda_tests" --durations yes
 step trainer 90 bash -c 'python3 "$1/py/gpu_check_train.py" "$1/bin/odc-train" "$1/configs/gpu-check-train.yaml" \
   "$1/data/gpu-train.jsonl" "$2/train" >"$3"' trainer "$b" "$work" "$logs/trainer.jsonl"
+# 1, 2 and 4 processes on the one GPU (odc-run --local: the machine has no MPI), ODC over CUDA IPC:
+# the 1-rank losses within bf16 rounding, bf16 gathers bit for bit; then the IPC gather and
+# scatter-accumulate bandwidth against a device copy, with 2 and 4 processes.
+step ipc-train 90 bash -c 'python3 "$1/py/gpu_check_ipc.py" "$1/bin/odc-run" "$1/bin/odc-train" \
+  "$1/configs/gpu-check-ipc.yaml" "$1/data/gpu-train.jsonl" "$2/ipc" >"$3"' ipc-train "$b" "$work" "$logs/ipc-train.jsonl"
+step comm-bandwidth 45 bash -c 'for n in 2 4; do "$1/bin/odc-run" --local $n "$1/bin/comm_bandwidth" --device cuda \
+  --unit-mib 256 --units 4 --reps 5 --comms ipc,ipc-bf16 || exit 1; done >"$2"' comm-bandwidth "$b" "$logs/comm-bandwidth.jsonl"
 step ceilings 30 bash -c '"$1" >"$2"' ceilings "$bin/gpu_ceilings" "$logs/ceilings.jsonl"
 step nccl 20 bash -c '"$1" >"$2"' nccl "$bin/gpu_nccl" "$logs/nccl.jsonl"
 step model-parity 45 bash -c '"$1" >"$2"' model-parity "$bin/gpu_model_parity" "$logs/model-parity.jsonl"

@@ -5,7 +5,7 @@
 
 Reads LOGS_DIR/steps.tsv (name, exit code, seconds per step), COMMIT, tests.log (the Catch2
 totals and the "[cuda]" parity lines of odc_cuda_tests), the sanitizer logs, and the JSON lines of
-trainer.jsonl, ceilings.jsonl, nccl.jsonl, attention*.jsonl, model-parity.jsonl, throughput*.jsonl. Missing results are
+trainer.jsonl, ipc-train.jsonl, comm-bandwidth.jsonl, ceilings.jsonl, nccl.jsonl, attention*.jsonl, model-parity.jsonl, throughput*.jsonl. Missing results are
 reported as missing, never invented. Standard library only (it runs on the lent machine too).
 """
 import json
@@ -183,6 +183,41 @@ def trainer_lines(logs):
             f"resume bitwise {yes(r.get('resume_bitwise'))}{rate}"]
 
 
+def ipc_train_lines(logs):
+    """The multi-process run: each rank count's agreement with one rank, and bf16 gathers' bits."""
+    r = next(iter(jsonl(os.path.join(logs, "ipc-train.jsonl"))), None)
+    if r is None:
+        return ["ipc training (odc-run --local): no result"]
+    cells = []
+    for run in r.get("runs", []):
+        diff = run.get("max_rel_diff")
+        rate = run.get("tokens_per_s")
+        cells.append(f"{run.get('ranks')} ranks " + (f"loss {run['loss_last']:.4f}" if run.get("loss_last") else "FAILED")
+                     + (f", max diff {diff:.1e}" if isinstance(diff, (int, float)) else "")
+                     + (f", {rate:.0f} tok/s" if rate else ""))
+    bitwise = r.get("bf16_gathers_bitwise")
+    verdict = "ok" if r.get("ok") else "FAILED"
+    return [f"ipc training {verdict} (tolerance {r.get('tolerance')}): " + "; ".join(cells),
+            f"  bf16 gathers equal fp32 gathers bitwise: {'yes' if bitwise else 'NO' if bitwise is False else 'n/a'}"]
+
+
+def comm_bandwidth_lines(logs):
+    """comm_bandwidth under odc-run --local: gather and push GB/s of each comm against a copy."""
+    rows = jsonl(os.path.join(logs, "comm-bandwidth.jsonl"))
+    if not rows:
+        return ["comm bandwidth: no results"]
+    out = []
+    for r in rows[:8]:
+        head = f"comm {r.get('comm')} x{r.get('world')}"
+        if "error" in r:
+            out.append(f"{head}: {r['error'][:90]}")
+            continue
+        out.append(f"{head} ({r.get('unit_mib', 0):.0f} MiB units): gather {r['gather_GBps']:.0f} GB/s "
+                   f"({r['gather_vs_copy']:.2f}x copy), scatter-accumulate {r['push_GBps']:.0f} GB/s "
+                   f"({r['push_vs_copy']:.2f}x), copy {r['copy_GBps']:.0f}")
+    return out
+
+
 def main():
     if len(sys.argv) != 3:
         print("usage: gpu_check_summary.py LOGS_DIR DRY_RUN", file=sys.stderr)
@@ -191,6 +226,8 @@ def main():
     commit = (read(os.path.join(logs, "COMMIT")) or "unknown\n").strip()
     lines = [f"ODC GPU check{' (dry run: no GPU work)' if dry else ''}: commit {commit}", steps_lines(logs)]
     lines += trainer_lines(logs)
+    lines += ipc_train_lines(logs)
+    lines += comm_bandwidth_lines(logs)
     if not dry:
         lines += tests_lines(logs)
         lines += sanitizer_lines(logs)
