@@ -1,11 +1,38 @@
 #include "odc/distributed/host_group.h"
 
+#include <cstring>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "exchange_parts.h"
 #include "odc/core/error.h"
 
 namespace odc::distributed {
+
+namespace detail {
+
+void sum_in_rank_order(const std::vector<std::string>& parts, std::span<double> values) {
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    double sum = 0.0;
+    for (const auto& part : parts) {
+      double v = 0.0;
+      std::memcpy(&v, part.data() + i * sizeof(double), sizeof(double));
+      sum += v;
+    }
+    values[i] = sum;
+  }
+}
+
+void place_gathered(const std::vector<std::string>& parts, std::size_t each, std::span<std::byte> all,
+                    std::string_view what) {
+  if (all.size() != each * parts.size()) {
+    fail("{}: rank 0 gathers {} bytes from each of {} ranks into {} bytes", what, each, parts.size(), all.size());
+  }
+  for (std::size_t r = 0; r < parts.size(); ++r) std::memcpy(all.data() + r * each, parts[r].data(), each);
+}
+
+}  // namespace detail
 
 void check_identical_across_ranks(HostGroup& group, const std::vector<std::pair<std::string, std::uint64_t>>& items) {
   const std::size_t n = items.size();

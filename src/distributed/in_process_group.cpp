@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "exchange_parts.h"
 #include "odc/core/error.h"
 
 namespace odc::distributed {
@@ -87,25 +88,14 @@ void InProcessGroup::barrier(std::string_view what) { exchange("barrier", what, 
 void InProcessGroup::all_reduce_sum(std::span<double> values, std::string_view what) {
   const auto all = exchange(fmt::format("all_reduce_sum of {} values", values.size()), what,
                             std::string(reinterpret_cast<const char*>(values.data()), values.size_bytes()));
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    double sum = 0.0;
-    for (const auto& contribution : all) {
-      double v = 0.0;
-      std::memcpy(&v, contribution.data() + i * sizeof(double), sizeof(double));
-      sum += v;
-    }
-    values[i] = sum;
-  }
+  detail::sum_in_rank_order(all, values);  // the same bits on every rank
 }
 
 void InProcessGroup::gather(std::span<const std::byte> mine, std::span<std::byte> all, std::string_view what) {
   const auto parts = exchange(fmt::format("gather of {} bytes", mine.size()), what,
                               std::string(reinterpret_cast<const char*>(mine.data()), mine.size()));
   if (!is_root()) return;
-  if (all.size() != mine.size() * parts.size()) {
-    fail("{}: rank 0 gathers {} bytes from each of {} ranks into {} bytes", what, mine.size(), parts.size(), all.size());
-  }
-  for (std::size_t r = 0; r < parts.size(); ++r) std::memcpy(all.data() + r * mine.size(), parts[r].data(), mine.size());
+  detail::place_gathered(parts, mine.size(), all, what);
 }
 
 std::vector<std::string> InProcessGroup::gather_text(std::string_view mine, std::string_view what) {
