@@ -1,7 +1,8 @@
 // odc-train CONFIG.yaml [--set key.path=value]... [--dump-config]
-// Trains a LLaMA-style model; run directly or under mpirun.
+// Trains a LLaMA-style model; run directly, under mpirun, or under odc-run --local N.
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "odc/core/logging.h"
 #include "odc/distributed/mpi_host_group.h"
 #include "odc/distributed/mpi_session.h"
+#include "odc/distributed/shm_host_group.h"
 #include "odc/train/batch_schedule.h"
 #include "odc/train/calibrate.h"
 #include "odc/train/config_schema.h"
@@ -23,8 +25,10 @@ namespace {
 constexpr const char* kUsage = R"(usage: odc-train [CONFIG.yaml] [--set key.path=value]... [--dump-config] [--calibrate-cost]
 
 Trains a LLaMA-style decoder on pre-tokenized data. Run directly (one process, without
-MPI: e.g. one GPU with model.device: cuda) or under
-  mpirun -np N odc-train CONFIG.yaml
+MPI: e.g. one GPU with model.device: cuda), under
+  mpirun -np N odc-train CONFIG.yaml        (or odc-run -np N ..., for a graceful Ctrl-C)
+or as N processes of this host without MPI, which meet in shared memory:
+  odc-run --local N odc-train CONFIG.yaml
 Values come from the built-in defaults, then CONFIG.yaml, then ODC_<SECTION>_<KEY> environment
 variables, then --set assignments (e.g. --set train.lr=1e-3 --set model.config.num_hidden_layers=2).
 
@@ -49,11 +53,18 @@ odc::cli::Command command() {
 
 int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi, const odc::train::StopSignals& signals) {
   const auto config = odc::train::load_trainer_config(args.positional(0), args.assignments());
+  // Started by `odc-run --local N` (no MPI): the ranks of this host meet in shared memory.
+  std::unique_ptr<odc::distributed::ShmHostGroup> local;
+  if (!mpi.initialized() && odc::distributed::launched_locally()) {
+    local = odc::distributed::make_local_group_from_env(config.get_double("comm.timeout_s"));
+  }
+  const int rank = local ? local->rank() : mpi.rank();
+  const int world_size = local ? local->size() : mpi.world_size();
   if (args.flag("--dump-config")) {
-    if (mpi.rank() == 0) {
+    if (rank == 0) {
       std::fputs(config.dump().c_str(), stdout);
       // What the keys that can be given two ways resolve to on this many ranks (the global batch).
-      std::fputs(odc::train::resolved_summary(config, mpi.world_size()).c_str(), stdout);
+      std::fputs(odc::train::resolved_summary(config, world_size).c_str(), stdout);
       // With a checkpoint, its config.json defines the model (checked against model.config here):
       // show that shape, not model.config's defaults.
       if (!config.get_string("model.checkpoint").empty()) {
@@ -65,7 +76,7 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
     return 0;
   }
   if (args.flag("--calibrate-cost")) {
-    if (mpi.rank() == 0) {
+    if (rank == 0) {
       std::vector<odc::train::CalibrationPoint> points;
       const auto cost = odc::train::calibrate_cost_model(config, &points);
       nlohmann::json out = {{"calibration", "quadratic"}, {"cost_a", cost.a}, {"cost_b", cost.b}};
@@ -82,7 +93,12 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
     return 0;
   }
   config.validate();
-  odc::setup_logging(mpi.rank(), mpi.world_size(), config.get_string("train.log_level"));
+  odc::setup_logging(rank, world_size, config.get_string("train.log_level"));
+  if (local) {
+    odc::train::Trainer trainer(config, *local);
+    trainer.run(/*keep_results=*/false, &signals);
+    return 0;
+  }
   if (!mpi.initialized()) {
     // Started directly: one process, no MPI (a single-GPU machine need not have MPI's runtime).
     odc::train::Trainer trainer(config);

@@ -1,12 +1,14 @@
 #include "cli/tool_main.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <string>
 
 #include "cli/command_line.h"
 #include "odc/core/error.h"
+#include "odc/distributed/local_launch.h"
 
 namespace odc::cli {
 namespace {
@@ -31,6 +33,13 @@ int exit_code_of_current_exception(std::string_view tool, bool speaks) {
   return kExitFailure;
 }
 
+// A rank other than 0 of `odc-run --local N`: like MPI's ranks, it leaves help and usage errors
+// to rank 0.
+bool local_rank_other_than_0() {
+  const char* rank = std::getenv(distributed::kLocalRankVariable);
+  return rank != nullptr && std::string_view(rank) != "0";
+}
+
 }  // namespace
 
 int run_tool(std::string_view tool, const std::function<int()>& body) {
@@ -52,7 +61,8 @@ int run_mpi_tool(std::string_view tool, int& argc, char**& argv,
     }
     return body(*mpi);
   } catch (...) {
-    const int code = exit_code_of_current_exception(tool, mpi == nullptr || mpi->rank() == 0);
+    const bool rank0 = mpi == nullptr || (mpi->initialized() ? mpi->rank() == 0 : !local_rank_other_than_0());
+    const int code = exit_code_of_current_exception(tool, rank0);
     if (code == kExitFailure) {
       std::fflush(stderr);
       if (mpi && mpi->world_size() > 1) mpi->abort(code);

@@ -24,7 +24,7 @@ int run_tool(std::string_view tool, const std::function<int()>& body);
 // then ends the whole job (MPI_Abort) so that no rank waits forever for it.
 // `mpi_optional`: started directly (no launcher, MpiSession::launched_by_mpi()), the tool runs as
 // one process without initializing MPI at all (MpiSession::without_mpi()); its body must then not
-// use MPI.
+// use MPI. Started by `odc-run --local N`, only local rank 0 prints help and usage errors.
 int run_mpi_tool(std::string_view tool, int& argc, char**& argv,
                  const std::function<int(const distributed::MpiSession&)>& body, bool mpi_optional = false);
 
