@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# odc-run --local N: ranks of one host without MPI (ShmHostGroup). Checks, as a user meets them:
+#   * `--local 1 odc-train` trains, writes its metrics, and its losses are bitwise those of plain
+#     `odc-train`; nothing is left in /dev/shm;
+#   * `--local 2 odc-train` reaches the multi-rank comm (which needs MPI for now) and stops there
+#     cleanly: both ranks print the error, exit 1, nothing hangs or is left running;
+#   * Ctrl-C (SIGINT to odc-run alone, and to its process group as a terminal sends it) commits a
+#     checkpoint of the last step and exits 0; two Ctrl-C stop at once;
+#   * the environment every rank gets; a rank that fails (exit status or signal) makes odc-run
+#     stop the others and exit with its status, a rank that ignores SIGUSR2 is killed; a program
+#     that cannot be started is 127; bad --local values are usage errors (exit 2).
+# Usage: test_local_launch.sh BIN_DIR WORK_DIR
+set -uo pipefail
+bin="$(cd "$1" && pwd)"
+work="$2"
+rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
+export OMP_NUM_THREADS=1
+unset ODC_LOCAL_JOB ODC_LOCAL_RANK ODC_LOCAL_SIZE
+failures=0
+fail() { echo "FAIL [$1]"; echo "$2" | sed 's/^/    /'; failures=$((failures + 1)); }
+ok() { echo "ok   [$1]"; }
+has() { if grep -qF -- "$2" "$3"; then return 0; fi; fail "$1" "lacks '$2' in $3:"$'\n'"$(tail -8 "$3")"; return 1; }
+
+"$bin/odc-data" synth --out "$work/data.jsonl" --num 200 --max-length 64 --mean-length 32 --seed 5 >/dev/null
+small=(--set "data.train=$work/data.jsonl" --set train.peak_flops=1e10 --set data.minibatch_size=2
+       --set "model.config={vocab_size: 256, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1, num_attention_heads: 4, num_key_value_heads: 2}")
+losses() { /usr/bin/python3 -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1])))' "$1"; }
+trainers() { pgrep -f "^$bin/odc-train .*$work/data.jsonl"; }
+# leftovers PID: the shared-memory segments of odc-run PID's jobs still in /dev/shm.
+leftovers() { ls /dev/shm 2>/dev/null | grep "^odc-host-group-odc-$1-"; }
+
+# 1. One local rank trains like odc-train on its own.
+"$bin/odc-train" "${small[@]}" --set train.steps=4 --set "train.metrics_file=$work/direct.jsonl" >"$work/direct.log" 2>&1 ||
+  fail "direct run" "$(tail -5 "$work/direct.log")"
+timeout 300 "$bin/odc-run" --local 1 "$bin/odc-train" "${small[@]}" --set train.steps=4 \
+  --set "train.metrics_file=$work/local1.jsonl" >"$work/local1.log" 2>&1 &
+job=$!; wait "$job"; rc=$?
+if [ "$rc" -ne 0 ]; then
+  fail "local 1 trains" "exit status $rc: $(tail -5 "$work/local1.log")"
+elif [ "$(wc -l <"$work/local1.jsonl")" -ne 4 ]; then
+  fail "local 1 trains" "expected 4 metrics lines, got $(wc -l <"$work/local1.jsonl")"
+elif [ "$(losses "$work/local1.jsonl")" != "$(losses "$work/direct.jsonl")" ]; then
+  fail "local 1 trains" "losses $(losses "$work/local1.jsonl") differ from the direct run's $(losses "$work/direct.jsonl")"
+elif [ -n "$(leftovers "$job")" ]; then
+  fail "local 1 trains" "left in /dev/shm: $(leftovers "$job")"
+else
+  ok "local 1 trains: 4 steps, losses bitwise those of plain odc-train ($(losses "$work/local1.jsonl" | cut -c1-40)...)"
+fi
+
+# 2. Two local ranks meet, agree on their inputs, and both stop at the comm that needs MPI.
+t0=$(date +%s.%N)
+timeout 120 "$bin/odc-run" --local 2 "$bin/odc-train" "${small[@]}" --set train.steps=4 >"$work/local2.log" 2>&1 &
+job=$!; wait "$job"; rc=$?
+seconds=$(echo "$(date +%s.%N) - $t0" | bc)
+message="odc-train: error: the odc comm runs over MPI: a multi-rank run needs an MPI host group (run under mpirun)"
+if [ "$rc" -ne 1 ]; then
+  fail "local 2 stops at the comm" "exit status $rc (124: it hung), expected 1: $(tail -5 "$work/local2.log")"
+elif [ "$(grep -cF -- "$message" "$work/local2.log")" -ne 2 ]; then
+  fail "local 2 stops at the comm" "expected the error from both ranks: $(tail -6 "$work/local2.log")"
+elif grep -q "exited while\|waited .* s in\|left the group" "$work/local2.log"; then
+  fail "local 2 stops at the comm" "a rank failed in the group instead: $(grep -m2 "exited while\|waited\|left the group" "$work/local2.log")"
+elif [ -n "$(trainers)" ] || [ -n "$(leftovers "$job")" ]; then
+  fail "local 2 stops at the comm" "left behind: processes $(trainers) segments $(leftovers "$job")"
+else
+  ok "local 2 stops at the comm: both ranks print the error, exit 1 after $(printf %.1f "$seconds") s, nothing left"
+fi
+
+# Help and command-line mistakes are printed by rank 0 alone, as under mpirun.
+"$bin/odc-run" --local 2 "$bin/odc-train" --frobnicate >"$work/flag.out" 2>"$work/flag.err"; rc=$?
+"$bin/odc-run" --local 2 "$bin/odc-train" --help >"$work/help.out" 2>&1; help_rc=$?
+if [ "$rc" -ne 2 ] || [ "$(grep -c "unknown option '--frobnicate'" "$work/flag.err")" -ne 1 ]; then
+  fail "local 2 usage error" "exit status $rc, expected 2 and the message once: $(cat "$work/flag.err" | head -5)"
+elif [ "$help_rc" -ne 0 ] || [ "$(grep -c "^usage: odc-train" "$work/help.out")" -ne 1 ]; then
+  fail "local 2 --help" "exit status $help_rc, expected 0 and the usage once: $(head -3 "$work/help.out")"
+else
+  ok "local 2 usage error and --help: printed once (exit 2, exit 0)"
+fi
+
+# 3. Ctrl-C: SIGINT to odc-run alone, then to its process group (a terminal's Ctrl-C reaches the
+# rank too: its own SIGINT and odc-run's SIGUSR1 are one request).
+for target in odc-run group; do
+  name="ctrl-c to $target"
+  rm -rf "$work/ckpt" "$work/stop.jsonl"
+  setsid "$bin/odc-run" --local 1 "$bin/odc-train" "${small[@]}" --set train.steps=100000 --set train.log_every=1000 \
+    --set "checkpoint.dir=$work/ckpt" --set checkpoint.every=0 --set "train.metrics_file=$work/stop.jsonl" \
+    >"$work/stop-$target.log" 2>&1 &
+  job=$!
+  for _ in $(seq 1 480); do [ -s "$work/stop.jsonl" ] && [ "$(wc -l <"$work/stop.jsonl")" -ge 3 ] && break; sleep 0.25; done
+  if [ "$target" = odc-run ]; then kill -INT "$job"; else kill -INT -- -"$job"; fi
+  for _ in $(seq 1 600); do kill -0 "$job" 2>/dev/null || break; sleep 0.2; done
+  kill -KILL -- -"$job" 2>/dev/null
+  wait "$job"; rc=$?
+  last=$(tail -1 "$work/stop.jsonl" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')
+  ckpt="$work/ckpt/$(printf 'step-%08d' "$last")"
+  if [ "$rc" -ne 0 ]; then
+    fail "$name" "exit status $rc: $(grep -v '\] step ' "$work/stop-$target.log" | tail -4)"
+  elif ! grep -q "stop requested" "$work/stop-$target.log"; then
+    fail "$name" "no 'stop requested' line: $(tail -4 "$work/stop-$target.log")"
+  elif [ ! -f "$ckpt/manifest.json" ]; then
+    fail "$name" "no committed checkpoint of step $last: $(ls "$work/ckpt" 2>&1)"
+  elif [ -n "$(trainers)" ] || [ -n "$(leftovers "$job")" ]; then
+    fail "$name" "left behind: processes $(trainers) segments $(leftovers "$job")"
+  else
+    ok "$name: exit 0, step $last committed"
+  fi
+done
+# Two Ctrl-C 0.3 s apart while the step sleeps 6 s: the rank is stopped at once, nothing committed.
+rm -rf "$work/ckpt" "$work/stop.jsonl"
+setsid "$bin/odc-run" --local 1 "$bin/odc-train" "${small[@]}" --set train.steps=100000 --set "checkpoint.dir=$work/ckpt" \
+  --set checkpoint.every=0 --set "train.metrics_file=$work/stop.jsonl" --set debug.slow_rank=0 --set debug.delay_ms=6000 \
+  >"$work/twice.log" 2>&1 &
+job=$!
+for _ in $(seq 1 480); do [ -s "$work/stop.jsonl" ] && break; sleep 0.25; done
+sleep 0.5
+t0=$(date +%s.%N)
+kill -INT "$job"; sleep 0.3; kill -INT "$job"
+for _ in $(seq 1 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+kill -KILL -- -"$job" 2>/dev/null
+wait "$job"; rc=$?
+seconds=$(echo "$(date +%s.%N) - $t0" | bc)
+if [ "$rc" -eq 0 ] || ! grep -q "again: stopping every rank now" "$work/twice.log"; then
+  fail "two ctrl-c" "exit status $rc, expected non-zero and 'stopping every rank now': $(tail -4 "$work/twice.log")"
+elif [ "$(echo "$seconds < 4" | bc)" != 1 ] || [ -n "$(ls "$work/ckpt" 2>/dev/null | grep step-)" ] || [ -n "$(trainers)" ]; then
+  fail "two ctrl-c" "took $seconds s; checkpoints: $(ls "$work/ckpt" 2>&1); processes: $(trainers)"
+else
+  ok "two ctrl-c: exit $rc after $(printf %.1f "$seconds") s, nothing committed"
+fi
+
+# 4. What every rank gets, and ranks that fail.
+out=$("$bin/odc-run" --local 3 -- bash -c 'echo "$ODC_LOCAL_RANK/$ODC_LOCAL_SIZE $ODC_LOCAL_JOB $ODC_LAUNCHER"' 2>&1); rc=$?
+if [ "$rc" -ne 0 ] || [ "$(sort <<<"$out" | cut -d' ' -f1 | tr '\n' ' ')" != "0/3 1/3 2/3 " ] ||
+   [ "$(cut -d' ' -f2 <<<"$out" | sort -u | wc -l)" -ne 1 ] || ! grep -q "^0/3 odc-[0-9]*-[0-9]* odc-run$" <<<"$out"; then
+  fail "environment" "exit $rc, output: $out"
+else
+  ok "environment: ranks 0..2 of 3, one job id ($(head -1 <<<"$out" | cut -d' ' -f2)), ODC_LAUNCHER=odc-run"
+fi
+marker="odc-local-test-$$"
+cat >"$work/rank.sh" <<EOF
+# Rank 1 fails as told by \$1 (an exit status or "signal"); the others wait, as a rank in a
+# collective would (exec: no child of theirs outlives them).
+if [ "\$ODC_LOCAL_RANK" = 1 ]; then
+  sleep 0.5
+  if [ "\$1" = signal ]; then kill -KILL \$\$; fi
+  exit "\$1"
+fi
+[ "\$2" = deaf ] && trap '' USR2
+exec -a "$marker" sleep 120
+EOF
+for case in "3 polite" "signal polite" "1 deaf"; do
+  read -r how ears <<<"$case"
+  expected=$([ "$how" = signal ] && echo 137 || echo "$how")
+  t0=$(date +%s.%N)
+  timeout 60 "$bin/odc-run" --local 3 bash "$work/rank.sh" "$how" "$ears" >"$work/fail.log" 2>&1; rc=$?
+  seconds=$(echo "$(date +%s.%N) - $t0" | bc)
+  left=$(pgrep -f "^$marker")
+  if [ "$rc" -ne "$expected" ]; then
+    fail "rank 1 fails ($case)" "exit status $rc, expected $expected: $(cat "$work/fail.log")"
+  elif [ -n "$left" ]; then
+    fail "rank 1 fails ($case)" "left running: $left"; kill -KILL $left
+  elif ! grep -q "odc-run: rank 1 (pid [0-9]*) failed" "$work/fail.log"; then
+    fail "rank 1 fails ($case)" "no 'rank 1 ... failed' line: $(cat "$work/fail.log")"
+  elif [ "$ears" = deaf ] && ! grep -q "still running 5 s after SIGUSR2: killing them" "$work/fail.log"; then
+    fail "rank 1 fails ($case)" "ranks ignoring SIGUSR2 were not killed: $(cat "$work/fail.log")"
+  else
+    ok "rank 1 fails ($case): odc-run exits $rc after $(printf %.1f "$seconds") s, nothing left running"
+  fi
+done
+"$bin/odc-run" --local 2 /nonexistent/program >/dev/null 2>"$work/missing.err"; rc=$?
+if [ "$rc" -ne 127 ] || ! grep -q "cannot start '/nonexistent/program'" "$work/missing.err"; then
+  fail "program that cannot start" "exit status $rc: $(cat "$work/missing.err")"
+else
+  ok "program that cannot start: exit 127"
+fi
+
+# 5. Usage errors.
+usage() {  # usage NAME EXPECTED-TEXT ARGS...
+  local name=$1 text=$2; shift 2
+  "$bin/odc-run" "$@" >/dev/null 2>"$work/usage.err"; local rc=$?
+  if [ "$rc" -ne 2 ] || ! grep -qF -- "$text" "$work/usage.err" || ! grep -q "^usage: odc-run" "$work/usage.err"; then
+    fail "usage: $name" "exit status $rc: $(head -3 "$work/usage.err")"
+  else
+    ok "usage: $name (exit 2)"
+  fi
+}
+usage "--local 0" "--local expects a number of ranks from 1 to 256, got '0'" --local 0 true
+usage "--local two" "--local expects a number of ranks from 1 to 256, got 'two'" --local two true
+usage "--local=257" "--local expects a number of ranks from 1 to 256, got '257'" --local=257 true
+usage "--local without a value" "--local needs a number of ranks" --local
+usage "--local without a program" "--local 2 needs a program to run" --local 2
+usage "--local with --mpirun" "--local runs the program without mpirun: --mpirun does not apply" --local 2 --mpirun x true
+"$bin/odc-run" --help | grep -q -- "--local N" || fail "help" "odc-run --help does not describe --local"
+
+[ "$failures" -eq 0 ] && echo "ok   [odc-run --local: one rank trains and stops gracefully, two stop cleanly at the comm, failures end the job]"
+exit "$failures"
