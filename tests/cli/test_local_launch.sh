@@ -2,8 +2,9 @@
 # odc-run --local N: ranks of one host without MPI (ShmHostGroup). Checks, as a user meets them:
 #   * `--local 1 odc-train` trains, writes its metrics, and its losses are bitwise those of plain
 #     `odc-train`; nothing is left in /dev/shm;
-#   * `--local 2 odc-train` reaches the multi-rank comm (which needs MPI for now) and stops there
-#     cleanly: both ranks print the error, exit 1, nothing hangs or is left running;
+#   * `--local 2 odc-train` trains ODC over shared memory (the 1-rank losses to fp32 round-off);
+#     with the collective comm, which needs MPI, both ranks print the error and exit 1; a rank
+#     killed mid-run ends the job; nothing hangs or is left running;
 #   * Ctrl-C (SIGINT to odc-run alone, and to its process group as a terminal sends it) commits a
 #     checkpoint of the last step and exits 0; two Ctrl-C stop at once;
 #   * the environment every rank gets; a rank that fails (exit status or signal) makes odc-run
@@ -47,22 +48,66 @@ else
   ok "local 1 trains: 4 steps, losses bitwise those of plain odc-train ($(losses "$work/local1.jsonl" | cut -c1-40)...)"
 fi
 
-# 2. Two local ranks meet, agree on their inputs, and both stop at the comm that needs MPI.
+# 2. Two local ranks train ODC over shared memory (the IPC transport): the 1-rank losses to fp32
+# round-off, and nothing left behind.
+timeout 300 "$bin/odc-run" --local 2 "$bin/odc-train" "${small[@]}" --set data.minibatch_size=1 --set train.steps=4 \
+  --set "train.metrics_file=$work/local2-{rank}.jsonl" >"$work/local2.log" 2>&1 &
+job=$!; wait "$job"; rc=$?
+close=$(/usr/bin/python3 - "$work/local2-0.jsonl" "$work/direct.jsonl" <<'PY' 2>&1
+import json, sys
+two, one = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])
+worst = max((abs(a - b) / abs(b) for a, b in zip(two, one)), default=1.0)
+print(f"{worst:.1e}" if len(two) == len(one) == 4 and worst <= 1e-4 else f"NO: {two} vs {one}")
+PY
+)
+if [ "$rc" -ne 0 ]; then
+  fail "local 2 trains" "exit status $rc (124: it hung): $(grep -v '\] step ' "$work/local2.log" | tail -5)"
+elif [[ "$close" == NO* ]] || [ ! -s "$work/local2-1.jsonl" ]; then
+  fail "local 2 trains" "losses of 2 ranks vs 1: $close"
+elif [ -n "$(trainers)" ] || [ -n "$(leftovers "$job")" ]; then
+  fail "local 2 trains" "left behind: processes $(trainers) segments $(leftovers "$job")"
+else
+  ok "local 2 trains: 4 steps, losses within $close of one rank's, nothing left"
+fi
+
+# The collective baseline on host memory needs MPI: both ranks say so and exit 1, nothing hangs.
 t0=$(date +%s.%N)
-timeout 120 "$bin/odc-run" --local 2 "$bin/odc-train" "${small[@]}" --set train.steps=4 >"$work/local2.log" 2>&1 &
+timeout 120 "$bin/odc-run" --local 2 "$bin/odc-train" "${small[@]}" --set train.comm=collective --set train.steps=4 \
+  >"$work/collective.log" 2>&1 &
 job=$!; wait "$job"; rc=$?
 seconds=$(echo "$(date +%s.%N) - $t0" | bc)
-message="odc-train: error: the odc comm runs over MPI: a multi-rank run needs an MPI host group (run under mpirun)"
+message="odc-train: error: the collective comm on host memory runs over MPI: launch the job with odc-run or mpirun"
 if [ "$rc" -ne 1 ]; then
-  fail "local 2 stops at the comm" "exit status $rc (124: it hung), expected 1: $(tail -5 "$work/local2.log")"
-elif [ "$(grep -cF -- "$message" "$work/local2.log")" -ne 2 ]; then
-  fail "local 2 stops at the comm" "expected the error from both ranks: $(tail -6 "$work/local2.log")"
-elif grep -q "exited while\|waited .* s in\|left the group" "$work/local2.log"; then
-  fail "local 2 stops at the comm" "a rank failed in the group instead: $(grep -m2 "exited while\|waited\|left the group" "$work/local2.log")"
+  fail "local 2 collective stops at the comm" "exit status $rc (124: it hung), expected 1: $(tail -5 "$work/collective.log")"
+elif [ "$(grep -cF -- "$message" "$work/collective.log")" -ne 2 ]; then
+  fail "local 2 collective stops at the comm" "expected the error from both ranks: $(tail -6 "$work/collective.log")"
+elif grep -q "exited while\|waited .* s in\|left the group" "$work/collective.log"; then
+  fail "local 2 collective stops at the comm" "a rank failed in the group instead: $(grep -m2 "exited while\|waited\|left the group" "$work/collective.log")"
 elif [ -n "$(trainers)" ] || [ -n "$(leftovers "$job")" ]; then
-  fail "local 2 stops at the comm" "left behind: processes $(trainers) segments $(leftovers "$job")"
+  fail "local 2 collective stops at the comm" "left behind: processes $(trainers) segments $(leftovers "$job")"
 else
-  ok "local 2 stops at the comm: both ranks print the error, exit 1 after $(printf %.1f "$seconds") s, nothing left"
+  ok "local 2 collective stops at the comm: both ranks print the error, exit 1 after $(printf %.1f "$seconds") s, nothing left"
+fi
+
+# A rank killed (kill -9) mid-run: odc-run ends the job with its status, nothing left running.
+timeout 120 "$bin/odc-run" --local 2 "$bin/odc-train" "${small[@]}" --set data.minibatch_size=1 --set train.steps=100000 \
+  --set train.log_every=1000 --set "train.metrics_file=$work/killed-{rank}.jsonl" >"$work/killed.log" 2>&1 &
+job=$!
+for _ in $(seq 1 480); do [ -s "$work/killed-1.jsonl" ] && [ "$(wc -l <"$work/killed-1.jsonl")" -ge 3 ] && break; sleep 0.25; done
+victim=""
+for pid in $(trainers); do tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "ODC_LOCAL_RANK=1" && victim=$pid; done
+t0=$(date +%s.%N)
+[ -n "$victim" ] && kill -KILL "$victim"
+wait "$job"; rc=$?
+seconds=$(echo "$(date +%s.%N) - $t0" | bc)
+if [ -z "$victim" ]; then
+  fail "rank killed mid-run" "no rank 1 found running: $(tail -4 "$work/killed.log")"
+elif [ "$rc" -ne 137 ] || ! grep -q "odc-run: rank 1 (pid $victim) failed (signal SIGKILL)" "$work/killed.log"; then
+  fail "rank killed mid-run" "exit status $rc, expected 137 and odc-run naming rank 1: $(grep -v '\] step ' "$work/killed.log" | tail -5)"
+elif [ -n "$(trainers)" ] || [ -n "$(leftovers "$job")" ]; then
+  fail "rank killed mid-run" "left behind: processes $(trainers) segments $(leftovers "$job")"
+else
+  ok "rank killed mid-run: odc-run exits 137 $(printf %.1f "$seconds") s later; rank 0: $(grep -o "error: .*" "$work/killed.log" | head -1 | cut -c1-120)"
 fi
 
 # Help and command-line mistakes are printed by rank 0 alone, as under mpirun.
@@ -190,5 +235,5 @@ usage "--local without a program" "--local 2 needs a program to run" --local 2
 usage "--local with --mpirun" "--local runs the program without mpirun: --mpirun does not apply" --local 2 --mpirun x true
 "$bin/odc-run" --help | grep -q -- "--local N" || fail "help" "odc-run --help does not describe --local"
 
-[ "$failures" -eq 0 ] && echo "ok   [odc-run --local: one rank trains and stops gracefully, two stop cleanly at the comm, failures end the job]"
+[ "$failures" -eq 0 ] && echo "ok   [odc-run --local: one and two ranks train, stop gracefully, failures end the job]"
 exit "$failures"
