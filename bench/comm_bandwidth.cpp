@@ -29,6 +29,7 @@
 #include "odc/core/error.h"
 #include "odc/distributed/comm_factory.h"
 #include "odc/distributed/mpi_host_group.h"
+#include "odc/distributed/shm_host_group.h"
 #include "odc/model/units.h"
 
 namespace {
@@ -214,7 +215,14 @@ int run(distributed::HostGroup& group, int local_rank, const Options& o) {
 int main(int argc, char** argv) {
   return odc::cli::run_mpi_tool("comm_bandwidth", argc, argv, [&](const odc::distributed::MpiSession& mpi) {
     const Options options = parse(argc, argv);
-    if (!mpi.initialized()) fail("comm_bandwidth compares comms between ranks: start it with mpirun or odc-run");
+    if (!mpi.initialized()) {
+      if (!odc::distributed::launched_locally()) {
+        fail("comm_bandwidth compares comms between ranks: start it with mpirun or odc-run");
+      }
+      // odc-run --local N: the ranks of one host, so the local rank is the rank.
+      auto group = odc::distributed::make_local_group_from_env(600.0);
+      return run(*group, group->rank(), options);
+    }
     auto group = odc::distributed::make_world_group(600.0);
     const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     return run(*group, local != nullptr ? std::atoi(local) : group->rank(), options);

@@ -110,6 +110,16 @@ else
   ok "rank killed mid-run: odc-run exits 137 $(printf %.1f "$seconds") s later; rank 0: $(grep -o "error: .*" "$work/killed.log" | head -1 | cut -c1-120)"
 fi
 
+# The comms' bandwidth bench runs the same way (the GPU check's comm-bandwidth step).
+if [ -x "$bin/comm_bandwidth" ]; then
+  out=$(timeout 120 "$bin/odc-run" --local 2 "$bin/comm_bandwidth" --device cpu --unit-mib 1 --units 2 --reps 1 --comms ipc 2>&1); rc=$?
+  if [ "$rc" -ne 0 ] || ! grep -q '"comm":"ipc".*"gather_GBps"' <<<"$out" || ! grep -q '"world":2' <<<"$out" || grep -q '"error"' <<<"$out"; then
+    fail "local 2 comm_bandwidth" "exit status $rc: $out"
+  else
+    ok "local 2 comm_bandwidth: one ipc line from rank 0, world 2"
+  fi
+fi
+
 # Help and command-line mistakes are printed by rank 0 alone, as under mpirun.
 "$bin/odc-run" --local 2 "$bin/odc-train" --frobnicate >"$work/flag.out" 2>"$work/flag.err"; rc=$?
 "$bin/odc-run" --local 2 "$bin/odc-train" --help >"$work/help.out" 2>&1; help_rc=$?
