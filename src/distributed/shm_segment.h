@@ -35,31 +35,31 @@ struct SharedText {
 
   // One writer at a time (a rank's own activity; the abort message behind its compare-exchange).
   void write(std::string_view text) {
+    // Sequentially consistent throughout (no fences: ThreadSanitizer does not model them), so a
+    // reader that sees the same even sequence before and after read every word of one write.
     const std::size_t n = std::min(text.size(), Words * 8);
-    const std::uint64_t s = sequence.load(std::memory_order_relaxed);
-    sequence.store(s + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
+    const std::uint64_t s = sequence.load();
+    sequence.store(s + 1);
     for (std::size_t w = 0; w < (n + 7) / 8; ++w) {
       std::uint64_t word = 0;
       std::memcpy(&word, text.data() + 8 * w, std::min<std::size_t>(8, n - 8 * w));
-      words[w].store(word, std::memory_order_relaxed);
+      words[w].store(word);
     }
-    length.store(n, std::memory_order_relaxed);
-    sequence.store(s + 2, std::memory_order_release);
+    length.store(n);
+    sequence.store(s + 2);
   }
   // A consistent copy; gives up retrying after a while (a writer that died mid-write).
   std::string read() const {
     std::string text;
     for (int attempt = 0; attempt < 1000; ++attempt) {
-      const std::uint64_t before = sequence.load(std::memory_order_acquire);
-      const std::size_t n = std::min<std::uint64_t>(length.load(std::memory_order_relaxed), Words * 8);
+      const std::uint64_t before = sequence.load();
+      const std::size_t n = std::min<std::uint64_t>(length.load(), Words * 8);
       text.resize(n);
       for (std::size_t w = 0; w < (n + 7) / 8; ++w) {
-        const std::uint64_t word = words[w].load(std::memory_order_relaxed);
+        const std::uint64_t word = words[w].load();
         std::memcpy(text.data() + 8 * w, &word, std::min<std::size_t>(8, n - 8 * w));
       }
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (before % 2 == 0 && sequence.load(std::memory_order_relaxed) == before) break;
+      if (before % 2 == 0 && sequence.load() == before) break;
     }
     return text;
   }
