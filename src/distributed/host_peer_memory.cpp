@@ -1,5 +1,8 @@
 // PeerMemory over host shared memory: regions are POSIX shared-memory segments that every rank
 // of the host maps; every operation runs to completion on the calling thread.
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -29,16 +32,20 @@ class HostPeerMemory final : public PeerMemory {
     // A region of 0 bytes still gets a page: every rank maps every peer's regions alike.
     const std::size_t size = bytes == 0 ? 1 : bytes;
     exported_.push_back(SharedSegment::create(name, size, what));
-    handle = fmt::format("shm {} {}", name, size);
+    // The exporter's pid and address: a rank of the same process (threads as ranks) uses this
+    // mapping itself, as CUDA IPC must, so that one memory has one address in a process.
+    handle = fmt::format("shm {} {} {} {:x}", name, size, ::getpid(), reinterpret_cast<std::uintptr_t>(exported_.back().data()));
     return exported_.back().data();
   }
 
   void* open(const std::string& handle, std::string_view what) override {
     char name[256] = {};
-    unsigned long long size = 0;
-    if (std::sscanf(handle.c_str(), "shm %255s %llu", name, &size) != 2) {
+    unsigned long long size = 0, address = 0;
+    long long pid = 0;
+    if (std::sscanf(handle.c_str(), "shm %255s %llu %lld %llx", name, &size, &pid, &address) != 4) {
       fail("{}: '{}' is not a host shared-memory handle (do all ranks use the same transport?)", what, handle);
     }
+    if (pid == ::getpid()) return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address));
     opened_.push_back(SharedSegment::open(name, size, what));
     return opened_.back().data();
   }

@@ -300,6 +300,7 @@ void IpcOdcComm::progress_loop() {
 }
 
 bool IpcOdcComm::serve_incoming() {
+  if (!serving_.load()) return false;
   bool worked = false;
   const ShardLayout& layout = store_.layout();
   const int slots = options_.slots;

@@ -5,7 +5,10 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -52,24 +55,50 @@ PeerMailbox::PeerMailbox(HostGroup& group, const std::string& prefix, int slots)
   header->pid = ::getpid();
   header->world = world_;
   header->slots = slots_;
-  group.barrier("the IPC mailboxes' creation");
+  // Every rank's pid and block address: a rank of the same process (threads as ranks) uses the
+  // creator's mapping, so that one memory has one address in a process (atomics synchronize per
+  // address for the tools that check them).
+  const std::vector<std::string> gathered =
+      group.gather_text(fmt::format("{} {:x}", ::getpid(), reinterpret_cast<std::uintptr_t>(own.data())),
+                        "the IPC mailboxes' creation");
+  std::string all;
+  for (const auto& g : gathered) all += g + "\n";
+  group.broadcast(all, "the IPC mailboxes' creation");
+  std::vector<std::pair<long long, unsigned long long>> where;
+  for (std::size_t at = 0; at < all.size();) {
+    const std::size_t end = all.find('\n', at);
+    long long pid = 0;
+    unsigned long long address = 0;
+    std::sscanf(all.substr(at, end - at).c_str(), "%lld %llx", &pid, &address);
+    where.emplace_back(pid, address);
+    at = end + 1;
+  }
+  ODC_CHECK(static_cast<int>(where.size()) == world_, "mailbox exchange: {} entries for {} ranks", where.size(), world_);
   blocks_.resize(static_cast<std::size_t>(world_));
+  views_.assign(static_cast<std::size_t>(world_), nullptr);
   for (int r = 0; r < world_; ++r) {
+    const auto i = static_cast<std::size_t>(r);
     if (r == rank_) continue;
-    blocks_[static_cast<std::size_t>(r)] = SharedSegment::open(name(r), bytes, "the IPC transport's mailbox");
-    const auto* peer = static_cast<const BlockHeader*>(blocks_[static_cast<std::size_t>(r)].data());
+    if (where[i].first == ::getpid()) {
+      views_[i] = reinterpret_cast<void*>(static_cast<std::uintptr_t>(where[i].second));
+    } else {
+      blocks_[i] = SharedSegment::open(name(r), bytes, "the IPC transport's mailbox");
+      views_[i] = blocks_[i].data();
+    }
+    const auto* peer = static_cast<const BlockHeader*>(views_[i]);
     if (peer->magic != kMagic || peer->world != world_ || peer->slots != slots_) {
       fail("rank {}: the IPC mailbox of rank {} is for {} ranks with {} slots, this rank expects {} with {}", rank_, r,
            peer->world, peer->slots, world_, slots_);
     }
   }
+  views_[static_cast<std::size_t>(rank_)] = own.data();
   blocks_[static_cast<std::size_t>(rank_)] = std::move(own);
   group.barrier("the IPC mailboxes' opening");
   blocks_[static_cast<std::size_t>(rank_)].unlink();
 }
 
 PeerMailbox::Slot* PeerMailbox::slot_at(int owner, int client, int slot) const {
-  auto* base = static_cast<char*>(blocks_[static_cast<std::size_t>(owner)].data()) + sizeof(BlockHeader);
+  auto* base = static_cast<char*>(views_[static_cast<std::size_t>(owner)]) + sizeof(BlockHeader);
   return reinterpret_cast<Slot*>(base) + static_cast<std::size_t>(client) * slots_ + slot;
 }
 
@@ -99,7 +128,7 @@ void PeerMailbox::release(int client, int slot) {
 }
 
 pid_t PeerMailbox::pid(int rank) const {
-  return static_cast<pid_t>(static_cast<const BlockHeader*>(blocks_[static_cast<std::size_t>(rank)].data())->pid);
+  return static_cast<pid_t>(static_cast<const BlockHeader*>(views_[static_cast<std::size_t>(rank)])->pid);
 }
 
 bool PeerMailbox::alive(int rank) const { return ::kill(pid(rank), 0) == 0 || errno != ESRCH; }

@@ -26,6 +26,7 @@
 // A peer that does not take pushes, or does not send the chunks it counted, is an error after
 // `timeout_s` naming it, the unit and the operation; a peer whose process has exited is named
 // within about a second.
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -71,6 +72,10 @@ class IpcOdcComm final : public ShardedComm {
   void begin_minibatch() override;
   void end_minibatch() override;
   CommResources resources() const override;
+
+  // Fault injection (tests): this owner's progress thread stops taking pushes, as a frozen
+  // process would, while its memory stays mapped; its clients must name it after the timeout.
+  void freeze_serving() { serving_.store(false); }
 
  private:
   struct Chunk {
@@ -150,7 +155,7 @@ class IpcOdcComm final : public ShardedComm {
   std::vector<std::int64_t> next_slot_;                             // per owner: ring position
   std::vector<std::vector<std::unique_ptr<LaneMark>>> add_marks_;   // [client][slot]
   std::vector<std::int64_t> served_head_, served_next_;             // per client: ring positions
-  double thread_cpu_s_ = 0.0;
+  std::atomic<bool> serving_{true};
   std::thread progress_;
 };
 

@@ -67,6 +67,7 @@ class PeerMailbox {
   int world_;
   int slots_;
   std::vector<SharedSegment> blocks_;  // index = owner rank; ours is created, the others opened
+  std::vector<void*> views_;           // each block's address here (a same-process peer's own mapping)
 };
 
 }  // namespace odc::distributed
