@@ -96,7 +96,13 @@ for signal in KILL STOP; do
   kill -"$signal" "$victim"
   wait "$launcher"; rc=$?
   elapsed=$(echo "$(date +%s.%N) - $t_fail" | bc)
-  leftover=$(pgrep -f "odc-train.*$work/run-metrics" || true)
+  # mpirun may exit as soon as it has sent SIGKILL: give the kernel a moment to end the ranks
+  # (seen under load: a frozen rank still listed right after mpirun returned).
+  for _ in $(seq 1 20); do
+    leftover=$(pgrep -f "odc-train.*$work/run-metrics" || true)
+    [ -z "$leftover" ] && break
+    sleep 0.25
+  done
   [ "$rc" -ne 0 ] || fail "$signal: mpirun exited 0 after rank 1 failed"
   [ -z "$leftover" ] || { fail "$signal: processes left behind: $leftover"; kill -9 $leftover; }
   limit=$(( timeout_s + 20 ))  # the timeout, the peers' answer window (<= timeout/4) and shutdown

@@ -185,12 +185,25 @@ TEST_CASE("a device shard store matches a host store bit for bit through init, A
   CHECK(host.master(0)[5] == 43.0f);
 }
 
-TEST_CASE("a device shard store refuses a caller's host master region", "[optim]") {
+TEST_CASE("a device shard store holds its masters in a caller's region of the device's memory", "[optim]") {
+  // The IPC transport exports the masters' region to its peers before the store exists.
   const auto config = test::tiny_model(1);
   const auto units = model::build_unit_layouts(config);
   const distributed::ShardLayout layout(units, 1, 0);
   TaggedBackend device;
-  std::vector<float> region(static_cast<std::size_t>(layout.owned_elements()));
-  CHECK_THROWS_WITH(distributed::ShardStore(layout, units, config, 1, region, &device),
-                    Catch::Contains("cannot hold its masters in a caller's host region"));
+  backend::Buffer exported(device.memory(), DType::f32);
+  const backend::View region = exported.get(layout.owned_elements());
+  distributed::ShardStore on_device(layout, units, config, 1,
+                                    std::span<float>(static_cast<float*>(region.data),
+                                                     static_cast<std::size_t>(layout.owned_elements())),
+                                    &device);
+  const distributed::ShardStore host(layout, units, config, 1);
+  CHECK(on_device.master_base() == region.data);
+  std::vector<float> masters(static_cast<std::size_t>(layout.owned_elements()));
+  std::memcpy(masters.data(), region.data, masters.size() * sizeof(float));
+  CHECK(masters == std::vector<float>(host.master(0), host.master(0) + layout.owned_elements()));
+  // A region smaller than the shards is refused.
+  CHECK_THROWS_WITH(distributed::ShardStore(layout, units, config, 1,
+                                            std::span<float>(static_cast<float*>(region.data), 3), &device),
+                    Catch::Contains("master region of 3 floats"));
 }
