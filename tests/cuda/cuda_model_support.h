@@ -1,10 +1,12 @@
 #pragma once
-// Shared by the CUDA tests that run the whole model (tests/cuda/test_cuda_backend.cpp,
-// test_nccl_comm.cpp): a tiny LLaMA shape the CUDA kernels support and a packed microbatch of
-// ragged sequences over it.
+// Shared by the CUDA tests that run the whole model or a comm (tests/cuda/test_cuda_backend.cpp,
+// test_nccl_comm.cpp, test_ipc_comm.cpp): a tiny LLaMA shape the CUDA kernels support, a packed
+// microbatch of ragged sequences over it, and fp32 copies between host vectors and a backend.
 #include <cstdint>
+#include <span>
 #include <vector>
 
+#include "odc/backend/backend.h"
 #include "odc/model/llama_config.h"
 #include "odc/model/batch.h"
 
@@ -31,6 +33,21 @@ inline model::PackedBatch tiny_batch(const model::LlamaConfig& c) {
     batch.append(tokens.data(), nullptr, s, 1.0f / 163.0f);
   }
   return batch;
+}
+
+// `count` fp32 elements of the backend's memory at `data`, on the host.
+inline std::vector<float> download(backend::Backend& gpu, const float* data, std::int64_t count) {
+  std::vector<float> out(static_cast<std::size_t>(count));
+  gpu.download(backend::ConstView{data, DType::f32, gpu.device(), count}, out);
+  return out;
+}
+
+// `host` copied to `target` in the backend's memory (complete on return).
+inline void upload(backend::Backend& gpu, const std::vector<float>& host, float* target) {
+  backend::Buffer staging(gpu.memory(), DType::f32);
+  const auto n = static_cast<std::int64_t>(host.size());
+  gpu.copy(gpu.upload(std::span<const float>(host), staging), backend::View{target, DType::f32, gpu.device(), n});
+  gpu.synchronize();  // the staging buffer goes when this returns
 }
 
 }  // namespace odc::test::cuda

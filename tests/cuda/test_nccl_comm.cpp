@@ -35,20 +35,10 @@
 using namespace odc;
 using distributed::GatherDtype;
 
+using test::cuda::download;
+using test::cuda::upload;
+
 namespace {
-
-std::vector<float> download(backend::Backend& gpu, const float* data, std::int64_t count) {
-  std::vector<float> out(static_cast<std::size_t>(count));
-  gpu.download(backend::ConstView{data, DType::f32, gpu.device(), count}, out);
-  return out;
-}
-
-void upload(backend::Backend& gpu, const std::vector<float>& host, float* target) {
-  backend::Buffer staging(gpu.memory(), DType::f32);
-  const auto n = static_cast<std::int64_t>(host.size());
-  gpu.copy(gpu.upload(std::span<const float>(host), staging), backend::View{target, DType::f32, gpu.device(), n});
-  gpu.synchronize();  // the staging buffer goes when this returns
-}
 
 // One rank: a device store on a CUDA backend and the NcclComm over it.
 struct OneRank {
