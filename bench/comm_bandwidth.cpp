@@ -99,15 +99,12 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// The slowest rank's value.
+// The slowest rank's value (each rank's in its own slot of a sum: every rank gets every value).
 double slowest(distributed::HostGroup& group, double mine) {
-  std::vector<double> all(static_cast<std::size_t>(group.size()));
-  group.gather_values(std::span<const double>(&mine, 1), std::span<double>(all), "the benchmark's times");
-  double m = 0;
-  for (double v : all) m = std::max(m, v);
-  std::string text = std::to_string(m);
-  group.broadcast(text, "the benchmark's times");
-  return std::stod(text);
+  std::vector<double> all(static_cast<std::size_t>(group.size()), 0.0);
+  all[static_cast<std::size_t>(group.rank())] = mine;
+  group.all_reduce_sum(all, "the benchmark's times");
+  return *std::max_element(all.begin(), all.end());
 }
 
 nlohmann::json measure(distributed::HostGroup& group, backend::Backend& device, const Options& o, const std::string& name) {

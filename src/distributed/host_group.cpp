@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "exchange_parts.h"
 #include "odc/core/error.h"
@@ -33,6 +34,13 @@ void place_gathered(const std::vector<std::string>& parts, std::size_t each, std
 }
 
 }  // namespace detail
+
+std::vector<std::string> HostGroup::all_gather_text(std::string_view mine, std::string_view what) {
+  const std::vector<std::string> gathered = gather_text(mine, what);
+  std::string all = is_root() ? nlohmann::json(gathered).dump() : std::string();
+  broadcast(all, what);
+  return nlohmann::json::parse(all).get<std::vector<std::string>>();
+}
 
 void check_identical_across_ranks(HostGroup& group, const std::vector<std::pair<std::string, std::uint64_t>>& items) {
   const std::size_t n = items.size();

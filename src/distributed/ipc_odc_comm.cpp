@@ -25,11 +25,8 @@ std::string host_name() {
 
 // Every rank's `mine`, in rank order, on every rank.
 std::vector<nlohmann::json> all_gather_json(HostGroup& group, const nlohmann::json& mine, std::string_view what) {
-  const std::vector<std::string> gathered = group.gather_text(mine.dump(), what);
-  std::string all = group.is_root() ? nlohmann::json(gathered).dump() : std::string();
-  group.broadcast(all, what);
   std::vector<nlohmann::json> out;
-  for (const auto& text : nlohmann::json::parse(all)) out.push_back(nlohmann::json::parse(text.get<std::string>()));
+  for (const auto& text : group.all_gather_text(mine.dump(), what)) out.push_back(nlohmann::json::parse(text));
   return out;
 }
 }  // namespace

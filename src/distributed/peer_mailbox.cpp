@@ -58,20 +58,13 @@ PeerMailbox::PeerMailbox(HostGroup& group, const std::string& prefix, int slots)
   // Every rank's pid and block address: a rank of the same process (threads as ranks) uses the
   // creator's mapping, so that one memory has one address in a process (atomics synchronize per
   // address for the tools that check them).
-  const std::vector<std::string> gathered =
-      group.gather_text(fmt::format("{} {:x}", ::getpid(), reinterpret_cast<std::uintptr_t>(own.data())),
-                        "the IPC mailboxes' creation");
-  std::string all;
-  for (const auto& g : gathered) all += g + "\n";
-  group.broadcast(all, "the IPC mailboxes' creation");
   std::vector<std::pair<long long, unsigned long long>> where;
-  for (std::size_t at = 0; at < all.size();) {
-    const std::size_t end = all.find('\n', at);
+  for (const auto& text : group.all_gather_text(
+           fmt::format("{} {:x}", ::getpid(), reinterpret_cast<std::uintptr_t>(own.data())), "the IPC mailboxes' creation")) {
     long long pid = 0;
     unsigned long long address = 0;
-    std::sscanf(all.substr(at, end - at).c_str(), "%lld %llx", &pid, &address);
+    std::sscanf(text.c_str(), "%lld %llx", &pid, &address);
     where.emplace_back(pid, address);
-    at = end + 1;
   }
   ODC_CHECK(static_cast<int>(where.size()) == world_, "mailbox exchange: {} entries for {} ranks", where.size(), world_);
   blocks_.resize(static_cast<std::size_t>(world_));
