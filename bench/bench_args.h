@@ -1,8 +1,12 @@
 #pragma once
 // Command-line values of the C++ benchmarks (one parser, one message for a bad value).
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "odc/core/error.h"
 
@@ -19,6 +23,31 @@ inline std::int64_t parse_int(const std::string& flag, const std::string& text) 
   }
   if (used != text.size() || value < 0) odc::fail("{} expects a non-negative integer, got '{}'", flag, text);
   return value;
+}
+
+// A comma-separated list of non-negative integers given to `flag` ("64,128,512").
+inline std::vector<std::int64_t> parse_int_list(const std::string& flag, const std::string& text) {
+  std::vector<std::int64_t> out;
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) out.push_back(parse_int(flag, item));
+  return out;
+}
+
+// The walk every benchmark's command line takes: --help / -h prints `usage` and exits 0; every
+// other flag takes the next argument as its value and goes to on_flag(flag, value), which returns
+// false for a flag it does not know. A missing value or an unknown flag is an odc::Error.
+template <typename OnFlag>
+void for_each_flag(int argc, char** argv, const char* usage, OnFlag&& on_flag) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(usage, stdout);
+      std::exit(0);
+    }
+    if (i + 1 >= argc) odc::fail("{} needs a value\n{}", flag, usage);
+    const std::string value = argv[++i];
+    if (!on_flag(flag, value)) odc::fail("unknown option '{}'\n{}", flag, usage);
+  }
 }
 
 }  // namespace odc::bench

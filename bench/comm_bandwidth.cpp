@@ -49,14 +49,7 @@ constexpr const char* kUsage =
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "-h" || flag == "--help") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (i + 1 >= argc) fail("{} needs a value\n{}", flag, kUsage);
-    const std::string value = argv[++i];
+  bench::for_each_flag(argc, argv, kUsage, [&](const std::string& flag, const std::string& value) {
     if (flag == "--device") {
       o.device = value;
     } else if (flag == "--unit-mib") {
@@ -69,9 +62,10 @@ Options parse(int argc, char** argv) {
       std::stringstream in(value);
       for (std::string c; std::getline(in, c, ',');) o.comms.push_back(c);
     } else {
-      fail("unknown option '{}'\n{}", flag, kUsage);
+      return false;
     }
-  }
+    return true;
+  });
   if (o.comms.empty()) {
     o.comms = o.device == "cuda" ? std::vector<std::string>{"ipc", "ipc-bf16", "collective", "staged"}
                                  : std::vector<std::string>{"ipc", "ipc-bf16", "ucx", "collective"};

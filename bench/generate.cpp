@@ -66,14 +66,7 @@ using odc::bench::parse_int;
 
 Options parse_options(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (i + 1 >= argc) odc::fail("{} needs a value\n{}", flag, kUsage);
-    const std::string value = argv[++i];
+  odc::bench::for_each_flag(argc, argv, kUsage, [&](const std::string& flag, const std::string& value) {
     if (flag == "--layers") o.layers = static_cast<int>(parse_int(flag, value));
     else if (flag == "--hidden") o.hidden = parse_int(flag, value);
     else if (flag == "--heads") o.heads = static_cast<int>(parse_int(flag, value));
@@ -85,14 +78,10 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--reps") o.reps = static_cast<int>(parse_int(flag, value));
     else if (flag == "--cache-only") o.no_cache = parse_int(flag, value) == 0;
     else if (flag == "--seed") o.seed = static_cast<std::uint64_t>(parse_int(flag, value));
-    else if (flag == "--new") {
-      o.new_tokens.clear();
-      std::stringstream list(value);
-      for (std::string item; std::getline(list, item, ',');) o.new_tokens.push_back(parse_int(flag, item));
-    } else {
-      odc::fail("unknown option '{}'\n{}", flag, kUsage);
-    }
-  }
+    else if (flag == "--new") o.new_tokens = odc::bench::parse_int_list(flag, value);
+    else return false;
+    return true;
+  });
   if (o.new_tokens.empty() || o.prompt < 1 || o.reps < 1 || o.threads < 1) {
     odc::fail("--new needs at least one count, --prompt, --reps and --threads at least 1");
   }

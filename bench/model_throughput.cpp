@@ -69,14 +69,7 @@ using odc::bench::parse_int;
 
 Options parse_options(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (i + 1 >= argc) odc::fail("{} needs a value\n{}", flag, kUsage);
-    const std::string value = argv[++i];
+  odc::bench::for_each_flag(argc, argv, kUsage, [&](const std::string& flag, const std::string& value) {
     if (flag == "--layers") o.layers = static_cast<int>(parse_int(flag, value));
     else if (flag == "--hidden") o.hidden = parse_int(flag, value);
     else if (flag == "--heads") o.heads = static_cast<int>(parse_int(flag, value));
@@ -88,14 +81,10 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--iters") o.iters = static_cast<int>(parse_int(flag, value));
     else if (flag == "--warmup") o.warmup = static_cast<int>(parse_int(flag, value));
     else if (flag == "--seed") o.seed = static_cast<std::uint64_t>(parse_int(flag, value));
-    else if (flag == "--seqs") {
-      o.seqs.clear();
-      std::stringstream list(value);
-      for (std::string item; std::getline(list, item, ',');) o.seqs.push_back(parse_int(flag, item));
-    } else {
-      odc::fail("unknown option '{}'\n{}", flag, kUsage);
-    }
-  }
+    else if (flag == "--seqs") o.seqs = odc::bench::parse_int_list(flag, value);
+    else return false;
+    return true;
+  });
   if (o.seqs.empty() || std::any_of(o.seqs.begin(), o.seqs.end(), [](std::int64_t n) { return n < 2; })) {
     odc::fail("--seqs needs sequence lengths of at least 2 tokens");
   }
