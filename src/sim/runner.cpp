@@ -15,7 +15,7 @@ namespace {
 // Running sums of one method over the simulated minibatches.
 struct Accumulator {
   double time = 0.0, barrier_span = 0.0, idle = 0.0, planned = 0.0, free_time = 0.0;
-  double compute = 0.0, gather_wait = 0.0, push_wait = 0.0, barrier_wait = 0.0, optimizer = 0.0;
+  double compute = 0.0, gather_wait = 0.0, push_wait = 0.0, barrier_wait = 0.0, optimizer = 0.0, accumulate = 0.0;
   double microbatches = 0.0;
   bool recorded_first = false;
 };
@@ -31,6 +31,7 @@ void accumulate(Accumulator& acc, const MinibatchTimeline& timeline) {
     acc.compute += device.compute_s / d;
     acc.gather_wait += device.gather_wait_s / d;
     acc.push_wait += device.push_wait_s / d;
+    acc.accumulate += device.accumulate_s / d;
     acc.barrier_wait += timeline.barrier_wait_s(i) / d;
     acc.microbatches += device.microbatches / d;
   }
@@ -58,6 +59,11 @@ SimResults run_simulation(const SimSetup& setup) {
   options.prefetch_depth = setup.prefetch_depth;
   options.max_outstanding_reductions = setup.max_outstanding_reductions;
   options.collective_compute_factor = setup.collective_compute_factor;
+  options.shared_link = setup.shared_link;
+  options.accumulate_seconds_per_byte = setup.accumulate_seconds_per_byte;
+  ScheduleOptions free_options = options;  // the zero-overhead bound: no transfer or accumulation costs
+  free_options.accumulate_seconds_per_byte = 0.0;
+  free_options.record_intervals = false;
   for (std::int64_t step = 0; step < setup.skip_minibatches; ++step) sampler.next(setup.minibatch_size * devices);
   for (std::int64_t step = 0; step < setup.minibatches; ++step) {
     data::PlanInput input;
@@ -80,7 +86,7 @@ SimResults run_simulation(const SimSetup& setup) {
       options.record_intervals = step == 0;
       MinibatchTimeline timeline = simulate_minibatch(work, setup.compute, bytes, setup.link, method.comm, options);
       options.record_intervals = false;
-      const auto free = simulate_minibatch(work, setup.compute, bytes, free_link, method.comm, options);
+      const auto free = simulate_minibatch(work, setup.compute, bytes, free_link, method.comm, free_options);
       accumulate(acc[k], timeline);
       acc[k].free_time += free.total_s();
       acc[k].planned += method.comm == CommKind::odc ? plan.bubble_odc() : plan.bubble_collective();
@@ -106,6 +112,7 @@ SimResults run_simulation(const SimSetup& setup) {
     r.compute_s = a.compute / n;
     r.gather_wait_s = a.gather_wait / n;
     r.push_wait_s = a.push_wait / n;
+    r.accumulate_s = a.accumulate / n;
     r.barrier_wait_s = a.barrier_wait / n;
     r.optimizer_s = a.optimizer / n;
     r.microbatches_per_device = a.microbatches / n;
@@ -140,10 +147,13 @@ nlohmann::ordered_json method_json(const SimResults& results, const MethodResult
       {"compute_s", rounded(r.compute_s, 6)},
       {"gather_wait_s", rounded(r.gather_wait_s, 6)},
       {"push_wait_s", rounded(r.push_wait_s, 6)},
+      {"accumulate_s", rounded(r.accumulate_s, 6)},
       {"barrier_wait_s", rounded(r.barrier_wait_s, 6)},
       {"optimizer_s", rounded(r.optimizer_s, 6)},
       {"microbatches_per_device", rounded(r.microbatches_per_device, 3)},
       {"baseline", s.baseline.name()},
+      {"lengths", s.pool_stats.text()},
+      {"published_lengths", s.published_lengths},
   };
 }
 
@@ -154,6 +164,8 @@ std::string markdown_table(const SimResults& results) {
       "{} minibatches; compute: {}\n\n",
       s.label, s.model.num_hidden_layers, s.model.hidden_size, s.devices, s.link.devices_per_node, s.minibatch_size,
       s.token_cap, results.mean_length, s.minibatches, s.compute.description);
+  out += "Lengths: " + s.pool.description + ": " + s.pool_stats.text() +
+         (s.published_lengths.empty() ? std::string() : "; published: " + s.published_lengths) + ".\n\n";
   if (!s.measured.empty()) out += "Calibration: " + s.measured + ".\n\n";
   out += "| method | minibatch time (s) | samples/s/device | speedup | bubble (simulated) | bubble (planned) | "
          "zero-overhead bound | microbatches/device |\n";

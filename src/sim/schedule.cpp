@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <deque>
+#include <utility>
 #include <vector>
 
 #include "odc/core/error.h"
@@ -53,17 +54,7 @@ struct DeviceState {
   double ready = 0.0;               // the device may start its next step (compute done, hand-off issued)
   std::vector<double> starts;       // compute start of every step so far (prefetches key off them)
   std::deque<double> outstanding;   // completion times of gradient hand-offs in flight
-  double push_channel_free = 0.0;   // odc: the device's own push channel
-  double gather_channel_free = 0.0;  // odc: the device's own gather channel
-
-  // When the gather for the next step is issued: with prefetch depth k, when the step k before it
-  // started computing (the minibatch's first k gathers at time 0); with depth 0, when the device
-  // is ready for the step (no overlap).
-  double next_gather_issue(int depth) const {
-    if (depth == 0) return ready;
-    const auto index = static_cast<std::ptrdiff_t>(starts.size()) - depth;
-    return index >= 0 ? starts[static_cast<std::size_t>(index)] : 0.0;
-  }
+  double last_push_done = 0.0;      // the latest gradient hand-off completion
 };
 
 // Runs one step's compute once its parameters are there; returns the compute start.
@@ -90,39 +81,109 @@ double reserve_hand_off(DeviceState& state, DeviceTimeline& timeline, int limit)
   return state.ready;
 }
 
+// A link a device's transfers queue on: with ScheduleOptions::shared_link gathers and gradient
+// hand-offs use one (each direction of a device's links carries both kinds: its own pulls in and
+// its owners' serving out, its pushes out and its peers' pushes in), otherwise one each.
+struct Channels {
+  bool shared = false;
+  double gather_free = 0.0;
+  double push_free = 0.0;
+  double& gather() { return gather_free; }
+  double& push() { return shared ? gather_free : push_free; }
+  // Reserves `seconds` on `channel` from `issue` on; returns the completion time.
+  static double reserve(double& channel, double issue, double seconds) {
+    channel = std::max(issue, channel) + seconds;
+    return channel;
+  }
+};
+
+// The steps of a device's microbatches in execution order, flattened across microbatches.
+struct FlatStep {
+  int microbatch = 0;
+  Step step;
+  std::int64_t tokens = 0;
+  double pairs = 0.0;
+};
+
+std::vector<FlatStep> flatten(const DeviceWork& work, const std::vector<Step>& steps, bool skip_empty) {
+  std::vector<FlatStep> out;
+  int index = 0;
+  for (const auto& microbatch : work) {
+    if (skip_empty && microbatch.tokens <= 0) continue;
+    for (const auto& step : steps) out.push_back({index, step, microbatch.tokens, microbatch.pairs});
+    ++index;
+  }
+  return out;
+}
+
+// Every owner adds every client's pushed slices into its accumulator (ODC's owner-side cost): the
+// jobs arrive at the clients' push completions; those arriving while the owner computes delay it
+// by their length (an add kernel competes with compute for the device), later ones run in its idle
+// time, in arrival order. Returns the owner's finish time.
+double finish_with_accumulation(double finish, const std::vector<std::pair<double, double>>& jobs, double& spent) {
+  double t = finish;
+  spent = 0.0;
+  for (const auto& [arrival, seconds] : jobs) {
+    if (arrival <= finish) t += seconds;
+    else t = std::max(t, arrival) + seconds;
+    spent += seconds;
+  }
+  return t;
+}
+
 MinibatchTimeline simulate_odc(const std::vector<DeviceWork>& work, const ComputeModel& compute,
                                const UnitBytes& bytes, const LinkModel& link, const ScheduleOptions& options) {
   MinibatchTimeline out;
   out.comm = CommKind::odc;
   const auto steps = compute.steps();
-  double slowest = 0.0;
+  const int depth = options.prefetch_depth;
+  const auto devices = static_cast<double>(work.size());
+  std::vector<std::pair<double, double>> accumulations;  // (arrival, seconds) at every owner
+  auto gather_time = [&](const Step& step) {
+    return link.transfer_time(CommKind::odc, bytes.gather.at(static_cast<std::size_t>(step.unit)));
+  };
   for (const auto& device_work : work) {
     DeviceState state;
     DeviceTimeline timeline;
-    int index = 0;
-    for (const auto& microbatch : device_work) {
-      if (microbatch.tokens <= 0) continue;  // an empty microbatch is simply not run
-      for (const auto& step : steps) {
-        // The device's gathers run one after another on its inbound channel.
-        const double gather_start = std::max(state.next_gather_issue(options.prefetch_depth), state.gather_channel_free);
-        const double params_ready =
-            gather_start + link.transfer_time(CommKind::odc, bytes.gather.at(static_cast<std::size_t>(step.unit)));
-        state.gather_channel_free = params_ready;
-        compute_step(state, timeline, params_ready, compute.time(step, microbatch.tokens, microbatch.pairs), index,
-                     step, options.record_intervals);
-        if (!hands_off_gradient(step)) continue;
-        const double issue = reserve_hand_off(state, timeline, options.max_outstanding_reductions);
-        const double push_start = std::max(issue, state.push_channel_free);
-        state.push_channel_free =
-            push_start + link.transfer_time(CommKind::odc, bytes.reduce.at(static_cast<std::size_t>(step.unit)));
-        state.outstanding.push_back(state.push_channel_free);
-      }
-      ++index;
+    Channels channels{options.shared_link};
+    const auto flat = flatten(device_work, steps, true);
+    std::vector<double> params_ready(flat.size(), 0.0);
+    // The first `depth` gathers are issued at the start, one after another.
+    for (std::size_t j = 0; j < flat.size() && static_cast<int>(j) < depth; ++j) {
+      params_ready[j] = Channels::reserve(channels.gather(), 0.0, gather_time(flat[j].step));
     }
-    timeline.microbatches = index;
-    timeline.finish_s = std::max(state.ready, state.push_channel_free);
-    slowest = std::max(slowest, timeline.finish_s);
+    for (std::size_t j = 0; j < flat.size(); ++j) {
+      const auto& item = flat[j];
+      if (depth == 0) params_ready[j] = Channels::reserve(channels.gather(), state.ready, gather_time(item.step));
+      compute_step(state, timeline, params_ready[j], compute.time(item.step, item.tokens, item.pairs), item.microbatch,
+                   item.step, options.record_intervals);
+      // Issued when this step starts: the gather `depth` steps ahead (before this step's hand-off,
+      // which is issued later, when it ends).
+      if (depth > 0 && j + static_cast<std::size_t>(depth) < flat.size()) {
+        const auto ahead = j + static_cast<std::size_t>(depth);
+        params_ready[ahead] = Channels::reserve(channels.gather(), state.starts.back(), gather_time(flat[ahead].step));
+      }
+      if (!hands_off_gradient(item.step)) continue;
+      const double issue = reserve_hand_off(state, timeline, options.max_outstanding_reductions);
+      const auto unit = static_cast<std::size_t>(item.step.unit);
+      const double done = Channels::reserve(channels.push(), issue, link.transfer_time(CommKind::odc, bytes.reduce.at(unit)));
+      state.outstanding.push_back(done);
+      state.last_push_done = std::max(state.last_push_done, done);
+      if (options.accumulate_seconds_per_byte > 0.0) {
+        accumulations.emplace_back(done, bytes.reduce.at(unit) / devices * options.accumulate_seconds_per_byte);
+      }
+    }
+    timeline.microbatches = flat.empty() ? 0 : flat.back().microbatch + 1;
+    timeline.finish_s = std::max(state.ready, state.last_push_done);
     out.devices.push_back(std::move(timeline));
+  }
+  std::sort(accumulations.begin(), accumulations.end());
+  double slowest = 0.0;
+  for (auto& timeline : out.devices) {
+    if (!accumulations.empty()) {
+      timeline.finish_s = finish_with_accumulation(timeline.finish_s, accumulations, timeline.accumulate_s);
+    }
+    slowest = std::max(slowest, timeline.finish_s);
   }
   out.barrier_s = slowest + (work.size() > 1 ? link.latency : 0.0);
   out.optimizer_s = compute.optimizer_s;
@@ -140,37 +201,56 @@ MinibatchTimeline simulate_collective(const std::vector<DeviceWork>& work, const
   std::vector<DeviceState> states(devices);
   out.devices.resize(devices);
   const auto steps = compute.steps();
+  const int depth = options.prefetch_depth;
+  // Every device runs the padded count: the step sequence of microbatch m is the same everywhere.
+  DeviceWork padded(microbatches);
+  const auto flat = flatten(padded, steps, false);
   const MicrobatchWork empty;
-  double reduction_free = 0.0;  // reductions run one after another on the shared ring
-  double gather_free = 0.0;     // and so do all-gathers
-  for (std::size_t m = 0; m < microbatches; ++m) {
-    for (const auto& step : steps) {
-      // The all-gather starts once the last device issued it (and the previous one finished).
-      double issued = gather_free;
-      for (auto& state : states) issued = std::max(issued, state.next_gather_issue(options.prefetch_depth));
-      const double params_ready =
-          issued + link.transfer_time(CommKind::collective, bytes.gather.at(static_cast<std::size_t>(step.unit)));
-      gather_free = params_ready;
-      for (std::size_t d = 0; d < devices; ++d) {
-        const auto& mb = m < work[d].size() ? work[d][m] : empty;
-        compute_step(states[d], out.devices[d], params_ready,
-                     compute.time(step, mb.tokens, mb.pairs) * options.collective_compute_factor, static_cast<int>(m),
-                     step, options.record_intervals);
-      }
-      if (!hands_off_gradient(step)) continue;
-      double all_issued = reduction_free;
-      for (std::size_t d = 0; d < devices; ++d) {
-        all_issued = std::max(all_issued, reserve_hand_off(states[d], out.devices[d], options.max_outstanding_reductions));
-      }
-      reduction_free =
-          all_issued + link.transfer_time(CommKind::collective, bytes.reduce.at(static_cast<std::size_t>(step.unit)));
-      for (auto& state : states) state.outstanding.push_back(reduction_free);
+  // All-gathers run one after another on the ring, and so do reductions (on the same ring with a
+  // shared link). A collective starts once the last device issued it.
+  Channels ring{options.shared_link};
+  auto all_gather = [&](std::size_t j, double issued) {
+    return Channels::reserve(ring.gather(), issued,
+                             link.transfer_time(CommKind::collective, bytes.gather.at(static_cast<std::size_t>(flat[j].step.unit))));
+  };
+  std::vector<double> params_ready(flat.size(), 0.0);
+  for (std::size_t j = 0; j < flat.size() && static_cast<int>(j) < depth; ++j) params_ready[j] = all_gather(j, 0.0);
+  for (std::size_t j = 0; j < flat.size(); ++j) {
+    const auto& item = flat[j];
+    const auto m = static_cast<std::size_t>(item.microbatch);
+    if (depth == 0) {
+      double issued = 0.0;
+      for (const auto& state : states) issued = std::max(issued, state.ready);
+      params_ready[j] = all_gather(j, issued);
+    }
+    for (std::size_t d = 0; d < devices; ++d) {
+      const auto& mb = m < work[d].size() ? work[d][m] : empty;
+      compute_step(states[d], out.devices[d], params_ready[j],
+                   compute.time(item.step, mb.tokens, mb.pairs) * options.collective_compute_factor, item.microbatch,
+                   item.step, options.record_intervals);
+    }
+    if (depth > 0 && j + static_cast<std::size_t>(depth) < flat.size()) {
+      double issued = 0.0;
+      for (const auto& state : states) issued = std::max(issued, state.starts.back());
+      params_ready[j + static_cast<std::size_t>(depth)] = all_gather(j + static_cast<std::size_t>(depth), issued);
+    }
+    if (!hands_off_gradient(item.step)) continue;
+    double all_issued = 0.0;
+    for (std::size_t d = 0; d < devices; ++d) {
+      all_issued = std::max(all_issued, reserve_hand_off(states[d], out.devices[d], options.max_outstanding_reductions));
+    }
+    const double done = Channels::reserve(
+        ring.push(), all_issued,
+        link.transfer_time(CommKind::collective, bytes.reduce.at(static_cast<std::size_t>(item.step.unit))));
+    for (auto& state : states) {
+      state.outstanding.push_back(done);
+      state.last_push_done = std::max(state.last_push_done, done);
     }
   }
   double slowest = 0.0;
   for (std::size_t d = 0; d < devices; ++d) {
     out.devices[d].microbatches = static_cast<int>(microbatches);
-    out.devices[d].finish_s = std::max(states[d].ready, reduction_free);
+    out.devices[d].finish_s = std::max(states[d].ready, states[d].last_push_done);
     slowest = std::max(slowest, out.devices[d].finish_s);
   }
   out.barrier_s = slowest + (devices > 1 ? link.latency : 0.0);

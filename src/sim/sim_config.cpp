@@ -8,6 +8,7 @@
 #include "odc/core/error.h"
 #include "odc/data/data_config.h"
 #include "odc/sim/calibration.h"
+#include "odc/sim/cost_fit.h"
 #include "odc/train/config_schema.h"
 
 namespace odc::sim {
@@ -38,17 +39,26 @@ std::vector<TunableSpec> sim_tunables() {
               {"lengths", "tokens", "bin"}),
       tunable("data.distribution", K::string, "lognormal", "synthetic length distribution (when data.lengths is empty)",
               {"lognormal"}),
-      tunable("data.mean_length", K::number, "18000",
-              "synthetic: mean of the unclipped log-normal (the clipped mean is reported); the default with "
-              "sigma 1.0 clipped to [256, 65536] is a LongAlign-like stand-in with a mean of about 16.5K",
+      tunable("data.mean_length", K::number, "9000",
+              "synthetic: mean of the untruncated log-normal (the simulated pool's statistics are reported); the "
+              "default with sigma 0.9 truncated to [8192, 65536] is a LongAlign-like stand-in with a mean of about "
+              "16.5K",
               Range::at_least(1)),
-      tunable("data.sigma", K::number, "1.0", "synthetic: log-space standard deviation (larger = longer tail)",
+      tunable("data.sigma", K::number, "0.9", "synthetic: log-space standard deviation (larger = longer tail)",
               Range::at_least(0)),
-      tunable("data.min_length", K::integer, "256", "synthetic: shortest sequence", Range::at_least(1)),
+      tunable("data.min_length", K::integer, "8192", "synthetic: shortest sequence", Range::at_least(1)),
       tunable("data.max_length", K::integer, "65536",
-              "longest sequence: synthetic lengths are clipped to it, lengths read from data.lengths are truncated "
-              "to it (0 = keep file lengths as they are)",
+              "longest sequence kept; longer ones are dropped or truncated (data.over_length); 0 = keep the lengths "
+              "of data.lengths as they are",
               Range::at_least(0)),
+      tunable("data.over_length", K::string, "drop",
+              "a sequence outside [min_length, max_length]: drop (a dataset filter, as the reference implementation "
+              "does; synthetic: the log-normal truncated to the limits) or truncate (clip it to the limit: piles "
+              "sequences up at the cap)",
+              {"drop", "truncate"}),
+      tunable("data.published_lengths", K::string, "\"\"",
+              "the published statistics of the dataset the lengths stand in for, printed next to the simulated "
+              "pool's"),
       tunable("data.num_sequences", K::integer, "0",
               "size of the synthetic pool the sampler draws from; 0 = exactly the sequences of the simulated "
               "minibatches (sim.minibatches x minibatch_size x sim.devices)",
@@ -59,7 +69,10 @@ std::vector<TunableSpec> sim_tunables() {
               Range::at_least(1)),
       data::data_tunable("data.max_tokens_per_microbatch"),
       data::data_tunable("data.packing_ratio"),
-      data::data_tunable("data.cost_model"),
+      tunable("data.cost_model", K::string, "flops",
+              "per-sequence cost the planners balance: linear (tokens), quadratic (cost_a*s^2 + cost_b*s), flops "
+              "(from the model shape), measured (data.cost_points), fit (a*u^2 + b*u, u = s/32000, from sim.fit)",
+              {"linear", "quadratic", "flops", "measured", "fit"}),
       data::data_tunable("data.cost_a"),
       data::data_tunable("data.cost_b"),
       data::data_tunable("data.cost_points"),
@@ -72,6 +85,13 @@ std::vector<TunableSpec> sim_tunables() {
       tunable("sim.device", K::string, "a100-80gb",
               "accelerator whose datasheet numbers drive compute (a100-80gb, h100-sxm, h200), or calibrated "
               "(per-unit times fitted from sim.calibration)"),
+      tunable("sim.compute_model", K::string, "flops",
+              "named devices: flops (FLOPs over peak x efficiency, no fixed costs) or fit (the reference "
+              "implementation's per-microbatch fit a*u^2 + b*u per sequence + c per microbatch, see sim.fit)",
+              {"flops", "fit"}),
+      tunable("sim.fit", K::string, "\"\"",
+              "sim.compute_model / data.cost_model fit: A,B,C in seconds (u = s/32000); empty = the published fit of "
+              "the model's shape (DeepSeek-R1-Distill-Qwen 1.5B or 7B, A100), other shapes scaled by FLOPs"),
       tunable("sim.calibration", K::string, "\"\"",
               "Chrome trace written by odc-train (train.trace_file); required when sim.device = calibrated"),
       tunable("sim.minibatches", K::integer, "50", "global minibatches (optimizer steps) to simulate per method",
@@ -110,6 +130,15 @@ std::vector<TunableSpec> sim_tunables() {
               "collective (assumption; 1 = as efficient: the flat pattern alone already moves devices_per_node x "
               "more bytes across nodes, 4.3x a ring's time at 16 devices)",
               Range::above(0).and_at_most(1)),
+      tunable("sim.link_contention", K::boolean, "true",
+              "a device's gathers and gradient pushes share its links (each direction carries its own pulls or the "
+              "shards it serves plus pushes), as do the collective's all-gathers and reduce-scatters; false = "
+              "independent channels"),
+      tunable("sim.accumulate_bytes_per_element", K::number, "12",
+              "named devices, ODC: memory traffic of an owner adding one pushed gradient element into its "
+              "accumulator (fp32: read both, write one), at the device's memory bandwidth; 0 = free. Calibrated "
+              "runs leave it out (the trace's compute already ran next to the accumulation)",
+              Range::at_least(0)),
       tunable("sim.latency_us", K::number, "20", "fixed cost of every gather, reduction and barrier, microseconds",
               Range::at_least(0)),
       tunable("sim.prefetch_depth", K::integer, "1",
@@ -194,12 +223,23 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
   s.prefetch_depth = static_cast<int>(config.get_int("sim.prefetch_depth"));
   s.max_outstanding_reductions = static_cast<int>(config.get_int("sim.max_outstanding_reductions"));
   s.collective_compute_factor = config.get_double("sim.collective_compute_factor");
+  s.shared_link = config.get_bool("sim.link_contention");
 
   // The model: the calibration trace's, unless the user gave one (then they must agree).
   const std::string device = config.get_string("sim.device");
   const std::string calibration_path = config.get_string("sim.calibration");
   const bool calibrated = device == "calibrated";
+  const std::string compute_model = config.get_string("sim.compute_model");
   s.model = train::model_config_from(config);
+  if (calibrated && compute_model == "fit") {
+    fail("sim.compute_model = fit models a named device (sim.device, e.g. a100-80gb); sim.device = calibrated fits "
+         "its own per-unit times from sim.calibration");
+  }
+  // The fit of the simulated model (read only where used: a calibrated model may be any shape).
+  auto fit = [&config, &s]() {
+    const std::string text = config.get_string("sim.fit");
+    return text.empty() ? fit_for_model(s.model) : parse_fit(text, "sim.fit");
+  };
   if (calibrated) {
     if (calibration_path.empty()) {
       fail("sim.device = calibrated needs sim.calibration = PATH of a trace written by odc-train (train.trace_file)");
@@ -229,6 +269,11 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
     options.optimizer_bytes_per_element = config.get_double("sim.optimizer_bytes_per_element");
     options.devices = s.devices;
     s.compute = compute_model_for_device(s.model, spec, options);
+    if (compute_model == "fit") s.compute = compute_model_from_fit(fit(), s.compute);
+    // Owner-side accumulation: bytes of memory traffic per pushed element, at the device's bandwidth,
+    // per byte of pushed gradient.
+    s.accumulate_seconds_per_byte =
+        config.get_double("sim.accumulate_bytes_per_element") / spec.memory_bandwidth / config.get_double("sim.grad_bytes");
   }
 
   // Links.
@@ -264,6 +309,7 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
   source.sigma = config.get_double("data.sigma");
   source.min_length = config.get_int("data.min_length");
   source.max_length = config.get_int("data.max_length");
+  source.over_limit = parse_over_limit(config.get_string("data.over_length"));
   const auto pool_size = config.get_int("data.num_sequences");
   const std::int64_t global = s.minibatch_size * s.devices;
   source.count = pool_size > 0 ? pool_size : (s.skip_minibatches + s.minibatches) * global;
@@ -271,6 +317,8 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
   source.seed = s.seed;
   s.shuffle = config.get_bool("data.shuffle");
   s.pool = load_lengths(source);
+  s.pool_stats = length_stats(s.pool.lengths);
+  s.published_lengths = config.get_string("data.published_lengths");
   if (static_cast<std::int64_t>(s.pool.lengths.size()) < global) {
     fail("data.minibatch_size {} x sim.devices {} = {} sequences per minibatch, but {} holds only {}",
          s.minibatch_size, s.devices, global, s.pool.description, s.pool.lengths.size());
@@ -283,7 +331,9 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
     fail("{}: a sequence of {} tokens exceeds the microbatch cap data.max_tokens_per_microbatch = {}",
          s.pool.description, longest, s.token_cap);
   }
-  s.cost = data::cost_model(config, s.model.linear_flops_per_token(), s.model.attention_flops_per_pair());
+  s.cost = config.get_string("data.cost_model") == "fit"
+               ? planner_cost_from_fit(fit())
+               : data::cost_model(config, s.model.linear_flops_per_token(), s.model.attention_flops_per_pair());
   return s;
 }
 

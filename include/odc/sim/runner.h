@@ -24,6 +24,7 @@ struct MethodResult {
   double compute_s = 0.0;                 // per device and minibatch, mean
   double gather_wait_s = 0.0;             // per device and minibatch, mean
   double push_wait_s = 0.0;
+  double accumulate_s = 0.0;              // odc: owner-side adds of pushed slices, per device and minibatch
   double barrier_wait_s = 0.0;
   double optimizer_s = 0.0;
   double microbatches_per_device = 0.0;   // mean over devices and minibatches

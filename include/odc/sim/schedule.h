@@ -17,7 +17,14 @@
 //     upper bound otherwise.
 //   odc: each device runs its own microbatches (skipping empty ones) with point-to-point gathers
 //     and pushes that involve nobody else; the only synchronization is one barrier at the end,
-//     after every device finished computing and its pushes drained.
+//     after every device finished computing, its pushes drained and (with an accumulate cost) it
+//     added every client's pushed slices into its accumulators.
+// Links: by default a device's gathers and its gradient hand-offs run on independent channels.
+// With `shared_link` they queue on one, in issue order: each direction of a device's (and node's)
+// links carries both kinds (inbound: its own gathers and its peers' pushes to it; outbound: the
+// shards it serves and its own pushes), so concurrent gathers and pushes share the bandwidth
+// (a FIFO rather than a fair share: the same total time). The collective's all-gathers and
+// reduce-scatters share the ring the same way.
 // Both then run the optimizer step, which takes the same time on every device.
 //
 // The recurrences are exact for this model (no event queue needed): collectives are resolved in
@@ -57,6 +64,7 @@ struct DeviceTimeline {
   double compute_s = 0.0;          // sum of step compute times
   double gather_wait_s = 0.0;      // waiting for parameters that had not arrived
   double push_wait_s = 0.0;        // waiting for a gradient hand-off slot
+  double accumulate_s = 0.0;       // odc: adding the clients' pushed slices (owner side)
   double finish_s = 0.0;           // last compute done and own gradients delivered
   int microbatches = 0;            // run (odc: non-empty ones; collective: padded count)
 };
@@ -83,6 +91,11 @@ struct ScheduleOptions {
   // waits inside an MPI collective busy-polls, and that slows the rank still computing next to it
   // (shared cores, caches and memory bandwidth); ODC ranks wait only at the minibatch's end.
   double collective_compute_factor = 1.0;
+  // Gathers and gradient hand-offs of a device queue on one channel (see above).
+  bool shared_link = false;
+  // ODC owner-side accumulation: seconds per byte of gradient an owner receives (a push of unit u
+  // delivers bytes.reduce[u] / D to every owner, itself included). 0 = free.
+  double accumulate_seconds_per_byte = 0.0;
 };
 
 MinibatchTimeline simulate_minibatch(const std::vector<DeviceWork>& work, const ComputeModel& compute,

@@ -4,7 +4,7 @@
 //
 // The defaults are the paper's golden setting with synthetic lengths: DeepSeek-R1-Distill-Qwen-1.5B
 // on 8 A100-80GB, LongAlign-like log-normal lengths (max 64K), 4 sequences per device per step,
-// packing ratio 1.
+// packing ratio 1; compute from the named device's FLOPs (configs/paper/ use the reference's fit).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -40,6 +40,8 @@ struct SimSetup {
   std::string label;
   model::LlamaConfig model;
   LengthPool pool;
+  LengthStats pool_stats;
+  std::string published_lengths;  // data.published_lengths: the statistics the pool stands in for
   int devices = 1;
   std::int64_t minibatch_size = 1;
   std::int64_t minibatches = 1;
@@ -55,6 +57,8 @@ struct SimSetup {
   int prefetch_depth = 1;
   int max_outstanding_reductions = 3;
   double collective_compute_factor = 1.0;
+  bool shared_link = true;                   // sim.link_contention
+  double accumulate_seconds_per_byte = 0.0;  // ODC owner-side accumulation (sim.accumulate_bytes_per_element)
   std::vector<Method> methods;
   Method baseline;
   std::vector<std::string> notes;  // calibration fits and other facts worth reporting

@@ -248,3 +248,68 @@ TEST_CASE("collective_compute_factor stretches Collective's compute only", "[sim
   CHECK_THROWS_AS(simulate_minibatch(work, compute, bytes, LinkModel::free(2), CommKind::collective, options),
                   odc::Error);
 }
+
+TEST_CASE("two nodes: a shared link serializes gathers and pushes, independent channels overlap them", "[sim]") {
+  // 2 devices on 2 nodes, no compute, no prefetch: the steps are F0, H1, B0 (embedding, head).
+  // Each transfer moves half its unit across the node link: latency + (bytes / 2) / bandwidth.
+  LinkModel link;
+  link.devices = 2;
+  link.devices_per_node = 1;
+  link.intra_bandwidth = 1e12;
+  link.inter_bandwidth = 1e9;
+  link.latency = 1e-3;
+  const auto compute = ComputeModel::uniform(0, 0.0);
+  UnitBytes bytes;
+  bytes.gather = {2e6, 4e6};  // unit 0, unit 1 (head)
+  bytes.reduce = {6e6, 8e6};
+  auto t = [&](double b) { return 1e-3 + b / 2 / 1e9; };
+  REQUIRE(link.transfer_time(CommKind::odc, 2e6) == Approx(t(2e6)));
+  const std::vector<DeviceWork> work(2, microbatches({1000}));
+  ScheduleOptions options;
+  options.prefetch_depth = 0;
+  // Independent: gathers F0, H1, B0 back to back; H1's push (8 MB) runs beside B0's gather, then
+  // B0's push follows it on the push channel.
+  const double g0 = t(2e6), g1 = t(4e6), r1 = t(8e6), r0 = t(6e6);
+  const double independent = std::max(g0 + g1 + g0, g0 + g1 + r1) + r0;
+  const auto apart = simulate_minibatch(work, compute, bytes, link, CommKind::odc, options);
+  CHECK(apart.devices[0].finish_s == Approx(independent));
+  // Shared: every transfer queues on the one link: the sum.
+  options.shared_link = true;
+  const auto shared = simulate_minibatch(work, compute, bytes, link, CommKind::odc, options);
+  CHECK(shared.devices[0].finish_s == Approx(g0 + g1 + r1 + g0 + r0));
+  CHECK(shared.barrier_s == Approx(g0 + g1 + r1 + g0 + r0 + link.latency));
+  // The collective's all-gathers and reduce-scatters share the ring the same way (a ring moves
+  // bytes * (D-1)/D through the node link: the same half here).
+  const auto ring = simulate_minibatch(work, compute, bytes, link, CommKind::collective, options);
+  CHECK(ring.devices[0].finish_s == Approx(g0 + g1 + r1 + g0 + r0));
+  options.shared_link = false;
+  CHECK(simulate_minibatch(work, compute, bytes, link, CommKind::collective, options).devices[0].finish_s ==
+        Approx(independent));
+}
+
+TEST_CASE("owners pay for accumulating every client's pushes", "[sim]") {
+  // Free links, two devices, one microbatch each (the second twice as long): every push delivers
+  // reduce[u] / 2 bytes to each owner, so each owner adds sum_u reduce[u] bytes per microbatch of
+  // each client: 2 clients x (1e6 + 3e6) / 2 x k seconds.
+  const auto compute = three_step_model(1e-3);  // 1000 tokens: 1 s per microbatch
+  UnitBytes bytes;
+  bytes.gather = {1e6, 1e6};
+  bytes.reduce = {1e6, 3e6};
+  const std::vector<DeviceWork> work = {microbatches({1000}), microbatches({2000})};
+  ScheduleOptions options;
+  options.accumulate_seconds_per_byte = 1e-7;
+  const auto timeline = simulate_minibatch(work, compute, bytes, LinkModel::free(2), CommKind::odc, options);
+  const double total = 2 * (1e6 + 3e6) / 2 * 1e-7;  // 0.4 s
+  // The slow device: every push arrives while it computes (or as it finishes): its finish moves
+  // by the whole accumulation.
+  CHECK(timeline.devices[1].accumulate_s == Approx(total));
+  CHECK(timeline.devices[1].finish_s == Approx(2.0 + total));
+  // The fast one finished at 1 s (+ the adds of its own and the other's first pushes); the slow
+  // device's last pushes arrive later and run in its idle time, so it still ends first.
+  CHECK(timeline.devices[0].finish_s < timeline.devices[1].finish_s);
+  CHECK(timeline.barrier_s == Approx(2.0 + total));
+  CHECK(timeline.devices[1].compute_s == Approx(2.0));  // compute itself is unchanged
+  // Collectives reduce inside the collective: no owner-side term.
+  const auto collective = simulate_minibatch(work, compute, bytes, LinkModel::free(2), CommKind::collective, options);
+  CHECK(collective.barrier_s == Approx(2.0));
+}

@@ -1,6 +1,7 @@
 // Simulator inputs and the end-to-end run: config schema and errors, methods, length sources,
 // the named-device compute model's formulas, link costs, and a small full simulation.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -42,9 +43,17 @@ TEST_CASE("length files: comments, blanks and file:line errors", "[sim]") {
   LengthSource source;
   source.path = good.string();
   source.max_length = 1000;
+  source.over_limit = OverLimit::truncate;
   const auto pool = load_lengths(source);
   CHECK(pool.lengths == std::vector<std::int64_t>{100, 250, 1000});
   CHECK(pool.truncated == 1);
+  source.over_limit = OverLimit::drop;  // the default: a dataset filter
+  const auto filtered = load_lengths(source);
+  CHECK(filtered.lengths == std::vector<std::int64_t>{100, 250});
+  CHECK(filtered.dropped == 1);
+  CHECK_THAT(filtered.description, Contains("1 longer than 1000 tokens dropped"));
+  source.max_length = 50;
+  CHECK_THROWS_WITH(load_lengths(source), Contains("every sequence is longer than data.max_length = 50"));
   const auto bad = temp_file("odc_sim_lengths_bad.txt", "100\n12x\n");
   CHECK_THROWS_WITH(read_length_file(bad.string()), Contains(bad.string() + ":2") && Contains("12x"));
   const auto negative = temp_file("odc_sim_lengths_negative.txt", "-5\n");
@@ -67,6 +76,55 @@ TEST_CASE("synthetic lengths are deterministic, clipped and near the requested m
   }
   CHECK(sum / static_cast<double>(a.size()) == Approx(1000.0).epsilon(0.03));
   CHECK_THROWS_WITH(lognormal_lengths(1000.0, 0.5, 100, 50, 10, 0), Contains("data.max_length"));
+}
+
+namespace {
+
+double phi(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
+
+}  // namespace
+
+TEST_CASE("dropping truncates the log-normal; truncating piles sequences up at the limits", "[sim]") {
+  // Untruncated mean 9000, sigma 0.9, kept within [8192, 65536]: the truncated log-normal's mean is
+  // exp(mu + s^2/2) * (Phi(b - s) - Phi(a - s)) / (Phi(b) - Phi(a)) with a, b the standardized log limits.
+  const double sigma = 0.9;
+  const double mu = std::log(9000.0) - 0.5 * sigma * sigma;
+  const double a = (std::log(8192.0) - mu) / sigma;
+  const double b = (std::log(65536.0) - mu) / sigma;
+  const double expected_mean = 9000.0 * (phi(b - sigma) - phi(a - sigma)) / (phi(b) - phi(a));
+  const auto dropped = lognormal_lengths(9000.0, sigma, 8192, 65536, 40000, 5, OverLimit::drop);
+  const auto stats = length_stats(dropped);
+  CHECK(stats.shortest >= 8192);
+  CHECK(stats.longest <= 65536);
+  // Standard error of the mean over 40000 draws is ~0.4% of it; 1.5% is beyond 3 of them.
+  CHECK(stats.mean == Approx(expected_mean).epsilon(0.015));
+  CHECK(stats.share_at_longest < 0.001);  // no spike at the cap
+  // Clipping: the mass below 8192 lands exactly on it (Phi(a) of all draws, ~54% here).
+  const auto clipped = lognormal_lengths(9000.0, sigma, 8192, 65536, 40000, 5, OverLimit::truncate);
+  const auto at_floor = std::count(clipped.begin(), clipped.end(), 8192);
+  CHECK(static_cast<double>(at_floor) / 40000.0 == Approx(phi(a)).margin(0.01));
+  CHECK(length_stats(clipped).mean < stats.mean);
+  // A max-length sweep moves every sequence monotonically (the same quantile under each limit), and
+  // a 16K limit has no spike at 16K when dropping (clipping would put ~18% there).
+  const auto short_limit = lognormal_lengths(9000.0, sigma, 8192, 16384, 40000, 5, OverLimit::drop);
+  for (std::size_t i = 0; i < dropped.size(); ++i) REQUIRE(short_limit[i] <= dropped[i]);
+  CHECK(length_stats(short_limit).share_at_longest < 0.001);
+  const auto clipped_short = lognormal_lengths(9000.0, sigma, 8192, 16384, 40000, 5, OverLimit::truncate);
+  CHECK(static_cast<double>(std::count(clipped_short.begin(), clipped_short.end(), 16384)) / 40000.0 ==
+        Approx(1.0 - phi((std::log(16384.0) - mu) / sigma)).margin(0.01));
+  CHECK_THROWS_WITH(lognormal_lengths(100.0, 0.1, 8192, 65536, 10, 0, OverLimit::drop), Contains("keeps almost none"));
+  CHECK_THROWS_WITH(parse_over_limit("clip"), Contains("data.over_length"));
+}
+
+TEST_CASE("length statistics: mean, quantiles and the share at the maximum", "[sim]") {
+  const auto stats = length_stats({10, 20, 30, 40, 40});
+  CHECK(stats.count == 5);
+  CHECK(stats.mean == Approx(28.0));
+  CHECK(stats.median == Approx(30.0));
+  CHECK(stats.p95 == Approx(40.0));
+  CHECK(stats.longest == 40);
+  CHECK(stats.share_at_longest == Approx(0.4));
+  CHECK_THAT(stats.text(), Contains("40.0% at max") && Contains("5 sequences"));
 }
 
 TEST_CASE("named-device compute follows the FLOP formulas", "[sim]") {
