@@ -3,6 +3,11 @@
 
   plot_sim.py table MAIN.jsonl              markdown tables: speedup and bubble per method, one row
                                             per setting (label "CONFIG/mbN")
+  plot_sim.py lengths MAIN.jsonl            markdown table: each setting's simulated length statistics next to
+                                            the published ones it stands in for
+  plot_sim.py sensitivity SENS.jsonl        markdown table: the best ODC speedup of every cell (labels
+                                            "CONFIG/mbN/VARIANT") under each model variant, in points from
+                                            the first variant
   plot_sim.py sweeps SWEEPS.jsonl OUT_DIR   one PNG per swept parameter (labels "sweep/PARAM=VALUE"):
                                             speedup over the baseline and simulated bubble per method
   plot_sim.py timeline TIMELINE.json OUT.png [METHOD...]
@@ -15,14 +20,25 @@ import json
 import sys
 from collections import OrderedDict
 
-METHODS = ["collective+local_sort", "collective+lb_micro", "odc+local_sort", "odc+lb_micro", "odc+lb_mini"]
+METHODS = ["collective+local_sort", "collective+lb_micro", "odc+local_sort", "odc+lb_micro", "odc+lb_mini_equal",
+           "odc+lb_mini"]
 SHORT = {
     "collective+local_sort": "Coll LocalSort",
     "collective+lb_micro": "Coll LB-Micro",
     "odc+local_sort": "ODC LocalSort",
     "odc+lb_micro": "ODC LB-Micro",
+    "odc+lb_mini_equal": "ODC LB-Mini (equal counts)",
     "odc+lb_mini": "ODC LB-Mini",
 }
+
+
+def best_odc(group):
+    """The ODC schedule the paper's setting allows: LB-Mini with equal sample counts where the
+    setting has it (RL: verl's constraint), else LB-Mini."""
+    for m in ("odc+lb_mini_equal", "odc+lb_mini"):
+        if m in group:
+            return m, group[m]
+    return None, None
 
 
 def read_lines(path):
@@ -78,6 +94,51 @@ def table(path):
             else:
                 cells.append(" - |")
         out.append("".join(cells))
+    print("\n".join(out))
+
+
+def lengths(path):
+    seen = OrderedDict()
+    for row in read_lines(path):
+        setting = row["sim"].split("/")[0]
+        if setting not in seen:
+            seen[setting] = row
+    out = ["| setting | simulated lengths | published |", "|---|---|---|"]
+    for setting, row in seen.items():
+        out.append(f"| {setting} | {row.get('lengths', '?')} | {row.get('published_lengths') or '-'} |")
+    print("\n".join(out))
+
+
+def sensitivity(path):
+    cells = OrderedDict()
+    variants = []
+    for row in read_lines(path):
+        parts = row["sim"].split("/")
+        if len(parts) != 3:
+            sys.exit(f"plot_sim.py: {path}: label '{row['sim']}' is not CONFIG/mbN/VARIANT")
+        cell, variant = "/".join(parts[:2]), parts[2]
+        if variant not in variants:
+            variants.append(variant)
+        cells.setdefault(cell, {}).setdefault(variant, {})[row["method"]] = row
+    base = variants[0]
+    out = ["| cell | ODC schedule | " + " | ".join(variants) + " |",
+           "|---|---|" + "---:|" * len(variants)]
+    for cell, by_variant in cells.items():
+        method, _ = best_odc(by_variant.get(base, {}))
+        if method is None:
+            continue
+        row = [f"| {cell} | {SHORT[method]} |"]
+        reference = by_variant[base][method]["speedup"]
+        for variant in variants:
+            group = by_variant.get(variant, {})
+            if method not in group:
+                row.append(" - |")
+            elif variant == base:
+                row.append(f" {reference:.3f} |")
+            else:
+                value = group[method]["speedup"]
+                row.append(f" {value:.3f} ({100 * (value - reference):+.1f}) |")
+        out.append("".join(row))
     print("\n".join(out))
 
 
@@ -153,6 +214,10 @@ def timeline(path, out_png, wanted):
 def main(argv):
     if len(argv) >= 3 and argv[1] == "table":
         table(argv[2])
+    elif len(argv) == 3 and argv[1] == "lengths":
+        lengths(argv[2])
+    elif len(argv) == 3 and argv[1] == "sensitivity":
+        sensitivity(argv[2])
     elif len(argv) == 4 and argv[1] == "sweeps":
         sweeps(argv[2], argv[3])
     elif len(argv) >= 4 and argv[1] == "timeline":
