@@ -16,22 +16,19 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-odc::model::LlamaConfig shape_of(std::int64_t vocab, std::int64_t hidden, std::int64_t intermediate, int layers,
-                                 int heads, int kv_heads) {
-  odc::model::LlamaConfig config;
-  config.vocab_size = vocab;
-  config.hidden_size = hidden;
-  config.intermediate_size = intermediate;
-  config.num_hidden_layers = layers;
-  config.num_attention_heads = heads;
-  config.num_key_value_heads = kv_heads;
-  config.head_dim = hidden / heads;
-  config.attention_bias = true;
+// The published fits' own shapes, and the 14B shape (no published fit) derived from the 7B one.
+const auto k1_5b = published_fits().front().shape;
+const auto k7b = published_fits().back().shape;
+const auto k14b = [] {
+  auto config = k7b;
+  config.hidden_size = 5120;
+  config.intermediate_size = 13824;
+  config.num_hidden_layers = 48;
+  config.num_attention_heads = 40;
+  config.num_key_value_heads = 8;
+  config.head_dim = 128;
   return config;
-}
-
-const auto k7b = shape_of(152064, 3584, 18944, 28, 28, 4);
-const auto k14b = shape_of(152064, 5120, 13824, 48, 40, 8);
+}();
 
 ComputeModel flop_model(const odc::model::LlamaConfig& config) {
   DeviceComputeOptions options;
@@ -52,6 +49,8 @@ double microbatch_time(const ComputeModel& model, const std::vector<std::int64_t
 }  // namespace
 
 TEST_CASE("the fit compute model gives a*u^2 + b*u per sequence plus c per microbatch", "[sim]") {
+  REQUIRE(published_fits().size() == 2);
+  CHECK(published_fits().back().shape.hidden_size == 3584);
   const CostFit fit = fit_for_model(k7b);
   REQUIRE(fit.a == 4.348);
   REQUIRE(fit.b == 8.768);
@@ -93,7 +92,6 @@ TEST_CASE("shapes without a published fit are scaled by FLOPs", "[sim]") {
   CHECK(fit.a == Approx(base.a * k14b.attention_flops_per_pair() / k7b.attention_flops_per_pair()));
   CHECK(fit.b == Approx(base.b * k14b.linear_flops_per_token() / k7b.linear_flops_per_token()));
   // c on the line through the 1.5B and 7B fits in linear FLOPs per token.
-  const auto k1_5b = shape_of(151936, 1536, 8960, 28, 12, 2);
   const double x0 = k1_5b.linear_flops_per_token();
   const double x1 = k7b.linear_flops_per_token();
   const double x = k14b.linear_flops_per_token();
