@@ -153,6 +153,9 @@ nlohmann::ordered_json method_json(const SimResults& results, const MethodResult
       {"microbatches_per_device", rounded(r.microbatches_per_device, 3)},
       {"baseline", s.baseline.name()},
       {"lengths", s.pool_stats.text()},
+      {"length_median", rounded(s.pool_stats.median, 1)},
+      {"length_p95", rounded(s.pool_stats.p95, 1)},
+      {"length_share_at_max", rounded(s.pool_stats.share_at_longest, 4)},
       {"published_lengths", s.published_lengths},
   };
 }

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Every configs/paper setting simulates, its length stand-in has the statistics its header states
+# (pool of 20000 sequences: the sample mean is within ~0.5% of the distribution's), RL settings run
+# the equal-count LB-Mini verl allows, and the reproduction's tables (tools/plot_sim.py lengths,
+# sensitivity) come out of real odc-sim output.
+# Usage: test_paper_configs.sh BUILD_DIR WORK_DIR
+set -uo pipefail
+build="$(cd "$1" && pwd)"
+work="$2"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+python=${PYTHON:-/usr/bin/python3}
+rm -rf "$work" && mkdir -p "$work"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# Expected pool statistics per dataset (thousands of tokens): mean, min_mean..max_mean, and the
+# limits: LongAlign 8K-64K truncated (mean 16.5K), SWE-Smith beyond 64K dropped (28.4K), RL (9.0K).
+expect() {
+  case $1 in
+    sft-longalign-*) echo "16.5 8192 65536" ;;
+    sft-swesmith-*) echo "28.4 2048 65536" ;;
+    rl-aime-*) echo "9.0 512 32768" ;;
+  esac
+}
+for config in "$root"/configs/paper/*.yaml; do
+  name=$(basename "$config" .yaml)
+  if ! "$build/bin/odc-sim" "$config" --set sim.minibatches=2 --set data.num_sequences=20000 \
+      --set data.minibatch_size=2 >"$work/$name.out" 2>"$work/$name.err"; then
+    fail "$name: odc-sim exited non-zero: $(tail -2 "$work/$name.err")"
+    continue
+  fi
+  grep '^{' "$work/$name.out" >"$work/$name.jsonl"
+  read -r mean lo hi <<<"$(expect "$name")"
+  "$python" - "$work/$name.jsonl" "$name" "$mean" "$lo" "$hi" <<'PY' || fail "$name: see above"
+import json, sys
+path, name, mean, lo, hi = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+rows = [json.loads(l) for l in open(path)]
+methods = [r["method"] for r in rows]
+problems = []
+if name.startswith("rl-") and "odc+lb_mini_equal" not in methods:
+    problems.append(f"RL setting without odc+lb_mini_equal: {methods}")
+r = rows[0]
+# The pool's mean is in the table's "lengths" text; its exact figures in the numeric fields.
+pool_mean = float(r["lengths"].split("mean ")[1].split("K")[0])
+if abs(pool_mean - mean) > 0.02 * mean:
+    problems.append(f"pool mean {pool_mean}K, expected {mean}K +- 2%")
+if r["length_share_at_max"] > 0.001:
+    problems.append(f"{100 * r['length_share_at_max']:.2f}% of the sequences sit at the cap (a clipping spike)")
+if not r["published_lengths"]:
+    problems.append("no published statistics to compare with")
+if any(row["speedup"] <= 0 for row in rows):
+    problems.append("a method without a speedup")
+for p in problems:
+    print(f"FAIL: {name}: {p}")
+sys.exit(1 if problems else 0)
+PY
+done
+
+# The reproduction's tables from real output: lengths (one row per setting) and sensitivity.
+cat "$work"/*.jsonl >"$work/main.jsonl"
+rows=$("$python" "$root/tools/plot_sim.py" lengths "$work/main.jsonl" | grep -c '^| [rs]')
+[ "$rows" -eq 12 ] || fail "plot_sim.py lengths: $rows setting rows, expected 12"
+config="$root/configs/paper/sft-longalign-1.5b.yaml"
+for v in "faithful:" "bf16-gathers:--set sim.odc_param_bytes=2"; do
+  # shellcheck disable=SC2086
+  "$build/bin/odc-sim" "$config" --set sim.minibatches=4 --set sim.devices=16 --set sim.methods=collective+lb_micro,odc+lb_mini \
+    --set "sim.label=la/mb4/${v%%:*}" ${v#*:} | grep '^{' >>"$work/sensitivity.jsonl"
+done
+table=$("$python" "$root/tools/plot_sim.py" sensitivity "$work/sensitivity.jsonl")
+echo "$table" | grep -q '^| la/mb4 | ODC LB-Mini | [0-9.]* | [0-9.]* ([-+][0-9.]*) |$' ||
+  fail "plot_sim.py sensitivity: unexpected table: $table"
+# Across 2 nodes, gathering fp32 instead of bf16 cannot make ODC faster.
+"$python" - "$work/sensitivity.jsonl" <<'PY' || fail "bf16 gathers slower than fp32 ones across nodes"
+import json, sys
+rows = {json.loads(l)["sim"] + json.loads(l)["method"]: json.loads(l) for l in open(sys.argv[1])}
+fp32 = rows["la/mb4/faithfulodc+lb_mini"]["minibatch_time_s"]
+bf16 = rows["la/mb4/bf16-gathersodc+lb_mini"]["minibatch_time_s"]
+print(f"odc+lb_mini minibatch: fp32 gathers {fp32:.4f} s, bf16 {bf16:.4f} s")
+sys.exit(0 if bf16 <= fp32 else 1)
+PY
+
+[ "$failures" -eq 0 ] && echo "ok   [12 paper settings simulate with the stated length statistics; tables from real output]"
+exit $((failures > 0))
