@@ -8,6 +8,8 @@
 //     better.
 //   max_cost(lb_mini) <= max_cost(lb_micro) (when lb_micro is defined, n % D == 0): LB-Mini also
 //     evaluates LB-Micro's split and keeps it when its max cost is lower.
+//   max_cost(lb_mini_equal) == max_cost(lb_micro): lb_mini_equal takes LB-Micro's split as it is
+//     (only the microbatch counts within the ranks differ), so lb_mini <= lb_mini_equal as well.
 // The reference keeps the equal-count split when its max-min spread is smaller; comparing the max
 // is what the minibatch barrier pays for, and it is what makes the chain above exact.
 #include "odc/data/partition.h"

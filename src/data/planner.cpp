@@ -1,6 +1,6 @@
-// The plans: LocalSort, LB-Micro, LB-Mini and round_robin from the splits over the ranks
-// (partition.cpp) and the packing within a rank (microbatches.cpp); the balance names; and the
-// plan's metrics (makespans, bubbles, hash).
+// The plans: LocalSort, LB-Micro, LB-Mini (free or equal sequence counts) and round_robin from the
+// splits over the ranks (partition.cpp) and the packing within a rank (microbatches.cpp); the
+// balance names; and the plan's metrics (makespans, bubbles, hash).
 #include "odc/data/planner.h"
 
 #include <algorithm>
@@ -102,11 +102,13 @@ void validate(const PlanInput& input) {
   }
   const auto n = input.lengths.size();
   const auto ranks = static_cast<std::size_t>(input.world_size);
-  if (input.balance == Balance::lb_micro && n % ranks != 0) {
+  const bool equal_counts =
+      input.balance == Balance::lb_micro || input.balance == Balance::lb_mini_equal;
+  if (equal_counts && n % ranks != 0) {
     fail(
-        "planner: lb_micro needs the global minibatch ({} sequences) to divide evenly over {} "
+        "planner: {} needs the global minibatch ({} sequences) to divide evenly over {} "
         "ranks (equal sequence counts per rank)",
-        n, ranks);
+        balance_name(input.balance), n, ranks);
   }
 }
 
@@ -119,7 +121,10 @@ Balance parse_balance(const std::string& name) {
   if (name == "lb_micro") return Balance::lb_micro;
   if (name == "lb_mini") return Balance::lb_mini;
   if (name == "round_robin") return Balance::round_robin;
-  fail("data.balance must be one of local_sort, lb_micro, lb_mini, round_robin; got '{}'", name);
+  if (name == "lb_mini_equal") return Balance::lb_mini_equal;
+  fail("data.balance must be one of local_sort, lb_micro, lb_mini, round_robin, lb_mini_equal; "
+       "got '{}'",
+       name);
 }
 
 std::string balance_name(Balance balance) {
@@ -128,6 +133,7 @@ std::string balance_name(Balance balance) {
     case Balance::lb_micro: return "lb_micro";
     case Balance::lb_mini: return "lb_mini";
     case Balance::round_robin: return "round_robin";
+    case Balance::lb_mini_equal: return "lb_mini_equal";
   }
   fail("unknown Balance value {}", static_cast<int>(balance));
 }
@@ -153,9 +159,10 @@ Plan make_plan(const PlanInput& input) {
     return plan;
   }
 
-  const Parts split = input.balance == Balance::lb_micro
-                          ? planner_detail::equal_count_split(costs, ranks)
-                          : planner_detail::free_count_split(costs, ranks);
+  // lb_mini_equal: lb_micro's equal-count split, each rank keeping its own minimal count below.
+  const Parts split = input.balance == Balance::lb_mini
+                          ? planner_detail::free_count_split(costs, ranks)
+                          : planner_detail::equal_count_split(costs, ranks);
   std::vector<Parts> packed(ranks);
   for (std::size_t r = 0; r < ranks; ++r) {
     const RankItems rank{split[r], input.lengths, costs, input.token_cap};

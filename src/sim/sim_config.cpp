@@ -183,6 +183,10 @@ Method parse_method(const std::string& text, const std::string& key) {
     fail("{}: collective+lb_mini cannot run: LB-Mini gives devices different numbers of microbatches, which "
          "collectives cannot (use odc+lb_mini, or collective+lb_micro)", key);
   }
+  if (method.comm == CommKind::collective && method.balance == data::Balance::lb_mini_equal) {
+    fail("{}: collective+lb_mini_equal cannot run: it gives devices different numbers of microbatches, which "
+         "collectives cannot (use odc+lb_mini_equal, or collective+lb_micro)", key);
+  }
   return method;
 }
 

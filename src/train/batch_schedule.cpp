@@ -69,7 +69,14 @@ std::int64_t global_batch_size(const Config& config, int world_size, std::string
 }
 
 void check_batch_split(std::int64_t global, int world_size, data::Balance balance, const std::string& how) {
-  if (balance != data::Balance::lb_micro || global % world_size == 0) return;
+  if (global % world_size == 0) return;
+  if (balance == data::Balance::lb_mini_equal) {
+    fail("the global batch of {} sequences ({}) does not divide over {}: data.balance lb_mini_equal gives every rank "
+         "the same number of sequences; use a multiple of {} or data.balance lb_mini, which lets ranks run different "
+         "numbers",
+         global, how, plural(world_size, "rank"), world_size);
+  }
+  if (balance != data::Balance::lb_micro) return;
   fail("the global batch of {} sequences ({}) does not divide over {}: data.balance lb_micro (also what auto means "
        "with train.comm collective) gives every rank the same number of sequences; use a multiple of {} or "
        "data.balance local_sort (or lb_mini with train.comm odc), which let ranks run different numbers",

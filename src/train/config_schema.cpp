@@ -63,7 +63,8 @@ std::vector<TunableSpec> trainer_tunables() {
       tunable("data.global_batch_size", K::integer, "",
               "sequences per optimizer step over all ranks, instead of data.minibatch_size (set one of the two); "
               "need not divide by the world size with data.balance lb_mini, local_sort or round_robin (ranks then "
-              "run different numbers of sequences); lb_micro (auto with train.comm collective) needs a multiple",
+              "run different numbers of sequences); lb_micro (auto with train.comm collective) and lb_mini_equal "
+              "need a multiple",
               Range::at_least(1)),
       tunable("data.max_length", K::integer, "0",
               "longest sequence (tokens) to train on; 0 = no limit (model.config.max_position_embeddings is only "
@@ -78,9 +79,11 @@ std::vector<TunableSpec> trainer_tunables() {
       data::data_tunable("data.packing_ratio"),
       tunable("data.balance", K::string, "auto",
               "how the global minibatch is split over ranks and microbatches: local_sort, lb_micro (equal "
-              "microbatch counts), lb_mini (balances whole-minibatch work; odc only); auto = lb_mini with odc, "
-              "lb_micro with collective; round_robin = no balancing (items r, r+N, ... packed in order)",
-              {"auto", "local_sort", "lb_micro", "lb_mini", "round_robin"}),
+              "microbatch counts), lb_mini (balances whole-minibatch work; odc only), lb_mini_equal (lb_micro's "
+              "equal sequence counts per rank, each rank keeping its own microbatch count, as RL frameworks need; "
+              "odc only); auto = lb_mini with odc, lb_micro with collective; round_robin = no balancing (items r, "
+              "r+N, ... packed in order)",
+              {"auto", "local_sort", "lb_micro", "lb_mini", "round_robin", "lb_mini_equal"}),
       data::data_tunable("data.cost_model"),
       data::data_tunable("data.cost_a"),
       data::data_tunable("data.cost_b"),

@@ -13,6 +13,16 @@
 
 namespace odc::train {
 
+namespace {
+
+// The balances that give every rank the same number of sequences (the planner refuses a minibatch
+// that does not divide over the ranks).
+bool equal_sequence_counts(data::Balance balance) {
+  return balance == data::Balance::lb_micro || balance == data::Balance::lb_mini_equal;
+}
+
+}  // namespace
+
 MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig& model, int rank, int world_size,
                                  distributed::CommKind comm)
     : rank_(rank), world_size_(world_size) {
@@ -25,6 +35,11 @@ MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig&
   if (balance_ == data::Balance::lb_mini && distributed::needs_equal_microbatches(comm, world_size_)) {
     fail("data.balance = lb_mini needs train.comm = odc: LB-Mini gives ranks different numbers of microbatches, "
          "which collectives cannot run (use lb_micro or local_sort with train.comm = collective)");
+  }
+  if (balance_ == data::Balance::lb_mini_equal && distributed::needs_equal_microbatches(comm, world_size_)) {
+    fail("data.balance = lb_mini_equal needs train.comm = odc: it gives ranks equal numbers of sequences but "
+         "different numbers of microbatches, which collectives cannot run (use lb_micro with train.comm = "
+         "collective: equal sequence and microbatch counts)");
   }
   check_batch_split(global_batch_, world_size_, balance_, global_batch_origin_);
   dataset_ = open_limited(config, model.vocab_size);
@@ -49,10 +64,10 @@ MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig&
                                              config.get_bool("data.shuffle"));
   sequence_reduction_ = config.get_string("train.loss_reduction") == "sequence";
 
-  if (within_epochs_ && balance_ == data::Balance::lb_micro && dataset_->size() % global_batch_ % world_size_ != 0) {
-    spdlog::info("data.balance lb_micro: each epoch's last step ({} sequences) does not divide over {} ranks; that "
+  if (within_epochs_ && equal_sequence_counts(balance_) && dataset_->size() % global_batch_ % world_size_ != 0) {
+    spdlog::info("data.balance {}: each epoch's last step ({} sequences) does not divide over {} ranks; that "
                  "step is planned with local_sort (every sequence trains)",
-                 dataset_->size() % global_batch_, world_size_);
+                 data::balance_name(balance_), dataset_->size() % global_batch_, world_size_);
   }
   cost_model_ = data::cost_model(config, model.linear_flops_per_token(), model.attention_flops_per_pair());
 }
@@ -104,7 +119,7 @@ Minibatch MinibatchSource::next(bool equal_counts) {
   input.token_cap = token_cap_;
   input.cost = cost_model_;
   const bool even = count % world_size_ == 0;
-  input.balance = balance_ == data::Balance::lb_micro && !even ? data::Balance::local_sort : balance_;
+  input.balance = equal_sequence_counts(balance_) && !even ? data::Balance::local_sort : balance_;
   for (auto index : out.global) input.lengths.push_back(dataset_->length(index));
   out.plan = data::make_plan(input);
   out.weights.assign(out.global.size(), 0.0f);

@@ -25,8 +25,8 @@ TEST_CASE("every planner trains the same model on every comm, with identical pla
     std::string comm, balance, cost;
   };
   const std::vector<Case> cases = {{"odc", "lb_mini", "flops"},      {"odc", "lb_micro", "linear"},
-                                   {"odc", "local_sort", "linear"},  {"collective", "lb_micro", "flops"},
-                                   {"collective", "local_sort", "linear"}};
+                                   {"odc", "local_sort", "linear"},  {"odc", "lb_mini_equal", "flops"},
+                                   {"collective", "lb_micro", "flops"}, {"collective", "local_sort", "linear"}};
   for (const auto& c : cases) {
     const auto config = test::small_config(data, 8 / world,
                                            {"train.comm=" + c.comm, "data.balance=" + c.balance,
@@ -54,5 +54,9 @@ TEST_CASE("every planner trains the same model on every comm, with identical pla
   if (world > 1) {
     const auto bad = test::small_config(data, 8 / world, {"train.comm=collective", "data.balance=lb_mini"});
     CHECK_THROWS_WITH(train::Trainer(bad, *test::world_group()), Catch::Contains("lb_mini needs train.comm = odc"));
+    const auto bad_equal =
+        test::small_config(data, 8 / world, {"train.comm=collective", "data.balance=lb_mini_equal"});
+    CHECK_THROWS_WITH(train::Trainer(bad_equal, *test::world_group()),
+                      Catch::Contains("lb_mini_equal needs train.comm = odc"));
   }
 }

@@ -14,11 +14,17 @@
 //                cost.
 //   lb_mini    : as lb_micro but balancing TOTAL cost per rank (counts may differ) and each rank
 //                keeps its own minimal microbatch count (ODC only: ranks run different counts).
+//   lb_mini_equal: LB-Mini constrained to equal sequence counts per rank (what RL frameworks such
+//                as verl require): lb_micro's equal-count split, but each rank keeps its own
+//                minimal microbatch count, no common count (ODC only: ranks run different counts).
+//                Like lb_micro it needs the global minibatch to divide evenly over the ranks.
 //   round_robin: no balancing, for ablations and tests: rank r takes items r, r+N, ... and packs
 //                them in order under the cap (pack_in_order); counts may differ (a collective
 //                comm pads the short ranks with empty microbatches).
 // By construction, the largest per-rank cost satisfies lb_mini <= lb_micro <= local_sort: lb_micro
 // also tries the round-robin split and lb_mini also tries lb_micro's split, keeping the better.
+// lb_mini_equal uses lb_micro's split, so its per-rank costs (and their max) equal lb_micro's; only
+// the microbatch counts differ.
 //
 // The cost model lives in cost_model.h and the partitioning building blocks in partition.h; this
 // header includes both, so it is the one to include for planning.
@@ -31,8 +37,8 @@
 
 namespace odc::data {
 
-enum class Balance { local_sort, lb_micro, lb_mini, round_robin };
-// "local_sort" | "lb_micro" | "lb_mini" | "round_robin", else odc::Error
+enum class Balance { local_sort, lb_micro, lb_mini, round_robin, lb_mini_equal };
+// "local_sort" | "lb_micro" | "lb_mini" | "round_robin" | "lb_mini_equal", else odc::Error
 Balance parse_balance(const std::string& name);
 std::string balance_name(Balance balance);
 
@@ -76,7 +82,8 @@ struct Plan {
 };
 
 // Throws odc::Error for a sequence longer than the cap (naming length and cap), an empty
-// minibatch, world_size < 1, or lb_micro when the minibatch does not divide evenly over the ranks.
+// minibatch, world_size < 1, or lb_micro / lb_mini_equal when the minibatch does not divide evenly
+// over the ranks.
 Plan make_plan(const PlanInput& input);
 
 }  // namespace odc::data

@@ -23,10 +23,10 @@ void check_exclusive_keys(const Config& config);
 // "data.minibatch_size 4 x 2 ranks".
 std::int64_t global_batch_size(const Config& config, int world_size, std::string* how = nullptr);
 
-// odc::Error when `balance` cannot split `global` sequences over `world_size` ranks: lb_micro gives
-// every rank the same count, so it needs a multiple of the world size. The other balances split
-// any count (ranks then run different numbers of sequences; the collective comm pads the ranks
-// with fewer microbatches with empty ones, as it does for any uneven plan).
+// odc::Error when `balance` cannot split `global` sequences over `world_size` ranks: lb_micro and
+// lb_mini_equal give every rank the same count, so they need a multiple of the world size. The
+// other balances split any count (ranks then run different numbers of sequences; the collective
+// comm pads the ranks with fewer microbatches with empty ones, as it does for any uneven plan).
 void check_batch_split(std::int64_t global, int world_size, data::Balance balance, const std::string& how);
 
 struct RunLength {

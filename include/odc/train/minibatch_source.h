@@ -33,14 +33,14 @@ class MinibatchSource {
  public:
   // Opens data.train, applies data.max_length (data.over_length) and checks the data against the
   // model and the world (global batch, token cap). `comm` decides what data.balance = auto means
-  // and whether lb_mini is possible.
+  // and whether lb_mini and lb_mini_equal are possible.
   MinibatchSource(const Config& config, const model::LlamaConfig& model, int rank, int world_size,
                   distributed::CommKind comm);
 
   // The next global minibatch and its plan: global_batch_size() sequences, or with train.epochs
   // no more than the current epoch has left (its last step trains the remainder). A step whose
-  // sequences lb_micro cannot split evenly (only such a last step can be one) is planned with
-  // local_sort.
+  // sequences lb_micro or lb_mini_equal cannot split evenly (only such a last step can be one) is
+  // planned with local_sort.
   Minibatch next(bool equal_counts);
   // Packs microbatch `m` of this rank's share into `out` (reused across microbatches).
   void build(const Minibatch& minibatch, std::size_t m, model::PackedBatch& out) const;

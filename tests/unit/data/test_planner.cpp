@@ -1,8 +1,9 @@
 // Planner properties on seeded, long-tailed random minibatches (log-normal lengths clipped to
 // [16, 4096]): every sequence planned exactly once, token caps, LB-Micro's equal counts, the
 // constructed ordering lb_mini <= lb_micro <= local_sort of the largest per-rank cost,
-// round_robin's greedy in-order packing, KK + refinement against brute force, determinism, errors,
-// and the bubble formulas' closed forms. Cost models: test_planner_cost_model.cpp; round_robin on
+// lb_mini_equal as LB-Micro's split with each rank's own microbatch count, round_robin's greedy
+// in-order packing, KK + refinement against brute force, determinism, errors, and the bubble
+// formulas' closed forms. Cost models: test_planner_cost_model.cpp; round_robin on
 // hand-checked inputs: test_planner_round_robin.cpp.
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -169,13 +170,38 @@ double brute_force_max(const std::vector<double>& costs, int k, bool equal_size)
   return best;
 }
 
+// The fewest microbatches any packing of `items` under `cap` tokens can have: bins = 1, 2, ...
+// tried in turn by depth-first placement (longest first, an empty bin tried once). Small sets only.
+std::size_t fewest_bins(const std::vector<std::int64_t>& lengths, const std::vector<std::int64_t>& items,
+                        std::int64_t cap) {
+  std::vector<std::int64_t> sizes;
+  for (auto i : items) sizes.push_back(lengths[static_cast<std::size_t>(i)]);
+  std::sort(sizes.rbegin(), sizes.rend());
+  for (std::size_t bins = 1;; ++bins) {
+    std::vector<std::int64_t> used(bins, 0);
+    std::function<bool(std::size_t)> place = [&](std::size_t k) {
+      if (k == sizes.size()) return true;
+      for (std::size_t b = 0; b < bins; ++b) {
+        if (used[b] + sizes[k] > cap) continue;
+        used[b] += sizes[k];
+        if (place(k + 1)) return true;
+        used[b] -= sizes[k];
+        if (used[b] == 0) break;  // the other empty bins are the same
+      }
+      return false;
+    };
+    if (place(0)) return bins;
+  }
+}
+
 }  // namespace
 
 TEST_CASE("planner: balance names", "[planner]") {
-  for (auto balance :
-       {Balance::local_sort, Balance::lb_micro, Balance::lb_mini, Balance::round_robin}) {
+  for (auto balance : {Balance::local_sort, Balance::lb_micro, Balance::lb_mini, Balance::round_robin,
+                       Balance::lb_mini_equal}) {
     REQUIRE(odc::data::parse_balance(odc::data::balance_name(balance)) == balance);
   }
+  REQUIRE(odc::data::balance_name(Balance::lb_mini_equal) == "lb_mini_equal");
   REQUIRE_THROWS_WITH(odc::data::parse_balance("lb_macro"),
                       Catch::Contains("lb_macro") && Catch::Contains("lb_mini"));
 }
@@ -432,6 +458,92 @@ TEST_CASE("planner: lb_micro brings every rank to the common microbatch count", 
   REQUIRE(plan.ranks[1].microbatches.size() == 6);
 }
 
+TEST_CASE("planner: lb_mini_equal keeps each rank's own microbatch count where lb_micro pads",
+          "[planner]") {
+  // lb_micro's input above (cap 10, cost s^2 + s, 16 sequences over 2 ranks): lb_micro gives both
+  // ranks 6 microbatches, although one rank's 8 sequences fit in 5. lb_mini_equal takes the same
+  // split (the same 8 sequences per rank, the same costs) and leaves that rank at 5.
+  PlanInput input;
+  input.lengths = {3, 7, 6, 4, 6, 7, 8, 4, 8, 7, 6, 3, 6, 1, 9, 10};
+  input.world_size = 2;
+  input.token_cap = 10;
+  input.cost = CostModel::quadratic(1.0, 1.0);
+  input.balance = Balance::lb_micro;
+  const Plan micro = odc::data::make_plan(input);
+  input.balance = Balance::lb_mini_equal;
+  const Plan equal = odc::data::make_plan(input);
+  require_valid_plan(equal, input);  // cap, partition of 0..15, costs, order
+  REQUIRE(micro.ranks[0].microbatches.size() == 6);
+  REQUIRE(micro.ranks[1].microbatches.size() == 6);
+  std::vector<std::size_t> counts;
+  for (std::size_t r = 0; r < 2; ++r) {
+    const auto items = rank_items(equal.ranks[r]);
+    REQUIRE(items.size() == 8);                          // n / D sequences on every rank
+    REQUIRE(items == rank_items(micro.ranks[r]));        // lb_micro's split, rank by rank
+    REQUIRE(equal.ranks[r].cost == micro.ranks[r].cost);  // bitwise: the same canonical sums
+    // The rank's own count is the fewest microbatches its sequences can be packed into.
+    REQUIRE(equal.ranks[r].microbatches.size() == fewest_bins(input.lengths, items, input.token_cap));
+    counts.push_back(equal.ranks[r].microbatches.size());
+  }
+  std::sort(counts.begin(), counts.end());
+  REQUIRE(counts == std::vector<std::size_t>{5, 6});  // lb_micro padded the 5 to 6
+  REQUIRE(equal.max_microbatches() == micro.max_microbatches());
+  REQUIRE(equal.makespan_odc() == micro.makespan_odc());  // same per-rank costs, same ODC makespan
+  REQUIRE(equal.hash() != micro.hash());
+}
+
+TEST_CASE("planner: lb_mini_equal on random long-tailed minibatches", "[planner]") {
+  // Every rank n / D sequences, the same sets (and costs) as lb_micro's; each rank's count is its
+  // own minimal one: lb_micro's common count is their maximum, a rank already at it has lb_micro's
+  // very microbatches, the others fewer; the token bound ceil(tokens / cap) holds; lb_mini's max
+  // per-rank cost never exceeds it.
+  Rng rng{4242};
+  int fewer = 0;
+  for (int instance = 0; instance < 600; ++instance) {
+    PlanInput input;
+    input.world_size = std::vector<int>{1, 2, 3, 4, 8, 16}[static_cast<std::size_t>(rng.below(6))];
+    const int per_rank = std::vector<int>{1, 2, 4, 8, 16}[static_cast<std::size_t>(rng.below(5))];
+    const auto n = static_cast<std::size_t>(input.world_size * per_rank);
+    input.lengths = long_tailed(n, rng);
+    input.token_cap = std::vector<std::int64_t>{4096, 6000, 16384}[static_cast<std::size_t>(rng.below(3))];
+    input.cost = rng.below(2) == 0 ? CostModel::linear() : CostModel::quadratic(1.0 / 2048.0, 1.0);
+    input.balance = Balance::lb_mini_equal;
+    const Plan equal = odc::data::make_plan(input);
+    require_valid_plan(equal, input);
+    input.balance = Balance::lb_micro;
+    const Plan micro = odc::data::make_plan(input);
+    input.balance = Balance::lb_mini;
+    const Plan mini = odc::data::make_plan(input);
+    const auto common = micro.ranks[0].microbatches.size();
+    std::size_t most = 0;
+    for (std::size_t r = 0; r < equal.ranks.size(); ++r) {
+      const auto& rank = equal.ranks[r];
+      const auto items = rank_items(rank);
+      REQUIRE(items.size() == static_cast<std::size_t>(per_rank));
+      REQUIRE(items == rank_items(micro.ranks[r]));
+      REQUIRE(rank.cost == micro.ranks[r].cost);
+      std::int64_t tokens = 0;
+      for (auto i : items) tokens += input.lengths[static_cast<std::size_t>(i)];
+      REQUIRE(static_cast<std::int64_t>(rank.microbatches.size()) >= (tokens + input.token_cap - 1) / input.token_cap);
+      REQUIRE(rank.microbatches.size() <= common);
+      if (rank.microbatches.size() == common) {
+        REQUIRE(rank.microbatches == micro.ranks[r].microbatches);
+      } else {
+        ++fewer;
+      }
+      most = std::max(most, rank.microbatches.size());
+    }
+    REQUIRE(most == common);
+    REQUIRE(max_rank_cost(equal) == max_rank_cost(micro));
+    REQUIRE(max_rank_cost(mini) <= max_rank_cost(equal));
+    input.balance = Balance::lb_mini_equal;
+    REQUIRE(equal.hash() == odc::data::make_plan(input).hash());
+  }
+  std::cout << "[planner] lb_mini_equal: " << fewer
+            << " rank plans over 600 random minibatches ran fewer microbatches than lb_micro's common count\n";
+  REQUIRE(fewer >= 50);  // the padding lb_mini_equal avoids is common, not a corner case
+}
+
 TEST_CASE("planner: deterministic", "[planner]") {
   Rng rng{5};
   PlanInput input;
@@ -439,8 +551,8 @@ TEST_CASE("planner: deterministic", "[planner]") {
   input.world_size = 64;
   input.token_cap = 8192;
   input.cost = CostModel::quadratic(1.0 / 2048.0, 1.0);
-  for (auto balance :
-       {Balance::local_sort, Balance::lb_micro, Balance::lb_mini, Balance::round_robin}) {
+  for (auto balance : {Balance::local_sort, Balance::lb_micro, Balance::lb_mini, Balance::round_robin,
+                       Balance::lb_mini_equal}) {
     input.balance = balance;
     const Plan first = odc::data::make_plan(input);
     const Plan second = odc::data::make_plan(input);
@@ -470,6 +582,13 @@ TEST_CASE("planner: errors", "[planner]") {
   input.balance = Balance::lb_micro;
   REQUIRE_THROWS_WITH(odc::data::make_plan(input),
                       Catch::Contains("3 sequences") && Catch::Contains("2 ranks"));
+  input.balance = Balance::lb_mini_equal;
+  REQUIRE_THROWS_WITH(odc::data::make_plan(input),
+                      Catch::Contains("planner: lb_mini_equal needs the global minibatch (3 sequences) to "
+                                      "divide evenly over 2 ranks"));
+  input.world_size = 3;  // 3 over 3 divides: one sequence per rank
+  for (const auto& rank : odc::data::make_plan(input).ranks) REQUIRE(rank_items(rank).size() == 1);
+  input.world_size = 2;
   input.balance = Balance::lb_mini;
   REQUIRE_NOTHROW(odc::data::make_plan(input));
   input.world_size = 0;

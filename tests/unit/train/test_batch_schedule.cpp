@@ -53,11 +53,16 @@ TEST_CASE("batch schedule: the global batch from either key", "[train][batch]") 
   REQUIRE_THROWS_WITH(config_with({"data.global_batch_size=0"}), Contains("must be >= 1, found 0"));
 }
 
-TEST_CASE("batch schedule: lb_micro needs a multiple of the world size, the other balances do not", "[train][batch]") {
+TEST_CASE("batch schedule: lb_micro and lb_mini_equal need a multiple of the world size, the other balances do not", "[train][batch]") {
   REQUIRE_THROWS_WITH(train::check_batch_split(7, 2, data::Balance::lb_micro, "data.global_batch_size"),
                       Contains("the global batch of 7 sequences (data.global_batch_size) does not divide over 2 ranks") &&
                           Contains("use a multiple of 2"));
   CHECK_NOTHROW(train::check_batch_split(8, 2, data::Balance::lb_micro, "x"));
+  REQUIRE_THROWS_WITH(train::check_batch_split(9, 4, data::Balance::lb_mini_equal, "data.global_batch_size"),
+                      Contains("the global batch of 9 sequences (data.global_batch_size) does not divide over 4 ranks: "
+                               "data.balance lb_mini_equal gives every rank the same number of sequences") &&
+                          Contains("use a multiple of 4 or data.balance lb_mini"));
+  CHECK_NOTHROW(train::check_batch_split(12, 4, data::Balance::lb_mini_equal, "x"));
   for (const auto balance : {data::Balance::lb_mini, data::Balance::local_sort, data::Balance::round_robin}) {
     CHECK_NOTHROW(train::check_batch_split(7, 2, balance, "x"));
   }

@@ -184,3 +184,44 @@ TEST_CASE("a global batch over 2 ranks: lb_micro needs a multiple, an epoch's od
   CHECK(last.padded == 1);
   CHECK(epochs.next(true).global.size() == 4);  // the next epoch starts whole
 }
+
+TEST_CASE("data.balance lb_mini_equal: odc only, a multiple of the world size, n / ranks sequences on every rank",
+          "[train][batch]") {
+  const test::TempDir dir("epochs_mini_equal");
+  const std::string data = write_dataset(dir, 9);
+  const model::LlamaConfig model = train::model_config_from(config_for(data, {}));
+  // Collectives need equal microbatch counts, which lb_mini_equal does not promise.
+  REQUIRE_THROWS_WITH(
+      train::MinibatchSource(config_for(data, {"data.balance=lb_mini_equal", "data.global_batch_size=8"}), model, 0,
+                             2, distributed::CommKind::collective),
+      Contains("data.balance = lb_mini_equal needs train.comm = odc"));
+  CHECK_NOTHROW(train::MinibatchSource(config_for(data, {"data.balance=lb_mini_equal", "data.global_batch_size=8"}),
+                                       model, 0, 1, distributed::CommKind::collective));  // one rank: no barrier
+  REQUIRE_THROWS_WITH(
+      train::MinibatchSource(config_for(data, {"data.balance=lb_mini_equal", "data.global_batch_size=7"}), model, 0,
+                             2, distributed::CommKind::odc),
+      Contains("the global batch of 7 sequences (data.global_batch_size) does not divide over 2 ranks: data.balance "
+               "lb_mini_equal"));
+  train::MinibatchSource even(config_for(data, {"data.balance=lb_mini_equal", "data.global_batch_size=8"}), model, 1,
+                              2, distributed::CommKind::odc);
+  CHECK(even.balance() == data::Balance::lb_mini_equal);
+  const auto eight = even.next(false);
+  REQUIRE(eight.plan.ranks.size() == 2);
+  for (const auto& rank : eight.plan.ranks) {
+    std::size_t sequences = 0;
+    for (const auto& microbatch : rank.microbatches) sequences += microbatch.size();
+    CHECK(sequences == 4);
+  }
+  CHECK(eight.mine == eight.plan.ranks[1].microbatches);
+  CHECK(eight.padded == 0);
+  // 9 sequences in steps of 4: the last step's 1 sequence has no equal split and runs as local_sort.
+  train::MinibatchSource epochs(config_for(data, {"data.balance=lb_mini_equal", "data.global_batch_size=4",
+                                                  "train.epochs=1"}),
+                                model, 0, 2, distributed::CommKind::odc);
+  CHECK(epochs.next(false).global.size() == 4);
+  CHECK(epochs.next(false).global.size() == 4);
+  const auto last = epochs.next(false);
+  REQUIRE(last.global.size() == 1);
+  CHECK(last.plan.ranks[0].microbatches == std::vector<std::vector<std::int64_t>>{{0}});
+  CHECK(last.plan.ranks[1].microbatches.empty());
+}
