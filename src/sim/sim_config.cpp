@@ -16,6 +16,9 @@ namespace odc::sim {
 namespace {
 
 constexpr const char* kAllMethods = "collective+local_sort,collective+lb_micro,odc+local_sort,odc+lb_micro,odc+lb_mini";
+// Every schedule that can run (the default list leaves out the RL-only equal-count LB-Mini).
+constexpr const char* kKnownMethods =
+    "collective+local_sort,collective+lb_micro,odc+local_sort,odc+lb_micro,odc+lb_mini_equal,odc+lb_mini";
 
 }  // namespace
 
@@ -101,7 +104,8 @@ std::vector<TunableSpec> sim_tunables() {
               Range::at_least(0)),
       tunable("sim.methods", K::string, kAllMethods,
               "comma-separated COMM+BALANCE schedules to simulate (comm: collective, odc; balance: local_sort, "
-              "lb_micro, lb_mini — lb_mini with odc only)"),
+              "lb_micro, lb_mini, lb_mini_equal — the last two with odc only; lb_mini_equal keeps equal sequence "
+              "counts per device, as verl requires in RL)"),
       tunable("sim.baseline", K::string, "collective+lb_micro", "the schedule speedups are measured against"),
       tunable("sim.param_bytes", K::number, "2",
               "bytes per gathered parameter element (2 = bf16 on GPUs, 4 on the CPU)", Range::above(0)),
@@ -167,7 +171,7 @@ std::string Method::name() const { return std::string(comm_name(comm)) + "+" + d
 Method parse_method(const std::string& text, const std::string& key) {
   const auto plus = text.find('+');
   auto bad = [&]() {
-    fail("{}: '{}' is not a schedule; expected COMM+BALANCE, one of {}", key, text, kAllMethods);
+    fail("{}: '{}' is not a schedule; expected COMM+BALANCE, one of {}", key, text, kKnownMethods);
   };
   if (plus == std::string::npos) bad();
   const std::string comm = text.substr(0, plus);

@@ -58,7 +58,7 @@ done
 
 # The reproduction's tables from real output: lengths (one row per setting) and sensitivity.
 cat "$work"/*.jsonl >"$work/main.jsonl"
-rows=$("$python" "$root/tools/plot_sim.py" lengths "$work/main.jsonl" | grep -c '^| [rs]')
+rows=$("$python" "$root/tools/plot_sim.py" lengths "$work/main.jsonl" | grep -cE '^\| (rl|sft)-')
 [ "$rows" -eq 12 ] || fail "plot_sim.py lengths: $rows setting rows, expected 12"
 config="$root/configs/paper/sft-longalign-1.5b.yaml"
 for v in "faithful:" "bf16-gathers:--set sim.odc_param_bytes=2"; do

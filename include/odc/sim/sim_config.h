@@ -30,7 +30,7 @@ struct Method {
   std::string name() const;
   bool operator==(const Method&) const = default;
 };
-// Parses "COMM+BALANCE"; odc::Error naming `key` for a bad name or collective+lb_mini (collectives
+// Parses "COMM+BALANCE"; odc::Error naming `key` for a bad name or collective+lb_mini[_equal] (collectives
 // need equal microbatch counts, which LB-Mini does not give).
 Method parse_method(const std::string& text, const std::string& key);
 std::vector<Method> parse_methods(const std::string& list, const std::string& key);  // comma-separated
