@@ -52,7 +52,7 @@ bool hands_off_gradient(const Step& step) { return step.phase != Phase::forward;
 // One device's state while its steps are replayed.
 struct DeviceState {
   double ready = 0.0;               // the device may start its next step (compute done, hand-off issued)
-  std::vector<double> starts;       // compute start of every step so far (prefetches key off them)
+  double last_start = 0.0;          // compute start of the latest step (the prefetch issued with it)
   std::deque<double> outstanding;   // completion times of gradient hand-offs in flight
   double last_push_done = 0.0;      // the latest gradient hand-off completion
 };
@@ -65,7 +65,7 @@ void compute_step(DeviceState& state, DeviceTimeline& timeline, double params_re
   const double end = start + seconds;
   timeline.compute_s += seconds;
   if (record && seconds > 0.0) timeline.busy.push_back({start, end, microbatch, step});
-  state.starts.push_back(start);
+  state.last_start = start;
   state.ready = end;
 }
 
@@ -107,6 +107,7 @@ struct FlatStep {
 
 std::vector<FlatStep> flatten(const DeviceWork& work, const std::vector<Step>& steps, bool skip_empty) {
   std::vector<FlatStep> out;
+  out.reserve(work.size() * steps.size());
   int index = 0;
   for (const auto& microbatch : work) {
     if (skip_empty && microbatch.tokens <= 0) continue;
@@ -119,17 +120,28 @@ std::vector<FlatStep> flatten(const DeviceWork& work, const std::vector<Step>& s
 // Every owner adds every client's pushed slices into its accumulator (ODC's owner-side cost): the
 // jobs arrive at the clients' push completions; those arriving while the owner computes delay it
 // by their length (an add kernel competes with compute for the device), later ones run in its idle
-// time, in arrival order. Returns the owner's finish time.
-double finish_with_accumulation(double finish, const std::vector<std::pair<double, double>>& jobs, double& spent) {
-  double t = finish;
-  spent = 0.0;
-  for (const auto& [arrival, seconds] : jobs) {
-    if (arrival <= finish) t += seconds;
-    else t = std::max(t, arrival) + seconds;
-    spent += seconds;
-  }
+// time, in arrival order. `jobs` is sorted by arrival and `prefix[i]` sums the first i durations.
+// Returns the owner's finish time.
+double finish_with_accumulation(double finish, const std::vector<std::pair<double, double>>& jobs,
+                                const std::vector<double>& prefix) {
+  const auto first_later = static_cast<std::size_t>(
+      std::upper_bound(jobs.begin(), jobs.end(), finish,
+                       [](double t, const std::pair<double, double>& job) { return t < job.first; }) -
+      jobs.begin());
+  double t = finish + prefix[first_later];
+  for (std::size_t k = first_later; k < jobs.size(); ++k) t = std::max(t, jobs[k].first) + jobs[k].second;
   return t;
 }
+
+// One transfer time per unit, for a comm's gathers and reductions.
+struct UnitTimes {
+  std::vector<double> gather;
+  std::vector<double> reduce;
+  UnitTimes(const UnitBytes& bytes, const LinkModel& link, CommKind comm) {
+    for (const double b : bytes.gather) gather.push_back(link.transfer_time(comm, b));
+    for (const double b : bytes.reduce) reduce.push_back(link.transfer_time(comm, b));
+  }
+};
 
 MinibatchTimeline simulate_odc(const std::vector<DeviceWork>& work, const ComputeModel& compute,
                                const UnitBytes& bytes, const LinkModel& link, const ScheduleOptions& options) {
@@ -139,9 +151,8 @@ MinibatchTimeline simulate_odc(const std::vector<DeviceWork>& work, const Comput
   const int depth = options.prefetch_depth;
   const auto devices = static_cast<double>(work.size());
   std::vector<std::pair<double, double>> accumulations;  // (arrival, seconds) at every owner
-  auto gather_time = [&](const Step& step) {
-    return link.transfer_time(CommKind::odc, bytes.gather.at(static_cast<std::size_t>(step.unit)));
-  };
+  const UnitTimes times(bytes, link, CommKind::odc);
+  auto gather_time = [&](const Step& step) { return times.gather.at(static_cast<std::size_t>(step.unit)); };
   for (const auto& device_work : work) {
     DeviceState state;
     DeviceTimeline timeline;
@@ -161,12 +172,12 @@ MinibatchTimeline simulate_odc(const std::vector<DeviceWork>& work, const Comput
       // which is issued later, when it ends).
       if (depth > 0 && j + static_cast<std::size_t>(depth) < flat.size()) {
         const auto ahead = j + static_cast<std::size_t>(depth);
-        params_ready[ahead] = Channels::reserve(channels.gather(), state.starts.back(), gather_time(flat[ahead].step));
+        params_ready[ahead] = Channels::reserve(channels.gather(), state.last_start, gather_time(flat[ahead].step));
       }
       if (!hands_off_gradient(item.step)) continue;
       const double issue = reserve_hand_off(state, timeline, options.max_outstanding_reductions);
       const auto unit = static_cast<std::size_t>(item.step.unit);
-      const double done = Channels::reserve(channels.push(), issue, link.transfer_time(CommKind::odc, bytes.reduce.at(unit)));
+      const double done = Channels::reserve(channels.push(), issue, times.reduce.at(unit));
       state.outstanding.push_back(done);
       state.last_push_done = std::max(state.last_push_done, done);
       if (options.accumulate_seconds_per_byte > 0.0) {
@@ -178,10 +189,13 @@ MinibatchTimeline simulate_odc(const std::vector<DeviceWork>& work, const Comput
     out.devices.push_back(std::move(timeline));
   }
   std::sort(accumulations.begin(), accumulations.end());
+  std::vector<double> prefix(accumulations.size() + 1, 0.0);
+  for (std::size_t k = 0; k < accumulations.size(); ++k) prefix[k + 1] = prefix[k] + accumulations[k].second;
   double slowest = 0.0;
   for (auto& timeline : out.devices) {
     if (!accumulations.empty()) {
-      timeline.finish_s = finish_with_accumulation(timeline.finish_s, accumulations, timeline.accumulate_s);
+      timeline.finish_s = finish_with_accumulation(timeline.finish_s, accumulations, prefix);
+      timeline.accumulate_s = prefix.back();
     }
     slowest = std::max(slowest, timeline.finish_s);
   }
@@ -209,9 +223,9 @@ MinibatchTimeline simulate_collective(const std::vector<DeviceWork>& work, const
   // All-gathers run one after another on the ring, and so do reductions (on the same ring with a
   // shared link). A collective starts once the last device issued it.
   Channels ring{options.shared_link};
+  const UnitTimes times(bytes, link, CommKind::collective);
   auto all_gather = [&](std::size_t j, double issued) {
-    return Channels::reserve(ring.gather(), issued,
-                             link.transfer_time(CommKind::collective, bytes.gather.at(static_cast<std::size_t>(flat[j].step.unit))));
+    return Channels::reserve(ring.gather(), issued, times.gather.at(static_cast<std::size_t>(flat[j].step.unit)));
   };
   std::vector<double> params_ready(flat.size(), 0.0);
   for (std::size_t j = 0; j < flat.size() && static_cast<int>(j) < depth; ++j) params_ready[j] = all_gather(j, 0.0);
@@ -231,7 +245,7 @@ MinibatchTimeline simulate_collective(const std::vector<DeviceWork>& work, const
     }
     if (depth > 0 && j + static_cast<std::size_t>(depth) < flat.size()) {
       double issued = 0.0;
-      for (const auto& state : states) issued = std::max(issued, state.starts.back());
+      for (const auto& state : states) issued = std::max(issued, state.last_start);
       params_ready[j + static_cast<std::size_t>(depth)] = all_gather(j + static_cast<std::size_t>(depth), issued);
     }
     if (!hands_off_gradient(item.step)) continue;
@@ -239,9 +253,8 @@ MinibatchTimeline simulate_collective(const std::vector<DeviceWork>& work, const
     for (std::size_t d = 0; d < devices; ++d) {
       all_issued = std::max(all_issued, reserve_hand_off(states[d], out.devices[d], options.max_outstanding_reductions));
     }
-    const double done = Channels::reserve(
-        ring.push(), all_issued,
-        link.transfer_time(CommKind::collective, bytes.reduce.at(static_cast<std::size_t>(item.step.unit))));
+    const double done =
+        Channels::reserve(ring.push(), all_issued, times.reduce.at(static_cast<std::size_t>(item.step.unit)));
     for (auto& state : states) {
       state.outstanding.push_back(done);
       state.last_push_done = std::max(state.last_push_done, done);
