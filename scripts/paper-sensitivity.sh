@@ -7,9 +7,15 @@
 #                   of the reference's fit a*u^2 + b*u + c)
 #   bf16-gathers  : ODC gathers bf16 like the baseline (the reference gathers the fp32 masters)
 #   no-contention : gathers and pushes on independent channels, no owner-side accumulation cost
+#   clipped-lengths: the earlier length stand-ins, log-normals clipped (not truncated) to their
+#                   limits (LongAlign: mean 18000, sigma 1.0, [256, 65536], 3.7% at the cap;
+#                   SWE-Smith: 36000, sigma 0.5, [2048, 65536]; RL: 9200, sigma 0.5, [512, 32768])
+#   earlier-model : all of the above reverted at once: the simulator's model before the fit,
+#                   fp32 gathers, contention and truncated stand-ins (the choices interact, so
+#                   this is not the sum of the single reversions)
 # Writes OUT/sensitivity.jsonl and OUT/sensitivity.md (differences in points in parentheses).
 # Usage: scripts/paper-sensitivity.sh [BUILD_DIR (default build)] [OUT_DIR (default paper-out)]
-# About a minute on 2 cores (400 / minibatch size minibatches per cell).
+# About a minute and a half on 2 cores (400 / minibatch size minibatches per cell).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,14 +31,26 @@ declare -A variant=(
   [flops-compute]="--set sim.compute_model=flops --set data.cost_model=flops"
   [bf16-gathers]="--set sim.odc_param_bytes=2"
   [no-contention]="--set sim.link_contention=false --set sim.accumulate_bytes_per_element=0"
+  [clipped-lengths]=""
+  [earlier-model]=""
 )
-order=(faithful flops-compute bf16-gathers no-contention)
+order=(faithful flops-compute bf16-gathers no-contention clipped-lengths earlier-model)
+clipped_lengths() {  # SETTING: the earlier stand-in of its dataset
+  local common="--set data.over_length=truncate"
+  case $1 in
+    sft-longalign-*) echo "$common --set data.mean_length=18000 --set data.sigma=1.0 --set data.min_length=256" ;;
+    sft-swesmith-*) echo "$common --set data.mean_length=36000 --set data.sigma=0.5 --set data.min_length=2048" ;;
+    rl-aime-*) echo "$common --set data.mean_length=9200 --set data.sigma=0.5 --set data.min_length=512" ;;
+  esac
+}
 
 : >"$out_dir/sensitivity.jsonl"
 for name in sft-longalign-{1.5b,7b,14b,32b} sft-swesmith-{1.5b,7b,14b,32b} rl-aime-{1.5b,7b,14b,32b}; do
   config="$root/configs/paper/$name.yaml"
   methods=collective+lb_micro,odc+lb_mini
   case $name in rl-*) methods=collective+lb_micro,odc+lb_mini_equal ;; esac
+  variant[clipped-lengths]=$(clipped_lengths "$name")
+  variant[earlier-model]="${variant[flops-compute]} ${variant[bf16-gathers]} ${variant[no-contention]} ${variant[clipped-lengths]}"
   for minibatch in 1 2 4 8; do
     for v in "${order[@]}"; do
       # shellcheck disable=SC2086  # the variant's --set pairs are words
