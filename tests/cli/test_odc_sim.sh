@@ -137,6 +137,23 @@ expect_in bad_lengths err "'lots'"
 run_tool bad_method "$config" --set sim.methods=collective+lb_mini
 expect_rc bad_method 1
 expect_in bad_method err "collective+lb_mini"
+run_tool bad_method_equal "$config" --set sim.methods=collective+lb_mini_equal
+expect_rc bad_method_equal 1
+expect_in bad_method_equal err "collective+lb_mini_equal"
+run_tool fit_calibrated "$config" --set sim.device=calibrated --set sim.calibration="$work_dir/nope.json" \
+  --set sim.compute_model=fit
+expect_rc fit_calibrated 1
+expect_in fit_calibrated err "sim.compute_model = fit models a named device"
+run_tool bad_fit "$config" --set sim.compute_model=fit --set sim.fit=4.3,x,0.9
+expect_rc bad_fit 1
+expect_in bad_fit err "sim.fit: 'x' in '4.3,x,0.9' is not a number of seconds"
+run_tool all_dropped "$config" --set "data.lengths=$lengths" --set data.max_length=50
+expect_rc all_dropped 1
+expect_in all_dropped err "every sequence is longer than data.max_length = 50"
+run_tool nothing_kept "$config" --set "data.lengths=\"\"" --set data.mean_length=100 --set data.sigma=0.1 --set data.min_length=8192 \
+  --set data.max_length=65536
+expect_rc nothing_kept 1
+expect_in nothing_kept err "keeps almost none of lognormal"
 run_tool devices_out_of_range "$config" --set sim.devices=0
 expect_rc devices_out_of_range 1
 expect_in devices_out_of_range err "config key 'sim.devices' in --set must be in [1, 65536], found 0"
