@@ -443,15 +443,26 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("planner: lb_micro brings every rank to the common microbatch count", "[planner]") {
-  // Cap 10, cost s^2 + s: one rank needs 6 microbatches; the other packs into 5, and KK by cost
-  // into 6 overfills one in tokens, so its 5 are split (a 2-way KK of the costliest) into 6.
+namespace {
+
+// Cap 10, cost s^2 + s, 16 sequences over 2 ranks: one rank needs 6 microbatches, the other's 8
+// sequences fit in 5.
+PlanInput uneven_counts_input() {
   PlanInput input;
   input.lengths = {3, 7, 6, 4, 6, 7, 8, 4, 8, 7, 6, 3, 6, 1, 9, 10};
   input.world_size = 2;
   input.token_cap = 10;
   input.cost = CostModel::quadratic(1.0, 1.0);
   input.balance = Balance::lb_micro;
+  return input;
+}
+
+}  // namespace
+
+TEST_CASE("planner: lb_micro brings every rank to the common microbatch count", "[planner]") {
+  // One rank needs 6 microbatches; the other packs into 5, and KK by cost into 6 overfills one in
+  // tokens, so its 5 are split (a 2-way KK of the costliest) into 6.
+  PlanInput input = uneven_counts_input();
   const Plan plan = odc::data::make_plan(input);
   require_valid_plan(plan, input);
   REQUIRE(plan.ranks[0].microbatches.size() == 6);
@@ -463,12 +474,7 @@ TEST_CASE("planner: lb_mini_equal keeps each rank's own microbatch count where l
   // lb_micro's input above (cap 10, cost s^2 + s, 16 sequences over 2 ranks): lb_micro gives both
   // ranks 6 microbatches, although one rank's 8 sequences fit in 5. lb_mini_equal takes the same
   // split (the same 8 sequences per rank, the same costs) and leaves that rank at 5.
-  PlanInput input;
-  input.lengths = {3, 7, 6, 4, 6, 7, 8, 4, 8, 7, 6, 3, 6, 1, 9, 10};
-  input.world_size = 2;
-  input.token_cap = 10;
-  input.cost = CostModel::quadratic(1.0, 1.0);
-  input.balance = Balance::lb_micro;
+  PlanInput input = uneven_counts_input();
   const Plan micro = odc::data::make_plan(input);
   input.balance = Balance::lb_mini_equal;
   const Plan equal = odc::data::make_plan(input);
