@@ -68,7 +68,8 @@ std::vector<TunableSpec> trainer_tunables() {
               Range::at_least(1)),
       tunable("data.max_length", K::integer, "0",
               "longest sequence (tokens) to train on; 0 = no limit (model.config.max_position_embeddings is only "
-              "warned about); longer ones are handled by data.over_length (odc-sim's data.max_length truncates)",
+              "warned about); longer ones are handled by data.over_length (odc-sim drops them by default, as "
+              "a dataset filter)",
               Range::at_least(0)),
       tunable("data.over_length", K::string, "error",
               "what a sequence longer than data.max_length does: error (names its file:line or bin index and "

@@ -40,6 +40,8 @@ TEST_CASE("schemas: the data keys both tools read are the one shared declaration
   std::set<std::string> shared_paths;
   for (const auto& shared : odc::data::data_tunables()) {
     shared_paths.insert(shared.path);
+    // The simulator's planner cost adds the reference's fit (sim.fit): checked below.
+    if (shared.path == "data.cost_model") continue;
     for (const auto* schema : {&trainer, &sim}) {
       INFO(shared.path);
       REQUIRE(schema->contains(shared.path));
@@ -54,12 +56,22 @@ TEST_CASE("schemas: the data keys both tools read are the one shared declaration
   // Any other data.* key is one schema's own: a key both declare must come from data_tunables(),
   // except data.format, whose choices differ (the trainer reads datasets, the simulator lengths),
   // data.minibatch_size (the trainer's has no default: data.global_batch_size may say it instead)
-  // and data.max_length (the simulator truncates to it; the trainer's has data.over_length).
+  // data.max_length and data.over_length (the simulator drops or truncates synthetic and file
+  // lengths, dropping by default as the reference's filter does; the trainer also has error, its
+  // default) and data.cost_model (the simulator adds fit, the reference's a*u^2 + b*u).
   CHECK(trainer.at("data.format").choices != sim.at("data.format").choices);
+  CHECK(trainer.at("data.over_length").default_value == "error");
+  CHECK(sim.at("data.over_length").default_value == "drop");
+  CHECK(sim.at("data.over_length").choices == std::vector<std::string>{"drop", "truncate"});
+  auto sim_costs = sim.at("data.cost_model").choices;
+  CHECK(sim_costs.back() == "fit");
+  sim_costs.pop_back();
+  CHECK(sim_costs == trainer.at("data.cost_model").choices);
+  CHECK(sim.at("data.cost_model").default_value == trainer.at("data.cost_model").default_value);
   CHECK(trainer.at("data.minibatch_size").default_value.empty());
   CHECK(sim.at("data.minibatch_size").default_value == "4");
   CHECK(trainer.at("data.max_length").default_value != sim.at("data.max_length").default_value);
-  shared_paths.insert({"data.format", "data.minibatch_size", "data.max_length"});
+  shared_paths.insert({"data.format", "data.minibatch_size", "data.max_length", "data.over_length"});
   std::set<std::string> in_both;
   const auto trainer_data = data_paths(odc::train::trainer_tunables());
   const auto sim_data = data_paths(odc::sim::sim_tunables());
