@@ -55,9 +55,9 @@ std::vector<TunableSpec> sim_tunables() {
               "of data.lengths as they are",
               Range::at_least(0)),
       tunable("data.over_length", K::string, "drop",
-              "a sequence outside [min_length, max_length]: drop (a dataset filter, as the reference implementation "
-              "does; synthetic: the log-normal truncated to the limits) or truncate (clip it to the limit: piles "
-              "sequences up at the cap)",
+              "a sequence longer than max_length (synthetic: outside [min_length, max_length]): drop (a dataset "
+              "filter, as the reference implementation does; synthetic: the log-normal truncated to the limits) or "
+              "truncate (cut it to the limit: piles sequences up at the cap)",
               {"drop", "truncate"}),
       tunable("data.published_lengths", K::string, "\"\"",
               "the published statistics of the dataset the lengths stand in for, printed next to the simulated "
