@@ -66,8 +66,6 @@ OverLimit parse_over_limit(const std::string& name) {
   fail("data.over_length must be drop or truncate, found '{}'", name);
 }
 
-const char* over_limit_name(OverLimit policy) { return policy == OverLimit::drop ? "drop" : "truncate"; }
-
 std::string LengthStats::text() const {
   auto k = [](double tokens) { return fmt::format("{:.1f}K", tokens / 1000.0); };
   return fmt::format("mean {}, median {}, p95 {}, max {} ({:.1f}% at max), {} sequences", k(mean), k(median), k(p95),

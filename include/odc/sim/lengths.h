@@ -15,7 +15,6 @@ namespace odc::sim {
 
 enum class OverLimit : std::uint8_t { drop, truncate };
 OverLimit parse_over_limit(const std::string& name);  // "drop" | "truncate", else odc::Error naming data.over_length
-const char* over_limit_name(OverLimit policy);
 
 struct LengthSource {
   std::string path;                  // "" = synthetic
