@@ -266,21 +266,12 @@ double rescaled_optimizer(const Calibration& calibration, int devices) {
 }
 
 void check_same_shape(const model::LlamaConfig& traced, const model::LlamaConfig& simulated, const std::string& source) {
-  auto check = [&](const char* field, std::int64_t a, std::int64_t b) {
-    if (a != b) {
-      fail("{}: the trace was recorded with {} = {} but the simulated model.config has {}; calibrated per-unit "
-           "times only describe the traced model (simulate that model, or use a named sim.device)",
-           source, field, a, b);
-    }
-  };
-  check("hidden_size", traced.hidden_size, simulated.hidden_size);
-  check("intermediate_size", traced.intermediate_size, simulated.intermediate_size);
-  check("num_hidden_layers", traced.num_hidden_layers, simulated.num_hidden_layers);
-  check("num_attention_heads", traced.num_attention_heads, simulated.num_attention_heads);
-  check("num_key_value_heads", traced.num_key_value_heads, simulated.num_key_value_heads);
-  check("head_dim", traced.head_dim, simulated.head_dim);
-  check("vocab_size", traced.vocab_size, simulated.vocab_size);
-  check("tie_word_embeddings", traced.tie_word_embeddings, simulated.tie_word_embeddings);
+  const ShapeDifference difference = shape_difference(traced, simulated);
+  if (!difference.none()) {
+    fail("{}: the trace was recorded with {} = {} but the simulated model.config has {}; calibrated per-unit "
+         "times only describe the traced model (simulate that model, or use a named sim.device)",
+         source, difference.field, difference.a, difference.b);
+  }
 }
 
 }  // namespace odc::sim

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -47,6 +48,23 @@ double ComputeModel::microbatch_time(std::int64_t tokens, double pairs) const {
   double total = head.at(tokens, pairs);
   for (std::size_t u = 0; u < forward.size(); ++u) total += forward[u].at(tokens, pairs) + backward[u].at(tokens, pairs);
   return total;
+}
+
+ShapeDifference shape_difference(const model::LlamaConfig& a, const model::LlamaConfig& b) {
+  const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> fields[] = {
+      {"hidden_size", {a.hidden_size, b.hidden_size}},
+      {"intermediate_size", {a.intermediate_size, b.intermediate_size}},
+      {"num_hidden_layers", {a.num_hidden_layers, b.num_hidden_layers}},
+      {"num_attention_heads", {a.num_attention_heads, b.num_attention_heads}},
+      {"num_key_value_heads", {a.num_key_value_heads, b.num_key_value_heads}},
+      {"head_dim", {a.head_dim, b.head_dim}},
+      {"vocab_size", {a.vocab_size, b.vocab_size}},
+      {"tie_word_embeddings", {a.tie_word_embeddings, b.tie_word_embeddings}},
+  };
+  for (const auto& [field, values] : fields) {
+    if (values.first != values.second) return {field, values.first, values.second};
+  }
+  return {};
 }
 
 ComputeModel ComputeModel::uniform(int decoder_layers, double seconds_per_token, double optimizer_s) {

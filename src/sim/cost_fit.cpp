@@ -28,12 +28,6 @@ model::LlamaConfig qwen2_shape(std::int64_t vocab, std::int64_t hidden, std::int
   return config;
 }
 
-bool same_shape(const model::LlamaConfig& a, const model::LlamaConfig& b) {
-  return a.vocab_size == b.vocab_size && a.hidden_size == b.hidden_size && a.intermediate_size == b.intermediate_size &&
-         a.num_hidden_layers == b.num_hidden_layers && a.num_attention_heads == b.num_attention_heads &&
-         a.num_key_value_heads == b.num_key_value_heads;
-}
-
 }  // namespace
 
 double CostFit::microbatch_seconds(const std::vector<std::int64_t>& lengths) const {
@@ -61,7 +55,7 @@ const std::vector<PublishedFit>& published_fits() {
 CostFit fit_for_model(const model::LlamaConfig& model) {
   const auto& fits = published_fits();
   for (const auto& published : fits) {
-    if (same_shape(published.shape, model)) return published.fit;
+    if (shape_difference(published.shape, model).none()) return published.fit;
   }
   const double linear = model.linear_flops_per_token();
   const double attention = model.attention_flops_per_pair();

@@ -1,6 +1,7 @@
 #include "odc/sim/sim_config.h"
 
 #include <algorithm>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -243,10 +244,14 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
     fail("sim.compute_model = fit models a named device (sim.device, e.g. a100-80gb); sim.device = calibrated fits "
          "its own per-unit times from sim.calibration");
   }
-  // The fit of the simulated model (read only where used: a calibrated model may be any shape).
-  auto fit = [&config, &s]() {
-    const std::string text = config.get_string("sim.fit");
-    return text.empty() ? fit_for_model(s.model) : parse_fit(text, "sim.fit");
+  // The fit of the simulated model, derived on first use (a calibrated model may be any shape).
+  std::optional<CostFit> fit_cache;
+  auto fit = [&config, &s, &fit_cache]() -> const CostFit& {
+    if (!fit_cache) {
+      const std::string text = config.get_string("sim.fit");
+      fit_cache = text.empty() ? fit_for_model(s.model) : parse_fit(text, "sim.fit");
+    }
+    return *fit_cache;
   };
   if (calibrated) {
     if (calibration_path.empty()) {

@@ -53,6 +53,18 @@ struct ComputeModel {
   static ComputeModel uniform(int decoder_layers, double seconds_per_token, double optimizer_s = 0.0);
 };
 
+// The first field in which two models differ in a way that changes per-unit compute (hidden,
+// intermediate, layers, heads, KV heads, head_dim, vocabulary, tied embeddings); field is null
+// when they have the same shape. Per-unit times (traced or fitted) only describe the shape they
+// were taken on.
+struct ShapeDifference {
+  const char* field = nullptr;
+  std::int64_t a = 0;
+  std::int64_t b = 0;
+  bool none() const { return field == nullptr; }
+};
+ShapeDifference shape_difference(const model::LlamaConfig& a, const model::LlamaConfig& b);
+
 // Named-accelerator assumptions (the sim.* keys of the same names).
 struct DeviceComputeOptions {
   double matmul_efficiency = 0.6;     // fraction of peak bf16 FLOP/s reached by the linear layers
