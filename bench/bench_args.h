@@ -33,21 +33,33 @@ inline std::vector<std::int64_t> parse_int_list(const std::string& flag, const s
   return out;
 }
 
+enum class FlagMistake { missing_value, unknown };
+
 // The walk every benchmark's command line takes: --help / -h prints `usage` and exits 0; every
 // other flag takes the next argument as its value and goes to on_flag(flag, value), which returns
-// false for a flag it does not know. A missing value or an unknown flag is an odc::Error.
-template <typename OnFlag>
-void for_each_flag(int argc, char** argv, const char* usage, OnFlag&& on_flag) {
+// false for a flag it does not know. A missing value or an unknown flag goes to
+// on_mistake(mistake, flag), which throws.
+template <typename OnFlag, typename OnMistake>
+void walk_flags(int argc, char** argv, const char* usage, OnFlag&& on_flag, OnMistake&& on_mistake) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
       std::fputs(usage, stdout);
       std::exit(0);
     }
-    if (i + 1 >= argc) odc::fail("{} needs a value\n{}", flag, usage);
+    if (i + 1 >= argc) on_mistake(FlagMistake::missing_value, flag);
     const std::string value = argv[++i];
-    if (!on_flag(flag, value)) odc::fail("unknown option '{}'\n{}", flag, usage);
+    if (!on_flag(flag, value)) on_mistake(FlagMistake::unknown, flag);
   }
+}
+
+// walk_flags whose mistakes are odc::Errors carrying the usage.
+template <typename OnFlag>
+void for_each_flag(int argc, char** argv, const char* usage, OnFlag&& on_flag) {
+  walk_flags(argc, argv, usage, on_flag, [usage](FlagMistake mistake, const std::string& flag) {
+    if (mistake == FlagMistake::missing_value) odc::fail("{} needs a value\n{}", flag, usage);
+    odc::fail("unknown option '{}'\n{}", flag, usage);
+  });
 }
 
 }  // namespace odc::bench

@@ -24,21 +24,21 @@ struct UsageError : odc::Error {
 // for a flag it does not know. Mistakes are UsageErrors naming the flag.
 template <typename OnFlag>
 void parse_int_flags(int argc, char** argv, const char* usage, OnFlag&& on_flag) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::fputs(usage, stdout);
-      std::exit(0);
-    }
-    if (i + 1 >= argc) throw UsageError(flag + " needs a value");
-    std::int64_t value = 0;
-    try {
-      value = parse_int(flag, argv[++i]);
-    } catch (const odc::Error& e) {
-      throw UsageError(e.what());
-    }
-    if (!on_flag(flag, value)) throw UsageError("unknown argument '" + flag + "'");
-  }
+  walk_flags(
+      argc, argv, usage,
+      [&on_flag](const std::string& flag, const std::string& text) {
+        std::int64_t value = 0;
+        try {
+          value = parse_int(flag, text);
+        } catch (const odc::Error& e) {
+          throw UsageError(e.what());
+        }
+        return on_flag(flag, value);
+      },
+      [](FlagMistake mistake, const std::string& flag) {
+        if (mistake == FlagMistake::missing_value) throw UsageError(flag + " needs a value");
+        throw UsageError("unknown argument '" + flag + "'");
+      });
 }
 
 // parse() returns the options (throwing UsageError on a bad command line); run(options) measures.
