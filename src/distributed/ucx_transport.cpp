@@ -289,6 +289,7 @@ UcxTransport::~UcxTransport() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
+    abandon_ = unwinding;  // operations to a peer that is gone never complete: do not wait for them
   }
   wake();
   if (progress_.joinable()) progress_.join();
@@ -511,6 +512,7 @@ void UcxTransport::progress_loop() {
         queue_.pop_front();
       }
       stopping = stop_;
+      if (abandon_) break;
     }
     while (!waiting_.empty() && inflight_ < options_.max_inflight) {
       std::unique_ptr<Op> op = std::move(waiting_.front());

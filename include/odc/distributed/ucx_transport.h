@@ -148,6 +148,7 @@ class UcxTransport {
   std::condition_variable done_cv_;
   std::deque<std::unique_ptr<Op>> queue_;   // queued by the compute thread
   bool stop_ = false;
+  bool abandon_ = false;  // stop without draining (the destructor runs while an error unwinds)
   // Progress-thread state.
   std::deque<std::unique_ptr<Op>> waiting_;  // taken from queue_, not yet issued
   std::unordered_map<Op*, std::unique_ptr<Op>> inflight_ops_;       // owned while UCX holds them
