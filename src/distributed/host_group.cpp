@@ -35,6 +35,12 @@ void place_gathered(const std::vector<std::string>& parts, std::size_t each, std
 
 }  // namespace detail
 
+std::unique_ptr<HostGroup> HostGroup::split(int color, std::string_view what) {
+  (void)color;
+  fail("{}: this group of {} ranks runs without MPI and cannot be split into sub-groups (launch with mpirun or "
+       "odc-run)", what, size());
+}
+
 std::vector<std::string> HostGroup::all_gather_text(std::string_view mine, std::string_view what) {
   const std::vector<std::string> gathered = gather_text(mine, what);
   std::string all = is_root() ? nlohmann::json(gathered).dump() : std::string();

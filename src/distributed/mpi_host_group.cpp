@@ -15,11 +15,33 @@ int count_of(std::size_t n, std::string_view what) {
 }
 }  // namespace
 
-MpiHostGroup::MpiHostGroup(MPI_Comm comm, double timeout_s) : comm_(comm), topology_(discover_topology(comm)) {
+MpiHostGroup::MpiHostGroup(MPI_Comm comm, double timeout_s, bool owned)
+    : comm_(comm), timeout_s_(timeout_s), owned_(owned), topology_(discover_topology(comm)) {
   if (topology_.world_size > 1 && timeout_s > 0) watchdog_ = std::make_unique<Watchdog>(comm_, timeout_s);
 }
 
-MpiHostGroup::~MpiHostGroup() = default;
+MpiHostGroup::~MpiHostGroup() {
+  watchdog_.reset();  // its thread uses a duplicate of comm_
+  if (owned_) MPI_Comm_free(&comm_);
+}
+
+Placement MpiHostGroup::placement() const {
+  const Topology& t = topology_;
+  if (t.min_local_size != t.local_size || t.max_local_size != t.local_size) {
+    fail("the {} hosts of the job run different numbers of ranks (from {} to {}): place the same number on every "
+         "host (mpirun --npernode N, or slots=N in the hostfile)", t.hosts, t.min_local_size, t.max_local_size);
+  }
+  return Placement{t.hosts, t.local_size, t.host, t.local_rank};
+}
+
+std::unique_ptr<HostGroup> MpiHostGroup::split(int color, std::string_view what) {
+  MPI_Comm sub = MPI_COMM_NULL;
+  {
+    const Watchdog::Wait wait(watchdog_.get(), std::string(what));
+    MPI_Comm_split(comm_, color, topology_.rank, &sub);
+  }
+  return std::make_unique<MpiHostGroup>(sub, timeout_s_, true);
+}
 
 void MpiHostGroup::barrier(std::string_view what) {
   const Watchdog::Wait wait(watchdog_.get(), std::string(what));

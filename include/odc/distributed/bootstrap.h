@@ -12,6 +12,9 @@ struct Topology {
   int local_rank = 0;  // among the ranks of this host
   int local_size = 1;
   int hosts = 1;       // distinct hosts of the job
+  int host = 0;        // this rank's host: hosts are numbered in the order of their lowest rank
+  int min_local_size = 1;  // the fewest and the most ranks any host runs
+  int max_local_size = 1;
   std::string hostname;
 };
 

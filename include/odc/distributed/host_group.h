@@ -11,11 +11,14 @@
 // (in_process_group.h; N ranks as threads of one process, for unit tests).
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "odc/distributed/sharding.h"
 
 namespace odc::distributed {
 
@@ -44,6 +47,13 @@ class HostGroup {
   virtual void announce(std::string activity) { (void)activity; }
 
   bool is_root() const { return rank() == 0; }
+
+  // Where the ranks run: hosts and this rank's place on its host. A group that knows nothing of
+  // hosts (threads, one host's shared memory) is one host.
+  virtual Placement placement() const { return Placement{1, size(), 0, rank()}; }
+  // Collective: the ranks passing the same `color` form a new group (ordered by rank), whose
+  // exchanges never mix with this one's. Only groups over MPI can be split (odc::Error otherwise).
+  virtual std::unique_ptr<HostGroup> split(int color, std::string_view what);
 
   // Typed fixed-size gather of trivially copyable values (`all` sized size() * mine.size() on rank 0).
   template <typename T>

@@ -18,7 +18,8 @@ namespace odc::distributed {
 class MpiHostGroup final : public HostGroup {
  public:
   // Collective over `comm`. timeout_s > 0 watches every wait of a multi-rank group (comm.timeout_s).
-  MpiHostGroup(MPI_Comm comm, double timeout_s);
+  // With `owned`, the group frees `comm` when it is destroyed (the sub-groups of split()).
+  MpiHostGroup(MPI_Comm comm, double timeout_s, bool owned = false);
   ~MpiHostGroup() override;
   MpiHostGroup(const MpiHostGroup&) = delete;
   MpiHostGroup& operator=(const MpiHostGroup&) = delete;
@@ -31,6 +32,10 @@ class MpiHostGroup final : public HostGroup {
   std::vector<std::string> gather_text(std::string_view mine, std::string_view what) override;
   void broadcast(std::string& text, std::string_view what) override;
   void announce(std::string activity) override;
+  // From the topology: hosts are MPI's shared-memory domains, numbered in the order of their
+  // lowest rank. odc::Error (naming what differs) when the hosts run different numbers of ranks.
+  Placement placement() const override;
+  std::unique_ptr<HostGroup> split(int color, std::string_view what) override;
 
   MPI_Comm comm() const { return comm_; }
   // Null for a single rank or without a timeout.
@@ -40,6 +45,8 @@ class MpiHostGroup final : public HostGroup {
 
  private:
   MPI_Comm comm_;
+  double timeout_s_;
+  bool owned_;
   Topology topology_;
   std::unique_ptr<Watchdog> watchdog_;
 };
