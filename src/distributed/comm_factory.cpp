@@ -5,6 +5,7 @@
 #include "odc/core/error.h"
 #include "odc/distributed/collective_comm.h"
 #include "odc/distributed/ipc_odc_comm.h"
+#include "odc/distributed/layered_comm.h"
 #include "odc/distributed/local_comm.h"
 #include "odc/distributed/mpi_host_group.h"
 #include "odc/distributed/odc_comm.h"
@@ -27,6 +28,10 @@ CommStack::~CommStack() {
   host_store_.reset();
   transport_.reset();
   peer_memory_.reset();
+  // A layered comm's parts, then the sub-groups they run on (the host's before the replicas').
+  secondary_.reset();
+  primary_.reset();
+  while (!groups_.empty()) groups_.pop_back();
 }
 
 OdcTransport parse_odc_transport(std::string_view name) {
@@ -73,6 +78,8 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
          group.rank(), group.size());
   }
   std::unique_ptr<CommStack> stack(new CommStack());
+  stack->plan_ = plan_sharding(Sharding::full, group.rank(), group.size(), Placement{1, group.size(), 0, group.rank()});
+  stack->shard_group_ = &group;
   if (group.size() == 1) {
     stack->store_ = std::make_unique<ShardStore>(layout, units, config, seed, std::span<float>{}, device);
     stack->comm_ = std::make_unique<LocalComm>(*stack->store_);
@@ -154,6 +161,41 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
     return stack;
   }
   CommStack::stage(*stack, std::move(host_store), std::move(host_comm), layout, units, config, seed, state_device, device);
+  return stack;
+}
+
+std::unique_ptr<CommStack> make_sharded_comm(const CommOptions& options, const ShardingPlan& plan, HostGroup& world,
+                                             const std::vector<model::UnitLayout>& units,
+                                             const model::LlamaConfig& config, std::uint64_t seed,
+                                             backend::Backend* device) {
+  if (plan.kind == Sharding::full) {
+    auto stack = make_comm(options, world, ShardLayout(units, world.size(), world.rank()), units, config, seed, device);
+    stack->plan_ = plan;
+    return stack;
+  }
+  const Placement& p = plan.placement;
+  std::unique_ptr<CommStack> stack(new CommStack());
+  stack->plan_ = plan;
+  // Sub-groups: this rank's host, and (hybrid) the ranks holding the same shards on every host.
+  stack->groups_.push_back(world.split(p.host, "the sharding layout's host groups"));
+  HostGroup& host = *stack->groups_.back();
+  ODC_CHECK(host.size() == p.ranks_per_host && host.rank() == p.local_rank, "host group does not match the placement");
+  const ShardLayout host_layout(units, p.ranks_per_host, p.local_rank);
+  if (plan.kind == Sharding::hybrid) {
+    stack->groups_.push_back(world.split(p.local_rank, "the hybrid layout's replica groups"));
+    auto* replicas = dynamic_cast<MpiHostGroup*>(stack->groups_.back().get());
+    ODC_CHECK(replicas != nullptr, "the replica group of a hybrid layout runs over MPI");
+    stack->primary_ = make_comm(options, host, host_layout, units, config, seed, device);
+    stack->shard_group_ = &host;
+    stack->comm_ = std::make_unique<HybridComm>(stack->primary_->comm(), stack->primary_->store(), replicas->comm(),
+                                                replicas->watchdog());
+    return stack;  // store(): the host-level one, owned by primary_ (destroyed after comm_)
+  }
+  stack->primary_ = make_comm(options, world, ShardLayout(units, world.size(), world.rank()), units, config, seed, device);
+  stack->secondary_ = make_comm(options, host, host_layout, units, config, seed, device);
+  stack->shard_group_ = &world;
+  stack->comm_ = std::make_unique<HpzComm>(stack->primary_->comm(), stack->primary_->store(), stack->secondary_->comm(),
+                                           stack->secondary_->store());
   return stack;
 }
 

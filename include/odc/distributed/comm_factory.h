@@ -20,6 +20,7 @@
 #include "odc/distributed/comm.h"
 #include "odc/distributed/host_group.h"
 #include "odc/distributed/shard_store.h"
+#include "odc/distributed/sharding.h"
 #include "odc/distributed/transport_options.h"
 #include "odc/model/llama_config.h"
 #include "odc/model/units.h"
@@ -52,14 +53,28 @@ class CommStack {
 
   Comm& comm() { return *comm_; }
   const Comm& comm() const { return *comm_; }
-  ShardStore& store() { return *store_; }
-  const ShardStore& store() const { return *store_; }
+  // The shards the optimizer steps and checkpoints hold (a layered comm's: its primary part's).
+  ShardStore& store() { return store_ ? *store_ : primary_->store(); }
+  const ShardStore& store() const { return store_ ? *store_ : primary_->store(); }
+  // The layout the store's shards follow (make_sharded_comm; make_comm: full over its group).
+  const ShardingPlan& sharding() const { return plan_; }
+  // The group the store's shards are spread over: the checkpoints' and the export's exchanges of
+  // shards run over it (hybrid: the host's ranks, whose shards every other host holds too).
+  HostGroup& shard_group() { return *shard_group_; }
 
  private:
   friend std::unique_ptr<CommStack> make_comm(const CommOptions&, HostGroup&, const ShardLayout&,
                                                const std::vector<model::UnitLayout>&, const model::LlamaConfig&,
                                                std::uint64_t, backend::Backend*);
+  friend std::unique_ptr<CommStack> make_sharded_comm(const CommOptions&, const ShardingPlan&, HostGroup&,
+                                                       const std::vector<model::UnitLayout>&, const model::LlamaConfig&,
+                                                       std::uint64_t, backend::Backend*);
   CommStack() = default;
+  ShardingPlan plan_;
+  HostGroup* shard_group_ = nullptr;
+  std::vector<std::unique_ptr<HostGroup>> groups_;  // sub-groups of the layout (destroyed last)
+  std::unique_ptr<CommStack> primary_;              // the layered comms' parts (layered_comm.h)
+  std::unique_ptr<CommStack> secondary_;
   // Wraps a host comm and its store in a StagedComm over a store in `state_device`'s memory
   // (null: host memory) and `device`'s copies.
   static void stage(CommStack& stack, std::unique_ptr<ShardStore> host_store, std::unique_ptr<Comm> host_comm,
@@ -81,5 +96,13 @@ class CommStack {
 std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& group, const ShardLayout& layout,
                                      const std::vector<model::UnitLayout>& units, const model::LlamaConfig& config,
                                      std::uint64_t seed, backend::Backend* device = nullptr);
+
+// Collective over `world`: the comm of `plan` (plan_sharding). full: make_comm over `world`;
+// hybrid: a comm over this rank's host (its sub-group) wrapped in a HybridComm; hpz: the world's
+// comm and a host comm under an HpzComm. Layouts that need hosts need an MpiHostGroup.
+std::unique_ptr<CommStack> make_sharded_comm(const CommOptions& options, const ShardingPlan& plan, HostGroup& world,
+                                             const std::vector<model::UnitLayout>& units,
+                                             const model::LlamaConfig& config, std::uint64_t seed,
+                                             backend::Backend* device = nullptr);
 
 }  // namespace odc::distributed
