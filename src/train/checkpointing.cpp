@@ -101,6 +101,8 @@ std::string decided_by_root(distributed::HostGroup& group, const std::string& wh
 
 Checkpointer::Checkpointer(const Config& config, distributed::HostGroup& group)
     : group_(group),
+      shard_rank_(group.rank()),
+      shard_world_(group.size()),
       dir_(config.get_string("checkpoint.dir")),
       every_(config.get_int("checkpoint.every")),
       keep_(static_cast<int>(config.get_int("checkpoint.keep"))),
@@ -195,15 +197,24 @@ const RunIdentity& Checkpointer::identity() const {
   return start_->identity;
 }
 
+void Checkpointer::set_shards(int shard_rank, int shard_world, bool writes) {
+  ODC_CHECK(shard_world >= 1 && shard_rank >= 0 && shard_rank < shard_world, "checkpoint shards: bad rank/world");
+  shard_rank_ = shard_rank;
+  shard_world_ = shard_world;
+  writes_shards_ = writes;
+}
+
 void Checkpointer::save(std::int64_t step, const TrainingManifest& manifest, distributed::ShardStore& store) {
   ODC_CHECK(start_.has_value(), "Checkpointer::save before begin_run");
   const auto start = std::chrono::steady_clock::now();
   const auto owned = static_cast<std::size_t>(store.layout().owned_elements());
   group_.announce(fmt::format("step {}: checkpoint write", step));
   store.pull_to_host();  // a device store's state, copied to its host staging (a host store: nothing)
-  io::write_rank_shards(io::staging_path(dir_, step), group_.rank(),
-                        {{store.host_masters().data(), owned}, {store.host_exp_avg().data(), owned},
-                         {store.host_exp_avg_sq().data(), owned}});
+  if (writes_shards_) {
+    io::write_rank_shards(io::staging_path(dir_, step), shard_rank_,
+                          {{store.host_masters().data(), owned}, {store.host_exp_avg().data(), owned},
+                           {store.host_exp_avg_sq().data(), owned}});
+  }
   if (debug_delay_ms_ > 0 && (debug_delay_rank_ < 0 || debug_delay_rank_ == group_.rank())) {
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(debug_delay_ms_));
   }
@@ -213,7 +224,7 @@ void Checkpointer::save(std::int64_t step, const TrainingManifest& manifest, dis
     group_.announce(fmt::format("step {}: checkpoint commit", step));
     TrainingManifest ours = manifest;
     ours.identity = identity();
-    const std::string path = io::commit_checkpoint(dir_, step, group_.size(), ours.to_json(), keep_,
+    const std::string path = io::commit_checkpoint(dir_, step, shard_world_, ours.to_json(), keep_,
                                                    best_ ? std::optional(best_->step) : std::nullopt);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     spdlog::info("checkpoint: step {} saved to {} in {:.2f} s", step, path, seconds);
@@ -267,17 +278,17 @@ TrainingManifest Checkpointer::load(const std::string& path, distributed::ShardS
   const auto owned = static_cast<std::size_t>(store.layout().owned_elements());
   const io::RankShardsOut out{store.host_masters().subspan(0, owned), store.host_exp_avg().subspan(0, owned),
                               store.host_exp_avg_sq().subspan(0, owned)};
-  if (manifest.world_size == world) {
-    io::read_rank_shards(path, json, group_.rank(), out);
+  if (manifest.world_size == shard_world_) {
+    io::read_rank_shards(path, json, shard_rank_, out);
   } else {
     const auto units =
         model::build_unit_layouts(model::LlamaConfig::from_json(manifest.model_config, path + "/manifest.json", false));
     io::read_resharded_shards(path, json, units, store.layout(), out);
   }
   store.push_to_device();
-  if (manifest.world_size != world) {
+  if (manifest.world_size != shard_world_) {
     spdlog::info("resumed from {} (step {}, written with comm {} by {} ranks, resharded onto {})", path, manifest.step,
-                 manifest.comm, manifest.world_size, world);
+                 manifest.comm, manifest.world_size, shard_world_);
   } else {
     spdlog::info("resumed from {} (step {}, written with comm {})", path, manifest.step, manifest.comm);
   }

@@ -94,6 +94,11 @@ std::vector<TunableSpec> trainer_tunables() {
       // train
       tunable("train.comm", K::string, "odc", "communication: odc (on-demand) or collective (FSDP-style)",
               {"odc", "collective"}),
+      tunable("train.sharding", K::string, "full",
+              "parameter layout across hosts: full (sharded over all ranks), hybrid (sharded within a host, "
+              "replicated across hosts, gradients summed across hosts once per minibatch) or hpz (full, plus a "
+              "secondary copy sharded within each host that serves the minibatch's gathers); one host: full",
+              {"full", "hybrid", "hpz"}),
       tunable("train.steps", K::integer, "",
               "optimizer steps (minibatches) to run; set this or train.epochs (neither: 200 steps)", Range::at_least(0)),
       tunable("train.epochs", K::integer, "",
@@ -199,6 +204,9 @@ std::vector<TunableSpec> trainer_tunables() {
       tunable("debug.host_staging", K::boolean, "false",
               "stage the host comms (odc over ucx, collective over MPI) through the model backend's memory even for "
               "host state: the path GPU ranks on several hosts take, exercised on a CPU"),
+      tunable("debug.ranks_per_host", K::integer, "0",
+              "treat consecutive blocks of this many ranks as hosts (train.sharding on one machine; 0: the real hosts)",
+              Range::at_least(0)),
       tunable("debug.slow_rank", K::integer, "-1", "rank that sleeps debug.delay_ms before each microbatch (-1: none)",
               Range::at_least(-1)),
       tunable("debug.delay_ms", K::number, "0", "injected per-microbatch delay of debug.slow_rank (straggler studies)",

@@ -39,6 +39,25 @@ void check_world_size(const std::vector<model::UnitLayout>& units, int world_siz
   }
 }
 
+// The layout of train.sharding over the group's hosts (or debug.ranks_per_host's blocks).
+distributed::ShardingPlan sharding_plan(const Config& config, distributed::HostGroup& group) {
+  const auto kind = distributed::parse_sharding(config.get_string("train.sharding"));
+  const auto block = config.get_int("debug.ranks_per_host");
+  distributed::Placement placement{1, group.size(), 0, group.rank()};
+  if (block > 0) {
+    placement = distributed::block_placement(group.rank(), group.size(), static_cast<int>(block), "debug.ranks_per_host");
+  } else if (kind != distributed::Sharding::full) {
+    placement = group.placement();
+  } else {
+    // Full sharding only describes the hosts: uneven ones are fine for it.
+    try {
+      placement = group.placement();
+    } catch (const Error&) {
+    }
+  }
+  return distributed::plan_sharding(kind, group.rank(), group.size(), placement);
+}
+
 // The model this run trains. A resumed run's checkpoint holds the model config and every weight,
 // so the base weights of model.checkpoint are never read then, and a model.checkpoint that was
 // moved away is not needed: its config.json is compared when it is there, else the checkpoint's
@@ -156,18 +175,21 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
     distributed::check_identical_across_ranks(group_, {{"the configuration", fnv1a64(config.canonical())},
                                                        {"the model config", fnv1a64(model_config_.to_json().dump())},
                                                        {"the dataset " + data_->dataset().describe(), data_fingerprint_}});
-    check_world_size(model_->units(), world);
   }
-  const distributed::ShardLayout layout(model_->units(), world, rank);
-  comm_ = distributed::make_comm(comm_options(config), group_, layout, model_->units(), model_config_,
-                                 static_cast<std::uint64_t>(config.get_int("model.seed")), &model_->backend());
+  sharding_ = sharding_plan(config, group_);
+  if (world > 1) check_world_size(model_->units(), sharding_.shard_world);
+  comm_ = distributed::make_sharded_comm(comm_options(config), sharding_, group_, model_->units(), model_config_,
+                                         static_cast<std::uint64_t>(config.get_int("model.seed")), &model_->backend());
+  // Where several hosts hold the same shards (hybrid), the first host's ranks write them.
+  checkpointer_->set_shards(sharding_.shard_rank, sharding_.shard_world, sharding_.replica == 0);
   if (const std::string source = config.get_string("model.checkpoint"); !source.empty() && resume.empty()) {
     // Every rank reads only its shard of every unit from the safetensors files.
     const io::HfCheckpoint checkpoint(source);
     source_ = {checkpoint.architecture(), checkpoint.dtype()};
     const std::span<float> masters = store().host_masters();
+    const distributed::ShardLayout& layout = store().layout();
     for (int u = 0; u < layout.num_units(); ++u) {
-      checkpoint.read_unit_range(u, layout.shard_begin(u, rank), layout.unit(u).shard,
+      checkpoint.read_unit_range(u, layout.shard_begin(u, layout.rank()), layout.unit(u).shard,
                                  masters.data() + store().offset(u));
     }
     store().push_to_device();
@@ -249,6 +271,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   spdlog::info("comm: {} over {} rank{}; {} compute thread{} per rank; MFU against {:.1f} GFLOP/s per rank{}",
                comm_->comm().name(), world, world == 1 ? "" : "s", threads, threads == 1 ? "" : "s", peak_flops_ / 1e9,
                measured.device > 0 ? " (device peak)" : " (train.peak_flops)");
+  if (world > 1) spdlog::info("sharding: {}", sharding_.describe());
 }
 
 Trainer::~Trainer() = default;
@@ -318,7 +341,9 @@ StepResult Trainer::step() {
     r.comm_thread_cpu_s = comm.resources().thread_cpu_s;
     r.minibatch_s = seconds_since(minibatch_start);  // the minibatch's compute and communication
     r.compute_s = std::max(0.0, r.minibatch_s - r.wait_in_loop_s - r.wait_end_s);
-    sums = {store().grad_sum_of_squares(), local_loss, r.local_tokens, local_targets,
+    // Replicated shards (hybrid) hold the same sums on every host: the first host's count once.
+    const double grad_squares = sharding_.replica == 0 ? store().grad_sum_of_squares() : 0.0;
+    sums = {grad_squares, local_loss, r.local_tokens, local_targets,
             static_cast<double>(r.padded_microbatches), r.wait_in_loop_s + r.wait_end_s, r.minibatch_s, r.flops};
     group_.all_reduce_sum(sums, "the minibatch-end sums (gradient norm, loss, tokens)");
   }
@@ -393,7 +418,9 @@ std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signa
   group_.announce("finishing (export, summary, trace)");
   // A preempted run exports nothing: it is not finished (the checkpoint resumes it).
   if (!preempted && !config_.get_string("checkpoint.export_hf").empty()) {
-    export_hf(config_, group_, store(), model_config_, source_);
+    // The first copy of the shards is gathered over its group (world rank 0 is its rank 0).
+    if (sharding_.replica == 0) export_hf(config_, comm_->shard_group(), store(), model_config_, source_);
+    if (sharding_.replicas > 1) group_.barrier("the end of the export (every host)");
   }
   report_->summary(static_cast<double>(store().bytes()));
   if (tracer_) report_->write_trace(*tracer_, trace_metadata());

@@ -86,6 +86,11 @@ class Checkpointer {
   void retire_abandoned();
   const RunIdentity& identity() const;
 
+  // The shards this rank holds: number `shard_rank` of `shard_world` (default: its rank of the
+  // group's size). Where several ranks hold the same shards (train.sharding hybrid: one copy per
+  // host) only the ranks with `writes` write them; a checkpoint then has shard_world ranks' files.
+  void set_shards(int shard_rank, int shard_world, bool writes);
+
   // Collective: writes this rank's shards, rank 0 commits `manifest` (with this run's identity)
   // as step `step`.
   void save(std::int64_t step, const TrainingManifest& manifest, distributed::ShardStore& store);
@@ -109,6 +114,9 @@ class Checkpointer {
 
  private:
   distributed::HostGroup& group_;
+  int shard_rank_;
+  int shard_world_;
+  bool writes_shards_ = true;
   std::string dir_;
   std::int64_t every_ = 0;
   int keep_ = 0;

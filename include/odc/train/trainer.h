@@ -57,6 +57,8 @@ class Trainer {
 
   const model::LlamaModel& model() const { return *model_; }
   distributed::ShardStore& store() { return comm_->store(); }
+  // The layout train.sharding gave this job (its hosts, the shards' group, the replicas).
+  const distributed::ShardingPlan& sharding() const { return sharding_; }
   std::int64_t token_cap() const { return data_->token_cap(); }
   // The run's length: train.steps, or the steps train.epochs takes over this data and batch.
   const RunLength& length() const { return length_; }
@@ -85,6 +87,7 @@ class Trainer {
   std::unique_ptr<Evaluator> evaluator_;  // null unless data.eval is set
   std::optional<EvalSummary> last_eval_;
   std::unique_ptr<model::LlamaModel> model_;
+  distributed::ShardingPlan sharding_;  // train.sharding over this job's hosts
   std::unique_ptr<distributed::CommStack> comm_;
   std::unique_ptr<optim::ShardedAdamW> optimizer_;
   RunLength length_;  // train.steps, or train.epochs over this dataset and batch
