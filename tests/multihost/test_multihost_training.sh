@@ -80,5 +80,16 @@ if run odc-limited --set train.comm=odc; then
 fi
 "$hosts" rate 1 off
 
+# Uneven hosts (2 ranks on host 0, 1 on host 1): hybrid sharding refuses them at start-up, naming
+# the placement, instead of training a wrong layout.
+timeout 120 "$hosts" mpirun --npernode 2 -np 3 --bind-to none -x OMP_NUM_THREADS "$bin/odc-train" "${common[@]}" \
+  --set data.minibatch_size=2 --set train.comm=odc --set train.sharding=hybrid > "$work/uneven.log" 2>&1
+status=$?
+if [ "$status" -ne 0 ] && [ "$status" -ne 124 ] && grep -q "hosts of the job run different numbers of ranks (from 1 to 2)" "$work/uneven.log"; then
+  echo "ok   [uneven hosts are refused] exit $status: $(grep -m1 -o 'the 2 hosts of the job.*' "$work/uneven.log" | head -c 100)"
+else
+  fail "uneven hosts are refused" "exit $status (124: timeout);"$'\n'"$(tail -10 "$work/uneven.log")"
+fi
+
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]
