@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <utility>
 
 #include "odc/core/error.h"
@@ -82,6 +83,10 @@ void validate(const PlanInput& input) {
   if (input.lengths.empty()) fail("planner: the global minibatch is empty; expected >= 1 sequence");
   if (input.token_cap <= 0) {
     fail("planner: data.max_tokens_per_microbatch must be > 0, got {}", input.token_cap);
+  }
+  if (!input.group_of_rank.empty() && input.group_of_rank.size() != static_cast<std::size_t>(input.world_size)) {
+    fail("planner: {} ranks' groups for a world of {}; expected one group per rank", input.group_of_rank.size(),
+         input.world_size);
   }
   const CostModel& c = input.cost;
   if (!std::isfinite(c.a) || !std::isfinite(c.b) || c.a < 0.0 || c.b < 0.0) {
@@ -169,10 +174,13 @@ Plan make_plan(const PlanInput& input) {
     packed[r] = planner_detail::minimal_microbatches(rank);
   }
   if (input.balance == Balance::lb_micro) {
-    // Collectives need the same count everywhere: the largest minimal count, for every rank.
-    std::size_t common = 0;
-    for (const auto& p : packed) common = std::max(common, p.size());
+    // Collectives need the same count among the ranks that run them together: the largest minimal
+    // count of the rank's group (all ranks unless group_of_rank says otherwise).
+    const auto group = [&](std::size_t r) { return input.group_of_rank.empty() ? 0 : input.group_of_rank[r]; };
+    std::map<int, std::size_t> common_of;
+    for (std::size_t r = 0; r < ranks; ++r) common_of[group(r)] = std::max(common_of[group(r)], packed[r].size());
     for (std::size_t r = 0; r < ranks; ++r) {
+      const std::size_t common = common_of[group(r)];
       if (packed[r].size() == common) continue;
       packed[r] = planner_detail::exact_microbatches(
           RankItems{split[r], input.lengths, costs, input.token_cap}, common, std::move(packed[r]));

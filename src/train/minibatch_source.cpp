@@ -118,6 +118,7 @@ Minibatch MinibatchSource::next(bool equal_counts) {
   input.world_size = world_size_;
   input.token_cap = token_cap_;
   input.cost = cost_model_;
+  input.group_of_rank = group_of_rank_;
   const bool even = count % world_size_ == 0;
   input.balance = equal_sequence_counts(balance_) && !even ? data::Balance::local_sort : balance_;
   for (auto index : out.global) input.lengths.push_back(dataset_->length(index));
@@ -132,11 +133,27 @@ Minibatch MinibatchSource::next(bool equal_counts) {
   out.mine = out.plan.ranks[static_cast<std::size_t>(rank_)].microbatches;
   if (equal_counts) {
     // Empty microbatches join the collectives of the ranks that have more.
-    const auto most = static_cast<std::size_t>(out.plan.max_microbatches());
+    std::size_t most = static_cast<std::size_t>(out.plan.max_microbatches());
+    if (!group_of_rank_.empty()) {
+      most = 0;
+      for (int r = 0; r < world_size_; ++r) {
+        const auto i = static_cast<std::size_t>(r);
+        if (group_of_rank_[i] == group_of_rank_[static_cast<std::size_t>(rank_)]) {
+          most = std::max(most, out.plan.ranks[i].microbatches.size());
+        }
+      }
+    }
     out.padded = static_cast<int>(most - out.mine.size());
     out.mine.resize(most);
   }
   return out;
+}
+
+void MinibatchSource::set_collective_groups(std::vector<int> group_of_rank) {
+  if (group_of_rank.size() != static_cast<std::size_t>(world_size_)) {
+    fail("collective groups for {} ranks in a world of {}", group_of_rank.size(), world_size_);
+  }
+  group_of_rank_ = std::move(group_of_rank);
 }
 
 void MinibatchSource::build(const Minibatch& minibatch, std::size_t m, model::PackedBatch& out) const {

@@ -178,6 +178,15 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   }
   sharding_ = sharding_plan(config, group_);
   if (world > 1) check_world_size(model_->units(), sharding_.shard_world);
+  if (sharding_.kind == distributed::Sharding::hybrid) {
+    // The collectives run inside a host: lb_micro equalizes, and padding evens, only a host's counts.
+    std::vector<double> hosts(static_cast<std::size_t>(world), 0.0);
+    hosts[static_cast<std::size_t>(rank)] = sharding_.placement.host;
+    group_.all_reduce_sum(hosts, "the hosts of the ranks");
+    std::vector<int> host_of_rank;
+    for (double h : hosts) host_of_rank.push_back(static_cast<int>(h));
+    data_->set_collective_groups(std::move(host_of_rank));
+  }
   comm_ = distributed::make_sharded_comm(comm_options(config), sharding_, group_, model_->units(), model_config_,
                                          static_cast<std::uint64_t>(config.get_int("model.seed")), &model_->backend());
   // Where several hosts hold the same shards (hybrid), the first host's ranks write them.

@@ -61,7 +61,8 @@ TEST_CASE("train.sharding hybrid and hpz give one rank's losses and weights, ove
   const int per_host = world / 2;  // two hosts
   const auto data = test::ragged_dataset("sharding", 96);
   const auto with = [&](const std::string& sharding, const std::string& comm) {
-    return std::vector<std::string>{"data.max_tokens_per_microbatch=64",
+    // A cap just above the longest sequence (51): minimal microbatch counts differ between ranks.
+    return std::vector<std::string>{"data.max_tokens_per_microbatch=52",
                                     "train.steps=8",
                                     "train.comm=" + comm,
                                     "train.sharding=" + sharding,
@@ -72,11 +73,27 @@ TEST_CASE("train.sharding hybrid and hpz give one rank's losses and weights, ove
   const Run hpz = train_with(data, with("hpz", "odc"));
   const Run hybrid_collective = train_with(data, with("hybrid", "collective"));
   const Run hpz_collective = train_with(data, with("hpz", "collective"));
+  const Run full_collective = train_with(data, with("full", "collective"));
   REQUIRE(hybrid.plan.kind == distributed::Sharding::hybrid);
   CHECK(hybrid.plan.shard_world == per_host);
   CHECK(hybrid.plan.replicas == 2);
   REQUIRE(hpz.plan.kind == distributed::Sharding::hpz);
   CHECK(hpz.plan.shard_world == world);
+
+  // The planner knows the layout: lb_micro gives the ranks that run collectives together equal
+  // microbatch counts, the largest minimal count among them; hybrid's collectives run inside a
+  // host, so its ranks split into no more microbatches than under full sharding's world-wide
+  // count (the same split of sequences), and fewer somewhere on this ragged data; hpz's pushes are
+  // world-wide, so it counts like full.
+  int fewer = 0;
+  for (std::size_t s = 0; s < full_collective.steps.size(); ++s) {
+    INFO("step " << s + 1);
+    CHECK(hybrid_collective.steps[s].microbatches <= full_collective.steps[s].microbatches);
+    CHECK(hpz_collective.steps[s].microbatches == full_collective.steps[s].microbatches);
+    fewer += full_collective.steps[s].microbatches - hybrid_collective.steps[s].microbatches;
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &fewer, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  CHECK(fewer > 0);
 
   if (mpi_rank() == 0) {
     // One rank is one host: the reference runs without debug.ranks_per_host.
@@ -90,7 +107,7 @@ TEST_CASE("train.sharding hybrid and hpz give one rank's losses and weights, ove
     // hybrid layout adds the hosts' sums last).
     for (std::size_t s = 0; s < expected.size(); ++s) {
       INFO("step " << s + 1);
-      for (const Run* run : {&full, &hybrid, &hpz, &hybrid_collective, &hpz_collective}) {
+      for (const Run* run : {&full, &hybrid, &hpz, &hybrid_collective, &hpz_collective, &full_collective}) {
         CHECK(run->steps[s].loss == Approx(expected[s].loss).epsilon(1e-5));
         CHECK(run->steps[s].grad_norm == Approx(expected[s].grad_norm).epsilon(1e-5));
       }

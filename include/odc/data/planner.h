@@ -48,6 +48,9 @@ struct PlanInput {
   std::int64_t token_cap = 0;         // max tokens per microbatch; every length must be <= cap
   CostModel cost;
   Balance balance = Balance::lb_mini;
+  // lb_micro's equal microbatch counts hold among the ranks of one group: group_of_rank[r] names
+  // rank r's (the ranks that run collectives together; hybrid sharding: a host). Empty: one group.
+  std::vector<int> group_of_rank;
 };
 
 struct RankPlan {

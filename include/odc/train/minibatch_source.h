@@ -24,7 +24,8 @@ struct Minibatch {
   data::Plan plan;                   // every rank's microbatches (items index `global`)
   std::vector<float> weights;        // per global item: the loss weight of each of its targets
   double normalizer = 0.0;           // target tokens (or sequences with targets) of the minibatch
-  // This rank's microbatches; with `equal_counts`, padded with empty ones to the most of any rank.
+  // This rank's microbatches; with `equal_counts`, padded with empty ones to the most of any rank
+  // whose comm runs the same collectives (set_equal_count_ranks; all ranks unless set).
   std::vector<std::vector<std::int64_t>> mine;
   int padded = 0;                    // empty microbatches appended to `mine`
 };
@@ -42,6 +43,10 @@ class MinibatchSource {
   // sequences lb_micro or lb_mini_equal cannot split evenly (only such a last step can be one) is
   // planned with local_sort.
   Minibatch next(bool equal_counts);
+  // Which ranks run collectives together (group_of_rank[r]: rank r's group; hybrid sharding: its
+  // host): lb_micro equalizes microbatch counts, and `equal_counts` pads, only within a group.
+  // By default all ranks form one group.
+  void set_collective_groups(std::vector<int> group_of_rank);
   // Packs microbatch `m` of this rank's share into `out` (reused across microbatches).
   void build(const Minibatch& minibatch, std::size_t m, model::PackedBatch& out) const;
 
@@ -61,6 +66,7 @@ class MinibatchSource {
   static std::unique_ptr<data::TokenDataset> open_limited(const Config& config, std::int64_t vocab_size);
   int rank_;
   int world_size_;
+  std::vector<int> group_of_rank_;  // empty: one group
   std::unique_ptr<data::TokenDataset> dataset_;
   std::unique_ptr<data::Sampler> sampler_;
   std::int64_t global_batch_ = 0;
