@@ -81,7 +81,10 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
   stack->plan_ = plan_sharding(Sharding::full, group.rank(), group.size(), Placement{1, group.size(), 0, group.rank()});
   stack->shard_group_ = &group;
   if (group.size() == 1) {
-    stack->store_ = std::make_unique<ShardStore>(layout, units, config, seed, std::span<float>{}, device);
+    stack->store_ = std::make_unique<ShardStore>(layout, units, config, seed, std::span<float>{}, device,
+                                                 device != nullptr && device->device().kind != DeviceKind::cpu
+                                                     ? StoreContents::all
+                                                     : options.store_contents);
     stack->comm_ = std::make_unique<LocalComm>(*stack->store_);
     return stack;
   }
@@ -107,7 +110,8 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
       fail("comm.gather_dtype {} on host memory: the MPI collectives gather the fp32 masters (bf16 gathers are NCCL's "
            "and the ipc transport's)", gather_dtype_name(options.gather_dtype));
     }
-    auto host_store = std::make_unique<ShardStore>(layout, units, config, seed);
+    auto host_store = std::make_unique<ShardStore>(layout, units, config, seed, std::span<float>{}, nullptr,
+                                                   options.store_contents);
     auto host_comm = std::make_unique<CollectiveComm>(*host_store, mpi->comm(), mpi->watchdog());
     if (!options.host_staging) {
       stack->store_ = std::move(host_store);
@@ -130,7 +134,7 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
         static_cast<std::size_t>(layout.owned_elements()) * sizeof(float), "the master shards", handle));
     stack->store_ = std::make_unique<ShardStore>(layout, units, config, seed,
                                                  std::span<float>(masters, static_cast<std::size_t>(layout.owned_elements())),
-                                                 state_device);
+                                                 state_device, state_device != nullptr ? StoreContents::all : options.store_contents);
     IpcOptions ipc;
     ipc.gather_dtype = options.gather_dtype;
     ipc.deterministic = options.deterministic;
@@ -152,7 +156,8 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
   for (int u = 0; u < layout.num_units(); ++u) transport.slot_floats = std::max(transport.slot_floats, layout.unit(u).shard);
   // The masters live in memory the transport registered, so peers can read them one-sidedly.
   stack->transport_ = std::make_unique<UcxTransport>(mpi->comm(), layout.owned_elements(), transport);
-  auto host_store = std::make_unique<ShardStore>(layout, units, config, seed, stack->transport_->exposed());
+  auto host_store = std::make_unique<ShardStore>(layout, units, config, seed, stack->transport_->exposed(), nullptr,
+                                                   options.store_contents);
   auto host_comm = std::make_unique<OdcComm>(*host_store, *stack->transport_, mpi->comm(), mpi->watchdog(),
                                              options.deterministic);
   if (!staged) {
@@ -192,7 +197,10 @@ std::unique_ptr<CommStack> make_sharded_comm(const CommOptions& options, const S
     return stack;  // store(): the host-level one, owned by primary_ (destroyed after comm_)
   }
   stack->primary_ = make_comm(options, world, ShardLayout(units, world.size(), world.rank()), units, config, seed, device);
-  stack->secondary_ = make_comm(options, host, host_layout, units, config, seed, device);
+  // The secondary copy only serves gathers: no gradients, no optimizer state.
+  CommOptions secondary = options;
+  secondary.store_contents = StoreContents::weights;
+  stack->secondary_ = make_comm(secondary, host, host_layout, units, config, seed, device);
   stack->shard_group_ = &world;
   stack->comm_ = std::make_unique<HpzComm>(stack->primary_->comm(), stack->primary_->store(), stack->secondary_->comm(),
                                            stack->secondary_->store());

@@ -11,10 +11,11 @@ std::span<float> span_of(Tensor& t) { return {t.data<float>(), static_cast<std::
 
 ShardStore::ShardStore(const ShardLayout& layout, const std::vector<model::UnitLayout>& units,
                        const model::LlamaConfig& config, std::uint64_t seed, std::span<float> master_region,
-                       backend::Backend* device)
-    : layout_(layout) {
+                       backend::Backend* device, StoreContents contents)
+    : layout_(layout), contents_(contents) {
   const std::int64_t total = layout_.owned_elements();
   if (device != nullptr && device->device().kind != DeviceKind::cpu) device_ = device;
+  ODC_CHECK(device_ == nullptr || contents_ == StoreContents::all, "a weights-only store lives in host memory");
   if (device_ != nullptr) {
     ODC_CHECK(master_region.empty() || static_cast<std::int64_t>(master_region.size()) >= total,
               "master region of {} floats for {} owned", master_region.size(), total);
@@ -40,7 +41,7 @@ ShardStore::ShardStore(const ShardLayout& layout, const std::vector<model::UnitL
               master_region.size(), total);
     masters_ = master_region.data();
   }
-  if (device_ == nullptr) {
+  if (device_ == nullptr && contents_ == StoreContents::all) {
     host_grads_ = Tensor(Shape{total}, DType::f32);
     host_exp_avg_ = Tensor(Shape{total}, DType::f32);
     host_exp_avg_sq_ = Tensor(Shape{total}, DType::f32);
@@ -66,8 +67,12 @@ std::span<float> ShardStore::host_masters() {
   return {masters_, static_cast<std::size_t>(layout_.owned_elements())};
 }
 std::span<const float> ShardStore::host_masters() const { return const_cast<ShardStore*>(this)->host_masters(); }
-std::span<float> ShardStore::host_exp_avg() { return device_ != nullptr ? span_of(staging_exp_avg_) : span_of(host_exp_avg_); }
+std::span<float> ShardStore::host_exp_avg() {
+  if (exp_avg_ == nullptr) return {};  // weights only
+  return device_ != nullptr ? span_of(staging_exp_avg_) : span_of(host_exp_avg_);
+}
 std::span<float> ShardStore::host_exp_avg_sq() {
+  if (exp_avg_sq_ == nullptr) return {};
   return device_ != nullptr ? span_of(staging_exp_avg_sq_) : span_of(host_exp_avg_sq_);
 }
 
@@ -89,6 +94,7 @@ void ShardStore::push_to_device() {
 }
 
 void ShardStore::zero_grads() {
+  if (grads_ == nullptr) return;  // weights only
   if (device_ != nullptr) {
     device_->zero(grads_view());
   } else {
@@ -97,12 +103,14 @@ void ShardStore::zero_grads() {
 }
 
 double ShardStore::grad_sum_of_squares() {
+  if (grads_ == nullptr) return 0.0;  // weights only
   if (device_ != nullptr) return device_->sum_of_squares(grads_view());
   return kernels::cpu::sum_of_squares(grads_, layout_.owned_elements());
 }
 
 std::int64_t ShardStore::bytes() const {
-  return layout_.owned_elements() * static_cast<std::int64_t>(sizeof(float)) * 4;  // masters, gradients, two moments
+  const std::int64_t kinds = contents_ == StoreContents::all ? 4 : 1;  // masters, gradients, two moments
+  return layout_.owned_elements() * static_cast<std::int64_t>(sizeof(float)) * kinds;
 }
 
 }  // namespace odc::distributed

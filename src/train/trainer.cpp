@@ -411,7 +411,7 @@ std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signa
   for (std::int64_t s = first; s < last && !preempted; ++s) {
     const StepResult r = step();
     if (keep_results) results.push_back(r);
-    report_->record(r, {data_->sampler().epoch(), store().bytes(), comm_->comm().resources()});
+    report_->record(r, {data_->sampler().epoch(), comm_->state_bytes(), comm_->comm().resources()});
     // Finishes here, checkpoints below and returns normally (exit 0).
     preempted = step_ < last && stop_ranks(fmt::format("after step {}", step_));
     const bool saved = !preempted && checkpointer_->due(step_, last);
@@ -431,7 +431,7 @@ std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signa
     if (sharding_.replica == 0) export_hf(config_, comm_->shard_group(), store(), model_config_, source_);
     if (sharding_.replicas > 1) group_.barrier("the end of the export (every host)");
   }
-  report_->summary(static_cast<double>(store().bytes()));
+  report_->summary(static_cast<double>(comm_->state_bytes()));
   if (tracer_) report_->write_trace(*tracer_, trace_metadata());
   return results;
 }

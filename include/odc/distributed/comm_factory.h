@@ -43,6 +43,9 @@ struct CommOptions {
   // Stage a host comm through the backend's memory even for host state (debug.host_staging: the
   // path GPU state takes across hosts, exercised on a CPU).
   bool host_staging = false;
+  // What the comm's host store holds (StoreContents::weights: masters only, for a copy of the
+  // weights that only serves gathers, as hpz's secondary shards).
+  StoreContents store_contents = StoreContents::all;
 };
 
 class CommStack {
@@ -56,6 +59,9 @@ class CommStack {
   // The shards the optimizer steps and checkpoints hold (a layered comm's: its primary part's).
   ShardStore& store() { return store_ ? *store_ : primary_->store(); }
   const ShardStore& store() const { return store_ ? *store_ : primary_->store(); }
+  // Bytes of parameter and optimizer state this rank holds: the store's, plus a layered comm's
+  // secondary copy of the weights (hpz).
+  std::int64_t state_bytes() const { return store().bytes() + (secondary_ ? secondary_->store().bytes() : 0); }
   // The layout the store's shards follow (make_sharded_comm; make_comm: full over its group).
   const ShardingPlan& sharding() const { return plan_; }
   // The group the store's shards are spread over: the checkpoints' and the export's exchanges of

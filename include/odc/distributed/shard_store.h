@@ -20,6 +20,10 @@
 
 namespace odc::distributed {
 
+// What a store holds: everything (masters, gradient accumulators, AdamW moments), or the masters
+// only (a copy of the weights that serves gathers and is never stepped: hpz's secondary shards).
+enum class StoreContents { all, weights };
+
 class ShardStore {
  public:
   // Initializes the master shards deterministically (model::init_unit_range), so every world size
@@ -27,18 +31,22 @@ class ShardStore {
   // layout.owned_elements() floats that holds the masters (e.g. transport-registered memory); it
   // must outlive the store. `device`, when given and not a host backend, holds the whole state in
   // its memory (a master_region is then device memory of that backend, e.g. exported to peers
-  // with CUDA IPC); it must outlive the store.
+  // with CUDA IPC); it must outlive the store. StoreContents::weights (host stores only) leaves
+  // out gradients and moments: their pointers are null, zero_grads() does nothing, the gradient
+  // norm is 0 and the moment views are empty.
   ShardStore(const ShardLayout& layout, const std::vector<model::UnitLayout>& units,
              const model::LlamaConfig& config, std::uint64_t seed, std::span<float> master_region = {},
-             backend::Backend* device = nullptr);
+             backend::Backend* device = nullptr, StoreContents contents = StoreContents::all);
+  StoreContents contents() const { return contents_; }
 
   const ShardLayout& layout() const { return layout_; }
   // Unit u's shard of each kind, in the store's memory (device pointers on a device store).
   float* master(int u) { return masters_ + offset(u); }
   const float* master(int u) const { return masters_ + offset(u); }
-  float* grad(int u) { return grads_ + offset(u); }
-  float* exp_avg(int u) { return exp_avg_ + offset(u); }
-  float* exp_avg_sq(int u) { return exp_avg_sq_ + offset(u); }
+  // (null on a weights-only store)
+  float* grad(int u) { return grads_ != nullptr ? grads_ + offset(u) : nullptr; }
+  float* exp_avg(int u) { return exp_avg_ != nullptr ? exp_avg_ + offset(u) : nullptr; }
+  float* exp_avg_sq(int u) { return exp_avg_sq_ != nullptr ? exp_avg_sq_ + offset(u) : nullptr; }
   std::int64_t shard_size(int u) const { return layout_.unit(u).shard; }
   // Offset of unit u's shard inside the contiguous buffers (the same on every rank).
   std::int64_t offset(int u) const { return layout_.owned_offset(u); }
@@ -67,13 +75,14 @@ class ShardStore {
   void zero_grads();
   // Sum of squares of the owned gradient shards (this rank only), in a fixed order.
   double grad_sum_of_squares();
-  // Bytes of master + gradient + optimizer state held by this rank.
+  // Bytes of master + gradient + optimizer state held by this rank (weights only: the masters).
   std::int64_t bytes() const;
 
  private:
   backend::View view(float* data) const;
 
   ShardLayout layout_;
+  StoreContents contents_ = StoreContents::all;
   backend::Backend* device_ = nullptr;  // null: host store
   Tensor own_masters_;                  // host store without a master_region
   Tensor host_grads_, host_exp_avg_, host_exp_avg_sq_;

@@ -69,3 +69,25 @@ TEST_CASE("weight decay covers matrices only", "[dist]") {
   CHECK((!segs[2].weight_decay && segs[2].count == 8));
   CHECK(segs[3].weight_decay);
 }
+
+TEST_CASE("a weights-only store holds the same masters and nothing else", "[dist]") {
+  const auto c = config();
+  const auto units = model::build_unit_layouts(c);
+  const distributed::ShardLayout layout(units, 3, 1);
+  distributed::ShardStore all(layout, units, c, 7);
+  distributed::ShardStore weights(layout, units, c, 7, {}, nullptr, distributed::StoreContents::weights);
+  CHECK(weights.contents() == distributed::StoreContents::weights);
+  // The same deterministic initialization, element for element.
+  const auto a = all.host_masters();
+  const auto w = weights.host_masters();
+  REQUIRE(a.size() == w.size());
+  CHECK(std::equal(a.begin(), a.end(), w.begin()));
+  // No gradients or moments: a quarter of the bytes, null accumulators, empty moments.
+  CHECK(weights.bytes() * 4 == all.bytes());
+  CHECK(weights.grad(0) == nullptr);
+  CHECK(weights.grad(2) == nullptr);
+  CHECK(weights.host_exp_avg().empty());
+  CHECK(weights.host_exp_avg_sq().empty());
+  weights.zero_grads();  // nothing to zero
+  CHECK(weights.grad_sum_of_squares() == 0.0);
+}
