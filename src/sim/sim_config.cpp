@@ -315,9 +315,11 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
   s.link.latency = config.get_double("sim.latency_us") * 1e-6;
   s.sharding = distributed::parse_sharding(config.get_string("sim.sharding"));
   if (s.sharding != Sharding::full && s.link.spans_nodes() && s.devices % s.link.devices_per_node != 0) {
-    fail("sim.sharding = {} shards within a node: sim.devices = {} is not a multiple of sim.devices_per_node = {} "
-         "(every node must hold a whole copy of the shards)",
-         distributed::sharding_name(s.sharding), s.devices, s.link.devices_per_node);
+    fail("sim.sharding = {} needs whole nodes (every node holds a whole {}): sim.devices = {} is not a multiple of "
+         "sim.devices_per_node = {}",
+         distributed::sharding_name(s.sharding),
+         s.sharding == Sharding::hybrid ? "copy of the shards" : "secondary copy of the weights", s.devices,
+         s.link.devices_per_node);
   }
   s.link.validate();
   if (s.sharding == Sharding::hybrid && s.link.spans_nodes()) {

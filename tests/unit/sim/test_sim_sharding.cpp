@@ -318,7 +318,8 @@ TEST_CASE("sim.sharding errors name the key", "[sim]") {
   for (const std::string layout_name : {"hybrid", "hpz"}) {
     CHECK_THROWS_WITH(
         build_setup(load_sim_config("", {"sim.sharding=" + layout_name, "sim.devices=12", "sim.devices_per_node=8"}), ""),
-        Contains("sim.sharding = " + layout_name) && Contains("not a multiple of sim.devices_per_node = 8"));
+        Contains("sim.sharding = " + layout_name + " needs whole nodes") &&
+            Contains("sim.devices = 12 is not a multiple of sim.devices_per_node = 8"));
   }
   // full keeps the link model's own message.
   CHECK_THROWS_WITH(build_setup(load_sim_config("", {"sim.devices=12", "sim.devices_per_node=8"}), ""),
