@@ -8,6 +8,10 @@
   plot_sim.py sensitivity SENS.jsonl        markdown table: the best ODC speedup of every cell (labels
                                             "CONFIG/mbN/VARIANT") under each model variant, in points from
                                             the first variant
+  plot_sim.py sharding SHARD.jsonl          markdown table: every method under each sharding layout (the rows'
+                                            "sharding" field, one run per layout of one setting): minibatch
+                                            time, throughput relative to Collective LB-Micro with full sharding,
+                                            bytes across nodes, hybrid's all-reduce and hpz's refresh
   plot_sim.py sweeps SWEEPS.jsonl OUT_DIR   one PNG per swept parameter (labels "sweep/PARAM=VALUE"):
                                             speedup over the baseline and simulated bubble per method
   plot_sim.py timeline TIMELINE.json OUT.png [METHOD...]
@@ -142,6 +146,39 @@ def sensitivity(path):
     print("\n".join(out))
 
 
+LAYOUTS = ["full", "hybrid", "hpz"]
+
+
+def sharding(path):
+    rows = read_lines(path)
+    by_layout = OrderedDict()
+    for row in rows:
+        layout = row.get("sharding", "full")
+        if row["method"] in by_layout.setdefault(layout, {}):
+            sys.exit(f"plot_sim.py: {path}: two '{row['method']}' rows with sharding {layout} (one run per layout)")
+        by_layout[layout][row["method"]] = row
+    reference = by_layout.get("full", {}).get("collective+lb_micro")
+    if reference is None:
+        sys.exit(f"plot_sim.py: {path}: no collective+lb_micro row with sharding full to compare with")
+    layouts = [l for l in LAYOUTS if l in by_layout] + [l for l in by_layout if l not in LAYOUTS]
+    any_row = next(iter(rows))
+    out = [f"#### Sharding layouts: {any_row['devices']} devices, {any_row.get('devices_per_node', '?')} per node, "
+           f"{any_row['minibatch_size']} seq/device, mean length {any_row['mean_length'] / 1000:.1f}K", "",
+           "| layout | method | minibatch time (s) | samples/s/device | vs Coll LB-Micro full | bubble (simulated) | "
+           "inter-node GB per minibatch | all-reduce (s) | refresh (s) |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for layout in layouts:
+        for m in METHODS:
+            r = by_layout[layout].get(m)
+            if r is None:
+                continue
+            ratio = r["samples_per_s_per_device"] / reference["samples_per_s_per_device"]
+            out.append(f"| {layout} | {SHORT[m]} | {r['minibatch_time_s']:.3f} | {r['samples_per_s_per_device']:.4f} | "
+                       f"{ratio:.3f} | {100 * r['bubble_simulated']:.1f}% | {r.get('inter_node_gb', 0):.1f} | "
+                       f"{r.get('replica_sum_s', 0):.3f} | {r.get('refresh_s', 0):.3f} |")
+    print("\n".join(out))
+
+
 def pyplot():
     import matplotlib
     matplotlib.use("Agg")
@@ -218,6 +255,8 @@ def main(argv):
         lengths(argv[2])
     elif len(argv) == 3 and argv[1] == "sensitivity":
         sensitivity(argv[2])
+    elif len(argv) == 3 and argv[1] == "sharding":
+        sharding(argv[2])
     elif len(argv) == 4 and argv[1] == "sweeps":
         sweeps(argv[2], argv[3])
     elif len(argv) >= 4 and argv[1] == "timeline":

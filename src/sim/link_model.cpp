@@ -38,6 +38,16 @@ double LinkModel::transfer_time(CommKind comm, double bytes) const {
   return latency + std::max(intra, inter);
 }
 
+double LinkModel::inter_node_bytes(CommKind comm, double bytes) const {
+  if (!spans_nodes() || bytes <= 0.0) return 0.0;
+  const auto d = static_cast<double>(devices);
+  if (comm == CommKind::collective) {
+    const double nodes = d / static_cast<double>(devices_per_node);
+    return nodes * bytes * (d - 1.0) / d;
+  }
+  return bytes / d * static_cast<double>(devices - devices_per_node);
+}
+
 LinkModel LinkModel::free(int devices) {
   LinkModel link;
   link.devices = devices;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -16,7 +17,7 @@ namespace {
 struct Accumulator {
   double time = 0.0, barrier_span = 0.0, idle = 0.0, planned = 0.0, free_time = 0.0;
   double compute = 0.0, gather_wait = 0.0, push_wait = 0.0, barrier_wait = 0.0, optimizer = 0.0, accumulate = 0.0;
-  double microbatches = 0.0;
+  double microbatches = 0.0, inter_node_bytes = 0.0, refresh = 0.0, replica_sum = 0.0;
   bool recorded_first = false;
 };
 
@@ -25,6 +26,9 @@ void accumulate(Accumulator& acc, const MinibatchTimeline& timeline) {
   acc.time += timeline.total_s();
   acc.barrier_span += timeline.barrier_s * d;
   acc.optimizer += timeline.optimizer_s;
+  acc.inter_node_bytes += timeline.inter_node_bytes;
+  acc.refresh += timeline.refresh_s;
+  acc.replica_sum += timeline.replica_sum_s;
   for (std::size_t i = 0; i < timeline.devices.size(); ++i) {
     const auto& device = timeline.devices[i];
     acc.idle += timeline.barrier_s - device.compute_s;
@@ -37,13 +41,22 @@ void accumulate(Accumulator& acc, const MinibatchTimeline& timeline) {
   }
 }
 
+// The layout as the table's heading names it; on one node hybrid and hpz cost what full does.
+std::string sharding_text(const SimSetup& s) {
+  const std::string name(distributed::sharding_name(s.sharding));
+  if (s.sharding == Sharding::full || s.link.spans_nodes()) return name;
+  return name + " (one node: as full)";
+}
+
 }  // namespace
 
 SimResults run_simulation(const SimSetup& setup) {
   SimResults results;
   results.setup = setup;
   const int devices = setup.devices;
-  const LinkModel free_link = LinkModel::free(devices);
+  // Free links on the same nodes: the layout's sync domains (hybrid's per-node collectives) stay.
+  LinkModel free_link = LinkModel::free(devices);
+  free_link.devices_per_node = setup.link.devices_per_node;
 
   std::vector<Method> simulated = setup.methods;
   if (std::find(simulated.begin(), simulated.end(), setup.baseline) == simulated.end()) {
@@ -61,6 +74,7 @@ SimResults run_simulation(const SimSetup& setup) {
   options.collective_compute_factor = setup.collective_compute_factor;
   options.shared_link = setup.shared_link;
   options.accumulate_seconds_per_byte = setup.accumulate_seconds_per_byte;
+  options.sharding = setup.sharding;
   ScheduleOptions free_options = options;  // the zero-overhead bound: no transfer or accumulation costs
   free_options.accumulate_seconds_per_byte = 0.0;
   free_options.record_intervals = false;
@@ -116,6 +130,9 @@ SimResults run_simulation(const SimSetup& setup) {
     r.barrier_wait_s = a.barrier_wait / n;
     r.optimizer_s = a.optimizer / n;
     r.microbatches_per_device = a.microbatches / n;
+    r.inter_node_bytes = a.inter_node_bytes / n;
+    r.refresh_s = a.refresh / n;
+    r.replica_sum_s = a.replica_sum / n;
     r.first = std::move(firsts[k]);
     results.methods.push_back(std::move(r));
   }
@@ -134,6 +151,8 @@ nlohmann::ordered_json method_json(const SimResults& results, const MethodResult
       {"comm", comm_name(r.method.comm)},
       {"balance", data::balance_name(r.method.balance)},
       {"devices", s.devices},
+      {"devices_per_node", s.link.devices_per_node},
+      {"sharding", std::string(distributed::sharding_name(s.sharding))},
       {"minibatch_size", s.minibatch_size},
       {"minibatches", s.minibatches},
       {"token_cap", s.token_cap},
@@ -151,6 +170,9 @@ nlohmann::ordered_json method_json(const SimResults& results, const MethodResult
       {"barrier_wait_s", rounded(r.barrier_wait_s, 6)},
       {"optimizer_s", rounded(r.optimizer_s, 6)},
       {"microbatches_per_device", rounded(r.microbatches_per_device, 3)},
+      {"inter_node_gb", rounded(r.inter_node_bytes / 1e9, 3)},
+      {"refresh_s", rounded(r.refresh_s, 6)},
+      {"replica_sum_s", rounded(r.replica_sum_s, 6)},
       {"baseline", s.baseline.name()},
       {"lengths", s.pool_stats.text()},
       {"length_median", rounded(s.pool_stats.median, 1)},
@@ -163,21 +185,21 @@ nlohmann::ordered_json method_json(const SimResults& results, const MethodResult
 std::string markdown_table(const SimResults& results) {
   const auto& s = results.setup;
   std::string out = fmt::format(
-      "### {}: {} layers x hidden {}, {} devices ({} per node), {} seq/device/step, cap {} tokens, mean length {:.0f}, "
-      "{} minibatches; compute: {}\n\n",
-      s.label, s.model.num_hidden_layers, s.model.hidden_size, s.devices, s.link.devices_per_node, s.minibatch_size,
-      s.token_cap, results.mean_length, s.minibatches, s.compute.description);
+      "### {}: {} layers x hidden {}, {} devices ({} per node), sharding {}, {} seq/device/step, cap {} tokens, mean "
+      "length {:.0f}, {} minibatches; compute: {}\n\n",
+      s.label, s.model.num_hidden_layers, s.model.hidden_size, s.devices, s.link.devices_per_node,
+      sharding_text(s), s.minibatch_size, s.token_cap, results.mean_length, s.minibatches, s.compute.description);
   out += "Lengths: " + s.pool.description + ": " + s.pool_stats.text() +
          (s.published_lengths.empty() ? std::string() : "; published: " + s.published_lengths) + ".\n\n";
   if (!s.measured.empty()) out += "Calibration: " + s.measured + ".\n\n";
   out += "| method | minibatch time (s) | samples/s/device | speedup | bubble (simulated) | bubble (planned) | "
-         "zero-overhead bound | microbatches/device |\n";
-  out += "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+         "zero-overhead bound | microbatches/device | inter-node GB |\n";
+  out += "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& r : results.methods) {
-    out += fmt::format("| {}{} | {:.4f} | {:.4f} | {:.3f} | {:.1f}% | {:.1f}% | {:.3f} | {:.2f} |\n", r.method.name(),
-                       r.method == s.baseline ? " (baseline)" : "", r.minibatch_time_s, r.samples_per_s_per_device,
-                       r.speedup, 100.0 * r.bubble_simulated, 100.0 * r.bubble_planned, r.zero_overhead_bound,
-                       r.microbatches_per_device);
+    out += fmt::format("| {}{} | {:.4f} | {:.4f} | {:.3f} | {:.1f}% | {:.1f}% | {:.3f} | {:.2f} | {:.1f} |\n",
+                       r.method.name(), r.method == s.baseline ? " (baseline)" : "", r.minibatch_time_s,
+                       r.samples_per_s_per_device, r.speedup, 100.0 * r.bubble_simulated, 100.0 * r.bubble_planned,
+                       r.zero_overhead_bound, r.microbatches_per_device, r.inter_node_bytes / 1e9);
   }
   return out;
 }

@@ -133,15 +133,26 @@ double finish_with_accumulation(double finish, const std::vector<std::pair<doubl
   return t;
 }
 
-// One transfer time per unit, for a comm's gathers and reductions.
-struct UnitTimes {
-  std::vector<double> gather;
-  std::vector<double> reduce;
-  UnitTimes(const UnitBytes& bytes, const LinkModel& link, CommKind comm) {
-    for (const double b : bytes.gather) gather.push_back(link.transfer_time(comm, b));
-    for (const double b : bytes.reduce) reduce.push_back(link.transfer_time(comm, b));
+// Accumulation jobs (arrival, seconds) of one group of owners, sorted, with their prefix sums.
+struct OwnerJobs {
+  std::vector<std::pair<double, double>> jobs;
+  std::vector<double> prefix;
+  void finalize() {
+    std::sort(jobs.begin(), jobs.end());
+    prefix.assign(jobs.size() + 1, 0.0);
+    for (std::size_t k = 0; k < jobs.size(); ++k) prefix[k + 1] = prefix[k] + jobs[k].second;
   }
 };
+
+// Devices that share one copy of the shards (hybrid: a node's; full, hpz: all of them).
+std::size_t shard_group(const LayoutCosts& costs, std::size_t devices, const LinkModel& link) {
+  if (costs.sharding == Sharding::full) return devices;
+  if (devices != static_cast<std::size_t>(link.devices)) {
+    fail("simulate_minibatch: sharding {} on a link of {} devices, but {} devices have work",
+         distributed::sharding_name(costs.sharding), link.devices, devices);
+  }
+  return static_cast<std::size_t>(costs.shard_group);
+}
 
 MinibatchTimeline simulate_odc(const std::vector<DeviceWork>& work, const ComputeModel& compute,
                                const UnitBytes& bytes, const LinkModel& link, const ScheduleOptions& options) {
@@ -149,23 +160,34 @@ MinibatchTimeline simulate_odc(const std::vector<DeviceWork>& work, const Comput
   out.comm = CommKind::odc;
   const auto steps = compute.steps();
   const int depth = options.prefetch_depth;
-  const auto devices = static_cast<double>(work.size());
-  std::vector<std::pair<double, double>> accumulations;  // (arrival, seconds) at every owner
-  const UnitTimes times(bytes, link, CommKind::odc);
-  auto gather_time = [&](const Step& step) { return times.gather.at(static_cast<std::size_t>(step.unit)); };
-  for (const auto& device_work : work) {
+  const LayoutCosts costs = layout_costs(bytes, link, CommKind::odc, options.sharding);
+  const std::size_t group = shard_group(costs, work.size(), link);
+  // Every owner of a device's shard group receives a slice of each of its pushes.
+  const auto owners = static_cast<double>(group);
+  std::vector<OwnerJobs> accumulations(work.size() / group);
+  // hpz: the refresh of the node's copy comes first (devices without work take part too).
+  const double start = costs.refresh_s;
+  out.refresh_s = costs.refresh_s;
+  auto gather_time = [&](const Step& step) { return costs.gather.at(static_cast<std::size_t>(step.unit)); };
+  for (std::size_t d = 0; d < work.size(); ++d) {
     DeviceState state;
+    state.ready = start;
     DeviceTimeline timeline;
-    Channels channels{options.shared_link};
-    const auto flat = flatten(device_work, steps, true);
+    Channels channels{options.shared_link, start, start};
+    const auto flat = flatten(work[d], steps, true);
+    double inter = costs.refresh_inter_bytes;
     std::vector<double> params_ready(flat.size(), 0.0);
     // The first `depth` gathers are issued at the start, one after another.
     for (std::size_t j = 0; j < flat.size() && static_cast<int>(j) < depth; ++j) {
-      params_ready[j] = Channels::reserve(channels.gather(), 0.0, gather_time(flat[j].step));
+      params_ready[j] = Channels::reserve(channels.gather(), start, gather_time(flat[j].step));
+      inter += costs.gather_inter_bytes.at(static_cast<std::size_t>(flat[j].step.unit));
     }
     for (std::size_t j = 0; j < flat.size(); ++j) {
       const auto& item = flat[j];
-      if (depth == 0) params_ready[j] = Channels::reserve(channels.gather(), state.ready, gather_time(item.step));
+      if (depth == 0) {
+        params_ready[j] = Channels::reserve(channels.gather(), state.ready, gather_time(item.step));
+        inter += costs.gather_inter_bytes.at(static_cast<std::size_t>(item.step.unit));
+      }
       compute_step(state, timeline, params_ready[j], compute.time(item.step, item.tokens, item.pairs), item.microbatch,
                    item.step, options.record_intervals);
       // Issued when this step starts: the gather `depth` steps ahead (before this step's hand-off,
@@ -173,62 +195,69 @@ MinibatchTimeline simulate_odc(const std::vector<DeviceWork>& work, const Comput
       if (depth > 0 && j + static_cast<std::size_t>(depth) < flat.size()) {
         const auto ahead = j + static_cast<std::size_t>(depth);
         params_ready[ahead] = Channels::reserve(channels.gather(), state.last_start, gather_time(flat[ahead].step));
+        inter += costs.gather_inter_bytes.at(static_cast<std::size_t>(flat[ahead].step.unit));
       }
       if (!hands_off_gradient(item.step)) continue;
       const double issue = reserve_hand_off(state, timeline, options.max_outstanding_reductions);
       const auto unit = static_cast<std::size_t>(item.step.unit);
-      const double done = Channels::reserve(channels.push(), issue, times.reduce.at(unit));
+      const double done = Channels::reserve(channels.push(), issue, costs.reduce.at(unit));
+      inter += costs.reduce_inter_bytes.at(unit);
       state.outstanding.push_back(done);
       state.last_push_done = std::max(state.last_push_done, done);
       if (options.accumulate_seconds_per_byte > 0.0) {
-        accumulations.emplace_back(done, bytes.reduce.at(unit) / devices * options.accumulate_seconds_per_byte);
+        accumulations[d / group].jobs.emplace_back(done,
+                                                   bytes.reduce.at(unit) / owners * options.accumulate_seconds_per_byte);
       }
     }
     timeline.microbatches = flat.empty() ? 0 : flat.back().microbatch + 1;
     timeline.finish_s = std::max(state.ready, state.last_push_done);
+    out.inter_node_bytes += inter;
     out.devices.push_back(std::move(timeline));
   }
-  std::sort(accumulations.begin(), accumulations.end());
-  std::vector<double> prefix(accumulations.size() + 1, 0.0);
-  for (std::size_t k = 0; k < accumulations.size(); ++k) prefix[k + 1] = prefix[k] + accumulations[k].second;
+  for (auto& jobs : accumulations) jobs.finalize();
   double slowest = 0.0;
-  for (auto& timeline : out.devices) {
-    if (!accumulations.empty()) {
-      timeline.finish_s = finish_with_accumulation(timeline.finish_s, accumulations, prefix);
-      timeline.accumulate_s = prefix.back();
+  for (std::size_t d = 0; d < out.devices.size(); ++d) {
+    auto& timeline = out.devices[d];
+    const OwnerJobs& mine = accumulations[d / group];
+    if (!mine.jobs.empty()) {
+      timeline.finish_s = finish_with_accumulation(timeline.finish_s, mine.jobs, mine.prefix);
+      timeline.accumulate_s = mine.prefix.back();
     }
     slowest = std::max(slowest, timeline.finish_s);
   }
-  out.barrier_s = slowest + (work.size() > 1 ? link.latency : 0.0);
+  // hybrid: every device's share of the gradients is summed across the nodes after the barrier.
+  out.replica_sum_s = costs.replica_sum_s;
+  out.inter_node_bytes += costs.replica_sum_inter_bytes;
+  out.barrier_s = slowest + (work.size() > 1 ? link.latency : 0.0) + costs.replica_sum_s;
   out.optimizer_s = compute.optimizer_s;
   return out;
 }
 
-MinibatchTimeline simulate_collective(const std::vector<DeviceWork>& work, const ComputeModel& compute,
-                                      const UnitBytes& bytes, const LinkModel& link,
-                                      const ScheduleOptions& options) {
-  MinibatchTimeline out;
-  out.comm = CommKind::collective;
-  const auto devices = work.size();
-  std::size_t microbatches = 0;
-  for (const auto& device_work : work) microbatches = std::max(microbatches, device_work.size());
-  std::vector<DeviceState> states(devices);
-  out.devices.resize(devices);
+// The collectives of one sync domain: devices [first, first + count) of `out`, each running
+// `padded` microbatches (the world's maximum: missing ones are empty). Fills their timelines.
+void collective_domain(const std::vector<DeviceWork>& work, std::size_t first, std::size_t count,
+                       std::size_t padded, const ComputeModel& compute, const LayoutCosts& costs,
+                       const ScheduleOptions& options, MinibatchTimeline& out) {
+  const double start = costs.refresh_s;
+  std::vector<DeviceState> states(count);
+  for (auto& state : states) state.ready = start;
   const auto steps = compute.steps();
   const int depth = options.prefetch_depth;
   // Every device runs the padded count: the step sequence of microbatch m is the same everywhere.
-  DeviceWork padded(microbatches);
-  const auto flat = flatten(padded, steps, false);
+  DeviceWork padded_work(padded);
+  const auto flat = flatten(padded_work, steps, false);
   const MicrobatchWork empty;
   // All-gathers run one after another on the ring, and so do reductions (on the same ring with a
   // shared link). A collective starts once the last device issued it.
-  Channels ring{options.shared_link};
-  const UnitTimes times(bytes, link, CommKind::collective);
+  Channels ring{options.shared_link, start, start};
+  out.inter_node_bytes += costs.refresh_inter_bytes;
   auto all_gather = [&](std::size_t j, double issued) {
-    return Channels::reserve(ring.gather(), issued, times.gather.at(static_cast<std::size_t>(flat[j].step.unit)));
+    const auto unit = static_cast<std::size_t>(flat[j].step.unit);
+    out.inter_node_bytes += costs.gather_inter_bytes.at(unit);
+    return Channels::reserve(ring.gather(), issued, costs.gather.at(unit));
   };
   std::vector<double> params_ready(flat.size(), 0.0);
-  for (std::size_t j = 0; j < flat.size() && static_cast<int>(j) < depth; ++j) params_ready[j] = all_gather(j, 0.0);
+  for (std::size_t j = 0; j < flat.size() && static_cast<int>(j) < depth; ++j) params_ready[j] = all_gather(j, start);
   for (std::size_t j = 0; j < flat.size(); ++j) {
     const auto& item = flat[j];
     const auto m = static_cast<std::size_t>(item.microbatch);
@@ -237,9 +266,10 @@ MinibatchTimeline simulate_collective(const std::vector<DeviceWork>& work, const
       for (const auto& state : states) issued = std::max(issued, state.ready);
       params_ready[j] = all_gather(j, issued);
     }
-    for (std::size_t d = 0; d < devices; ++d) {
-      const auto& mb = m < work[d].size() ? work[d][m] : empty;
-      compute_step(states[d], out.devices[d], params_ready[j],
+    for (std::size_t d = 0; d < count; ++d) {
+      const auto& mine = work[first + d];
+      const auto& mb = m < mine.size() ? mine[m] : empty;
+      compute_step(states[d], out.devices[first + d], params_ready[j],
                    compute.time(item.step, mb.tokens, mb.pairs) * options.collective_compute_factor, item.microbatch,
                    item.step, options.record_intervals);
     }
@@ -250,23 +280,46 @@ MinibatchTimeline simulate_collective(const std::vector<DeviceWork>& work, const
     }
     if (!hands_off_gradient(item.step)) continue;
     double all_issued = 0.0;
-    for (std::size_t d = 0; d < devices; ++d) {
-      all_issued = std::max(all_issued, reserve_hand_off(states[d], out.devices[d], options.max_outstanding_reductions));
+    for (std::size_t d = 0; d < count; ++d) {
+      all_issued =
+          std::max(all_issued, reserve_hand_off(states[d], out.devices[first + d], options.max_outstanding_reductions));
     }
-    const double done =
-        Channels::reserve(ring.push(), all_issued, times.reduce.at(static_cast<std::size_t>(item.step.unit)));
+    const auto unit = static_cast<std::size_t>(item.step.unit);
+    const double done = Channels::reserve(ring.push(), all_issued, costs.reduce.at(unit));
+    out.inter_node_bytes += costs.reduce_inter_bytes.at(unit);
     for (auto& state : states) {
       state.outstanding.push_back(done);
       state.last_push_done = std::max(state.last_push_done, done);
     }
   }
-  double slowest = 0.0;
-  for (std::size_t d = 0; d < devices; ++d) {
-    out.devices[d].microbatches = static_cast<int>(microbatches);
-    out.devices[d].finish_s = std::max(states[d].ready, states[d].last_push_done);
-    slowest = std::max(slowest, out.devices[d].finish_s);
+  for (std::size_t d = 0; d < count; ++d) {
+    out.devices[first + d].microbatches = static_cast<int>(padded);
+    out.devices[first + d].finish_s = std::max(states[d].ready, states[d].last_push_done);
   }
-  out.barrier_s = slowest + (devices > 1 ? link.latency : 0.0);
+}
+
+MinibatchTimeline simulate_collective(const std::vector<DeviceWork>& work, const ComputeModel& compute,
+                                      const UnitBytes& bytes, const LinkModel& link,
+                                      const ScheduleOptions& options) {
+  MinibatchTimeline out;
+  out.comm = CommKind::collective;
+  const auto devices = work.size();
+  std::size_t microbatches = 0;
+  for (const auto& device_work : work) microbatches = std::max(microbatches, device_work.size());
+  out.devices.resize(devices);
+  const LayoutCosts costs = layout_costs(bytes, link, CommKind::collective, options.sharding);
+  // hybrid: every node's collectives involve only its devices; full and hpz: one domain (hpz's
+  // world-wide reduce-scatters join every device at each backward step anyway).
+  const std::size_t domain = costs.sharding == Sharding::hybrid ? shard_group(costs, devices, link) : devices;
+  for (std::size_t first = 0; first < devices; first += domain) {
+    collective_domain(work, first, domain, microbatches, compute, costs, options, out);
+  }
+  double slowest = 0.0;
+  for (const auto& device : out.devices) slowest = std::max(slowest, device.finish_s);
+  out.refresh_s = costs.refresh_s;
+  out.replica_sum_s = costs.replica_sum_s;
+  out.inter_node_bytes += costs.replica_sum_inter_bytes;
+  out.barrier_s = slowest + (devices > 1 ? link.latency : 0.0) + costs.replica_sum_s;
   out.optimizer_s = compute.optimizer_s;
   return out;
 }

@@ -86,6 +86,13 @@ std::vector<TunableSpec> sim_tunables() {
               Range::at_least(1).and_at_most(65536)),
       tunable("sim.devices_per_node", K::integer, "0",
               "devices per node; 0 = the device's (8 for GPUs; all devices when calibrated)", Range::at_least(0)),
+      tunable("sim.sharding", K::string, "full",
+              "parameter layout (train.sharding): full (shards over all devices: world-wide gathers and gradient "
+              "hand-offs), hybrid (shards within a node, replicated across nodes: in-node gathers and hand-offs, "
+              "one cross-node gradient all-reduce per minibatch; the optimizer steps a node's share), hpz (shards "
+              "over all devices plus a secondary in-node copy refreshed world-wide at each minibatch start, which "
+              "serves every gather; gradients to the world-wide owners); on one node every layout is full",
+              {"full", "hybrid", "hpz"}),
       tunable("sim.device", K::string, "a100-80gb",
               "accelerator whose datasheet numbers drive compute (a100-80gb, h100-sxm, h200), or calibrated "
               "(per-unit times fitted from sim.calibration)"),
@@ -306,7 +313,19 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
   s.link.inter_bandwidth = config.get_double("sim.inter_node_gbps") * gbps;
   s.link.odc_inter_efficiency = config.get_double("sim.odc_inter_node_efficiency");
   s.link.latency = config.get_double("sim.latency_us") * 1e-6;
+  s.sharding = distributed::parse_sharding(config.get_string("sim.sharding"));
+  if (s.sharding != Sharding::full && s.link.spans_nodes() && s.devices % s.link.devices_per_node != 0) {
+    fail("sim.sharding = {} needs whole nodes (every node holds a whole {}): sim.devices = {} is not a multiple of "
+         "sim.devices_per_node = {}",
+         distributed::sharding_name(s.sharding),
+         s.sharding == Sharding::hybrid ? "copy of the shards" : "secondary copy of the weights", s.devices,
+         s.link.devices_per_node);
+  }
   s.link.validate();
+  if (s.sharding == Sharding::hybrid && s.link.spans_nodes()) {
+    // Each device owns (and steps) 1/devices_per_node of the model instead of 1/devices.
+    s.compute.optimizer_s *= static_cast<double>(s.devices) / static_cast<double>(s.link.devices_per_node);
+  }
   const double param_bytes = config.get_double("sim.param_bytes");
   const double odc_param_bytes = config.get_double("sim.odc_param_bytes");
   s.collective_bytes = unit_bytes(s.model, param_bytes, config.get_double("sim.grad_bytes"));

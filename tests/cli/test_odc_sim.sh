@@ -61,6 +61,37 @@ expect_rc subset 0
 json_lines=$(grep -c '^{"sim":' "$work_dir/subset.out" || true)
 [ "$json_lines" -eq 1 ] || fail "subset: $json_lines JSON lines, expected 1"
 expect_in subset out '"devices":2'
+expect_in good out '"sharding":"full"'
+expect_in good out 'sharding full,'
+# Sharding layouts: the layout in every JSON line and the table's heading, hybrid's all-reduce
+# and hpz's refresh reported, fewer bytes across nodes than full.
+for layout in full hybrid hpz; do
+  run_tool "sharding_$layout" "$config" --set sim.sharding=$layout --set sim.devices_per_node=2
+  expect_rc "sharding_$layout" 0
+  expect_in "sharding_$layout" out "\"sharding\":\"$layout\""
+  expect_in "sharding_$layout" out "4 devices (2 per node), sharding $layout,"
+  expect_in "sharding_$layout" out '| inter-node GB |'
+done
+if command -v python3 >/dev/null; then
+  python3 - "$work_dir" <<'EOF' || fail "sharding: see above"
+import json, sys
+rows = {l: {r["method"]: r for r in map(json.loads, (x for x in open(f"{sys.argv[1]}/sharding_{l}.out") if x.startswith("{")))}
+        for l in ("full", "hybrid", "hpz")}
+problems = []
+for method, full in rows["full"].items():
+    hybrid, hpz = rows["hybrid"][method], rows["hpz"][method]
+    if not hybrid["inter_node_gb"] < full["inter_node_gb"]:
+        problems.append(f"{method}: hybrid moves {hybrid['inter_node_gb']} GB across nodes, full {full['inter_node_gb']}")
+    if not (hybrid["replica_sum_s"] > 0 and full["replica_sum_s"] == 0 and hpz["refresh_s"] > 0):
+        problems.append(f"{method}: replica_sum_s / refresh_s not where the layouts put them")
+for p in problems:
+    print("FAIL: sharding:", p)
+sys.exit(1 if problems else 0)
+EOF
+fi
+run_tool sharding_one_node "$config" --set sim.sharding=hybrid
+expect_rc sharding_one_node 0
+expect_in sharding_one_node out "sharding hybrid (one node: as full),"
 
 # --- calibrated from a trace in odc-train's format ---
 if command -v python3 >/dev/null; then
@@ -160,6 +191,12 @@ expect_in devices_out_of_range err "config key 'sim.devices' in --set must be in
 run_tool efficiency_out_of_range "$config" --set sim.matmul_efficiency=1.5
 expect_rc efficiency_out_of_range 1
 expect_in efficiency_out_of_range err "config key 'sim.matmul_efficiency' in --set must be in (0, 1], found 1.5"
+run_tool bad_sharding "$config" --set sim.sharding=zero3
+expect_rc bad_sharding 1
+expect_in bad_sharding err "config key 'sim.sharding' in --set expects one of full, hybrid, hpz, found 'zero3'"
+run_tool hybrid_partial_node "$config" --set sim.sharding=hybrid --set sim.devices=12
+expect_rc hybrid_partial_node 1
+expect_in hybrid_partial_node err "sim.sharding = hybrid needs whole nodes (every node holds a whole copy of the shards): sim.devices = 12 is not a multiple of sim.devices_per_node = 8"
 run_tool unknown_key "$config" --set sim.devcies=4
 expect_rc unknown_key 1
 expect_in unknown_key err "sim.devcies"

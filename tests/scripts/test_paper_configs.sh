@@ -79,5 +79,18 @@ print(f"odc+lb_mini minibatch: fp32 gathers {fp32:.4f} s, bf16 {bf16:.4f} s")
 sys.exit(0 if bf16 <= fp32 else 1)
 PY
 
+# The sharding comparison's table (reproduce-paper.sh part 4, fewer minibatches) from real output.
+for layout in full hybrid hpz; do
+  "$build/bin/odc-sim" "$root/configs/paper/sft-swesmith-7b.yaml" --set sim.devices=16 --set sim.devices_per_node=8 \
+    --set data.mean_length=4338 --set data.min_length=256 --set data.max_length=8192 --set sim.minibatches=4 \
+    --set sim.methods=collective+lb_micro,odc+lb_mini --set sim.sharding=$layout --set "sim.label=sharding/$layout" |
+    grep '^{' >>"$work/sharding.jsonl"
+done
+table=$("$python" "$root/tools/plot_sim.py" sharding "$work/sharding.jsonl")
+rows=$(echo "$table" | grep -cE '^\| (full|hybrid|hpz) \| ')
+[ "$rows" -eq 6 ] || fail "plot_sim.py sharding: $rows layout rows, expected 6: $table"
+echo "$table" | grep -q '^| full | Coll LB-Micro | [0-9.]* | [0-9.]* | 1.000 |' ||
+  fail "plot_sim.py sharding: the reference row is not at 1.000: $table"
+
 [ "$failures" -eq 0 ] && echo "ok   [12 paper settings simulate with the stated length statistics; tables from real output]"
 exit $((failures > 0))

@@ -40,6 +40,10 @@ struct LinkModel {
   // Time of one all-gather (collective) or gather (odc) of a unit whose full size is `bytes`;
   // the same for reduce-scatter / scatter-accumulate of `bytes` of gradient.
   double transfer_time(CommKind comm, double bytes) const;
+  // Bytes of that operation crossing node boundaries (each counted once, leaving one node for
+  // another): odc, the one device's remote shards (bytes/D per peer on another node); collective,
+  // the whole ring's (each of the nodes' boundary hops carries bytes*(D-1)/D). 0 within a node.
+  double inter_node_bytes(CommKind comm, double bytes) const;
   bool spans_nodes() const { return devices > devices_per_node; }
   // Communication that takes no time (the zero-overhead bound and tests).
   static LinkModel free(int devices);

@@ -28,6 +28,9 @@ struct MethodResult {
   double barrier_wait_s = 0.0;
   double optimizer_s = 0.0;
   double microbatches_per_device = 0.0;   // mean over devices and minibatches
+  double inter_node_bytes = 0.0;          // per minibatch, mean: bytes that crossed node boundaries
+  double refresh_s = 0.0;                 // hpz: the secondary copy's refresh, per minibatch
+  double replica_sum_s = 0.0;             // hybrid: the cross-node gradient all-reduce, per minibatch
   MinibatchTimeline first;                // the first minibatch, with intervals (for plots)
 };
 

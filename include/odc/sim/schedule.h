@@ -25,6 +25,14 @@
 // shards it serves and its own pushes), so concurrent gathers and pushes share the bandwidth
 // (a FIFO rather than a fair share: the same total time). The collective's all-gathers and
 // reduce-scatters share the ring the same way.
+// Sharding layouts (ScheduleOptions::sharding, odc/sim/layout_costs.h) change what each transfer
+// costs and who synchronizes: hybrid keeps gathers and hand-offs inside a node (the collective's
+// per-step syncs then join only the node's devices: every node runs its own collectives, each
+// padded to the world's microbatch count as the trainer pads) and adds a cross-node gradient
+// all-reduce after the barrier; hpz starts the minibatch with a world-wide refresh of the node's
+// secondary copy (no compute before it), then gathers inside the node while gradients still go
+// world-wide (collective: one sync domain, the nodes' concurrent in-node all-gathers completing
+// together: an upper bound).
 // Both then run the optimizer step, which takes the same time on every device.
 //
 // The recurrences are exact for this model (no event queue needed): collectives are resolved in
@@ -34,6 +42,7 @@
 
 #include "odc/data/planner.h"
 #include "odc/sim/compute_model.h"
+#include "odc/sim/layout_costs.h"
 #include "odc/sim/link_model.h"
 
 namespace odc::sim {
@@ -72,7 +81,10 @@ struct DeviceTimeline {
 struct MinibatchTimeline {
   CommKind comm = CommKind::odc;
   std::vector<DeviceTimeline> devices;
-  double barrier_s = 0.0;    // every device passed the end-of-minibatch barrier
+  double barrier_s = 0.0;    // every device passed the end-of-minibatch barrier (hybrid: and the replica sum)
+  double refresh_s = 0.0;    // hpz: the secondary copy's refresh before any compute (part of barrier_s)
+  double replica_sum_s = 0.0;  // hybrid: the cross-node gradient all-reduce, once (part of barrier_s)
+  double inter_node_bytes = 0.0;  // bytes that crossed node boundaries, all devices and transfers
   double optimizer_s = 0.0;  // then the optimizer step
   double total_s() const { return barrier_s + optimizer_s; }
   // Idle fraction before the optimizer: sum_d (barrier - compute_d) / (D * barrier). The
@@ -94,8 +106,11 @@ struct ScheduleOptions {
   // Gathers and gradient hand-offs of a device queue on one channel (see above).
   bool shared_link = false;
   // ODC owner-side accumulation: seconds per byte of gradient an owner receives (a push of unit u
-  // delivers bytes.reduce[u] / D to every owner, itself included). 0 = free.
+  // delivers bytes.reduce[u] / D to every owner, itself included; hybrid: / devices_per_node to
+  // the owners of its node). 0 = free.
   double accumulate_seconds_per_byte = 0.0;
+  // Where the shards live (full: over every device; see odc/sim/layout_costs.h).
+  Sharding sharding = Sharding::full;
 };
 
 MinibatchTimeline simulate_minibatch(const std::vector<DeviceWork>& work, const ComputeModel& compute,

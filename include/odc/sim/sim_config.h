@@ -13,6 +13,7 @@
 #include "odc/data/planner.h"
 #include "odc/model/llama_config.h"
 #include "odc/sim/compute_model.h"
+#include "odc/sim/layout_costs.h"
 #include "odc/sim/lengths.h"
 #include "odc/sim/link_model.h"
 
@@ -52,6 +53,7 @@ struct SimSetup {
   data::CostModel cost;
   ComputeModel compute;
   LinkModel link;
+  Sharding sharding = Sharding::full;  // sim.sharding (hybrid: optimizer_s is of a node's shard)
   UnitBytes collective_bytes;
   UnitBytes odc_bytes;  // differs when sim.odc_param_bytes is set (fp32 gathers, as the reference)
   int prefetch_depth = 1;
