@@ -84,6 +84,10 @@ SimResults run_simulation(const SimSetup& setup) {
     input.world_size = devices;
     input.token_cap = setup.token_cap;
     input.cost = setup.cost;
+    if (setup.sharding == distributed::Sharding::hybrid && devices > setup.link.devices_per_node) {
+      // As the trainer plans: lb_micro equalizes microbatch counts within a node's collectives.
+      for (int d = 0; d < devices; ++d) input.group_of_rank.push_back(d / setup.link.devices_per_node);
+    }
     for (const auto index : sampler.next(setup.minibatch_size * devices)) {
       const auto length = setup.pool.lengths[static_cast<std::size_t>(index)];
       input.lengths.push_back(length);

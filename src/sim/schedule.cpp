@@ -312,7 +312,10 @@ MinibatchTimeline simulate_collective(const std::vector<DeviceWork>& work, const
   // world-wide reduce-scatters join every device at each backward step anyway).
   const std::size_t domain = costs.sharding == Sharding::hybrid ? shard_group(costs, devices, link) : devices;
   for (std::size_t first = 0; first < devices; first += domain) {
-    collective_domain(work, first, domain, microbatches, compute, costs, options, out);
+    // A domain pads to its own largest count (the trainer pads a hybrid host to its ranks' most).
+    std::size_t most = 0;
+    for (std::size_t d = first; d < std::min(devices, first + domain); ++d) most = std::max(most, work[d].size());
+    collective_domain(work, first, domain, domain == devices ? microbatches : most, compute, costs, options, out);
   }
   double slowest = 0.0;
   for (const auto& device : out.devices) slowest = std::max(slowest, device.finish_s);

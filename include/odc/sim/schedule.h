@@ -28,7 +28,7 @@
 // Sharding layouts (ScheduleOptions::sharding, odc/sim/layout_costs.h) change what each transfer
 // costs and who synchronizes: hybrid keeps gathers and hand-offs inside a node (the collective's
 // per-step syncs then join only the node's devices: every node runs its own collectives, each
-// padded to the world's microbatch count as the trainer pads) and adds a cross-node gradient
+// padded to its own devices' largest count, as the trainer plans a hybrid host) and adds a cross-node gradient
 // all-reduce after the barrier; hpz starts the minibatch with a world-wide refresh of the node's
 // secondary copy (no compute before it), then gathers inside the node while gradients still go
 // world-wide (collective: one sync domain, the nodes' concurrent in-node all-gathers completing

@@ -209,6 +209,23 @@ TEST_CASE("hybrid keeps every per-unit transfer in the node and sums gradients a
     CHECK(hybrid_coll.barrier_s == Approx(3.0));
     CHECK(hybrid_odc.barrier_s == Approx(3.0));
   }
+
+  SECTION("a node's collectives pad to its own devices' microbatch count, as the trainer plans") {
+    // Two nodes of two devices, 1 MB per unit, no compute: node 0's devices have 1 microbatch,
+    // node 1's 3. Under full sharding node 0 runs 3 (two of them empty, every collective still
+    // paid); under hybrid it runs its one, exactly as if every device had one microbatch.
+    const DeviceWork one_mb(1, MicrobatchWork{1000, 0.0, 1});
+    const DeviceWork three_mb(3, MicrobatchWork{1000, 0.0, 1});
+    const std::vector<DeviceWork> ragged = {one_mb, one_mb, three_mb, three_mb};
+    const auto full_coll = simulate_minibatch(ragged, compute, bytes, link, CommKind::collective, layout(Sharding::full));
+    const auto hybrid_coll =
+        simulate_minibatch(ragged, compute, bytes, link, CommKind::collective, layout(Sharding::hybrid));
+    const auto hybrid_one = simulate_minibatch(one, compute, bytes, link, CommKind::collective, layout(Sharding::hybrid));
+    CHECK(hybrid_coll.devices[0].finish_s > 0.0);
+    CHECK(hybrid_coll.devices[0].finish_s == Approx(hybrid_one.devices[0].finish_s));
+    CHECK(hybrid_coll.devices[0].finish_s < full_coll.devices[0].finish_s);
+    CHECK(hybrid_coll.devices[2].finish_s > 2 * hybrid_coll.devices[0].finish_s);  // its 3 (prefetch overlaps a little)
+  }
 }
 
 TEST_CASE("hpz refreshes world-wide once, then every gather is at the in-node cost", "[sim]") {
