@@ -159,6 +159,11 @@ void UcxTransport::finish(Op* op, int status) {
   }
   if (--op->events > 0) return;
   Completion& c = *op->completion;
+  if (op->status != UCS_OK && op->kind == Op::Kind::response) {
+    // Nobody here waits for it; the client's wait times out naming us, and this says why.
+    spdlog::error("rank {}: gather response to rank {} failed: {}", rank_, op->peer,
+                  ucs_status_string(static_cast<ucs_status_t>(op->status)));
+  }
   if (op->status != UCS_OK) {
     const char* what = "slot ack to";
     switch (op->kind) {

@@ -143,6 +143,12 @@ UcxTransport::UcxTransport(MPI_Comm comm, std::int64_t exposed_floats, Transport
     if (direct == nullptr) busy_poll_us_ = kNetworkBusyPollUs;
   }
   set_gather_protocol(options_.gather_protocol);
+  if (rank_ == 0) {
+    int requests = 0;
+    for (const auto protocol : gather_protocols_) requests += protocol == GatherProtocol::request ? 1 : 0;
+    spdlog::info("UCX transport: comm.gather_protocol {}: rank 0 gathers from {} of {} rank(s) by request, the "
+                 "others by get", gather_protocol_name(options_.gather_protocol), requests, world_size_);
+  }
 
   ucp_am_handler_param_t hp{};
   hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS | UCP_AM_HANDLER_PARAM_FIELD_CB |
