@@ -335,6 +335,10 @@ void UcxTransport::progress_loop() {
       const auto now = Clock::now();
       if (active) last_event = now;
       if (now - last_event < busy_poll) continue;
+      if (waiters_.load(std::memory_order_relaxed) > 0) {
+        std::this_thread::yield();  // a compute thread waits for us: its core is free
+        continue;
+      }
     }
     // Sleep until the network or the compute thread has something for us. Arm fails with BUSY
     // when events are pending; then progress again.

@@ -146,7 +146,7 @@ UcxTransport::UcxTransport(MPI_Comm comm, std::int64_t exposed_floats, Transport
   if (rank_ == 0) {
     int requests = 0;
     for (const auto protocol : gather_protocols_) requests += protocol == GatherProtocol::request ? 1 : 0;
-    spdlog::info("UCX transport: comm.gather_protocol {}: rank 0 gathers from {} of {} rank(s) by request, the "
+    spdlog::debug("UCX transport: comm.gather_protocol {}: rank 0 gathers from {} of {} rank(s) by request, the "
                  "others by get", gather_protocol_name(options_.gather_protocol), requests, world_size_);
   }
 

@@ -164,6 +164,10 @@ class UcxTransport {
   Receiver receiver_;
   std::unique_ptr<std::atomic<std::int64_t>[]> received_;
 
+  // Compute threads blocked in wait()/wait_received(): over the network the progress thread does
+  // not sleep while they wait (their core is idle; a sleep and wake-up per message would cost more).
+  std::atomic<int> waiters_{0};
+  class WaitScope;
   std::mutex mutex_;  // guards queue_, stop_, Completion::error_
   std::condition_variable done_cv_;
   std::deque<std::unique_ptr<Op>> queue_;   // queued by the compute thread
