@@ -153,7 +153,7 @@ class UcxTransport {
   std::vector<const float*> direct_;  // peer regions mapped into our address space, or nullptr
   std::vector<bool> mappable_;        // ucp_rkey_ptr maps the peer's region here (self: always)
   std::vector<GatherProtocol> gather_protocols_;  // per peer, auto resolved
-  int busy_poll_us_ = 0;  // progress before sleeping while work is outstanding (network peers only)
+  int busy_poll_us_ = 0;  // keep progressing this long after the last event (network peers only; else 0)
   // Slot protocol. slot_busy_[owner * slots + s]: our slot s at `owner` holds data not yet acked.
   std::unique_ptr<std::atomic<bool>[]> slot_busy_;
   std::vector<int> next_slot_;               // per owner, round robin
