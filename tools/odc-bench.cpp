@@ -1,7 +1,7 @@
 // odc-bench: transport microbenchmark. Under `mpirun -np N`, for each unit size S it measures, in
 // the same run and on the same bytes,
-//   gather:             ODC (UcxTransport::get of every owner's shard, as OdcComm::start_gather)
-//                       vs MPI_Allgather of S/N bytes per rank;
+//   gather:             ODC (UcxTransport::get of every owner's shard, as OdcComm::start_gather, by
+//                       --gather-protocol: get, request or auto) vs MPI_Allgather of S/N bytes per rank;
 //   scatter_accumulate: ODC (UcxTransport::push of each owner's slice, accumulated by the owner's
 //                       progress thread; completion = Alltoall of counts + wait_received, as
 //                       OdcComm::end_minibatch) vs MPI_Reduce_scatter_block + add into the
@@ -53,6 +53,10 @@ options:
   --max-inflight N     transport operations in flight (default 8)
   --direct-load B      true: gathers copy straight from peers' regions where UCX maps them, as
                        comm.direct_load (default true); false: ucp_get via the progress thread
+  --gather-protocol P  get: one-sided gets (copies where the owner's region is mapped); request:
+                       the owner's progress thread answers a request per chunk; auto: get where
+                       the owner's region is mapped, request otherwise, as comm.gather_protocol
+                       (default auto); a comma-separated list runs each in turn, e.g. get,request
   --push-protocol P    slot: pushes go through per-client slots in the owner's region where it
                        is mapped, as the trainer sets it up (default); message: active-message
                        payload in --chunk-bytes chunks
@@ -68,7 +72,8 @@ iterations), progress_cpu_frac (that / their wall time), progress_cpu_idle_s (it
 MPI iterations), iters, ucx_tls, mpi_btl (OMPI_MCA_btl), the transport options, and for
 scatter_accumulate push_messages (messages one ODC iteration sends from rank 0: one per owner with
 slots; where the owner's region is not mapped, e.g. over TCP, pushes fall back to --chunk-bytes
-messages and direct loads to ucp_get).
+messages and direct loads to ucp_get), and for gather gather_protocol (as asked) and
+gather_protocols (what rank 0 used for each owner, auto resolved).
 )";
 
 struct Options {
@@ -82,6 +87,7 @@ struct Options {
   std::int64_t chunk_bytes = 1 << 20;
   int max_inflight = 8;
   bool direct_load = true;
+  std::vector<odc::distributed::GatherProtocol> gather_protocols{odc::distributed::GatherProtocol::automatic};
   bool slot_pushes = true;
   int slots_per_client = 2;
   double timeout_s = 120.0;
@@ -90,7 +96,7 @@ struct Options {
 odc::cli::Command command() {
   return {"odc-bench", kUsage,
           {{"--sizes-mib"}, {"--ops"}, {"--iters"}, {"--min-time-s"}, {"--max-iters"}, {"--warmup"}, {"--chunk-bytes"},
-           {"--max-inflight"}, {"--direct-load"}, {"--push-protocol"}, {"--slots-per-client"}, {"--timeout-s"}}};
+           {"--max-inflight"}, {"--direct-load"}, {"--gather-protocol"}, {"--push-protocol"}, {"--slots-per-client"}, {"--timeout-s"}}};
 }
 
 Options parse_options(const odc::cli::Arguments& args) {
@@ -122,6 +128,15 @@ Options parse_options(const odc::cli::Arguments& args) {
   options.chunk_bytes = args.integer("--chunk-bytes", options.chunk_bytes, Range::at_least(4096));
   options.max_inflight = int_option("--max-inflight", options.max_inflight, 1);
   options.direct_load = args.choice("--direct-load", {"true", "false"}, "true") == "true";
+  if (const auto protocols = args.list("--gather-protocol", {}); !protocols.empty()) {
+    options.gather_protocols.clear();
+    for (const auto& name : protocols) {
+      if (name != "auto" && name != "get" && name != "request") {
+        throw args.usage_error("--gather-protocol expects get, request or auto, got '" + name + "'");
+      }
+      options.gather_protocols.push_back(odc::distributed::parse_gather_protocol(name));
+    }
+  }
   options.slot_pushes = args.choice("--push-protocol", {"slot", "message"}, "slot") == "slot";
   options.slots_per_client = int_option("--slots-per-client", options.slots_per_client, 1);
   options.timeout_s = args.number("--timeout-s", options.timeout_s, Range::at_least(1e-3));
@@ -233,6 +248,14 @@ class Bench {
   }
 
   void run_gather(const Cell& cell) {
+    for (const auto protocol : options_.gather_protocols) {
+      transport_->set_gather_protocol(protocol);
+      run_gather(cell, protocol);
+    }
+  }
+
+  void run_gather(const Cell& cell, odc::distributed::GatherProtocol protocol) {
+    gather_protocol_ = std::string(odc::distributed::gather_protocol_name(protocol));
     float* shard = transport_->exposed().data();
     for (std::int64_t i = 0; i < cell.shard; ++i) shard[i] = shard_value(rank_, i);
     MPI_Barrier(comm_);  // every owner's shard is written before anybody reads it
@@ -390,6 +413,14 @@ class Bench {
     // path (the owner's region is not mapped here, e.g. over TCP); one per owner means slots, or
     // a shard that fits one chunk.
     if (std::string_view(op) == "scatter_accumulate") line["push_messages"] = push_messages_;
+    if (std::string_view(op) == "gather") {
+      line["gather_protocol"] = gather_protocol_;
+      std::vector<std::string> used;
+      for (int owner = 0; owner < world_; ++owner) {
+        used.emplace_back(odc::distributed::gather_protocol_name(transport_->gather_protocol(owner)));
+      }
+      line["gather_protocols"] = used;
+    }
     std::cout << line.dump() << std::endl;
   }
 
@@ -405,7 +436,8 @@ class Bench {
   odc::Tensor reduced_;      // MPI_Reduce_scatter_block's output
   std::string ucx_tls_;
   std::string mpi_btl_;
-  std::int64_t push_messages_ = 0;  // of the last ODC scatter iteration (rank 0 reports)
+  std::int64_t push_messages_ = 0;
+  std::string gather_protocol_;     // of the gather being measured  // of the last ODC scatter iteration (rank 0 reports)
   // Last, so it is destroyed first: its progress thread uses the buffers and completions above.
   std::unique_ptr<odc::distributed::UcxTransport> transport_;
 };

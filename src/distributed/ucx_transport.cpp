@@ -1,7 +1,5 @@
 #include "odc/distributed/ucx_transport.h"
 
-#include <poll.h>
-#include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -9,47 +7,32 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
-#include <unordered_map>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <ucp/api/ucp.h>
 
 #include "odc/core/error.h"
+#include "ucx_internal.h"
 
 namespace odc::distributed {
 
+using detail::check_ucs;
+using detail::ctx;
+using detail::wrk;
+
 namespace {
 
-// Orders the plain stores of a gradient into a peer's mapped slot before the notification that
-// announces it, and the owner's reads after receiving it (another process: the notification
-// travels through UCX). ThreadSanitizer cannot model fences (GCC rejects them under
-// -fsanitize=thread) and sees one process only; its builds get a compiler barrier, which is all
-// these fences are on x86.
-inline void slot_fence(std::memory_order order) {
-#if defined(__SANITIZE_THREAD__)
-  std::atomic_signal_fence(order);
-#else
-  std::atomic_thread_fence(order);
-#endif
-}
-
-constexpr unsigned kPushAmId = 7;
-constexpr unsigned kAckAmId = 8;
-
-void check_ucs(ucs_status_t status, const char* what) {
-  if (status != UCS_OK) fail("UCX {} failed: {}", what, ucs_status_string(status));
-}
+// Over the network (a peer whose region is not mapped here), the progress thread keeps
+// progressing this long after its last event before it sleeps: over TCP each sleep and wake-up
+// costs more than the gap between the messages of a transfer.
+constexpr int kNetworkBusyPollUs = 200;
 
 int world_size_of(MPI_Comm comm) {
   int world = 1;
   MPI_Comm_size(comm, &world);
   return world;
 }
-
-ucp_context_h ctx(void* p) { return static_cast<ucp_context_h>(p); }
-ucp_worker_h wrk(void* p) { return static_cast<ucp_worker_h>(p); }
 
 std::vector<char> allgather_bytes(MPI_Comm comm, const void* data, int size, std::vector<int>& offsets) {
   int world = 1;
@@ -65,111 +48,6 @@ std::vector<char> allgather_bytes(MPI_Comm comm, const void* data, int size, std
 
 }  // namespace
 
-struct UcxTransport::Op {
-  enum class Kind { get, push, ack } kind = Kind::get;
-  UcxTransport* owner = nullptr;
-  int peer = 0;
-  float* dest = nullptr;
-  const float* src = nullptr;
-  std::int64_t offset = 0;
-  std::int64_t count = 0;
-  PushHeader header;
-  Completion* completion = nullptr;
-};
-
-struct UcxTransport::RecvOp {
-  UcxTransport* owner = nullptr;
-  PushHeader header;
-  std::vector<float> buffer;
-};
-
-// UCX callbacks with the library's exact signatures, forwarding to the transport.
-struct UcxCallbacks {
-  static ucs_status_t on_ack(void* arg, const void* header, std::size_t header_length, void* /*data*/,
-                             std::size_t /*length*/, const ucp_am_recv_param_t* /*param*/) {
-    auto* t = static_cast<UcxTransport*>(arg);
-    PushHeader h;
-    if (header_length != sizeof(h)) return UCS_OK;
-    std::memcpy(&h, header, sizeof(h));
-    // h.from is the owner that consumed our slot.
-    if (h.from >= 0 && h.from < t->world_size_ && h.slot >= 0 && h.slot < t->options_.slots_per_client) {
-      t->slot_busy_[static_cast<std::size_t>(h.from * t->options_.slots_per_client + h.slot)].store(
-          false, std::memory_order_release);
-      { std::lock_guard<std::mutex> lock(t->mutex_); }
-      t->done_cv_.notify_all();
-    }
-    return UCS_OK;
-  }
-
-  static void on_send(void* request, ucs_status_t status, void* user_data) {
-    auto* op = static_cast<UcxTransport::Op*>(user_data);
-    op->owner->finish(op, status);
-    ucp_request_free(request);
-  }
-  static void on_recv_data(void* request, ucs_status_t status, std::size_t /*length*/, void* user_data) {
-    auto* recv = static_cast<UcxTransport::RecvOp*>(user_data);
-    UcxTransport* t = recv->owner;
-    if (status == UCS_OK) {
-      t->deliver(recv->header, recv->buffer.data());
-    } else {
-      t->record_fatal(fmt::format("receiving a gradient push from rank {} failed: {}", recv->header.from,
-                                  ucs_status_string(status)));
-    }
-    t->rndv_receives_.erase(recv);
-    ucp_request_free(request);
-  }
-  static ucs_status_t on_am(void* arg, const void* header, std::size_t header_length, void* data, std::size_t length,
-                            const ucp_am_recv_param_t* param) {
-    auto* t = static_cast<UcxTransport*>(arg);
-    PushHeader h;
-    if (header_length != sizeof(h)) {
-      t->record_fatal(fmt::format("malformed push: header of {} bytes", header_length));
-      return UCS_OK;
-    }
-    std::memcpy(&h, header, sizeof(h));
-    if (h.slot >= 0) {  // slot protocol: the data is already in our region
-      if (h.from < 0 || h.from >= t->world_size_ || h.slot >= t->options_.slots_per_client ||
-          h.count > t->options_.slot_floats) {
-        t->record_fatal(fmt::format("malformed slot notification from rank {} (slot {}, {} floats)", h.from, h.slot,
-                                    h.count));
-        return UCS_OK;
-      }
-      slot_fence(std::memory_order_acquire);
-      t->deliver(h, t->slot_at(t->exposed_, h.from, h.slot));
-      t->acks_.push_back(h);  // sent from the progress loop, not from inside a callback
-      return UCS_OK;
-    }
-    if (h.count * static_cast<std::int64_t>(sizeof(float)) != static_cast<std::int64_t>(length)) {
-      t->record_fatal(fmt::format("malformed push from rank {}: {} bytes for {} floats", h.from, length, h.count));
-      return UCS_OK;
-    }
-    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
-      t->deliver(h, data);
-      return UCS_OK;
-    }
-    // Rendezvous: fetch the payload into a buffer of our own, deliver on completion.
-    auto recv = std::make_unique<UcxTransport::RecvOp>();
-    recv->owner = t;
-    recv->header = h;
-    recv->buffer.resize(static_cast<std::size_t>(h.count));
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.recv_am = &UcxCallbacks::on_recv_data;
-    p.user_data = recv.get();
-    ucs_status_ptr_t st = ucp_am_recv_data_nbx(wrk(t->worker_), data, recv->buffer.data(), length, &p);
-    if (st == nullptr) {
-      t->deliver(h, recv->buffer.data());
-    } else if (UCS_PTR_IS_ERR(st)) {
-      t->record_fatal(fmt::format("receiving a gradient push from rank {} failed: {}", h.from,
-                                  ucs_status_string(UCS_PTR_STATUS(st))));
-    } else {
-      UcxTransport::RecvOp* key = recv.get();
-      t->rndv_receives_.emplace(key, std::move(recv));
-    }
-    return UCS_OK;
-  }
-};
-
 Completion::Completion(int world_size)
     : per_peer_(std::make_unique<std::atomic<std::int32_t>[]>(static_cast<std::size_t>(world_size))),
       world_size_(world_size) {
@@ -177,7 +55,8 @@ Completion::Completion(int world_size)
 }
 
 UcxTransport::UcxTransport(MPI_Comm comm, std::int64_t exposed_floats, TransportOptions options)
-    : comm_(comm), options_(options), exposed_floats_(exposed_floats), ack_completion_(world_size_of(comm)) {
+    : comm_(comm), options_(options), exposed_floats_(exposed_floats), ack_completion_(world_size_of(comm)),
+      serve_completion_(world_size_of(comm)) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &world_size_);
   if (options_.chunk_bytes < 4096) fail("comm.chunk_bytes must be at least 4096, found {}", options_.chunk_bytes);
@@ -252,25 +131,40 @@ UcxTransport::UcxTransport(MPI_Comm comm, std::int64_t exposed_floats, Transport
     // Where the transport maps the peer's region into our address space (shared memory), a get
     // is a plain copy by the calling thread: no hand-off to the progress thread, and still no
     // action of the owner (the paper's intra-node path: loads from peer memory).
+    // Our own region is in our address space whatever UCX says.
     void* direct = nullptr;
-    if (options_.direct_load && ucp_rkey_ptr(rkey, remote_bases_[static_cast<std::size_t>(r)], &direct) == UCS_OK) {
-      direct_.push_back(static_cast<const float*>(direct));
-    } else {
-      direct_.push_back(nullptr);
+    if (r == rank_) {
+      direct = exposed_;
+    } else if (ucp_rkey_ptr(rkey, remote_bases_[static_cast<std::size_t>(r)], &direct) != UCS_OK) {
+      direct = nullptr;
     }
+    mappable_.push_back(direct != nullptr);
+    direct_.push_back(options_.direct_load ? static_cast<const float*>(direct) : nullptr);
+    if (direct == nullptr) busy_poll_us_ = kNetworkBusyPollUs;
+  }
+  set_gather_protocol(options_.gather_protocol);
+  if (rank_ == 0) {
+    int requests = 0;
+    for (const auto protocol : gather_protocols_) requests += protocol == GatherProtocol::request ? 1 : 0;
+    spdlog::debug("UCX transport: comm.gather_protocol {}: rank 0 gathers from {} of {} rank(s) by request, the "
+                 "others by get", gather_protocol_name(options_.gather_protocol), requests, world_size_);
   }
 
   ucp_am_handler_param_t hp{};
   hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS | UCP_AM_HANDLER_PARAM_FIELD_CB |
                   UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  hp.id = kPushAmId;
   hp.flags = UCP_AM_FLAG_WHOLE_MSG;
-  hp.cb = &UcxCallbacks::on_am;
   hp.arg = this;
-  check_ucs(ucp_worker_set_am_recv_handler(worker, &hp), "AM handler");
-  hp.id = kAckAmId;
-  hp.cb = &UcxCallbacks::on_ack;
-  check_ucs(ucp_worker_set_am_recv_handler(worker, &hp), "AM ack handler");
+  const std::pair<unsigned, ucp_am_recv_callback_t> handlers[] = {
+      {detail::kPushAmId, &UcxCallbacks::on_push},
+      {detail::kAckAmId, &UcxCallbacks::on_ack},
+      {detail::kGatherRequestAmId, &UcxCallbacks::on_gather_request},
+      {detail::kGatherResponseAmId, &UcxCallbacks::on_gather_response}};
+  for (const auto& [id, callback] : handlers) {
+    hp.id = id;
+    hp.cb = callback;
+    check_ucs(ucp_worker_set_am_recv_handler(worker, &hp), "AM handler");
+  }
   slot_busy_ = std::make_unique<std::atomic<bool>[]>(static_cast<std::size_t>(world_size_ * options_.slots_per_client));
   for (int i = 0; i < world_size_ * options_.slots_per_client; ++i) slot_busy_[static_cast<std::size_t>(i)].store(false);
   next_slot_.assign(static_cast<std::size_t>(world_size_), 0);
@@ -285,16 +179,33 @@ UcxTransport::~UcxTransport() {
   // Unwinding from an error: peers may be gone or stuck, so no collective shutdown; the process
   // is about to exit (MPI_Abort for multi-rank jobs).
   const bool unwinding = std::uncaught_exceptions() > 0;
-  if (!unwinding) MPI_Barrier(comm_);  // nobody reads our memory or pushes to us any more
+  if (!unwinding) MPI_Barrier(comm_);  // nobody reads our memory, asks us for it or pushes to us any more
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
     abandon_ = unwinding;  // operations to a peer that is gone never complete: do not wait for them
   }
   wake();
+  if (!unwinding) {
+    // The progress thread drains our operations and flushes the worker; every rank's progress
+    // thread keeps running until all are flushed (a flush may need the peer's progress).
+    std::unique_lock<std::mutex> lock(mutex_);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.timeout_s);
+    if (!done_cv_.wait_until(lock, deadline, [&] { return flushed_ || !fatal_.empty(); })) {
+      spdlog::warn("rank {}: UCX transport shutdown: endpoints not flushed after comm.timeout_s = {} s; closing "
+                   "them anyway", rank_, options_.timeout_s);
+    }
+  }
+  if (!unwinding) MPI_Barrier(comm_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    exit_ = true;
+  }
+  wake();
   if (progress_.joinable()) progress_.join();
   if (unwinding) return;
   for (auto* rkey : rkeys_) ucp_rkey_destroy(static_cast<ucp_rkey_h>(rkey));
+  // Everything is flushed: a forced close loses nothing and waits for no peer.
   for (auto* ep : endpoints_) {
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -317,13 +228,30 @@ void UcxTransport::set_receiver(Receiver receiver) {
   receiver_ = std::move(receiver);
 }
 
+void UcxTransport::set_gather_protocol(GatherProtocol protocol) {
+  options_.gather_protocol = protocol;
+  gather_protocols_.clear();
+  for (int r = 0; r < world_size_; ++r) {
+    // auto: gets where UCX reaches the region through shared memory (a copy, or a get UCX serves
+    // without the owner); over the network UCX 1.13 emulates gets in software: ask the owner.
+    GatherProtocol resolved = protocol;
+    if (resolved == GatherProtocol::automatic) {
+      resolved = mappable_[static_cast<std::size_t>(r)] ? GatherProtocol::get : GatherProtocol::request;
+    }
+    // Our own shard is a copy whatever the protocol, unless comm.direct_load forbids copies.
+    if (r == rank_ && options_.direct_load) resolved = GatherProtocol::get;
+    gather_protocols_.push_back(resolved);
+  }
+}
+
 void UcxTransport::wake() {
   const std::uint64_t one = 1;
   [[maybe_unused]] const auto n = write(wake_fd_, &one, sizeof(one));
 }
 
 void UcxTransport::get(int peer, std::int64_t offset, float* dest, std::int64_t count, Completion& completion) {
-  if (const float* mapped = direct_[static_cast<std::size_t>(peer)]) {
+  const bool request = gather_protocols_[static_cast<std::size_t>(peer)] == GatherProtocol::request;
+  if (const float* mapped = direct_[static_cast<std::size_t>(peer)]; mapped != nullptr && !request) {
     std::memcpy(dest, mapped + offset, static_cast<std::size_t>(count) * sizeof(float));
     return;
   }
@@ -331,7 +259,8 @@ void UcxTransport::get(int peer, std::int64_t offset, float* dest, std::int64_t 
   std::lock_guard<std::mutex> lock(mutex_);
   for (std::int64_t done = 0; done < count; done += chunk) {
     auto op = std::make_unique<Op>();
-    op->kind = Op::Kind::get;
+    op->kind = request ? Op::Kind::request : Op::Kind::get;
+    op->events = request ? 2 : 1;  // a request: its send and its response
     op->owner = this;
     op->peer = peer;
     op->dest = dest + done;
@@ -372,7 +301,7 @@ std::int64_t UcxTransport::push(int peer, std::int32_t tag, std::int64_t offset,
     // The peer's region is mapped here: the slot address is computed from its mapped base.
     float* slot = slot_at(const_cast<float*>(mapped), rank_, s);
     std::memcpy(slot, src, static_cast<std::size_t>(count) * sizeof(float));
-    slot_fence(std::memory_order_release);
+    detail::slot_fence(std::memory_order_release);
     busy.store(true, std::memory_order_release);
     auto op = std::make_unique<Op>();
     op->kind = Op::Kind::push;
@@ -408,140 +337,6 @@ std::int64_t UcxTransport::push(int peer, std::int32_t tag, std::int64_t offset,
   }
   wake();
   return messages;
-}
-
-void UcxTransport::issue(Op& op) {
-  ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  p.cb.send = &UcxCallbacks::on_send;
-  p.user_data = &op;
-  auto* ep = static_cast<ucp_ep_h>(endpoints_[static_cast<std::size_t>(op.peer)]);
-  const std::size_t bytes = static_cast<std::size_t>(op.count) * sizeof(float);
-  ucs_status_ptr_t st = nullptr;
-  if (op.kind == Op::Kind::get) {
-    const std::uint64_t remote = remote_bases_[static_cast<std::size_t>(op.peer)] +
-                                 static_cast<std::uint64_t>(op.offset) * sizeof(float);
-    st = ucp_get_nbx(ep, op.dest, bytes, remote, static_cast<ucp_rkey_h>(rkeys_[static_cast<std::size_t>(op.peer)]), &p);
-  } else if (op.kind == Op::Kind::push) {
-    st = ucp_am_send_nbx(ep, kPushAmId, &op.header, sizeof(op.header), op.src, bytes, &p);
-  } else {
-    st = ucp_am_send_nbx(ep, kAckAmId, &op.header, sizeof(op.header), nullptr, 0, &p);
-  }
-  if (st == nullptr) {
-    finish(&op, UCS_OK);
-  } else if (UCS_PTR_IS_ERR(st)) {
-    finish(&op, UCS_PTR_STATUS(st));
-  }
-  // Otherwise in flight: UcxCallbacks::on_send finishes it.
-}
-
-void UcxTransport::finish(Op* op, int status) {
-  Completion& c = *op->completion;
-  if (status != UCS_OK) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (c.error_.empty()) {
-      c.error_ = fmt::format("{} rank {} failed: {}", op->kind == Op::Kind::get ? "get from" : "push to", op->peer,
-                             ucs_status_string(static_cast<ucs_status_t>(status)));
-    }
-  }
-  c.per_peer_[static_cast<std::size_t>(op->peer)].fetch_sub(1, std::memory_order_relaxed);
-  const bool last = c.pending_.fetch_sub(1, std::memory_order_acq_rel) == 1;
-  --inflight_;
-  inflight_ops_.erase(op);  // destroys op
-  if (last) {
-    { std::lock_guard<std::mutex> lock(mutex_); }
-    done_cv_.notify_all();
-  }
-}
-
-void UcxTransport::deliver(const PushHeader& header, const void* data) {
-  if (header.from < 0 || header.from >= world_size_) {
-    record_fatal(fmt::format("push with invalid sender rank {}", header.from));
-    return;
-  }
-  try {
-    if (reinterpret_cast<std::uintptr_t>(data) % alignof(float) == 0) {
-      receiver_(header, static_cast<const float*>(data));
-    } else {
-      unaligned_.resize(static_cast<std::size_t>(header.count));
-      std::memcpy(unaligned_.data(), data, static_cast<std::size_t>(header.count) * sizeof(float));
-      receiver_(header, unaligned_.data());
-    }
-  } catch (const std::exception& e) {  // the progress thread must not die: report to the waiters
-    record_fatal(e.what());
-    return;
-  }
-  received_[static_cast<std::size_t>(header.from)].fetch_add(1, std::memory_order_acq_rel);
-  { std::lock_guard<std::mutex> lock(mutex_); }
-  done_cv_.notify_all();
-}
-
-void UcxTransport::send_ack(int client, std::int32_t slot) {
-  // An ack is an operation like any other (its header must live until UCX is done with it); the
-  // header names us, the owner, and the slot the client may reuse.
-  auto op = std::make_unique<Op>();
-  op->kind = Op::Kind::ack;
-  op->owner = this;
-  op->peer = client;
-  op->header = PushHeader{0, rank_, 0, 0, slot, 0};
-  op->completion = &ack_completion_;
-  ack_completion_.pending_.fetch_add(1, std::memory_order_relaxed);
-  ack_completion_.per_peer_[static_cast<std::size_t>(client)].fetch_add(1, std::memory_order_relaxed);
-  Op* raw = op.get();
-  inflight_ops_.emplace(raw, std::move(op));
-  ++inflight_;
-  issue(*raw);
-}
-
-void UcxTransport::record_fatal(const std::string& message) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (fatal_.empty()) fatal_ = message;
-  }
-  done_cv_.notify_all();
-}
-
-void UcxTransport::progress_loop() {
-  auto* worker = wrk(worker_);
-  for (;;) {
-    bool stopping = false;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      while (!queue_.empty()) {
-        waiting_.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-      stopping = stop_;
-      if (abandon_) break;
-    }
-    while (!waiting_.empty() && inflight_ < options_.max_inflight) {
-      std::unique_ptr<Op> op = std::move(waiting_.front());
-      waiting_.pop_front();
-      Op* raw = op.get();
-      inflight_ops_.emplace(raw, std::move(op));
-      ++inflight_;
-      issue(*raw);
-    }
-    while (ucp_worker_progress(worker) != 0) {
-    }
-    while (!acks_.empty()) {
-      send_ack(acks_.front().from, acks_.front().slot);
-      acks_.pop_front();
-    }
-    if (stopping && waiting_.empty() && inflight_ == 0) break;
-    if (!waiting_.empty() && inflight_ < options_.max_inflight) continue;
-    // Sleep until the network or the compute thread has something for us. Arm fails with BUSY
-    // when events are pending; then progress again.
-    if (ucp_worker_arm(worker) == UCS_ERR_BUSY) continue;
-    pollfd fds[2] = {{worker_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    // With operations in flight, wake up at least every millisecond: a safety net should a
-    // transport not signal completions on the event fd.
-    poll(fds, 2, inflight_ > 0 || !rndv_receives_.empty() ? 1 : 100);
-    if (fds[1].revents & POLLIN) {
-      std::uint64_t value = 0;
-      [[maybe_unused]] const auto n = read(wake_fd_, &value, sizeof(value));
-    }
-  }
 }
 
 }  // namespace odc::distributed

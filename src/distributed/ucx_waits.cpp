@@ -14,7 +14,30 @@
 
 namespace odc::distributed {
 
+// Marks the calling compute thread as blocked on the transport for its lifetime.
+class UcxTransport::WaitScope {
+ public:
+  explicit WaitScope(UcxTransport& t) : t_(t) {
+    if (t_.busy_poll_us_ > 0 && t_.waiters_.fetch_add(1, std::memory_order_relaxed) == 0) t_.wake();
+  }
+  ~WaitScope() {
+    if (t_.busy_poll_us_ > 0) t_.waiters_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  WaitScope(const WaitScope&) = delete;
+  WaitScope& operator=(const WaitScope&) = delete;
+
+ private:
+  UcxTransport& t_;
+};
+
 void UcxTransport::wait(Completion& completion, const std::string& what) {
+  if (completion.done()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!fatal_.empty()) fail("rank {}: transport failure during {}: {}", rank_, what, fatal_);
+    if (!completion.error_.empty()) fail("rank {}: {} failed: {}", rank_, what, completion.error_);
+    return;
+  }
+  const WaitScope waiting(*this);
   std::unique_lock<std::mutex> lock(mutex_);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.timeout_s);
   while (!completion.done() && fatal_.empty()) {
@@ -36,6 +59,7 @@ std::int64_t UcxTransport::received_from(int client) const {
 }
 
 void UcxTransport::wait_received(const std::vector<std::int64_t>& expected, const std::string& what) {
+  const WaitScope waiting(*this);
   std::unique_lock<std::mutex> lock(mutex_);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.timeout_s);
   auto complete = [&] {

@@ -153,6 +153,13 @@ std::vector<TunableSpec> trainer_tunables() {
       tunable("comm.direct_load", K::boolean, "true",
               "ODC gathers copy straight from peers' shards where UCX maps them (shared memory); false forces "
               "ucp_get through the progress thread"),
+      tunable("comm.gather_protocol", K::string, "auto",
+              "how an ODC gather over UCX reads an owner's shard: get (one-sided ucp_get, or a plain copy where UCX "
+              "maps the owner's memory here), request (a small message asks the owner's progress thread, which "
+              "answers with the bytes, by rendezvous into the gathered buffer: fast over TCP, where UCX emulates "
+              "gets in software), auto (per owner: get where its memory is mapped here through shared memory, else "
+              "request)",
+              {"auto", "get", "request"}),
       tunable("comm.deterministic", K::boolean, "false",
               "ODC owners add gradient pushes in a fixed order (per-client buffers folded in rank order): two runs, "
               "and a resumed run, give the same bits; costs one fp32 copy of the parameters per rank. The "

@@ -119,6 +119,7 @@ distributed::CommOptions comm_options(const Config& config) {
   options.transport.max_inflight = static_cast<int>(config.get_int("comm.max_inflight"));
   options.transport.timeout_s = config.get_double("comm.timeout_s");
   options.transport.direct_load = config.get_bool("comm.direct_load");
+  options.transport.gather_protocol = distributed::parse_gather_protocol(config.get_string("comm.gather_protocol"));
   options.deterministic = config.get_bool("comm.deterministic");
   options.odc_transport = distributed::parse_odc_transport(config.get_string("comm.transport"));
   options.gather_dtype = distributed::parse_gather_dtype(config.get_string("comm.gather_dtype"));

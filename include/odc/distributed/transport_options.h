@@ -1,8 +1,18 @@
 #pragma once
 // Tunables of ODC's one-sided transport (comm.* keys; UcxTransport).
 #include <cstdint>
+#include <string_view>
 
 namespace odc::distributed {
+
+// How a gather reads an owner's shard (comm.gather_protocol):
+//   get:       one-sided ucp_get (or a plain copy where UCX maps the owner's region here);
+//   request:   a small active message asks the owner's progress thread, which answers with the
+//              bytes as active-message payload (rendezvous: received straight into the destination);
+//   automatic: per owner, get where its region is mapped here (shared memory), request otherwise.
+enum class GatherProtocol { automatic, get, request };
+GatherProtocol parse_gather_protocol(std::string_view name);  // "auto" | "get" | "request"
+std::string_view gather_protocol_name(GatherProtocol protocol);
 
 struct TransportOptions {
   std::int64_t chunk_bytes = 1 << 20;  // size of one get or push message
@@ -11,6 +21,7 @@ struct TransportOptions {
   bool direct_load = true;             // copy from/to peers' regions directly where UCX maps them
   std::int64_t slot_floats = 0;        // size of each client slot (0: no slots, message pushes only)
   int slots_per_client = 2;            // slots per (owner, client): pushes in flight per owner
+  GatherProtocol gather_protocol = GatherProtocol::automatic;
 };
 
 }  // namespace odc::distributed

@@ -5,7 +5,12 @@
 //   UCP_MEM_MAP_ALLOCATE): on shared memory, gets from such memory complete without any action of
 //   the owner, like reads from the paper's symmetric heap. Base addresses and packed remote keys
 //   are all-gathered at start.
-// * get(): a one-sided read of a peer's region, in chunks with several in flight.
+// * get(): a read of a peer's region, in chunks with several in flight, by one of two protocols
+//   chosen per peer (comm.gather_protocol; docs/ARCHITECTURE.md says why):
+//   - get: one-sided ucp_get (a plain copy where the peer's region is mapped here);
+//   - request: a small active message asks the owner's progress thread, which answers with the
+//     bytes as active-message payload (rendezvous, received straight into the destination);
+//     the owner's compute thread is not involved. UCX emulates gets over TCP in software, slowly.
 // * push(): a slice of a gradient to its owner, whose progress thread hands it to the receiver
 //   callback (accumulation) and counts it. Two protocols (docs/ARCHITECTURE.md says why):
 //   - slot: where the owner's region is mapped locally (shared memory), the client copies the slice
@@ -77,6 +82,13 @@ class UcxTransport {
   std::span<float> exposed() { return {exposed_, static_cast<std::size_t>(exposed_floats_)}; }
   const TransportOptions& options() const { return options_; }
   void set_receiver(Receiver receiver);
+  // The protocol get() uses for `peer` (comm.gather_protocol with auto resolved).
+  GatherProtocol gather_protocol(int peer) const { return gather_protocols_[static_cast<std::size_t>(peer)]; }
+  // Switches every peer's protocol (auto resolved per peer as at construction). Compute thread,
+  // with no gather in flight (tests and benchmarks compare the protocols on one transport).
+  void set_gather_protocol(GatherProtocol protocol);
+  // Whether `peer`'s region is mapped into our address space (shared memory).
+  bool mapped(int peer) const { return mappable_[static_cast<std::size_t>(peer)]; }
 
   // Reads `count` floats at element `offset` of `peer`'s exposed region into `dest`. Where the
   // peer's region is mapped locally (shared memory) this copies at once, on the calling thread.
@@ -110,7 +122,12 @@ class UcxTransport {
   friend struct UcxCallbacks;
   void progress_loop();
   void issue(Op& op);
+  void issue_gather_message(Op& op);  // a request or response (ucx_request_gather.cpp)
   void finish(Op* op, int status);
+  void serve_request(int client, std::uint64_t id, std::int64_t offset, std::int64_t count);
+  void start_flush();
+  bool drained() const;
+  std::vector<float> take_buffer(std::int64_t floats);
   void wake();
   void deliver(const PushHeader& header, const void* data);
   void send_ack(int client, std::int32_t slot);
@@ -134,6 +151,9 @@ class UcxTransport {
   std::vector<void*> rkeys_;      // ucp_rkey_h per peer
   std::vector<std::uint64_t> remote_bases_;
   std::vector<const float*> direct_;  // peer regions mapped into our address space, or nullptr
+  std::vector<bool> mappable_;        // ucp_rkey_ptr maps the peer's region here (self: always)
+  std::vector<GatherProtocol> gather_protocols_;  // per peer, auto resolved
+  int busy_poll_us_ = 0;  // keep progressing this long after the last event (network peers only; else 0)
   // Slot protocol. slot_busy_[owner * slots + s]: our slot s at `owner` holds data not yet acked.
   std::unique_ptr<std::atomic<bool>[]> slot_busy_;
   std::vector<int> next_slot_;               // per owner, round robin
@@ -144,6 +164,10 @@ class UcxTransport {
   Receiver receiver_;
   std::unique_ptr<std::atomic<std::int64_t>[]> received_;
 
+  // Compute threads blocked in wait()/wait_received(): over the network the progress thread does
+  // not sleep while they wait (their core is idle; a sleep and wake-up per message would cost more).
+  std::atomic<int> waiters_{0};
+  class WaitScope;
   std::mutex mutex_;  // guards queue_, stop_, Completion::error_
   std::condition_variable done_cv_;
   std::deque<std::unique_ptr<Op>> queue_;   // queued by the compute thread
@@ -154,7 +178,19 @@ class UcxTransport {
   std::unordered_map<Op*, std::unique_ptr<Op>> inflight_ops_;       // owned while UCX holds them
   std::unordered_map<RecvOp*, std::unique_ptr<RecvOp>> rndv_receives_;
   std::vector<float> unaligned_;  // staging for pushes whose payload is not float-aligned
+  std::vector<std::vector<float>> spare_buffers_;  // rendezvous push buffers, reused
   std::int64_t inflight_ = 0;
+  // Request gathers. Client: requests sent and not yet answered, by id. Owner: responses to send
+  // (queued by the request callback, issued after progress returns) and in flight.
+  std::unordered_map<std::uint64_t, Op*> requests_;
+  std::uint64_t next_request_id_ = 1;
+  std::deque<std::unique_ptr<Op>> responses_;
+  std::int64_t serving_ = 0;
+  Completion serve_completion_;  // tracks responses we send (nobody waits on it)
+  // Shutdown: the progress thread flushes the worker once drained, then runs until exit_.
+  bool flush_started_ = false;
+  bool flushed_ = false;  // guarded by mutex_
+  bool exit_ = false;     // guarded by mutex_
   std::string fatal_;  // a transport-level failure (guarded by mutex_)
   std::thread progress_;
 };
