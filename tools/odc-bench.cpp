@@ -49,7 +49,10 @@ options:
   --min-time-s T       time per side and cell when adapting (default 0.5)
   --max-iters N        cap for adapted iterations (default 2000)
   --warmup N           untimed iterations per side after the verification run (default 1)
-  --chunk-bytes B      transport chunk size: one get or push message (default 1048576)
+  --chunk-bytes B      transport chunk size to a peer whose region is mapped here (shared
+                       memory): one get or push message, as comm.chunk_bytes (default 1048576)
+  --network-chunk-bytes B  the same to a peer reached over the network (request answers, push
+                       messages), as comm.network_chunk_bytes (default 4194304)
   --max-inflight N     transport operations in flight (default 8)
   --direct-load B      true: gathers copy straight from peers' regions where UCX maps them, as
                        comm.direct_load (default true); false: ucp_get via the progress thread
@@ -71,8 +74,8 @@ output (one JSON line per op and size): odc_gbps / mpi_gbps, odc_ms / mpi_ms (me
 iterations), progress_cpu_frac (that / their wall time), progress_cpu_idle_s (its CPU during the
 MPI iterations), iters, ucx_tls, mpi_btl (OMPI_MCA_btl), the transport options, and for
 scatter_accumulate push_messages (messages one ODC iteration sends from rank 0: one per owner with
-slots; where the owner's region is not mapped, e.g. over TCP, pushes fall back to --chunk-bytes
-messages and direct loads to ucp_get), and for gather gather_protocol (as asked) and
+slots; where the owner's region is not mapped, e.g. over TCP, pushes fall back to
+--network-chunk-bytes messages and direct loads to ucp_get), and for gather gather_protocol (as asked) and
 gather_protocols (what rank 0 used for each owner, auto resolved).
 )";
 
@@ -85,6 +88,7 @@ struct Options {
   int max_iters = 2000;
   int warmup = 1;
   std::int64_t chunk_bytes = 1 << 20;
+  std::int64_t network_chunk_bytes = 4 << 20;
   int max_inflight = 8;
   bool direct_load = true;
   std::vector<odc::distributed::GatherProtocol> gather_protocols{odc::distributed::GatherProtocol::automatic};
@@ -95,7 +99,7 @@ struct Options {
 
 odc::cli::Command command() {
   return {"odc-bench", kUsage,
-          {{"--sizes-mib"}, {"--ops"}, {"--iters"}, {"--min-time-s"}, {"--max-iters"}, {"--warmup"}, {"--chunk-bytes"},
+          {{"--sizes-mib"}, {"--ops"}, {"--iters"}, {"--min-time-s"}, {"--max-iters"}, {"--warmup"}, {"--chunk-bytes"}, {"--network-chunk-bytes"},
            {"--max-inflight"}, {"--direct-load"}, {"--gather-protocol"}, {"--push-protocol"}, {"--slots-per-client"}, {"--timeout-s"}}};
 }
 
@@ -126,6 +130,8 @@ Options parse_options(const odc::cli::Arguments& args) {
   options.max_iters = int_option("--max-iters", options.max_iters, 1);
   options.warmup = int_option("--warmup", options.warmup, 0);
   options.chunk_bytes = args.integer("--chunk-bytes", options.chunk_bytes, Range::at_least(4096));
+  options.network_chunk_bytes =
+      args.integer("--network-chunk-bytes", options.network_chunk_bytes, Range::at_least(4096));
   options.max_inflight = int_option("--max-inflight", options.max_inflight, 1);
   options.direct_load = args.choice("--direct-load", {"true", "false"}, "true") == "true";
   if (const auto protocols = args.list("--gather-protocol", {}); !protocols.empty()) {
@@ -171,6 +177,7 @@ class Bench {
     for (const auto mib : options_.sizes_mib) largest = std::max(largest, make_cell(mib).shard);
     odc::distributed::TransportOptions transport_options;
     transport_options.chunk_bytes = options_.chunk_bytes;
+    transport_options.network_chunk_bytes = options_.network_chunk_bytes;
     transport_options.max_inflight = options_.max_inflight;
     transport_options.timeout_s = options_.timeout_s;
     transport_options.direct_load = options_.direct_load;
@@ -405,6 +412,7 @@ class Bench {
         {"ucx_tls", ucx_tls_},
         {"mpi_btl", mpi_btl_},
         {"chunk_bytes", options_.chunk_bytes},
+        {"network_chunk_bytes", options_.network_chunk_bytes},
         {"max_inflight", options_.max_inflight},
         {"direct_load", options_.direct_load},
         {"push_protocol", options_.slot_pushes ? "slot" : "message"},

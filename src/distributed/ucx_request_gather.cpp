@@ -2,7 +2,7 @@
 // owner whose region is not mapped here). Over TCP UCX 1.13 has no hardware get: ucp_get is
 // emulated in software, one small fragment after another, and runs at a third to a half of
 // MPI_Allgather. Instead:
-//   client: every chunk (comm.chunk_bytes) of a gather is one request, a header-only active
+//   client: every chunk (comm.network_chunk_bytes; comm.chunk_bytes to a mapped owner) of a gather is one request, a header-only active
 //           message (request id, offset, count) to the owner; at most comm.max_inflight of the
 //           client's operations are in flight; the chunk is done when its response has landed;
 //   owner:  its progress thread answers each request with the bytes of its exposed region as an

@@ -60,6 +60,9 @@ UcxTransport::UcxTransport(MPI_Comm comm, std::int64_t exposed_floats, Transport
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &world_size_);
   if (options_.chunk_bytes < 4096) fail("comm.chunk_bytes must be at least 4096, found {}", options_.chunk_bytes);
+  if (options_.network_chunk_bytes < 4096) {
+    fail("comm.network_chunk_bytes must be at least 4096, found {}", options_.network_chunk_bytes);
+  }
   if (options_.max_inflight < 1) fail("comm.max_inflight must be at least 1, found {}", options_.max_inflight);
   if (!(options_.timeout_s > 0)) fail("comm.timeout_s must be positive, found {}", options_.timeout_s);
   received_ = std::make_unique<std::atomic<std::int64_t>[]>(static_cast<std::size_t>(world_size_));
@@ -255,7 +258,7 @@ void UcxTransport::get(int peer, std::int64_t offset, float* dest, std::int64_t 
     std::memcpy(dest, mapped + offset, static_cast<std::size_t>(count) * sizeof(float));
     return;
   }
-  const std::int64_t chunk = options_.chunk_bytes / static_cast<std::int64_t>(sizeof(float));
+  const std::int64_t chunk = chunk_floats(peer);
   std::lock_guard<std::mutex> lock(mutex_);
   for (std::int64_t done = 0; done < count; done += chunk) {
     auto op = std::make_unique<Op>();
@@ -272,6 +275,11 @@ void UcxTransport::get(int peer, std::int64_t offset, float* dest, std::int64_t 
     queue_.push_back(std::move(op));
   }
   wake();
+}
+
+std::int64_t UcxTransport::chunk_floats(int peer) const {
+  const bool mapped = direct_[static_cast<std::size_t>(peer)] != nullptr;
+  return (mapped ? options_.chunk_bytes : options_.network_chunk_bytes) / static_cast<std::int64_t>(sizeof(float));
 }
 
 float* UcxTransport::slot_at(float* region_base, int client, int slot) const {
@@ -318,7 +326,7 @@ std::int64_t UcxTransport::push(int peer, std::int32_t tag, std::int64_t offset,
     wake();
     return 1;
   }
-  const std::int64_t chunk = options_.chunk_bytes / static_cast<std::int64_t>(sizeof(float));
+  const std::int64_t chunk = chunk_floats(peer);
   std::int64_t messages = 0;
   std::lock_guard<std::mutex> lock(mutex_);
   for (std::int64_t done = 0; done < count; done += chunk) {

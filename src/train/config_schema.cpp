@@ -147,7 +147,12 @@ std::vector<TunableSpec> trainer_tunables() {
       tunable("train.log_every", K::integer, "1", "log a progress line every N steps", Range::at_least(1)),
       tunable("train.log_level", K::string, "info", "log level", {"trace", "debug", "info", "warn", "error"}),
       // comm
-      tunable("comm.chunk_bytes", K::integer, "1048576", "bytes per one-sided get or gradient push message (ODC)",
+      tunable("comm.chunk_bytes", K::integer, "1048576",
+              "bytes per one-sided get or gradient push message to a peer on this host (ODC, shared memory)",
+              Range::at_least(4096)),
+      tunable("comm.network_chunk_bytes", K::integer, "4194304",
+              "bytes per gather request's answer or gradient push message to a peer reached over the network "
+              "(ODC over UCX: TCP, RDMA)",
               Range::at_least(4096)),
       tunable("comm.max_inflight", K::integer, "8", "ODC messages in flight per rank", Range::at_least(1)),
       tunable("comm.direct_load", K::boolean, "true",

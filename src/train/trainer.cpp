@@ -116,6 +116,7 @@ distributed::CommOptions comm_options(const Config& config) {
   distributed::CommOptions options;
   options.kind = distributed::parse_comm_kind(config.get_string("train.comm"));
   options.transport.chunk_bytes = config.get_int("comm.chunk_bytes");
+  options.transport.network_chunk_bytes = config.get_int("comm.network_chunk_bytes");
   options.transport.max_inflight = static_cast<int>(config.get_int("comm.max_inflight"));
   options.transport.timeout_s = config.get_double("comm.timeout_s");
   options.transport.direct_load = config.get_bool("comm.direct_load");

@@ -15,7 +15,10 @@ GatherProtocol parse_gather_protocol(std::string_view name);  // "auto" | "get" 
 std::string_view gather_protocol_name(GatherProtocol protocol);
 
 struct TransportOptions {
-  std::int64_t chunk_bytes = 1 << 20;  // size of one get or push message
+  std::int64_t chunk_bytes = 1 << 20;  // size of one get or push message to a peer mapped here (shared memory)
+  // ... and to a peer reached over the network (request gathers' answers, push messages): larger,
+  // since every message there costs the owner's progress thread a wake-up and a TCP round.
+  std::int64_t network_chunk_bytes = 4 << 20;
   int max_inflight = 8;                // operations issued and not yet completed
   double timeout_s = 600.0;            // a wait longer than this is an error naming the peer
   bool direct_load = true;             // copy from/to peers' regions directly where UCX maps them

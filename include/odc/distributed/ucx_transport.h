@@ -132,6 +132,9 @@ class UcxTransport {
   void deliver(const PushHeader& header, const void* data);
   void send_ack(int client, std::int32_t slot);
   float* slot_at(float* region_base, int client, int slot) const;
+  // Floats per get/request/push message to `peer`: comm.chunk_bytes where its region is mapped
+  // here (shared memory), comm.network_chunk_bytes otherwise.
+  std::int64_t chunk_floats(int peer) const;
   void record_fatal(const std::string& message);
 
   MPI_Comm comm_;
