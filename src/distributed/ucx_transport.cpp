@@ -278,8 +278,7 @@ void UcxTransport::get(int peer, std::int64_t offset, float* dest, std::int64_t 
 }
 
 std::int64_t UcxTransport::chunk_floats(int peer) const {
-  const bool mapped = direct_[static_cast<std::size_t>(peer)] != nullptr;
-  return (mapped ? options_.chunk_bytes : options_.network_chunk_bytes) / static_cast<std::int64_t>(sizeof(float));
+  return (mappable_[static_cast<std::size_t>(peer)] ? options_.chunk_bytes : options_.network_chunk_bytes) / static_cast<std::int64_t>(sizeof(float));
 }
 
 float* UcxTransport::slot_at(float* region_base, int client, int slot) const {

@@ -103,6 +103,7 @@ TEST_CASE("request gathers return the owner's bytes exactly, as gets do, with pu
   const bool direct_load = GENERATE(true, false);  // false: our own shard goes through UCX as well
   distributed::TransportOptions options;
   options.chunk_bytes = 16 * 1024;  // 4096 floats: the region is 25 chunks
+  options.network_chunk_bytes = options.chunk_bytes;  // the same over TCP (mpi/np2_tcp)
   options.max_inflight = 3;
   options.direct_load = direct_load;
   options.gather_protocol = GatherProtocol::request;
@@ -152,6 +153,7 @@ TEST_CASE("auto gathers by get from mapped owners and by request from the others
   const int world = mpi_world();
   distributed::TransportOptions options;
   options.chunk_bytes = 64 * 1024;
+  options.network_chunk_bytes = options.chunk_bytes;
   distributed::UcxTransport transport(MPI_COMM_WORLD, kFloats, options);
   fill_exposed(transport);
   for (int peer = 0; peer < world; ++peer) {

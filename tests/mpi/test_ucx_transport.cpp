@@ -19,6 +19,7 @@ TEST_CASE("gets read every peer's exposed region and pushes arrive whole", "[mpi
   constexpr std::int64_t kFloats = 300000;  // > 1 chunk of 1 MiB: exercises chunking
   distributed::TransportOptions options;
   options.chunk_bytes = 256 * 1024;
+  options.network_chunk_bytes = options.chunk_bytes;  // the same chunks over TCP (mpi/np2_tcp)
   distributed::UcxTransport transport(MPI_COMM_WORLD, kFloats, options);
   auto exposed = transport.exposed();
   for (std::int64_t i = 0; i < kFloats; ++i) exposed[static_cast<std::size_t>(i)] = static_cast<float>(rank * 1000000 + i);
@@ -57,6 +58,35 @@ TEST_CASE("gets read every peer's exposed region and pushes arrive whole", "[mpi
   }
   for (int peer = 0; peer < world; ++peer) CHECK(calls[static_cast<std::size_t>(peer)] == chunks);
   CHECK(transport.progress_cpu_seconds() >= 0.0);
+}
+
+TEST_CASE("messages to a peer over the network are comm.network_chunk_bytes long", "[mpi][ucx]") {
+  // 1.2 MB per push: 19 messages of 64 KiB to a peer on this host (mapped, no slots configured),
+  // 5 of 256 KiB to a peer reached over the network (mpi/np2_tcp: every peer but ourselves).
+  const int world = mpi_world();
+  constexpr std::int64_t kFloats = 300000;
+  distributed::TransportOptions options;
+  options.chunk_bytes = 64 * 1024;
+  options.network_chunk_bytes = 256 * 1024;
+  distributed::UcxTransport transport(MPI_COMM_WORLD, kFloats, options);
+  std::vector<std::int64_t> arrived(static_cast<std::size_t>(world), 0);
+  transport.set_receiver([&](const distributed::PushHeader& h, const float*) { ++arrived[static_cast<std::size_t>(h.from)]; });
+  MPI_Barrier(MPI_COMM_WORLD);
+  const std::vector<float> gradient(static_cast<std::size_t>(kFloats), 1.0f);
+  distributed::Completion pushes(world);
+  std::vector<std::int64_t> sent(static_cast<std::size_t>(world), 0);
+  for (int peer = 0; peer < world; ++peer) {
+    const std::int64_t messages = transport.push(peer, 0, 0, gradient.data(), kFloats, pushes);
+    INFO("peer " << peer << (transport.mapped(peer) ? " (mapped)" : " (network)"));
+    CHECK(messages == (transport.mapped(peer) ? 19 : 5));
+    sent[static_cast<std::size_t>(peer)] = messages;
+  }
+  transport.wait(pushes, "test push");
+  std::vector<std::int64_t> owed(static_cast<std::size_t>(world), 0);
+  MPI_Alltoall(sent.data(), 1, MPI_INT64_T, owed.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
+  transport.wait_received(owed, "test receive");
+  CHECK(arrived == owed);
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 TEST_CASE("a peer that never pushes is named after the timeout", "[mpi][ucx]") {
