@@ -78,7 +78,6 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
          group.rank(), group.size());
   }
   std::unique_ptr<CommStack> stack(new CommStack());
-  stack->plan_ = plan_sharding(Sharding::full, group.rank(), group.size(), Placement{1, group.size(), 0, group.rank()});
   stack->shard_group_ = &group;
   if (group.size() == 1) {
     stack->store_ = std::make_unique<ShardStore>(layout, units, config, seed, std::span<float>{}, device,
@@ -174,13 +173,10 @@ std::unique_ptr<CommStack> make_sharded_comm(const CommOptions& options, const S
                                              const model::LlamaConfig& config, std::uint64_t seed,
                                              backend::Backend* device) {
   if (plan.kind == Sharding::full) {
-    auto stack = make_comm(options, world, ShardLayout(units, world.size(), world.rank()), units, config, seed, device);
-    stack->plan_ = plan;
-    return stack;
+    return make_comm(options, world, ShardLayout(units, world.size(), world.rank()), units, config, seed, device);
   }
   const Placement& p = plan.placement;
   std::unique_ptr<CommStack> stack(new CommStack());
-  stack->plan_ = plan;
   // Sub-groups: this rank's host, and (hybrid) the ranks holding the same shards on every host.
   stack->groups_.push_back(world.split(p.host, "the sharding layout's host groups"));
   HostGroup& host = *stack->groups_.back();

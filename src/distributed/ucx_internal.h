@@ -8,8 +8,11 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <string_view>
 #include <vector>
 
+#include <fmt/format.h>
 #include <ucp/api/ucp.h>
 
 #include "odc/core/error.h"
@@ -92,6 +95,18 @@ struct UcxTransport::RecvOp {
 
 // UCX callbacks with the library's exact signatures, forwarding to the transport.
 struct UcxCallbacks {
+  // Copies an active message's fixed-size header into `h`; a header of another size is recorded
+  // as the transport's fatal error ("malformed <what>: header of N bytes") and returns false.
+  template <class Header>
+  static bool read_header(UcxTransport* t, const void* header, std::size_t header_length, Header& h,
+                          std::string_view what) {
+    if (header_length != sizeof(Header)) {
+      t->record_fatal(fmt::format("malformed {}: header of {} bytes", what, header_length));
+      return false;
+    }
+    std::memcpy(&h, header, sizeof(Header));
+    return true;
+  }
   // ucx_progress.cpp
   static ucs_status_t on_ack(void* arg, const void* header, std::size_t header_length, void* data,
                              std::size_t length, const ucp_am_recv_param_t* param);

@@ -70,11 +70,7 @@ ucs_status_t UcxCallbacks::on_push(void* arg, const void* header, std::size_t he
                                    std::size_t length, const ucp_am_recv_param_t* param) {
   auto* t = static_cast<UcxTransport*>(arg);
   PushHeader h;
-  if (header_length != sizeof(h)) {
-    t->record_fatal(fmt::format("malformed push: header of {} bytes", header_length));
-    return UCS_OK;
-  }
-  std::memcpy(&h, header, sizeof(h));
+  if (!read_header(t, header, header_length, h, "push")) return UCS_OK;
   if (h.slot >= 0) {  // slot protocol: the data is already in our region
     if (h.from < 0 || h.from >= t->world_size_ || h.slot >= t->options_.slots_per_client ||
         h.count > t->options_.slot_floats) {
@@ -302,15 +298,17 @@ void UcxTransport::progress_loop() {
       if (abandon_ || exit_) break;
     }
     bool active = false;
-    while (!waiting_.empty() && inflight_ < options_.max_inflight) {
-      std::unique_ptr<Op> op = std::move(waiting_.front());
-      waiting_.pop_front();
+    // Takes the next operation of `from`, owned while UCX holds it, counted in `counter`.
+    const auto issue_next = [&](std::deque<std::unique_ptr<Op>>& from, std::int64_t& counter) {
+      std::unique_ptr<Op> op = std::move(from.front());
+      from.pop_front();
       Op* raw = op.get();
       inflight_ops_.emplace(raw, std::move(op));
-      ++inflight_;
+      ++counter;
       issue(*raw);
       active = true;
-    }
+    };
+    while (!waiting_.empty() && inflight_ < options_.max_inflight) issue_next(waiting_, inflight_);
     while (ucp_worker_progress(worker) != 0) active = true;
     while (!acks_.empty()) {
       send_ack(acks_.front().from, acks_.front().slot);
@@ -318,15 +316,7 @@ void UcxTransport::progress_loop() {
       active = true;
     }
     // Gather responses are not limited by max_inflight: each client bounds its own requests.
-    while (!responses_.empty()) {
-      std::unique_ptr<Op> op = std::move(responses_.front());
-      responses_.pop_front();
-      Op* raw = op.get();
-      inflight_ops_.emplace(raw, std::move(op));
-      ++serving_;
-      issue(*raw);
-      active = true;
-    }
+    while (!responses_.empty()) issue_next(responses_, serving_);
     if (stopping && !flush_started_ && drained()) start_flush();
     if (!waiting_.empty() && inflight_ < options_.max_inflight) continue;
     // Over the network, keep progressing for a short while after the last event: the next

@@ -107,11 +107,7 @@ ucs_status_t UcxCallbacks::on_gather_request(void* arg, const void* header, std:
                                              const ucp_am_recv_param_t* /*param*/) {
   auto* t = static_cast<UcxTransport*>(arg);
   GatherRequestHeader h;
-  if (header_length != sizeof(h)) {
-    t->record_fatal(fmt::format("malformed gather request: header of {} bytes", header_length));
-    return UCS_OK;
-  }
-  std::memcpy(&h, header, sizeof(h));
+  if (!read_header(t, header, header_length, h, "gather request")) return UCS_OK;
   if (h.from < 0 || h.from >= t->world_size_) {
     t->record_fatal(fmt::format("gather request with invalid client rank {}", h.from));
     return UCS_OK;
@@ -124,11 +120,7 @@ ucs_status_t UcxCallbacks::on_gather_response(void* arg, const void* header, std
                                               std::size_t length, const ucp_am_recv_param_t* param) {
   auto* t = static_cast<UcxTransport*>(arg);
   GatherResponseHeader h;
-  if (header_length != sizeof(h)) {
-    t->record_fatal(fmt::format("malformed gather response: header of {} bytes", header_length));
-    return UCS_OK;
-  }
-  std::memcpy(&h, header, sizeof(h));
+  if (!read_header(t, header, header_length, h, "gather response")) return UCS_OK;
   const auto it = t->requests_.find(h.id);
   if (it == t->requests_.end()) {
     // Its request failed to send and was completed with that error already.

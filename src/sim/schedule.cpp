@@ -304,8 +304,6 @@ MinibatchTimeline simulate_collective(const std::vector<DeviceWork>& work, const
   MinibatchTimeline out;
   out.comm = CommKind::collective;
   const auto devices = work.size();
-  std::size_t microbatches = 0;
-  for (const auto& device_work : work) microbatches = std::max(microbatches, device_work.size());
   out.devices.resize(devices);
   const LayoutCosts costs = layout_costs(bytes, link, CommKind::collective, options.sharding);
   // hybrid: every node's collectives involve only its devices; full and hpz: one domain (hpz's
@@ -315,7 +313,7 @@ MinibatchTimeline simulate_collective(const std::vector<DeviceWork>& work, const
     // A domain pads to its own largest count (the trainer pads a hybrid host to its ranks' most).
     std::size_t most = 0;
     for (std::size_t d = first; d < std::min(devices, first + domain); ++d) most = std::max(most, work[d].size());
-    collective_domain(work, first, domain, domain == devices ? microbatches : most, compute, costs, options, out);
+    collective_domain(work, first, domain, most, compute, costs, options, out);
   }
   double slowest = 0.0;
   for (const auto& device : out.devices) slowest = std::max(slowest, device.finish_s);

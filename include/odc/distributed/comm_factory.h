@@ -62,8 +62,6 @@ class CommStack {
   // Bytes of parameter and optimizer state this rank holds: the store's, plus a layered comm's
   // secondary copy of the weights (hpz).
   std::int64_t state_bytes() const { return store().bytes() + (secondary_ ? secondary_->store().bytes() : 0); }
-  // The layout the store's shards follow (make_sharded_comm; make_comm: full over its group).
-  const ShardingPlan& sharding() const { return plan_; }
   // The group the store's shards are spread over: the checkpoints' and the export's exchanges of
   // shards run over it (hybrid: the host's ranks, whose shards every other host holds too).
   HostGroup& shard_group() { return *shard_group_; }
@@ -76,7 +74,6 @@ class CommStack {
                                                        const std::vector<model::UnitLayout>&, const model::LlamaConfig&,
                                                        std::uint64_t, backend::Backend*);
   CommStack() = default;
-  ShardingPlan plan_;
   HostGroup* shard_group_ = nullptr;
   std::vector<std::unique_ptr<HostGroup>> groups_;  // sub-groups of the layout (destroyed last)
   std::unique_ptr<CommStack> primary_;              // the layered comms' parts (layered_comm.h)
