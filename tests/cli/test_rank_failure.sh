@@ -49,6 +49,15 @@ rank_pid() {  # RANK -> pid of that rank of the job whose metrics go to $work/ru
   done | head -1
 }
 
+# Ends a job the test gave up on, and waits until none of its ranks is left: a rank that outlives
+# its case would hold the checkpoint directory's lock and fail the next case.
+end_job() {  # LAUNCHER_PID
+  kill "$1" 2>/dev/null
+  wait "$1"
+  pkill -9 -f "odc-train.*$work/run-metrics" 2>/dev/null
+  for _ in $(seq 1 40); do pgrep -f "odc-train.*$work/run-metrics" >/dev/null || break; sleep 0.25; done
+}
+
 failures=0
 fail() { echo "FAIL [$moment, $comm]: $*"; failures=$((failures + 1)); }
 
@@ -75,22 +84,30 @@ for signal in KILL STOP; do
   # Wait for the moment: one resumed step done (the microbatch / barrier cases: 1 s later the
   # survivor is in its slowed microbatch loop, or waits while the victim sleeps 3 s in its first
   # microbatch), or the victim sleeping after its shards of the next checkpoint.
+  # The victim's pid is taken as soon as the rank exists, not at the moment: a process list read
+  # under load is no proof that a rank has gone; whether it is still alive at the moment is asked
+  # of the kernel (kill -0).
   partial="$ckpt/.partial-step-$(printf %08d $((before + 2)))"
   ready=0
+  victim=""
   for _ in $(seq 1 240); do
+    [ -n "$victim" ] || victim=$(rank_pid 1)
     if [ "$moment" = checkpoint ]; then
       [ -f "$partial/rank-00001.json" ] && ready=1
     else
       [ -s "$work/run-metrics-0.jsonl" ] && ready=1
     fi
-    [ "$ready" = 1 ] && break
+    [ "$ready" = 1 ] && [ -n "$victim" ] && break
+    kill -0 "$launcher" 2>/dev/null || break
     sleep 0.25
   done
   [ "$moment" != checkpoint ] && sleep 1
-  victim=$(rank_pid 1)
-  if [ "$ready" != 1 ] || [ -z "$victim" ]; then
-    fail "$signal: the moment never came: $(tail -5 "$work/$signal.log")"
-    kill "$launcher" 2>/dev/null; wait "$launcher"; continue
+  if [ "$ready" != 1 ] || [ -z "$victim" ] || ! kill -0 "$victim" 2>/dev/null; then
+    state="moment reached: $([ "$ready" = 1 ] && echo yes || echo no); rank 1: pid ${victim:-never seen}"
+    [ -n "$victim" ] && ! kill -0 "$victim" 2>/dev/null && state="$state (gone before the failure was injected)"
+    kill -0 "$launcher" 2>/dev/null || state="$state; the job had already ended"
+    fail "$signal: no failure injected ($state): $(grep -v ' step ' "$work/$signal.log" | tail -8)"
+    end_job "$launcher"; continue
   fi
   t_fail=$(date +%s.%N)
   kill -"$signal" "$victim"
