@@ -5,6 +5,8 @@
 # still the newest complete checkpoint and that a resumed run starts from it and finishes.
 # Usage: test_checkpoint_crash.sh BIN_DIR WORK_DIR
 set -uo pipefail
+# shellcheck source=rank_pids.sh
+source "$(dirname "${BASH_SOURCE[0]}")/rank_pids.sh"
 bin="$(cd "$1" && pwd)"
 work="$2"
 rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
@@ -37,9 +39,8 @@ for _ in $(seq 1 240); do
   sleep 0.25
 done
 [ -f "$ckpt/.partial-step-00000006/rank-00000.json" ] || fail "the step-6 write never started: $(tail -5 "$work/crash.log")"
-victim=$(pgrep -f "odc-train.*$work/data.jsonl.*checkpoint.delay_ms" | while read -r pid; do
-  if tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=0$'; then echo "$pid"; fi
-done | head -1)
+victim=$(wait_rank_pid "odc-train.*$work/data.jsonl.*checkpoint.delay_ms" 0)
+[ -n "$victim" ] || fail "rank 0 not found while it writes step 6: $(tail -3 "$work/crash.log")"
 [ -n "$victim" ] && kill -9 "$victim"
 wait "$launcher"; rc=$?
 [ "$rc" -ne 0 ] || fail "mpirun exited 0 although rank 0 was killed"

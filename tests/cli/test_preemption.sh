@@ -5,6 +5,8 @@
 # ends within seconds although the step had several seconds left, and no checkpoint is committed.
 # Usage: test_preemption.sh BIN_DIR WORK_DIR
 set -uo pipefail
+# shellcheck source=rank_pids.sh
+source "$(dirname "${BASH_SOURCE[0]}")/rank_pids.sh"
 bin="$(cd "$1" && pwd)"
 work="$2"
 rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
@@ -26,9 +28,7 @@ for _ in $(seq 1 120); do
   [ -s "$work/metrics-1.jsonl" ] && [ "$(wc -l < "$work/metrics-1.jsonl")" -ge 5 ] && break
   sleep 0.25
 done
-victim=$(pgrep -f "odc-train.*$work/data.jsonl" | while read -r pid; do
-  if tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$'; then echo "$pid"; fi
-done | head -1)
+victim=$(wait_rank_pid "odc-train.*$work/data.jsonl" 1)
 [ -n "$victim" ] || fail "rank 1 not found"
 kill -TERM "$victim"
 wait "$launcher"; rc=$?
@@ -54,9 +54,7 @@ for _ in $(seq 1 200); do
   [ -s "$work/metrics-1.jsonl" ] && break
   sleep 0.25
 done
-victim=$(pgrep -f "odc-train.*$work/data.jsonl.*debug.delay_ms" | while read -r pid; do
-  if tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$'; then echo "$pid"; fi
-done | head -1)
+victim=$(wait_rank_pid "odc-train.*$work/data.jsonl.*debug.delay_ms" 1)
 [ -n "$victim" ] || fail "second signal: rank 1 not found: $(tail -3 "$work/twice.log")"
 sleep 0.5
 kill -TERM "$victim"

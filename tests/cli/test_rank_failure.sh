@@ -43,11 +43,9 @@ train() {  # extra --set arguments...
     --set train.log_every=1 --set train.peak_flops=1e10 --set comm.timeout_s=$timeout_s "$@"
 }
 latest_step() { ls "$ckpt" | grep -E '^step-[0-9]+$' | sort | tail -1 | sed 's/^step-0*//'; }
-rank_pid() {  # RANK -> pid of that rank of the job whose metrics go to $work/run-metrics-*
-  pgrep -f "odc-train.*$work/run-metrics" | while read -r pid; do
-    if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -q "^OMPI_COMM_WORLD_RANK=$1$"; then echo "$pid"; fi
-  done | head -1
-}
+# shellcheck source=rank_pids.sh
+source "$(dirname "${BASH_SOURCE[0]}")/rank_pids.sh"
+job_ranks="odc-train.*$work/run-metrics"  # the ranks of the job whose metrics go to $work/run-metrics-*
 
 # Ends a job the test gave up on, and waits until none of its ranks is left: a rank that outlives
 # its case would hold the checkpoint directory's lock and fail the next case.
@@ -91,7 +89,7 @@ for signal in KILL STOP; do
   ready=0
   victim=""
   for _ in $(seq 1 240); do
-    [ -n "$victim" ] || victim=$(rank_pid 1)
+    [ -n "$victim" ] || victim=$(rank_pid "$job_ranks" 1)
     if [ "$moment" = checkpoint ]; then
       [ -f "$partial/rank-00001.json" ] && ready=1
     else
