@@ -2,7 +2,7 @@
 # by its command line and its Open MPI rank (OMPI_COMM_WORLD_RANK in its environment).
 #
 #   rank_pid PATTERN RANK        one look at the process list (empty if no process matches)
-#   wait_rank_pid PATTERN RANK   looks again every 0.1 s for up to 5 s (ODC_RANK_PID_WAIT_S):
+#   wait_rank_pid PATTERN RANK   looks again every 0.1 s for up to 5 s:
 #                                one look under load has been seen to miss a running rank
 # PATTERN is a `pgrep -f` regular expression that matches the ranks' command lines (and may match
 # mpirun's, whose environment has no OMPI_COMM_WORLD_RANK).
@@ -19,9 +19,7 @@ rank_pid() {  # PATTERN RANK
 }
 
 wait_rank_pid() {  # PATTERN RANK
-  local tries i
-  tries=$(echo "${ODC_RANK_PID_WAIT_S:-5} * 10 / 1" | bc)
-  for ((i = 0; i <= tries; i++)); do
+  for _ in $(seq 1 50); do
     rank_pid "$1" "$2" && return 0
     sleep 0.1
   done

@@ -47,13 +47,23 @@ latest_step() { ls "$ckpt" | grep -E '^step-[0-9]+$' | sort | tail -1 | sed 's/^
 source "$(dirname "${BASH_SOURCE[0]}")/rank_pids.sh"
 job_ranks="odc-train.*$work/run-metrics"  # the ranks of the job whose metrics go to $work/run-metrics-*
 
+# ranks_left TRIES: waits up to TRIES x 0.25 s for the job's ranks to end; prints the pids still there.
+ranks_left() {
+  local left
+  for _ in $(seq 1 "$1"); do
+    left=$(pgrep -f "$job_ranks")
+    [ -z "$left" ] && return
+    sleep 0.25
+  done
+  echo $left
+}
 # Ends a job the test gave up on, and waits until none of its ranks is left: a rank that outlives
 # its case would hold the checkpoint directory's lock and fail the next case.
 end_job() {  # LAUNCHER_PID
   kill "$1" 2>/dev/null
   wait "$1"
-  pkill -9 -f "odc-train.*$work/run-metrics" 2>/dev/null
-  for _ in $(seq 1 40); do pgrep -f "odc-train.*$work/run-metrics" >/dev/null || break; sleep 0.25; done
+  pkill -9 -f "$job_ranks" 2>/dev/null
+  ranks_left 40 > /dev/null
 }
 
 failures=0
@@ -100,9 +110,11 @@ for signal in KILL STOP; do
     sleep 0.25
   done
   [ "$moment" != checkpoint ] && sleep 1
-  if [ "$ready" != 1 ] || [ -z "$victim" ] || ! kill -0 "$victim" 2>/dev/null; then
+  alive=0
+  [ -n "$victim" ] && kill -0 "$victim" 2>/dev/null && alive=1
+  if [ "$ready" != 1 ] || [ "$alive" != 1 ]; then
     state="moment reached: $([ "$ready" = 1 ] && echo yes || echo no); rank 1: pid ${victim:-never seen}"
-    [ -n "$victim" ] && ! kill -0 "$victim" 2>/dev/null && state="$state (gone before the failure was injected)"
+    [ -n "$victim" ] && [ "$alive" != 1 ] && state="$state (gone before the failure was injected)"
     kill -0 "$launcher" 2>/dev/null || state="$state; the job had already ended"
     fail "$signal: no failure injected ($state): $(grep -v ' step ' "$work/$signal.log" | tail -8)"
     end_job "$launcher"; continue
@@ -113,11 +125,7 @@ for signal in KILL STOP; do
   elapsed=$(echo "$(date +%s.%N) - $t_fail" | bc)
   # mpirun may exit as soon as it has sent SIGKILL: give the kernel a moment to end the ranks
   # (seen under load: a frozen rank still listed right after mpirun returned).
-  for _ in $(seq 1 20); do
-    leftover=$(pgrep -f "odc-train.*$work/run-metrics" || true)
-    [ -z "$leftover" ] && break
-    sleep 0.25
-  done
+  leftover=$(ranks_left 20)
   [ "$rc" -ne 0 ] || fail "$signal: mpirun exited 0 after rank 1 failed"
   [ -z "$leftover" ] || { fail "$signal: processes left behind: $leftover"; kill -9 $leftover; }
   limit=$(( timeout_s + 20 ))  # the timeout, the peers' answer window (<= timeout/4) and shutdown
