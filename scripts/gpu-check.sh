@@ -2,13 +2,16 @@
 # The one prepared check for a lent GPU machine, run from the bundle that scripts/gpu-bundle.sh
 # made here (that machine cannot build this project: it lacks MPI, UCX, yaml-cpp, ICU, ...).
 #
-#   scripts/gpu-check.sh [--dry-run] [--deadline S] BUNDLE OUT_DIR
+#   scripts/gpu-check.sh [--dry-run] [--deadline S] [--only STEPS] BUNDLE OUT_DIR
 #
 #   BUNDLE      gpu-bundle/odc-gpu-bundle.tar.xz (or an unpacked odc-gpu/ folder)
 #   OUT_DIR     receives exactly two files: summary.txt (also printed last, at most 40 lines) and
 #               gpu-check.tar.gz (every log and JSON result)
 #   --deadline  seconds for the whole check (default 420): every step is cut to what is left, so
 #               the check ends inside one 600 s command with time to spare
+#   --only      a comma-separated list of step names (below) to run, e.g. the failed or deadline-cut
+#               steps of an earlier call: "--only ipc-train,throughput"; manifest, libraries and env
+#               always run
 #   --dry-run   everything except the GPU work, on any machine: unpacks and verifies the bundle,
 #               resolves every program's libraries and starts each one, runs the trainer step on
 #               the CPU backend's bf16 mode, compiles the Python peers,
@@ -28,13 +31,15 @@
 set -uo pipefail
 dry_run=0
 deadline=420
-usage() { echo "usage: scripts/gpu-check.sh [--dry-run] [--deadline S] BUNDLE OUT_DIR" >&2; exit 2; }
+only=""
+usage() { echo "usage: scripts/gpu-check.sh [--dry-run] [--deadline S] [--only STEPS] BUNDLE OUT_DIR" >&2; exit 2; }
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry_run=1; shift ;;
     --deadline) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; deadline="$2"; shift 2 ;;
-    -h|--help) sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --only) [ $# -ge 2 ] && [[ "$2" =~ ^[a-z0-9,-]+$ ]] || usage; only=",$2,"; shift 2 ;;
+    -h|--help) sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu-check: unknown option '$1'" >&2; usage ;;
     *) args+=("$1"); shift ;;
   esac
@@ -43,6 +48,9 @@ done
 bundle="${args[0]}"
 out="${args[1]}"
 start_s=$SECONDS
+# This machine's own library path, for its python3 (torch): the bundle's libraries precede it only
+# for the bundle's programs (below).
+torch_env=(env "LD_LIBRARY_PATH=${LD_LIBRARY_PATH-}")
 mkdir -p "$out" || { echo "gpu-check: error: cannot create $out" >&2; exit 1; }
 out="$(cd "$out" && pwd)"
 work="$(mktemp -d "${TMPDIR:-/tmp}/odc-gpu-check.XXXXXX")"
@@ -60,9 +68,15 @@ step() {
   shift 2
   local left=$((deadline - (SECONDS - start_s) - 15))  # 15 s kept for the summary and archive
   local rc took t0=$SECONDS
+  case "$name" in
+    manifest|libraries|env) ;;
+    *) if [ -n "$only" ] && [[ "$only" != *",$name,"* ]]; then return 0; fi ;;
+  esac
   if [ "$left" -lt 5 ]; then
+    # Not run, not failed: the summary lists it for a rerun with --only.
     printf '%s\t%s\t%s\n' "$name" "deadline" 0 >>"$status_file"
     failed=1
+    echo "gpu-check: $name not run (deadline)" >&2
     return 1
   fi
   [ "$limit" -gt "$left" ] && limit=$left
@@ -78,7 +92,7 @@ step() {
 
 finish() {
   local summary="$out/summary.txt"
-  python3 "$b/py/gpu_check_summary.py" "$logs" "$dry_run" >"$summary" 2>>"$logs/summary-errors.log" \
+  "${torch_env[@]}" python3 "$b/py/gpu_check_summary.py" "$logs" "$dry_run" >"$summary" 2>>"$logs/summary-errors.log" \
     || { echo "summary failed; steps:" >"$summary"; cat "$status_file" >>"$summary"; failed=1; }
   tar -C "$work" -czf "$out/gpu-check.tar.gz" logs
   cat "$summary"
@@ -110,12 +124,14 @@ except Exception:
 print(":".join(d for d in dirs if os.path.isdir(d)))
 PY
 )"
+# The bundle's libraries (Debian's libstdc++, ...) come first for the bundle's programs only: the
+# Python peers (torch) run with this machine's own library path (torch_env).
 export LD_LIBRARY_PATH="$b/lib${cuda_libs:+:$cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bin="$b/bin"
 step libraries 30 bash -c 'for p in "$1"/*; do if ldd "$p" | grep "not found"; then echo "$p: unresolved"; exit 1; fi; done; echo all resolved' \
   libraries "$bin" || finish
 
-step env 30 bash -c 'nvidia-smi || echo "nvidia-smi: none"; python3 -c "import torch; print(\"torch\", torch.__version__, torch.version.cuda, torch.cuda.is_available())" || echo "torch: none"; cat "$1/COMMIT"' env "$b"
+step env 30 "${torch_env[@]}" bash -c 'nvidia-smi || echo "nvidia-smi: none"; python3 -c "import torch; print(\"torch\", torch.__version__, torch.version.cuda, torch.cuda.is_available())" || echo "torch: none"; cat "$1/COMMIT"' env "$b"
 
 if [ "$dry_run" -eq 1 ]; then
   # Each program starts with the bundle's libraries: without a device it exits 77 (SKIP) or, asked
@@ -159,10 +175,10 @@ step ceilings 30 bash -c '"$1" >"$2"' ceilings "$bin/gpu_ceilings" "$logs/ceilin
 step nccl 20 bash -c '"$1" >"$2"' nccl "$bin/gpu_nccl" "$logs/nccl.jsonl"
 step model-parity 45 bash -c '"$1" >"$2"' model-parity "$bin/gpu_model_parity" "$logs/model-parity.jsonl"
 step throughput 60 bash -c '"$1" >"$2"' throughput "$bin/gpu_model_throughput" "$logs/throughput.jsonl"
-step throughput-torch 60 bash -c 'python3 "$1" >"$2"; rc=$?; [ $rc -eq 77 ] && exit 0; exit $rc' \
+step throughput-torch 60 "${torch_env[@]}" bash -c 'python3 "$1" >"$2"; rc=$?; [ $rc -eq 77 ] && exit 0; exit $rc' \
   throughput-torch "$b/py/gpu_model_torch.py" "$logs/throughput-torch.jsonl"
 step attention 30 bash -c '"$1" >"$2"' attention "$bin/gpu_attention" "$logs/attention.jsonl"
-step attention-torch 45 bash -c 'python3 "$1" >"$2"; rc=$?; [ $rc -eq 77 ] && exit 0; exit $rc' \
+step attention-torch 45 "${torch_env[@]}" bash -c 'python3 "$1" >"$2"; rc=$?; [ $rc -eq 77 ] && exit 0; exit $rc' \
   attention-torch "$b/py/gpu_attention_torch.py" "$logs/attention-torch.jsonl"
 for tool in memcheck racecheck synccheck; do
   step "$tool" 30 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/odc_cuda_tests" "[sanitize]"

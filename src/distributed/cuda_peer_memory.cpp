@@ -79,7 +79,12 @@ class CudaPeerMemory final : public PeerMemory {
       fail("{}: cannot allocate {} bytes on CUDA device {}: {}", what, size, device_, cudaGetErrorString(status));
     }
     exported_.emplace_back(p);
-    cu::check_cuda(cudaMemset(p, 0, size), "cudaMemset of an exported region");
+    // On the backend's (non-blocking) stream, which also uploads the master shards into these
+    // regions: a legacy-stream cudaMemset would be unordered against that upload. Finished before the
+    // handle is published, so no peer can read the region before it is zeroed.
+    const auto stream = static_cast<cudaStream_t>(compute_);
+    cu::check_cuda(cudaMemsetAsync(p, 0, size, stream), "cudaMemsetAsync of an exported region");
+    cu::check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize after zeroing an exported region");
     cudaIpcMemHandle_t h{};
     cu::check_cuda(cudaIpcGetMemHandle(&h, p), "cudaIpcGetMemHandle");
     handle = fmt::format("cuda {} {:x} {} {}", ::getpid(), reinterpret_cast<std::uintptr_t>(p), size, to_hex(&h, sizeof(h)));

@@ -41,7 +41,7 @@ ls "$b/lib" | grep -q '^libdnnl' || fail "the bundle lacks oneDNN, which odc-tra
 [ "$(ls "$work/out" | sort | tr '\n' ' ')" = "gpu-check.tar.gz summary.txt " ] || fail "OUT holds $(ls "$work/out")"
 lines=$(wc -l <"$work/out/summary.txt")
 [ "$lines" -le 40 ] || fail "the summary has $lines lines"
-grep -q "steps: all .* passed" "$work/out/summary.txt" || { cat "$work/out/summary.txt"; fail "summary does not pass"; }
+grep -q "steps: all .* run passed" "$work/out/summary.txt" || { cat "$work/out/summary.txt"; fail "summary does not pass"; }
 tar -tzf "$work/out/gpu-check.tar.gz" | grep -q 'logs/steps.tsv' || fail "the archive lacks logs/steps.tsv"
 grep -q "rerun bitwise yes, resume bitwise yes" "$work/out/summary.txt" \
   || { cat "$work/out/summary.txt"; fail "the trainer step did not rerun and resume bit for bit"; }

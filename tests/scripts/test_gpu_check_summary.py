@@ -111,7 +111,7 @@ def main():
         lines = summarize(script, folder)
         assert len(lines) <= 40, len(lines)
         expect(lines, "FAILED step0 (rc=1, 1s)")
-        expect(lines, "and 21 more; 171 of 200 passed, 200s in all")
+        expect(lines, "and 21 more; 171 of 200 run passed, 200s in all")
         expect(lines, "model parity: 0/60 within bounds")
         expect(lines, "tests: not run")
         expect(lines, "throughput: no results")
@@ -121,8 +121,14 @@ def main():
         write(folder, "steps.tsv", "manifest\t0\t1\nlibraries\t0\t1\n")
         lines = summarize(script, folder, dry="1")
         expect(lines, "dry run")
-        expect(lines, "steps: all 2 passed in 2s")
+        expect(lines, "steps: all 2 run passed in 2s")
         assert not any("throughput" in l for l in lines), lines
+    with tempfile.TemporaryDirectory() as folder:
+        # Steps the deadline cut are listed as not run, with the --only that reruns them.
+        write(folder, "steps.tsv", "tests\t0\t9\nnccl\t1\t2\nthroughput\tdeadline\t0\nattention\tdeadline\t0\n")
+        lines = summarize(script, folder)
+        expect(lines, "steps: FAILED nccl (rc=1, 2s); 1 of 2 run passed, 11s in all; "
+                      "not run (deadline; rerun with --only throughput,attention)")
     print("gpu_check_summary: all checks passed")
     return 0
 
