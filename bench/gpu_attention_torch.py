@@ -14,6 +14,9 @@ Each shape runs twice, once with only the flash backend enabled and once with on
 (torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION / CUDNN_ATTENTION); "impl" is
 "torch_sdpa_flash" or "torch_sdpa_cudnn"): a shape a backend cannot run is reported with an
 "error" field instead of silently using another kernel; only flash errors fail the script.
+Ragged shapes also run torch.nn.attention.varlen.varlen_attn (flash's varlen kernel on packed
+[tokens, heads, dim] with cumulative offsets, the way a packed trainer feeds it; torch >= 2.10),
+"impl" "torch_varlen", when this torch has it.
 Timing: CUDA events, 3 warm-ups, median of ITERS (default 20). FLOPs as in gpu_attention.cpp:
 forward 4 * sum s(s+1)/2 * head_dim * n_heads, backward 2.5x that.
 
@@ -177,6 +180,52 @@ def run_shape(name, seqlens, heads, kv, d, iters, impl="torch_sdpa_flash", backe
             "n_kv_heads": kv, "head_dim": d, "error": errors, "torch": torch.__version__}
 
 
+def varlen_row(name, seqlens, heads, kv, d, iters):
+    """flash varlen on packed tensors (None when this torch has no torch.nn.attention.varlen)."""
+    try:
+        import inspect
+        from torch.nn.attention.varlen import varlen_attn
+    except Exception:
+        return None
+    params = inspect.signature(varlen_attn).parameters
+    # The causal switch moved between releases: is_causal (2.10), window_size=(-1, 0) later.
+    causal = {"is_causal": True} if "is_causal" in params else {"window_size": (-1, 0)}
+    gqa = "enable_gqa" in params
+    kv_eff = kv if gqa else heads
+    dev, dt = "cuda", torch.bfloat16
+    gen = torch.Generator(device=dev).manual_seed(0)
+    tokens = sum(seqlens)
+    cu = torch.tensor([0] + list(_cumsum(seqlens)), device=dev, dtype=torch.int32)
+    q = torch.randn(tokens, heads, d, device=dev, dtype=dt, generator=gen).requires_grad_()
+    k = torch.randn(tokens, kv_eff, d, device=dev, dtype=dt, generator=gen).requires_grad_()
+    v = torch.randn(tokens, kv_eff, d, device=dev, dtype=dt, generator=gen).requires_grad_()
+    dout = torch.randn(tokens, heads, d, device=dev, dtype=dt, generator=gen)
+    extra = {"enable_gqa": True} if gqa and kv != heads else {}
+    m = max(seqlens)
+
+    def fwd():
+        return varlen_attn(q, k, v, cu, cu, m, m, **causal, **extra)
+
+    def fwdbwd():
+        torch.autograd.grad(fwd(), (q, k, v), dout)
+
+    row = {"bench": "gpu_attention", "impl": "torch_varlen", "shape": name, "tokens": tokens,
+           "num_seqs": len(seqlens), "max_seqlen": m, "n_heads": heads, "n_kv_heads": kv, "head_dim": d,
+           "ragged_mode": "packed_varlen", "gqa_mode": "enable_gqa" if extra else ("expanded_kv" if kv != heads else "none"),
+           "torch": torch.__version__}
+    try:
+        fwd_ms = median_ms(fwd, iters)
+        fwdbwd_ms = median_ms(fwdbwd, iters)
+    except Exception as exc:  # reported, not fatal: flash SDPA stays the reference peer
+        torch.cuda.synchronize()
+        row["error"] = [f"{type(exc).__name__}: {str(exc)[:160]}"]
+        return row
+    flops = fwd_flops(seqlens, heads, d)
+    row.update({"fwd_ms": round(fwd_ms, 4), "fwd_tflops": round(flops / (fwd_ms * 1e-3) / 1e12, 2),
+                "fwdbwd_ms": round(fwdbwd_ms, 4), "fwdbwd_tflops": round(3.5 * flops / (fwdbwd_ms * 1e-3) / 1e12, 2)})
+    return row
+
+
 def main():
     iters = max(1, int(sys.argv[1])) if len(sys.argv) > 1 else 20
     failed = False
@@ -190,6 +239,10 @@ def main():
             # flash is the reference peer; cuDNN's SDPA may refuse shapes (reported, not fatal).
             failed = failed or ("error" in row and impl == "torch_sdpa_flash")
             print(json.dumps(row), flush=True)
+        if len(set(seqlens)) > 1:
+            row = varlen_row(name, seqlens, heads, kv, d, iters)
+            if row is not None:
+                print(json.dumps(row), flush=True)
     return 1 if failed else 0
 
 

@@ -90,6 +90,8 @@ def sanitizer_lines(logs):
             continue
         m = re.findall(r"ERROR SUMMARY: (\d+) error", text)
         hazards = re.findall(r"RACECHECK SUMMARY: (\d+) hazard", text)
+        # racecheck prints no ERROR SUMMARY: "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
+        m = m or re.findall(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) error", text)
         if m:
             cells.append(f"{tool} {m[-1]} errors" + (f", {hazards[-1]} hazards" if hazards else ""))
         else:
@@ -138,7 +140,7 @@ def attention_lines(logs):
     for k, o in list(ours.items())[:8]:
         p = peers.get(k, {})
         best = max(p.values(), key=lambda r: r.get("fwdbwd_tflops", 0), default=None)
-        cell = (f"{o['fwdbwd_tflops']:.0f} / {best['fwdbwd_tflops']:.0f} ({best['impl'][11:]}) "
+        cell = (f"{o['fwdbwd_tflops']:.0f} / {best['fwdbwd_tflops']:.0f} ({best['impl'].removeprefix('torch_sdpa_').removeprefix('torch_')}) "
                 f"= {o['fwdbwd_tflops'] / best['fwdbwd_tflops']:.2f}x" if best and best.get("fwdbwd_tflops")
                 else f"{o.get('fwdbwd_tflops', 0):.0f} / n/a")
         out.append(f"  {k[0]} {k[1]}/{k[2]} d{k[3]}: {cell}")
@@ -146,12 +148,14 @@ def attention_lines(logs):
 
 
 def parity_lines(logs):
-    rows = jsonl(os.path.join(logs, "model-parity.jsonl"))
+    # Checked rows carry "check"; the per-tensor rows ("tensor") are for the record.
+    rows = [r for r in jsonl(os.path.join(logs, "model-parity.jsonl")) if "check" in r]
     if not rows:
         return ["model parity: no results"]
     bad = [r for r in rows if not r.get("ok")]
     out = [f"model parity: {len(rows) - len(bad)}/{len(rows)} within bounds"]
-    for r in (bad or rows)[:6]:
+    tighter = [r for r in rows if str(r.get("check", "")).startswith("tighter")]
+    for r in (bad or tighter or rows)[:6]:
         out.append(f"  {r.get('check')}: {r.get('value'):.3e} (bound {r.get('bound'):.1e}){'' if r.get('ok') else '  FAIL'}")
     return out
 

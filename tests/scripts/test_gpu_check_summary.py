@@ -129,6 +129,20 @@ def main():
         lines = summarize(script, folder)
         expect(lines, "steps: FAILED nccl (rc=1, 2s); 1 of 2 run passed, 11s in all; "
                       "not run (deadline; rerun with --only throughput,attention)")
+    with tempfile.TemporaryDirectory() as folder:
+        # racecheck as the H200 printed it: no ERROR SUMMARY line, the errors inside the RACECHECK one.
+        write(folder, "racecheck.log", "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n")
+        write(folder, "memcheck.log", "========= ERROR SUMMARY: 0 errors\n")
+        lines = summarize(script, folder)
+        expect(lines, "racecheck 0 errors, 0 hazards")
+    with tempfile.TemporaryDirectory() as folder:
+        # Per-tensor rows are for the record: they neither count as checks nor break the summary.
+        jsonl(folder, "model-parity.jsonl", [
+            {"check": "tighter: loss gpu~cpu_bf16 / gpu~cpu_f32", "value": 0.25, "bound": 0.5, "ok": True},
+            {"tensor": "lm_head.weight", "gpu_vs_cpu_bf16": 5.6e-3, "gpu_vs_cpu_f32": 6.7e-3, "ratio": 0.83}])
+        lines = summarize(script, folder)
+        expect(lines, "model parity: 1/1 within bounds")
+        expect(lines, "tighter: loss gpu~cpu_bf16 / gpu~cpu_f32: 2.500e-01 (bound 5.0e-01)")
     print("gpu_check_summary: all checks passed")
     return 0
 
