@@ -8,7 +8,8 @@ normalization (decomposed accents under Qwen's NFC), byte fallback (LLaMA-2 on r
 and added tokens embedded in text.
 
 Characters come from blocks that were complete long before Unicode 14, so the character tables of
-PCRE2 (Unicode 14) and of the JavaScript reference (newer) classify them identically.
+PCRE2 (Unicode 14) and of the reference (Rust `tokenizers`: Oniguruma, newer) classify them
+identically.
 
 usage: make_corpus.py OUT.json [--seed N]
 """

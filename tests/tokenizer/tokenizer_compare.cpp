@@ -1,5 +1,5 @@
 // odc_tokenizer_compare: encodes a corpus with odc::data::Tokenizer and compares the ids with the
-// reference written by encode_reference.mjs (Hugging Face's JavaScript tokenizers on the same
+// reference written by tokenizers_equality.py (Hugging Face's `tokenizers` on the same
 // tokenizer.json files). Per tokenizer it prints how many strings are equal (without and with
 // special tokens), whether decoding the reference ids gives the reference text, whether
 // decode(encode(s)) == s for the byte-level tokenizers, and the encode speed on 1 MiB of the corpus.

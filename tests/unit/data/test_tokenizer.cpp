@@ -1,6 +1,6 @@
 // Tokenizer on small hand-written tokenizer.json files: merges applied by rank, added tokens and
 // their flags, byte fallback, post-processing, decoding, and a clear error for each kind of bad
-// input. Equality with the reference library on real files is tests/tokenizer (npm_equality).
+// input. Equality with the reference library on real files is tests/tokenizer (tokenizer/equality).
 #include <catch2/catch.hpp>
 
 #include <filesystem>
