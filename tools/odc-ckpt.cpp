@@ -53,8 +53,9 @@ options:
   --from CKPT            native checkpoint directory (step-N) (required)
   --out DIR              output directory (required)
   --dtype D              bf16, f16 or f32 (default: the dtype of the HF directory it replaces, else f32)
-  --architecture NAME    LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM (default: Qwen2 when
-                         the model has attention biases, else LlamaForCausalLM)
+  --architecture NAME    LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM
+                         (default: Qwen3 when the model has q/k norms, Qwen2 when it has attention
+                         biases, else LlamaForCausalLM)
   --tokenizer-from DIR   copy tokenizer.json and friends from this directory (default: keep those of
                          the HF directory it replaces)
   -h, --help             show this help
@@ -100,9 +101,10 @@ options:
   --config FILE          Hugging Face config.json to take the model shape from
   --set model.config.KEY=VALUE
                          set one config.json field (repeatable), e.g. --set model.config.hidden_size=64
-  --architecture NAME    LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM (default: the
-                         config's "architectures", else Qwen2ForCausalLM when attention_bias is true,
-                         else LlamaForCausalLM)
+  --architecture NAME    LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM
+                         (default: the config's "architectures" or "model_type", else Qwen3ForCausalLM
+                         when qk_norm is true, Qwen2ForCausalLM when attention_bias is true, else
+                         LlamaForCausalLM)
   --dtype D              bf16, f16 or f32 (default bf16)
   --seed N               initialization seed (default 0)
   --tokenizer PATH       copy tokenizer.json (+ tokenizer_config.json, special_tokens_map.json,
@@ -205,9 +207,13 @@ int run_init(const odc::cli::Arguments& args) {
   if (architecture.empty()) {
     const bool named = fields.contains("architectures") || fields.contains("model_type");
     if (!named) {
-      const auto bias_field = fields.find("attention_bias");
-      const bool bias = bias_field != fields.end() && bias_field->is_boolean() && bias_field->get<bool>();
-      architecture = bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+      auto flag = [&](const char* key) {
+        const auto field = fields.find(key);
+        return field != fields.end() && field->is_boolean() && field->get<bool>();
+      };
+      architecture = flag("qk_norm")          ? "Qwen3ForCausalLM"
+                     : flag("attention_bias") ? "Qwen2ForCausalLM"
+                                              : "LlamaForCausalLM";
     }
   } else {
     (void)odc::io::hf_model_type(architecture);  // odc::Error naming the supported ones

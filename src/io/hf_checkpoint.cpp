@@ -26,10 +26,11 @@ struct Architecture {
   const char* name;
   const char* model_type;
 };
-constexpr std::array<Architecture, 3> kArchitectures = {{
+constexpr std::array<Architecture, 4> kArchitectures = {{
     {"LlamaForCausalLM", "llama"},
     {"MistralForCausalLM", "mistral"},
     {"Qwen2ForCausalLM", "qwen2"},
+    {"Qwen3ForCausalLM", "qwen3"},
 }};
 
 // Files of an HF model directory that belong to the tokenizer and generation defaults.
@@ -141,13 +142,18 @@ nlohmann::ordered_json export_config_json(const model::LlamaConfig& config, cons
   j["architectures"] = {architecture};
   j["model_type"] = hf_model_type(architecture);
   j["torch_dtype"] = dtype_name(dtype);  // "float32", "bfloat16", "float16": HF's spellings
+  // qk_norm is ours, not an HF field: model_type qwen3 says it.
   for (const auto& [key, value] : fields.items()) {
-    if (key != "architectures" && key != "model_type") j[key] = value;
+    if (key != "architectures" && key != "model_type" && key != "qk_norm") j[key] = value;
   }
-  // HF's Mistral defaults to a 4096-token sliding window and Qwen2 may enable one; the model
+  // HF's Mistral defaults to a 4096-token sliding window and Qwen2/Qwen3 may enable one; the model
   // attends over the whole sequence, so say so explicitly.
   if (architecture == "MistralForCausalLM") j["sliding_window"] = nullptr;
   if (architecture == "Qwen2ForCausalLM") j["use_sliding_window"] = false;
+  if (architecture == "Qwen3ForCausalLM") {
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+  }
   if (!copy_from_dir.empty() && fs::exists(fs::path(copy_from_dir) / "config.json")) {
     const nlohmann::json source = read_json(fs::path(copy_from_dir) / "config.json");
     for (const char* key : kTokenIdFields) {
@@ -172,8 +178,26 @@ std::string hf_model_type(const std::string& architecture) {
   fail("architecture '{}' is not supported (supported: {})", architecture, supported_hf_architectures());
 }
 
+std::string default_hf_architecture(const model::LlamaConfig& config) {
+  if (config.qk_norm) return "Qwen3ForCausalLM";
+  return config.attention_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+}
+
 void check_hf_architecture(const std::string& architecture, const model::LlamaConfig& config,
                               const std::string& where) {
+  const bool qwen3 = architecture == "Qwen3ForCausalLM";
+  if (qwen3 && !config.qk_norm) {
+    fail("{}: Qwen3ForCausalLM always has the per-head q/k norms, but this model has none (qk_norm false; export "
+         "it as {})", where, config.attention_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM");
+  }
+  if (!qwen3 && config.qk_norm) {
+    fail("{}: {} has no q/k norms, but this model has them (qk_norm true): export it as Qwen3ForCausalLM", where,
+         architecture);
+  }
+  if (qwen3 && config.attention_bias) {
+    fail("{}: Qwen3ForCausalLM with attention_bias true also has an o_proj bias, which this model does not have "
+         "(only attention_bias false is supported for Qwen3)", where);
+  }
   if (architecture == "Qwen2ForCausalLM" && !config.attention_bias) {
     fail("{}: Qwen2ForCausalLM always has q/k/v biases, but attention_bias is false (export a model "
          "without biases as LlamaForCausalLM)", where);
@@ -198,14 +222,25 @@ model::LlamaConfig hf_config_from_json(const nlohmann::json& config_json, const 
     fail("{}: {}", where, e.what());
   }
   // Non-strict: published config.json files carry many fields that do not affect the weights.
-  model::LlamaConfig config = model::LlamaConfig::from_json(config_json, where, false);
+  // Qwen3's rules (q/k norms, head_dim 128 by default, sliding windows) follow its model_type,
+  // which the architecture decides here as for every other rule.
+  model::LlamaConfig config;
+  if (architecture == "Qwen3ForCausalLM" && config_json.value("model_type", std::string()) != "qwen3") {
+    nlohmann::json as_qwen3 = config_json;
+    as_qwen3["model_type"] = "qwen3";
+    config = model::LlamaConfig::from_json(as_qwen3, where, false);
+  } else {
+    config = model::LlamaConfig::from_json(config_json, where, false);
+  }
   if (architecture == "Qwen2ForCausalLM") config.attention_bias = true;
   if (architecture == "MistralForCausalLM") config.attention_bias = false;
   check_hf_architecture(architecture, config, where);
 
+  // Qwen3's windows were checked layer by layer (LlamaConfig::from_json): one reaching a layer is
+  // refused, so any left here changes nothing.
   const auto window = config_json.find("sliding_window");
-  const bool window_on = window != config_json.end() && window->is_number_integer() &&
-                         window->get<std::int64_t>() < config.max_position_embeddings &&
+  const bool window_on = architecture != "Qwen3ForCausalLM" && window != config_json.end() &&
+                         window->is_number_integer() && window->get<std::int64_t>() < config.max_position_embeddings &&
                          (architecture == "MistralForCausalLM" ||
                           config_json.value("use_sliding_window", false));
   if (window_on) {

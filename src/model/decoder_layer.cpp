@@ -7,7 +7,7 @@ namespace odc::model::detail {
 using backend::ConstView;
 using backend::View;
 
-LayerSlices layer_slices(const UnitLayout& unit, bool bias) {
+LayerSlices layer_slices(const UnitLayout& unit, const LlamaConfig& config) {
   auto at = [&](const char* suffix) {
     for (const auto& t : unit.tensors) {
       if (t.name.ends_with(suffix)) return Slice{t.offset, t.numel};
@@ -19,12 +19,16 @@ LayerSlices layer_slices(const UnitLayout& unit, bool bias) {
   o.wq = at("q_proj.weight");
   o.wk = at("k_proj.weight");
   o.wv = at("v_proj.weight");
-  if (bias) {
+  if (config.attention_bias) {
     o.bq = at("q_proj.bias");
     o.bk = at("k_proj.bias");
     o.bv = at("v_proj.bias");
   }
   o.wo = at("o_proj.weight");
+  if (config.qk_norm) {
+    o.q_norm = at("self_attn.q_norm.weight");
+    o.k_norm = at("self_attn.k_norm.weight");
+  }
   o.post_norm = at("post_attention_layernorm.weight");
   o.wg = at("gate_proj.weight");
   o.wu = at("up_proj.weight");
@@ -34,6 +38,20 @@ LayerSlices layer_slices(const UnitLayout& unit, bool bias) {
 
 ConstView part(ConstView unit, Slice s) { return s.offset < 0 ? ConstView{} : unit.at(s.offset, s.numel); }
 View part(View unit, Slice s) { return s.offset < 0 ? View{} : unit.at(s.offset, s.numel); }
+
+namespace {
+
+bool has_qk_norm(const LayerSlices& o) { return o.q_norm.offset >= 0; }
+
+// Qwen3's q/k norm is an RMSNorm over each head's head_dim values with one weight shared by all
+// heads: the backend's row RMSNorm over the [tokens x heads, head_dim] rows (its weight gradient
+// sums over all rows, i.e. over tokens and heads, as the shared weight needs).
+void head_norm_forward(backend::Backend& b, const Dims& d, ConstView x, ConstView weight, View y, View rstd,
+                       std::int64_t rows) {
+  b.rmsnorm_forward(x, weight, y, rstd, rows, d.head_dim, d.eps);
+}
+
+}  // namespace
 
 Dims dims_of(const LlamaConfig& c, std::int64_t tokens) {
   return {tokens, c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size, c.vocab_size,
@@ -52,11 +70,18 @@ LayerBuffers::LayerBuffers(backend::Backend& b)
       rstd2(b.memory(), DType::f32),
       xn2(b.memory(), b.activation_dtype()),
       gate(b.memory(), b.activation_dtype()),
-      up(b.memory(), b.activation_dtype()) {}
+      up(b.memory(), b.activation_dtype()),
+      q_raw(b.memory(), b.activation_dtype()),
+      k_raw(b.memory(), b.activation_dtype()),
+      rstd_q(b.memory(), DType::f32),
+      rstd_k(b.memory(), DType::f32) {}
 
 std::int64_t LayerBuffers::bytes() const {
   std::int64_t n = 0;
-  for (const auto* w : {&xn1, &q, &k, &v, &attn, &lse, &x_mid, &rstd1, &rstd2, &xn2, &gate, &up}) n += w->capacity_bytes();
+  for (const auto* w : {&xn1, &q, &k, &v, &attn, &lse, &x_mid, &rstd1, &rstd2, &xn2, &gate, &up, &q_raw, &k_raw,
+                        &rstd_q, &rstd_k}) {
+    n += w->capacity_bytes();
+  }
   return n;
 }
 
@@ -113,11 +138,15 @@ DecodeBuffers::DecodeBuffers(backend::Backend& b)
       xf(b.memory(), b.activation_dtype()),
       logits(b.memory(), b.activation_dtype()),
       tokens(b.memory(), DType::i32),
-      positions(b.memory(), DType::i32) {}
+      positions(b.memory(), DType::i32),
+      q_raw(b.memory(), b.activation_dtype()),
+      k_raw(b.memory(), b.activation_dtype()),
+      head_rstd(b.memory(), DType::f32) {}
 
 std::int64_t DecodeBuffers::bytes() const {
   std::int64_t n = 0;
-  for (const auto* w : {&x, &xn, &rstd, &q, &attn, &gate, &up, &h, &cos, &sin, &xf, &logits, &tokens, &positions}) {
+  for (const auto* w : {&x, &xn, &rstd, &q, &attn, &gate, &up, &h, &cos, &sin, &xf, &logits, &tokens, &positions,
+                        &q_raw, &k_raw, &head_rstd}) {
     n += w->capacity_bytes();
   }
   return n;
@@ -140,11 +169,20 @@ void layer_forward(backend::Backend& b, const LayerContext& ctx, const LayerSlic
   const View gate = saved.gate.get(t * d.f);
   const View up = saved.up.get(t * d.f);
   const View h = s.h.get(t * d.f);
+  // With the q/k norm the projections land in q_raw/k_raw (saved: the norm's backward reads them)
+  // and the normalized heads in q/k.
+  const bool qk_norm = has_qk_norm(o);
+  const View q_proj = qk_norm ? saved.q_raw.get(t * d.q) : q;
+  const View k_proj = qk_norm ? saved.k_raw.get(t * d.kv) : k;
 
   b.rmsnorm_forward(x_in, part(w, o.in_norm), xn1, rstd1, t, d.c, d.eps);
-  b.linear_forward(xn1, part(w, o.wq), part(w, o.bq), q, t, d.c, d.q);
-  b.linear_forward(xn1, part(w, o.wk), part(w, o.bk), k, t, d.c, d.kv);
+  b.linear_forward(xn1, part(w, o.wq), part(w, o.bq), q_proj, t, d.c, d.q);
+  b.linear_forward(xn1, part(w, o.wk), part(w, o.bk), k_proj, t, d.c, d.kv);
   b.linear_forward(xn1, part(w, o.wv), part(w, o.bv), v, t, d.c, d.kv);
+  if (qk_norm) {
+    head_norm_forward(b, d, q_proj, part(w, o.q_norm), q, saved.rstd_q.get(t * d.heads), t * d.heads);
+    head_norm_forward(b, d, k_proj, part(w, o.k_norm), k, saved.rstd_k.get(t * d.kv_heads), t * d.kv_heads);
+  }
   b.rope_forward(q, ctx.cos, ctx.sin, t, d.heads, d.head_dim);
   b.rope_forward(k, ctx.cos, ctx.sin, t, d.kv_heads, d.head_dim);
   b.attention_forward(ctx.shape, q, k, v, attn, lse);
@@ -171,12 +209,19 @@ void layer_decode(backend::Backend& b, const Dims& d, const LayerSlices& o, Cons
   // The new rows' keys and values go straight into their place in the cache.
   const View k_new = k_cache.at(past * d.kv, t * d.kv);
   const View v_new = v_cache.at(past * d.kv, t * d.kv);
+  const bool qk_norm = has_qk_norm(o);
+  const View q_proj = qk_norm ? s.q_raw.get(t * d.q) : q;
+  const View k_proj = qk_norm ? s.k_raw.get(t * d.kv) : k_new;
 
   // The same ops as layer_forward; the residual adds run in place (x_mid and x_out are x).
   b.rmsnorm_forward(x, part(w, o.in_norm), xn, rstd, t, d.c, d.eps);
-  b.linear_forward(xn, part(w, o.wq), part(w, o.bq), q, t, d.c, d.q);
-  b.linear_forward(xn, part(w, o.wk), part(w, o.bk), k_new, t, d.c, d.kv);
+  b.linear_forward(xn, part(w, o.wq), part(w, o.bq), q_proj, t, d.c, d.q);
+  b.linear_forward(xn, part(w, o.wk), part(w, o.bk), k_proj, t, d.c, d.kv);
   b.linear_forward(xn, part(w, o.wv), part(w, o.bv), v_new, t, d.c, d.kv);
+  if (qk_norm) {  // the statistics are not needed: one scratch serves both norms
+    head_norm_forward(b, d, q_proj, part(w, o.q_norm), q, s.head_rstd.get(t * d.heads), t * d.heads);
+    head_norm_forward(b, d, k_proj, part(w, o.k_norm), k_new, s.head_rstd.get(t * d.kv_heads), t * d.kv_heads);
+  }
   b.rope_forward(q, cos, sin, t, d.heads, d.head_dim);
   b.rope_forward(k_new, cos, sin, t, d.kv_heads, d.head_dim);
   const std::int64_t keys = past + t;
@@ -223,6 +268,13 @@ void layer_backward(backend::Backend& b, const LayerContext& ctx, const LayerSli
                        saved.lse.get(t * d.heads), dattn, dq, dk, dv);
   b.rope_backward(dq, ctx.cos, ctx.sin, t, d.heads, d.head_dim);
   b.rope_backward(dk, ctx.cos, ctx.sin, t, d.kv_heads, d.head_dim);
+  if (has_qk_norm(o)) {
+    // dq/dk hold dL/d(normalized heads); in place (the op allows dx = dy) they become dL/d(projections).
+    b.rmsnorm_backward(dq, saved.q_raw.get(t * d.q), part(w, o.q_norm), saved.rstd_q.get(t * d.heads), dq,
+                       part(g, o.q_norm), t * d.heads, d.head_dim, false);
+    b.rmsnorm_backward(dk, saved.k_raw.get(t * d.kv), part(w, o.k_norm), saved.rstd_k.get(t * d.kv_heads), dk,
+                       part(g, o.k_norm), t * d.kv_heads, d.head_dim, false);
+  }
   const ConstView xn1 = saved.xn1.get(t * d.c);
   b.linear_backward(dq, xn1, part(w, o.wq), dxn, part(g, o.wq), part(g, o.bq), t, d.c, d.q, false);
   b.linear_backward(dk, xn1, part(w, o.wk), dxn, part(g, o.wk), part(g, o.bk), t, d.c, d.kv, true);

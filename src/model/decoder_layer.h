@@ -1,8 +1,8 @@
 #pragma once
 // One decoder layer's forward and backward over a backend (model-internal): pre-norm attention
-// with RoPE and grouped-query heads, then a pre-norm SwiGLU MLP, each added into the residual
-// stream. The layer saves exactly what its backward reads; the SwiGLU product and the attention
-// probabilities are recomputed in backward.
+// with RoPE and grouped-query heads (Qwen3: q and k RMS-normalized per head before RoPE), then a
+// pre-norm SwiGLU MLP, each added into the residual stream. The layer saves exactly what its
+// backward reads; the SwiGLU product and the attention probabilities are recomputed in backward.
 #include <cstdint>
 #include <vector>
 
@@ -19,9 +19,9 @@ struct Slice {
 };
 // The tensors of a decoder layer's unit (the same offsets in every layer).
 struct LayerSlices {
-  Slice in_norm, wq, wk, wv, bq, bk, bv, wo, post_norm, wg, wu, wd;
+  Slice in_norm, wq, wk, wv, bq, bk, bv, wo, q_norm, k_norm, post_norm, wg, wu, wd;
 };
-LayerSlices layer_slices(const UnitLayout& unit, bool bias);
+LayerSlices layer_slices(const UnitLayout& unit, const LlamaConfig& config);
 
 // The tensor `s` of a unit's buffer, or an empty view where the model has none.
 backend::ConstView part(backend::ConstView unit, Slice s);
@@ -34,10 +34,12 @@ struct Dims {
 };
 Dims dims_of(const LlamaConfig& c, std::int64_t tokens);
 
-// Saved activations of one decoder layer (what its backward reads).
+// Saved activations of one decoder layer (what its backward reads). q_raw, k_raw (the projections
+// before the q/k norm) and their per-head rstd_q, rstd_k are used only with qk_norm (an unused
+// Buffer holds no memory).
 struct LayerBuffers {
   explicit LayerBuffers(backend::Backend& b);
-  backend::Buffer xn1, q, k, v, attn, lse, x_mid, rstd1, rstd2, xn2, gate, up;
+  backend::Buffer xn1, q, k, v, attn, lse, x_mid, rstd1, rstd2, xn2, gate, up, q_raw, k_raw, rstd_q, rstd_k;
   std::int64_t bytes() const;
 };
 
@@ -63,6 +65,7 @@ struct LayerContext {
 struct DecodeBuffers {
   explicit DecodeBuffers(backend::Backend& b);
   backend::Buffer x, xn, rstd, q, attn, gate, up, h, cos, sin, xf, logits, tokens, positions;
+  backend::Buffer q_raw, k_raw, head_rstd;  // qk_norm only
   std::vector<std::int32_t> host_positions;
   std::int64_t bytes() const;
 };

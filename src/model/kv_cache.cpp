@@ -69,7 +69,7 @@ void LlamaModel::forward_cached(std::span<const std::int32_t> tokens, KvCache& c
   backend::Backend& b = *backend_;
   detail::DecodeBuffers& s = cache.buffers();
   const detail::Dims d = detail::dims_of(config_, n);
-  const detail::LayerSlices slices = detail::layer_slices(units_[1], config_.attention_bias);
+  const detail::LayerSlices slices = detail::layer_slices(units_[1], config_);
 
   // RoPE tables of the new positions.
   s.host_positions.resize(static_cast<std::size_t>(n));

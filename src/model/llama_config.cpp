@@ -1,8 +1,10 @@
 #include "odc/model/llama_config.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <set>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -19,7 +21,7 @@ const std::set<std::string>& known_unused_fields() {
       "architectures", "model_type", "torch_dtype", "bos_token_id", "eos_token_id",
       "pad_token_id", "transformers_version", "use_cache", "attention_dropout", "pretraining_tp",
       "hidden_act", "mlp_bias", "sliding_window", "use_sliding_window", "max_window_layers",
-      "_name_or_path", "dtype"};
+      "layer_types", "_name_or_path", "dtype"};
   return fields;
 }
 
@@ -58,6 +60,105 @@ bool bool_field(const nlohmann::json& j, const char* key, const std::string& whe
   return j.at(key).get<bool>();
 }
 
+// The RoPE mapping `field` (rope_scaling of older files, or rope_parameters as transformers 5
+// writes it) into c: its kind, the llama3 fields, and rope_theta when the mapping holds one (HF
+// takes the mapping's rope_theta over the top-level field).
+void parse_rope(const nlohmann::json& rs, const std::string& where, const char* field, LlamaConfig& c) {
+  if (!rs.is_object()) fail("{}: {} must be a mapping or null", where, field);
+  for (const auto& [key, value] : rs.items()) {
+    if ((key == "full_attention" || key == "sliding_attention") && value.is_object()) {
+      fail("{}: {} per layer type ('{}') is not supported: give one mapping for all layers", where, field, key);
+    }
+  }
+  const std::string at = where + "." + field;
+  if (rs.contains("rope_theta") && !rs.at("rope_theta").is_null()) {
+    c.rope_theta = number_field<double>(rs, "rope_theta", at, c.rope_theta, true);
+  }
+  if (rs.contains("partial_rotary_factor") && !rs.at("partial_rotary_factor").is_null() &&
+      number_field<double>(rs, "partial_rotary_factor", at, 1.0, true) != 1.0) {
+    fail("{}: 'partial_rotary_factor' is {}, but rotary embeddings on part of each head are not supported (only 1.0)",
+         at, rs.at("partial_rotary_factor").dump());
+  }
+  // A scaling without its kind (e.g. {factor: 8}) would silently be none at all; a mapping of
+  // only rope_theta (rope_parameters) is the default kind.
+  bool only_theta = true;
+  for (const auto& [key, value] : rs.items()) only_theta &= key == "rope_theta" || key == "partial_rotary_factor";
+  if (!only_theta && !rs.contains("type") && !rs.contains("rope_type")) {
+    fail("{}: {} {} has no 'rope_type' (or 'type'), so which scaling it means is unknown (supported: "
+         "default, llama3)",
+         where, field, rs.dump());
+  }
+  // rope_type (current HF) wins over type (older configs); either must be a string.
+  std::string type = "default";
+  for (const char* key : {"type", "rope_type"}) {
+    if (!rs.contains(key)) continue;
+    if (!rs.at(key).is_string()) {
+      fail("{}: {} field '{}' must be a string, found {}", where, field, key, rs.at(key).type_name());
+    }
+    type = rs.at(key).get<std::string>();
+  }
+  if (type != "default" && type != "llama3") {
+    fail("{}: {} type '{}' is not supported (supported: default, llama3)", where, field, type);
+  }
+  c.rope_scaling.type = type;
+  if (type == "llama3") {
+    c.rope_scaling.factor = number_field<double>(rs, "factor", at, 1.0, true);
+    c.rope_scaling.low_freq_factor = number_field<double>(rs, "low_freq_factor", at, 1.0, true);
+    c.rope_scaling.high_freq_factor = number_field<double>(rs, "high_freq_factor", at, 4.0, true);
+    c.rope_scaling.original_max_position_embeddings =
+        number_field<double>(rs, "original_max_position_embeddings", at, 8192.0, true);
+  }
+}
+
+// Qwen3 may make layers attend within a sliding window, which the model does not implement: such
+// a config is refused, one whose fields leave every layer on full attention is accepted. As HF's
+// Qwen3Config: the window is sliding_window (default 4096) only when use_sliding_window is true;
+// layer i slides when layer_types[i] is "sliding_attention", by default when there is a window
+// and i >= max_window_layers (default 28). A window covering max_position_embeddings is full
+// attention for every sequence the model is meant for.
+void check_qwen3_full_attention(const nlohmann::json& j, const LlamaConfig& c, const std::string& where) {
+  std::int64_t window = -1;  // none
+  if (bool_field(j, "use_sliding_window", where, false)) {
+    window = 4096;
+    if (j.contains("sliding_window")) {
+      window = j.at("sliding_window").is_null() ? -1
+                                                 : number_field<std::int64_t>(j, "sliding_window", where, 4096, true);
+    }
+  }
+  std::vector<bool> sliding(static_cast<std::size_t>(c.num_hidden_layers), false);
+  if (j.contains("layer_types") && !j.at("layer_types").is_null()) {
+    const auto& types = j.at("layer_types");
+    if (!types.is_array() || types.size() != sliding.size()) {
+      fail("{}: layer_types must list one of \"full_attention\" or \"sliding_attention\" per layer ({} layers), "
+           "found {}", where, c.num_hidden_layers, types.dump());
+    }
+    for (std::size_t i = 0; i < sliding.size(); ++i) {
+      if (types[i] != "full_attention" && types[i] != "sliding_attention") {
+        fail("{}: layer_types[{}] is {}, expected \"full_attention\" or \"sliding_attention\"", where, i,
+             types[i].dump());
+      }
+      sliding[i] = types[i] == "sliding_attention";
+    }
+  } else if (window >= 0) {
+    const auto first = number_field<std::int64_t>(j, "max_window_layers", where, 28, false);
+    for (std::size_t i = 0; i < sliding.size(); ++i) sliding[i] = static_cast<std::int64_t>(i) >= first;
+  }
+  const auto it = std::find(sliding.begin(), sliding.end(), true);
+  if (it == sliding.end()) return;
+  const auto layer = it - sliding.begin();
+  if (window < 0) {
+    fail("{}: layer_types makes layer {} a sliding_attention layer, but there is no window (use_sliding_window "
+         "false or sliding_window null): transformers refuses to run such a Qwen3 config; use full_attention",
+         where, layer);
+  }
+  if (window < c.max_position_embeddings) {
+    fail("{}: use_sliding_window is true with sliding_window {}: layer {} (and others) would attend only within the "
+         "window, which is not implemented (attention spans whole sequences); set use_sliding_window to false, "
+         "as Qwen3 checkpoints ship",
+         where, window, layer);
+  }
+}
+
 }  // namespace
 
 LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& where, bool strict) {
@@ -79,10 +180,16 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
   c.max_position_embeddings = number_field<std::int64_t>(j, "max_position_embeddings", where, 2048, false);
   c.initializer_range = number_field<double>(j, "initializer_range", where, 0.02, false);
 
+  const std::string model_type =
+      j.contains("model_type") && j.at("model_type").is_string() ? j.at("model_type").get<std::string>() : "";
   // Qwen2 checkpoints carry q/k/v biases without an attention_bias field.
-  if (j.contains("model_type") && j.at("model_type").is_string() &&
-      j.at("model_type").get<std::string>() == "qwen2" && !j.contains("attention_bias")) {
-    c.attention_bias = true;
+  if (model_type == "qwen2" && !j.contains("attention_bias")) c.attention_bias = true;
+  // Qwen3 always normalizes q and k per head.
+  const bool qwen3 = model_type == "qwen3";
+  c.qk_norm = bool_field(j, "qk_norm", where, qwen3);
+  if (qwen3 && !c.qk_norm) {
+    fail("{}: model_type 'qwen3' always has the per-head q/k norms (self_attn.q_norm, self_attn.k_norm), but qk_norm "
+         "is false", where);
   }
   if (j.contains("hidden_act") && j.at("hidden_act") != "silu") {
     fail("{}: model config field 'hidden_act' is {}, but only \"silu\" (SwiGLU) is supported", where,
@@ -91,35 +198,13 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
   if (j.contains("mlp_bias") && j.at("mlp_bias").is_boolean() && j.at("mlp_bias").get<bool>()) {
     fail("{}: model config field 'mlp_bias' is true, but MLP biases are not supported", where);
   }
-  if (j.contains("rope_scaling") && !j.at("rope_scaling").is_null()) {
-    const auto& rs = j.at("rope_scaling");
-    if (!rs.is_object()) fail("{}: rope_scaling must be a mapping or null", where);
-    // rope_type (current HF) wins over type (older configs); either must be a string.
-    std::string type = "default";
-    // A scaling without its kind (e.g. {factor: 8}) would silently be none at all.
-    if (!rs.empty() && !rs.contains("type") && !rs.contains("rope_type")) {
-      fail("{}: rope_scaling {} has no 'rope_type' (or 'type'), so which scaling it means is unknown (supported: "
-           "default, llama3)",
-           where, rs.dump());
-    }
-    for (const char* key : {"type", "rope_type"}) {
-      if (!rs.contains(key)) continue;
-      if (!rs.at(key).is_string()) {
-        fail("{}: rope_scaling field '{}' must be a string, found {}", where, key, rs.at(key).type_name());
-      }
-      type = rs.at(key).get<std::string>();
-    }
-    if (type != "default" && type != "llama3") {
-      fail("{}: rope_scaling type '{}' is not supported (supported: default, llama3)", where, type);
-    }
-    c.rope_scaling.type = type;
-    if (type == "llama3") {
-      c.rope_scaling.factor = number_field<double>(rs, "factor", where + ".rope_scaling", 1.0, true);
-      c.rope_scaling.low_freq_factor = number_field<double>(rs, "low_freq_factor", where + ".rope_scaling", 1.0, true);
-      c.rope_scaling.high_freq_factor = number_field<double>(rs, "high_freq_factor", where + ".rope_scaling", 4.0, true);
-      c.rope_scaling.original_max_position_embeddings =
-          number_field<double>(rs, "original_max_position_embeddings", where + ".rope_scaling", 8192.0, true);
-    }
+  // As transformers: rope_scaling when it is set, else rope_parameters (transformers 5 writes
+  // rope_theta there).
+  const bool has_scaling = j.contains("rope_scaling") && !j.at("rope_scaling").is_null();
+  if (has_scaling) parse_rope(j.at("rope_scaling"), where, "rope_scaling", c);
+  const bool scaling_empty = !has_scaling || (j.at("rope_scaling").is_object() && j.at("rope_scaling").empty());
+  if (scaling_empty && j.contains("rope_parameters") && !j.at("rope_parameters").is_null()) {
+    parse_rope(j.at("rope_parameters"), where, "rope_parameters", c);
   }
   // Rotary embedding on a fraction of each head (Phi-style) changes the computation: the model
   // rotates every dimension, so anything but 1 is an error, never ignored.
@@ -131,7 +216,9 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
            where, factor);
     }
   }
-  if (!explicit_head_dim || c.head_dim == 0) {
+  if (qwen3 && !j.contains("head_dim")) {
+    c.head_dim = 128;  // Qwen3Config's default, not hidden_size / num_attention_heads
+  } else if (!explicit_head_dim || c.head_dim == 0) {
     if (c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads != 0) {
       fail("{}: hidden_size {} is not divisible by num_attention_heads {} (set head_dim explicitly "
            "or choose a divisible shape)", where, c.hidden_size, c.num_attention_heads);
@@ -143,7 +230,7 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
         "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
         "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling",
         "tie_word_embeddings", "attention_bias", "max_position_embeddings", "initializer_range",
-        "partial_rotary_factor"};
+        "partial_rotary_factor", "rope_parameters", "qk_norm"};
     for (const auto& [key, value] : j.items()) {
       if (!used.contains(key) && !known_unused_fields().contains(key)) {
         fail("{}: unknown model config field '{}' (expected Hugging Face config.json fields such as "
@@ -152,6 +239,7 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
     }
   }
   c.validate(where);
+  if (qwen3) check_qwen3_full_attention(j, c, where);
   return c;
 }
 
@@ -174,6 +262,11 @@ nlohmann::json LlamaConfig::to_json() const {
       {"initializer_range", initializer_range},
       {"hidden_act", "silu"},
   };
+  if (qk_norm) {
+    j["architectures"] = {"Qwen3ForCausalLM"};
+    j["model_type"] = "qwen3";
+    j["qk_norm"] = true;
+  }
   if (rope_scaling.type == "llama3") {
     j["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", rope_scaling.factor},
@@ -202,6 +295,10 @@ void LlamaConfig::validate(const std::string& where) const {
          "needs an equal number of query heads per key/value head)", where, num_key_value_heads,
          num_attention_heads);
   }
+  if (qk_norm && attention_bias) {
+    fail("{}: qk_norm (Qwen3's q/k norms) with attention_bias true is not supported: Qwen3's attention_bias also "
+         "adds an o_proj bias, which this model does not have (set attention_bias to false)", where);
+  }
   if (head_dim % 2 != 0) fail("{}: head_dim {} must be even (rotary embedding pairs halves)", where, head_dim);
   if (!(rms_norm_eps > 0)) fail("{}: rms_norm_eps must be positive, found {}", where, rms_norm_eps);
   if (!(rope_theta > 0)) fail("{}: rope_theta must be positive, found {}", where, rope_theta);
@@ -212,6 +309,7 @@ std::int64_t LlamaConfig::num_parameters() const {
   const std::int64_t c = hidden_size;
   std::int64_t per_layer = 2 * c + c * q_dim() + 2 * c * kv_dim() + q_dim() * c + 3 * c * intermediate_size;
   if (attention_bias) per_layer += q_dim() + 2 * kv_dim();
+  if (qk_norm) per_layer += 2 * head_dim;
   std::int64_t total = vocab_size * c + num_hidden_layers * per_layer + c;
   if (!tie_word_embeddings) total += vocab_size * c;
   return total;

@@ -58,7 +58,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, std::unique_ptr<backend::Backe
   config_.validate("model config");
   inv_freq_ = kernels::rope_inv_freq(config_.head_dim, config_.rope_theta, config_.rope_scaling);
   acts_ = std::make_unique<Activations>(*backend_, config_.num_hidden_layers);
-  acts_->slices = detail::layer_slices(units_[1], config_.attention_bias);
+  acts_->slices = detail::layer_slices(units_[1], config_);
 }
 
 LlamaModel::~LlamaModel() = default;

@@ -58,6 +58,10 @@ std::vector<UnitLayout> build_unit_layouts(const LlamaConfig& config) {
       add_tensor(layer, p + "self_attn.v_proj.bias", {kv}, InitKind::zeros, false);
     }
     add_tensor(layer, p + "self_attn.o_proj.weight", {c, q}, InitKind::normal, true);
+    if (config.qk_norm) {  // Qwen3: one per-head RMSNorm weight each for q and k
+      add_tensor(layer, p + "self_attn.q_norm.weight", {config.head_dim}, InitKind::ones, false);
+      add_tensor(layer, p + "self_attn.k_norm.weight", {config.head_dim}, InitKind::ones, false);
+    }
     add_tensor(layer, p + "post_attention_layernorm.weight", {c}, InitKind::ones, false);
     add_tensor(layer, p + "mlp.gate_proj.weight", {f, c}, InitKind::normal, true);
     add_tensor(layer, p + "mlp.up_proj.weight", {f, c}, InitKind::normal, true);

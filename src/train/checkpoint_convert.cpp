@@ -35,8 +35,7 @@ std::int64_t export_native_to_hf(const std::string& native_checkpoint, const std
     std::vector<float> m(owned), v(owned);
     io::read_rank_shards(native_checkpoint, json, r, {mine, m, v});
   }
-  const std::string arch = !architecture.empty() ? architecture
-                           : config.attention_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  const std::string arch = !architecture.empty() ? architecture : io::default_hf_architecture(config);
   io::write_hf_checkpoint(out_dir, config, arch, dtype, [&](int unit, float* out) {
     const std::int64_t shard = layout.unit(unit).shard;
     const std::int64_t numel = layout.unit(unit).numel;

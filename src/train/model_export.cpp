@@ -21,9 +21,8 @@ void export_hf(const Config& config, distributed::HostGroup& group, const distri
   } else {
     dtype = wanted == "bfloat16" ? DType::bf16 : wanted == "float16" ? DType::f16 : DType::f32;
   }
-  const std::string architecture = !source.architecture.empty() ? source.architecture
-                                   : model_config.attention_bias ? "Qwen2ForCausalLM"
-                                                                 : "LlamaForCausalLM";
+  const std::string architecture =
+      !source.architecture.empty() ? source.architecture : io::default_hf_architecture(model_config);
   // Settings that cannot be exported fail here on every rank, before any rank waits in a gather.
   // (A failure while rank 0 writes ends odc-train, which aborts the other ranks.)
   io::check_hf_architecture(architecture, model_config, "checkpoint.export_hf");

@@ -25,6 +25,15 @@ inline model::LlamaConfig gpu_tiny_model() {
   return c;
 }
 
+// The tiny shape as Qwen3: per-head q/k norms, q 128 wide where hidden_size is 96, tied embeddings.
+inline model::LlamaConfig gpu_tiny_qwen3_model() {
+  model::LlamaConfig c = gpu_tiny_model();
+  c.qk_norm = true;
+  c.hidden_size = 96;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
 inline model::PackedBatch tiny_batch(const model::LlamaConfig& c) {
   model::PackedBatch batch;
   for (int s : {5, 64, 1, 97}) {

@@ -300,10 +300,13 @@ TEST_CASE("CudaBackend ops agree with CpuBackend (normwise 1e-2)", "[cuda][backe
 }
 
 using test::cuda::gpu_tiny_model;
+using test::cuda::gpu_tiny_qwen3_model;
 using test::cuda::tiny_batch;
 
 TEST_CASE("a CUDA model microbatch agrees with the CPU model (loss 1e-2, gradients 5e-2 per unit)", "[cuda][backend]") {
-  const auto config = gpu_tiny_model();
+  const bool qwen3 = GENERATE(false, true);  // Qwen3: the q/k norms on tokens x heads rows
+  INFO("qwen3 " << qwen3);
+  const auto config = qwen3 ? gpu_tiny_qwen3_model() : gpu_tiny_model();
   const auto batch = tiny_batch(config);
   model::LlamaModel cpu(config, std::make_unique<backend::CpuBackend>(1));
   model::LlamaModel gpu(config, std::make_unique<backend::CudaBackend>(0));
@@ -315,7 +318,8 @@ TEST_CASE("a CUDA model microbatch agrees with the CPU model (loss 1e-2, gradien
   gpu_comm.begin_minibatch();
   const auto rc = cpu.train_microbatch(batch, cpu_comm, cpu_comm);
   const auto rg = gpu.train_microbatch(batch, gpu_comm, gpu_comm);
-  std::printf("[cuda-backend] model loss cpu %.6f gpu %.6f\n", rc.weighted_loss, rg.weighted_loss);
+  std::printf("[cuda-backend] model%s loss cpu %.6f gpu %.6f\n", qwen3 ? " (qwen3)" : "", rc.weighted_loss,
+              rg.weighted_loss);
   CHECK(rg.target_tokens == rc.target_tokens);
   CHECK(rg.weighted_loss == Approx(rc.weighted_loss).epsilon(1e-2));
   std::vector<float> grads(static_cast<std::size_t>(layout.owned_elements()));

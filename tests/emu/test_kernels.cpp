@@ -163,19 +163,25 @@ TEST_CASE("emu kernels: adamw over 70 segments (two launches), with and without 
 }
 
 TEST_CASE("emu kernels: rmsnorm forward and backward (dx accumulate, dweight accumulates)", "[emu][kernels]") {
-  for (const std::int64_t dim : {40, 300}) {  // 64 threads per row; 256 threads striding a row
-    const std::int64_t rows = 70;              // two chunks of the weight-gradient rows
+  struct Case {
+    std::int64_t rows, dim;
+    bool in_place;  // dx = dy, overwritten (Qwen3's q/k norm: rows of one head each, in place)
+  };
+  // 64 threads per row; 256 threads striding a row (both: two chunks of the weight-gradient
+  // rows); per-head rows of head_dim 64 and 128 (tokens x heads rows: three chunks).
+  for (const Case c : {Case{70, 40, false}, Case{70, 300, false}, Case{130, 64, true}, Case{130, 128, true}}) {
+    const std::int64_t rows = c.rows, dim = c.dim;
     const double eps = 1e-5;
     const Bf16Data x = random_bf16(rows * dim, 2.0f, 11), w = random_bf16(dim, 1.0f, 12),
                    dy = random_bf16(rows * dim, 1.0f, 13), dx0 = random_bf16(rows * dim, 1.0f, 14);
     std::vector<std::uint16_t> y(rows * dim);
     std::vector<float> rstd(rows);
     kc::rmsnorm_forward(x.bits.data(), w.bits.data(), y.data(), rstd.data(), rows, dim, eps, nullptr);
-    std::vector<std::uint16_t> dx = dx0.bits;
+    std::vector<std::uint16_t> dx = c.in_place ? dy.bits : dx0.bits;
     std::vector<float> dweight(dim, 0.25f);
     kc::DeviceAllocator allocator;  // the dweight scratch
-    kc::rmsnorm_backward(dy.bits.data(), x.bits.data(), w.bits.data(), rstd.data(), dx.data(),
-                         dweight.data(), rows, dim, true, allocator, nullptr);
+    kc::rmsnorm_backward(c.in_place ? dx.data() : dy.bits.data(), x.bits.data(), w.bits.data(), rstd.data(),
+                         dx.data(), dweight.data(), rows, dim, !c.in_place, allocator, nullptr);
     std::vector<double> y_ref(rows * dim), rstd_ref(rows), dx_ref(rows * dim), dw_ref(dim, 0.25);
     for (std::int64_t r = 0; r < rows; ++r) {
       double ss = 0.0, dot = 0.0;
@@ -190,17 +196,18 @@ TEST_CASE("emu kernels: rmsnorm forward and backward (dx accumulate, dweight acc
       }
       for (std::int64_t i = 0; i < dim; ++i) {
         const double xi = x.values[r * dim + i], gi = dy.values[r * dim + i];
-        dx_ref[r * dim + i] = inv * w.values[i] * gi - inv * inv * inv * dot / dim * xi + dx0.values[r * dim + i];
+        dx_ref[r * dim + i] = inv * w.values[i] * gi - inv * inv * inv * dot / dim * xi +
+                              (c.in_place ? 0.0 : dx0.values[r * dim + i]);
       }
     }
-    INFO("dim " << dim);
+    INFO("rows " << rows << " dim " << dim << " in place " << c.in_place);
     CHECK(mismatches(y, y_ref, near_bf16) == 0);
     CHECK(mismatches(rstd, rstd_ref, near_f32) == 0);
     // dx: a difference of two terms that may cancel; bound it relative to the terms' size.
     CHECK(mismatches(dx, dx_ref, [](std::uint16_t g, double want) {
             return std::fabs(from_bf16(g) - want) <= 0x1p-8 * std::fabs(want) + 1e-3;
           }) == 0);
-    // dweight: sums of 70 products, fp32: relative 1e-5 of the sum of magnitudes ~ 1e-4 abs.
+    // dweight: sums of 70 to 130 products, fp32: relative 1e-5 of the sum of magnitudes ~ 1e-4 abs.
     CHECK(mismatches(dweight, dw_ref, [](float g, double want) { return std::fabs(g - want) <= 1e-4; }) == 0);
   }
 }

@@ -1,8 +1,10 @@
 """Independent PyTorch reference of a LLaMA-family decoder over packed sequences.
 
-Written from the math (Hugging Face LlamaForCausalLM semantics), not from the C++ code:
+Written from the math (Hugging Face LlamaForCausalLM semantics; Qwen3ForCausalLM's per-head q/k
+RMSNorm when qk_norm), not from the C++ code:
 
-  embedding -> L x [RMSNorm -> q/k/v projections (+bias when attention_bias) -> RoPE (rotate-half,
+  embedding -> L x [RMSNorm -> q/k/v projections (+bias when attention_bias) -> (qk_norm: RMSNorm
+  of each q and k head over head_dim, one weight per q/k shared by the heads) -> RoPE (rotate-half,
   positions restart per sequence, llama3 rope_scaling) -> causal GQA attention computed per
   sequence -> o_proj + residual -> RMSNorm -> down(silu(gate(x)) * up(x)) + residual]
   -> RMSNorm -> lm_head (embedding^T when tie_word_embeddings) -> logits
@@ -10,8 +12,8 @@ Written from the math (Hugging Face LlamaForCausalLM semantics), not from the C+
 loss = sum over targets of weight * cross-entropy. Autograd supplies the gradients; AdamW and
 global-norm clipping are torch.optim.AdamW and torch.nn.utils.clip_grad_norm_.
 
-The dtype is a parameter: float64 for the parity tests, float32 for the throughput benchmark
-(bench/model_throughput.py imports this module). Run with /usr/bin/python3 (Debian's torch).
+The dtype is a parameter: float64 for the parity tests, bfloat16 for the bf16 parity test.
+Run with the Python of scripts/setup.sh (torch 2) or /usr/bin/python3 (Debian's torch).
 """
 
 import json
@@ -41,12 +43,17 @@ class Config:
         self.num_hidden_layers = int(hf["num_hidden_layers"])
         self.num_attention_heads = int(hf["num_attention_heads"])
         self.num_key_value_heads = int(hf.get("num_key_value_heads") or self.num_attention_heads)
-        self.head_dim = int(hf.get("head_dim") or self.hidden_size // self.num_attention_heads)
+        qwen3 = hf.get("model_type") == "qwen3"
+        # Qwen3Config's head_dim defaults to 128, not hidden_size / heads.
+        default_head_dim = 128 if qwen3 else self.hidden_size // self.num_attention_heads
+        self.head_dim = int(hf.get("head_dim") or default_head_dim)
         self.rms_norm_eps = float(hf.get("rms_norm_eps", 1e-6))
         self.rope_theta = float(hf.get("rope_theta", 10000.0))
         self.rope_scaling = hf.get("rope_scaling")
         self.tie_word_embeddings = bool(hf.get("tie_word_embeddings", False))
         self.attention_bias = bool(hf.get("attention_bias", False))
+        # Qwen3's q_norm/k_norm (the C++ LlamaConfig's qk_norm; model_type qwen3 implies it).
+        self.qk_norm = bool(hf.get("qk_norm", qwen3))
 
 
 def read_safetensors(path):
@@ -87,6 +94,9 @@ def parameter_shapes(cfg):
             shapes[p + "self_attn.k_proj.bias"] = (kv,)
             shapes[p + "self_attn.v_proj.bias"] = (kv,)
         shapes[p + "self_attn.o_proj.weight"] = (c, q)
+        if cfg.qk_norm:
+            shapes[p + "self_attn.q_norm.weight"] = (cfg.head_dim,)
+            shapes[p + "self_attn.k_norm.weight"] = (cfg.head_dim,)
         shapes[p + "post_attention_layernorm.weight"] = (c,)
         shapes[p + "mlp.gate_proj.weight"] = (f, c)
         shapes[p + "mlp.up_proj.weight"] = (f, c)
@@ -224,8 +234,13 @@ def forward(cfg, params, batch):
     for layer in range(cfg.num_hidden_layers):
         p = f"model.layers.{layer}."
         h = rms_norm(x, params[p + "input_layernorm.weight"], cfg.rms_norm_eps)
-        q = apply_rope(linear(h, params, p + "self_attn.q_proj").view(T, H, D), cos, sin)
-        k = apply_rope(linear(h, params, p + "self_attn.k_proj").view(T, KV, D), cos, sin)
+        q = linear(h, params, p + "self_attn.q_proj").view(T, H, D)
+        k = linear(h, params, p + "self_attn.k_proj").view(T, KV, D)
+        if cfg.qk_norm:  # per head, over its D values, before RoPE
+            q = rms_norm(q, params[p + "self_attn.q_norm.weight"], cfg.rms_norm_eps)
+            k = rms_norm(k, params[p + "self_attn.k_norm.weight"], cfg.rms_norm_eps)
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
         v = linear(h, params, p + "self_attn.v_proj").view(T, KV, D)
         attn = causal_attention(q, k, v, batch["bounds"], H, KV)
         x = x + attn @ params[p + "self_attn.o_proj.weight"].t()

@@ -16,8 +16,9 @@ to it.) Per case:
      sequences are compared with the reference's.
 
 Cases: LLaMA (untied, no bias, GQA; bf16 shards written by odc-ckpt, bf16 shards + index + a
-rotary inv_freq buffer written here) and Qwen2 (q/k/v biases implied by the architecture, tied
-embeddings; f32 written by odc-ckpt, f16 written here).
+rotary inv_freq buffer written here), Qwen2 (q/k/v biases implied by the architecture, tied
+embeddings; f32 written by odc-ckpt, f16 written here) and Qwen3 (q/k norms implied by the
+architecture, head_dim unlike hidden_size / heads, tied; bf16 by odc-ckpt, f32 shards here).
 
 Tolerance: max |ours - reference| / max |reference| <= 1e-5 per logits matrix, as in
 test_model_parity.py. Both sides use the very same weights (the stored bf16/f16/f32 values are
@@ -80,6 +81,20 @@ CASES = [
         "seed": 11,
         "rewrite_dtype": "F16",
         "rewrite_shards": 1,
+    },
+    {
+        "name": "qwen3_qk_norm_tied",
+        # Qwen3-0.6B-like: q/k norms (model_type qwen3), head_dim 12 != hidden_size / heads, no biases,
+        # tied embeddings, the sliding window off.
+        "config": dict(SHAPE, architectures=["Qwen3ForCausalLM"], model_type="qwen3", head_dim=12, rms_norm_eps=1e-6,
+                       rope_theta=1000000.0, tie_word_embeddings=True, attention_bias=False, hidden_act="silu",
+                       use_sliding_window=False, sliding_window=None, max_window_layers=2, torch_dtype="bfloat16",
+                       bos_token_id=151643, eos_token_id=151645),
+        "init_dtype": "bf16",
+        "init_max_shard_bytes": None,
+        "seed": 17,
+        "rewrite_dtype": "F32",
+        "rewrite_shards": 2,
     },
 ]
 

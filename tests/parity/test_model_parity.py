@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Whole-model parity: our fp32 C++ model (odc_parity_dump) against the float64 PyTorch reference
-(llama_ref.py) on tiny LLaMA configurations with packed sequences, GQA and loss masks.
+(llama_ref.py) on tiny LLaMA-family configurations (LLaMA, with biases and llama3 RoPE scaling,
+Qwen3's q/k norms) with packed sequences, GQA and loss masks.
 
     /usr/bin/python3 test_model_parity.py --dump build/bin/odc_parity_dump --workdir DIR
 
@@ -106,7 +107,37 @@ def make_cases():
         "grad_clip": 1.25,
         "steps": 5,
     }
-    return [case_a, case_b]
+    # Qwen3: per-head q/k RMSNorm before RoPE, head_dim 12 where hidden_size / heads is 8 (q_dim
+    # 48 != hidden 32), tied embeddings, and the sliding-window fields of a Qwen3 config.json with
+    # the window off. Another architecture: a case like this one with its config.json fields.
+    config_c = dict(BASE_CONFIG)
+    config_c.update(
+        {
+            "architectures": ["Qwen3ForCausalLM"],
+            "model_type": "qwen3",
+            "head_dim": 12,
+            "rope_theta": 1000000.0,
+            "tie_word_embeddings": True,
+            "attention_bias": False,
+            "use_sliding_window": False,
+            "sliding_window": None,
+            "max_window_layers": 2,
+        }
+    )
+    case_c = {
+        "name": "C_qwen3_qk_norm",
+        "config": config_c,
+        "seed": 5,
+        "init_jitter": 0.1,
+        "sequences": make_sequences(rng, 61, [11, 18, 6, 14], [3, 5, 0, 2]),
+        "microbatches": [[0, 1], [2, 3]],
+        "loss_weight": "token",
+        "adamw": ADAMW,
+        # Between this case's gradient norms (1.35 to 1.75), so both clip branches run.
+        "grad_clip": 1.6,
+        "steps": 5,
+    }
+    return [case_a, case_b, case_c]
 
 
 def rel_err(ours, ref):

@@ -1,6 +1,6 @@
 #pragma once
 // Hugging Face checkpoints of the LLaMA family (LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM): a directory with config.json and model.safetensors, or shards listed by
+// Qwen2ForCausalLM, Qwen3ForCausalLM): a directory with config.json and model.safetensors, or shards listed by
 // model.safetensors.index.json. This is the one place that knows how HF names, shapes and dtypes
 // map onto the model's units (model/units.h): tensors are named as in HF checkpoints there, so the
 // mapping is by name, and every tensor is validated against config.json before any is read.
@@ -10,6 +10,10 @@
 //   Mistral never any attention bias; HF's sliding_window is not implemented (full attention)
 //   Llama   attention_bias adds q/k/v *and* o_proj biases in HF, and the model has no o_proj
 //           bias, so attention_bias must be false (a model with q/k/v biases exports as Qwen2)
+//   Qwen3   per-head q/k RMSNorms (self_attn.q_norm/k_norm.weight, LlamaConfig::qk_norm) always;
+//           attention_bias must be false as for Llama (HF adds an o_proj bias too); head_dim is
+//           explicit (128 when absent); sliding-window layers are refused (LlamaConfig::from_json)
+//   only Qwen3 has q/k norms, so qk_norm decides Qwen3ForCausalLM and nothing else
 // Tied embeddings (tie_word_embeddings) are stored once, as model.embed_tokens.weight.
 #include <cstdint>
 #include <functional>
@@ -25,9 +29,12 @@
 
 namespace odc::io {
 
-// "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM" (for messages and --help).
+// "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM" (for messages and --help).
 std::string supported_hf_architectures();
-// config.json's model_type of a supported architecture ("llama", "mistral", "qwen2"); odc::Error
+// The architecture a model exports as when nothing names one: Qwen3ForCausalLM with q/k norms,
+// else Qwen2ForCausalLM with attention biases, else LlamaForCausalLM.
+std::string default_hf_architecture(const model::LlamaConfig& config);
+// config.json's model_type of a supported architecture ("llama", "mistral", "qwen2", "qwen3"); odc::Error
 // naming the architecture and the supported ones otherwise.
 std::string hf_model_type(const std::string& architecture);
 // Checks that `config` can be stored as `architecture` (see the table above): odc::Error naming

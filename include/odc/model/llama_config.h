@@ -1,6 +1,6 @@
 #pragma once
 // LlamaConfig: the model shape, with the Hugging Face config.json field names, for the LLaMA
-// family (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM).
+// family (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM).
 #include <cstdint>
 #include <string>
 
@@ -23,6 +23,11 @@ struct LlamaConfig {
   kernels::RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v biases (Qwen2 has them; o_proj never does)
+  // Qwen3's per-head RMSNorm of q and of k (self_attn.q_norm/k_norm.weight, head_dim each, shared
+  // by all heads, eps rms_norm_eps), after the projections and before RoPE. Not an HF field:
+  // model_type "qwen3" implies it; to_json writes it (and model_type qwen3) only when set, so the
+  // JSON of every other model stays what it was.
+  bool qk_norm = false;
   std::int64_t max_position_embeddings = 2048;
   double initializer_range = 0.02;
 
@@ -40,7 +45,8 @@ struct LlamaConfig {
   void validate(const std::string& where) const;
 
   std::int64_t num_parameters() const;
-  // Forward+backward FLOPs of the linear layers per token (6 * matmul parameters).
+  // Forward+backward FLOPs of the linear layers per token (6 * matmul parameters; the norms,
+  // q/k norms included, are element-wise and not counted, as everywhere in MFU accounting).
   double linear_flops_per_token() const;
   // Forward+backward FLOPs of causal attention per (query, key <= query) pair: 4*q_dim forward
   // (scores and P.V), 8*q_dim backward, in every layer. A sequence of s tokens has s(s+1)/2 pairs.

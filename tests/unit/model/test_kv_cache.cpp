@@ -1,7 +1,8 @@
 // LlamaModel::forward_cached over a KvCache against the full forward it replaces in generation:
 // the logits after every position agree whether the sequence runs at once, token by token after a
 // prefill, or in chunks (so the RoPE positions and the cached keys/values are right), for MHA, GQA
-// and MQA shapes, tied embeddings and q/k/v biases; the unit access pattern is forward()'s; the
+// and MQA shapes, tied embeddings and q/k/v biases, Qwen3's q/k norms with head_dim unlike
+// hidden_size / heads; the unit access pattern is forward()'s; the
 // cache allocates nothing after its first use; misuse is a clear error.
 //
 // Tolerance: the two paths run the same fp32 ops on the same values but as GEMMs of other shapes
@@ -25,12 +26,16 @@ using namespace odc;
 
 namespace {
 
-model::LlamaConfig config_of(int heads, int kv_heads, bool tied_and_bias) {
+model::LlamaConfig config_of(int heads, int kv_heads, bool tied_and_bias, bool qwen3 = false) {
   nlohmann::json j = {{"vocab_size", 53},          {"hidden_size", 32},          {"intermediate_size", 48},
                       {"num_hidden_layers", 2},    {"num_attention_heads", heads}, {"num_key_value_heads", kv_heads},
                       {"head_dim", 8},             {"rms_norm_eps", 1e-5},       {"tie_word_embeddings", tied_and_bias},
                       {"attention_bias", tied_and_bias}, {"max_position_embeddings", 64},
                       {"initializer_range", 0.3}};
+  if (qwen3) {  // q/k norms, and q is 4 x 12 = 48 wide where hidden_size is 32
+    j["model_type"] = "qwen3";
+    j["head_dim"] = 12;
+  }
   return model::LlamaConfig::from_json(j, "test", true);
 }
 
@@ -82,13 +87,19 @@ double chunked_error(model::LlamaModel& m, model::ParamSource& w, const std::vec
   return worst;
 }
 
-// Biases start at zero: give them values, so that a missed bias would show.
+// Biases start at zero and q/k norm weights at one: give them values, so that a missed bias or
+// norm weight would show.
 void set_biases(model::LlamaModel& m, model::ResidentWeights& weights) {
   for (int u = 0; u < m.num_units(); ++u) {
     for (const auto& t : m.units()[static_cast<std::size_t>(u)].tensors) {
-      if (!t.name.ends_with(".bias")) continue;
+      if (!t.name.ends_with(".bias") && !t.name.ends_with("q_norm.weight") && !t.name.ends_with("k_norm.weight")) {
+        continue;
+      }
       auto w = weights.weights(u);
-      for (std::int64_t i = 0; i < t.numel; ++i) w[static_cast<std::size_t>(t.offset + i)] = 0.2f * std::sin(0.7f * i + 1);
+      const float base = t.name.ends_with(".bias") ? 0.0f : 1.0f;
+      for (std::int64_t i = 0; i < t.numel; ++i) {
+        w[static_cast<std::size_t>(t.offset + i)] = base + 0.2f * std::sin(0.7f * static_cast<float>(i) + 1);
+      }
     }
   }
 }
@@ -111,14 +122,17 @@ TEST_CASE("forward_cached: token-by-token and chunked decoding give the full for
   struct Shape {
     int heads, kv_heads;
     bool tied_and_bias;
+    bool qwen3 = false;
   };
-  for (const Shape shape : {Shape{4, 2, false}, Shape{4, 4, false}, Shape{4, 1, false}, Shape{4, 2, true}}) {
-    const auto config = config_of(shape.heads, shape.kv_heads, shape.tied_and_bias);
+  for (const Shape shape : {Shape{4, 2, false}, Shape{4, 4, false}, Shape{4, 1, false}, Shape{4, 2, true},
+                            Shape{4, 2, false, true}}) {
+    const auto config = config_of(shape.heads, shape.kv_heads, shape.tied_and_bias, shape.qwen3);
     model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
     model::ResidentWeights weights(m.units(), config, 11);
     set_biases(m, weights);
     const auto seq = token_sequence(40, config.vocab_size, 5u + static_cast<std::uint32_t>(shape.kv_heads));
-    INFO("heads " << shape.heads << " kv heads " << shape.kv_heads << " tied+bias " << shape.tied_and_bias);
+    INFO("heads " << shape.heads << " kv heads " << shape.kv_heads << " tied+bias " << shape.tied_and_bias << " qwen3 "
+                  << shape.qwen3);
     std::vector<std::size_t> prefill_then_tokens = {6};
     prefill_then_tokens.resize(35, 1);
     CHECK(chunked_error(m, weights, seq, prefill_then_tokens) < 1e-5);

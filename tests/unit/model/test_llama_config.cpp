@@ -137,3 +137,146 @@ TEST_CASE("initialization depends only on seed and element, not on the range ask
   odc::model::init_unit_range(layer, c, 43, 1000, 1100, other.data());
   CHECK(other != part);
 }
+
+namespace {
+// Qwen3-0.6B's config.json as published (transformers 4.51): q/k norms implied by model_type,
+// head_dim 128 where hidden_size / heads is 64, tied embeddings, the sliding window off.
+nlohmann::json qwen3_0_6b() {
+  return nlohmann::json::parse(R"({
+    "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+    "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+    "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+    "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+    "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": true,
+    "use_sliding_window": false, "vocab_size": 151936})");
+}
+}  // namespace
+
+TEST_CASE("Qwen3 config.json: q/k norms, explicit head_dim, parameters as published", "[model][qwen3]") {
+  for (const bool strict : {false, true}) {
+    const auto c = LlamaConfig::from_json(qwen3_0_6b(), "config.json", strict);
+    CHECK(c.qk_norm);
+    CHECK_FALSE(c.attention_bias);
+    CHECK(c.tie_word_embeddings);
+    CHECK(c.head_dim == 128);
+    CHECK(c.q_dim() == 2048);  // not hidden_size
+    CHECK(c.kv_dim() == 1024);
+    CHECK(c.rope_theta == 1e6);
+    // Qwen3-0.6B: 0.6B parameters, 0.44B without the (tied) embedding.
+    CHECK(c.num_parameters() == 596'049'920);
+    CHECK(c.num_parameters() - c.vocab_size * c.hidden_size == 440'467'456);
+  }
+  const auto c = LlamaConfig::from_json(qwen3_0_6b(), "config.json", false);
+  // The norms are element-wise: not in the matmul FLOPs (q is 2048 wide, o_proj 2048 -> 1024).
+  const double per_layer = 1024.0 * 2048 * 2 + 2 * 1024.0 * 1024 + 3 * 1024.0 * 3072;
+  CHECK(c.linear_flops_per_token() == Approx(6.0 * (28 * per_layer + 1024.0 * 151936)));
+  CHECK(c.attention_flops_per_pair() == Approx(12.0 * 2048 * 28));
+
+  // Round trip through to_json (the native manifests): still Qwen3; qk_norm is only written when
+  // set, so every other model's JSON (and the manifests that compare it) is unchanged.
+  const auto j = c.to_json();
+  CHECK(j.at("model_type") == "qwen3");
+  CHECK(j.at("qk_norm") == true);
+  const auto again = LlamaConfig::from_json(j, "manifest", true);
+  CHECK(again.qk_norm);
+  CHECK(again.head_dim == 128);
+  CHECK(again.num_parameters() == c.num_parameters());
+  CHECK_FALSE(LlamaConfig::from_json(base(), "cfg", true).to_json().contains("qk_norm"));
+
+  // qk_norm alone (a YAML model.config) gives the same layout as model_type qwen3.
+  auto yaml = base();
+  yaml["qk_norm"] = true;
+  const auto units = odc::model::build_unit_layouts(LlamaConfig::from_json(yaml, "model.config", true));
+  const auto& q_norm = units[1].find("model.layers.0.self_attn.q_norm.weight");
+  CHECK(q_norm.shape == odc::Shape{16});
+  CHECK(q_norm.init == odc::model::InitKind::ones);
+  CHECK_FALSE(q_norm.weight_decay);
+  CHECK(units[2].find("model.layers.1.self_attn.k_norm.weight").shape == odc::Shape{16});
+  std::int64_t total = 0;
+  for (const auto& u : units) total += u.numel;
+  CHECK(total == LlamaConfig::from_json(yaml, "model.config", true).num_parameters());
+}
+
+TEST_CASE("Qwen3 config.json: HF defaults and contradictions", "[model][qwen3]") {
+  auto j = qwen3_0_6b();
+  j.erase("head_dim");  // Qwen3Config's default is 128, not hidden_size / heads (64)
+  CHECK(LlamaConfig::from_json(j, "config.json", false).head_dim == 128);
+  j = qwen3_0_6b();
+  j["attention_bias"] = true;  // HF's Qwen3 then has an o_proj bias too
+  CHECK_THROWS_WITH(LlamaConfig::from_json(j, "config.json", false),
+                    Contains("config.json") && Contains("attention_bias true is not supported") &&
+                        Contains("o_proj bias"));
+  j = qwen3_0_6b();
+  j["qk_norm"] = false;
+  CHECK_THROWS_WITH(LlamaConfig::from_json(j, "config.json", false),
+                    Contains("config.json") && Contains("'qwen3' always has the per-head q/k norms"));
+  // transformers 5 writes rope_theta into rope_parameters.
+  j = qwen3_0_6b();
+  j.erase("rope_theta");
+  j.erase("rope_scaling");
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+  CHECK(LlamaConfig::from_json(j, "config.json", true).rope_theta == 1e6);
+  j["rope_parameters"] = {{"rope_theta", 5e5}};
+  CHECK(LlamaConfig::from_json(j, "config.json", true).rope_theta == 5e5);
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 1e6}};
+  CHECK_THROWS_WITH(LlamaConfig::from_json(j, "config.json", false), Contains("rope_parameters type 'yarn'"));
+  j["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1e6}}}};
+  CHECK_THROWS_WITH(LlamaConfig::from_json(j, "config.json", false), Contains("per layer type ('full_attention')"));
+  // A set rope_scaling wins over rope_parameters, as in transformers.
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  CHECK(LlamaConfig::from_json(j, "config.json", false).rope_scaling.type == "llama3");
+}
+
+TEST_CASE("Qwen3 sliding windows: accepted only where every layer attends fully", "[model][qwen3]") {
+  auto parse = [](const nlohmann::json& j) { return LlamaConfig::from_json(j, "config.json", false); };
+  auto j = qwen3_0_6b();
+  // Windows that change nothing: off, null, past every layer, or as long as the context.
+  j["use_sliding_window"] = false;
+  j["sliding_window"] = 4096;
+  CHECK_NOTHROW(parse(j));
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = nullptr;
+  CHECK_NOTHROW(parse(j));
+  j["sliding_window"] = 4096;
+  j["max_window_layers"] = 28;  // layers >= 28 would slide: there are 28
+  CHECK_NOTHROW(parse(j));
+  j["max_window_layers"] = 20;
+  j["sliding_window"] = 40960;  // = max_position_embeddings
+  CHECK_NOTHROW(parse(j));
+  j["layer_types"] = std::vector<std::string>(28, "full_attention");
+  j["sliding_window"] = 4096;
+  CHECK_NOTHROW(parse(j));
+
+  // Windows that would change the math are refused, naming the field and a layer.
+  j = qwen3_0_6b();
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 4096;
+  j["max_window_layers"] = 20;
+  CHECK_THROWS_WITH(parse(j), Contains("config.json") &&
+                                  Contains("use_sliding_window is true with sliding_window 4096") &&
+                                  Contains("layer 20") && Contains("not implemented"));
+  j.erase("sliding_window");  // Qwen3Config's default window: 4096
+  CHECK_THROWS_WITH(parse(j), Contains("sliding_window 4096"));
+  j.erase("max_window_layers");  // default 28 of 28 layers: none slides
+  CHECK_NOTHROW(parse(j));
+  std::vector<std::string> types(28, "full_attention");
+  types[3] = "sliding_attention";
+  j["layer_types"] = types;
+  CHECK_THROWS_WITH(parse(j), Contains("layer 3"));
+  j["use_sliding_window"] = false;  // a sliding layer without a window: transformers refuses it too
+  CHECK_THROWS_WITH(parse(j), Contains("layer 3") && Contains("no window"));
+  j["layer_types"] = std::vector<std::string>(27, "full_attention");
+  CHECK_THROWS_WITH(parse(j), Contains("layer_types must list") && Contains("28 layers"));
+  j["layer_types"] = std::vector<std::string>(28, "chunked_attention");
+  CHECK_THROWS_WITH(parse(j), Contains("layer_types[0] is \"chunked_attention\""));
+  // In a user's YAML (strict) as well.
+  j = qwen3_0_6b();
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 128;
+  j["max_window_layers"] = 0;
+  CHECK_THROWS_WITH(LlamaConfig::from_json(j, "model.config", true),
+                    Contains("model.config") && Contains("sliding_window 128") && Contains("layer 0"));
+}

@@ -17,12 +17,23 @@ using namespace odc;
 
 namespace {
 
-model::LlamaConfig tiny_config(bool tied = false) {
+// qwen3: q/k norms, with head_dim 10 (q 40 wide where hidden_size is 24).
+model::LlamaConfig tiny_config(bool tied = false, bool qwen3 = false) {
   nlohmann::json j = {{"vocab_size", 37},         {"hidden_size", 24},       {"intermediate_size", 40},
                       {"num_hidden_layers", 2},   {"num_attention_heads", 4}, {"num_key_value_heads", 2},
                       {"rms_norm_eps", 1e-5},     {"tie_word_embeddings", tied}, {"attention_bias", tied}};
+  if (qwen3) {
+    j["model_type"] = "qwen3";
+    j["head_dim"] = 10;
+  }
   return model::LlamaConfig::from_json(j, "test", true);
 }
+
+// The shapes the model tests run: plain, tied embeddings with q/k/v biases, Qwen3's q/k norms.
+struct Variant {
+  bool tied, qwen3;
+};
+constexpr Variant kVariants[] = {{false, false}, {true, false}, {false, true}};
 
 struct Seq {
   std::vector<std::int32_t> tokens;
@@ -80,8 +91,8 @@ class RecordingComm final : public model::ParamSource, public model::GradSink {
 }  // namespace
 
 TEST_CASE("packing is exact: a packed microbatch equals its sequences run one at a time", "[model]") {
-  for (bool tied : {false, true}) {
-    const auto config = tiny_config(tied);
+  for (const auto [tied, qwen3] : kVariants) {
+    const auto config = tiny_config(tied, qwen3);
     model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
     distributed::ShardLayout layout(m.units(), 1, 0);
     distributed::ShardStore store(layout, m.units(), config, 7);
@@ -102,7 +113,7 @@ TEST_CASE("packing is exact: a packed microbatch equals its sequences run one at
     CHECK(loss_packed == Approx(loss_singles).epsilon(1e-6));
     CHECK(loss_packed > 0.1);
     for (std::size_t u = 0; u < g_packed.size(); ++u) {
-      INFO("tied " << tied << " unit " << u);
+      INFO("tied " << tied << " qwen3 " << qwen3 << " unit " << u);
       CHECK(max_rel_diff(g_packed[u], g_singles[u]) < 1e-5);
     }
 
@@ -123,8 +134,8 @@ TEST_CASE("packing is exact: a packed microbatch equals its sequences run one at
 }
 
 TEST_CASE("the model fetches every unit before use and hands off every gradient once", "[model]") {
-  for (bool tied : {false, true}) {
-    const auto config = tiny_config(tied);
+  for (const auto [tied, qwen3] : kVariants) {
+    const auto config = tiny_config(tied, qwen3);
     model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
     distributed::ShardLayout layout(m.units(), 1, 0);
     distributed::ShardStore store(layout, m.units(), config, 1);
@@ -148,22 +159,25 @@ TEST_CASE("the model fetches every unit before use and hands off every gradient 
 }
 
 TEST_CASE("activation memory reaches a steady state across microbatches", "[model]") {
-  const auto config = tiny_config();
-  model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
-  distributed::ShardLayout layout(m.units(), 1, 0);
-  distributed::ShardStore store(layout, m.units(), config, 3);
-  distributed::LocalComm comm(store);
-  const auto seqs = sequences(config.vocab_size);
-  model::PackedBatch big, small;
-  for (const auto& s : seqs) big.append(s.tokens.data(), s.mask.data(), static_cast<std::int64_t>(s.tokens.size()), 1.0f);
-  small.append(seqs[0].tokens.data(), seqs[0].mask.data(), static_cast<std::int64_t>(seqs[0].tokens.size()), 1.0f);
-  m.train_microbatch(big, comm, comm);
-  const auto steady = m.activation_bytes();
-  CHECK(steady > 0);
-  for (int i = 0; i < 5; ++i) {
-    m.train_microbatch(small, comm, comm);
+  for (const bool qwen3 : {false, true}) {  // Qwen3: the q/k norms' saved inputs and statistics too
+    INFO("qwen3 " << qwen3);
+    const auto config = tiny_config(false, qwen3);
+    model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
+    distributed::ShardLayout layout(m.units(), 1, 0);
+    distributed::ShardStore store(layout, m.units(), config, 3);
+    distributed::LocalComm comm(store);
+    const auto seqs = sequences(config.vocab_size);
+    model::PackedBatch big, small;
+    for (const auto& s : seqs) big.append(s.tokens.data(), s.mask.data(), static_cast<std::int64_t>(s.tokens.size()), 1.0f);
+    small.append(seqs[0].tokens.data(), seqs[0].mask.data(), static_cast<std::int64_t>(seqs[0].tokens.size()), 1.0f);
     m.train_microbatch(big, comm, comm);
-    CHECK(m.activation_bytes() == steady);
+    const auto steady = m.activation_bytes();
+    CHECK(steady > 0);
+    for (int i = 0; i < 5; ++i) {
+      m.train_microbatch(small, comm, comm);
+      m.train_microbatch(big, comm, comm);
+      CHECK(m.activation_bytes() == steady);
+    }
   }
 }
 
