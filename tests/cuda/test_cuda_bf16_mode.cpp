@@ -6,9 +6,9 @@
 // whose value before the rounding differs by more (another formula, another scale, an extra or a
 // missing rounding) differs in a large fraction. Bound: 1% of the elements per output, 100x the
 // expectation and far below the ~50% of an op that rounds elsewhere. Measured on an H200
-// (2026-12-04): 0 to 0.03% for every op but attention (forward 0.06%, dk 0.12%, dq 0.77% of which
-// 256 values near zero), each difference about one bf16 ulp. docs/MIXED_PRECISION.md explains why
-// the whole model's gradients still follow the bf16 mode only loosely (gpu_model_parity).
+// (2026-12-04): 0 to 0.013% for every op but attention (forward 0.06%, dk 0.12%, dq 0.02% and 384
+// values near zero), each difference one bf16 ulp or a few. docs/MIXED_PRECISION.md explains why the
+// whole model's gradients still follow the bf16 mode only loosely (gpu_model_parity).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
