@@ -17,6 +17,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "backend_pair.h"
 #include "cuda_model_support.h"
 #include "odc/backend/cpu_backend.h"
 #include "odc/backend/cuda_backend.h"
@@ -33,6 +34,9 @@ using backend::View;
 namespace cu = odc::kernels::cuda;
 
 namespace {
+
+using test::cuda::bf16_values;
+using test::cuda::Pair;
 
 double normwise_error(const std::vector<float>& gpu, const std::vector<float>& cpu) {
   REQUIRE(gpu.size() == cpu.size());
@@ -51,45 +55,6 @@ void check_normwise(const char* what, const std::vector<float>& gpu, const std::
   INFO(what << ": normwise relative error " << e);
   CHECK(e <= bound);
 }
-
-std::vector<float> bf16_values(std::size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> out(n);
-  for (auto& v : out) v = bf16_to_f32(f32_to_bf16(dist(rng)));
-  return out;
-}
-
-// The same values on both backends: fp32 host buffer on the CPU, the backend's dtype on the GPU.
-struct Pair {
-  backend::Buffer cpu, gpu;
-  View c, g;
-  Pair(backend::CpuBackend& cb, backend::CudaBackend& gb, const std::vector<float>& host, DType gpu_dtype)
-      : cpu(cb.memory(), DType::f32), gpu(gb.memory(), gpu_dtype) {
-    const auto n = static_cast<std::int64_t>(host.size());
-    c = cpu.get(n);
-    std::memcpy(c.data, host.data(), host.size() * sizeof(float));
-    g = gpu.get(n);
-    backend::Buffer staging(gb.memory(), DType::f32);
-    const ConstView up = gb.upload(std::span<const float>(host), staging);
-    if (gpu_dtype == DType::f32) {
-      gb.copy(up, g);
-    } else {
-      // bf16: through a bf16 weights() copy of the fp32 upload (exact: the values are bf16 already).
-      gb.copy(gb.weights(static_cast<const float*>(up.data), n), g);
-      gb.release_weights(static_cast<const float*>(up.data));
-    }
-    gb.synchronize();
-  }
-  std::vector<float> cpu_values() const {
-    const auto* p = static_cast<const float*>(c.data);
-    return {p, p + c.count};
-  }
-  std::vector<float> gpu_values(backend::CudaBackend& gb) const {
-    std::vector<float> out(static_cast<std::size_t>(g.count));
-    gb.download(g, out);
-    return out;
-  }
-};
 
 ConstView ids_on(backend::Backend& b, const std::vector<std::int32_t>& host, backend::Buffer& staging) {
   return b.upload(std::span<const std::int32_t>(host), staging);

@@ -19,9 +19,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "odc/backend/cpu_backend.h"
-#include "odc/backend/cuda_backend.h"
-#include "odc/core/dtype.h"
+#include "backend_pair.h"
 
 using namespace odc;
 using backend::ConstView;
@@ -29,37 +27,8 @@ using backend::View;
 
 namespace {
 
-std::vector<float> bf16_values(std::size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> out(n);
-  for (auto& v : out) v = bf16_to_f32(f32_to_bf16(dist(rng)));
-  return out;
-}
-
-// The same values on both backends: the bf16 mode keeps bf16 values in fp32 buffers, the GPU in
-// bf16 (or fp32 for fp32 outputs).
-struct Pair {
-  backend::Buffer cpu, gpu;
-  View c, g;
-  Pair(backend::CpuBackend& cb, backend::CudaBackend& gb, const std::vector<float>& host, DType gpu_dtype)
-      : cpu(cb.memory(), DType::f32), gpu(gb.memory(), gpu_dtype) {
-    const auto n = static_cast<std::int64_t>(host.size());
-    c = cpu.get(n);
-    std::memcpy(c.data, host.data(), host.size() * sizeof(float));
-    g = gpu.get(n);
-    backend::Buffer staging(gb.memory(), DType::f32);
-    const ConstView up = gb.upload(std::span<const float>(host), staging);
-    if (gpu_dtype == DType::f32) {
-      gb.copy(up, g);
-    } else {
-      gb.copy(gb.weights(static_cast<const float*>(up.data), n), g);  // exact: bf16 values
-      gb.release_weights(static_cast<const float*>(up.data));
-    }
-    gb.synchronize();
-  }
-  Pair(backend::CpuBackend& cb, backend::CudaBackend& gb, std::size_t n, DType gpu_dtype)
-      : Pair(cb, gb, std::vector<float>(n), gpu_dtype) {}
-};
+using test::cuda::bf16_values;
+using test::cuda::Pair;
 
 // The fraction of elements whose stored values differ, printed with the largest difference in
 // units of the element's bf16 spacing; checked against `bound`. Values below 1e-3 of the output's
@@ -67,8 +36,7 @@ struct Pair {
 // (dq of a one-token sequence: dout.v - D) may keep a few fp32 ulps of residue on the other, a
 // difference of no size that no ulp count describes.
 void check_bits(const char* what, backend::CudaBackend& gb, const Pair& p, double bound) {
-  std::vector<float> gpu(static_cast<std::size_t>(p.g.count));
-  gb.download(p.g, gpu);
+  const std::vector<float> gpu = p.gpu_values(gb);
   const auto* cpu = static_cast<const float*>(p.c.data);
   double sq = 0.0;
   for (std::size_t i = 0; i < gpu.size(); ++i) sq += static_cast<double>(cpu[i]) * cpu[i];
