@@ -18,7 +18,7 @@ double progress(std::int64_t step, std::int64_t begin, std::int64_t end) {
 
 double LrSchedule::at(std::int64_t step) const {
   if (step < warmup_steps) {
-    return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+    return lr * static_cast<double>(warmup_from_zero ? step : step + 1) / static_cast<double>(warmup_steps);
   }
   if (kind == "constant") return lr;
   if (kind == "inverse_sqrt") {

@@ -112,6 +112,7 @@ optim::LrSchedule lr_schedule(const Config& config, std::int64_t total_steps) {
     schedule.warmup_steps = config.has("train.warmup_steps") ? config.get_int("train.warmup_steps") : kDefaultWarmupSteps;
   }
   schedule.decay_steps = steps_of(config.get_double("train.decay_ratio"), total_steps);
+  schedule.warmup_from_zero = config.get_string("train.warmup_start") == "zero";
   return schedule;
 }
 

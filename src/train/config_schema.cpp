@@ -116,6 +116,11 @@ std::vector<TunableSpec> trainer_tunables() {
       tunable("train.warmup_ratio", K::number, "",
               "warmup as a fraction of the run's steps (rounded to the nearest step), instead of train.warmup_steps",
               Range::at_least(0).and_at_most(1)),
+      tunable("train.warmup_start", K::string, "lr_over_warmup",
+              "where warmup starts: lr_over_warmup (step 0 trains at lr / warmup, step s at lr * (s + 1) / "
+              "warmup) or zero (lr * s / warmup: step 0 at lr 0, as Hugging Face transformers' and TRL's "
+              "schedulers)",
+              {"lr_over_warmup", "zero"}),
       tunable("train.schedule", K::string, "cosine",
               "after warmup: cosine, linear (decay to train.min_lr at the end), constant, wsd (constant, then a "
               "linear decay to train.min_lr over the last train.decay_ratio of the steps), inverse_sqrt "

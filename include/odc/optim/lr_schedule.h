@@ -1,6 +1,9 @@
 #pragma once
 // Learning-rate schedule. Steps count from 0; step s trains with at(s). Warmup first: linear from
-// lr/warmup_steps at step 0 to lr at step warmup_steps-1. After it, by `kind`:
+// lr/warmup_steps at step 0 to lr at step warmup_steps-1, lr * (s + 1) / warmup; or, with
+// warmup_from_zero, as Hugging Face transformers' schedulers: lr * s / warmup, so step 0 trains at
+// lr 0 (its gradient still enters AdamW's moments) and lr is first reached after warmup. After
+// it, by `kind`:
 //   cosine       min_lr + (lr - min_lr) * (1 + cos(pi * p)) / 2,  p = (s - warmup) / (total - warmup)
 //   linear       lr - (lr - min_lr) * p                            (same p)
 //   constant     lr
@@ -23,6 +26,7 @@ struct LrSchedule {
   std::int64_t total_steps = 1;
   std::string kind = "cosine";  // cosine | linear | constant | wsd | inverse_sqrt
   std::int64_t decay_steps = 0;  // wsd: steps of the final decay
+  bool warmup_from_zero = false;  // train.warmup_start: zero
 
   double at(std::int64_t step) const;
 };

@@ -1,5 +1,7 @@
 // LR schedule shapes (cosine, linear, constant, wsd, inverse_sqrt) and the clip coefficient.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numbers>
 
 #include <catch2/catch.hpp>
@@ -23,6 +25,22 @@ TEST_CASE("warmup rises linearly, then cosine/linear/constant decay to min_lr", 
   CHECK(s.at(12) == Approx(1.0));
   s.kind = "exponential";
   CHECK_THROWS_WITH(s.at(5), Catch::Contains("unknown learning-rate schedule 'exponential'"));
+}
+
+TEST_CASE("warmup_from_zero: lr * s / warmup as transformers' schedulers, the same after warmup", "[optim]") {
+  LrSchedule ours{1.0, 0.1, 4, 14, "cosine"};
+  LrSchedule hf = ours;
+  hf.warmup_from_zero = true;
+  // transformers' get_cosine_with_min_lr_schedule_with_warmup: s / W in warmup, then the cosine
+  // from W to total with min_lr as the floor (the same formula as ours).
+  for (std::int64_t s = 0; s < 20; ++s) {
+    const double p = std::clamp((static_cast<double>(s) - 4.0) / 10.0, 0.0, 1.0);
+    const double expected = s < 4 ? static_cast<double>(s) / 4.0 : 0.1 + 0.9 * 0.5 * (1.0 + std::cos(std::numbers::pi * p));
+    CHECK(hf.at(s) == Approx(expected).epsilon(1e-12));
+    if (s >= 4) CHECK(hf.at(s) == ours.at(s));
+  }
+  CHECK(hf.at(0) == 0.0);
+  CHECK(ours.at(0) == 0.25);
 }
 
 // Exact values from the formulas in lr_schedule.h (Approx's 1e-12 covers only the rounding of
