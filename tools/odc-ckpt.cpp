@@ -55,7 +55,7 @@ options:
   --dtype D              bf16, f16 or f32 (default: the dtype of the HF directory it replaces, else f32)
   --architecture NAME    LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM
                          (default: Qwen3 when the model has q/k norms, Qwen2 when it has attention
-                         biases, else LlamaForCausalLM)
+                         biases, Mistral when it keeps a sliding window, else LlamaForCausalLM)
   --tokenizer-from DIR   copy tokenizer.json and friends from this directory (default: keep those of
                          the HF directory it replaces)
   -h, --help             show this help

@@ -8,6 +8,7 @@
 
 #include "cli/command_line.h"
 #include "cli/tool_main.h"
+#include "odc/core/logging.h"
 #include "odc/data/text_dataset.h"
 #include "odc/train/inference.h"
 
@@ -64,5 +65,9 @@ int run(const odc::cli::Arguments& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return odc::cli::run_tool("odc-eval", [&] { return run(odc::cli::parse(command(), argc, argv)); });
+  return odc::cli::run_tool("odc-eval", [&] {
+    // Warnings go to stderr (spdlog's default logger writes info lines to stdout, which is the output).
+    odc::setup_logging(0, 1, "warn");
+    return run(odc::cli::parse(command(), argc, argv));
+  });
 }

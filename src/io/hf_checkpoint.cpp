@@ -142,14 +142,25 @@ nlohmann::ordered_json export_config_json(const model::LlamaConfig& config, cons
   j["architectures"] = {architecture};
   j["model_type"] = hf_model_type(architecture);
   j["torch_dtype"] = dtype_name(dtype);  // "float32", "bfloat16", "float16": HF's spellings
-  // qk_norm is ours, not an HF field: model_type qwen3 says it.
+  // qk_norm and attention_window are ours, not HF fields: model_type qwen3 says the one, the
+  // architecture's window fields (below) the other.
   for (const auto& [key, value] : fields.items()) {
-    if (key != "architectures" && key != "model_type" && key != "qk_norm") j[key] = value;
+    if (key != "architectures" && key != "model_type" && key != "qk_norm" && key != "attention_window") j[key] = value;
   }
-  // HF's Mistral defaults to a 4096-token sliding window and Qwen2/Qwen3 may enable one; the model
-  // attends over the whole sequence, so say so explicitly.
-  if (architecture == "MistralForCausalLM") j["sliding_window"] = nullptr;
-  if (architecture == "Qwen2ForCausalLM") j["use_sliding_window"] = false;
+  // HF's Mistral defaults to a 4096-token sliding window and Qwen2/Qwen3 may enable one. A model
+  // without a window attends over the whole sequence: say so explicitly. One loaded with a window
+  // (attention_window) gets it back, so that the export behaves as the original model: Mistral's
+  // window is on every layer; Qwen2's on the layers from max_window_layers on, so 0 = all of them
+  // (check_hf_architecture refuses a window for the other architectures).
+  const std::int64_t window = config.attention_window;
+  if (architecture == "MistralForCausalLM") j["sliding_window"] = window > 0 ? nlohmann::ordered_json(window) : nullptr;
+  if (architecture == "Qwen2ForCausalLM") {
+    j["use_sliding_window"] = window > 0;
+    if (window > 0) {
+      j["sliding_window"] = window;
+      j["max_window_layers"] = 0;
+    }
+  }
   if (architecture == "Qwen3ForCausalLM") {
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
@@ -161,6 +172,51 @@ nlohmann::ordered_json export_config_json(const model::LlamaConfig& config, cons
     }
   }
   return j;
+}
+
+// The sliding window of a Mistral or Qwen2 config.json that makes the original model differ from
+// full attention on a sequence it is meant for, else 0. As transformers (5.x): Mistral's
+// sliding_window (default 4096, null = none) applies to every layer; Qwen2's (default 4096) only
+// with use_sliding_window true, and only to the layers layer_types marks "sliding_attention", by
+// default those from max_window_layers (default 28) on. A window of max_position_embeddings or
+// more changes nothing the model is meant for. Qwen3's windows were checked layer by layer
+// (LlamaConfig::from_json): one reaching a layer is refused, so any left changes nothing.
+std::int64_t hf_sliding_window(const nlohmann::json& j, const std::string& architecture,
+                               const model::LlamaConfig& config, const std::string& where) {
+  const bool qwen2 = architecture == "Qwen2ForCausalLM";
+  if (!qwen2 && architecture != "MistralForCausalLM") return 0;
+  if (qwen2) {
+    const auto use = j.find("use_sliding_window");
+    if (use == j.end() || use->is_null()) return 0;
+    if (!use->is_boolean()) fail("{}: use_sliding_window must be true or false, found {}", where, use->dump());
+    if (!use->get<bool>()) return 0;
+  }
+  std::int64_t window = 4096;
+  if (const auto field = j.find("sliding_window"); field != j.end()) {
+    if (field->is_null()) return 0;
+    if (!field->is_number_integer() || field->get<std::int64_t>() <= 0) {
+      fail("{}: sliding_window must be a positive number of tokens or null (no window), found {}", where,
+           field->dump());
+    }
+    window = field->get<std::int64_t>();
+  }
+  if (qwen2) {
+    bool reaches = false;
+    if (const auto types = j.find("layer_types"); types != j.end() && types->is_array()) {
+      for (const auto& type : *types) reaches = reaches || type == "sliding_attention";
+    } else {
+      std::int64_t first = 28;
+      if (const auto field = j.find("max_window_layers"); field != j.end() && !field->is_null()) {
+        if (!field->is_number_integer()) {
+          fail("{}: max_window_layers must be an integer, found {}", where, field->dump());
+        }
+        first = field->get<std::int64_t>();
+      }
+      reaches = first < config.num_hidden_layers;
+    }
+    if (!reaches) return 0;
+  }
+  return window < config.max_position_embeddings ? window : 0;
 }
 
 }  // namespace
@@ -180,7 +236,8 @@ std::string hf_model_type(const std::string& architecture) {
 
 std::string default_hf_architecture(const model::LlamaConfig& config) {
   if (config.qk_norm) return "Qwen3ForCausalLM";
-  return config.attention_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  if (config.attention_bias) return "Qwen2ForCausalLM";
+  return config.attention_window > 0 ? "MistralForCausalLM" : "LlamaForCausalLM";
 }
 
 void check_hf_architecture(const std::string& architecture, const model::LlamaConfig& config,
@@ -210,6 +267,15 @@ void check_hf_architecture(const std::string& architecture, const model::LlamaCo
     fail("{}: LlamaForCausalLM with attention_bias true also has an o_proj bias, which this model does "
          "not have (a model with q/k/v biases exports as Qwen2ForCausalLM)", where);
   }
+  if (architecture == "LlamaForCausalLM" && config.attention_window > 0) {
+    fail("{}: this model keeps the sliding window of {} tokens of the model it comes from (attention_window), "
+         "which LlamaForCausalLM cannot express (it would attend over whole sequences): export it as "
+         "MistralForCausalLM", where, config.attention_window);
+  }
+  if (qwen3 && config.attention_window > 0) {
+    fail("{}: this model keeps a sliding window of {} tokens (attention_window), but Qwen3 sliding windows are not "
+         "supported", where, config.attention_window);
+  }
 }
 
 model::LlamaConfig hf_config_from_json(const nlohmann::json& config_json, const std::string& where,
@@ -223,30 +289,34 @@ model::LlamaConfig hf_config_from_json(const nlohmann::json& config_json, const 
   }
   // Non-strict: published config.json files carry many fields that do not affect the weights.
   // Qwen3's rules (q/k norms, head_dim 128 by default, sliding windows) follow its model_type,
-  // which the architecture decides here as for every other rule.
-  model::LlamaConfig config;
-  if (architecture == "Qwen3ForCausalLM" && config_json.value("model_type", std::string()) != "qwen3") {
-    nlohmann::json as_qwen3 = config_json;
-    as_qwen3["model_type"] = "qwen3";
-    config = model::LlamaConfig::from_json(as_qwen3, where, false);
-  } else {
-    config = model::LlamaConfig::from_json(config_json, where, false);
+  // which the architecture decides here as for every other rule. attention_window is the model
+  // config's field, not config.json's: the window comes from the HF fields (below).
+  nlohmann::json fields = config_json;
+  fields.erase("attention_window");
+  if (architecture == "Qwen3ForCausalLM" && fields.value("model_type", std::string()) != "qwen3") {
+    fields["model_type"] = "qwen3";
   }
+  model::LlamaConfig config = model::LlamaConfig::from_json(fields, where, false);
   if (architecture == "Qwen2ForCausalLM") config.attention_bias = true;
   if (architecture == "MistralForCausalLM") config.attention_bias = false;
   check_hf_architecture(architecture, config, where);
 
-  // Qwen3's windows were checked layer by layer (LlamaConfig::from_json): one reaching a layer is
-  // refused, so any left here changes nothing.
-  const auto window = config_json.find("sliding_window");
-  const bool window_on = architecture != "Qwen3ForCausalLM" && window != config_json.end() &&
-                         window->is_number_integer() && window->get<std::int64_t>() < config.max_position_embeddings &&
-                         (architecture == "MistralForCausalLM" ||
-                          config_json.value("use_sliding_window", false));
-  if (window_on) {
-    spdlog::warn("{}: sliding_window {} is not implemented: attention spans whole sequences, which "
-                 "differs from the original model on sequences longer than the window",
-                 where, window->get<std::int64_t>());
+  const std::int64_t window = hf_sliding_window(config_json, architecture, config, where);
+  // One that says otherwise is refused (odc-ckpt init --set model.config.attention_window would
+  // otherwise be dropped).
+  if (const auto given = config_json.find("attention_window");
+      given != config_json.end() && !(given->is_number_integer() && given->get<std::int64_t>() == window)) {
+    fail("{}: attention_window {} is not a Hugging Face config.json field, and this {} config's window is {}: "
+         "config.json gives a window by sliding_window (MistralForCausalLM; Qwen2ForCausalLM with "
+         "use_sliding_window true)",
+         where, given->dump(), architecture,
+         window > 0 ? fmt::format("sliding_window {}", window) : std::string("none"));
+  }
+  config.attention_window = window;
+  if (window > 0) {
+    spdlog::info("{}: sliding_window {}: sequences of up to {} tokens train exactly as in the original model "
+                 "(attention spans whole sequences here, the original's the last {} tokens); longer ones are "
+                 "refused", where, window, window, window);
   }
   if (architecture_out != nullptr) *architecture_out = architecture;
   return config;

@@ -179,6 +179,7 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
   c.attention_bias = bool_field(j, "attention_bias", where, false);
   c.max_position_embeddings = number_field<std::int64_t>(j, "max_position_embeddings", where, 2048, false);
   c.initializer_range = number_field<double>(j, "initializer_range", where, 0.02, false);
+  c.attention_window = number_field<std::int64_t>(j, "attention_window", where, 0, false);
 
   const std::string model_type =
       j.contains("model_type") && j.at("model_type").is_string() ? j.at("model_type").get<std::string>() : "";
@@ -230,7 +231,7 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
         "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
         "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling",
         "tie_word_embeddings", "attention_bias", "max_position_embeddings", "initializer_range",
-        "partial_rotary_factor", "rope_parameters", "qk_norm"};
+        "partial_rotary_factor", "rope_parameters", "qk_norm", "attention_window"};
     for (const auto& [key, value] : j.items()) {
       if (!used.contains(key) && !known_unused_fields().contains(key)) {
         fail("{}: unknown model config field '{}' (expected Hugging Face config.json fields such as "
@@ -267,6 +268,7 @@ nlohmann::json LlamaConfig::to_json() const {
     j["model_type"] = "qwen3";
     j["qk_norm"] = true;
   }
+  if (attention_window > 0) j["attention_window"] = attention_window;
   if (rope_scaling.type == "llama3") {
     j["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", rope_scaling.factor},
@@ -299,9 +301,17 @@ void LlamaConfig::validate(const std::string& where) const {
     fail("{}: qk_norm (Qwen3's q/k norms) with attention_bias true is not supported: Qwen3's attention_bias also "
          "adds an o_proj bias, which this model does not have (set attention_bias to false)", where);
   }
+  if (qk_norm && attention_window > 0) {
+    fail("{}: qk_norm (Qwen3's q/k norms) with attention_window {} is not supported: Qwen3 sliding windows are "
+         "refused (set attention_window to 0)", where, attention_window);
+  }
   if (head_dim % 2 != 0) fail("{}: head_dim {} must be even (rotary embedding pairs halves)", where, head_dim);
   if (!(rms_norm_eps > 0)) fail("{}: rms_norm_eps must be positive, found {}", where, rms_norm_eps);
   if (!(rope_theta > 0)) fail("{}: rope_theta must be positive, found {}", where, rope_theta);
+  if (attention_window < 0) {
+    fail("{}: model config field 'attention_window' must be >= 0 (the original model's sliding window; 0 = none), "
+         "found {}", where, attention_window);
+  }
   if (vocab_size > (std::int64_t{1} << 31) - 1) fail("{}: vocab_size {} exceeds int32 token ids", where, vocab_size);
 }
 

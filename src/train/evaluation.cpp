@@ -9,6 +9,7 @@
 
 #include "odc/core/error.h"
 #include "odc/data/text_dataset.h"
+#include "odc/train/minibatch_source.h"
 
 namespace odc::train {
 
@@ -52,6 +53,10 @@ Evaluator::Evaluator(const Config& config, const model::LlamaConfig& model, int 
                             config.get_string("data.chat_template")});
   const std::int64_t limit = config.get_int("data.eval_max_sequences");
   count_ = limit > 0 ? std::min(limit, dataset_->size()) : dataset_->size();
+  check_attention_window(*dataset_, count_, model, attention_window_origin(config),
+                         "its eval loss would not be the original model's",
+                         fmt::format("keep data.eval's sequences to at most {} tokens (data.max_length does not "
+                                     "apply to data.eval)", model.attention_window));
   std::int64_t targets = 0;
   for (std::int64_t i = 0; i < count_; ++i) targets += dataset_->target_count(i);
   if (targets == 0) {

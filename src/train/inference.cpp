@@ -10,6 +10,7 @@
 #include "odc/backend/backend_factory.h"
 #include "odc/core/error.h"
 #include "odc/io/hf_checkpoint.h"
+#include "odc/train/minibatch_source.h"
 
 namespace odc::train {
 
@@ -42,7 +43,7 @@ void collect_eos(const std::filesystem::path& file, std::vector<std::int32_t>& e
 
 }  // namespace
 
-LoadedModel::LoadedModel(const std::string& dir, int threads) {
+LoadedModel::LoadedModel(const std::string& dir, int threads) : dir_(dir) {
   const io::HfCheckpoint checkpoint(dir);
   architecture_ = checkpoint.architecture();
   model_ = std::make_unique<model::LlamaModel>(checkpoint.config(), backend::make_backend("cpu", DType::f32, threads));
@@ -71,6 +72,10 @@ EvalResult evaluate(LoadedModel& model, const data::TokenDataset& dataset, std::
                     std::int64_t max_sequences) {
   if (max_tokens < 1) fail("evaluation batch size must be at least 1 token, found {}", max_tokens);
   const std::int64_t count = max_sequences > 0 ? std::min(max_sequences, dataset.size()) : dataset.size();
+  check_attention_window(dataset, count, model.config(),
+                         fmt::format("sliding_window in {}", (std::filesystem::path(model.dir()) / "config.json").string()),
+                         "its loss would not be the original model's",
+                         fmt::format("score sequences of at most {} tokens", model.config().attention_window));
   EvalResult result;
   model::PackedBatch batch;
   auto flush = [&] {
@@ -125,6 +130,16 @@ GenerateResult generate(LoadedModel& model, const std::vector<std::int32_t>& pro
   if (prompt_length > context) {
     fail("the prompt has {} tokens, more than the model's context of {} (max_position_embeddings); shorten it",
          prompt.size(), context);
+  }
+  // Attention here spans the whole sequence: the original model's sliding window only while the
+  // sequence fits in it.
+  if (const std::int64_t window = model.config().attention_window;
+      window > 0 && prompt_length + options.max_new_tokens > window) {
+    fail("the prompt has {} tokens and max_new_tokens is {}: {} tokens, more than the model's attention window of {} "
+         "(sliding_window in {}): the original model attends only to the last {} tokens, attention here spans the "
+         "whole sequence, so it would generate differently; keep the prompt plus max_new_tokens within {}",
+         prompt_length, options.max_new_tokens, prompt_length + options.max_new_tokens, window,
+         (std::filesystem::path(model.dir()) / "config.json").string(), window, window);
   }
   const std::int64_t vocab = model.config().vocab_size;
   for (auto id : prompt) {

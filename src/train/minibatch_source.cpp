@@ -23,6 +23,25 @@ bool equal_sequence_counts(data::Balance balance) {
 
 }  // namespace
 
+std::string attention_window_origin(const Config& config) {
+  const std::string checkpoint = config.get_string("model.checkpoint");
+  if (!checkpoint.empty()) return fmt::format("sliding_window in {}/config.json", checkpoint);
+  return fmt::format("model.config.attention_window, from {}", config.source_of("model.config"));
+}
+
+void check_attention_window(const data::TokenDataset& dataset, std::int64_t count, const model::LlamaConfig& model,
+                            const std::string& origin, const std::string& consequence, const std::string& remedy) {
+  const std::int64_t window = model.attention_window;
+  if (window <= 0) return;
+  for (std::int64_t i = 0; i < std::min(count, dataset.size()); ++i) {
+    if (dataset.length(i) > window) {
+      fail("{}: sequence {} has length {}, longer than the model's attention window of {} tokens ({}): the original "
+           "model attends only to the last {} tokens, attention here spans the whole sequence, so {}; {}",
+           dataset.record(i), i, dataset.length(i), window, origin, window, consequence, remedy);
+    }
+  }
+}
+
 MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig& model, int rank, int world_size,
                                  distributed::CommKind comm)
     : rank_(rank), world_size_(world_size) {
@@ -48,6 +67,10 @@ MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig&
          dataset_->describe(), dataset_->size());
   }
 
+  check_attention_window(*dataset_, dataset_->size(), model, attention_window_origin(config),
+                         "it would train a model unlike the original",
+                         fmt::format("set data.max_length to at most {} with data.over_length truncate or drop",
+                                     model.attention_window));
   // Token cap: explicit, or the longest sequence of the dataset scaled by packing_ratio.
   token_cap_ = data::token_cap(config, dataset_->max_length());
   for (std::int64_t i = 0; i < dataset_->size(); ++i) {

@@ -7,7 +7,12 @@
 //
 // Architecture differences that matter to the weights:
 //   Qwen2   q/k/v biases always (HF's Qwen2Attention hard-codes them; attention_bias is ignored)
-//   Mistral never any attention bias; HF's sliding_window is not implemented (full attention)
+//   Mistral never any attention bias
+//   sliding windows (Mistral's sliding_window; Qwen2's with use_sliding_window, on the layers
+//           from max_window_layers on or as layer_types says) are not implemented: attention spans
+//           whole sequences, which is the original model on sequences of up to the window. The
+//           window is kept as LlamaConfig::attention_window (training and generation refuse
+//           longer sequences) and exported back (Qwen2: max_window_layers 0, every layer slides)
 //   Llama   attention_bias adds q/k/v *and* o_proj biases in HF, and the model has no o_proj
 //           bias, so attention_bias must be false (a model with q/k/v biases exports as Qwen2)
 //   Qwen3   per-head q/k RMSNorms (self_attn.q_norm/k_norm.weight, LlamaConfig::qk_norm) always;
@@ -32,7 +37,8 @@ namespace odc::io {
 // "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM" (for messages and --help).
 std::string supported_hf_architectures();
 // The architecture a model exports as when nothing names one: Qwen3ForCausalLM with q/k norms,
-// else Qwen2ForCausalLM with attention biases, else LlamaForCausalLM.
+// else Qwen2ForCausalLM with attention biases, else MistralForCausalLM with an attention_window,
+// else LlamaForCausalLM.
 std::string default_hf_architecture(const model::LlamaConfig& config);
 // config.json's model_type of a supported architecture ("llama", "mistral", "qwen2", "qwen3"); odc::Error
 // naming the architecture and the supported ones otherwise.

@@ -30,6 +30,12 @@ struct LlamaConfig {
   bool qk_norm = false;
   std::int64_t max_position_embeddings = 2048;
   double initializer_range = 0.02;
+  // The original model's sliding window, 0 = none. Not an HF field (HF's are Mistral's
+  // sliding_window, Qwen2's use_sliding_window + sliding_window + max_window_layers, which the HF
+  // loader turns into this). Attention here always spans whole sequences, which is exactly the
+  // original model on sequences of at most this many tokens: training and generation refuse longer
+  // ones, an HF export writes the window back. to_json writes it only when set.
+  std::int64_t attention_window = 0;
 
   int kv_group() const { return num_attention_heads / num_key_value_heads; }
   std::int64_t q_dim() const { return static_cast<std::int64_t>(num_attention_heads) * head_dim; }

@@ -10,7 +10,8 @@ namespace odc::train {
 
 // Reassembles the full model from every rank's master shards of a native checkpoint (any world
 // size) and writes it as a Hugging Face directory. `architecture` empty = the model's default
-// (io::default_hf_architecture: Qwen3 with q/k norms, Qwen2 with attention biases, else Llama).
+// (io::default_hf_architecture: Qwen3 with q/k norms, Qwen2 with attention biases, Mistral with an
+// attention_window, else Llama).
 // `copy_from_dir` (optional) supplies the
 // tokenizer files. Returns the step of the checkpoint.
 std::int64_t export_native_to_hf(const std::string& native_checkpoint, const std::string& out_dir, DType dtype,

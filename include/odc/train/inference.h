@@ -26,6 +26,7 @@ class LoadedModel {
   LoadedModel(const std::string& dir, int threads);
   const model::LlamaConfig& config() const { return model_->config(); }
   const std::string& architecture() const { return architecture_; }
+  const std::string& dir() const { return dir_; }
   // eos ids from config.json / generation_config.json ("eos_token_id": int or list), if any.
   const std::vector<std::int32_t>& eos_token_ids() const { return eos_; }
 
@@ -37,6 +38,7 @@ class LoadedModel {
   void forward_cached(std::span<const std::int32_t> tokens, model::KvCache& cache, std::vector<float>& logits);
 
  private:
+  std::string dir_;
   std::string architecture_;
   std::unique_ptr<model::LlamaModel> model_;
   std::unique_ptr<distributed::ShardStore> store_;
@@ -52,7 +54,8 @@ struct EvalResult {
 };
 
 // Scores every sequence of `dataset` (or the first max_sequences when > 0), packed in order into
-// batches of at most max_tokens tokens (a longer sequence gets a batch of its own).
+// batches of at most max_tokens tokens (a longer sequence gets a batch of its own). A model with an
+// attention window (a sliding window of the original model) refuses a longer sequence.
 EvalResult evaluate(LoadedModel& model, const data::TokenDataset& dataset, std::int64_t max_tokens,
                     std::int64_t max_sequences = 0);
 
@@ -73,6 +76,8 @@ using TokenDecoder = std::function<std::string(const std::vector<std::int32_t>&)
 
 // Continues `prompt` (token ids) until an eos id, max_new_tokens, a stop string or the model's
 // context (max_position_embeddings) ends it; returns the new ids (and, with `decode`, their text).
+// A model with an attention window (config().attention_window, the original model's sliding
+// window) refuses a prompt whose length plus max_new_tokens exceeds it.
 // With the KV cache (options.use_cache, the default) the prompt runs once and each new token once
 // more (work linear in the length per token); without it every step runs the whole sequence again.
 // The options are checked first (check_generate_options); stop strings need `decode`.

@@ -30,11 +30,22 @@ struct Minibatch {
   int padded = 0;                    // empty microbatches appended to `mine`
 };
 
+// Where model.attention_window came from, for messages: "sliding_window in CKPT/config.json" with
+// model.checkpoint, else "model.config.attention_window, from SOURCE".
+std::string attention_window_origin(const Config& config);
+
+// Attention here spans whole sequences, which is the original model's sliding-window attention on
+// sequences of at most model.attention_window tokens. When a window is set, the first of the
+// first `count` sequences of `dataset` that is longer is an odc::Error naming its record, length,
+// the window and `origin`, saying what it would break (`consequence`) and what to do (`remedy`).
+void check_attention_window(const data::TokenDataset& dataset, std::int64_t count, const model::LlamaConfig& model,
+                            const std::string& origin, const std::string& consequence, const std::string& remedy);
+
 class MinibatchSource {
  public:
   // Opens data.train, applies data.max_length (data.over_length) and checks the data against the
-  // model and the world (global batch, token cap). `comm` decides what data.balance = auto means
-  // and whether lb_mini and lb_mini_equal are possible.
+  // model (its attention window) and the world (global batch, token cap). `comm` decides what
+  // data.balance = auto means and whether lb_mini and lb_mini_equal are possible.
   MinibatchSource(const Config& config, const model::LlamaConfig& model, int rank, int world_size,
                   distributed::CommKind comm);
 

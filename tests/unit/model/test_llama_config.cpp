@@ -280,3 +280,33 @@ TEST_CASE("Qwen3 sliding windows: accepted only where every layer attends fully"
   CHECK_THROWS_WITH(LlamaConfig::from_json(j, "model.config", true),
                     Contains("model.config") && Contains("sliding_window 128") && Contains("layer 0"));
 }
+
+// attention_window: the original model's sliding window (io::hf_config_from_json sets it from
+// Mistral's and Qwen2's fields). It survives the model config's own round trip (native manifests
+// and model.config store to_json), is written only when set, and is validated.
+TEST_CASE("attention_window: round trip, absent when 0, validated", "[model]") {
+  const auto none = LlamaConfig::from_json(base(), "model.config", true);
+  CHECK(none.attention_window == 0);
+  CHECK_FALSE(none.to_json().contains("attention_window"));  // existing manifests compare equal
+  auto j = base();
+  j["attention_window"] = 16;
+  const auto windowed = LlamaConfig::from_json(j, "model.config", true);  // strict YAML accepts it
+  CHECK(windowed.attention_window == 16);
+  CHECK(windowed.to_json().at("attention_window") == 16);
+  for (const bool strict : {true, false}) {
+    const auto again = LlamaConfig::from_json(windowed.to_json(), "manifest.json", strict);
+    CHECK(again.attention_window == 16);
+    CHECK(again.to_json() == windowed.to_json());
+  }
+  j["attention_window"] = 0;
+  CHECK(LlamaConfig::from_json(j, "model.config", true).to_json() == none.to_json());
+  j["attention_window"] = -1;
+  CHECK_THROWS_WITH(LlamaConfig::from_json(j, "model.config", true),
+                    Contains("model.config") && Contains("'attention_window' must be >= 0") && Contains("found -1"));
+  j["attention_window"] = "16";
+  CHECK_THROWS_WITH(LlamaConfig::from_json(j, "model.config", true), Contains("'attention_window' must be an integer"));
+  j["attention_window"] = 16;
+  j["qk_norm"] = true;
+  CHECK_THROWS_WITH(LlamaConfig::from_json(j, "model.config", true),
+                    Contains("qk_norm") && Contains("attention_window 16 is not supported"));
+}

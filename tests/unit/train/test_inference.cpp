@@ -158,3 +158,28 @@ TEST_CASE("generate: stop strings cut the text before the earliest one; eos and 
   }
   CHECK(std::string(train::finish_reason_name(train::FinishReason::context)) == "context");
 }
+
+// A model with the original's sliding window (attention_window 8; attention here spans the whole
+// sequence): generation is exact while prompt + new tokens fit in the window, and refused beyond.
+TEST_CASE("generate: a prompt plus max_new_tokens beyond the model's attention window is refused",
+          "[train][inference]") {
+  test::TempDir dir("generate_window");
+  auto config = small_config(4, 2);
+  config.attention_window = 8;
+  const auto units = model::build_unit_layouts(config);
+  io::write_hf_checkpoint(dir.file("model"), config, "MistralForCausalLM", DType::f32, [&](int unit, float* out) {
+    const auto& layout = units[static_cast<std::size_t>(unit)];
+    model::init_unit_range(layout, config, 17, 0, layout.numel, out);
+  });
+  train::LoadedModel model(dir.file("model"), 1);
+  REQUIRE(model.config().attention_window == 8);
+  train::GenerateOptions options;
+  options.max_new_tokens = 5;
+  CHECK(train::generate(model, kPrompts[1], options).ids.size() == 5);  // 3 + 5 = 8 positions: exact
+  options.max_new_tokens = 6;
+  CHECK_THROWS_WITH(train::generate(model, kPrompts[1], options),
+                    Catch::Contains("the prompt has 3 tokens and max_new_tokens is 6: 9 tokens, more than the model's "
+                                    "attention window of 8") &&
+                        Catch::Contains("sliding_window in " + dir.file("model") + "/config.json") &&
+                        Catch::Contains("keep the prompt plus max_new_tokens within 8"));
+}

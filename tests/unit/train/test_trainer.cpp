@@ -136,6 +136,27 @@ TEST_CASE("trainer rejects inputs that cannot train, naming the key", "[train]")
                     Catch::Contains("out of range [0, 40)"));
 }
 
+// A model with the original's sliding window (model.config.attention_window here; a Mistral or
+// Qwen2 checkpoint's sliding_window) trains exactly only sequences that fit in it: a longer one is
+// refused at start-up, naming it and what to do; data.max_length within the window trains.
+TEST_CASE("trainer refuses sequences longer than the model's attention window, before any step", "[train]") {
+  const auto data = write_dataset();  // 3, 10, 17, 24, ... tokens
+  CHECK_THROWS_WITH(train::Trainer(make_config(data, {"model.config.attention_window=16"})),
+                    Catch::Contains(data.string() + ":3: sequence 2 has length 17, longer than the model's attention "
+                                                    "window of 16 tokens (model.config.attention_window, from") &&
+                        Catch::Contains("set data.max_length to at most 16 with data.over_length truncate or drop"));
+  for (const std::string policy : {"truncate", "drop"}) {
+    train::Trainer trainer(make_config(data, {"model.config.attention_window=16", "data.max_length=16",
+                                              "data.over_length=" + policy, "train.steps=1"}));
+    CHECK(trainer.run().size() == 1);
+  }
+  // data.max_length does not apply to data.eval: its sequences are checked too.
+  CHECK_THROWS_WITH(train::Trainer(make_config(data, {"model.config.attention_window=16", "data.max_length=16",
+                                                      "data.over_length=drop", "data.eval=" + data.string()})),
+                    Catch::Contains("sequence 2 has length 17") &&
+                        Catch::Contains("keep data.eval's sequences to at most 16 tokens"));
+}
+
 TEST_CASE("the trace holds every unit's forward and backward of every microbatch, and the metrics add up",
           "[train][trace]") {
   const auto data = write_dataset();
