@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -404,7 +405,17 @@ void HfCheckpoint::read_unit_range(int unit, std::int64_t offset, std::int64_t c
     const std::int64_t lo = std::max(offset, slot.offset);
     const std::int64_t hi = std::min(end, slot.offset + slot.numel);
     if (lo >= hi) continue;
-    tensors_.file_of(slot.name).read_f32_range(slot.name, lo - slot.offset, hi - lo, out + (lo - offset));
+    const SafetensorsFile& file = tensors_.file_of(slot.name);
+    float* values = out + (lo - offset);
+    file.read_f32_range(slot.name, lo - slot.offset, hi - lo, values);
+    // A NaN or inf weight would only show as a NaN loss (blamed on the learning rate or the data).
+    for (std::int64_t i = 0; i < hi - lo; ++i) {
+      if (!std::isfinite(values[i])) {
+        fail("HF checkpoint '{}': tensor '{}' in '{}' holds a non-finite weight ({} at element {}): the "
+             "checkpoint is damaged; re-download or re-export it",
+             dir_, slot.name, file.path(), values[i], lo - slot.offset + i);
+      }
+    }
   }
   for (std::int64_t i = std::max(offset, layout.numel); i < end; ++i) out[i - offset] = 0.0f;
 }

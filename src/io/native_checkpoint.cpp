@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -214,6 +215,14 @@ void read_rank_shards(const std::string& checkpoint, const nlohmann::json& manif
   const std::string actual = fmt::format("{:016x}", checksum(out.masters, out.exp_avg, out.exp_avg_sq));
   if (actual != expected) {
     fail("checkpoint '{}': checksum {} does not match the manifest's {} (the file is damaged)", path, actual, expected);
+  }
+  // A NaN or inf saved by a run that diverged would only show as a NaN loss after resuming.
+  for (int i = 0; i < 3; ++i) {
+    const auto bad = std::find_if(targets[i].begin(), targets[i].end(), [](float v) { return !std::isfinite(v); });
+    if (bad != targets[i].end()) {
+      fail("checkpoint '{}': tensor '{}' holds a non-finite value ({} at element {}): the run that saved it had "
+           "diverged; resume from an earlier checkpoint (checkpoint.resume=DIR/step-N)", path, kTensorNames[i], *bad, bad - targets[i].begin());
+    }
   }
 }
 

@@ -78,24 +78,37 @@ EvalResult evaluate(LoadedModel& model, const data::TokenDataset& dataset, std::
                          fmt::format("score sequences of at most {} tokens", model.config().attention_window));
   EvalResult result;
   model::PackedBatch batch;
-  auto flush = [&] {
+  std::int64_t batch_first = 0;               // the first sequence of `batch`
+  std::int64_t bad_first = -1, bad_last = -1;  // the first microbatch whose loss is not finite
+  auto flush = [&](std::int64_t next) {
     if (batch.num_tokens() == 0) return;
     const auto out = model.forward(batch, nullptr);
+    if (!std::isfinite(out.nll_sum) && bad_first < 0) {
+      bad_first = batch_first;
+      bad_last = next - 1;
+    }
     result.loss += out.nll_sum;
     result.tokens += out.target_tokens;
     batch = model::PackedBatch{};
+    batch_first = next;
   };
   for (std::int64_t i = 0; i < count; ++i) {
     const auto seq = dataset.get(i);
     const auto length = static_cast<std::int64_t>(seq.tokens.size());
-    if (batch.num_tokens() > 0 && batch.num_tokens() + length > max_tokens) flush();
+    if (batch.num_tokens() > 0 && batch.num_tokens() + length > max_tokens) flush(i);
     batch.append(seq.tokens.data(), seq.target_mask.data(), length, 1.0f);
     ++result.sequences;
   }
-  flush();
+  flush(count);
   if (result.tokens == 0) fail("{}: no target tokens to score in the first {} sequences", dataset.describe(), count);
   result.loss /= result.tokens;
   result.perplexity = std::exp(result.loss);
+  // JSON has no NaN: it was printed as a null loss with exit status 0.
+  if (!std::isfinite(result.loss)) {
+    fail("the loss of the model in '{}' on {} is not finite ({}{}): the model's activations overflow or its "
+         "weights are damaged", model.dir(), dataset.describe(), result.loss,
+         bad_first >= 0 ? fmt::format(", first in sequences {}..{}", bad_first, bad_last) : std::string());
+  }
   return result;
 }
 

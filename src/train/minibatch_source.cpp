@@ -66,6 +66,16 @@ MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig&
     fail("the global batch is {} sequences per step ({}), but {} holds only {}", global_batch_, global_batch_origin_,
          dataset_->describe(), dataset_->size());
   }
+  // Without a single target every step's loss is 0 and nothing trains (it ran to the end, exit 0).
+  bool any_target = false;
+  for (std::int64_t i = 0; i < dataset_->size() && !any_target; ++i) any_target = dataset_->target_count(i) > 0;
+  if (!any_target) {
+    const std::int64_t max_length = config.get_int("data.max_length");
+    fail("data.train: '{}' has no target tokens in its {} sequences (every loss_mask is 0{}): nothing to train "
+         "on; give each sequence a loss_mask of 1 on the tokens to predict", config.get_string("data.train"),
+         dataset_->size(),
+         max_length > 0 ? fmt::format(", or data.max_length {} cut off every target", max_length) : std::string());
+  }
 
   check_attention_window(*dataset_, dataset_->size(), model, attention_window_origin(config),
                          "it would train a model unlike the original",

@@ -6,13 +6,40 @@
 
 #include <spdlog/spdlog.h>
 
+#include "odc/core/error.h"
 #include "odc/io/hf_checkpoint.h"
 
 namespace odc::train {
 
+namespace {
+
+// `path` made absolute with its symlinks resolved as far as it exists, without a trailing slash.
+std::filesystem::path resolved(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path out = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
+  if (ec) out = std::filesystem::absolute(path).lexically_normal();
+  if (!out.has_filename() && out.has_parent_path() && out != out.root_path()) out = out.parent_path();
+  return out;
+}
+
+}  // namespace
+
+void check_export_target(const Config& config) {
+  const std::string hf = config.get_string("checkpoint.export_hf");
+  const std::string base = config.get_string("model.checkpoint");
+  if (hf.empty() || base.empty()) return;
+  std::error_code ec;
+  const bool same = resolved(hf) == resolved(base) || std::filesystem::equivalent(hf, base, ec);
+  if (!same) return;
+  fail("checkpoint.export_hf ('{}', from {}) and model.checkpoint ('{}', from {}) are the same directory: the "
+       "export at the end of the run would replace the base model it starts from; set checkpoint.export_hf to "
+       "another directory", hf, config.source_of("checkpoint.export_hf"), base, config.source_of("model.checkpoint"));
+}
+
 void export_hf(const Config& config, distributed::HostGroup& group, const distributed::ShardStore& store,
                const model::LlamaConfig& model_config, const ModelSource& source) {
   const auto start = std::chrono::steady_clock::now();
+  check_export_target(config);
   const std::string dir = config.get_string("checkpoint.export_hf");
   const std::string wanted = config.get_string("checkpoint.export_dtype");
   DType dtype = DType::f32;

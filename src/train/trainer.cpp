@@ -147,6 +147,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   // The backend first: a device that cannot be used (no CUDA build or GPU, several ranks) fails
   // before anything is read or written.
   auto compute = training_backend(config, local_rank(rank));
+  check_export_target(config);  // before anything is read, written or trained
   // Outputs written only at the end of the run (by rank 0) are proven writable before anything
   // is read or trained.
   if (group_.is_root()) {

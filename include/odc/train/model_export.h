@@ -20,6 +20,10 @@ struct ModelSource {
   std::optional<DType> dtype;
 };
 
+// Refuses a checkpoint.export_hf that names model.checkpoint's directory (under any spelling: a
+// trailing slash, a relative path, a symlink): the export would replace the base model.
+void check_export_target(const Config& config);
+
 // Writes checkpoint.export_hf (tokenizer files are copied from model.checkpoint, if any).
 void export_hf(const Config& config, distributed::HostGroup& group, const distributed::ShardStore& store,
                const model::LlamaConfig& model_config, const ModelSource& source);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -382,6 +383,41 @@ TEST_CASE("HF checkpoint: every mismatch with config.json is a clear error", "[i
     write_json(config_path, j);
     CHECK_THAT(error_of(dir), Catch::Contains("o_proj bias"));
   }
+}
+
+TEST_CASE("HF checkpoint: a NaN or inf weight is refused as it is read, naming the tensor and the file", "[io]") {
+  const LlamaConfig config = tiny_config(false);
+  const fs::path dir = temp_dir() / "nonfinite";
+  export_model(dir, config, "LlamaForCausalLM", odc::DType::f32);
+  const float bad = GENERATE(std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity());
+  const fs::path weights = dir / "model.safetensors";
+  Tensors t = load_tensors(weights);
+  t.values.at("model.layers.1.self_attn.v_proj.weight").second[3] = bad;
+  t.write(weights);
+  const HfCheckpoint ckpt(dir.string());  // the values are read unit by unit, not at open
+  std::string error;
+  for (int u = 0; u < static_cast<int>(ckpt.units().size()) && error.empty(); ++u) {
+    try {
+      (void)read_unit(ckpt, u);
+    } catch (const odc::Error& e) {
+      error = e.what();
+    }
+  }
+  CHECK_THAT(error, Catch::Contains("tensor 'model.layers.1.self_attn.v_proj.weight'") &&
+                        Catch::Contains(weights.string()) && Catch::Contains("holds a non-finite weight") &&
+                        Catch::Contains("at element 3"));
+  // A range that leaves the bad element out reads.
+  const int unit = [&] {
+    for (int u = 0; u < static_cast<int>(ckpt.units().size()); ++u) {
+      for (const auto& slot : ckpt.units()[static_cast<std::size_t>(u)].tensors) {
+        if (slot.name == "model.layers.1.self_attn.v_proj.weight") return u;
+      }
+    }
+    return -1;
+  }();
+  REQUIRE(unit >= 0);
+  std::vector<float> first(1);
+  CHECK_NOTHROW(ckpt.read_unit_range(unit, 0, 1, first.data()));
 }
 
 TEST_CASE("HF config: Qwen2 always has biases, Mistral never", "[io]") {

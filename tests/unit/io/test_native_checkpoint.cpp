@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <optional>
 
@@ -151,5 +152,22 @@ TEST_CASE("pruning never removes the protected (best) checkpoint: it stays as on
   CHECK(steps() == std::vector<std::int64_t>{10, 30, 40});
   commit(50, 40);  // the best moved on: 10 is pruned like any other, 30 too
   CHECK(steps() == std::vector<std::int64_t>{40, 50});
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a checkpoint holding a NaN or inf is refused on load, naming the file and the tensor", "[io][checkpoint]") {
+  const auto dir = (fs::temp_directory_path() / ("odc_native_ckpt_nan_" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  const float bad = GENERATE(std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity());
+  Shards saved(0);
+  saved.v[4] = bad;  // the checksum matches: the run that saved it had diverged
+  io::write_rank_shards(io::staging_path(dir, 1), 0, saved.view());
+  io::commit_checkpoint(dir, 1, 1, {}, 0);
+  const auto path = *io::latest_checkpoint(dir);
+  Shards out(0);
+  REQUIRE_THROWS_WITH(io::read_rank_shards(path, io::read_manifest(path), 0, {out.masters, out.m, out.v}),
+                      Catch::Contains("rank-00000.safetensors") && Catch::Contains("holds a non-finite value") &&
+                          Catch::Contains("tensor 'exp_avg_sq'") && Catch::Contains("at element 4") &&
+                          Catch::Contains("resume from an earlier checkpoint (checkpoint.resume="));
   fs::remove_all(dir);
 }
