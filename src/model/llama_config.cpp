@@ -4,9 +4,11 @@
 #include <cstdint>
 #include <limits>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "odc/core/error.h"
 
@@ -226,6 +228,29 @@ LlamaConfig LlamaConfig::from_json(const nlohmann::json& j, const std::string& w
     }
     c.head_dim = c.num_attention_heads > 0 ? static_cast<int>(c.hidden_size / c.num_attention_heads) : 0;
   }
+  // Known fields that would change the math but are not implemented. attention_dropout: training
+  // here has no dropout. A user's YAML (strict) is refused; a checkpoint's config.json is read for
+  // inference and fine-tuning, so a nonzero value is warned about (the run trains without it).
+  if (j.contains("attention_dropout") && !j.at("attention_dropout").is_null()) {
+    const double dropout = number_field<double>(j, "attention_dropout", where, 0.0, true);
+    if (dropout != 0.0) {
+      if (strict) {
+        fail("{}: model config field 'attention_dropout' is {}, but attention dropout is not implemented (only 0)",
+             where, dropout);
+      }
+      spdlog::warn("{}: model config field 'attention_dropout' is {}, but attention dropout is not implemented: "
+                   "training runs without it",
+                   where, dropout);
+    }
+  }
+  // sliding_window in a user's YAML was silently ignored. A checkpoint's config.json window is read
+  // by io::hf_config_from_json into attention_window; Qwen3's is checked below
+  // (check_qwen3_full_attention). Elsewhere in strict mode a window is refused.
+  if (strict && !qwen3 && j.contains("sliding_window") && !j.at("sliding_window").is_null()) {
+    fail("{}: model config field 'sliding_window' ({}) is not read here: attention spans whole sequences; for the "
+         "original model's sliding window set 'attention_window' (0 = none), or leave sliding_window out or null",
+         where, j.at("sliding_window").dump());
+  }
   if (strict) {
     static const std::set<std::string> used = {
         "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -308,6 +333,23 @@ void LlamaConfig::validate(const std::string& where) const {
   if (head_dim % 2 != 0) fail("{}: head_dim {} must be even (rotary embedding pairs halves)", where, head_dim);
   if (!(rms_norm_eps > 0)) fail("{}: rms_norm_eps must be positive, found {}", where, rms_norm_eps);
   if (!(rope_theta > 0)) fail("{}: rope_theta must be positive, found {}", where, rope_theta);
+  // llama3 RoPE scaling with a factor <= 0 or an empty band (low_freq_factor == high_freq_factor)
+  // divides by zero or inverts the interpolation: refused where the config is read (odc-ckpt init
+  // too), not first when odc-train or odc-eval builds the frequencies.
+  if (rope_scaling.type == "llama3") {
+    const auto& rs = rope_scaling;
+    for (const auto& [name, value] : {std::pair<const char*, double>{"factor", rs.factor},
+                                      {"low_freq_factor", rs.low_freq_factor},
+                                      {"high_freq_factor", rs.high_freq_factor},
+                                      {"original_max_position_embeddings", rs.original_max_position_embeddings}}) {
+      if (!(value > 0)) fail("{}: llama3 rope_scaling field '{}' must be positive, found {}", where, name, value);
+    }
+    if (!(rs.high_freq_factor > rs.low_freq_factor)) {
+      fail("{}: llama3 rope_scaling field 'high_freq_factor' ({}) must be greater than 'low_freq_factor' ({}): "
+           "the frequencies between them are interpolated",
+           where, rs.high_freq_factor, rs.low_freq_factor);
+    }
+  }
   if (attention_window < 0) {
     fail("{}: model config field 'attention_window' must be >= 0 (the original model's sliding window; 0 = none), "
          "found {}", where, attention_window);

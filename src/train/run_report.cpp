@@ -15,13 +15,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// "metrics-{rank}.jsonl" gives every rank its own file; without the placeholder only rank 0 writes.
-std::string metrics_path(const std::string& pattern, int rank) {
-  const auto at = pattern.find("{rank}");
-  if (at == std::string::npos) return rank == 0 ? pattern : std::string();
-  return pattern.substr(0, at) + std::to_string(rank) + pattern.substr(at + 6);
-}
-
 constexpr std::size_t kSummaryFields = 8;
 
 // The summary table rank 0 prints at the end: one row per rank and a total row.
@@ -52,11 +45,18 @@ std::string format_rank_table(const std::vector<RankTotals>& ranks) {
 }
 }  // namespace
 
+std::string rank_output_path(const std::string& pattern, int rank) {
+  const auto at = pattern.find("{rank}");
+  if (at == std::string::npos) return rank == 0 ? pattern : std::string();
+  return pattern.substr(0, at) + std::to_string(rank) + pattern.substr(at + 6);
+}
+
 RunReport::RunReport(const Config& config, distributed::HostGroup& group, double peak_flops, double gemm_flops,
                      std::int64_t resumed_step)
     : group_(group),
-      metrics_(metrics_path(config.get_string("train.metrics_file"), group.rank()), resumed_step),
-      trace_path_(config.get_string("train.trace_file")),
+      metrics_(rank_output_path(config.get_string("train.metrics_file"), group.rank()), resumed_step),
+      // rank 0 writes the one trace: "tr-{rank}.json" is tr-0.json, as the metrics file would be
+      trace_path_(rank_output_path(config.get_string("train.trace_file"), 0)),
       peak_flops_(peak_flops),
       gemm_flops_(gemm_flops),
       log_every_(config.get_int("train.log_every")) {}

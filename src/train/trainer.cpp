@@ -151,7 +151,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   // Outputs written only at the end of the run (by rank 0) are proven writable before anything
   // is read or trained.
   if (group_.is_root()) {
-    if (const auto trace = config.get_string("train.trace_file"); !trace.empty()) {
+    if (const auto trace = rank_output_path(config.get_string("train.trace_file"), 0); !trace.empty()) {
       probe_output_file(trace, "train.trace_file");
     }
     if (const auto hf = config.get_string("checkpoint.export_hf"); !hf.empty()) {

@@ -184,6 +184,20 @@ expect_in bad_arch err "GPT2LMHeadModel"
 run_tool bad_tokenizer init --out "$work_dir/x" "${tiny[@]}" --tokenizer "$work_dir/qwen2_config.json"
 expect_rc bad_tokenizer 1
 expect_in bad_tokenizer err "tokenizer.json"
+# A llama3 rope_scaling that odc-train and odc-eval would refuse is refused by init too.
+llama3=(--set model.config.rope_scaling.rope_type=llama3 --set model.config.rope_scaling.low_freq_factor=1
+        --set model.config.rope_scaling.high_freq_factor=4 --set model.config.rope_scaling.original_max_position_embeddings=64)
+run_tool rope_factor init --out "$work_dir/x" "${tiny[@]}" "${llama3[@]}" --set model.config.rope_scaling.factor=0
+expect_rc rope_factor 1
+expect_in rope_factor err "llama3 rope_scaling field 'factor' must be positive, found 0"
+run_tool rope_band init --out "$work_dir/x" "${tiny[@]}" "${llama3[@]}" --set model.config.rope_scaling.factor=8 \
+  --set model.config.rope_scaling.high_freq_factor=1
+expect_rc rope_band 1
+expect_in rope_band err "'high_freq_factor' (1) must be greater than 'low_freq_factor' (1)"
+# A window in model.config is not silently ignored: attention_window is the field that is read.
+run_tool sliding_window init --out "$work_dir/x" "${tiny[@]}" --set model.config.sliding_window=8
+expect_rc sliding_window 1
+expect_in sliding_window err "set 'attention_window'"
 [ -e "$work_dir/x" ] && fail "a failed init left $work_dir/x behind"
 
 # --- the vocabulary follows --tokenizer unless set; a smaller one is refused ---

@@ -38,6 +38,11 @@ struct StepContext {
   distributed::CommResources comm;
 };
 
+// An output path with "{rank}" replaced by `rank` ("metrics-{rank}.jsonl" gives every rank its own
+// file); without the placeholder only rank 0 writes it, and every other rank gets "". Used for
+// train.metrics_file (every rank) and train.trace_file (rank 0 writes the merged trace).
+std::string rank_output_path(const std::string& pattern, int rank);
+
 class RunReport {
  public:
   // train.metrics_file ("m-{rank}.jsonl": one file per rank; without the placeholder only rank 0

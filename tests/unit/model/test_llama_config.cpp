@@ -310,3 +310,60 @@ TEST_CASE("attention_window: round trip, absent when 0, validated", "[model]") {
   CHECK_THROWS_WITH(LlamaConfig::from_json(j, "model.config", true),
                     Contains("qk_norm") && Contains("attention_window 16 is not supported"));
 }
+
+// A llama3 rope_scaling with factor 0 (or below) or an empty band (low_freq_factor ==
+// high_freq_factor) was accepted by odc-ckpt init and only refused later by odc-train and
+// odc-eval: refused where the config is read, strict or not, naming the field.
+TEST_CASE("llama3 rope_scaling: non-positive factors and an empty band are refused naming the field", "[model]") {
+  auto with = [](const char* key, double value) {
+    auto j = base();
+    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+    j["rope_scaling"][key] = value;
+    return j;
+  };
+  for (const bool strict : {true, false}) {
+    CHECK_NOTHROW(LlamaConfig::from_json(with("factor", 8.0), "model.config", strict));
+    CHECK_THROWS_WITH(LlamaConfig::from_json(with("factor", 0.0), "model.config", strict),
+                      Contains("model.config") && Contains("llama3 rope_scaling field 'factor' must be positive") &&
+                          Contains("found 0"));
+    CHECK_THROWS_WITH(LlamaConfig::from_json(with("factor", -2.0), "model.config", strict),
+                      Contains("'factor' must be positive") && Contains("found -2"));
+    CHECK_THROWS_WITH(LlamaConfig::from_json(with("low_freq_factor", 0.0), "model.config", strict),
+                      Contains("'low_freq_factor' must be positive"));
+    CHECK_THROWS_WITH(LlamaConfig::from_json(with("original_max_position_embeddings", -1.0), "model.config", strict),
+                      Contains("'original_max_position_embeddings' must be positive"));
+    CHECK_THROWS_WITH(LlamaConfig::from_json(with("high_freq_factor", 1.0), "model.config", strict),
+                      Contains("'high_freq_factor' (1) must be greater than 'low_freq_factor' (1)"));
+    CHECK_THROWS_WITH(LlamaConfig::from_json(with("high_freq_factor", 0.5), "model.config", strict),
+                      Contains("'high_freq_factor' (0.5) must be greater than 'low_freq_factor' (1)"));
+  }
+}
+
+// `--set model.config.sliding_window=...` and a nonzero attention_dropout in a YAML model.config
+// were silently ignored. The user's YAML (strict) refuses them, pointing to attention_window for a
+// window; a checkpoint's config.json (not strict) keeps loading (its window is read by
+// io::hf_config_from_json, a nonzero dropout is warned about).
+TEST_CASE("model.config: sliding_window and a nonzero attention_dropout are refused, not ignored", "[model]") {
+  auto j = base();
+  j["attention_dropout"] = 0.0;
+  j["sliding_window"] = nullptr;
+  j["pretraining_tp"] = 1;
+  CHECK_NOTHROW(LlamaConfig::from_json(j, "model.config", true));  // harmless fields are accepted
+  j["attention_dropout"] = 0.1;
+  CHECK_THROWS_WITH(LlamaConfig::from_json(j, "model.config", true),
+                    Contains("model.config") && Contains("'attention_dropout' is 0.1") &&
+                        Contains("attention dropout is not implemented (only 0)"));
+  CHECK(LlamaConfig::from_json(j, "config.json", false).hidden_size == 64);  // warned, still loads
+  j["attention_dropout"] = "x";
+  CHECK_THROWS_WITH(LlamaConfig::from_json(j, "model.config", true), Contains("'attention_dropout' must be a number"));
+  j = base();
+  j["sliding_window"] = 4096;
+  CHECK_THROWS_WITH(LlamaConfig::from_json(j, "model.config", true),
+                    Contains("model.config") && Contains("'sliding_window' (4096) is not read here") &&
+                        Contains("set 'attention_window'"));
+  CHECK_NOTHROW(LlamaConfig::from_json(j, "config.json", false));
+  j.erase("sliding_window");
+  j["attention_window"] = 4096;
+  CHECK(LlamaConfig::from_json(j, "model.config", true).attention_window == 4096);
+}

@@ -1,6 +1,7 @@
 // RunReport and export_hf over an in-process group of ranks: the trace gathers every rank's
 // timeline into one file, per-rank metrics files, and the exported model holds every rank's shard
 // of every unit in place.
+#include <filesystem>
 #include <fstream>
 
 #include <catch2/catch.hpp>
@@ -72,6 +73,29 @@ TEST_CASE("run report: one trace with a track per rank, one metrics file per ran
     CHECK(lines[1]["sequences"] == 12);
     CHECK(lines[1]["samples_per_s_per_rank"] == 8.0);  // 12 sequences / 3 ranks / 0.5 s
   }
+}
+
+// train.trace_file=tr-{rank}.json once wrote a file literally named "tr-{rank}.json" while the
+// metrics file expanded the placeholder: rank 0 writes the one trace, so it is tr-0.json.
+TEST_CASE("run report: the trace file expands {rank} like the metrics file", "[train]") {
+  const test::TempDir dir("run_report_trace_rank");
+  CHECK(train::rank_output_path("tr-{rank}.json", 0) == "tr-0.json");
+  CHECK(train::rank_output_path("tr-{rank}.json", 2) == "tr-2.json");
+  CHECK(train::rank_output_path("tr.json", 0) == "tr.json");
+  CHECK(train::rank_output_path("tr.json", 1).empty());
+  const auto config = report_config({"train.trace_file=" + dir.file("tr-{rank}.json")});
+  const auto errors = test::on_every_rank(2, [&](distributed::HostGroup& group) {
+    train::RunReport report(config, group, 1e9);
+    Tracer tracer(group.rank());
+    { const TraceScope scope(&tracer, "forward", "forward layer"); }
+    report.write_trace(tracer, {{"world_size", group.size()}});
+  });
+  for (const auto& e : errors) REQUIRE(e.empty());
+  CHECK_FALSE(std::filesystem::exists(dir.file("tr-{rank}.json")));
+  CHECK_FALSE(std::filesystem::exists(dir.file("tr-1.json")));
+  nlohmann::json trace;
+  std::ifstream(dir.file("tr-0.json")) >> trace;
+  CHECK(trace["otherData"]["world_size"] == 2);
 }
 
 // A resumed run once truncated its metrics file: the steps before the checkpoint were lost.
