@@ -3,9 +3,11 @@
 // should learn to produce.
 #include "odc/data/chat_format.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
+#include "odc/core/config.h"
 #include "odc/core/error.h"
 #include "odc/core/text.h"
 
@@ -170,7 +172,8 @@ TokenizedSample ChatFormatter::format_messages(const json& messages, const std::
     fail("{}: \"messages\" must be a non-empty array of {{\"role\", \"content\"}} objects", where);
   }
   TokenizedSample sample;
-  bool has_assistant = false;
+  bool has_assistant = false;  // any target message
+  bool any_assistant = false;
   if (template_ == ChatTemplate::llama3) append(sample, begin_of_text_, false);
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const json& message = messages[i];
@@ -180,8 +183,30 @@ TokenizedSample ChatFormatter::format_messages(const json& messages, const std::
     if (role != "system" && role != "user" && role != "assistant") {
       fail("{}: unknown role \"{}\" (expected system, user or assistant)", at, role);
     }
+    for (const auto& [key, value] : message.items()) {
+      static const std::vector<std::string> known = {"role", "content", "weight"};
+      if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+      const std::string nearest = closest_name(key, known);
+      fail("{}: unknown field \"{}\" in a message{} (known fields: role, content, weight)", at, key,
+           nearest.empty() ? std::string() : fmt::format("; did you mean \"{}\"?", nearest));
+    }
     const std::string& content = string_field(message, "content", at);
-    const bool target = role == "assistant";
+    // "weight" (TRL's convention): 0/false makes the message's tokens not targets, 1/true makes them
+    // targets, on any role; absent, assistant turns are the targets.
+    bool target = role == "assistant";
+    any_assistant = any_assistant || target;
+    if (const auto weight = message.find("weight"); weight != message.end()) {
+      if (weight->is_boolean()) {
+        target = weight->get<bool>();
+      } else if (weight->is_number_integer() && (weight->get<std::int64_t>() == 0 || weight->get<std::int64_t>() == 1)) {
+        target = weight->get<std::int64_t>() == 1;
+      } else if (weight->is_number_float() && (weight->get<double>() == 0.0 || weight->get<double>() == 1.0)) {
+        target = weight->get<double>() == 1.0;
+      } else {
+        fail("{}: \"weight\" must be 0, 1, true or false, found {}", at,
+             weight->is_structured() ? std::string(weight->type_name()) : weight->dump());
+      }
+    }
     has_assistant = has_assistant || target;
     append(sample, turn_start_, false);
     if (template_ == ChatTemplate::llama3) {
@@ -198,7 +223,10 @@ TokenizedSample ChatFormatter::format_messages(const json& messages, const std::
     }
   }
   // Without an assistant turn nothing would be trained on; that is a data bug, not a sample.
-  if (!has_assistant) fail("{}: the conversation has no assistant message (nothing to train on)", where);
+  if (!has_assistant) {
+    fail("{}: the conversation has no assistant message{} (nothing to train on)", where,
+         any_assistant ? " with a weight other than 0" : "");
+  }
   return sample;
 }
 

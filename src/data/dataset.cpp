@@ -6,9 +6,12 @@
 #include <cstdint>
 #include <fstream>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "odc/core/config.h"
 #include "odc/core/error.h"
 #include "odc/data/bin_dataset.h"
 #include "odc/data/chat_format.h"
@@ -65,6 +68,29 @@ std::uint8_t parse_mask(const json& value, std::size_t position, const std::stri
   fail("{}: loss_mask[{}] must be 0, 1, true or false, found {}", where, position, shown(value));
 }
 
+// Hugging Face's labels: aligned with input_ids (the model shifts), -100 ignored. labels[i] != -100
+// makes token i a target predicted from position i-1, which is loss_mask[i] = 1 here; a label other
+// than input_ids[i] would ask for a target other than the next token, which this trainer cannot train.
+std::uint8_t parse_label(const json& value, std::int32_t token, std::size_t position, const std::string& where) {
+  if (value.is_number_integer()) {
+    const auto label = value.get<std::int64_t>();
+    if (label == -100) return 0;
+    if (label == token) return 1;
+    fail("{}: labels[{}] is {} but input_ids[{}] is {}: labels must be -100 (ignored) or equal to input_ids "
+         "(this trainer predicts the next token; the shift is implied)",
+         where, position, label, position, token);
+  }
+  fail("{}: labels[{}] must be -100 or the token id at input_ids[{}], found {}", where, position, position,
+       shown(value));
+}
+
+// The fields a tokens record may hold; any other is refused, since an unread field (a typo such as
+// "loss_msk") would train silently on every token.
+const std::vector<std::string>& known_fields() {
+  static const std::vector<std::string> fields = {"input_ids", "loss_mask", "labels", "attention_mask"};
+  return fields;
+}
+
 }  // namespace
 
 std::string TokenDataset::record(std::int64_t index) const { return fmt::format("{}: sequence {}", describe(), index); }
@@ -75,7 +101,7 @@ std::int64_t TokenDataset::max_length() const {
   return longest;
 }
 
-JsonlTokenDataset::JsonlTokenDataset(const std::string& path, std::int64_t vocab_size)
+JsonlTokenDataset::JsonlTokenDataset(const std::string& path, std::int64_t vocab_size, bool ignore_extra_fields)
     : InMemoryTokenDataset(path) {
   // Token ids are stored as int32, so a larger vocabulary could not be represented anyway.
   if (vocab_size <= 0 || vocab_size > std::numeric_limits<std::int32_t>::max()) {
@@ -119,8 +145,55 @@ JsonlTokenDataset::JsonlTokenDataset(const std::string& path, std::int64_t vocab
       tokens_.push_back(parse_token((*ids)[j], j, vocab_size, where));
     }
 
+    for (const auto& [key, value] : record.items()) {
+      if (ignore_extra_fields ||
+          std::find(known_fields().begin(), known_fields().end(), key) != known_fields().end()) {
+        continue;
+      }
+      const std::string nearest = closest_name(key, known_fields());
+      fail("{}: unknown field \"{}\" in a tokens record{} (known fields: input_ids, loss_mask, labels, "
+           "attention_mask; data.extra_fields: ignore skips unknown fields)",
+           where, key, nearest.empty() ? std::string() : fmt::format("; did you mean \"{}\"?", nearest));
+    }
+
+    // attention_mask is accepted only when it is all ones: padding inside a record would be trained
+    // on as real tokens, and packing makes padding unnecessary.
+    if (const auto attention = record.find("attention_mask"); attention != record.end()) {
+      if (!attention->is_array()) {
+        fail("{}: \"attention_mask\" must be an array of 1s, found {}", where, attention->type_name());
+      }
+      if (attention->size() != length) {
+        fail("{}: \"attention_mask\" has {} entries but \"input_ids\" has {}", where, attention->size(), length);
+      }
+      for (std::size_t j = 0; j < length; ++j) {
+        const json& a = (*attention)[j];
+        const bool one = (a.is_number_integer() && a.get<std::int64_t>() == 1) || (a.is_boolean() && a.get<bool>());
+        if (!one) {
+          fail("{}: attention_mask[{}] is {}: padded records are not supported; remove the padding tokens "
+               "(sequences are packed, so no padding is needed) and drop attention_mask",
+               where, j, shown(a));
+        }
+      }
+    }
+
     const auto mask = record.find("loss_mask");
-    if (mask == record.end()) {
+    const auto labels = record.find("labels");
+    if (mask != record.end() && labels != record.end()) {
+      fail("{}: both \"loss_mask\" and \"labels\" given; give one (labels[i] != -100 is loss_mask[i] = 1)",
+           where);
+    }
+    const std::size_t first = tokens_.size() - length;
+    if (labels != record.end()) {
+      if (!labels->is_array()) {
+        fail("{}: \"labels\" must be an array of token ids or -100, found {}", where, labels->type_name());
+      }
+      if (labels->size() != length) {
+        fail("{}: \"labels\" has {} entries but \"input_ids\" has {}", where, labels->size(), length);
+      }
+      for (std::size_t j = 0; j < length; ++j) {
+        masks_.push_back(parse_label((*labels)[j], tokens_[first + j], j, where));
+      }
+    } else if (mask == record.end()) {
       masks_.insert(masks_.end(), length, std::uint8_t{1});
     } else {
       if (!mask->is_array()) {
@@ -178,7 +251,7 @@ std::string JsonlTokenDataset::describe() const {
 
 std::unique_ptr<TokenDataset> open_dataset(const std::string& path, const std::string& format,
                                            std::int64_t vocab_size, const TextDataOptions& text) {
-  if (format == "tokens") return std::make_unique<JsonlTokenDataset>(path, vocab_size);
+  if (format == "tokens") return std::make_unique<JsonlTokenDataset>(path, vocab_size, text.ignore_extra_fields);
   if (format == "bin") return std::make_unique<BinTokenDataset>(path, vocab_size);
   if (format == "chat" || format == "text") {
     if (text.tokenizer_path.empty()) {

@@ -57,6 +57,11 @@ std::vector<TunableSpec> trainer_tunables() {
               "chat template of data.format chat: llama3, chatml (Qwen), or auto (from tokenizer_config.json "
               "next to the tokenizer, else from its special tokens)",
               {"auto", "llama3", "chatml"}),
+      tunable("data.extra_fields", K::string, "error",
+              "a field of a data.format tokens record other than input_ids, loss_mask, labels, attention_mask: "
+              "error (names it and its file:line; a typo such as loss_msk would otherwise train on every token) "
+              "or ignore",
+              {"error", "ignore"}),
       tunable("data.minibatch_size", K::integer, "",
               "sequences per rank per optimizer step; set this or data.global_batch_size (neither: 4 per rank)",
               Range::at_least(1)),

@@ -50,7 +50,8 @@ Evaluator::Evaluator(const Config& config, const model::LlamaConfig& model, int 
       path, config.get_string("data.format"), model.vocab_size,
       data::TextDataOptions{data::resolve_tokenizer_path(config.get_string("data.tokenizer"),
                                                          config.get_string("model.checkpoint")),
-                            config.get_string("data.chat_template")});
+                            config.get_string("data.chat_template"),
+                            config.get_string("data.extra_fields") == "ignore"});
   const std::int64_t limit = config.get_int("data.eval_max_sequences");
   count_ = limit > 0 ? std::min(limit, dataset_->size()) : dataset_->size();
   check_attention_window(*dataset_, count_, model, attention_window_origin(config),

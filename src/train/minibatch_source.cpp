@@ -110,7 +110,8 @@ std::unique_ptr<data::TokenDataset> MinibatchSource::open_limited(const Config& 
       config.get_string("data.train"), config.get_string("data.format"), vocab_size,
       data::TextDataOptions{data::resolve_tokenizer_path(config.get_string("data.tokenizer"),
                                                          config.get_string("model.checkpoint")),
-                            config.get_string("data.chat_template")});
+                            config.get_string("data.chat_template"),
+                            config.get_string("data.extra_fields") == "ignore"});
   const data::LengthLimit limit{config.get_int("data.max_length"),
                                 data::parse_over_length(config.get_string("data.over_length"))};
   data::LengthLimitReport report;

@@ -64,7 +64,9 @@ class InMemoryTokenDataset : public TokenDataset {
 
 class JsonlTokenDataset final : public InMemoryTokenDataset {
  public:
-  JsonlTokenDataset(const std::string& path, std::int64_t vocab_size);
+  // ignore_extra_fields (data.extra_fields: ignore) skips fields other than input_ids, loss_mask,
+  // labels and attention_mask; by default such a field is an error naming it.
+  JsonlTokenDataset(const std::string& path, std::int64_t vocab_size, bool ignore_extra_fields = false);
   std::string describe() const override;
 };
 
@@ -73,6 +75,8 @@ class JsonlTokenDataset final : public InMemoryTokenDataset {
 struct TextDataOptions {
   std::string tokenizer_path;
   std::string chat_template = "auto";
+  // data.extra_fields: false (error) refuses a field a tokens record does not define; true ignores it.
+  bool ignore_extra_fields = false;
 };
 
 // Opens a dataset by format name: "tokens" = pre-tokenized JSONL, "bin" = binary shards, "chat" =

@@ -142,6 +142,23 @@ TEST_CASE("chat format: ChatML template ids and multi-turn mask", "[chat]") {
   CHECK(sample.target_mask == expected.mask);
 }
 
+TEST_CASE("chat format: message weight 0 masks a turn out, weight 1 trains on any role", "[chat]") {
+  const ChatFormatter formatter(tokenizer_of(kChatml), ChatTemplate::chatml, "");
+  const json record = json::parse(R"({"messages": [
+      {"role": "user", "content": "Hi", "weight": 1},
+      {"role": "assistant", "content": "Yo", "weight": 0},
+      {"role": "user", "content": "2+2?", "weight": false},
+      {"role": "assistant", "content": "4", "weight": true}]})");
+  const auto sample = formatter.format_record(record, "data.jsonl:1");
+  Expected expected;
+  expected.add({300}, false).add(bytes("user\n"), false).add(bytes("Hi"), true).add({301}, true).add({10}, false)
+      .add({300}, false).add(bytes("assistant\n"), false).add(bytes("Yo"), false).add({301}, false).add({10}, false)
+      .add({300}, false).add(bytes("user\n"), false).add(bytes("2+2?"), false).add({301}, false).add({10}, false)
+      .add({300}, false).add(bytes("assistant\n"), false).add(bytes("4"), true).add({301}, true).add({10}, false);
+  CHECK(sample.tokens == expected.tokens);
+  CHECK(sample.target_mask == expected.mask);
+}
+
 TEST_CASE("chat format: prompt/completion and text records", "[chat]") {
   SECTION("LLaMA-3 defaults: <|begin_of_text|> ... <|end_of_text|>") {
     const ChatFormatter formatter(tokenizer_of(kLlama3), ChatTemplate::llama3, "");
@@ -213,6 +230,13 @@ TEST_CASE("chat format: bad records are errors naming file:line", "[chat]") {
              Contains("data.jsonl:7: messages[0]") && Contains("\"content\" must be a string"));
   CHECK_THAT(error_of(R"({"messages": [{"role": "user", "content": "hi"}]})"),
              Contains("data.jsonl:7") && Contains("no assistant message"));
+  CHECK_THAT(error_of(R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "weight": 0}]})"),
+             Contains("data.jsonl:7") && Contains("no assistant message with a weight other than 0"));
+  CHECK_THAT(error_of(R"({"messages": [{"role": "assistant", "content": "b", "weight": 0.5}]})"),
+             Contains("data.jsonl:7: messages[0]") && Contains("\"weight\" must be 0, 1, true or false, found 0.5"));
+  CHECK_THAT(error_of(R"({"messages": [{"role": "assistant", "content": "b", "wieght": 0}]})"),
+             Contains("data.jsonl:7: messages[0]") && Contains("unknown field \"wieght\" in a message") &&
+                 Contains("did you mean \"weight\"?"));
   CHECK_THAT(error_of(R"({"messages": []})"), Contains("data.jsonl:7") && Contains("non-empty array"));
   CHECK_THAT(error_of(R"({"prompt": "a"})"), Contains("data.jsonl:7") && Contains("missing \"completion\""));
   CHECK_THAT(error_of(R"({"input": "a"})"), Contains("data.jsonl:7") && Contains("\"messages\""));

@@ -32,7 +32,7 @@ TEST_CASE("JsonlTokenDataset parses sequences, masks and target counts", "[data]
                                      "   \n"
                                      "{\"input_ids\": [1, 2, 9], \"loss_mask\": [1, 0, 1]}\n"
                                      "{\"loss_mask\": [true, false, true, true, false], "
-                                     "\"input_ids\": [0, 31, 30, 29, 28], \"extra\": \"ignored\"}\r\n"
+                                     "\"input_ids\": [0, 31, 30, 29, 28], \"attention_mask\": [1, 1, 1, true, 1]}\r\n"
                                      "{\"input_ids\": [4]}");  // last line without newline
   const JsonlTokenDataset ds(path, 32);
 
@@ -67,6 +67,72 @@ TEST_CASE("JsonlTokenDataset parses sequences, masks and target counts", "[data]
   const auto opened = odc::data::open_dataset(path, "tokens", 32);
   REQUIRE(opened->size() == 4);
   REQUIRE(opened->target_count(2) == 2);
+}
+
+TEST_CASE("JsonlTokenDataset reads Hugging Face labels as loss_mask", "[data]") {
+  TempDir dir;
+  // labels[i] != -100 makes token i a target (predicted from position i-1), exactly loss_mask[i] = 1.
+  const std::string path = dir.write("labels.jsonl",
+                                     "{\"input_ids\": [3, 4, 5, 6, 7], \"labels\": [-100, -100, 5, 6, -100]}\n"
+                                     "{\"input_ids\": [9, 8], \"labels\": [9, 8], \"attention_mask\": [1, 1]}\n");
+  const JsonlTokenDataset ds(path, 32);
+  REQUIRE(ds.size() == 2);
+  const auto s0 = ds.get(0);
+  REQUIRE(std::vector<std::uint8_t>(s0.target_mask.begin(), s0.target_mask.end()) ==
+          std::vector<std::uint8_t>{0, 0, 1, 1, 0});
+  REQUIRE(ds.target_count(0) == 2);
+  const auto s1 = ds.get(1);
+  REQUIRE(std::vector<std::uint8_t>(s1.target_mask.begin(), s1.target_mask.end()) == std::vector<std::uint8_t>{1, 1});
+  REQUIRE(ds.target_count(1) == 1);  // position 0 is never a target, as with loss_mask
+}
+
+TEST_CASE("JsonlTokenDataset refuses Hugging Face fields it cannot honour, and unknown fields", "[data]") {
+  TempDir dir;
+  const std::string good = "{\"input_ids\": [1, 2, 3]}\n";
+  const auto bad_file = [&](const std::string& name, const std::string& record) {
+    return dir.write(name, good + "\n" + record + "\n" + good);
+  };
+  SECTION("labels other than -100 or the token itself") {
+    const auto path = bad_file("labelval.jsonl", "{\"input_ids\": [1, 2, 3], \"labels\": [-100, 3, 3]}");
+    REQUIRE_THROWS_WITH(JsonlTokenDataset(path, 32),
+                        Catch::Contains(path + ":3:") && Catch::Contains("labels[1] is 3 but input_ids[1] is 2") &&
+                            Catch::Contains("must be -100 (ignored) or equal to input_ids"));
+    const auto text = bad_file("labeltype.jsonl", "{\"input_ids\": [1, 2], \"labels\": [-100, \"2\"]}");
+    REQUIRE_THROWS_WITH(JsonlTokenDataset(text, 32), Catch::Contains(text + ":3:") && Catch::Contains("labels[1] must be -100"));
+  }
+  SECTION("labels of another length") {
+    const auto path = bad_file("labellen.jsonl", "{\"input_ids\": [1, 2, 3], \"labels\": [-100, 2]}");
+    REQUIRE_THROWS_WITH(JsonlTokenDataset(path, 32),
+                        Catch::Contains(path + ":3:") && Catch::Contains("\"labels\" has 2 entries but \"input_ids\" has 3"));
+  }
+  SECTION("labels and loss_mask both") {
+    const auto path = bad_file("both.jsonl", "{\"input_ids\": [1, 2], \"labels\": [1, 2], \"loss_mask\": [1, 1]}");
+    REQUIRE_THROWS_WITH(JsonlTokenDataset(path, 32),
+                        Catch::Contains(path + ":3:") && Catch::Contains("both \"loss_mask\" and \"labels\" given"));
+  }
+  SECTION("attention_mask with padding") {
+    const auto path = bad_file("pad.jsonl", "{\"input_ids\": [1, 2, 0], \"attention_mask\": [1, 1, 0]}");
+    REQUIRE_THROWS_WITH(JsonlTokenDataset(path, 32),
+                        Catch::Contains(path + ":3:") && Catch::Contains("attention_mask[2] is 0") &&
+                            Catch::Contains("padded records are not supported"));
+  }
+  SECTION("unknown field, with the nearest known one") {
+    const auto path = bad_file("typo.jsonl", "{\"input_ids\": [1, 2], \"loss_msk\": [0, 1]}");
+    REQUIRE_THROWS_WITH(JsonlTokenDataset(path, 32),
+                        Catch::Contains(path + ":3:") && Catch::Contains("unknown field \"loss_msk\" in a tokens record") &&
+                            Catch::Contains("did you mean \"loss_mask\"?"));
+    const auto other = bad_file("other.jsonl", "{\"input_ids\": [1, 2], \"source\": \"web\"}");
+    REQUIRE_THROWS_WITH(JsonlTokenDataset(other, 32),
+                        Catch::Contains(other + ":3:") && Catch::Contains("unknown field \"source\"") &&
+                            !Catch::Contains("did you mean"));
+    // data.extra_fields: ignore reads the record without the field.
+    const JsonlTokenDataset ignored(other, 32, /*ignore_extra_fields=*/true);
+    REQUIRE(ignored.size() == 3);
+    REQUIRE(ignored.target_count(1) == 1);
+    odc::data::TextDataOptions options;
+    options.ignore_extra_fields = true;
+    REQUIRE(odc::data::open_dataset(path, "tokens", 32, options)->size() == 3);
+  }
 }
 
 TEST_CASE("JsonlTokenDataset reports every bad input with file:line", "[data]") {
