@@ -147,7 +147,7 @@ std::vector<TunableSpec> trainer_tunables() {
       tunable("train.metrics_file", K::string, "\"\"", "JSON lines of per-step metrics (empty = none)"),
       tunable("train.trace_file", K::string, "\"\"",
               "Chrome trace-event JSON of the per-rank timeline (one track per rank; opens in Perfetto); "
-              "written by rank 0 at the end (empty = none)"),
+              "written by rank 0 at the end (empty = none; {rank} in the name becomes 0, as in train.metrics_file)"),
       tunable("train.trace_steps", K::integer, "20",
               "trace only the first N steps (0 = all; a trace holds every unit of every microbatch)",
               Range::at_least(0)),
