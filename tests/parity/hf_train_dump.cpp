@@ -33,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/backend/cpu_backend.h"
+#include "parity_case.h"
 #include "odc/core/dtype.h"
 #include "odc/core/error.h"
 #include "odc/distributed/local_comm.h"
@@ -46,28 +47,7 @@
 
 namespace {
 
-struct Sequence {
-  std::vector<std::int32_t> input_ids;
-  std::vector<std::uint8_t> loss_mask;
-  double targets = 0.0;  // positions i >= 1 with loss_mask[i] != 0
-};
-
-std::vector<Sequence> read_sequences(const nlohmann::json& spec, const std::string& where) {
-  std::vector<Sequence> out;
-  for (const auto& s : spec.at("sequences")) {
-    Sequence seq;
-    seq.input_ids = s.at("input_ids").get<std::vector<std::int32_t>>();
-    seq.loss_mask = s.contains("loss_mask") ? s.at("loss_mask").get<std::vector<std::uint8_t>>()
-                                            : std::vector<std::uint8_t>(seq.input_ids.size(), 1);
-    if (seq.loss_mask.size() != seq.input_ids.size()) {
-      odc::fail("{}: sequence {} has {} ids but {} mask entries", where, out.size(), seq.input_ids.size(),
-                seq.loss_mask.size());
-    }
-    for (std::size_t i = 1; i < seq.loss_mask.size(); ++i) seq.targets += seq.loss_mask[i] != 0 ? 1.0 : 0.0;
-    out.push_back(std::move(seq));
-  }
-  return out;
-}
+using odc::parity::Sequence;
 
 // train.loss_reduction "token", as MinibatchSource::next weighs a minibatch: every target counts
 // 1 / (targets of the whole minibatch), so the loss is the mean over its targets however the
@@ -94,19 +74,12 @@ void write_store(const std::string& path, odc::distributed::ShardStore& store,
 }
 
 int run(const std::string& checkpoint_dir, const std::string& case_path, const std::string& out_dir) {
-  std::ifstream case_file(case_path);
-  if (!case_file) odc::fail("cannot open case file '{}'", case_path);
-  nlohmann::json spec;
-  try {
-    spec = nlohmann::json::parse(case_file);
-  } catch (const nlohmann::json::exception& e) {
-    odc::fail("case file '{}' is not valid JSON: {}", case_path, e.what());
-  }
+  const nlohmann::json spec = odc::parity::read_case(case_path);
   std::filesystem::create_directories(out_dir);
 
   const odc::io::HfCheckpoint checkpoint(checkpoint_dir);
   const odc::model::LlamaConfig& config = checkpoint.config();
-  const auto sequences = read_sequences(spec, case_path);
+  const auto sequences = odc::parity::read_sequences(spec, case_path);
   const float weight = token_weight(sequences, case_path);
   std::vector<odc::model::PackedBatch> batches;
   for (const auto& mb : spec.at("microbatches")) {

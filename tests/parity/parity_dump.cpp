@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/backend/cpu_backend.h"
+#include "parity_case.h"
 #include "odc/core/dtype.h"
 #include "odc/core/error.h"
 #include "odc/io/safetensors.h"
@@ -39,15 +40,12 @@
 
 namespace {
 
+using odc::parity::Sequence;
+
 using odc::model::ResidentWeights;
 using odc::model::UnitLayout;
 
 using UnitBuffers = std::vector<std::vector<float>>;
-
-struct Sequence {
-  std::vector<std::int32_t> input_ids;
-  std::vector<std::uint8_t> loss_mask;
-};
 
 struct AdamWConfig {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
@@ -90,14 +88,7 @@ void jitter_constant_tensors(const std::vector<UnitLayout>& units, ResidentWeigh
 }
 
 int run(const std::string& case_path, const std::string& out_dir) {
-  std::ifstream case_file(case_path);
-  if (!case_file) odc::fail("cannot open case file '{}'", case_path);
-  nlohmann::json spec;
-  try {
-    spec = nlohmann::json::parse(case_file);
-  } catch (const nlohmann::json::exception& e) {
-    odc::fail("case file '{}' is not valid JSON: {}", case_path, e.what());
-  }
+  const nlohmann::json spec = odc::parity::read_case(case_path);
   std::filesystem::create_directories(out_dir);
 
   const auto config = odc::model::LlamaConfig::from_json(spec.at("config"), case_path + ": config", true);
@@ -117,17 +108,7 @@ int run(const std::string& case_path, const std::string& out_dir) {
     odc::fail("case '{}': only loss_weight \"token\" is supported", case_path);
   }
 
-  std::vector<Sequence> sequences;
-  for (const auto& s : spec.at("sequences")) {
-    Sequence seq;
-    seq.input_ids = s.at("input_ids").get<std::vector<std::int32_t>>();
-    seq.loss_mask = s.contains("loss_mask") ? s.at("loss_mask").get<std::vector<std::uint8_t>>()
-                                            : std::vector<std::uint8_t>(seq.input_ids.size(), 1);
-    if (seq.loss_mask.size() != seq.input_ids.size()) {
-      odc::fail("case '{}': loss_mask and input_ids lengths differ", case_path);
-    }
-    sequences.push_back(std::move(seq));
-  }
+  const std::vector<Sequence> sequences = odc::parity::read_sequences(spec, case_path);
   const auto microbatch_indices = spec.at("microbatches").get<std::vector<std::vector<std::size_t>>>();
 
   // "token" weighting: every target of the minibatch has weight 1 / (targets in the minibatch),
