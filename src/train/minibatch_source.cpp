@@ -32,7 +32,7 @@ std::string attention_window_origin(const Config& config) {
 void check_attention_window(const data::TokenDataset& dataset, std::int64_t count, const model::LlamaConfig& model,
                             const std::string& origin, const std::string& consequence, const std::string& remedy) {
   const std::int64_t window = model.attention_window;
-  if (window <= 0) return;
+  if (window <= 0 || dataset.max_length() <= window) return;  // nothing to look for record by record
   for (std::int64_t i = 0; i < std::min(count, dataset.size()); ++i) {
     if (dataset.length(i) > window) {
       fail("{}: sequence {} has length {}, longer than the model's attention window of {} tokens ({}): the original "
