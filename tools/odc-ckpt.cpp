@@ -46,18 +46,19 @@ Run 'odc-ckpt <command> --help' for the options of a command.
 constexpr const char* kExportUsage = R"(usage: odc-ckpt export --from CKPT --out DIR [options]
 
 Reassembles the model from every rank's shards of the native checkpoint CKPT (a step-N directory
-written by odc-train with checkpoint.dir; any world size) and writes a Hugging Face directory.
+written by odc-train with checkpoint.dir, any world size; or the checkpoint.dir itself: its newest
+complete step) and writes a Hugging Face directory.
 Prints a one-line JSON summary.
 
 options:
-  --from CKPT            native checkpoint directory (step-N) (required)
+  --from CKPT            native checkpoint directory (step-N, or checkpoint.dir = newest) (required)
   --out DIR              output directory (required)
   --dtype D              bf16, f16 or f32 (default: the dtype of the HF directory it replaces, else f32)
   --architecture NAME    LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM
                          (default: Qwen3 when the model has q/k norms, Qwen2 when it has attention
                          biases, Mistral when it keeps a sliding window, else LlamaForCausalLM)
   --tokenizer-from DIR   copy tokenizer.json and friends from this directory (default: keep those of
-                         the HF directory it replaces)
+                         the HF directory it replaces, else those of the run's model.checkpoint)
   -h, --help             show this help
 )";
 

@@ -89,7 +89,8 @@ int run(const odc::cli::Arguments& args) {
   if (tokenizer_path.empty()) {
     tokenizer_path = (std::filesystem::path(model_dir) / "tokenizer.json").string();
     if (!std::filesystem::exists(tokenizer_path)) {
-      odc::fail("{} has no tokenizer.json: pass --tokenizer PATH (export with model.checkpoint set copies it)", model_dir);
+      odc::fail("{} has no tokenizer.json: pass --tokenizer PATH, or copy the tokenizer files into it "
+                "(odc-ckpt export --tokenizer-from DIR)", model_dir);
     }
   }
   const auto tokenizer = odc::data::Tokenizer::from_file(tokenizer_path);

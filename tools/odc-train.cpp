@@ -24,8 +24,10 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: odc-train [CONFIG.yaml] [--set key.path=value]... [--dump-config] [--calibrate-cost]
 
-Trains a LLaMA-style decoder on pre-tokenized data. Run directly (one process, without
-MPI: e.g. one GPU with model.device: cuda), under
+Trains (fine-tunes) a LLaMA-style decoder, from random weights or a Hugging Face checkpoint
+(model.checkpoint), on token ids (JSONL or the binary format) or on chat, prompt/completion or
+text records tokenized with the model's tokenizer (data.format). Run directly (one process,
+without MPI: e.g. one GPU with model.device: cuda), under
   mpirun -np N odc-train CONFIG.yaml        (or odc-run -np N ..., for a graceful Ctrl-C)
 or as N processes of this host without MPI, which meet in shared memory:
   odc-run --local N odc-train CONFIG.yaml

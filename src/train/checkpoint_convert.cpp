@@ -4,6 +4,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
 
 #include "odc/core/error.h"
 #include "odc/distributed/shard_layout.h"
@@ -17,8 +18,36 @@
 
 namespace odc::train {
 
-std::int64_t export_native_to_hf(const std::string& native_checkpoint, const std::string& out_dir, DType dtype,
-                                 const std::string& architecture, const std::string& copy_from_dir) {
+namespace {
+namespace fs = std::filesystem;
+
+// `from` is a step-N directory, or a checkpoint.dir: its newest complete step (the step a user
+// names by number may have been pruned by checkpoint.keep by the time the run ends).
+std::string resolve_step_directory(const std::string& from) {
+  if (fs::exists(fs::path(from) / "manifest.json") || !fs::is_directory(from)) return from;
+  if (const auto latest = io::latest_checkpoint(from)) return *latest;
+  return from;  // read_manifest names what is missing
+}
+
+// The tokenizer of an export that neither names one nor replaces an HF directory: the files of the
+// Hugging Face directory the run started from (model.checkpoint in the manifest's config), when it
+// is still there and holds a tokenizer.json. Empty otherwise.
+std::string run_tokenizer_directory(const TrainingManifest& manifest, const std::string& out_dir) {
+  if (fs::exists(fs::path(out_dir) / "config.json") || manifest.config.empty()) return {};
+  try {
+    const YAML::Node model = YAML::Load(manifest.config)["model"];
+    const std::string base = model && model["checkpoint"] ? model["checkpoint"].as<std::string>() : std::string();
+    if (!base.empty() && fs::exists(fs::path(base) / "tokenizer.json")) return base;
+  } catch (const YAML::Exception&) {
+    // A config that does not parse only loses this default; the weights are what matters.
+  }
+  return {};
+}
+}  // namespace
+
+std::int64_t export_native_to_hf(const std::string& native_from, const std::string& out_dir, DType dtype,
+                                 const std::string& architecture, const std::string& copy_from) {
+  const std::string native_checkpoint = resolve_step_directory(native_from);
   const nlohmann::json json = io::read_manifest(native_checkpoint);
   const TrainingManifest manifest = TrainingManifest::from_json(json, native_checkpoint);
   if (manifest.model_config.is_null()) fail("checkpoint '{}': the manifest holds no model_config", native_checkpoint);
@@ -36,6 +65,7 @@ std::int64_t export_native_to_hf(const std::string& native_checkpoint, const std
     io::read_rank_shards(native_checkpoint, json, r, {mine, m, v});
   }
   const std::string arch = !architecture.empty() ? architecture : io::default_hf_architecture(config);
+  const std::string copy_from_dir = !copy_from.empty() ? copy_from : run_tokenizer_directory(manifest, out_dir);
   io::write_hf_checkpoint(out_dir, config, arch, dtype, [&](int unit, float* out) {
     const std::int64_t shard = layout.unit(unit).shard;
     const std::int64_t numel = layout.unit(unit).numel;
@@ -52,7 +82,6 @@ std::int64_t export_native_to_hf(const std::string& native_checkpoint, const std
 }
 
 namespace {
-namespace fs = std::filesystem;
 
 // A directory written by import or reshard (locked by the caller: no job may be using it) must
 // not hold a run already.

@@ -29,8 +29,8 @@ std::vector<TunableSpec> trainer_tunables() {
               "Hugging Face checkpoint directory (config.json + safetensors) to fine-tune; its config.json "
               "replaces model.config (empty = random initialization from model.config)"),
       tunable("model.device", K::string, "cpu",
-              "where the model computes: cpu, or cuda = one GPU (a build with CUDA, exactly one rank; masters, "
-              "gradients and AdamW state stay on the GPU in float32)",
+              "where the model computes: cpu, or cuda = one GPU per rank (a build with CUDA; rank r uses GPU "
+              "local rank mod the GPU count; masters, gradients and AdamW state stay on the GPU in float32)",
               {"cpu", "cuda"}),
       tunable("model.dtype", K::string, "float32",
               "compute dtype of activations and weights (masters, gradient sums and optimizer state are float32 "

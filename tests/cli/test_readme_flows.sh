@@ -17,7 +17,10 @@ clone="$work/clone"
 ln -s "$bin" "$clone/build/bin"
 ln -s "$root/configs" "$clone/configs"
 ln -s "$root/tools" "$clone/tools"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# Not mpirun's root permission: the README's first block sets it, as a root user pasting it needs
+# (ctest's environment has it; the blocks run in one shell each, so the later block gets it here).
+unset OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
+export OMP_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export ODC_TRAIN_STEPS=100 ODC_DATA_MINIBATCH_SIZE=2 ODC_TRAIN_LOG_EVERY=50
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
@@ -40,10 +43,12 @@ if run_block using "## Using it"; then
   [ -s "$clone/data/train.jsonl" ] || fail "using: no data/train.jsonl"
   grep -q "train.comm" "$work/using.log" || fail "using: --dump-config printed no train.comm"
 fi
+# The later blocks assume the first block's root permission for mpirun (the README says so).
+[ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if run_block checkpoints "## Checkpoints, evaluation and generation"; then
   for f in data/chat/chat.jsonl data/chat/tokenizer/tokenizer.json models/tiny/config.json models/tiny/tokenizer.json \
            ckpt/step-00000100/manifest.json models/tiny-sft/config.json models/tiny-sft/tokenizer.json \
-           models/from-ckpt/config.json; do
+           models/from-ckpt/config.json models/from-ckpt/tokenizer.json; do
     [ -e "$clone/$f" ] || fail "checkpoints: no $f"
   done
   grep -q '"perplexity"' "$work/checkpoints.log" || fail "checkpoints: odc-eval printed no perplexity"

@@ -12,8 +12,10 @@ namespace odc::train {
 // size) and writes it as a Hugging Face directory. `architecture` empty = the model's default
 // (io::default_hf_architecture: Qwen3 with q/k norms, Qwen2 with attention biases, Mistral with an
 // attention_window, else Llama).
-// `copy_from_dir` (optional) supplies the
-// tokenizer files. Returns the step of the checkpoint.
+// `native_checkpoint` is a step-N directory or a checkpoint.dir (then its newest complete step).
+// `copy_from_dir` supplies the tokenizer files; empty: those of the HF directory it replaces, else
+// those of the run's model.checkpoint (from the manifest's config) when still there. Returns the
+// step of the checkpoint.
 std::int64_t export_native_to_hf(const std::string& native_checkpoint, const std::string& out_dir, DType dtype,
                                  const std::string& architecture, const std::string& copy_from_dir);
 
