@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include <spdlog/spdlog.h>
+
 #include "odc/core/atomic_file.h"
 #include "odc/core/error.h"
 #include "odc/core/hash.h"
@@ -107,13 +109,22 @@ std::string commit_checkpoint(const std::string& dir, std::int64_t step, int wor
   manifest["step"] = step;
   manifest["world_size"] = world_size;
   manifest["ranks"] = std::move(ranks);
+  manifest[kManifestChecksumKey] = manifest_checksum(manifest);
   write_file_atomically((staging / "manifest.json").string(), manifest.dump(2));
   for (int r = 0; r < world_size; ++r) fs::remove(staging / rank_sidecar(r));
   fsync_directory(staging.string());
 
   const fs::path final_path = fs::path(dir) / checkpoint_name(step);
   std::error_code ec;
-  if (fs::exists(final_path)) fs::remove_all(final_path, ec);  // a rerun of the same step replaces it
+  if (fs::exists(final_path)) {
+    // Never overwritten: a step-N directory here is one the run start did not account for (its
+    // manifest deleted, a directory copied in), and its shards may be all that is left of it.
+    const bool complete = fs::exists(final_path / "manifest.json");
+    const std::string where = retire_checkpoints(dir, {final_path.string()}, "replaced-" + checkpoint_name(step));
+    spdlog::warn("checkpoint: {} already existed ({}); moved to {} instead of being overwritten by the new step {}",
+                 final_path.string(), complete ? "a complete checkpoint" : "no manifest.json: shards without their record",
+                 where, step);
+  }
   fs::rename(staging, final_path, ec);
   if (ec) fail("checkpoint: cannot rename '{}' to '{}': {}", staging.string(), final_path.string(), ec.message());
   fsync_directory(dir);
@@ -166,7 +177,8 @@ std::string retire_checkpoints(const std::string& dir, const std::vector<std::st
 
 std::optional<std::string> latest_checkpoint(const std::string& dir) {
   auto complete = complete_checkpoints(dir);
-  // Newest first; a manifest that does not parse (a foreign or damaged directory) is skipped.
+  // Newest first; a manifest that does not read is skipped (the trainer's resume: auto looks at
+  // scan_checkpoints instead and refuses to pass over a damaged newest one).
   for (auto it = complete.rbegin(); it != complete.rend(); ++it) {
     try {
       read_manifest(it->second.string());
@@ -177,23 +189,115 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
   return std::nullopt;
 }
 
+std::vector<CheckpointStatus> scan_checkpoints(const std::string& dir) {
+  std::vector<CheckpointStatus> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::int64_t step = step_of(entry.path().filename().string());
+    if (step < 0 || !entry.is_directory()) continue;
+    // The path as `dir` spells it, so that a suggested checkpoint.resume reads like checkpoint.dir.
+    CheckpointStatus status{step, (fs::path(dir) / entry.path().filename()).string(), ""};
+    try {
+      read_manifest(status.path);
+    } catch (const Error& e) {
+      status.damage = e.what();
+    }
+    out.push_back(std::move(status));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  return out;
+}
+
+std::optional<std::string> previous_checkpoint(const std::string& checkpoint) {
+  fs::path path = fs::path(checkpoint).lexically_normal();
+  if (path.filename().empty()) path = path.parent_path();  // "ckpt/step-00000004/"
+  const std::int64_t step = step_of(path.filename().string());
+  if (step < 0) return std::nullopt;
+  const auto all = scan_checkpoints(path.parent_path().empty() ? "." : path.parent_path().string());
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (it->step < step && it->damage.empty()) {
+      return path.parent_path().empty() ? path.parent_path().string() + fs::path(it->path).filename().string()
+                                        : it->path;
+    }
+  }
+  return std::nullopt;
+}
+
+std::string previous_checkpoint_hint(const std::string& checkpoint) {
+  if (const auto previous = previous_checkpoint(checkpoint)) {
+    return fmt::format("; to resume from the previous good checkpoint instead: --set checkpoint.resume={} (or "
+                       "checkpoint.resume: {} in the config)", *previous, *previous);
+  }
+  return "; there is no earlier good checkpoint next to it to resume from";
+}
+
+std::string manifest_checksum(const nlohmann::json& manifest) {
+  nlohmann::json content = manifest;
+  if (content.is_object()) content.erase(kManifestChecksumKey);
+  // nlohmann's objects keep their keys sorted, and dump() without indent has no spaces: canonical.
+  return fmt::format("fnv1a64:{:016x}", fnv1a64(content.dump()));
+}
+
+bool has_manifest_checksum(const nlohmann::json& manifest) {
+  return manifest.is_object() && manifest.contains(kManifestChecksumKey);
+}
+
 nlohmann::json read_manifest(const std::string& checkpoint) {
   const fs::path path = fs::path(checkpoint) / "manifest.json";
+  std::error_code ec;
+  if (!fs::is_directory(checkpoint, ec)) fail("checkpoint '{}' does not exist (or is not a directory)", checkpoint);
+  if (!fs::exists(path, ec)) {
+    fail("checkpoint '{}' is damaged or incomplete: it has no manifest.json (shards without the manifest that "
+         "describes them cannot be resumed)", checkpoint);
+  }
   nlohmann::json manifest;
   try {
     manifest = nlohmann::json::parse(read_text(path));
   } catch (const nlohmann::json::exception& e) {
-    fail("checkpoint manifest '{}' is not valid JSON: {}", path.string(), e.what());
+    fail("checkpoint manifest '{}' is not valid JSON: {} (the manifest is damaged: truncated or edited)", path.string(),
+         e.what());
   }
-  if (!manifest.is_object() || manifest.value("format_version", 0) != kNativeCheckpointVersion) {
+  const auto damaged = [&](const std::string& what) {
+    fail("checkpoint manifest '{}' is damaged: {}", path.string(), what);
+  };
+  if (!manifest.is_object()) damaged("not a JSON object");
+  if (manifest.value("format_version", nlohmann::json()) != kNativeCheckpointVersion) {
     fail("checkpoint manifest '{}': format_version {} expected", path.string(), kNativeCheckpointVersion);
   }
   for (const char* key : {"step", "world_size", "ranks"}) {
     if (!manifest.contains(key)) fail("checkpoint manifest '{}': missing '{}'", path.string(), key);
   }
-  if (!manifest["ranks"].is_array() || manifest["ranks"].size() != manifest["world_size"].get<std::size_t>()) {
-    fail("checkpoint manifest '{}': 'ranks' must list every one of the {} ranks", path.string(),
-         manifest["world_size"].dump());
+  if (!manifest["step"].is_number_integer() || manifest["step"].get<std::int64_t>() < 0) {
+    damaged(fmt::format("'step' must be an integer >= 0, found {}", manifest["step"].dump()));
+  }
+  if (!manifest["world_size"].is_number_integer() || manifest["world_size"].get<std::int64_t>() < 1) {
+    damaged(fmt::format("'world_size' must be an integer >= 1, found {}", manifest["world_size"].dump()));
+  }
+  const auto world = manifest["world_size"].get<std::int64_t>();
+  if (!manifest["ranks"].is_array() || static_cast<std::int64_t>(manifest["ranks"].size()) != world) {
+    damaged(fmt::format("'ranks' must list every one of the {} ranks of 'world_size', found {}", world,
+                        manifest["ranks"].is_array() ? fmt::format("{} entries", manifest["ranks"].size())
+                                                     : manifest["ranks"].dump()));
+  }
+  for (std::int64_t r = 0; r < world; ++r) {
+    const auto& entry = manifest["ranks"][static_cast<std::size_t>(r)];
+    if (!entry.is_object() || entry.value("rank", nlohmann::json()) != r || !entry.contains("file") ||
+        !entry["file"].is_string() || !entry.contains("checksum") || !entry["checksum"].is_string()) {
+      damaged(fmt::format("'ranks' entry {} must be rank {} with its file and checksum, found {}", r, r, entry.dump()));
+    }
+  }
+  const std::int64_t named = step_of(fs::path(checkpoint).lexically_normal().filename().string());
+  if (named >= 0 && named != manifest["step"].get<std::int64_t>()) {
+    damaged(fmt::format("it records step {}, its directory is named for step {}", manifest["step"].dump(), named));
+  }
+  if (has_manifest_checksum(manifest)) {
+    const auto& recorded = manifest[kManifestChecksumKey];
+    const std::string actual = manifest_checksum(manifest);
+    if (!recorded.is_string() || recorded.get<std::string>() != actual) {
+      damaged(fmt::format("its content's checksum is {}, the manifest records {}: it was edited or corrupted after it "
+                          "was written", actual, recorded.dump()));
+    }
   }
   return manifest;
 }
@@ -201,7 +305,14 @@ nlohmann::json read_manifest(const std::string& checkpoint) {
 void read_rank_shards(const std::string& checkpoint, const nlohmann::json& manifest, int rank, const RankShardsOut& out) {
   const auto& entry = manifest["ranks"].at(static_cast<std::size_t>(rank));
   const std::string path = (fs::path(checkpoint) / entry.at("file").get<std::string>()).string();
-  const SafetensorsFile file(path);
+  // A missing or truncated file is damage too: the error says which checkpoint to go back to.
+  std::optional<SafetensorsFile> opened;
+  try {
+    opened.emplace(path);
+  } catch (const Error& e) {
+    fail("{}{}", e.what(), previous_checkpoint_hint(checkpoint));
+  }
+  const SafetensorsFile& file = *opened;
   const std::span<float> targets[3] = {out.masters, out.exp_avg, out.exp_avg_sq};
   for (int i = 0; i < 3; ++i) {
     const auto& info = file.info(kTensorNames[i]);
@@ -214,14 +325,16 @@ void read_rank_shards(const std::string& checkpoint, const nlohmann::json& manif
   const std::string expected = entry.at("checksum").get<std::string>();
   const std::string actual = fmt::format("{:016x}", checksum(out.masters, out.exp_avg, out.exp_avg_sq));
   if (actual != expected) {
-    fail("checkpoint '{}': checksum {} does not match the manifest's {} (the file is damaged)", path, actual, expected);
+    fail("checkpoint '{}': checksum {} does not match the manifest's {} (the file is damaged){}", path, actual, expected,
+         previous_checkpoint_hint(checkpoint));
   }
   // A NaN or inf saved by a run that diverged would only show as a NaN loss after resuming.
   for (int i = 0; i < 3; ++i) {
     const auto bad = std::find_if(targets[i].begin(), targets[i].end(), [](float v) { return !std::isfinite(v); });
     if (bad != targets[i].end()) {
       fail("checkpoint '{}': tensor '{}' holds a non-finite value ({} at element {}): the run that saved it had "
-           "diverged; resume from an earlier checkpoint (checkpoint.resume=DIR/step-N)", path, kTensorNames[i], *bad, bad - targets[i].begin());
+           "diverged; resume from an earlier checkpoint (checkpoint.resume=DIR/step-N){}", path, kTensorNames[i], *bad,
+           bad - targets[i].begin(), previous_checkpoint_hint(checkpoint));
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "odc/core/error.h"
@@ -14,6 +15,7 @@
 #include "odc/io/native_reshard.h"
 #include "odc/model/llama_config.h"
 #include "odc/model/units.h"
+#include "odc/train/config_diff.h"
 
 namespace odc::train {
 
@@ -97,10 +99,38 @@ std::string decided_by_root(distributed::HostGroup& group, const std::string& wh
   if (message.contains("error")) throw Error(message["error"].get<std::string>());
   return message.value("result", std::string());
 }
+// checkpoint.resume: auto — the newest checkpoint of `dir`, which must not be damaged: passing over
+// a damaged newest one would continue from an older step without a word, and later write that
+// step again. The error names it and the setting that resumes the previous good one.
+std::string newest_good_checkpoint(const std::string& dir) {
+  const auto all = io::scan_checkpoints(dir);
+  std::vector<const io::CheckpointStatus*> newer_damaged;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (it->damage.empty()) break;
+    newer_damaged.push_back(&*it);
+  }
+  if (newer_damaged.empty()) return all.empty() ? std::string() : all.back().path;
+  std::string what;
+  for (const auto* d : newer_damaged) what += fmt::format("{}{}: {}", what.empty() ? "" : "; ", d->path, d->damage);
+  const std::size_t good = all.size() - newer_damaged.size();
+  const std::string newest = newer_damaged.front()->path;
+  if (good == 0) {
+    fail("checkpoint.dir '{}': the newest checkpoint {} is damaged and there is no good checkpoint before it ({}). "
+         "checkpoint.resume: auto does not start over on its own: move the damaged step directories out of "
+         "checkpoint.dir (or set another checkpoint.dir) to start a new run", dir, newest, what);
+  }
+  const std::string previous = all[good - 1].path;
+  fail("checkpoint.dir '{}': the newest checkpoint {} is damaged ({}). checkpoint.resume: auto does not pass over it "
+       "(the run would go on from an earlier step and later write that step again); to resume from the previous good "
+       "checkpoint, set --set checkpoint.resume={} (the damaged one is then moved to {}/retired/), or repair or "
+       "replace {} and run again", dir, newest, what, previous, dir, newest);
+}
+
 }  // namespace
 
 Checkpointer::Checkpointer(const Config& config, distributed::HostGroup& group)
     : group_(group),
+      config_(config),
       shard_rank_(group.rank()),
       shard_world_(group.size()),
       dir_(config.get_string("checkpoint.dir")),
@@ -138,14 +168,21 @@ const Checkpointer::RunStart& Checkpointer::begin_run() {
   const std::string decided = decided_by_root(group_, "the run's identity and resume point", [&] {
     std::string path;
     if (resume_ == "auto") {
-      if (enabled()) path = io::latest_checkpoint(dir_).value_or("");
+      if (enabled()) path = newest_good_checkpoint(dir_);
     } else if (resume_ != "never") {
       path = resume_;
     }
     RunIdentity identity = fresh_identity();
     std::int64_t step = 0;
     if (!path.empty()) {
-      const nlohmann::json manifest = io::read_manifest(path);
+      nlohmann::json manifest;
+      try {
+        manifest = io::read_manifest(path);
+      } catch (const Error& e) {
+        // checkpoint.resume names a damaged checkpoint: say which one to go back to.
+        if (!std::filesystem::is_directory(path)) throw;
+        fail("checkpoint.resume '{}': {}{}", path, e.what(), io::previous_checkpoint_hint(path));
+      }
       identity = resumed_identity(path, manifest);
       step = manifest.at("step").get<std::int64_t>();
     }
@@ -155,6 +192,10 @@ const Checkpointer::RunStart& Checkpointer::begin_run() {
       if (!plan.error.empty()) fail("{}", plan.error);
       out["abandoned"] = plan.abandoned;
       out["retire_name"] = plan.retire_name;
+      out["damaged"] = plan.damaged;
+      out["damage"] = plan.damage;
+      out["damaged_name"] = plan.damaged_name;
+      for (const auto& warning : plan.warnings) spdlog::warn("checkpoint.dir '{}': {}", dir_, warning);
       if (lock_) lock_->update(io::this_process(identity.run_id));
       if (const auto best = read_best_checkpoint(dir_, identity.run_id, step)) out["best"] = best->to_json();
     }
@@ -172,6 +213,9 @@ const Checkpointer::RunStart& Checkpointer::begin_run() {
   start.identity = RunIdentity::from_json(json["identity"], "the run's identity");
   start.abandoned = json["abandoned"].get<std::vector<std::string>>();
   start.retire_name = json.value("retire_name", std::string());
+  start.damaged = json.value("damaged", std::vector<std::string>());
+  start.damage = json.value("damage", std::vector<std::string>());
+  start.damaged_name = json.value("damaged_name", std::string());
   if (json.contains("best")) best_ = BestCheckpoint::from_json(json["best"], best_record_path(dir_));
   start_ = std::move(start);
   return *start_;
@@ -179,6 +223,19 @@ const Checkpointer::RunStart& Checkpointer::begin_run() {
 
 void Checkpointer::retire_abandoned() {
   ODC_CHECK(start_.has_value(), "Checkpointer::retire_abandoned before begin_run");
+  if (!start_->damaged.empty()) {
+    decided_by_root(group_, "the retirement of damaged checkpoints", [&] {
+      const std::string where = io::retire_checkpoints(dir_, start_->damaged, start_->damaged_name);
+      for (std::size_t i = 0; i < start_->damaged.size(); ++i) {
+        spdlog::warn("damaged checkpoint {} moved to {} (not deleted; never searched): this run resumed from {} as "
+                     "checkpoint.resume says, and would write its step again. What was wrong: {}",
+                     start_->damaged[i], where, start_->resume_path.empty() ? "nothing (a fresh start)" : start_->resume_path,
+                     start_->damage[i]);
+      }
+      return std::string();
+    });
+    start_->damaged.clear();
+  }
   if (start_->abandoned.empty()) return;
   decided_by_root(group_, "the retirement of an abandoned branch", [&] {
     std::string names;
@@ -245,11 +302,37 @@ void Checkpointer::record_best(BestCheckpoint best) {
   best_ = std::move(best);
 }
 
+void Checkpointer::report_config_changes(const std::string& path, const nlohmann::json& json,
+                                         const TrainingManifest& manifest) const {
+  if (!io::has_manifest_checksum(json)) {
+    spdlog::warn("checkpoint '{}': its manifest has no {} (written before manifests carried one): an edit of it "
+                 "cannot be detected; the next checkpoint will have one", path, io::kManifestChecksumKey);
+  }
+  if (manifest.config.empty()) return;  // an import, or a manifest without the config
+  std::vector<std::string> skipped;
+  std::vector<ConfigChange> changes;
+  try {
+    changes = config_changes(manifest.config, config_, &skipped);
+  } catch (const Error& e) {
+    spdlog::warn("resume: the config saved in {} cannot be compared with this run's: {}", path, e.what());
+    return;
+  }
+  if (!changes.empty()) {
+    spdlog::warn("resume: {} key(s) differ from the config saved in {}: {}", changes.size(), path,
+                 describe_changes(changes));
+  }
+  if (!skipped.empty()) {
+    spdlog::info("resume: {} key(s) of the config saved in {} are not keys of this version and were not compared: {}",
+                 skipped.size(), path, fmt::join(skipped, ", "));
+  }
+}
+
 TrainingManifest Checkpointer::load(const std::string& path, distributed::ShardStore& store,
                                     const nlohmann::json& model_config, std::uint64_t data_fingerprint,
                                     const std::string& dataset, std::int64_t global_minibatch) {
   const nlohmann::json json = io::read_manifest(path);
   TrainingManifest manifest = TrainingManifest::from_json(json, path);
+  if (group_.is_root()) report_config_changes(path, json, manifest);
   if (manifest.model_config != model_config) {
     fail("checkpoint '{}' holds a different model (model_config: {}) than this run's ({})", path,
          manifest.model_config.dump(), model_config.dump());
@@ -274,6 +357,21 @@ TrainingManifest Checkpointer::load(const std::string& path, distributed::ShardS
          g % world == 0 ? fmt::format("set data.minibatch_size={} to continue it on {} ranks", g / world, world)
                         : fmt::format("no data.minibatch_size gives {} sequences on {} ranks; choose a world size "
                                       "that divides {}", g, world, g));
+  }
+  // The sampler's order is (data.seed, epoch); its restore would only say "seed differs".
+  if (manifest.sampler) {
+    const auto seed = static_cast<std::uint64_t>(config_.get_int("data.seed"));
+    if (manifest.sampler->seed != seed) {
+      fail("checkpoint '{}' was trained with data.seed {}, this run sets data.seed {} ({}): the data order after the "
+           "resume would not continue the run's; set data.seed={} to resume it (a new seed is a new run: another "
+           "checkpoint.dir)", path, manifest.sampler->seed, seed, config_.source_of("data.seed"), manifest.sampler->seed);
+    }
+    if (manifest.sampler->shuffle != config_.get_bool("data.shuffle")) {
+      fail("checkpoint '{}' was trained with data.shuffle {}, this run sets data.shuffle {} ({}): the data order after "
+           "the resume would not continue the run's; set data.shuffle={} to resume it", path,
+           manifest.sampler->shuffle, !manifest.sampler->shuffle, config_.source_of("data.shuffle"),
+           manifest.sampler->shuffle);
+    }
   }
   const auto owned = static_cast<std::size_t>(store.layout().owned_elements());
   const io::RankShardsOut out{store.host_masters().subspan(0, owned), store.host_exp_avg().subspan(0, owned),

@@ -136,8 +136,20 @@ DirectoryPlan plan_directory(const std::string& dir, const std::string& resume_s
   const std::string resumed = resume_path.empty() ? std::string() : canonical(resume_path);
   const bool inside = !resumed.empty() && fs::path(resumed).parent_path().string() == canonical(dir);
   std::map<std::string, std::vector<std::string>> all, foreign;
-  for (const auto& entry : io::list_checkpoints(dir)) {
+  for (const auto& entry : io::scan_checkpoints(dir)) {
     if (canonical(entry.path) == resumed) continue;
+    if (!entry.damage.empty()) {
+      all["damaged step directories"].push_back(entry.path);
+      if (entry.step > resume_step) {
+        plan.damaged.push_back(entry.path);
+        plan.damage.push_back(entry.damage);
+      } else {
+        plan.warnings.push_back(fmt::format("{} is damaged and left where it is (it is no later than the resume "
+                                            "point, so no step of this run writes it again): {}", entry.path,
+                                            entry.damage));
+      }
+      continue;
+    }
     std::ifstream in(fs::path(entry.path) / "manifest.json");
     const auto manifest = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     const std::string owner = owner_of(manifest);
@@ -166,6 +178,7 @@ DirectoryPlan plan_directory(const std::string& dir, const std::string& resume_s
         "directory belongs to one run; use another checkpoint.dir, or move those checkpoints away",
         dir, describe_owners(foreign), identity.run_id, resume_path);
   }
+  if (!plan.damaged.empty()) plan.damaged_name = fmt::format("damaged-{}", identity.segment);
   if (!plan.abandoned.empty()) plan.retire_name = fmt::format("after-{}-{}", io::checkpoint_name(resume_step), identity.segment);
   return plan;
 }

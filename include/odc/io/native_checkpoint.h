@@ -16,7 +16,13 @@
 // same run (manifests with the same "run_id"): checkpoints of other runs are never touched.
 //
 //   DIR/retired/<name>/step-N/             checkpoints moved out of the way (an abandoned branch
-//                                          after a rollback), never searched, never pruned
+//                                          after a rollback, a damaged checkpoint the user chose to
+//                                          resume past, a step directory a commit would replace),
+//                                          never searched, never pruned
+//
+// The manifest checks itself: "manifest_checksum" is FNV-1a over its canonical JSON without that
+// field, so an edit of any value (a sampler position, a step, a shard's checksum) is detected
+// when it is read. A manifest written before it had one reads with has_manifest_checksum false.
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -45,7 +51,9 @@ struct RankShards {
 void write_rank_shards(const std::string& staging, int rank, const RankShards& shards);
 
 // Rank 0, after every rank wrote: completes `manifest` with the per-rank files (read from the
-// sidecars; odc::Error naming a missing rank), writes it, commits (rename) and prunes the
+// sidecars; odc::Error naming a missing rank) and its checksum, writes it, commits (rename; a
+// step-N directory already there is moved to DIR/retired/replaced-step-N, with a warning, never
+// overwritten) and prunes the
 // directory to the newest `keep` checkpoints whose "run_id" is the manifest's (keep <= 0 keeps
 // all), never removing the checkpoint of `protect_step` (the run's best one, which then stays as
 // one more). Returns the final path.
@@ -68,11 +76,37 @@ std::string retire_checkpoints(const std::string& dir, const std::vector<std::st
 // The newest complete checkpoint under `dir` (a step-N directory with a readable manifest), if any.
 std::optional<std::string> latest_checkpoint(const std::string& dir);
 
-// Reads and validates a checkpoint's manifest (version, fields); odc::Error naming the path.
+// Every step-N directory under `dir`, oldest first, and what is wrong with it: `damage` is empty
+// for a checkpoint whose manifest reads and verifies, else the reason (no manifest.json, not
+// JSON, a checksum or field that does not match). Shards are not read.
+struct CheckpointStatus {
+  std::int64_t step = 0;
+  std::string path;
+  std::string damage;
+};
+std::vector<CheckpointStatus> scan_checkpoints(const std::string& dir);
+
+// The newest checkpoint next to `checkpoint` (same directory) with an earlier step whose manifest
+// reads and verifies, if any: what to suggest resuming from when `checkpoint` is damaged.
+std::optional<std::string> previous_checkpoint(const std::string& checkpoint);
+// "; to resume from the previous good checkpoint instead: --set checkpoint.resume=PATH" (or that
+// there is none): appended to the errors of a damaged checkpoint.
+std::string previous_checkpoint_hint(const std::string& checkpoint);
+
+// The manifest's own checksum ("fnv1a64:" and 16 hex digits) over its canonical JSON (keys
+// sorted, no spaces) without the "manifest_checksum" field; commit_checkpoint stores it there.
+inline constexpr const char* kManifestChecksumKey = "manifest_checksum";
+std::string manifest_checksum(const nlohmann::json& manifest);
+bool has_manifest_checksum(const nlohmann::json& manifest);
+
+// Reads and validates a checkpoint's manifest (version, fields and their consistency: the rank
+// list against world_size, the step against the directory's name, the manifest's checksum);
+// odc::Error naming the path and saying that it is damaged.
 nlohmann::json read_manifest(const std::string& checkpoint);
 
 // Reads rank `rank`'s shards into the given buffers, checking the file's size and checksum
-// against the manifest and each tensor's length against the buffers.
+// against the manifest and each tensor's length against the buffers. A damaged file is an error
+// naming it and the previous good checkpoint to resume from (previous_checkpoint_hint).
 struct RankShardsOut {
   std::span<float> masters;
   std::span<float> exp_avg;

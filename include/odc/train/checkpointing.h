@@ -73,16 +73,22 @@ class Checkpointer {
   // Collective, once, before save or load: the checkpoint to resume from (checkpoint.resume:
   // auto = the newest complete one in checkpoint.dir, never, or a path; empty = a fresh start),
   // this run's identity, and this run's checkpoints that a rollback abandons. odc::Error on every
-  // rank when checkpoint.dir holds another run's checkpoints. Nothing is moved yet.
+  // rank when checkpoint.dir holds another run's checkpoints, and with auto when its newest
+  // checkpoint is damaged (naming it and the checkpoint.resume setting of the previous good one:
+  // with that setting the damaged one is retired). Nothing is moved yet.
   struct RunStart {
     std::string resume_path;
     RunIdentity identity;
     std::vector<std::string> abandoned;
     std::string retire_name;
+    std::vector<std::string> damaged;  // damaged step directories after the resume point (to retire)
+    std::vector<std::string> damage;   // what is wrong with each
+    std::string damaged_name;
   };
   const RunStart& begin_run();
-  // Collective, after the resume succeeded: rank 0 moves the abandoned checkpoints to
-  // checkpoint.dir/retired/ (logged). Nothing to do without a rollback.
+  // Collective, after the resume succeeded: rank 0 moves the damaged step directories after the
+  // resume point and the abandoned checkpoints to checkpoint.dir/retired/ (each logged as what it
+  // is). Nothing to do without either.
   void retire_abandoned();
   const RunIdentity& identity() const;
 
@@ -107,13 +113,22 @@ class Checkpointer {
 
   // Reads `path`'s manifest and this rank's shards into `store`, after checking that it belongs
   // to this run: the same model (`model_config`), and — unless it holds imported weights — the
-  // same data (`data_fingerprint`, described by `dataset`) and the same global minibatch
-  // (sequences per step; 0 skips the check). A checkpoint of another world size is resharded.
+  // same data (`data_fingerprint`, described by `dataset`), the same data order (data.seed,
+  // data.shuffle) and the same global minibatch (sequences per step; 0 skips the check). Rank 0
+  // first logs the keys whose values differ from the config the checkpoint saved (config_diff.h),
+  // and a manifest without a checksum (written before manifests had one). A checkpoint of another
+  // world size is resharded.
   TrainingManifest load(const std::string& path, distributed::ShardStore& store, const nlohmann::json& model_config,
                         std::uint64_t data_fingerprint, const std::string& dataset, std::int64_t global_minibatch);
 
  private:
+  // Rank 0, on load: a manifest without a checksum, and the keys whose values differ from the
+  // config the checkpoint saved (a warning: the resume goes on; what makes it impossible fails).
+  void report_config_changes(const std::string& path, const nlohmann::json& json,
+                             const TrainingManifest& manifest) const;
+
   distributed::HostGroup& group_;
+  Config config_;  // this job's: a resume names the keys whose values differ from the checkpoint's
   int shard_rank_;
   int shard_world_;
   bool writes_shards_ = true;

@@ -55,10 +55,20 @@ bool on_lineage(const nlohmann::json& manifest, const RunIdentity& identity);
 
 // What the other checkpoints of `dir` mean for a job of `identity` resuming from `resume_path`
 // (empty: a fresh start, which checkpoint.resume `never` or an empty directory gives).
+//
+// A damaged step-N directory (no manifest.json, or one that does not read or verify:
+// io::scan_checkpoints) is no run's: after the resume point it is moved aside into
+// DIR/retired/<damaged_name>/ (its step would be written again, and its shards are all that is left
+// of it); at or before it, it stays where it is, with a warning. `never` counts it as a checkpoint
+// the directory holds.
 struct DirectoryPlan {
   std::string error;                  // non-empty: the job must not run in this directory
   std::vector<std::string> abandoned;  // this run's checkpoints off the lineage (to retire)
   std::string retire_name;            // DIR/retired/<retire_name>/
+  std::vector<std::string> damaged;   // damaged step directories after the resume point (to retire)
+  std::vector<std::string> damage;    // what is wrong with each of `damaged`
+  std::string damaged_name;           // DIR/retired/<damaged_name>/
+  std::vector<std::string> warnings;  // damaged step directories left in place, with what is wrong
 };
 DirectoryPlan plan_directory(const std::string& dir, const std::string& resume_setting,
                              const std::string& resume_path, std::int64_t resume_step, const RunIdentity& identity);

@@ -20,6 +20,7 @@ namespace {
 Config checkpoint_config(const std::string& dir, const std::vector<std::string>& extra = {}) {
   Config config(train::trainer_tunables());
   config.apply_assignment("checkpoint.dir=" + dir);
+  config.apply_assignment("data.seed=11");  // manifest_for's sampler seed: a resume checks data.seed
   for (const auto& e : extra) config.apply_assignment(e);
   return config;
 }
