@@ -17,6 +17,7 @@
 
 #include "cli/command_line.h"
 #include "cli/tool_main.h"
+#include "odc/core/error.h"
 #include "odc/data/bin_dataset.h"
 #include "odc/data/dataset.h"
 #include "odc/data/synth.h"
@@ -28,7 +29,8 @@ constexpr const char* kMainUsage = R"(usage: odc-data <command> [options]
 
 commands:
   synth     write a synthetic pre-tokenized JSONL dataset (copy/reverse/sort/add tasks)
-  convert   convert pre-tokenized, chat or text JSONL into the binary format (data.format: bin)
+  convert   convert pre-tokenized, chat or text JSONL into the binary format (data.format: bin),
+            or rewrite a binary pair (an old version 1 one gets its payload checksums)
 
 Run 'odc-data <command> --help' for the options of a command.
 )";
@@ -54,8 +56,9 @@ options:
 constexpr const char* kConvertUsage = R"(usage: odc-data convert --in FILE.jsonl --out PREFIX [options]
 
 Reads JSONL, writes the binary pair PREFIX.bin (uint32 token ids) + PREFIX.idx (offsets, target
-spans, checksum), checks that it opens, and prints a one-line JSON summary. Train on it with
-data.format: bin and data.train: PREFIX.
+spans, checksums of the index and of every MiB of PREFIX.bin), checks that it opens, and prints a
+one-line JSON summary. Train on it with data.format: bin and data.train: PREFIX. PREFIX's
+directory is created if missing.
 
 Input formats (--format):
   tokens   pre-tokenized: {"input_ids": [...], "loss_mask": [...]} per line (default)
@@ -64,11 +67,15 @@ Input formats (--format):
            --tokenizer and rendered with --chat-template; targets: assistant turns (content and
            end-of-turn token), completion + EOS, or all of the text
   text     {"text": "..."} per line; targets: all tokens
+  bin      a binary pair (--in PREFIX): rewritten as the current format version (a version 1
+           pair, which has no checksums of its .bin, gets them; --out may equal --in)
 
 options:
   --in FILE            JSONL input (required)
   --out PREFIX         output prefix; a trailing .bin or .idx is ignored (required)
-  --format F           tokens, chat or text (default tokens)
+  --format F           tokens, chat, text or bin (default tokens)
+  --extra-fields E     error or ignore (default error): a field of a tokens record other than
+                       input_ids, loss_mask, labels, attention_mask (odc-train's data.extra_fields)
   --tokenizer PATH     Hugging Face tokenizer.json (required for chat and text); BOS/EOS come from
                        tokenizer_config.json next to it when present
   --chat-template T    auto, llama3 or chatml (default auto: from tokenizer_config.json's
@@ -140,8 +147,10 @@ int run_convert(const odc::cli::Arguments& args) {
   // A trailing .bin or .idx is dropped, so "--out .bin" names no prefix either.
   const std::string out_prefix = odc::data::bin_dataset_prefix(args.value_or("--out", ""));
   if (out_prefix.empty()) throw args.usage_error("--out PREFIX is required");
-  const std::string format = args.choice("--format", {"tokens", "chat", "text"}, "tokens");
+  const std::string format = args.choice("--format", {"tokens", "chat", "text", "bin"}, "tokens");
   odc::data::TextDataOptions text_options;
+  // What odc-train's data.extra_fields does, so a file the trainer reads converts too.
+  text_options.ignore_extra_fields = args.choice("--extra-fields", {"error", "ignore"}, "error") == "ignore";
   text_options.tokenizer_path = args.value_or("--tokenizer", "");
   text_options.chat_template = args.value_or("--chat-template", text_options.chat_template);
   const std::optional<std::int64_t> vocab_option = args.optional_integer("--vocab");
@@ -152,6 +161,9 @@ int run_convert(const odc::cli::Arguments& args) {
   if (!text_format && (!text_options.tokenizer_path.empty() || text_options.chat_template != "auto")) {
     throw args.usage_error("--tokenizer and --chat-template apply to --format chat or text only");
   }
+  if (format != "tokens" && args.value("--extra-fields")) {
+    throw args.usage_error("--extra-fields applies to --format tokens only");
+  }
   std::int64_t vocab_size = std::numeric_limits<std::int32_t>::max();
   if (vocab_option) {
     vocab_size = *vocab_option;
@@ -160,9 +172,16 @@ int run_convert(const odc::cli::Arguments& args) {
   }
 
   const auto start = std::chrono::steady_clock::now();
-  {
+  try {
     const auto source = odc::data::open_dataset(in_path, format, vocab_size, text_options);
     odc::data::write_bin_dataset(out_prefix, *source);
+  } catch (const odc::Error& error) {
+    // The dataset's message names the trainer's key; here the same switch is an option.
+    const std::string what = error.what();
+    if (what.find("data.extra_fields: ignore") != std::string::npos) {
+      throw odc::Error(what + " (odc-data convert: --extra-fields ignore)");
+    }
+    throw;
   }
   // The summary is computed from the written pair as the trainer will read it, which also proves
   // that it opens and validates.
@@ -196,7 +215,7 @@ int main(int argc, char** argv) {
                 {"--tasks"}, {"--seed"}}},
        run_synth},
       {"convert", Command{"", kConvertUsage, {{"--in"}, {"--out"}, {"--vocab"}, {"--format"}, {"--tokenizer"},
-                                               {"--chat-template"}}},
+                                               {"--chat-template"}, {"--extra-fields"}}},
        run_convert},
   };
   return odc::cli::run_tool("odc-data", [&] { return odc::cli::run_subcommand("odc-data", kMainUsage, subcommands, argc, argv); });

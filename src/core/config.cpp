@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -208,6 +209,18 @@ std::string environment_variable(const std::string& path) {
   return name;
 }
 
+std::string upper(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// ODC_ variables that are not config keys (launcher, logging, build and test hooks): never
+// reported, whatever the sections. Keep in sync with docs/training.md ("Environment variables").
+constexpr std::array<std::string_view, 9> kNonConfigVariables = {
+    "ODC_LOCAL_JOB", "ODC_LOCAL_RANK", "ODC_LOCAL_SIZE",  "ODC_LAUNCHER",    "ODC_LOG_ALL_RANKS",
+    "ODC_MPIRUN",    "ODC_PYTHON_ENV", "ODC_TORCH_PYTHON", "ODC_BUILD_DIR"};
+
 [[noreturn]] void fail_unset(const TunableSpec& spec) {
   if (spec.required) {
     fail("config key '{}' is required but was not set ({}); set it in the config file, with "
@@ -299,18 +312,40 @@ std::vector<std::string> Config::apply_environment() {
   // sections) are none of this config's business.
   std::vector<std::string> prefixes;
   for (const auto& section : section_names(specs_)) prefixes.push_back(environment_variable(section) + "_");
+  // Unknown keys are refused in files and --set; a variable of one of this config's sections
+  // (in any letter case: ODC_train_lr was ignored silently) is refused the same way.
   std::vector<std::string> ignored;
+  const auto restore = [&] { values_.swap(before); };  // all or nothing, as a file
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
     const std::string_view text(*entry);
     const std::string variable(text.substr(0, text.find('=')));
+    const std::string name = upper(variable);
+    if (!name.starts_with("ODC_") || std::find(names.begin(), names.end(), variable) != names.end() ||
+        std::find(kNonConfigVariables.begin(), kNonConfigVariables.end(), name) != kNonConfigVariables.end()) {
+      continue;
+    }
+    if (std::find(names.begin(), names.end(), name) != names.end()) {
+      restore();
+      fail("environment variable {} is not read: config variables are upper case; did you mean '{}'?", variable,
+           name);
+    }
+    // A map tunable's keys are free-form names that may hold '_', so ODC_MODEL_CONFIG_HIDDEN_SIZE
+    // cannot say which key it means: the whole variable takes a YAML mapping merged key by key.
+    for (const auto& declared : specs_) {
+      const std::string map_variable = environment_variable(declared.path);
+      if (declared.kind == ValueKind::map && name.starts_with(map_variable + "_")) {
+        restore();
+        fail("environment variable {} names no config key: {} is a mapping, set its keys with {}='{{key: value}}' "
+             "(merged key by key) or --set {}.KEY=VALUE",
+             variable, declared.path, map_variable, declared.path);
+      }
+    }
     const bool in_a_section = std::any_of(prefixes.begin(), prefixes.end(),
-                                          [&](const std::string& prefix) { return variable.starts_with(prefix); });
-    if (!in_a_section || std::find(names.begin(), names.end(), variable) != names.end()) continue;
-    spdlog::warn("environment variable {} names no config key; ignored{}", variable,
-                 did_you_mean(closest_name(variable, names)));
-    ignored.push_back(variable);
+                                          [&](const std::string& prefix) { return name.starts_with(prefix); });
+    if (!in_a_section) continue;  // another tool's section: none of this config's business
+    restore();
+    fail("environment variable {} names no config key{}", variable, did_you_mean(closest_name(name, names)));
   }
-  std::sort(ignored.begin(), ignored.end());
   return ignored;
 }
 

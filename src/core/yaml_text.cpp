@@ -95,6 +95,41 @@ class AliasCheck final : public YAML::EventHandler {
   std::uint64_t aliased_ = 0;
 };
 
+// Where a second document starts: YAML::Load reads the first and dropped the rest silently.
+class DocumentStart final : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override { mark_ = mark; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+  const YAML::Mark& mark() const { return mark_; }
+
+ private:
+  YAML::Mark mark_;
+};
+
+// yaml-cpp reads a merge key (<<: *base) as a key named "<<", which the schema then reported as a
+// misspelt key. Only the plain spelling is a merge key; a quoted "<<" is a name like any other.
+void refuse_merge_keys(const YAML::Node& node) {
+  if (node.IsSequence()) {
+    for (const auto& item : node) refuse_merge_keys(item);
+  } else if (node.IsMap()) {
+    for (const auto& entry : node) {
+      if (entry.first.IsScalar() && entry.first.Scalar() == "<<" && entry.first.Tag() == "?") {
+        throw YAML::ParserException(entry.first.Mark(),
+                                    "YAML merge keys (<<) are not supported; write the keys out, or use an anchor "
+                                    "and alias (&name, *name) for a whole value");
+      }
+      refuse_merge_keys(entry.second);
+    }
+  }
+}
+
 constexpr std::size_t kMaxImplicitKeyBytes = 200;
 
 // True when a scalar holds a control character. yaml-cpp reads a lone carriage return as part of
@@ -151,7 +186,15 @@ YAML::Node parse(const std::string& text, const std::string& label, bool with_li
     YAML::Parser parser(in);
     AliasCheck check;
     parser.HandleNextDocument(check);
-    return YAML::Load(text);
+    DocumentStart second;
+    if (parser.HandleNextDocument(second)) {
+      throw YAML::ParserException(second.mark(),
+                                  "a second YAML document ('---' after the first): a config is one document; "
+                                  "merge the two or remove the '---' line");
+    }
+    YAML::Node root = YAML::Load(text);
+    refuse_merge_keys(root);  // bounded: the alias check above caps the expanded tree
+    return root;
   } catch (const YAML::Exception& error) {
     if (with_line) {
       fail("YAML syntax error in {}:{}:{}: {}", label, error.mark.line + 1, error.mark.column + 1,

@@ -14,7 +14,8 @@
 
 namespace odc::yaml_text {
 
-// Parses one document. A syntax error is odc::Error "YAML syntax error in LABEL:LINE:COLUMN: ..."
+// Parses one document; a second document ('---' after the first) and a merge key (<<) are
+// syntax errors here (yaml-cpp dropped the first and took the second for a key named "<<"). A syntax error is odc::Error "YAML syntax error in LABEL:LINE:COLUMN: ..."
 // (with_line) or "... in LABEL at column C: ..." (one-line texts: environment values, --set).
 YAML::Node parse(const std::string& text, const std::string& label, bool with_line);
 

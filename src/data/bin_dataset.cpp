@@ -21,6 +21,7 @@
 #include "odc/core/error.h"
 #include "odc/core/file_descriptor.h"
 #include "odc/core/hash.h"
+#include <spdlog/spdlog.h>
 
 namespace odc::data {
 
@@ -31,9 +32,16 @@ static_assert(std::endian::native == std::endian::little,
 namespace {
 
 constexpr std::array<char, 8> kMagic = {'O', 'D', 'C', 'I', 'D', 'X', '\x01', '\x00'};
-constexpr std::uint32_t kVersion = 1;
-constexpr std::size_t kHeaderBytes = 48;
+// Version 2 adds checksums of the token payload (PREFIX.bin) per chunk; version 1 is still read.
+constexpr std::uint32_t kVersion = 2;
+constexpr std::uint32_t kOldestVersion = 1;
+constexpr std::size_t kHeaderBytesV1 = 48;
+constexpr std::size_t kHeaderBytes = 56;
 constexpr std::size_t kChecksumOffset = 40;
+constexpr std::size_t kChunkBytesOffset = 48;
+// 1 MiB of tokens per payload checksum: a 4 GiB .bin carries 32 KiB of them, and a damaged byte
+// is located to 262144 tokens.
+constexpr std::int64_t kChunkBytes = std::int64_t{1} << 20;
 // Far beyond any real dataset, and small enough that the index size computation cannot overflow.
 constexpr std::int64_t kMaxEntries = std::int64_t{1} << 56;
 
@@ -44,6 +52,7 @@ struct IndexHeader {
   std::int64_t total_tokens = 0;
   std::int64_t total_spans = 0;
   std::uint64_t checksum = 0;
+  std::int64_t chunk_bytes = 0;  // version 2: bytes of PREFIX.bin per payload checksum
 };
 
 template <typename T>
@@ -58,18 +67,82 @@ void store(std::byte* p, T value) {
   std::memcpy(p, &value, sizeof(T));
 }
 
-// The whole index except the checksum field itself, so a flipped header field is caught too.
+// The whole index except the checksum field itself, so a flipped header field (and, in version
+// 2, a flipped payload checksum) is caught too.
 std::uint64_t index_checksum(std::span<const std::byte> index) {
   Fnv1a hash;
   hash.add(index.data(), kChecksumOffset);
-  hash.add(index.data() + kHeaderBytes, index.size() - kHeaderBytes);
+  hash.add(index.data() + kChecksumOffset + 8, index.size() - kChecksumOffset - 8);
   return hash.value();
 }
 
-std::uint64_t index_bytes(std::int64_t count, std::int64_t spans) {
-  return kHeaderBytes + 16 * static_cast<std::uint64_t>(count + 1) +
-         8 * static_cast<std::uint64_t>(spans);
+std::uint64_t index_bytes(std::size_t header_bytes, std::int64_t count, std::int64_t spans,
+                          std::uint64_t chunks) {
+  return header_bytes + 16 * static_cast<std::uint64_t>(count + 1) +
+         8 * static_cast<std::uint64_t>(spans) + 8 * chunks;
 }
+
+std::uint64_t chunk_count(std::int64_t total_tokens, std::int64_t chunk_bytes) {
+  const auto bytes = 4 * static_cast<std::uint64_t>(total_tokens);
+  return (bytes + static_cast<std::uint64_t>(chunk_bytes) - 1) / static_cast<std::uint64_t>(chunk_bytes);
+}
+
+}  // namespace
+
+// Four lanes over 8-byte words, each h = (h ^ word) * odd: every step is a bijection of h, so a
+// change confined to one word (any bit flips within 8 bytes) always changes the result, and the
+// lanes' multiplies overlap (several times FNV-1a's byte-at-a-time speed: the check runs once at
+// open over every byte). A tail of 4 bytes is zero-padded; the length is mixed in.
+std::uint64_t bin_payload_checksum(std::span<const std::byte> bytes) {
+  constexpr std::uint64_t kPrime = 1099511628211ull;
+  std::array<std::uint64_t, 4> lane = {1469598103934665603ull, 0x9e3779b97f4a7c15ull, 0xbf58476d1ce4e5b9ull, 0x94d049bb133111ebull};
+  const std::byte* p = bytes.data();
+  std::size_t words = bytes.size() / 8;
+  for (; words >= 4; words -= 4, p += 32) {
+    for (std::size_t l = 0; l < 4; ++l) lane[l] = (lane[l] ^ load<std::uint64_t>(p + 8 * l)) * kPrime;
+  }
+  for (std::size_t l = 0; words > 0; --words, ++l, p += 8) {
+    lane[l] = (lane[l] ^ load<std::uint64_t>(p)) * kPrime;
+  }
+  std::uint64_t tail = 0;
+  std::memcpy(&tail, p, bytes.size() % 8);
+  std::uint64_t h = (lane[0] ^ tail) * kPrime;
+  for (std::size_t l = 1; l < 4; ++l) {
+    h = (h ^ lane[l]) * kPrime;
+    h ^= h >> 29;
+  }
+  return (h ^ bytes.size()) * kPrime;
+}
+
+namespace {
+
+// The writer's side of the payload checksums: token bytes arrive a sequence at a time, chunks
+// span sequences.
+class ChunkHasher {
+ public:
+  void add(const void* data, std::size_t bytes) {
+    const auto* p = static_cast<const std::byte*>(data);
+    while (bytes > 0) {
+      const std::size_t take = std::min(bytes, static_cast<std::size_t>(kChunkBytes) - pending_.size());
+      pending_.insert(pending_.end(), p, p + take);
+      p += take;
+      bytes -= take;
+      if (pending_.size() == static_cast<std::size_t>(kChunkBytes)) flush();
+    }
+  }
+  std::vector<std::uint64_t> finish() {
+    if (!pending_.empty()) flush();
+    return std::move(sums_);
+  }
+
+ private:
+  void flush() {
+    sums_.push_back(bin_payload_checksum(pending_));
+    pending_.clear();
+  }
+  std::vector<std::byte> pending_;
+  std::vector<std::uint64_t> sums_;
+};
 
 // A buffered output file under a temporary name, removed on destruction unless it was renamed
 // into place: a failed conversion leaves no half-written ".tmp" behind.
@@ -213,9 +286,8 @@ BinTokenDataset::BinTokenDataset(const std::string& path, std::int64_t vocab_siz
 
   // -- header --
   const std::span<const std::byte> index = index_file_.bytes();
-  if (index.size() < kHeaderBytes) {
-    fail("{}: truncated header: {} bytes, expected at least {}", idx_path, index.size(),
-         kHeaderBytes);
+  if (index.size() < kHeaderBytesV1) {
+    fail("{}: truncated header: {} bytes, expected at least {}", idx_path, index.size(), kHeaderBytesV1);
   }
   if (std::memcmp(index.data(), kMagic.data(), kMagic.size()) != 0) {
     fail("{}: wrong magic (expected \"ODCIDX\\x01\\x00\"): not an odc binary dataset index",
@@ -228,12 +300,24 @@ BinTokenDataset::BinTokenDataset(const std::string& path, std::int64_t vocab_siz
   header.total_tokens = load<std::int64_t>(index.data() + 24);
   header.total_spans = load<std::int64_t>(index.data() + 32);
   header.checksum = load<std::uint64_t>(index.data() + kChecksumOffset);
-  if (header.version != kVersion) {
-    fail("{}: unknown format version {} (this build reads version {})", idx_path, header.version,
-         kVersion);
+  if (header.version < kOldestVersion || header.version > kVersion) {
+    fail("{}: unknown format version {} (this build reads versions {} to {})", idx_path,
+         header.version, kOldestVersion, kVersion);
+  }
+  const std::size_t header_bytes = header.version == 1 ? kHeaderBytesV1 : kHeaderBytes;
+  if (index.size() < header_bytes) {
+    fail("{}: truncated header: {} bytes, expected at least {}", idx_path, index.size(), header_bytes);
   }
   if (header.flags != 0) {
-    fail("{}: unknown flags {:#x} (version {} defines none)", idx_path, header.flags, kVersion);
+    fail("{}: unknown flags {:#x} (version {} defines none)", idx_path, header.flags, header.version);
+  }
+  if (header.version >= 2) {
+    header.chunk_bytes = load<std::int64_t>(index.data() + kChunkBytesOffset);
+    // Whole tokens per chunk, and never so small that the chunk count could overflow the index.
+    if (header.chunk_bytes < 4096 || header.chunk_bytes % 8 != 0 || header.chunk_bytes > (std::int64_t{1} << 40)) {
+      fail("{}: payload chunk size {} bytes in the header is not a multiple of 8 in [4096, 2^40]",
+           idx_path, header.chunk_bytes);
+    }
   }
   if (header.count < 1 || header.count > kMaxEntries) {
     fail("{}: sequence count {} in the header is out of range [1, {}]", idx_path, header.count,
@@ -247,7 +331,10 @@ BinTokenDataset::BinTokenDataset(const std::string& path, std::int64_t vocab_siz
     fail("{}: target span count {} in the header is out of range [0, {}]", idx_path,
          header.total_spans, kMaxEntries);
   }
-  const std::uint64_t expected_bytes = index_bytes(header.count, header.total_spans);
+  const std::uint64_t chunks =
+      header.version >= 2 ? chunk_count(header.total_tokens, header.chunk_bytes) : 0;
+  const std::uint64_t expected_bytes =
+      index_bytes(header_bytes, header.count, header.total_spans, chunks);
   if (index.size() < expected_bytes) {
     fail("{}: truncated index: {} sequences and {} target spans need {} bytes, the file has {}",
          idx_path, header.count, header.total_spans, expected_bytes, index.size());
@@ -265,7 +352,7 @@ BinTokenDataset::BinTokenDataset(const std::string& path, std::int64_t vocab_siz
 
   // -- offsets (8-byte aligned: the mapping is page-aligned and every section a multiple of 8) --
   const auto entries = static_cast<std::size_t>(header.count) + 1;
-  offsets_ = {reinterpret_cast<const std::int64_t*>(index.data() + kHeaderBytes), entries};
+  offsets_ = {reinterpret_cast<const std::int64_t*>(index.data() + header_bytes), entries};
   const std::span<const std::int64_t> span_offsets(offsets_.data() + entries, entries);
   const auto* spans = reinterpret_cast<const std::uint32_t*>(span_offsets.data() + entries);
 
@@ -312,6 +399,18 @@ BinTokenDataset::BinTokenDataset(const std::string& path, std::int64_t vocab_siz
   const auto* raw_tokens = reinterpret_cast<const std::uint32_t*>(token_file_.bytes().data());
   const auto vocab = static_cast<std::uint32_t>(vocab_size);
 
+  // -- payload checksums (version 2), before the token ids: a flipped bit is named as damage,
+  // not as whatever out-of-range id it happens to make. Every byte is read at open anyway (the
+  // id range check below), so checking here costs the hashing only, not another read.
+  if (header.version >= 2) {
+    const auto* sums = reinterpret_cast<const std::uint64_t*>(index.data() + expected_bytes - 8 * chunks);
+    verify_payload(std::span<const std::uint64_t>(sums, chunks), header.chunk_bytes);
+  } else {
+    spdlog::warn("{}: format version 1 has no checksums of the token file, so damage to {} would go undetected; "
+                 "rewrite the pair as version 2 with: odc-data convert --format bin --in {} --out {}",
+                 idx_path, bin_path, prefix_, prefix_);
+  }
+
   // -- one pass per sequence: token ids in range, spans valid, masks and target counts --
   masks_.assign(static_cast<std::size_t>(header.total_tokens), 0);
   target_counts_.resize(static_cast<std::size_t>(header.count));
@@ -356,6 +455,25 @@ BinTokenDataset::BinTokenDataset(const std::string& path, std::int64_t vocab_siz
   }
 }
 
+void BinTokenDataset::verify_payload(std::span<const std::uint64_t> sums, std::int64_t chunk_bytes) const {
+  const std::span<const std::byte> payload = token_file_.bytes();
+  const auto step = static_cast<std::size_t>(chunk_bytes);
+  for (std::size_t k = 0; k < sums.size(); ++k) {
+    const std::size_t begin = k * step;
+    const std::size_t end = std::min(payload.size(), begin + step);
+    if (bin_payload_checksum(payload.subspan(begin, end - begin)) == sums[k]) continue;
+    // The sequences overlapping the chunk: the first whose end lies past its first token, through
+    // the one holding its last token.
+    const auto first_token = static_cast<std::int64_t>(begin / 4);
+    const auto last_token = static_cast<std::int64_t>(end / 4) - 1;
+    const auto first = std::upper_bound(offsets_.begin(), offsets_.end(), first_token) - offsets_.begin() - 1;
+    const auto last = std::upper_bound(offsets_.begin(), offsets_.end(), last_token) - offsets_.begin() - 1;
+    fail("{}.bin: bytes [{}, {}) (tokens [{}, {}), sequences {} to {}) do not match their checksum in {}.idx "
+         "(chunk {} of {}): the token file is damaged; restore it or rebuild the pair with odc-data convert",
+         prefix_, begin, end, first_token, last_token + 1, first, last, prefix_, k, sums.size());
+  }
+}
+
 SequenceView BinTokenDataset::get(std::int64_t index) const {
   ODC_CHECK(index >= 0 && index < size(), "index {} of {}", index, describe());
   const auto begin = static_cast<std::size_t>(offsets_[static_cast<std::size_t>(index)]);
@@ -391,7 +509,14 @@ void write_bin_dataset(const std::string& prefix, const TokenDataset& source) {
 
   const std::string bin_path = prefix + ".bin";
   const std::string idx_path = prefix + ".idx";
+  // A missing directory is created, as odc-data synth does for its output.
+  if (const auto dir = std::filesystem::path(bin_path).parent_path(); !dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) fail("{}: cannot create its directory {}: {}", bin_path, dir.string(), ec.message());
+  }
   TempOutputFile bin(bin_path + ".tmp");
+  ChunkHasher payload;
 
   std::vector<std::int64_t> offsets = {0};
   std::vector<std::int64_t> span_offsets = {0};
@@ -417,6 +542,7 @@ void write_bin_dataset(const std::string& prefix, const TokenDataset& source) {
     }
     // Non-negative int32 has the bit pattern of the same uint32.
     bin.write(seq.tokens.data(), length * sizeof(std::int32_t));
+    payload.add(seq.tokens.data(), length * sizeof(std::int32_t));
 
     for (std::size_t j = 0; j < length;) {
       if (seq.target_mask[j] == 0) {
@@ -433,19 +559,25 @@ void write_bin_dataset(const std::string& prefix, const TokenDataset& source) {
   }
 
   const std::int64_t total_spans = span_offsets.back();
-  std::vector<std::byte> index(index_bytes(count, total_spans));
+  const std::vector<std::uint64_t> sums = payload.finish();
+  ODC_CHECK(sums.size() == chunk_count(offsets.back(), kChunkBytes), "{} payload checksums for {} tokens",
+            sums.size(), offsets.back());
+  std::vector<std::byte> index(index_bytes(kHeaderBytes, count, total_spans, sums.size()));
   std::memcpy(index.data(), kMagic.data(), kMagic.size());
   store<std::uint32_t>(index.data() + 8, kVersion);
   store<std::uint32_t>(index.data() + 12, 0);
   store<std::int64_t>(index.data() + 16, count);
   store<std::int64_t>(index.data() + 24, offsets.back());
   store<std::int64_t>(index.data() + 32, total_spans);
+  store<std::int64_t>(index.data() + kChunkBytesOffset, kChunkBytes);
   std::byte* cursor = index.data() + kHeaderBytes;
   for (const auto* section : {&offsets, &span_offsets}) {
     std::memcpy(cursor, section->data(), section->size() * sizeof(std::int64_t));
     cursor += section->size() * sizeof(std::int64_t);
   }
   if (!spans.empty()) std::memcpy(cursor, spans.data(), spans.size() * sizeof(std::uint32_t));
+  cursor += spans.size() * sizeof(std::uint32_t);
+  std::memcpy(cursor, sums.data(), sums.size() * sizeof(std::uint64_t));
   store<std::uint64_t>(index.data() + kChecksumOffset, index_checksum(index));
 
   TempOutputFile idx(idx_path + ".tmp");

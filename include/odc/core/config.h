@@ -75,8 +75,11 @@ class Config {
   // Layering. Each throws odc::Error on unknown keys / bad values, naming the source.
   void load_yaml_file(const std::string& path);
   void load_yaml_text(const std::string& text, const std::string& source);
-  // Reads the ODC_* variables of declared keys. Returns (and logs as warnings) the ODC_<SECTION>_*
-  // variables of this config's sections that name no key, sorted: they are ignored.
+  // Reads the ODC_* variables of declared keys. A variable of one of this config's sections (in any
+  // letter case) that names no key is an odc::Error with the nearest name, as an unknown key is in
+  // a file; ODC_<MAP>_<KEY> of a map tunable names the ODC_<MAP>='{key: value}' form. Variables of
+  // other sections and the launcher's/build's own (kNonConfigVariables in config.cpp) are left
+  // alone. Returns the variables ignored (none at present; kept for callers).
   std::vector<std::string> apply_environment();
   void apply_assignment(const std::string& assignment);  // "a.b=value" from --set
   // Checks required keys are present (call after all layers are applied).

@@ -4,22 +4,27 @@
 //
 // PREFIX.bin: raw little-endian uint32 token ids, every sequence back to back.
 // PREFIX.idx: little-endian, 8-byte aligned throughout:
-//   header (48 bytes)
+//   header (56 bytes; 48 in version 1)
 //     char[8]  magic "ODCIDX\x01\x00"
-//     uint32   version (= 1)
+//     uint32   version (= 2; 1 is still read)
 //     uint32   flags (= 0; reserved, nonzero is rejected so a future feature is never misread)
 //     int64    sequence count N (>= 1)
 //     int64    total tokens T (PREFIX.bin holds exactly 4*T bytes)
 //     int64    total target spans S
-//     uint64   checksum: FNV-1a 64 (odc/core/hash.h) of the header's first 40 bytes followed by
-//              everything after the header, i.e. the whole index except the checksum itself
+//     uint64   checksum: FNV-1a 64 (odc/core/hash.h) of the whole index except these 8 bytes
+//     int64    (version 2) chunk size B of the payload checksums, in bytes (the writer: 1 MiB)
 //   int64      token offsets[N+1] into PREFIX.bin (in tokens): 0, ..., T, strictly increasing
 //   int64      span offsets[N+1] into the span array: 0, ..., S, non-decreasing
 //   uint32[2]  spans[S]: (start, length) of a run of target positions (loss_mask == 1) within its
 //              sequence; sorted, non-overlapping, length >= 1
+//   uint64     (version 2) payload checksums[ceil(4T / B)]: bin_payload_checksum of PREFIX.bin's
+//              bytes [kB, min((k+1)B, 4T)) for chunk k
 //
-// Everything is validated on open (sizes, checksum, offsets, spans, token ids < vocab_size);
-// every problem is an odc::Error naming the file and what is wrong. Target masks are materialized
+// Everything is validated on open (sizes, checksums, offsets, spans, token ids < vocab_size);
+// every problem is an odc::Error naming the file and what is wrong, a damaged .bin also its byte,
+// token and sequence range. The payload checksums are verified at open, in the pass that checks
+// the token ids (which reads every byte anyway). A version 1 pair (no payload checksums) is read
+// with a warning that names the command rewriting it as version 2. Target masks are materialized
 // eagerly at open into one byte per token (the interface hands out spans, which need stable
 // storage); tokens are spans straight into the mapping, never copied.
 #include <cstddef>
@@ -69,6 +74,9 @@ class BinTokenDataset final : public TokenDataset {
   std::int64_t total_tokens() const { return static_cast<std::int64_t>(masks_.size()); }
 
  private:
+  // odc::Error naming the first chunk of PREFIX.bin whose bytes do not hash to its checksum.
+  void verify_payload(std::span<const std::uint64_t> sums, std::int64_t chunk_bytes) const;
+
   std::string prefix_;
   MappedFile index_file_;
   MappedFile token_file_;
@@ -78,10 +86,15 @@ class BinTokenDataset final : public TokenDataset {
   std::vector<std::int64_t> target_counts_;
 };
 
+// The checksum of one chunk of PREFIX.bin (version 2): a 64-bit hash of 8-byte words in four
+// lanes that always changes when the bytes of one word do. Not for security.
+std::uint64_t bin_payload_checksum(std::span<const std::byte> bytes);
+
 // Strips a trailing ".bin" or ".idx", so "x", "x.bin" and "x.idx" all name the pair with prefix x.
 std::string bin_dataset_prefix(const std::string& path);
 
-// Writes `source` as PREFIX.bin + PREFIX.idx. Both are written to ".tmp" files and synced first;
+// Writes `source` as PREFIX.bin + PREFIX.idx (version 2), creating PREFIX's directory if need be.
+// Both are written to ".tmp" files and synced first;
 // then any old PREFIX.idx is removed, PREFIX.bin is renamed into place and PREFIX.idx last, so a
 // crash at any point leaves either the old pair, the new pair, or a .bin without an .idx (which
 // fails to open) -- never a valid-looking index over the wrong tokens.

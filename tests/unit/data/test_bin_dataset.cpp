@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <span>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -65,6 +66,15 @@ void reseal(std::vector<char>& idx) {
   set_field<std::uint64_t>(idx, 40, hash.value());
 }
 
+// Version 2: the last 8 bytes of a small pair's index are the one payload checksum (one chunk);
+// recomputed over a changed .bin, then the index resealed.
+void reseal_payload(std::vector<char>& idx, const std::vector<char>& bin) {
+  const auto sum = odc::data::bin_payload_checksum(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(bin.data()), bin.size()));
+  set_field<std::uint64_t>(idx, idx.size() - 8, sum);
+  reseal(idx);
+}
+
 void require_same(const TokenDataset& a, const TokenDataset& b) {
   REQUIRE(a.size() == b.size());
   for (std::int64_t i = 0; i < a.size(); ++i) {
@@ -90,7 +100,7 @@ const std::string kJsonl =
     "{\"input_ids\": [1, 2, 3, 4, 5, 6, 7, 8], \"loss_mask\": [1, 0, 1, 0, 1, 1, 0, 1]}\n"
     "{\"input_ids\": [6, 6], \"loss_mask\": [1, 0]}\n";
 constexpr std::int64_t kCount = 7;
-constexpr std::size_t kOffsets = 48;                            // token offsets[count+1]
+constexpr std::size_t kOffsets = 56;                            // token offsets[count+1]
 constexpr std::size_t kSpanOffsets = kOffsets + 8 * (kCount + 1);
 constexpr std::size_t kSpans = kSpanOffsets + 8 * (kCount + 1);  // (start, length) uint32 pairs
 
@@ -179,9 +189,13 @@ class FailingDataset final : public TokenDataset {
 TEST_CASE("write_bin_dataset leaves nothing behind on failure", "[data]") {
   TempDir dir;
   const JsonlTokenDataset source(dir.write("small.jsonl", kJsonl), 32);
+  // A missing directory is created (as odc-data synth does); one under a regular file is an error.
   const std::string missing_dir = dir.file("no/such/dir/x");
-  REQUIRE_THROWS_WITH(odc::data::write_bin_dataset(missing_dir, source),
-                      Catch::Contains(missing_dir + ".bin.tmp") && Catch::Contains("cannot create"));
+  odc::data::write_bin_dataset(missing_dir, source);
+  require_same(source, BinTokenDataset(missing_dir, 32));
+  const std::string under_file = dir.write("plain", "x") + "/x";
+  REQUIRE_THROWS_WITH(odc::data::write_bin_dataset(under_file, source),
+                      Catch::Contains(under_file + ".bin: cannot create its directory"));
 
   // A failure half-way keeps the previous pair intact and removes the temporary files.
   const std::string prefix = dir.file("keep");
@@ -200,7 +214,7 @@ TEST_CASE("BinTokenDataset reports every corruption with the file and the proble
   odc::data::write_bin_dataset(dir.file("good"), source);
   const std::vector<char> good_idx = read_bytes(dir.file("good.idx"));
   const std::vector<char> good_bin = read_bytes(dir.file("good.bin"));
-  REQUIRE(good_idx.size() == kSpans + 8 * 9);  // 9 spans: 2 + 0 + 1 + 0 + 1 + 4 + 1
+  REQUIRE(good_idx.size() == kSpans + 8 * 9 + 8);  // 9 spans: 2 + 0 + 1 + 0 + 1 + 4 + 1; 1 chunk
   REQUIRE_NOTHROW(BinTokenDataset(dir.file("good"), 32));
 
   // Writes a (possibly modified) copy of the good pair under `name` and returns its prefix.
@@ -232,8 +246,8 @@ TEST_CASE("BinTokenDataset reports every corruption with the file and the proble
     expect_error(pair("magic", idx, bin), ".idx", "wrong magic");
   }
   SECTION("unknown version") {
-    set_field<std::uint32_t>(idx, 8, 2);
-    expect_error(pair("version", idx, bin), ".idx", "unknown format version 2");
+    set_field<std::uint32_t>(idx, 8, 3);
+    expect_error(pair("version", idx, bin), ".idx", "unknown format version 3 (this build reads versions 1 to 2)");
   }
   SECTION("unknown flags") {
     set_field<std::uint32_t>(idx, 12, 4);
@@ -265,6 +279,11 @@ TEST_CASE("BinTokenDataset reports every corruption with the file and the proble
     idx = good_idx;
     set_field<std::int64_t>(idx, 24, 27);  // header field: total tokens
     expect_error(pair("checksum_header", idx, bin), ".idx", "checksum mismatch");
+  }
+  SECTION("payload chunk size") {
+    set_field<std::int64_t>(idx, 48, 12);  // version 2's chunk size, resealed
+    reseal(idx);
+    expect_error(pair("chunk_size", idx, bin), ".idx", "payload chunk size 12 bytes");
   }
   SECTION("truncated or oversized .bin") {
     bin.resize(bin.size() - 4);
@@ -317,16 +336,79 @@ TEST_CASE("BinTokenDataset reports every corruption with the file and the proble
   SECTION("token id >= vocab size") {
     // Sequence 4 starts at token 11; position 2 is token 13 of the file.
     set_field<std::uint32_t>(bin, 4 * 13, 1000);
+    reseal_payload(idx, bin);
     expect_error(pair("token_high", idx, bin), ".bin",
                  "token id 1000 at position 2 of sequence 4 is out of range [0, 32)");
     // A negative int32 is a huge uint32: rejected the same way.
     set_field<std::int32_t>(bin, 4 * 13, -1);
+    reseal_payload(idx, bin);
     expect_error(pair("token_negative", idx, bin), ".bin", "token id 4294967295");
     // The good file against a smaller vocabulary.
     REQUIRE_THROWS_WITH(BinTokenDataset(dir.file("good"), 10),
                         Catch::Contains("out of range [0, 10)"));
     REQUIRE_THROWS_WITH(BinTokenDataset(dir.file("good"), 0), Catch::Contains("vocab size"));
   }
+}
+
+// A bit flip in the token payload trained silently when only the index was checksummed.
+TEST_CASE("BinTokenDataset detects damage to the .bin payload, naming the file and the range", "[data]") {
+  TempDir dir;
+  odc::data::SynthOptions options;
+  options.num_sequences = 3000;
+  options.min_length = 100;
+  options.max_length = 200;
+  options.mean_length = 150;
+  const std::string jsonl = dir.file("synth.jsonl");
+  odc::data::write_synth_jsonl(options, jsonl);
+  const std::string prefix = dir.file("big");
+  odc::data::write_bin_dataset(prefix, JsonlTokenDataset(jsonl, options.vocab_size));
+  const std::vector<char> good = read_bytes(prefix + ".bin");
+  REQUIRE(good.size() > (std::size_t{1} << 20));  // more than one 1 MiB chunk
+  REQUIRE_NOTHROW(BinTokenDataset(prefix, options.vocab_size));
+
+  // One bit of a token id in the second chunk: the id stays in range, only the checksum sees it.
+  std::vector<char> bin = good;
+  const std::size_t at = (std::size_t{1} << 20) + 4 * 1000;
+  bin[at] ^= 1;
+  write_bytes(prefix + ".bin", bin);
+  REQUIRE_THROWS_WITH(BinTokenDataset(prefix, options.vocab_size),
+                      Catch::Contains(prefix + ".bin: bytes [1048576, ") &&
+                          Catch::Contains("(chunk 1 of 2)") && Catch::Contains("the token file is damaged") &&
+                          Catch::Contains("do not match their checksum in " + prefix + ".idx"));
+  // The same through open_dataset, as odc-train opens it.
+  REQUIRE_THROWS_WITH(odc::data::open_dataset(prefix, "bin", options.vocab_size),
+                      Catch::Contains(prefix + ".bin") && Catch::Contains("damaged"));
+
+  // A changed byte in the last, partial chunk is caught as well.
+  bin = good;
+  bin[bin.size() - 1] ^= 0x40;
+  write_bytes(prefix + ".bin", bin);
+  REQUIRE_THROWS_WITH(BinTokenDataset(prefix, options.vocab_size), Catch::Contains("(chunk 1 of 2)"));
+  write_bytes(prefix + ".bin", good);
+  REQUIRE_NOTHROW(BinTokenDataset(prefix, options.vocab_size));
+}
+
+// Version 1 pairs (no payload checksums) are read with a warning, and convert --format bin
+// rewrites them as version 2.
+TEST_CASE("BinTokenDataset reads a version 1 pair; rewriting it adds the payload checksums", "[data]") {
+  TempDir dir;
+  const JsonlTokenDataset source(dir.write("small.jsonl", kJsonl), 32);
+  const std::string prefix = dir.file("v2");
+  odc::data::write_bin_dataset(prefix, source);
+  // Version 1 layout: a 48-byte header, no chunk size, no payload checksums.
+  std::vector<char> idx = read_bytes(prefix + ".idx");
+  std::vector<char> v1(idx.begin(), idx.begin() + 48);
+  v1.insert(v1.end(), idx.begin() + 56, idx.end() - 8);
+  set_field<std::uint32_t>(v1, 8, 1);
+  reseal(v1);
+  const std::string old = dir.file("v1");
+  write_bytes(old + ".idx", v1);
+  fs::copy_file(prefix + ".bin", old + ".bin");
+  const BinTokenDataset opened(old, 32);
+  require_same(source, opened);
+  odc::data::write_bin_dataset(old, opened);  // in place, as convert --format bin --in P --out P
+  CHECK(get_field<std::uint32_t>(read_bytes(old + ".idx"), 8) == 2);
+  require_same(source, BinTokenDataset(old, 32));
 }
 
 TEST_CASE("Sampler restore continues exactly like an uninterrupted sampler", "[data]") {

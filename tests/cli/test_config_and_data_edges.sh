@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Edges of odc-data (issue rows 14, 19): a damaged .bin is an error naming the file and the byte
+# range (payload checksums, index version 2); convert creates a missing output directory as synth
+# does; convert honours odc-train's data.extra_fields as --extra-fields.
+# Usage: bash test_config_and_data_edges.sh BIN_DIR WORK_DIR
+set -euo pipefail
+
+bin_dir=${1:?usage: test_config_and_data_edges.sh BIN_DIR WORK_DIR}
+work_dir=${2:?usage: test_config_and_data_edges.sh BIN_DIR WORK_DIR}
+tool="$bin_dir/odc-data"
+# shellcheck source=cli_tool_checks.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cli_tool_checks.sh"
+
+data="$work_dir/s.jsonl"
+run_tool synth synth --out "$data" --num 50 --max-length 64 --mean-length 32 --seed 3
+expect_rc synth 0
+
+# --- convert creates the output's missing directories ---
+run_tool convert_new_dir convert --in "$data" --out "$work_dir/new/dir/p" --vocab 64
+expect_rc convert_new_dir 0
+[ -s "$work_dir/new/dir/p.bin" ] || fail "convert_new_dir: $work_dir/new/dir/p.bin not written"
+run_tool convert_under_file convert --in "$data" --out "$data/p" --vocab 64
+expect_rc convert_under_file 1
+expect_in convert_under_file err "s.jsonl/p.bin: cannot create its directory"
+
+# --- one flipped bit in the token payload: exit 1 naming the file, bytes and sequences ---
+cp "$work_dir/new/dir/p.bin" "$work_dir/good.bin"
+python3 - "$work_dir/new/dir/p.bin" <<'PY'
+import sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+data[400] ^= 1  # token 100: a small id with its low bit flipped stays in the vocabulary
+open(path, "wb").write(data)
+PY
+run_tool flipped convert --format bin --in "$work_dir/new/dir/p" --out "$work_dir/copy" --vocab 64
+expect_rc flipped 1
+expect_in flipped err "new/dir/p.bin: bytes [0, "
+expect_in flipped err "do not match their checksum in $work_dir/new/dir/p.idx (chunk 0 of 1)"
+expect_in flipped err "the token file is damaged"
+cp "$work_dir/good.bin" "$work_dir/new/dir/p.bin"
+run_tool rewrite convert --format bin --in "$work_dir/new/dir/p" --out "$work_dir/new/dir/p" --vocab 64
+expect_rc rewrite 0
+expect_in rewrite out '"sequences":50'
+
+# --- data.extra_fields: convert refuses an unknown field by default and skips it on request ---
+extra="$work_dir/extra.jsonl"
+printf '{"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1], "source": "web"}\n' >"$extra"
+run_tool extra_error convert --in "$extra" --out "$work_dir/extra" --vocab 64
+expect_rc extra_error 1
+expect_in extra_error err 'unknown field "source"'
+expect_in extra_error err "(odc-data convert: --extra-fields ignore)"
+run_tool extra_ignore convert --in "$extra" --out "$work_dir/extra" --vocab 64 --extra-fields ignore
+expect_rc extra_ignore 0
+expect_in extra_ignore out '"sequences":1'
+run_tool extra_bad convert --in "$extra" --out "$work_dir/extra" --extra-fields skip
+expect_rc extra_bad 2
+expect_in extra_bad err "skip"
+run_tool extra_bin convert --format bin --in "$work_dir/extra" --out "$work_dir/x" --extra-fields ignore
+expect_rc extra_bin 2
+expect_in extra_bin err "--extra-fields applies to --format tokens only"
+
+if [ "$failures" -ne 0 ]; then
+  echo "test_config_and_data_edges: $failures check(s) failed" >&2
+  exit 1
+fi
+echo "test_config_and_data_edges: all checks passed"
