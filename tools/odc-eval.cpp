@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command_line.h"
+#include "cli/compute_threads.h"
 #include "cli/tool_main.h"
 #include "odc/core/logging.h"
 #include "odc/data/text_dataset.h"
@@ -28,32 +29,37 @@ options:
                        "completion"}); chat and text are tokenized with the model's tokenizer.json
   --tokenizer PATH     tokenizer.json for chat/text (default: DIR/tokenizer.json)
   --chat-template T    auto (default), llama3 or chatml
-  --max-tokens N       tokens per forward batch (default 4096)
-  --max-sequences N    score only the first N sequences (default: all)
-  --threads N          compute threads (default 1)
+  --max-tokens N       tokens per forward batch (>= 1, default 4096)
+  --max-sequences N    score only the first N sequences (>= 0; default 0 = all)
+  --extra-fields E     error (default) or ignore: a record field its format does not define (as
+                       data.extra_fields)
+  --threads N          compute threads (default 1; at most 4 x the machine's hardware threads)
   -h, --help           this text
 )";
 
 odc::cli::Command command() {
   return {"odc-eval", kUsage,
           {{"--model"}, {"--data"}, {"--format"}, {"--tokenizer"}, {"--chat-template"}, {"--max-tokens"},
-           {"--max-sequences"}, {"--threads"}}};
+           {"--max-sequences"}, {"--extra-fields"}, {"--threads"}}};
 }
 
 int run(const odc::cli::Arguments& args) {
   const std::string model_dir = args.required("--model", "DIR");
   const std::string data = args.required("--data", "PATH");
-  const std::string format = args.value_or("--format", "tokens");
-  const auto max_tokens = args.integer("--max-tokens", 4096);  // checked by train::evaluate
-  const auto max_sequences = args.integer("--max-sequences", 0);
-  const auto threads = args.integer("--threads", 1, odc::Range::at_least(1));
+  // Every value is checked here, before the model is read: a bad one is a usage error (exit 2).
+  const std::string format = args.choice("--format", {"tokens", "bin", "chat", "text"}, "tokens");
+  const auto max_tokens = args.integer("--max-tokens", 4096, odc::Range::at_least(1));
+  const auto max_sequences = args.integer("--max-sequences", 0, odc::Range::at_least(0));  // 0 = all
+  const bool ignore_extra_fields = args.choice("--extra-fields", {"error", "ignore"}, "error") == "ignore";
+  const int threads = odc::cli::compute_threads(args);
   const std::string tokenizer = args.value_or("--tokenizer", "");
-  const std::string chat_template = args.value_or("--chat-template", "auto");
+  const std::string chat_template = args.choice("--chat-template", {"auto", "llama3", "chatml"}, "auto");
 
-  odc::train::LoadedModel model(model_dir, static_cast<int>(threads));
+  odc::train::LoadedModel model(model_dir, threads);
   const auto dataset = odc::data::open_dataset(
       data, format, model.config().vocab_size,
-      odc::data::TextDataOptions{odc::data::resolve_tokenizer_path(tokenizer, model_dir), chat_template});
+      odc::data::TextDataOptions{odc::data::resolve_tokenizer_path(tokenizer, model_dir), chat_template,
+                                 ignore_extra_fields});
   const auto result = odc::train::evaluate(model, *dataset, max_tokens, max_sequences);
   const nlohmann::json out = {{"model", model_dir},       {"data", data},
                               {"loss", result.loss},      {"perplexity", result.perplexity},

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command_line.h"
+#include "cli/compute_threads.h"
 #include "cli/tool_main.h"
 #include "odc/core/error.h"
 #include "odc/core/logging.h"
@@ -29,11 +30,12 @@ keys and values computed so far (--no-cache recomputes the whole sequence for ev
 
 options:
   --model DIR            Hugging Face checkpoint directory with tokenizer.json (required)
-  --prompt TEXT          the prompt (required)
+  --prompt TEXT          the prompt (required; "" generates from the BOS token alone, as
+                         Hugging Face's generate does without input ids)
   --tokenizer PATH       tokenizer.json to use instead of DIR/tokenizer.json
-  --max-new-tokens N     default 64
+  --max-new-tokens N     >= 0, default 64
   --temperature T        0 = greedy (default); > 0 samples from softmax(logits / T)
-  --top-p P              nucleus sampling mass with T > 0 (default 1.0)
+  --top-p P              nucleus sampling mass in (0, 1] with T > 0 (default 1.0)
   --top-k K              sample among the K most likely tokens with T > 0 (default 0 = off;
                          applied before --top-p)
   --repetition-penalty P penalize tokens of the prompt and output so far: logit / P if the logit
@@ -41,13 +43,13 @@ options:
   --stop STRING          stop once the output contains STRING (repeatable); the printed text
                          is cut before it (--json's completion_ids keep the ids that made it)
   --no-cache             recompute the whole sequence for every new token (no KV cache)
-  --seed N               sampling seed (default 0)
+  --seed N               sampling seed (>= 0, default 0)
   --chat                 render TEXT as a user turn of the model's chat template (from
                          tokenizer_config.json or the special tokens) and answer as the assistant
   --chat-template T      auto (default), llama3 or chatml (with --chat)
   --json                 print a JSON line {"prompt", "completion", "prompt_ids", "completion_ids",
                          "finish_reason"} (finish_reason: eos, length, stop or context)
-  --threads N            compute threads (default 1)
+  --threads N            compute threads (default 1; at most 4 x the machine's hardware threads)
   -h, --help             this text
 )";
 
@@ -61,14 +63,17 @@ odc::cli::Command command() {
 
 int run(const odc::cli::Arguments& args) {
   const std::string model_dir = args.required("--model", "DIR");
-  const std::string prompt = args.required("--prompt", "TEXT");
+  // An empty prompt is a prompt (generation from BOS); only a missing --prompt is a mistake.
+  const auto given_prompt = args.value("--prompt");
+  if (!given_prompt) throw args.usage_error("--prompt TEXT is required");
+  const std::string prompt = *given_prompt;
   std::string tokenizer_path = args.value_or("--tokenizer", "");
   odc::train::GenerateOptions options;
-  // The sampling options are checked by train::generate (the library's callers share its checks);
-  // the newer ones here too, as command-line mistakes (exit 2).
-  options.max_new_tokens = args.integer("--max-new-tokens", 64);
-  options.temperature = args.number("--temperature", 0.0);
-  options.top_p = args.number("--top-p", 1.0);
+  // train::generate checks the sampling options too (the library's callers share its checks); here
+  // every value is a command-line mistake (exit 2), found before the model is read.
+  options.max_new_tokens = args.integer("--max-new-tokens", 64, odc::Range::at_least(0));
+  options.temperature = args.number("--temperature", 0.0, odc::Range::at_least(0));
+  options.top_p = args.number("--top-p", 1.0, odc::Range::above(0).and_at_most(1));
   options.top_k = args.integer("--top-k", 0);
   if (options.top_k < 0) throw args.usage_error(fmt::format("--top-k must be >= 0 (0 = off), got {}", options.top_k));
   options.repetition_penalty = args.number("--repetition-penalty", 1.0);  // NaN and infinity: not numbers
@@ -81,11 +86,11 @@ int run(const odc::cli::Arguments& args) {
     if (stop.empty()) throw args.usage_error("--stop expects a non-empty string, got ''");
   }
   options.use_cache = !args.flag("--no-cache");
-  options.seed = static_cast<std::uint64_t>(args.integer("--seed", 0));
+  options.seed = static_cast<std::uint64_t>(args.integer("--seed", 0, odc::Range::at_least(0)));
   const bool json = args.flag("--json");
   const bool chat = args.flag("--chat");
-  const std::string chat_template = args.value_or("--chat-template", "auto");
-  const auto threads = args.integer("--threads", 1, odc::Range::at_least(1));
+  const std::string chat_template = args.choice("--chat-template", {"auto", "llama3", "chatml"}, "auto");
+  const int threads = odc::cli::compute_threads(args);
   if (tokenizer_path.empty()) {
     tokenizer_path = (std::filesystem::path(model_dir) / "tokenizer.json").string();
     if (!std::filesystem::exists(tokenizer_path)) {
@@ -94,7 +99,7 @@ int run(const odc::cli::Arguments& args) {
     }
   }
   const auto tokenizer = odc::data::Tokenizer::from_file(tokenizer_path);
-  odc::train::LoadedModel model(model_dir, static_cast<int>(threads));
+  odc::train::LoadedModel model(model_dir, threads);
   std::vector<std::int32_t> prompt_ids;
   if (chat) {
     const odc::data::ChatFormatter formatter(
@@ -102,6 +107,17 @@ int run(const odc::cli::Arguments& args) {
     prompt_ids = formatter.generation_prompt(prompt);
   } else {
     prompt_ids = tokenizer.encode(prompt, true);
+    if (prompt_ids.empty()) {
+      // "" with a tokenizer that adds no special tokens: start from the model's BOS, as Hugging
+      // Face's generate does without input ids, or say why there is nothing to start from.
+      if (!prompt.empty()) odc::fail("--prompt '{}' encodes to no tokens with {}", prompt, tokenizer_path);
+      if (!model.bos_token_id()) {
+        odc::fail("--prompt is empty and there is no token to start from: {} adds no BOS token and {} names no "
+                  "bos_token_id (config.json / generation_config.json); give a prompt",
+                  tokenizer_path, model_dir);
+      }
+      prompt_ids.push_back(*model.bos_token_id());
+    }
   }
   const auto result = odc::train::generate(model, prompt_ids, options, [&](const std::vector<std::int32_t>& ids) {
     return tokenizer.decode(ids, true);

@@ -30,6 +30,11 @@ std::vector<TunableSpec> data_tunables() {
       tunable("data.shuffle", K::boolean, "true",
               "draw minibatches from a seeded shuffle of the data, reshuffled every epoch (false: in file order)"),
       tunable("data.seed", K::integer, "0", "seed of the data order (odc-sim: also of its synthetic lengths)"),
+      tunable("data.extra_fields", K::string, "error",
+              "a record field its data.format does not define (tokens: input_ids, loss_mask, labels, "
+              "attention_mask; chat: messages, or prompt + completion, or text; text: text): error (names it "
+              "and its file:line; a typo such as loss_msk would otherwise train on every token) or ignore",
+              {"error", "ignore"}),
   };
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <string>
@@ -249,8 +250,43 @@ std::string JsonlTokenDataset::describe() const {
   return fmt::format("{} ({} sequences, {} tokens)", path(), size(), tokens_.size());
 }
 
+namespace {
+
+// What each format reads, for the message about a path that is not one.
+const char* expected_input(const std::string& format) {
+  if (format == "tokens") return "a JSONL file of {\"input_ids\": [...]} records";
+  if (format == "bin") return "PREFIX of the PREFIX.bin + PREFIX.idx pair that odc-data convert writes";
+  if (format == "chat") return "a JSONL file of {\"messages\"}, {\"prompt\", \"completion\"} or {\"text\"} records";
+  if (format == "text") return "a JSONL file of {\"text\"} records";
+  return nullptr;
+}
+
+// Every reader opens its path here first: a directory would read as an empty file (a "read error
+// after line 0"); say what it is and which files in it look like datasets.
+void check_not_directory(const std::string& path, const std::string& format) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec) || (format == "bin" && fs::exists(path + ".bin", ec))) return;
+  std::vector<std::string> candidates;
+  for (const auto& entry : fs::directory_iterator(path, ec)) {
+    const std::string ext = entry.path().extension().string();
+    if (entry.is_regular_file(ec) && (ext == ".jsonl" || ext == ".json" || ext == ".bin")) {
+      candidates.push_back(entry.path().filename().string());
+    }
+  }
+  std::sort(candidates.begin(), candidates.end());
+  std::string listed;
+  for (std::size_t i = 0; i < candidates.size() && i < 3; ++i) listed += (i == 0 ? "" : ", ") + candidates[i];
+  if (candidates.size() > 3) listed += ", ...";
+  fail("{}: is a directory, not a dataset file (data.format '{}' reads {}){}", path, format, expected_input(format),
+       candidates.empty() ? std::string() : fmt::format("; it holds {}", listed));
+}
+
+}  // namespace
+
 std::unique_ptr<TokenDataset> open_dataset(const std::string& path, const std::string& format,
                                            std::int64_t vocab_size, const TextDataOptions& text) {
+  if (expected_input(format) != nullptr) check_not_directory(path, format);
   if (format == "tokens") return std::make_unique<JsonlTokenDataset>(path, vocab_size, text.ignore_extra_fields);
   if (format == "bin") return std::make_unique<BinTokenDataset>(path, vocab_size);
   if (format == "chat" || format == "text") {
@@ -265,7 +301,8 @@ std::unique_ptr<TokenDataset> open_dataset(const std::string& path, const std::s
                          : std::nullopt;
     const ChatFormatter formatter(tokenizer, chat_template, text.tokenizer_path);
     return std::make_unique<TextJsonlDataset>(
-        path, format == "chat" ? TextJsonlDataset::Kind::chat : TextJsonlDataset::Kind::text, formatter, vocab_size);
+        path, format == "chat" ? TextJsonlDataset::Kind::chat : TextJsonlDataset::Kind::text, formatter, vocab_size,
+        text.ignore_extra_fields);
   }
   fail("{}: unknown data.format '{}' (supported formats: tokens, bin, chat, text)", path, format);
 }

@@ -6,9 +6,12 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "odc/core/config.h"
 #include "odc/core/error.h"
 
 namespace odc::data {
@@ -20,10 +23,43 @@ bool is_blank(const std::string& line) {
                      [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; });
 }
 
+// Refuses a top-level field the record's kind does not define, as a tokens record does: a typo
+// ("promt") or a field of another kind (a "text" next to "messages") would otherwise be dropped
+// without a word. Records without the kind's fields are left to the formatter, which names them.
+void check_fields(const nlohmann::json& record, TextJsonlDataset::Kind kind, const std::string& where) {
+  if (!record.is_object()) return;
+  std::vector<std::string> known;
+  const char* what = "";
+  if (kind == TextJsonlDataset::Kind::text) {
+    if (!record.contains("text")) return;
+    known = {"text"};
+    what = "a text record";
+  } else if (record.contains("messages")) {
+    known = {"messages"};
+    what = "a chat record";
+  } else if (record.contains("prompt") || record.contains("completion")) {
+    known = {"prompt", "completion"};
+    what = "a prompt/completion record";
+  } else if (record.contains("text")) {
+    known = {"text"};
+    what = "a text record";
+  } else {
+    return;
+  }
+  for (const auto& [key, value] : record.items()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    const std::string nearest = closest_name(key, known);
+    std::string names;
+    for (const auto& name : known) names += (names.empty() ? "" : ", ") + name;
+    fail("{}: unknown field \"{}\" in {}{} (known fields: {}; data.extra_fields: ignore skips unknown fields)", where,
+         key, what, nearest.empty() ? std::string() : fmt::format("; did you mean \"{}\"?", nearest), names);
+  }
+}
+
 }  // namespace
 
 TextJsonlDataset::TextJsonlDataset(const std::string& path, Kind kind, const ChatFormatter& formatter,
-                                   std::int64_t vocab_size)
+                                   std::int64_t vocab_size, bool ignore_extra_fields)
     : InMemoryTokenDataset(path), kind_name_(kind == Kind::chat ? "chat" : "text") {
   if (vocab_size <= 0 || vocab_size > std::numeric_limits<std::int32_t>::max()) {
     fail("{}: vocab size must be in [1, {}], got {}", path, std::numeric_limits<std::int32_t>::max(), vocab_size);
@@ -43,6 +79,7 @@ TextJsonlDataset::TextJsonlDataset(const std::string& path, Kind kind, const Cha
     } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
       fail("{}: malformed JSON ({})", where, e.what());
     }
+    if (!ignore_extra_fields) check_fields(record, kind, where);
     const TokenizedSample sample =
         kind == Kind::chat ? formatter.format_record(record, where) : formatter.format_text_record(record, where);
     if (sample.tokens.empty()) fail("{}: the record tokenizes to no tokens", where);

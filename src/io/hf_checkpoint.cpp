@@ -16,6 +16,7 @@
 
 #include "odc/core/atomic_file.h"
 #include "odc/core/error.h"
+#include "odc/io/checkpoint_format.h"
 
 namespace odc::io {
 
@@ -329,6 +330,7 @@ HfCheckpoint::HfCheckpoint(const std::string& dir)
         if (!fs::is_directory(dir, ec)) fail("HF checkpoint '{}': not a directory", dir);
         const fs::path path = fs::path(dir) / "config.json";
         if (!fs::exists(path, ec)) {
+          refuse_native_where_hf_expected(dir, "HF checkpoint");  // the other format: say so
           fail("HF checkpoint '{}': missing config.json (a Hugging Face model directory holds "
                "config.json and model.safetensors)", dir);
         }

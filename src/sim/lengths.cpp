@@ -163,7 +163,8 @@ LengthPool load_lengths(const LengthSource& source) {
     pool.lengths = read_length_file(source.path);
     pool.description = fmt::format("{} ({} lengths)", source.path, pool.lengths.size());
   } else if (source.format == "tokens" || source.format == "bin") {
-    const auto dataset = data::open_dataset(source.path, source.format, source.vocab_size);
+    const auto dataset = data::open_dataset(source.path, source.format, source.vocab_size,
+                                            data::TextDataOptions{"", "auto", source.ignore_extra_fields});
     for (std::int64_t i = 0; i < dataset->size(); ++i) pool.lengths.push_back(dataset->length(i));
     if (pool.lengths.empty()) fail("{}: the dataset holds no sequences", dataset->describe());
     pool.description = dataset->describe();

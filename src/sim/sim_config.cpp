@@ -67,6 +67,7 @@ std::vector<TunableSpec> sim_tunables() {
               "size of the synthetic pool the sampler draws from; 0 = exactly the sequences of the simulated "
               "minibatches (sim.minibatches x minibatch_size x sim.devices)",
               Range::at_least(0)),
+      data::data_tunable("data.extra_fields"),
       data::data_tunable("data.shuffle"),
       data::data_tunable("data.seed"),
       tunable("data.minibatch_size", K::integer, "4", "sequences per simulated device per optimizer step",
@@ -336,6 +337,7 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
   LengthSource source;
   source.path = config.get_string("data.lengths");
   source.format = config.get_string("data.format");
+  source.ignore_extra_fields = config.get_string("data.extra_fields") == "ignore";
   source.vocab_size = s.model.vocab_size;
   source.mean_length = config.get_double("data.mean_length");
   source.sigma = config.get_double("data.sigma");

@@ -8,6 +8,7 @@
 
 #include "odc/core/error.h"
 #include "odc/distributed/shard_layout.h"
+#include "odc/io/checkpoint_format.h"
 #include "odc/io/directory_lock.h"
 #include "odc/io/hf_checkpoint.h"
 #include "odc/io/native_checkpoint.h"
@@ -24,6 +25,7 @@ namespace fs = std::filesystem;
 // `from` is a step-N directory, or a checkpoint.dir: its newest complete step (the step a user
 // names by number may have been pruned by checkpoint.keep by the time the run ends).
 std::string resolve_step_directory(const std::string& from) {
+  io::refuse_hf_where_native_expected(from, "--from");
   if (fs::exists(fs::path(from) / "manifest.json") || !fs::is_directory(from)) return from;
   if (const auto latest = io::latest_checkpoint(from)) return *latest;
   return from;  // read_manifest names what is missing
@@ -119,6 +121,7 @@ std::string import_hf_to_native(const std::string& hf_dir, const std::string& na
 
 std::string reshard_native(const std::string& checkpoint, const std::string& out_dir, int world_size) {
   if (world_size < 1) fail("reshard needs a world size >= 1, found {}", world_size);
+  io::refuse_hf_where_native_expected(checkpoint, "--from");
   nlohmann::json json = io::read_manifest(checkpoint);
   const TrainingManifest manifest = TrainingManifest::from_json(json, checkpoint);
   if (manifest.model_config.is_null()) fail("checkpoint '{}': the manifest holds no model_config", checkpoint);

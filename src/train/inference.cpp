@@ -41,6 +41,18 @@ void collect_eos(const std::filesystem::path& file, std::vector<std::int32_t>& e
   }
 }
 
+// "bos_token_id" (an int, or null); generation_config.json overrides config.json.
+void collect_bos(const std::filesystem::path& file, std::optional<std::int32_t>& bos) {
+  std::ifstream in(file);
+  if (!in) return;
+  const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);  // collect_eos names bad JSON
+  if (!json.is_object() || !json.contains("bos_token_id") || json["bos_token_id"].is_null()) return;
+  if (!json["bos_token_id"].is_number_integer()) {
+    fail("'{}': bos_token_id must be an integer, found {}", file.string(), json["bos_token_id"].dump());
+  }
+  bos = json["bos_token_id"].get<std::int32_t>();
+}
+
 }  // namespace
 
 LoadedModel::LoadedModel(const std::string& dir, int threads) : dir_(dir) {
@@ -53,6 +65,8 @@ LoadedModel::LoadedModel(const std::string& dir, int threads) : dir_(dir) {
   comm_ = std::make_unique<distributed::LocalComm>(*store_);
   collect_eos(std::filesystem::path(dir) / "config.json", eos_);
   collect_eos(std::filesystem::path(dir) / "generation_config.json", eos_);
+  collect_bos(std::filesystem::path(dir) / "config.json", bos_);
+  collect_bos(std::filesystem::path(dir) / "generation_config.json", bos_);
 }
 
 model::MicrobatchResult LoadedModel::forward(const model::PackedBatch& batch, std::vector<float>* logits) {

@@ -89,7 +89,7 @@ MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig&
            "data.max_tokens_per_microbatch = {}", dataset_->record(i), i, dataset_->length(i), token_cap_);
     }
   }
-  if (dataset_->max_length() > model.max_position_embeddings) {
+  if (dataset_->max_length() > model.max_position_embeddings && rank_ == 0) {  // the same on every rank
     spdlog::warn("longest sequence ({} tokens) exceeds model.config.max_position_embeddings = {}",
                  dataset_->max_length(), model.max_position_embeddings);
   }

@@ -101,6 +101,26 @@ expect_usage_error "repetition penalty infinite" "--repetition-penalty expects a
 expect_usage_error "empty stop string" "--stop expects a non-empty string, got ''" --stop ok --stop ""
 expect_usage_error "empty stop string (=)" "--stop expects a non-empty string, got ''" --stop=
 
+# --- an empty prompt: generation from the model's BOS (as Hugging Face's generate without input
+# ids), or a clear error when neither the tokenizer nor the model names one ---
+run_tool empty_no_bos "${gen[@]}" --prompt "" --max-new-tokens 3
+expect_rc empty_no_bos 1
+expect_in empty_no_bos err "--prompt is empty and there is no token to start from"
+cp -r "$work_dir/model" "$work_dir/model_bos"
+/usr/bin/python3 - "$work_dir/model_bos/config.json" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1]))
+config["bos_token_id"] = 7
+json.dump(config, open(sys.argv[1], "w"))
+PY
+run_tool empty_bos --model "$work_dir/model_bos" --tokenizer "$work_dir/chat/tokenizer/tokenizer.json" --json \
+  --prompt "" --max-new-tokens 3
+expect_rc empty_bos 0
+[ "$(field empty_bos prompt_ids)" = "[7]" ] || fail "empty prompt: prompt_ids $(field empty_bos prompt_ids), expected [7]"
+expect_usage_error "top-p zero" "--top-p must be" --top-p 0
+expect_usage_error "temperature negative" "--temperature must be >= 0, got -0.5" --temperature -0.5
+expect_usage_error "seed negative" "--seed must be >= 0, got -1" --seed -1
+
 run_tool help --help
 expect_rc help 0
 for option in --top-k --repetition-penalty --stop --no-cache finish_reason; do expect_in help out "$option"; done

@@ -102,7 +102,7 @@ expect_usage_error "--set without =" "--set expects key=value" -- "${base[@]}" -
 
 # Values outside their declared range stop at config load, naming the key, the range, the value and
 # where it came from (the trainer's own checks behind them are never reached).
-expect_error "threads below its range" "config key 'train.threads' in --set must be >= 1, found 0" -- \
+expect_error "threads below its range" "config key 'train.threads' in --set must be in [1, 1024], found 0" -- \
   "${base[@]}" --set train.threads=0
 expect_error "minibatch size below 1" "config key 'data.minibatch_size' in --set must be >= 1, found 0" -- \
   "${base[@]}" --set data.minibatch_size=0

@@ -75,7 +75,8 @@ class JsonlTokenDataset final : public InMemoryTokenDataset {
 struct TextDataOptions {
   std::string tokenizer_path;
   std::string chat_template = "auto";
-  // data.extra_fields: false (error) refuses a field a tokens record does not define; true ignores it.
+  // data.extra_fields: false (error) refuses a field a record of its format does not define (tokens,
+  // chat, prompt/completion, text); true ignores it.
   bool ignore_extra_fields = false;
 };
 

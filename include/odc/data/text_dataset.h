@@ -15,8 +15,11 @@ class TextJsonlDataset final : public InMemoryTokenDataset {
  public:
   enum class Kind { chat, text };
   // Every problem is an odc::Error naming "file:line". Token ids must lie in [0, vocab_size), the
-  // model's vocabulary (a tokenizer larger than the model is caught here).
-  TextJsonlDataset(const std::string& path, Kind kind, const ChatFormatter& formatter, std::int64_t vocab_size);
+  // model's vocabulary (a tokenizer larger than the model is caught here). A top-level field its
+  // record kind does not define ("messages"; "prompt" + "completion"; "text") is an error naming it,
+  // unless `ignore_extra_fields` (data.extra_fields: ignore).
+  TextJsonlDataset(const std::string& path, Kind kind, const ChatFormatter& formatter, std::int64_t vocab_size,
+                   bool ignore_extra_fields = false);
   std::string describe() const override;
 
  private:

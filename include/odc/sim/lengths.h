@@ -20,6 +20,7 @@ struct LengthSource {
   std::string path;                  // "" = synthetic
   std::string format = "lengths";    // lengths (one per line) | tokens | bin
   std::int64_t vocab_size = 0;       // token ids of a dataset must lie below it
+  bool ignore_extra_fields = false;  // data.extra_fields: ignore (unknown fields of a tokens record)
   // Synthetic log-normal: `mean_length` is the mean of the untruncated distribution (as in
   // odc-data synth), `sigma` its log-space standard deviation.
   double mean_length = 16384.0;

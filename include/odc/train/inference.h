@@ -29,6 +29,9 @@ class LoadedModel {
   const std::string& dir() const { return dir_; }
   // eos ids from config.json / generation_config.json ("eos_token_id": int or list), if any.
   const std::vector<std::int32_t>& eos_token_ids() const { return eos_; }
+  // bos_token_id of config.json / generation_config.json, if any: what Hugging Face's generate
+  // starts from when there are no input ids (an empty prompt).
+  std::optional<std::int32_t> bos_token_id() const { return bos_; }
 
   // Forward of one packed batch; logits [tokens, vocab] when requested.
   model::MicrobatchResult forward(const model::PackedBatch& batch, std::vector<float>* logits);
@@ -44,6 +47,7 @@ class LoadedModel {
   std::unique_ptr<distributed::ShardStore> store_;
   std::unique_ptr<distributed::LocalComm> comm_;
   std::vector<std::int32_t> eos_;
+  std::optional<std::int32_t> bos_;
 };
 
 struct EvalResult {

@@ -90,7 +90,7 @@ TEST_CASE("schemas: every default lies in its range, and the checked keys have t
   const odc::Config trainer(odc::train::trainer_tunables());
   const odc::Config sim(odc::sim::sim_tunables());
   const std::map<std::string, std::string> trainer_ranges = {
-      {"train.threads", ">= 1"},          {"comm.timeout_s", "> 0"},       {"data.minibatch_size", ">= 1"},
+      {"train.threads", "in [1, 1024]"},  {"comm.timeout_s", "> 0"},       {"data.minibatch_size", ">= 1"},
       {"data.max_tokens_per_microbatch", ">= 0"}, {"data.packing_ratio", "> 0"}, {"checkpoint.every", ">= 0"},
       {"checkpoint.keep", ">= 0"},        {"train.steps", ">= 0"},         {"train.warmup_steps", ">= 0"},
       {"train.trace_steps", ">= 0"},      {"train.peak_flops", ">= 0"},    {"train.stop_at_step", ">= 0"},

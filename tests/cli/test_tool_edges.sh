@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Tool edges (issue rows 13, 19 and row 1's leftovers): option values are usage errors (exit 2)
+# before any model is read, an empty --prompt generates from BOS, --threads is bounded, a dataset
+# path that is a directory or a checkpoint of the other format is named as such, unknown record
+# fields are refused by odc-eval and odc-sim too (data.extra_fields), and a metrics file that
+# cannot be written (disk full: /dev/full) ends the run only after a checkpoint of the step.
+# Usage: test_tool_edges.sh BIN_DIR WORK_DIR
+set -uo pipefail
+bin="$1"
+work="$2"
+rm -rf "$work" && mkdir -p "$work"
+failures=0
+
+# check NAME TOOL RC SUBSTRING... -- ARGS: runs TOOL ARGS, requires exit RC and every SUBSTRING in
+# stderr (stdout for RC 0).
+check() {
+  local name="$1" tool="$2" want="$3"; shift 3
+  local needles=()
+  while [ "$1" != "--" ]; do needles+=("$1"); shift; done
+  shift
+  local rc
+  timeout 120 "$bin/$tool" "$@" >"$work/out" 2>"$work/err"; rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    echo "FAIL [$name]: exit $rc (expected $want)"; sed 's/^/    /' "$work/err" | head -5
+    failures=$((failures + 1)); return
+  fi
+  local stream="$work/err"; [ "$want" -eq 0 ] && stream="$work/out"
+  for needle in "${needles[@]}"; do
+    [ -z "$needle" ] && continue
+    if ! grep -qF -- "$needle" "$stream"; then
+      echo "FAIL [$name]: lacks '$needle':"; sed 's/^/    /' "$stream" | head -5
+      failures=$((failures + 1)); return
+    fi
+  done
+  echo "ok   [$name] exit $rc"
+}
+
+shape=(--set model.config.vocab_size=64 --set model.config.hidden_size=16 --set model.config.intermediate_size=32
+       --set model.config.num_hidden_layers=2 --set model.config.num_attention_heads=4
+       --set model.config.num_key_value_heads=2)
+if ! "$bin/odc-ckpt" init --out "$work/hf" --dtype f32 "${shape[@]}" >/dev/null ||
+   ! "$bin/odc-data" synth --out "$work/data.jsonl" --num 8 --vocab 64 --max-length 32 --mean-length 20 >/dev/null; then
+  echo "FAIL [odc-ckpt init / odc-data synth]"; exit 1
+fi
+model=(--model "$work/hf")
+data=(--data "$work/data.jsonl")
+
+# --- odc-eval: every numeric option is a usage error when out of range ---
+check "eval --max-sequences -1" odc-eval 2 "--max-sequences must be >= 0, got -1" -- "${model[@]}" "${data[@]}" --max-sequences -1
+check "eval --max-tokens 0" odc-eval 2 "--max-tokens must be >= 1, got 0" -- "${model[@]}" "${data[@]}" --max-tokens 0
+check "eval --threads 10000" odc-eval 2 "--threads must be" "got 10000" -- "${model[@]}" "${data[@]}" --threads 10000
+hw=$(nproc --all)
+if [ $((4 * hw + 1)) -le 1024 ]; then
+  check "eval --threads over 4x hardware" odc-eval 2 "hardware threads of this machine" -- \
+    "${model[@]}" "${data[@]}" --threads $((4 * hw + 1))
+fi
+check "eval --format unknown" odc-eval 2 "--format expects one of tokens, bin, chat, text" -- "${model[@]}" "${data[@]}" --format parquet
+check "eval --max-sequences 0 = all" odc-eval 0 '"sequences":8' -- "${model[@]}" "${data[@]}" --max-sequences 0
+
+# --- a directory given as --data: named as one, with the files in it that look like data ---
+mkdir -p "$work/datadir" && cp "$work/data.jsonl" "$work/datadir/"
+check "eval --data DIR" odc-eval 1 "$work/datadir: is a directory, not a dataset file" "it holds data.jsonl" -- \
+  "${model[@]}" --data "$work/datadir"
+
+# --- unknown record fields: refused by odc-eval unless --extra-fields ignore (as data.extra_fields) ---
+head -1 "$work/data.jsonl" | sed 's/}$/, "id": 7}/' >"$work/extra.jsonl"
+check "eval extra field" odc-eval 1 "$work/extra.jsonl:1: unknown field \"id\" in a tokens record" -- \
+  "${model[@]}" --data "$work/extra.jsonl"
+check "eval extra field ignored" odc-eval 0 '"sequences":1' -- "${model[@]}" --data "$work/extra.jsonl" --extra-fields ignore
+check "sim extra field" odc-sim 1 "$work/extra.jsonl:1: unknown field \"id\"" -- \
+  --set "data.lengths=$work/extra.jsonl" --set data.format=tokens
+check "sim extra field ignored" odc-sim 0 "" -- \
+  --set "data.lengths=$work/extra.jsonl" --set data.format=tokens --set data.extra_fields=ignore \
+  --set sim.devices=1 --set data.minibatch_size=1
+
+# --- odc-generate: option values are usage errors; an empty prompt starts from BOS ---
+gen=(--model "$work/hf" --tokenizer "$work/tok.json")
+echo '{}' >"$work/tok.json"  # never read: the usage errors come first
+check "generate --top-p 0" odc-generate 2 "--top-p must be" "got 0" -- "${gen[@]}" --prompt hi --top-p 0
+check "generate --top-k -1" odc-generate 2 "--top-k must be >= 0" -- "${gen[@]}" --prompt hi --top-k -1
+check "generate --temperature -1" odc-generate 2 "--temperature must be >= 0, got -1" -- "${gen[@]}" --prompt hi --temperature -1
+check "generate --max-new-tokens -1" odc-generate 2 "--max-new-tokens must be >= 0, got -1" -- "${gen[@]}" --prompt hi --max-new-tokens -1
+check "generate --threads 10000" odc-generate 2 "--threads must be" -- "${gen[@]}" --prompt hi --threads 10000
+check "generate no --prompt" odc-generate 2 "--prompt TEXT is required" -- "${gen[@]}"
+
+# --- the other checkpoint format is recognized ---
+mkdir -p "$work/native/step-00000003" && echo '{}' >"$work/native/step-00000003/manifest.json"
+check "eval --model native step" odc-eval 1 "is a native checkpoint step directory" "odc-ckpt export --from $work/native/step-00000003" -- \
+  --model "$work/native/step-00000003" "${data[@]}"
+check "eval --model native dir" odc-eval 1 "is a native checkpoint directory" -- --model "$work/native" "${data[@]}"
+train=(--set "data.train=$work/data.jsonl" --set data.minibatch_size=2 "${shape[@]}")
+check "train resume from an HF dir" odc-train 1 "checkpoint.resume '$work/hf' is a Hugging Face model directory" "odc-ckpt import" -- \
+  "${train[@]}" --set train.steps=1 --set "checkpoint.dir=$work/ck0" --set "checkpoint.resume=$work/hf"
+check "train.threads 10000" odc-train 1 "train.threads" "10000" -- "${train[@]}" --set train.steps=1 --set train.threads=10000
+
+# --- row 13: the metrics file cannot be written (a write to /dev/full fails with ENOSPC) ---
+check "metrics write fails: checkpoint first" odc-train 1 \
+  "train.metrics_file: writing '/dev/full' failed: No space left on device after step 1" \
+  "a checkpoint of step 1 is saved in checkpoint.dir '$work/ck'" -- \
+  "${train[@]}" --set train.steps=3 --set "checkpoint.dir=$work/ck" --set train.metrics_file=/dev/full
+if [ -f "$work/ck/step-00000001/manifest.json" ]; then
+  echo "ok   [metrics write fails: step-00000001 committed]"
+else
+  echo "FAIL [metrics write fails: no step-00000001 in $work/ck]: $(ls "$work/ck" 2>&1)"; failures=$((failures + 1))
+fi
+check "metrics write fails: resume goes on" odc-train 0 "" -- \
+  "${train[@]}" --set train.steps=3 --set "checkpoint.dir=$work/ck" --set "train.metrics_file=$work/m.jsonl"
+if ! grep -q '"step":3' "$work/m.jsonl" || grep -q '"step":1,' "$work/m.jsonl"; then
+  echo "FAIL [metrics write fails: the resumed run trains steps 2..3]: $(cut -c1-40 "$work/m.jsonl")"; failures=$((failures + 1))
+fi
+check "metrics write fails: no checkpoint.dir" odc-train 1 "No space left on device" "no checkpoint.dir is set" -- \
+  "${train[@]}" --set train.steps=2 --set train.metrics_file=/dev/full
+
+if [ "$failures" -ne 0 ]; then echo "test_tool_edges: $failures failure(s)"; exit 1; fi
+echo "test_tool_edges: ok"
