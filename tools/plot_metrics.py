@@ -1,19 +1,35 @@
 #!/usr/bin/env python3
-"""Plot the loss curve of an odc-train metrics file (JSON lines) as a PNG.
+"""Plot an odc-train metrics file (JSON lines, docs/performance.md) as a multi-panel PNG.
 
-usage: plot_metrics.py METRICS.jsonl [METRICS2.jsonl ...] --out loss.png [--check-decrease]
+usage: plot_metrics.py METRICS.jsonl [METRICS2.jsonl ...] --out metrics.png [--check-decrease] [--smooth N]
 
-With several files the curves are overlaid (labelled by file name). --check-decrease exits 1 unless
-the mean loss of the last 10% of steps is below the mean of the first 10% by at least 10%.
+Panels: loss, learning rate, gradient norm, eval loss (only when some file has eval lines) and
+tokens/s. Noisy series (loss, gradient norm, tokens/s) are drawn raw (thin) and as a trailing moving
+average (thick; the legend says over how many steps: N = --smooth, default 1/20 of the steps, at
+least 1); lr and eval loss are drawn as they are. With several files the curves are overlaid
+(labelled by file name). Prints one JSON line per file (steps, first/last loss) and a last line
+{"out": ..., "panels": [...]} naming the panels drawn. --check-decrease exits 1 unless the mean loss
+of the last 10% of steps is below the mean of the first 10% by at least 10%. Needs matplotlib
+(Debian's /usr/bin/python3 with python3-matplotlib, as scripts/demo.sh runs it).
 """
 import argparse
 import json
 import os
 import sys
 
+# (panel, metrics field, y label, smoothed)
+PANELS = [
+    ("loss", "loss", "loss (mean token NLL)", True),
+    ("lr", "lr", "learning rate", False),
+    ("grad_norm", "grad_norm", "gradient norm (before clipping)", True),
+    ("eval_loss", "eval_loss", "eval loss", False),
+    ("tokens_per_s", "tokens_per_s", "tokens/s", True),
+]
+
 
 def load(path):
-    steps, losses = [], []
+    """Step lines and eval lines: {field: ([steps], [values])}."""
+    series = {field: ([], []) for _, field, _, _ in PANELS}
     with open(path) as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
@@ -22,12 +38,26 @@ def load(path):
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
-                sys.exit(f"{path}:{n}: not a JSON line ({e})")
-            steps.append(rec["step"])
-            losses.append(rec["loss"])
-    if not steps:
-        sys.exit(f"{path}: no metrics records")
-    return steps, losses
+                sys.exit(f"plot_metrics.py: {path}:{n}: not a JSON line ({e})")
+            if "step" not in rec:
+                sys.exit(f"plot_metrics.py: {path}:{n}: a metrics line without \"step\"")
+            for _, field, _, _ in PANELS:
+                if isinstance(rec.get(field), (int, float)):
+                    series[field][0].append(rec["step"])
+                    series[field][1].append(float(rec[field]))
+    if not series["loss"][0]:
+        sys.exit(f"plot_metrics.py: {path}: no per-step metrics records (no \"loss\")")
+    return series
+
+
+def moving_average(values, w):
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= w:
+            total -= values[i - w]
+        out.append(total / min(i + 1, w))
+    return out
 
 
 def main():
@@ -35,37 +65,56 @@ def main():
     ap.add_argument("metrics", nargs="+")
     ap.add_argument("--out", required=True)
     ap.add_argument("--check-decrease", action="store_true")
+    ap.add_argument("--smooth", type=int, default=0, help="moving-average window in steps (default: steps/20)")
     args = ap.parse_args()
+    if args.smooth < 0:
+        sys.exit("plot_metrics.py: --smooth must be >= 0")
+
+    data = [(path, load(path)) for path in args.metrics]
+    panels = [p for p in PANELS if p[0] != "eval_loss" or any(s["eval_loss"][0] for _, s in data)]
 
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.4 * len(panels)), dpi=110, sharex=True)
     ok = True
-    for path in args.metrics:
-        steps, losses = load(path)
-        line, = ax.plot(steps, losses, linewidth=0.6, alpha=0.35)
-        # Minibatches differ a lot in content: a moving average shows the trend.
-        w = max(1, len(losses) // 20)
-        smooth = [sum(losses[max(0, i - w + 1):i + 1]) / len(losses[max(0, i - w + 1):i + 1]) for i in range(len(losses))]
-        ax.plot(steps, smooth, color=line.get_color(), linewidth=1.8,
-                label=f"{os.path.basename(path)} (mean of {w} steps)")
+    for path, series in data:
+        name = os.path.basename(path)
+        color = None
+        for ax, (panel, field, ylabel, smoothed) in zip(axes, panels):
+            steps, values = series[field]
+            if not steps:
+                continue
+            if smoothed:
+                w = args.smooth or max(1, len(values) // 20)
+                raw, = ax.plot(steps, values, linewidth=0.6 if w > 1 else 1.4, alpha=0.35 if w > 1 else 1.0, color=color,
+                               label=f"{name} (each step)" if w > 1 else name)
+                color = raw.get_color()
+                if w > 1:
+                    ax.plot(steps, moving_average(values, w), color=color, linewidth=1.8,
+                            label=f"{name} (moving average of {w} steps)")
+            else:
+                line, = ax.plot(steps, values, color=color, linewidth=1.4,
+                                marker="o" if panel == "eval_loss" else None, markersize=3, label=name)
+                color = line.get_color()
+            ax.set_ylabel(ylabel)
+        losses = series["loss"][1]
         k = max(1, len(losses) // 10)
         first, last = sum(losses[:k]) / k, sum(losses[-k:]) / k
         print(json.dumps({"metrics": path, "steps": len(losses), "loss_first": round(first, 4),
-                          "loss_last": round(last, 4), "drop": round(1 - last / first, 4)}))
+                          "loss_last": round(last, 4), "drop": round(1 - last / first, 4) if first else 0.0}))
         if args.check_decrease and not last < 0.9 * first:
             print(f"{path}: loss did not fall (first {first:.4f}, last {last:.4f})", file=sys.stderr)
             ok = False
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("loss (mean token NLL)")
-    ax.set_title("training loss")
-    ax.grid(alpha=0.3)
-    ax.legend()
+    for ax, (panel, *_rest) in zip(axes, panels):
+        ax.grid(alpha=0.3)
+        ax.set_title(panel, fontsize=9, loc="left")
+        ax.legend(fontsize=7)
+    axes[-1].set_xlabel("optimizer step")
     fig.tight_layout()
     fig.savefig(args.out)
-    print(f"wrote {args.out}")
+    print(json.dumps({"out": args.out, "panels": [p[0] for p in panels]}))
     return 0 if ok else 1
 
 

@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "odc/core/peak_cache.h"
 #include "odc/core/process_stats.h"
 
 namespace odc::train {
@@ -51,6 +52,23 @@ std::string rank_output_path(const std::string& pattern, int rank) {
   return pattern.substr(0, at) + std::to_string(rank) + pattern.substr(at + 6);
 }
 
+std::string mfu_above_peak_warning(double mfu, double peak_flops, bool from_config) {
+  if (!(mfu > 1.0)) return "";
+  if (from_config) {
+    return fmt::format("MFU {:.1f}% is above 100%: train.peak_flops = {:.4g} FLOP/s per rank is below what this run "
+                       "achieves; set train.peak_flops to the device's peak FLOP/s per rank",
+                       100.0 * mfu, peak_flops);
+  }
+  const std::string cache = peak_cache_path();
+  return fmt::format("MFU {:.1f}% is above 100%: the measured peak of {:.1f} GFLOP/s per rank was underestimated (the "
+                     "start-up measurement lost time to other load on the machine); set train.peak_flops to the "
+                     "device's peak FLOP/s per rank, or run again: {}",
+                     100.0 * mfu, peak_flops / 1e9,
+                     cache.empty() ? std::string("a peak cache (ODC_PEAK_CACHE, else ~/.cache/odc/cpu-peak.json) "
+                                                 "keeps the best measurement")
+                                   : fmt::format("the best measurement in {} only rises", cache));
+}
+
 RunReport::RunReport(const Config& config, distributed::HostGroup& group, double peak_flops, double gemm_flops,
                      std::int64_t resumed_step)
     : group_(group),
@@ -59,7 +77,16 @@ RunReport::RunReport(const Config& config, distributed::HostGroup& group, double
       trace_path_(rank_output_path(config.get_string("train.trace_file"), 0)),
       peak_flops_(peak_flops),
       gemm_flops_(gemm_flops),
+      peak_from_config_(config.get_double("train.peak_flops") > 0),
       log_every_(config.get_int("train.log_every")) {}
+
+void RunReport::check_mfu(double mfu) const {
+  if (warned_mfu_ || !group_.is_root()) return;
+  const std::string warning = mfu_above_peak_warning(mfu, peak_flops_, peak_from_config_);
+  if (warning.empty()) return;
+  spdlog::warn("{}", warning);
+  warned_mfu_ = true;
+}
 
 void RunReport::begin_run(std::int64_t first_step, std::int64_t last_step, std::int64_t total_steps) {
   first_ = first_step;
@@ -147,6 +174,7 @@ void RunReport::progress(const StepResult& r) {
   if (done % log_every_ != 0 && done != last_) return;
   const double elapsed = seconds_since(start_);
   const double eta = elapsed / static_cast<double>(done - first_) * static_cast<double>(last_ - done);
+  check_mfu(r.mfu);
   spdlog::info("step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | batch {} seq {:.0f} tok | {:.0f} tok/s | "
                "MFU {:.1f}% | bubble {:.1f}% (planned {:.1f}%) | ETA {}{}",
                done, total_, r.loss, r.lr, r.grad_norm, r.sequences, r.tokens, r.tokens / r.seconds, 100.0 * r.mfu,
@@ -176,6 +204,7 @@ void RunReport::summary(double param_state_bytes) const {
   }
   const double steps = static_cast<double>(steps_);
   const double achieved = flops / (static_cast<double>(group_.size()) * elapsed);  // per rank
+  if (peak_flops_ > 0) check_mfu(achieved / peak_flops_);
   spdlog::info("done: {} steps in {}, {:.0f} tokens/s, {:.3f} samples/s per rank, MFU {:.1f}% (of {:.1f} GFLOP/s "
                "per rank){}, bubble {:.1f}% measured / {:.1f}% planned, loss {:.4f} -> {:.4f}; this rank holds {:.1f} MiB "
                "of parameter + optimizer shards, peak RSS {:.1f} MiB\n{}",

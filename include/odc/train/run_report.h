@@ -43,6 +43,11 @@ struct StepContext {
 // train.metrics_file (every rank) and train.trace_file (rank 0 writes the merged trace).
 std::string rank_output_path(const std::string& pattern, int rank);
 
+// The warning for an MFU above 100% (a fraction `mfu` > 1; "" otherwise): the peak of
+// `peak_flops` per rank was underestimated. `from_config`: it is train.peak_flops (raise it), else
+// it was measured (set train.peak_flops, or let later runs raise the cached best: core/peak_cache.h).
+std::string mfu_above_peak_warning(double mfu, double peak_flops, bool from_config);
+
 class RunReport {
  public:
   // train.metrics_file ("m-{rank}.jsonl": one file per rank; without the placeholder only rank 0
@@ -60,7 +65,8 @@ class RunReport {
   // "eval_perplexity", "eval_tokens", "eval_sequences", "eval_s" and the step it followed.
   void record_eval(const EvalSummary& eval, double seconds);
   // The progress line, every train.log_every steps and at the last: step, loss, lr, gradient norm,
-  // the global batch (sequences and tokens of this step), tokens/s, MFU, bubbles, ETA.
+  // the global batch (sequences and tokens of this step), tokens/s, MFU, bubbles, ETA. An MFU above
+  // 100% (here or in the summary) comes with a warning, once: the peak was underestimated.
   void progress(const StepResult& result);
   // Collective: the end-of-run summary (rank 0 logs it).
   void summary(double param_state_bytes) const;
@@ -73,6 +79,10 @@ class RunReport {
   std::string trace_path_;
   double peak_flops_;
   double gemm_flops_;
+  bool peak_from_config_ = false;   // train.peak_flops was set
+  mutable bool warned_mfu_ = false;  // the MFU-above-100% warning is given once per run
+  // Rank 0: warns (once) when `mfu` is above 1.
+  void check_mfu(double mfu) const;
   std::int64_t log_every_ = 1;
   std::int64_t first_ = 0, last_ = 0, total_ = 0;
   std::chrono::steady_clock::time_point start_;

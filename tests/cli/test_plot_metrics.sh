@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# tools/plot_metrics.py draws one panel per series a metrics file holds (loss, lr, gradient norm,
+# tokens/s; eval loss only when there are eval lines), says which, with the moving-average window
+# in the legend; a broken line is an error naming file and line. Usage: test_plot_metrics.sh BIN_DIR WORK_DIR
+set -uo pipefail
+work="$2"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+rm -rf "$work" && mkdir -p "$work"
+failures=0
+fail() { echo "FAIL [$1]"; echo "$2" | sed 's/^/    /'; failures=$((failures + 1)); }
+python=${PYTHON:-}
+for candidate in "$python" "${ODC_PYTHON_ENV:-$HOME/.cache/odc/python}/bin/python" /usr/bin/python3; do
+  if [ -n "$candidate" ] && "$candidate" -c "import matplotlib" 2>/dev/null; then python=$candidate; break; fi
+  python=""
+done
+[ -n "$python" ] || { echo "skip: no Python with matplotlib"; exit 0; }
+
+# 40 steps (a real metrics line's fields), an eval line after step 20 and after step 40.
+"$python" - "$work/m.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for s in range(1, 41):
+        f.write(json.dumps({"step": s, "loss": 4.0 - s * 0.05, "lr": 1e-3 * min(1, s / 5), "grad_norm": 1.0 + 1 / s,
+                            "tokens_per_s": 1000 + s, "mfu": 0.2}) + "\n")
+        if s % 20 == 0:
+            f.write(json.dumps({"step": s, "eval_loss": 3.5 - s * 0.01, "eval_perplexity": 30.0}) + "\n")
+PY
+head -40 "$work/m.jsonl" | grep -v eval_loss >"$work/no-eval.jsonl"
+
+out=$("$python" "$root/tools/plot_metrics.py" "$work/m.jsonl" --out "$work/m.png" --check-decrease 2>&1) \
+  || fail "plot with eval lines" "$out"
+echo "$out" | grep -q '"panels": \["loss", "lr", "grad_norm", "eval_loss", "tokens_per_s"\]' \
+  && echo "ok   [five panels with eval lines]" || fail "five panels with eval lines" "$out"
+[ -s "$work/m.png" ] || fail "the PNG is written" "$(ls -l "$work")"
+
+out=$("$python" "$root/tools/plot_metrics.py" "$work/no-eval.jsonl" --out "$work/n.png" 2>&1) || fail "plot without eval" "$out"
+echo "$out" | grep -q '"panels": \["loss", "lr", "grad_norm", "tokens_per_s"\]' \
+  && echo "ok   [no eval panel without eval lines]" || fail "no eval panel without eval lines" "$out"
+
+# The smoothing legend names the window: 40 steps / 20 = 2 by default.
+legend=$("$python" - "$root/tools/plot_metrics.py" "$work/m.jsonl" "$work/l.png" <<'PY'
+import runpy, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+saved = plt.Figure.savefig
+def capture(fig, *a, **k):
+    for ax in fig.axes:
+        print(ax.get_title(loc="left"), "|", " / ".join(t.get_text() for t in ax.get_legend().get_texts()))
+    return saved(fig, *a, **k)
+plt.Figure.savefig = capture
+script = sys.argv[1]
+sys.argv = [script, sys.argv[2], "--out", sys.argv[3]]
+try:
+    runpy.run_path(script, run_name="__main__")
+except SystemExit:
+    pass
+PY
+)
+echo "$legend" | grep -q "^loss | m.jsonl (each step) / m.jsonl (moving average of 2 steps)" \
+  && echo "ok   [smoothing legend names the window]" || fail "smoothing legend names the window" "$legend"
+
+printf '{"step": 1, "loss": 2.0}\n{"step": 2, "lo\n' >"$work/torn.jsonl"
+out=$("$python" "$root/tools/plot_metrics.py" "$work/torn.jsonl" --out "$work/t.png" 2>&1) && fail "a torn line fails" "$out"
+echo "$out" | grep -q "torn.jsonl:2: not a JSON line" && echo "ok   [a torn line names file and line]" \
+  || fail "a torn line names file and line" "$out"
+
+[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
+echo "all ok"
