@@ -19,7 +19,11 @@
 // the ranks meet through ShmHostGroup) and sends the same requests to each of them directly. When
 // a rank fails, the others get SIGUSR2 after a grace of 5 s (time to print their own errors) and
 // SIGKILL 5 s after that; odc-run exits with the first failing rank's status. If odc-run itself is
-// killed, the kernel kills the ranks (PR_SET_PDEATHSIG).
+// killed, the kernel kills the ranks (PR_SET_PDEATHSIG); they start with the stop signals blocked.
+//
+// Both ways, ODC_LAUNCHER_PID tells the ranks odc-run's pid: odc-train stops gracefully when odc-run
+// is gone, even killed by SIGKILL, and mpirun exits with its ranks (odc::train::StopSignals). A stop
+// signal sent to mpirun alone (it stays blocked there) is read from /proc and acted on as a request.
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -66,6 +70,8 @@ exit status: mpirun's (with --local: 0 when every rank exits 0, else the first f
 )";
 
 constexpr int kExitUsage = 2;
+using Clock = std::chrono::steady_clock;
+constexpr auto kRankStartup = std::chrono::seconds(5);
 constexpr int kExitNotStarted = 127;
 
 sigset_t stop_signals() {
@@ -131,16 +137,64 @@ int request_for(int sig, int& received) {
   return SIGUSR2;
 }
 
+// True when mpirun has a SIGINT, SIGTERM or SIGHUP pending (sent to mpirun alone, e.g. `kill
+// <mpirun pid>`): they stay blocked in mpirun (its own answer, aborting the ranks a second later,
+// would lose their checkpoint and, to a rank that also got the scheduler's SIGTERM, be a second
+// SIGTERM), so odc-run reads them from /proc/PID/status ("ShdPnd", a hex mask) and acts on them.
+bool mpirun_signalled(pid_t child) {
+  FILE* f = std::fopen(("/proc/" + std::to_string(child) + "/status").c_str(), "r");
+  if (f == nullptr) return false;
+  char line[256];
+  unsigned long long mask = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, "ShdPnd:", 7) == 0) mask = std::strtoull(line + 7, nullptr, 16);
+  }
+  std::fclose(f);
+  const auto bit = [](int sig) { return 1ULL << (sig - 1); };
+  return (mask & (bit(SIGINT) | bit(SIGTERM) | bit(SIGHUP))) != 0;
+}
+
 // Waits for mpirun, turning stop signals into forwarded requests; returns mpirun's exit status.
 int supervise(pid_t child, const sigset_t& waited) {
   int received = 0;
+  const auto started = Clock::now();
+  bool pending_usr1 = false;
+  // A stop request also renames odc-run (the ranks' launcher watch reads its name, see
+  // odc::train::StopSignals): a rank that mpirun has not started yet, or that has not reached
+  // main(), still sees it. mpirun forwards SIGUSR1 to whatever ranks exist, and SIGUSR1's default
+  // action kills a rank before its main() blocks it, so within kRankStartup of the launch the
+  // SIGUSR1 (for ranks on other hosts and programs that do not watch) waits until then.
+  const auto forward = [&](int request) {
+    if (request == SIGUSR1) {
+      prctl(PR_SET_NAME, "odc-run:stop");
+      if (Clock::now() - started < kRankStartup) {
+        pending_usr1 = true;
+        return;
+      }
+    }
+    kill(child, request);
+  };
+  bool mpirun_request = false;
   for (;;) {
     siginfo_t info{};
-    const timespec tick{1, 0};
+    const timespec tick{0, 200'000'000};
     const int sig = sigtimedwait(&waited, &info, &tick);
     if (const int request = request_for(sig, received); request != 0) {
-      kill(child, request);
+      forward(request);
       continue;
+    }
+    if (pending_usr1 && Clock::now() - started >= kRankStartup) {
+      pending_usr1 = false;
+      kill(child, SIGUSR1);
+    }
+    if (!mpirun_request && mpirun_signalled(child)) {
+      // One request, like SIGUSR1: never counted as a second signal (a scheduler's SIGTERM to
+      // odc-run and mpirun at once is one stop). A pending signal stays pending: acted on once.
+      mpirun_request = true;
+      if (received == 0) {
+        std::fprintf(stderr, "odc-run: mpirun got a stop signal: asking every rank to finish its minibatch, checkpoint and exit\n");
+        forward(SIGUSR1);
+      }
     }
     int status = 0;
     const pid_t done = waitpid(child, &status, WNOHANG);
@@ -154,7 +208,6 @@ int supervise(pid_t child, const sigset_t& waited) {
 
 // ---- --local N: the ranks are odc-run's own children ----
 
-using Clock = std::chrono::steady_clock;
 constexpr auto kFailureGrace = std::chrono::seconds(5);  // a failed rank's peers print their errors
 constexpr auto kKillGrace = std::chrono::seconds(5);     // after SIGUSR2, before SIGKILL
 
@@ -265,7 +318,12 @@ int run_local(int size, const std::vector<std::string>& program, sigset_t waited
       for (const auto& started : ranks) waitpid(started.pid, nullptr, 0);
       return kExitNotStarted;
     }
-    if (child == 0) exec_rank(program, job, r, size, /*unblocked=*/waited, launcher);  // every signal odc-run waits for
+    // The ranks start with the stop signals still blocked (a mask survives exec): a request that
+    // arrives before a rank's main() sets up StopSignals stays pending instead of killing it.
+    sigset_t unblocked;
+    sigemptyset(&unblocked);
+    sigaddset(&unblocked, SIGCHLD);
+    if (child == 0) exec_rank(program, job, r, size, unblocked, launcher);
     ranks.push_back({child});
   }
   const int code = supervise_local(ranks, waited);
@@ -329,6 +387,8 @@ int main(int argc, char** argv) {
   sigset_t waited = stop_signals();
   sigaddset(&waited, SIGCHLD);
   sigprocmask(SIG_BLOCK, &waited, nullptr);
+  // The ranks watch this pid (odc::train::StopSignals): when odc-run dies, even of SIGKILL, they stop.
+  setenv("ODC_LAUNCHER_PID", std::to_string(getpid()).c_str(), 1);
   if (!local.empty()) return run_local(parse_rank_count(local), args, waited);
   const pid_t child = fork();
   if (child < 0) {

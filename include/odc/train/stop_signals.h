@@ -10,6 +10,10 @@
 // the blocked mask, and one thread of its own receives them with sigwait. No system call anywhere
 // in the process is interrupted by them (EINTR), whichever library it belongs to. Construct it
 // first in main, before MPI or any other thread starts. The signals stay blocked after it.
+//
+// Under odc-run (ODC_LAUNCHER_PID set), a second thread watches the launcher: when it dies, even
+// of SIGKILL, that is a stop request too, and the process exits (status 1) 60 s later if the
+// graceful stop has not ended it.
 #include <atomic>
 #include <csignal>
 #include <string>
@@ -19,6 +23,8 @@ namespace odc::train {
 
 class StopSignals {
  public:
+  // signal_number() when the request came from the launcher's death (not a signal number).
+  static constexpr int kLauncherGone = 1000;
   StopSignals();
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
@@ -32,11 +38,16 @@ class StopSignals {
 
  private:
   void receive();
+  void watch_launcher();
+  static std::string process_start(int pid, bool* asks_stop = nullptr);
 
   sigset_t set_{};
   std::atomic<int> first_{0};
   std::atomic<bool> closing_{false};
   std::thread receiver_;
+  int launcher_ = 0;             // ODC_LAUNCHER_PID (0: not started by odc-run)
+  std::string launcher_start_;  // its start time, against pid reuse
+  std::thread watcher_;
 };
 
 }  // namespace odc::train
