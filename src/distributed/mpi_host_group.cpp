@@ -1,8 +1,10 @@
 #include "odc/distributed/mpi_host_group.h"
 
+#include <cerrno>
 #include <limits>
 
 #include "odc/core/error.h"
+#include "odc/distributed/startup_deadline.h"
 
 namespace odc::distributed {
 
@@ -96,6 +98,12 @@ void MpiHostGroup::announce(std::string activity) {
 }
 
 std::unique_ptr<MpiHostGroup> make_world_group(double timeout_s) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // The bootstrap runs before this group's Watchdog exists: a peer frozen there is caught here.
+  StartupDeadline deadline(size > 1 ? startup_timeout(timeout_s) : 0.0, program_invocation_short_name,
+                           "the world group's bootstrap exchanges (topology: MPI_Comm_split_type, MPI_Allreduce; "
+                           "the watchdog's MPI_Comm_dup)");
   return std::make_unique<MpiHostGroup>(MPI_COMM_WORLD, timeout_s);
 }
 

@@ -5,13 +5,20 @@
 #include <mpi.h>
 
 #include "odc/core/error.h"
+#include "odc/distributed/startup_deadline.h"
 
 namespace odc::distributed {
 
-MpiSession::MpiSession(int* argc, char*** argv) {
+MpiSession::MpiSession(int* argc, char*** argv, double startup_timeout_s, const std::string& tool) {
   int provided = 0;
-  if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
-    fail("MPI_Init_thread failed");
+  {
+    // MPI_Init waits for every rank of the job (its modex): one frozen or lost there would hang
+    // this rank forever, before any Watchdog exists.
+    const StartupDeadline deadline(startup_timeout_s, tool,
+                                   "MPI initialisation (MPI_Init_thread: every rank of the job must start and join)");
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+      fail("MPI_Init_thread failed");
+    }
   }
   if (provided < MPI_THREAD_MULTIPLE) {
     MPI_Finalize();

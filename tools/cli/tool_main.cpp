@@ -51,13 +51,14 @@ int run_tool(std::string_view tool, const std::function<int()>& body) {
 }
 
 int run_mpi_tool(std::string_view tool, int& argc, char**& argv,
-                 const std::function<int(const distributed::MpiSession&)>& body, bool mpi_optional) {
+                 const std::function<int(const distributed::MpiSession&)>& body, bool mpi_optional,
+                 double startup_timeout_s) {
   std::unique_ptr<distributed::MpiSession> mpi;
   try {
     if (mpi_optional && !distributed::MpiSession::launched_by_mpi()) {
       mpi = std::make_unique<distributed::MpiSession>(distributed::MpiSession::without_mpi());
     } else {
-      mpi = std::make_unique<distributed::MpiSession>(&argc, &argv);
+      mpi = std::make_unique<distributed::MpiSession>(&argc, &argv, startup_timeout_s, std::string(tool));
     }
     return body(*mpi);
   } catch (...) {

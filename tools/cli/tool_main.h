@@ -25,7 +25,10 @@ int run_tool(std::string_view tool, const std::function<int()>& body);
 // `mpi_optional`: started directly (no launcher, MpiSession::launched_by_mpi()), the tool runs as
 // one process without initializing MPI at all (MpiSession::without_mpi()); its body must then not
 // use MPI. Started by `odc-run --local N`, only local rank 0 prints help and usage errors.
+// `startup_timeout_s` > 0: MPI initialisation longer than that ends the process naming it (a peer
+// frozen or lost before the job's watchdogs exist; distributed::StartupDeadline).
 int run_mpi_tool(std::string_view tool, int& argc, char**& argv,
-                 const std::function<int(const distributed::MpiSession&)>& body, bool mpi_optional = false);
+                 const std::function<int(const distributed::MpiSession&)>& body, bool mpi_optional = false,
+                 double startup_timeout_s = 0.0);
 
 }  // namespace odc::cli

@@ -7,7 +7,9 @@ namespace odc::distributed {
 
 class MpiSession {
  public:
-  MpiSession(int* argc, char*** argv);
+  // startup_timeout_s > 0: MPI initialisation that takes longer ends the process with a message
+  // naming it (StartupDeadline; `tool` heads the message).
+  MpiSession(int* argc, char*** argv, double startup_timeout_s = 0.0, const std::string& tool = "odc");
   ~MpiSession();
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
