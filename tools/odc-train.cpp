@@ -4,17 +4,21 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "cli/command_line.h"
 #include "cli/tool_main.h"
 #include "odc/core/logging.h"
+#include "odc/distributed/local_launch.h"
 #include "odc/distributed/mpi_host_group.h"
 #include "odc/distributed/mpi_session.h"
 #include "odc/distributed/shm_host_group.h"
+#include "odc/distributed/startup_deadline.h"
 #include "odc/train/batch_schedule.h"
 #include "odc/train/calibrate.h"
 #include "odc/train/config_schema.h"
@@ -54,6 +58,12 @@ odc::cli::Command command() {
 }
 
 int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi, const odc::train::StopSignals& signals) {
+  // The config's warnings (an ODC_* variable that names no key) are the same on every rank: only
+  // rank 0 prints them (setup_logging below sets every rank's level for the run).
+  const char* local_rank = std::getenv(odc::distributed::kLocalRankVariable);
+  if (mpi.initialized() ? mpi.rank() != 0 : local_rank != nullptr && std::string_view(local_rank) != "0") {
+    spdlog::set_level(spdlog::level::err);
+  }
   const auto config = odc::train::load_trainer_config(args.positional(0), args.assignments());
   // Started by `odc-run --local N` (no MPI): the ranks of this host meet in shared memory.
   std::unique_ptr<odc::distributed::ShmHostGroup> local;
@@ -119,6 +129,27 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
   return 0;
 }
 
+// The start-up deadline of this run (comm.timeout_s, at least distributed::kMinStartupTimeoutS),
+// read before MPI starts, quietly: the real reading comes later and reports any error. An
+// unreadable command line or config gets the deadline of the defaults.
+double startup_timeout_s(int argc, char** argv) {
+  const auto level = spdlog::get_level();
+  spdlog::set_level(spdlog::level::off);
+  double timeout = 0.0;
+  try {
+    const auto args = odc::cli::parse(command(), argc, argv);
+    timeout = odc::train::load_trainer_config(args.positional(0), args.assignments()).get_double("comm.timeout_s");
+  } catch (...) {
+    try {
+      timeout = odc::train::load_trainer_config("", {}).get_double("comm.timeout_s");
+    } catch (...) {
+      timeout = 600.0;  // comm.timeout_s's default, should the environment itself be unreadable
+    }
+  }
+  spdlog::set_level(level);
+  return odc::distributed::startup_timeout(timeout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -126,5 +157,5 @@ int main(int argc, char** argv) {
   const odc::train::StopSignals signals;
   return odc::cli::run_mpi_tool("odc-train", argc, argv, [&](const odc::distributed::MpiSession& mpi) {
     return run(odc::cli::parse(command(), argc, argv), mpi, signals);
-  }, /*mpi_optional=*/true);
+  }, /*mpi_optional=*/true, startup_timeout_s(argc, argv));
 }

@@ -10,6 +10,7 @@
 
 #include "odc/backend/backend_factory.h"
 #include "odc/core/error.h"
+#include "odc/core/thread_limit.h"
 #include "odc/data/data_config.h"
 #include "odc/io/hf_checkpoint.h"
 #include "odc/train/batch_schedule.h"
@@ -57,11 +58,7 @@ std::vector<TunableSpec> trainer_tunables() {
               "chat template of data.format chat: llama3, chatml (Qwen), or auto (from tokenizer_config.json "
               "next to the tokenizer, else from its special tokens)",
               {"auto", "llama3", "chatml"}),
-      tunable("data.extra_fields", K::string, "error",
-              "a field of a data.format tokens record other than input_ids, loss_mask, labels, attention_mask: "
-              "error (names it and its file:line; a typo such as loss_msk would otherwise train on every token) "
-              "or ignore",
-              {"error", "ignore"}),
+      data::data_tunable("data.extra_fields"),
       tunable("data.minibatch_size", K::integer, "",
               "sequences per rank per optimizer step; set this or data.global_batch_size (neither: 4 per rank)",
               Range::at_least(1)),
@@ -143,7 +140,9 @@ std::vector<TunableSpec> trainer_tunables() {
               "token = mean over all target tokens of the global minibatch; sequence = mean over sequences "
               "of each sequence's mean token loss",
               {"token", "sequence"}),
-      tunable("train.threads", K::integer, "1", "compute threads per rank (BLAS)", Range::at_least(1)),
+      tunable("train.threads", K::integer, "1",
+              "compute threads per rank (BLAS); at most 4 x the machine's hardware threads",
+              Range::at_least(1).and_at_most(static_cast<double>(kMaxComputeThreads))),
       tunable("train.metrics_file", K::string, "\"\"", "JSON lines of per-step metrics (empty = none)"),
       tunable("train.trace_file", K::string, "\"\"",
               "Chrome trace-event JSON of the per-rank timeline (one track per rank; opens in Perfetto); "
@@ -152,7 +151,8 @@ std::vector<TunableSpec> trainer_tunables() {
               "trace only the first N steps (0 = all; a trace holds every unit of every microbatch)",
               Range::at_least(0)),
       tunable("train.peak_flops", K::number, "0",
-              "peak FLOP/s of one rank for MFU; 0 = measured at start-up (CPU: the cores' FMA peak; with the GEMM rate)",
+              "peak FLOP/s of one rank for MFU; 0 = CPU: the best FMA peak measured at start-up on this CPU model, "
+              "cached (~/.cache/odc/cpu-peak.json or $ODC_PEAK_CACHE) and equal on every rank; GPU: the device table",
               Range::at_least(0)),
       tunable("train.log_every", K::integer, "1", "log a progress line every N steps", Range::at_least(1)),
       tunable("train.log_level", K::string, "info", "log level", {"trace", "debug", "info", "warn", "error"}),

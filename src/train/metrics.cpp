@@ -36,16 +36,23 @@ MetricsWriter::MetricsWriter(const std::string& path, std::int64_t keep_through_
   }
   out_.open(path, std::ios::out | std::ios::trunc);
   if (!out_) fail("train.metrics_file: cannot open '{}' for writing: {}", path, std::strerror(errno));
+  errno = 0;
   out_ << kept;
   out_.flush();
-  if (!out_) fail("train.metrics_file: writing '{}' failed (disk full?)", path_);
+  if (!out_) fail("train.metrics_file: writing '{}' failed: {}", path_, errno != 0 ? std::strerror(errno) : "I/O error");
 }
 
 void MetricsWriter::write(const nlohmann::json& record) {
   if (!out_.is_open()) return;
+  // errno of the failed write(2) under the flush says why (ENOSPC: "No space left on device").
+  errno = 0;
   out_ << record.dump() << '\n';
   out_.flush();
-  if (!out_) fail("train.metrics_file: writing '{}' failed (disk full?)", path_);
+  if (!out_) {
+    const int error = errno;
+    throw MetricsWriteError(fmt::format("train.metrics_file: writing '{}' failed: {}", path_,
+                                        error != 0 ? std::strerror(error) : "I/O error"));
+  }
 }
 
 std::string format_duration(double seconds) {

@@ -4,13 +4,16 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include <spdlog/spdlog.h>
 
 #include "odc/core/error.h"
 #include "odc/core/hash.h"
+#include "odc/core/thread_limit.h"
 #include "odc/distributed/in_process_group.h"
+#include "odc/io/checkpoint_format.h"
 #include "odc/io/hf_checkpoint.h"
 #include "odc/io/native_checkpoint.h"
 #include "odc/train/batch_schedule.h"
@@ -143,6 +146,10 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   const int rank = group_.rank();
   const int world = group_.size();
   group_.announce("starting up (data, model, checkpoint)");
+  if (threads > max_compute_threads()) {
+    fail("train.threads = {} is more than 4 x the {} hardware threads of this machine (at most {}): that many "
+         "threads would only slow training down", threads, std::thread::hardware_concurrency(), max_compute_threads());
+  }
 
   // The backend first: a device that cannot be used (no CUDA build or GPU, several ranks) fails
   // before anything is read or written.
@@ -161,6 +168,9 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   // The checkpoint directory is locked and the run's identity and resume point settled before
   // anything is read: a second job on the directory, or another run's checkpoints there, stop
   // every rank here.
+  if (const auto from = config.get_string("checkpoint.resume"); from != "auto" && from != "never") {
+    io::refuse_hf_where_native_expected(from, "checkpoint.resume");  // an HF directory: say how to use it
+  }
   checkpointer_ = std::make_unique<Checkpointer>(config, group_);
   const std::string resume = checkpointer_->begin_run().resume_path;
   model_config_ = run_model_config(config, resume);
@@ -242,6 +252,16 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   backend::PeakFlops measured;
   if (peak_flops_ == 0) {
     measured = model_->backend().measure_peak_flops();
+    // One denominator on every rank: the best any rank found (ranks measure at once, and one that
+    // lost time to a busy core would otherwise divide by less than its peers).
+    if (world > 1) {
+      std::vector<double> peaks(static_cast<std::size_t>(world), 0.0);
+      peaks[static_cast<std::size_t>(rank)] = measured.device;
+      group_.all_reduce_sum(peaks, "the peak FLOP/s agreement");
+      const double own = measured.device;
+      for (const double p : peaks) measured.device = std::max(measured.device, p);
+      if (measured.device > own) measured.source += fmt::format("; {:.1f} GFLOP/s on another rank", measured.device / 1e9);
+    }
     peak_flops_ = measured.device;
     gemm_flops_ = measured.gemm;
   }
@@ -268,7 +288,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   spdlog::info("lr: {} schedule, peak {:.3g}, warmup: {}{}", schedule_.kind, schedule_.lr,
                steps_text(schedule_.warmup_steps),
                schedule_.kind == "wsd" ? ", decay: the last " + steps_text(schedule_.decay_steps) : std::string());
-  if (schedule_.warmup_steps >= length_.steps && length_.steps > 0) {
+  if (schedule_.warmup_steps >= length_.steps && length_.steps > 0 && group_.is_root()) {  // the same on every rank
     spdlog::warn("the warmup ({}) is as long as the run ({}): the learning rate never reaches train.lr = {:.3g}; set "
                  "train.warmup_steps or train.warmup_ratio",
                  steps_text(schedule_.warmup_steps), steps_text(length_.steps), schedule_.lr);
@@ -297,7 +317,11 @@ StepResult Trainer::step() {
 
   const bool equal_counts = comm.needs_equal_microbatches();
   const Minibatch minibatch = data_->next(equal_counts);
-  if (minibatch.normalizer == 0.0) spdlog::warn("step {}: the minibatch has no target tokens (all masked)", step_);
+  // Steps are named 1-based, as in the progress line, the metrics and the checkpoint directories;
+  // the minibatch is the same on every rank, so rank 0 alone says so.
+  if (minibatch.normalizer == 0.0 && group_.is_root()) {
+    spdlog::warn("step {}: the minibatch has no target tokens (all masked)", step_ + 1);
+  }
   const data::Plan& plan = minibatch.plan;
   last_plan_hash_ = plan.hash();
   r.bubble_planned = equal_counts ? plan.bubble_collective() : plan.bubble_odc();
@@ -368,7 +392,7 @@ StepResult Trainer::step() {
   r.bubble_measured = sums[6] > 0 ? sums[5] / sums[6] : 0.0;
   r.microbatches = static_cast<int>(count);
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
-    fail("step {}: loss ({}) or gradient norm ({}) is not finite; lower train.lr or check the data", step_,
+    fail("step {}: loss ({}) or gradient norm ({}) is not finite; lower train.lr or check the data", step_ + 1,
          r.loss, r.grad_norm);
   }
   const auto optimizer_start = Clock::now();
@@ -394,12 +418,16 @@ std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signa
   const std::int64_t first = step_;
   if (first >= last) spdlog::info("nothing to do: {} steps done, this run ends at step {}", first, last);
   report_->begin_run(first, last, steps);
-  // A stop signal on any rank: every rank learns it at the same step (one small all-reduce).
-  const auto stop_ranks = [&](std::string_view when) {
-    std::array<double, 1> stop{signals != nullptr && signals->requested() ? 1.0 : 0.0};
+  // A stop signal on any rank (when `listen`: not after the last step) and a failed metrics write
+  // on any rank: every rank learns both at the same step (one small all-reduce).
+  double metrics_failed_ranks = 0.0;
+  const auto stop_ranks = [&](std::string_view when, bool listen = true) {
+    std::array<double, 2> stop{listen && signals != nullptr && signals->requested() ? 1.0 : 0.0,
+                               metrics_error_.empty() ? 0.0 : 1.0};
     group_.announce(fmt::format("step {}: stop-signal check", step_));
     group_.all_reduce_sum(stop, "the stop-signal check");
-    if (stop[0] > 0) {
+    metrics_failed_ranks = stop[1];
+    if (stop[0] > 0 && stop[1] == 0) {
       spdlog::warn("stop requested ({} on {} rank(s)) {}: {}",
                    signals != nullptr && signals->requested() ? signals->describe() : std::string("a signal"),
                    stop[0], when,
@@ -414,18 +442,26 @@ std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signa
   for (std::int64_t s = first; s < last && !preempted; ++s) {
     const StepResult r = step();
     if (keep_results) results.push_back(r);
-    report_->record(r, {data_->sampler().epoch(), comm_->state_bytes(), comm_->comm().resources()});
+    record_metrics([&] { report_->record(r, {data_->sampler().epoch(), comm_->state_bytes(), comm_->comm().resources()}); });
     // Finishes here, checkpoints below and returns normally (exit 0).
-    preempted = step_ < last && stop_ranks(fmt::format("after step {}", step_));
+    preempted = stop_ranks(fmt::format("after step {}", step_), step_ < last);
+    if (metrics_failed_ranks > 0) end_on_metrics_failure(metrics_failed_ranks, false);
     const bool saved = !preempted && checkpointer_->due(step_, last);
     if (saved) save_checkpoint();
-    if (!preempted && evaluator_ && evaluator_->due(step_, last)) evaluate_and_track(saved);
+    if (!preempted && evaluator_ && evaluator_->due(step_, last)) {
+      evaluate_and_track(saved);
+      stop_ranks(fmt::format("after the eval of step {}", step_), false);  // its metrics line
+      if (metrics_failed_ranks > 0) end_on_metrics_failure(metrics_failed_ranks, saved);
+    }
     report_->progress(r);
   }
-  if (checkpointer_->enabled() && step_ > first) save_checkpoint();
+  const bool saved_last = checkpointer_->enabled() && step_ > first;
+  if (saved_last) save_checkpoint();
   // The end of a finished run is evaluated (a preempted one is not finished: its resume will be).
   if (!preempted && evaluator_ && (!last_eval_ || last_eval_->step != step_)) {
     evaluate_and_track(checkpointer_->enabled() && (step_ > first || !resumed_from_.empty()));
+    stop_ranks(fmt::format("after the eval of step {}", step_), false);  // its metrics line
+    if (metrics_failed_ranks > 0) end_on_metrics_failure(metrics_failed_ranks, true);
   }
   group_.announce("finishing (export, summary, trace)");
   // A preempted run exports nothing: it is not finished (the checkpoint resumes it).
@@ -443,8 +479,44 @@ EvalSummary Trainer::evaluate() {
   if (!evaluator_) fail("no evaluation data: set data.eval");
   const auto start = Clock::now();
   last_eval_ = evaluator_->run(*model_, comm_->comm(), group_, step_);
-  report_->record_eval(*last_eval_, seconds_since(start));
+  record_metrics([&] { report_->record_eval(*last_eval_, seconds_since(start)); });
   return *last_eval_;
+}
+
+// A failed metrics write is kept, not thrown: only the ranks with a metrics file see it, and
+// every rank must take part in the checkpoint that comes first (run() exchanges it).
+void Trainer::record_metrics(const std::function<void()>& write) {
+  try {
+    write();
+  } catch (const MetricsWriteError& e) {
+    if (metrics_error_.empty()) metrics_error_ = e.what();
+  }
+}
+
+// Every rank, after `failed_ranks` ranks could not write their metrics line: the state after
+// step_ is consistent (the optimizer step is done), so it is saved (unless `saved` already) before
+// the run ends with the failing rank's message (exit 1). A rollback would lose the steps since the
+// last checkpoint for a full disk the metrics file shares with nothing else.
+void Trainer::end_on_metrics_failure(double failed_ranks, bool saved) {
+  std::string outcome = "no checkpoint.dir is set, so nothing is saved";
+  if (checkpointer_->enabled()) {
+    if (!saved) {
+      try {
+        save_checkpoint();
+      } catch (const Error& e) {
+        fail("{} after step {}; saving a checkpoint of step {} failed too: {}",
+             metrics_error_.empty() ? "another rank's train.metrics_file could not be written" : metrics_error_, step_,
+             step_, e.what());
+      }
+    }
+    outcome = fmt::format("a checkpoint of step {} is saved in checkpoint.dir '{}': free space, then resume with "
+                          "checkpoint.resume: auto", step_, config_.get_string("checkpoint.dir"));
+  }
+  if (metrics_error_.empty()) {
+    fail("the train.metrics_file of {} other rank(s) could not be written after step {} (see its error); {}",
+         failed_ranks, step_, outcome);
+  }
+  fail("{} after step {}; {}", metrics_error_, step_, outcome);
 }
 
 // An evaluation after step_, and the best-checkpoint record (best_checkpoint.h): `checkpointed`

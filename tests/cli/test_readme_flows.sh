@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's command blocks run as printed, in a directory laid out like a fresh clone (build/,
+# The README's command blocks (and docs/checkpoints.md's) run as printed, in a directory laid out like a fresh clone (build/,
 # configs/, tools/ linked in; no data/ or models/ yet): the "Using it" block (synthetic data,
 # ODC and collective training, --dump-config) and the "Checkpoints, evaluation and generation"
 # block (demo chat data and tokenizer, odc-ckpt init, fine-tune with checkpoints and export,
@@ -25,15 +25,15 @@ export ODC_TRAIN_STEPS=100 ODC_DATA_MINIBATCH_SIZE=2 ODC_TRAIN_LOG_EVERY=50
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-block() {  # block HEADING: the first ```sh block after the README heading HEADING
+block() {  # block HEADING [FILE]: the first ```sh block after the heading HEADING of FILE (README.md)
   awk -v heading="$1" '$0 == heading {found = 1; next} found && /^```sh/ {inside = 1; next}
-                       inside && /^```/ {exit} inside {print}' "$root/README.md"
+                       inside && /^```/ {exit} inside {print}' "$root/${2:-README.md}"
 }
 
-run_block() {  # run_block NAME HEADING
+run_block() {  # run_block NAME HEADING [FILE]
   local script="$work/$1.sh"
-  block "$2" >"$script"
-  [ -s "$script" ] || { fail "$1: no sh block under '$2' in README.md"; return 1; }
+  block "$2" "${3:-README.md}" >"$script"
+  [ -s "$script" ] || { fail "$1: no sh block under '$2' in ${3:-README.md}"; return 1; }
   ( cd "$clone" && bash -euo pipefail "$script" ) >"$work/$1.log" 2>&1 ||
     { fail "$1: a command failed: $(grep -v '\] step ' "$work/$1.log" | tail -5)"; return 1; }
   echo "ok   $1: $(grep -c . "$script") lines of README commands ran"
@@ -53,5 +53,12 @@ if run_block checkpoints "## Checkpoints, evaluation and generation"; then
   done
   grep -q '"perplexity"' "$work/checkpoints.log" || fail "checkpoints: odc-eval printed no perplexity"
 fi
-[ "$failures" -eq 0 ] && echo "ok   [the README's flows run as printed in a fresh layout]"
+# docs/checkpoints.md's first block runs after the README's, as it says, and leaves their models alone.
+if run_block checkpoints_doc "# Checkpoints" docs/checkpoints.md; then
+  for f in models/tiny-32/config.json models/tiny-32-sft/config.json models/tiny/tokenizer.json; do
+    [ -e "$clone/$f" ] || fail "checkpoints_doc: no $f"
+  done
+  grep -q '"perplexity"' "$work/checkpoints_doc.log" || fail "checkpoints_doc: odc-eval printed no perplexity"
+fi
+[ "$failures" -eq 0 ] && echo "ok   [the README's and docs/checkpoints.md's flows run as printed in a fresh layout]"
 exit "$failures"

@@ -7,7 +7,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "odc/core/error.h"
+
 namespace odc::train {
+
+// A metrics line could not be written (disk full, I/O error): the trainer catches it to save a
+// checkpoint on every rank before the run ends with this message (trainer.cpp).
+class MetricsWriteError : public Error {
+ public:
+  explicit MetricsWriteError(const std::string& message) : Error(message) {}
+};
 
 class MetricsWriter {
  public:
@@ -16,6 +25,8 @@ class MetricsWriter {
   // steps its checkpoint holds; later ones belong to an abandoned continuation, torn lines to a
   // crash) and appends after them.
   explicit MetricsWriter(const std::string& path, std::int64_t keep_through_step = 0);
+  // Throws MetricsWriteError naming the file and the system's reason when the line does not
+  // reach the file (each line is flushed).
   void write(const nlohmann::json& record);
   bool enabled() const { return out_.is_open(); }
 

@@ -9,6 +9,7 @@
 // comm, comm_factory.h), the optimizer, Checkpointer (save/resume), RunReport (metrics, progress,
 // summary, trace) and export_hf. Every exchange between ranks goes through the HostGroup.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -76,6 +77,9 @@ class Trainer {
   Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> own_group, distributed::HostGroup* group);
   void save_checkpoint();
   void evaluate_and_track(bool checkpointed);
+  // A metrics line that could not be written (disk full) ends the run, after a checkpoint.
+  void record_metrics(const std::function<void()>& write);
+  [[noreturn]] void end_on_metrics_failure(double failed_ranks, bool saved);
   nlohmann::json trace_metadata() const;
 
   const Config config_;  // a copy: the trainer must not depend on the caller keeping it alive
@@ -104,6 +108,7 @@ class Trainer {
   std::uint64_t last_plan_hash_ = 0;
   std::uint64_t data_fingerprint_ = 0;
   std::string resumed_from_;
+  std::string metrics_error_;       // this rank's first failed metrics write (MetricsWriteError)
   ModelSource source_;              // of model.checkpoint, when training started from one
   model::PackedBatch batch_;        // reused across microbatches
 };
