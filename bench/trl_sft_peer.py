@@ -163,8 +163,9 @@ def read_bin_dataset(prefix):
         index = f.read()
     if index[:8] != b"ODCIDX\x01\x00":
         raise SystemExit(f"{prefix}.idx: not an odc bin index")
+    version = int(np.frombuffer(index, dtype="<u4", count=1, offset=8)[0])
     count, _, spans_total = np.frombuffer(index, dtype="<i8", count=3, offset=16)
-    at = 48
+    at = 48 if version == 1 else 56  # version 2 adds the payload checksums' chunk size to the header
     token_offsets = np.frombuffer(index, dtype="<i8", count=count + 1, offset=at)
     span_offsets = np.frombuffer(index, dtype="<i8", count=count + 1, offset=at + 8 * (count + 1))
     spans = np.frombuffer(index, dtype="<u4", count=2 * spans_total, offset=at + 16 * (count + 1)).reshape(-1, 2)

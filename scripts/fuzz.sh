@@ -25,10 +25,12 @@ all_targets=(safetensors tokenizer_json config_yaml jsonl bin_index)
 mkdir -p "$out"
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install clang)"; exit 2; }
 
-core=(src/core/dtype.cpp src/core/tensor.cpp src/core/atomic_file.cpp)
+core=(src/core/dtype.cpp src/core/tensor.cpp src/core/atomic_file.cpp src/core/text.cpp)
 tokenizer=$(cd "$root" && ls src/data/tokenizer*.cpp | tr '\n' ' ')
 # The dataset readers reach the tokenizer (chat/text) and the binary format (open_dataset).
+# (config_spec.cpp: closest_name, the "did you mean" of unknown record fields.)
 datasets="src/data/dataset.cpp src/data/text_dataset.cpp src/data/bin_dataset.cpp src/data/chat_format.cpp $tokenizer"
+datasets+=" src/core/config_spec.cpp"
 # config_schema.cpp also reads checkpoint config.json files (io/hf_checkpoint.cpp and what it uses).
 config="src/core/config.cpp src/train/config_schema.cpp src/model/llama_config.cpp src/model/units.cpp"
 config+=" src/io/hf_checkpoint.cpp src/io/safetensors.cpp src/io/safetensors_sharded.cpp"

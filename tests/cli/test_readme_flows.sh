@@ -54,7 +54,7 @@ if run_block checkpoints "## Checkpoints, evaluation and generation"; then
   grep -q '"perplexity"' "$work/checkpoints.log" || fail "checkpoints: odc-eval printed no perplexity"
 fi
 # docs/checkpoints.md's first block runs after the README's, as it says, and leaves their models alone.
-if run_block checkpoints_doc "# Checkpoints" docs/checkpoints.md; then
+if run_block checkpoints_doc "## Starting from a Hugging Face checkpoint" docs/checkpoints.md; then
   for f in models/tiny-32/config.json models/tiny-32-sft/config.json models/tiny/tokenizer.json; do
     [ -e "$clone/$f" ] || fail "checkpoints_doc: no $f"
   done
