@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "odc/core/error.h"
+#include "unit/scoped_env.h"
 
 namespace {
 
@@ -74,19 +75,7 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-// Sets an environment variable for one scope, so a failing test cannot leak it into the next.
-class ScopedEnv {
- public:
-  ScopedEnv(std::string name, const std::string& value) : name_(std::move(name)) {
-    setenv(name_.c_str(), value.c_str(), 1);
-  }
-  ~ScopedEnv() { unsetenv(name_.c_str()); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-};
+using odc::test::ScopedEnv;
 
 }  // namespace
 

@@ -4,6 +4,7 @@
 
 #include "odc/core/config.h"
 #include "odc/core/error.h"
+#include "unit/scoped_env.h"
 
 #include <cstdlib>
 #include <string>
@@ -51,22 +52,7 @@ TEST_CASE("config YAML: a merge key (<<) is refused as such, anywhere", "[config
   CHECK(config.get_map("model.config")["hidden_size"].as<int>() == 16);
 }
 
-namespace {
-
-class ScopedEnv {
- public:
-  ScopedEnv(std::string name, const std::string& value) : name_(std::move(name)) {
-    setenv(name_.c_str(), value.c_str(), 1);
-  }
-  ~ScopedEnv() { unsetenv(name_.c_str()); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-};
-
-}  // namespace
+using odc::test::ScopedEnv;
 
 TEST_CASE("config environment: unknown, lower-case and nested map variables are refused with the right name",
           "[config]") {
