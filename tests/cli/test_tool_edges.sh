@@ -3,7 +3,8 @@
 # before any model is read, an empty --prompt generates from BOS, --threads is bounded, a dataset
 # path that is a directory or a checkpoint of the other format is named as such, unknown record
 # fields are refused by odc-eval and odc-sim too (data.extra_fields), and a metrics file that
-# cannot be written (disk full: /dev/full) ends the run only after a checkpoint of the step.
+# cannot be written (disk full: /dev/full) ends the run only after a checkpoint of the step;
+# warnings the same on every rank are printed once, naming steps 1-based.
 # Usage: test_tool_edges.sh BIN_DIR WORK_DIR
 set -uo pipefail
 bin="$1"
@@ -110,6 +111,25 @@ if ! grep -q '"step":3' "$work/m.jsonl" || grep -q '"step":1,' "$work/m.jsonl"; 
 fi
 check "metrics write fails: no checkpoint.dir" odc-train 1 "No space left on device" "no checkpoint.dir is set" -- \
   "${train[@]}" --set train.steps=2 --set train.metrics_file=/dev/full
+
+# Warnings the same on every rank are printed once (rank 0), and they name steps 1-based as the
+# progress lines do: 2 ranks, the first global minibatch (records 1-4, no shuffle) without targets,
+# a warmup as long as the run.
+: >"$work/masked.jsonl"
+for _ in 1 2 3 4; do echo '{"input_ids": [1, 2, 3, 4], "loss_mask": [0, 0, 0, 0]}' >>"$work/masked.jsonl"; done
+for _ in 1 2 3 4; do echo '{"input_ids": [1, 2, 3, 4], "loss_mask": [0, 1, 1, 1]}' >>"$work/masked.jsonl"; done
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun -np 2 --oversubscribe --bind-to none \
+  "$bin/odc-train" --set "data.train=$work/masked.jsonl" --set data.minibatch_size=2 --set data.shuffle=false \
+  "${shape[@]}" --set train.steps=2 --set train.warmup_steps=2 --set train.log_every=1 >"$work/ranks.log" 2>&1
+rc=$?
+masked=$(grep -c "step 1: the minibatch has no target tokens" "$work/ranks.log")
+warmup=$(grep -c "is as long as the run" "$work/ranks.log")
+if [ "$rc" -ne 0 ] || [ "$masked" -ne 1 ] || [ "$warmup" -ne 1 ] || grep -q "step 0:" "$work/ranks.log"; then
+  echo "FAIL [warnings once, steps 1-based]: exit $rc, 'step 1: no target tokens' x$masked, warmup warning x$warmup (want 1 each, no 'step 0:')"
+  failures=$((failures + 1))
+else
+  echo "ok   [warnings once, steps 1-based] 2 ranks: each warning once, the masked minibatch named step 1"
+fi
 
 if [ "$failures" -ne 0 ]; then echo "test_tool_edges: $failures failure(s)"; exit 1; fi
 echo "test_tool_edges: ok"
