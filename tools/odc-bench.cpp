@@ -29,6 +29,7 @@
 #include "odc/core/error.h"
 #include "odc/core/tensor.h"
 #include "odc/distributed/mpi_session.h"
+#include "odc/distributed/startup_deadline.h"
 #include "odc/distributed/ucx_transport.h"
 
 namespace {
@@ -450,6 +451,18 @@ class Bench {
   std::unique_ptr<odc::distributed::UcxTransport> transport_;
 };
 
+// The start-up deadline over MPI initialisation: --timeout-s (read quietly before MPI starts; the
+// default when the command line does not parse, where the real parse reports it), at least
+// distributed::kMinStartupTimeoutS.
+double startup_timeout_s(int argc, char** argv) {
+  double timeout = Options{}.timeout_s;
+  try {
+    timeout = parse_options(odc::cli::parse(command(), argc, argv)).timeout_s;
+  } catch (...) {
+  }
+  return odc::distributed::startup_timeout(timeout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -457,5 +470,5 @@ int main(int argc, char** argv) {
     Bench bench(parse_options(odc::cli::parse(command(), argc, argv)), mpi.rank(), mpi.world_size());
     bench.run();
     return 0;
-  });
+  }, /*mpi_optional=*/false, startup_timeout_s(argc, argv));
 }
