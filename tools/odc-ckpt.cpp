@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -172,10 +173,20 @@ nlohmann::json model_config_json(const odc::cli::Arguments& args, const std::str
 // unknown fields (config.json carries many) are not.
 void check_assigned_keys(const nlohmann::json& merged, const odc::model::LlamaConfig& parsed,
                          const std::vector<std::string>& assignments) {
+  // config.json's window fields were read (and checked) by the Hugging Face parse, which turned
+  // them into attention_window; model.config's rules (which refuse sliding_window) do not apply.
+  static const std::set<std::string> kHfWindowFields = {"sliding_window", "use_sliding_window", "max_window_layers"};
   nlohmann::json probe = parsed.to_json();
   for (const auto& assignment : assignments) {
     const std::string key = assignment.substr(13, assignment.find_first_of(".=", 13) - 13);
-    if (merged.contains(key)) probe[key] = merged.at(key);
+    if (merged.contains(key) && kHfWindowFields.count(key) == 0) probe[key] = merged.at(key);
+    const bool asks_window = key == "sliding_window" && merged.contains(key) && merged.at(key).is_number() &&
+                             merged.at(key).get<double>() > 0;
+    if (asks_window && parsed.attention_window == 0) {
+      odc::fail("--set model.config.sliding_window: this model would keep no sliding window (transformers "
+                "ignores the field here); use --architecture MistralForCausalLM, or Qwen2ForCausalLM with "
+                "--set model.config.use_sliding_window=true --set model.config.max_window_layers=0");
+    }
   }
   odc::model::LlamaConfig::from_json(probe, "--set model.config", true);
 }

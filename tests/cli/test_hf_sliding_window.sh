@@ -19,17 +19,21 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 /usr/bin/python3 "$root/tools/make_demo_chat.py" --out "$work/chat" --num 10 --merges 10 --seed 1 >/dev/null
 shape=(--set model.config.hidden_size=64 --set model.config.intermediate_size=128 --set model.config.num_hidden_layers=2
        --set model.config.num_attention_heads=4 --set model.config.num_key_value_heads=2)
-# A Mistral checkpoint as published ones are: config.json's sliding_window (model.config's own
-# sliding_window is refused: it names the original's window only in a checkpoint's config.json).
-"$bin/odc-ckpt" init --out "$work/init" --architecture MistralForCausalLM "${shape[@]}" \
+# A Mistral checkpoint as published ones are: config.json's sliding_window, which odc-ckpt init's
+# --set writes as a config.json field (odc-train's model.config refuses sliding_window: there it
+# would name the original's window without a checkpoint's config.json).
+"$bin/odc-ckpt" init --out "$work/init" --architecture MistralForCausalLM "${shape[@]}" --set model.config.sliding_window=16 \
   --tokenizer "$work/chat/tokenizer" >"$work/init.log" 2>&1 || fail "odc-ckpt init: $(cat "$work/init.log")"
 /usr/bin/python3 - "$work/init/config.json" <<'PY' || fail "init's config.json: $(cat "$work/init/config.json")"
 import json, sys
 c = json.load(open(sys.argv[1]))
-assert c["architectures"] == ["MistralForCausalLM"] and c["max_position_embeddings"] > 16, c
-c["sliding_window"] = 16
-json.dump(c, open(sys.argv[1], "w"), indent=2)
+assert c["architectures"] == ["MistralForCausalLM"] and c["max_position_embeddings"] > 16 and c["sliding_window"] == 16, c
 PY
+# A window asked of an architecture that keeps none (transformers ignores it for Llama) is refused.
+"$bin/odc-ckpt" init --out "$work/llama-window" "${shape[@]}" --set model.config.sliding_window=16 >/dev/null 2>"$work/llama-window.err"
+rc=$?
+[ "$rc" -eq 1 ] && grep -q "would keep no sliding window" "$work/llama-window.err" ||
+  fail "odc-ckpt init of a Llama with sliding_window: exit $rc, $(cat "$work/llama-window.err")"
 "$bin/odc-data" synth --out "$work/short.jsonl" --num 200 --vocab 32 --min-length 8 --max-length 16 --mean-length 12 \
   --seed 3 >/dev/null || fail "odc-data synth short"
 "$bin/odc-data" synth --out "$work/long.jsonl" --num 200 --vocab 32 --min-length 8 --max-length 40 --mean-length 20 \
