@@ -194,10 +194,11 @@ run_tool rope_band init --out "$work_dir/x" "${tiny[@]}" "${llama3[@]}" --set mo
   --set model.config.rope_scaling.high_freq_factor=1
 expect_rc rope_band 1
 expect_in rope_band err "'high_freq_factor' (1) must be greater than 'low_freq_factor' (1)"
-# A window in model.config is not silently ignored: attention_window is the field that is read.
+# init's --set writes config.json fields: a sliding_window a Llama would ignore is refused, not
+# silently dropped (a Mistral gets it: tests/cli/test_hf_sliding_window.sh).
 run_tool sliding_window init --out "$work_dir/x" "${tiny[@]}" --set model.config.sliding_window=8
 expect_rc sliding_window 1
-expect_in sliding_window err "set 'attention_window'"
+expect_in sliding_window err "would keep no sliding window"
 [ -e "$work_dir/x" ] && fail "a failed init left $work_dir/x behind"
 
 # --- the vocabulary follows --tokenizer unless set; a smaller one is refused ---
