@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string_view>
 
 namespace odc {
@@ -43,6 +46,25 @@ ProcessStats read_process_stats() {
     --stats.open_fds;  // the descriptor opendir itself holds
   }
   return stats;
+}
+
+std::optional<ProcessStat> read_process_stat(long pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // "pid (name) STATE ppid ...": the name may hold spaces and parentheses, so split at the last ')'.
+  const auto open = text.find('(');
+  const auto close = text.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return std::nullopt;
+  ProcessStat stat;
+  stat.name = text.substr(open + 1, close - open - 1);
+  std::istringstream fields(text.substr(close + 1));
+  std::string state;
+  if (!(fields >> state) || state.empty()) return std::nullopt;
+  stat.state = state[0];
+  std::string field;
+  for (int i = 4; i <= 22 && fields >> field; ++i) {}
+  stat.start_time = field;
+  return stat;
 }
 
 }  // namespace odc

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <fstream>
 #include <new>
 #include <thread>
 
@@ -17,6 +16,7 @@
 
 #include "odc/core/error.h"
 #include "odc/core/file_descriptor.h"
+#include "odc/core/process_stats.h"
 #include "odc/distributed/local_launch.h"
 
 namespace odc::distributed::shm {
@@ -73,12 +73,9 @@ std::uint64_t default_chunk_bytes(int size) {
 bool process_exited(std::uint64_t pid) {
   if (pid == 0 || pid == static_cast<std::uint64_t>(::getpid())) return false;
   if (::kill(static_cast<pid_t>(pid), 0) == -1) return errno == ESRCH;
-  // It exists; a zombie has exited all the same ("pid (name) STATE ...", the name may hold spaces).
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return false;
-  const auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && (line[close + 2] == 'Z' || line[close + 2] == 'X');
+  // It exists; a zombie has exited all the same.
+  const auto stat = read_process_stat(static_cast<long>(pid));
+  return stat && stat->exited();
 }
 
 void Backoff::pause() {

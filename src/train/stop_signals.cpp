@@ -7,10 +7,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
+
+#include "odc/core/process_stats.h"
 
 namespace odc::train {
 
@@ -31,17 +31,10 @@ StopSignals::StopSignals() {
 // Field 22 of /proc/PID/stat (start time since boot), "" when the process is gone or a zombie:
 // the pid alone could be reused by an unrelated process after odc-run died.
 std::string StopSignals::process_start(int pid, bool* asks_stop) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto paren = text.rfind(')');
-  if (paren == std::string::npos) return "";
-  if (asks_stop != nullptr) *asks_stop = text.find("(odc-run:stop)") != std::string::npos;
-  std::istringstream fields(text.substr(paren + 2));
-  std::string field, state;
-  fields >> state;
-  if (state == "Z" || state == "X") return "";
-  for (int i = 4; i <= 22 && fields >> field; ++i) {}
-  return field;
+  const auto stat = read_process_stat(pid);
+  if (!stat) return "";
+  if (asks_stop != nullptr) *asks_stop = stat->name == "odc-run:stop";
+  return stat->exited() ? "" : stat->start_time;
 }
 
 // odc-run passes its pid (ODC_LAUNCHER_PID) to the ranks, also those mpirun starts, which are not

@@ -2,6 +2,8 @@
 // Resources this process holds right now, read from the kernel (Linux /proc): used by the
 // per-step metrics and the long-run stability benchmark, which checks that none of them grows.
 #include <cstdint>
+#include <optional>
+#include <string>
 
 namespace odc {
 
@@ -15,5 +17,17 @@ struct ProcessStats {
 
 // Reads /proc/self/status and /proc/self/fd. Fields that cannot be read stay 0.
 ProcessStats read_process_stats();
+
+// What /proc/PID/stat says of another process: its name (comm, at most 15 bytes), its state
+// letter ('Z' zombie, 'X' dead: exited all the same) and its start time since boot (field 22, as
+// text; with the pid, it tells a process from a later one that reuses the pid).
+struct ProcessStat {
+  std::string name;
+  char state = '?';
+  std::string start_time;
+  bool exited() const { return state == 'Z' || state == 'X'; }
+};
+// nullopt when there is no such process (or its stat cannot be read).
+std::optional<ProcessStat> read_process_stat(long pid);
 
 }  // namespace odc

@@ -1,4 +1,5 @@
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <vector>
@@ -26,4 +27,30 @@ TEST_CASE("process stats follow open descriptors and resident memory") {
   const auto after = odc::read_process_stats();
   CHECK(after.rss_bytes - before.rss_bytes >= (60 << 20));
   CHECK(after.peak_rss_bytes >= after.rss_bytes);
+}
+
+TEST_CASE("read_process_stat: name, state and start time of a process; an exited child is a zombie; none for a gone pid",
+          "[core]") {
+  const auto self = odc::read_process_stat(static_cast<long>(getpid()));
+  REQUIRE(self);
+  CHECK(self->name == "odc_unit_tests");  // comm: the executable name, at most 15 bytes
+  CHECK_FALSE(self->exited());
+  CHECK(self->state == 'R');  // reading its own stat, this thread runs
+  CHECK_FALSE(self->start_time.empty());
+  CHECK(odc::read_process_stat(static_cast<long>(getpid()))->start_time == self->start_time);
+
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  // Not reaped yet: a zombie until waitpid (polled: the child needs a moment to exit).
+  bool zombie = false;
+  for (int i = 0; i < 500 && !zombie; ++i) {
+    const auto stat = odc::read_process_stat(static_cast<long>(child));
+    zombie = stat && stat->exited();
+    if (!zombie) usleep(10'000);
+  }
+  CHECK(zombie);
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK_FALSE(odc::read_process_stat(static_cast<long>(child)));
 }
