@@ -4,6 +4,7 @@
 #include <system_error>
 
 #include "odc/core/error.h"
+#include "odc/io/native_checkpoint.h"
 
 namespace odc::io {
 
@@ -18,11 +19,6 @@ bool holds_safetensors(const fs::path& dir) {
   return false;
 }
 
-// A directory named like the native writer names a step (native_checkpoint.h: step-NNNNNNNN).
-bool is_step_name(const std::string& name) {
-  return name.size() > 5 && name.rfind("step-", 0) == 0 &&
-         name.find_first_not_of("0123456789", 5) == std::string::npos;
-}
 }  // namespace
 
 CheckpointFormat detect_checkpoint_format(const std::string& path) {
@@ -32,7 +28,7 @@ CheckpointFormat detect_checkpoint_format(const std::string& path) {
   if (fs::exists(dir / "manifest.json", ec)) return CheckpointFormat::native_step;
   if (fs::exists(dir / "config.json", ec) && holds_safetensors(dir)) return CheckpointFormat::hugging_face;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.is_directory(ec) && is_step_name(entry.path().filename().string()) &&
+    if (entry.is_directory(ec) && checkpoint_step(entry.path().filename().string()) >= 0 &&
         fs::exists(entry.path() / "manifest.json", ec)) {
       return CheckpointFormat::native_dir;
     }

@@ -45,7 +45,6 @@ std::string read_text(const fs::path& path) {
   return text.str();
 }
 
-// step-00000120 -> 120; anything else -> -1.
 std::int64_t step_of(const std::string& name) {
   if (name.rfind(kStepPrefix, 0) != 0) return -1;
   const std::string_view digits = std::string_view(name).substr(std::string_view(kStepPrefix).size());
@@ -72,6 +71,8 @@ std::vector<std::pair<std::int64_t, fs::path>> complete_checkpoints(const std::s
 }  // namespace
 
 std::string checkpoint_name(std::int64_t step) { return fmt::format("{}{:08}", kStepPrefix, step); }
+
+std::int64_t checkpoint_step(const std::string& name) { return step_of(name); }
 
 std::string staging_path(const std::string& dir, std::int64_t step) {
   return (fs::path(dir) / fmt::format("{}{:08}", kPartialPrefix, step)).string();

@@ -37,6 +37,8 @@ inline constexpr int kNativeCheckpointVersion = 1;
 
 // "step-00000120"
 std::string checkpoint_name(std::int64_t step);
+// The step a directory name stands for: "step-00000120" -> 120; any other name -> -1.
+std::int64_t checkpoint_step(const std::string& name);
 // DIR/.partial-step-00000120 (created by every rank before writing).
 std::string staging_path(const std::string& dir, std::int64_t step);
 
