@@ -10,6 +10,7 @@
 #include "odc/core/config.h"
 #include "odc/core/error.h"
 #include "odc/core/text.h"
+#include "record_fields.h"
 
 namespace odc::data {
 
@@ -183,13 +184,8 @@ TokenizedSample ChatFormatter::format_messages(const json& messages, const std::
     if (role != "system" && role != "user" && role != "assistant") {
       fail("{}: unknown role \"{}\" (expected system, user or assistant)", at, role);
     }
-    for (const auto& [key, value] : message.items()) {
-      static const std::vector<std::string> known = {"role", "content", "weight"};
-      if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-      const std::string nearest = closest_name(key, known);
-      fail("{}: unknown field \"{}\" in a message{} (known fields: role, content, weight)", at, key,
-           nearest.empty() ? std::string() : fmt::format("; did you mean \"{}\"?", nearest));
-    }
+    static const std::vector<std::string> kMessageFields = {"role", "content", "weight"};
+    refuse_unknown_fields(message, kMessageFields, at, "a message");
     const std::string& content = string_field(message, "content", at);
     // "weight" (TRL's convention): 0/false makes the message's tokens not targets, 1/true makes them
     // targets, on any role; absent, assistant turns are the targets.

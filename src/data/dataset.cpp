@@ -17,6 +17,7 @@
 #include "odc/data/bin_dataset.h"
 #include "odc/data/chat_format.h"
 #include "odc/data/text_dataset.h"
+#include "record_fields.h"
 
 namespace odc::data {
 
@@ -146,16 +147,7 @@ JsonlTokenDataset::JsonlTokenDataset(const std::string& path, std::int64_t vocab
       tokens_.push_back(parse_token((*ids)[j], j, vocab_size, where));
     }
 
-    for (const auto& [key, value] : record.items()) {
-      if (ignore_extra_fields ||
-          std::find(known_fields().begin(), known_fields().end(), key) != known_fields().end()) {
-        continue;
-      }
-      const std::string nearest = closest_name(key, known_fields());
-      fail("{}: unknown field \"{}\" in a tokens record{} (known fields: input_ids, loss_mask, labels, "
-           "attention_mask; data.extra_fields: ignore skips unknown fields)",
-           where, key, nearest.empty() ? std::string() : fmt::format("; did you mean \"{}\"?", nearest));
-    }
+    if (!ignore_extra_fields) refuse_unknown_fields(record, known_fields(), where, "a tokens record", kExtraFieldsHint);
 
     // attention_mask is accepted only when it is all ones: padding inside a record would be trained
     // on as real tokens, and packing makes padding unnecessary.

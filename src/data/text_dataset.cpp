@@ -13,6 +13,7 @@
 
 #include "odc/core/config.h"
 #include "odc/core/error.h"
+#include "record_fields.h"
 
 namespace odc::data {
 
@@ -46,14 +47,7 @@ void check_fields(const nlohmann::json& record, TextJsonlDataset::Kind kind, con
   } else {
     return;
   }
-  for (const auto& [key, value] : record.items()) {
-    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-    const std::string nearest = closest_name(key, known);
-    std::string names;
-    for (const auto& name : known) names += (names.empty() ? "" : ", ") + name;
-    fail("{}: unknown field \"{}\" in {}{} (known fields: {}; data.extra_fields: ignore skips unknown fields)", where,
-         key, what, nearest.empty() ? std::string() : fmt::format("; did you mean \"{}\"?", nearest), names);
-  }
+  refuse_unknown_fields(record, known, where, what, kExtraFieldsHint);
 }
 
 }  // namespace
