@@ -5,9 +5,12 @@
 // (core_fraction); it names the GEMM library, its ISA and kernel, and the CPU's ISA.
 //
 //   model_throughput --layers 4 --hidden 256 --heads 8 --kv-heads 4 --intermediate 688
-//                    --vocab 64 --seqs 256,512,1024 --threads 1 --iters 5
+//                    --vocab 64 --seqs 256,512,1024 --threads 1 --iters 5 [--recompute none,selective,full]
 //
-// Prints one JSON line. FLOP count ("model FLOPs", the MFU convention: what the math needs, not
+// Prints one JSON line. With --recompute naming several modes (train.recompute), each is timed in
+// the same run, in turn over --iters rounds, and "recompute" holds each mode's seconds per
+// iteration, its activation bytes and its time against the first mode (the CPU cost of
+// recomputation); the top-level figures are the first mode's. FLOP count ("model FLOPs", the MFU convention: what the math needs, not
 // what the implementation executes, so recomputation in the backward is not counted):
 //   linear:    6 * (matmul parameters incl. the LM head) per token       (2 fwd + 4 bwd per MAC)
 //   attention: per layer and sequence of length n, QK^T and PV over the causal triangle are
@@ -37,6 +40,7 @@
 #include "odc/model/batch.h"
 #include "odc/model/llama_config.h"
 #include "odc/model/llama_model.h"
+#include "odc/model/recompute.h"
 #include "odc/model/resident_weights.h"
 
 namespace {
@@ -56,6 +60,7 @@ struct Options {
   int iters = 5;
   int warmup = 2;
   std::uint64_t seed = 0;
+  std::vector<odc::model::Recompute> recompute = {odc::model::Recompute::none};
 };
 
 constexpr const char* kUsage =
@@ -82,6 +87,12 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--warmup") o.warmup = static_cast<int>(parse_int(flag, value));
     else if (flag == "--seed") o.seed = static_cast<std::uint64_t>(parse_int(flag, value));
     else if (flag == "--seqs") o.seqs = odc::bench::parse_int_list(flag, value);
+    else if (flag == "--recompute") {
+      o.recompute.clear();
+      std::stringstream list{std::string(value)};
+      for (std::string item; std::getline(list, item, ',');) o.recompute.push_back(odc::model::parse_recompute(item, flag));
+      if (o.recompute.empty()) odc::fail("--recompute needs at least one of none, selective, full");
+    }
     else return false;
     return true;
   });
@@ -129,9 +140,36 @@ int run(const Options& o) {
   }
 
   double loss = 0.0;
-  const double model_seconds = seconds_per_call(o.warmup, o.iters, [&] {
-    loss = model.train_microbatch(batch, weights, weights).weighted_loss;
-  });
+  // Each mode: warm-up, then rounds over the modes in turn (so drift of the machine's speed falls
+  // on every mode alike), the mean per mode.
+  const std::size_t modes = o.recompute.size();
+  std::vector<double> mode_seconds(modes, 0.0);
+  std::vector<std::int64_t> mode_bytes(modes, 0);
+  for (std::size_t i = 0; i < modes; ++i) {
+    model.set_recompute(o.recompute[i]);
+    for (int w = 0; w < o.warmup; ++w) loss = model.train_microbatch(batch, weights, weights).weighted_loss;
+    mode_bytes[i] = model.activation_bytes();
+  }
+  for (int it = 0; it < o.iters; ++it) {
+    for (std::size_t i = 0; i < modes; ++i) {
+      model.set_recompute(o.recompute[i]);
+      const auto start = Clock::now();
+      loss = model.train_microbatch(batch, weights, weights).weighted_loss;
+      mode_seconds[i] += std::chrono::duration<double>(Clock::now() - start).count() / o.iters;
+    }
+  }
+  const double model_seconds = mode_seconds[0];
+  nlohmann::json per_mode = nlohmann::json::object();
+  for (std::size_t i = 0; i < modes; ++i) {
+    // activation_bytes grows to the largest mode run so far: report each mode's own prediction.
+    const auto predicted = odc::model::activation_bytes(config, model.backend().activation_dtype(), tokens, o.recompute[i],
+                                                        model.backend().head_chunk_rows(config.vocab_size),
+                                                        static_cast<std::int64_t>(o.seqs.size()), false);
+    per_mode[std::string(odc::model::recompute_name(o.recompute[i]))] = {
+        {"seconds_per_iter", mode_seconds[i]},
+        {"time_vs_first", mode_seconds[i] / mode_seconds[0]},
+        {"activation_bytes", predicted.total()}};
+  }
 
   double attention_flops = 0.0;
   for (auto n : o.seqs) {
@@ -188,7 +226,8 @@ int run(const Options& o) {
                         {"cpu", cpu.name},
                         {"cpu_isa", cpu.isa},
                         {"fma_path", cpu.fma_path},
-                        {"activation_bytes", model.activation_bytes()}};
+                        {"activation_bytes", mode_bytes[0]},
+                        {"recompute", per_mode}};
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

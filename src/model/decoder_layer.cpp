@@ -152,47 +152,67 @@ std::int64_t DecodeBuffers::bytes() const {
   return n;
 }
 
+LayerViews layer_views(LayerBuffers& buffers, const Dims& d, bool qk_norm) {
+  LayerViews v = layer_views_except_attention(buffers, d, qk_norm);
+  v.attn = buffers.attn.get(d.t * d.q);
+  v.lse = buffers.lse.get(d.t * d.heads);
+  return v;
+}
+
+LayerViews layer_views_except_attention(LayerBuffers& buffers, const Dims& d, bool qk_norm) {
+  const std::int64_t t = d.t;
+  LayerViews v;
+  v.xn1 = buffers.xn1.get(t * d.c);
+  v.q = buffers.q.get(t * d.q);
+  v.k = buffers.k.get(t * d.kv);
+  v.v = buffers.v.get(t * d.kv);
+  v.x_mid = buffers.x_mid.get(t * d.c);
+  v.rstd1 = buffers.rstd1.get(t);
+  v.rstd2 = buffers.rstd2.get(t);
+  v.xn2 = buffers.xn2.get(t * d.c);
+  v.gate = buffers.gate.get(t * d.f);
+  v.up = buffers.up.get(t * d.f);
+  if (qk_norm) {
+    v.q_raw = buffers.q_raw.get(t * d.q);
+    v.k_raw = buffers.k_raw.get(t * d.kv);
+    v.rstd_q = buffers.rstd_q.get(t * d.heads);
+    v.rstd_k = buffers.rstd_k.get(t * d.kv_heads);
+  }
+  return v;
+}
+
 void layer_forward(backend::Backend& b, const LayerContext& ctx, const LayerSlices& o, ConstView w,
-                   LayerBuffers& saved, ConstView x_in, View x_out, Scratch& s) {
+                   const LayerViews& saved, ConstView x_in, View x_out, Scratch& s, ForwardPart stage) {
   const Dims& d = ctx.d;
   const std::int64_t t = d.t;
-  const View xn1 = saved.xn1.get(t * d.c);
-  const View q = saved.q.get(t * d.q);
-  const View k = saved.k.get(t * d.kv);
-  const View v = saved.v.get(t * d.kv);
-  const View attn = saved.attn.get(t * d.q);
-  const View lse = saved.lse.get(t * d.heads);
-  const View x_mid = saved.x_mid.get(t * d.c);
-  const View rstd1 = saved.rstd1.get(t);
-  const View rstd2 = saved.rstd2.get(t);
-  const View xn2 = saved.xn2.get(t * d.c);
-  const View gate = saved.gate.get(t * d.f);
-  const View up = saved.up.get(t * d.f);
-  const View h = s.h.get(t * d.f);
+  const View q = saved.q;
+  const View k = saved.k;
   // With the q/k norm the projections land in q_raw/k_raw (saved: the norm's backward reads them)
   // and the normalized heads in q/k.
   const bool qk_norm = has_qk_norm(o);
-  const View q_proj = qk_norm ? saved.q_raw.get(t * d.q) : q;
-  const View k_proj = qk_norm ? saved.k_raw.get(t * d.kv) : k;
+  const View q_proj = qk_norm ? saved.q_raw : q;
+  const View k_proj = qk_norm ? saved.k_raw : k;
 
-  b.rmsnorm_forward(x_in, part(w, o.in_norm), xn1, rstd1, t, d.c, d.eps);
-  b.linear_forward(xn1, part(w, o.wq), part(w, o.bq), q_proj, t, d.c, d.q);
-  b.linear_forward(xn1, part(w, o.wk), part(w, o.bk), k_proj, t, d.c, d.kv);
-  b.linear_forward(xn1, part(w, o.wv), part(w, o.bv), v, t, d.c, d.kv);
+  b.rmsnorm_forward(x_in, part(w, o.in_norm), saved.xn1, saved.rstd1, t, d.c, d.eps);
+  b.linear_forward(saved.xn1, part(w, o.wq), part(w, o.bq), q_proj, t, d.c, d.q);
+  b.linear_forward(saved.xn1, part(w, o.wk), part(w, o.bk), k_proj, t, d.c, d.kv);
+  b.linear_forward(saved.xn1, part(w, o.wv), part(w, o.bv), saved.v, t, d.c, d.kv);
   if (qk_norm) {
-    head_norm_forward(b, d, q_proj, part(w, o.q_norm), q, saved.rstd_q.get(t * d.heads), t * d.heads);
-    head_norm_forward(b, d, k_proj, part(w, o.k_norm), k, saved.rstd_k.get(t * d.kv_heads), t * d.kv_heads);
+    head_norm_forward(b, d, q_proj, part(w, o.q_norm), q, saved.rstd_q, t * d.heads);
+    head_norm_forward(b, d, k_proj, part(w, o.k_norm), k, saved.rstd_k, t * d.kv_heads);
   }
   b.rope_forward(q, ctx.cos, ctx.sin, t, d.heads, d.head_dim);
   b.rope_forward(k, ctx.cos, ctx.sin, t, d.kv_heads, d.head_dim);
-  b.attention_forward(ctx.shape, q, k, v, attn, lse);
-  b.copy(x_in, x_mid);
-  b.linear_forward_add(attn, part(w, o.wo), x_mid, t, d.q, d.c);  // + attn Wo^T
-  b.rmsnorm_forward(x_mid, part(w, o.post_norm), xn2, rstd2, t, d.c, d.eps);
-  b.linear_forward(xn2, part(w, o.wg), ConstView{}, gate, t, d.c, d.f);
-  b.linear_forward(xn2, part(w, o.wu), ConstView{}, up, t, d.c, d.f);
-  b.swiglu_forward(gate, up, h, t * d.f);
-  b.copy(x_mid, x_out);
+  if (stage != ForwardPart::recompute_except_attention) b.attention_forward(ctx.shape, q, k, saved.v, saved.attn, saved.lse);
+  b.copy(x_in, saved.x_mid);
+  b.linear_forward_add(saved.attn, part(w, o.wo), saved.x_mid, t, d.q, d.c);  // + attn Wo^T
+  b.rmsnorm_forward(saved.x_mid, part(w, o.post_norm), saved.xn2, saved.rstd2, t, d.c, d.eps);
+  b.linear_forward(saved.xn2, part(w, o.wg), ConstView{}, saved.gate, t, d.c, d.f);
+  b.linear_forward(saved.xn2, part(w, o.wu), ConstView{}, saved.up, t, d.c, d.f);
+  if (stage != ForwardPart::all) return;  // the backward recomputes h itself and needs no x_out
+  const View h = s.h.get(t * d.f);
+  b.swiglu_forward(saved.gate, saved.up, h, t * d.f);
+  b.copy(saved.x_mid, x_out);
   b.linear_forward_add(h, part(w, o.wd), x_out, t, d.f, d.c);  // + h Wd^T
 }
 
@@ -236,7 +256,7 @@ void layer_decode(backend::Backend& b, const Dims& d, const LayerSlices& o, Cons
 }
 
 void layer_backward(backend::Backend& b, const LayerContext& ctx, const LayerSlices& o, ConstView w, View g,
-                    LayerBuffers& saved, ConstView x_in, Scratch& s) {
+                    const LayerViews& saved, ConstView x_in, Scratch& s) {
   const Dims& d = ctx.d;
   const std::int64_t t = d.t;
   const View dx = s.dx.get(t * d.c);
@@ -249,9 +269,9 @@ void layer_backward(backend::Backend& b, const LayerContext& ctx, const LayerSli
   const View dq = s.dq.get(t * d.q);
   const View dk = s.dk.get(t * d.kv);
   const View dv = s.dv.get(t * d.kv);
-  const ConstView gate = saved.gate.get(t * d.f);
-  const ConstView up = saved.up.get(t * d.f);
-  const ConstView xn2 = saved.xn2.get(t * d.c);
+  const ConstView gate = saved.gate;
+  const ConstView up = saved.up;
+  const ConstView xn2 = saved.xn2;
 
   // MLP: x_out = x_mid + down(silu(gate(xn2)) * up(xn2)); h is recomputed rather than stored.
   b.swiglu_forward(gate, up, h, t * d.f);
@@ -259,27 +279,27 @@ void layer_backward(backend::Backend& b, const LayerContext& ctx, const LayerSli
   b.swiglu_backward(dh, gate, up, dgate, dup, t * d.f);
   b.linear_backward(dgate, xn2, part(w, o.wg), dxn, part(g, o.wg), View{}, t, d.c, d.f, false);
   b.linear_backward(dup, xn2, part(w, o.wu), dxn, part(g, o.wu), View{}, t, d.c, d.f, true);
-  b.rmsnorm_backward(dxn, saved.x_mid.get(t * d.c), part(w, o.post_norm), saved.rstd2.get(t), dx,
+  b.rmsnorm_backward(dxn, saved.x_mid, part(w, o.post_norm), saved.rstd2, dx,
                      part(g, o.post_norm), t, d.c, true);  // dx is now dL/dx_mid
   // Attention: x_mid = x_in + o_proj(attn(rope(q), rope(k), v)).
-  const ConstView attn = saved.attn.get(t * d.q);
+  const ConstView attn = saved.attn;
   b.linear_backward(dx, attn, part(w, o.wo), dattn, part(g, o.wo), View{}, t, d.q, d.c, false);
-  b.attention_backward(ctx.shape, saved.q.get(t * d.q), saved.k.get(t * d.kv), saved.v.get(t * d.kv), attn,
-                       saved.lse.get(t * d.heads), dattn, dq, dk, dv);
+  b.attention_backward(ctx.shape, saved.q, saved.k, saved.v, attn,
+                       saved.lse, dattn, dq, dk, dv);
   b.rope_backward(dq, ctx.cos, ctx.sin, t, d.heads, d.head_dim);
   b.rope_backward(dk, ctx.cos, ctx.sin, t, d.kv_heads, d.head_dim);
   if (has_qk_norm(o)) {
     // dq/dk hold dL/d(normalized heads); in place (the op allows dx = dy) they become dL/d(projections).
-    b.rmsnorm_backward(dq, saved.q_raw.get(t * d.q), part(w, o.q_norm), saved.rstd_q.get(t * d.heads), dq,
+    b.rmsnorm_backward(dq, saved.q_raw, part(w, o.q_norm), saved.rstd_q, dq,
                        part(g, o.q_norm), t * d.heads, d.head_dim, false);
-    b.rmsnorm_backward(dk, saved.k_raw.get(t * d.kv), part(w, o.k_norm), saved.rstd_k.get(t * d.kv_heads), dk,
+    b.rmsnorm_backward(dk, saved.k_raw, part(w, o.k_norm), saved.rstd_k, dk,
                        part(g, o.k_norm), t * d.kv_heads, d.head_dim, false);
   }
-  const ConstView xn1 = saved.xn1.get(t * d.c);
+  const ConstView xn1 = saved.xn1;
   b.linear_backward(dq, xn1, part(w, o.wq), dxn, part(g, o.wq), part(g, o.bq), t, d.c, d.q, false);
   b.linear_backward(dk, xn1, part(w, o.wk), dxn, part(g, o.wk), part(g, o.bk), t, d.c, d.kv, true);
   b.linear_backward(dv, xn1, part(w, o.wv), dxn, part(g, o.wv), part(g, o.bv), t, d.c, d.kv, true);
-  b.rmsnorm_backward(dxn, x_in, part(w, o.in_norm), saved.rstd1.get(t), dx, part(g, o.in_norm), t, d.c, true);
+  b.rmsnorm_backward(dxn, x_in, part(w, o.in_norm), saved.rstd1, dx, part(g, o.in_norm), t, d.c, true);
 }
 
 }  // namespace odc::model::detail

@@ -2,7 +2,8 @@
 // One decoder layer's forward and backward over a backend (model-internal): pre-norm attention
 // with RoPE and grouped-query heads (Qwen3: q and k RMS-normalized per head before RoPE), then a
 // pre-norm SwiGLU MLP, each added into the residual stream. The layer saves exactly what its
-// backward reads; the SwiGLU product and the attention probabilities are recomputed in backward.
+// backward reads; the SwiGLU product and the attention probabilities are recomputed in backward,
+// and with train.recompute (recompute.h) the forward itself, in part or whole.
 #include <cstdint>
 #include <vector>
 
@@ -43,6 +44,22 @@ struct LayerBuffers {
   std::int64_t bytes() const;
 };
 
+// Views of one layer's kept activations for a microbatch of d.t tokens (layer_views). Under
+// recomputation they come from a working set shared by all layers, the attention output and
+// log-sum-exp (selective) from the layer's own buffers.
+struct LayerViews {
+  backend::View xn1, q, k, v, attn, lse, x_mid, rstd1, rstd2, xn2, gate, up, q_raw, k_raw, rstd_q, rstd_k;
+};
+LayerViews layer_views(LayerBuffers& buffers, const Dims& d, bool qk_norm);
+// The same without attn and lse (left empty; the caller places them).
+LayerViews layer_views_except_attention(LayerBuffers& buffers, const Dims& d, bool qk_norm);
+
+// How much of a layer's forward runs: all of it (a forward pass), or its recomputation inside the
+// backward, which stops at what the backward reads (gate and up: the SwiGLU product and the down
+// projection are the backward's own) and, with `except_attention`, takes the attention output and
+// log-sum-exp as kept.
+enum class ForwardPart { all, recompute, recompute_except_attention };
+
 // Scratch shared by all layers (valid only inside one unit's computation), the head's buffers,
 // and the microbatch's index data on the device.
 struct Scratch {
@@ -70,12 +87,14 @@ struct DecodeBuffers {
   std::int64_t bytes() const;
 };
 
+// x_out is written only by ForwardPart::all.
 void layer_forward(backend::Backend& b, const LayerContext& ctx, const LayerSlices& o, backend::ConstView w,
-                   LayerBuffers& saved, backend::ConstView x_in, backend::View x_out, Scratch& s);
+                   const LayerViews& saved, backend::ConstView x_in, backend::View x_out, Scratch& s,
+                   ForwardPart part = ForwardPart::all);
 
 // On entry s.dx holds dL/dx_out; on exit dL/dx_in. Weight gradients are added into g.
 void layer_backward(backend::Backend& b, const LayerContext& ctx, const LayerSlices& o, backend::ConstView w,
-                    backend::View g, LayerBuffers& saved, backend::ConstView x_in, Scratch& s);
+                    backend::View g, const LayerViews& saved, backend::ConstView x_in, Scratch& s);
 
 // The layer over d.t new tokens at positions [past, past + d.t) of one sequence: their keys and
 // values (post-RoPE) are written into rows [past, past + d.t) of the layer's caches, the queries

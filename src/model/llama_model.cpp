@@ -37,12 +37,13 @@ void check_batch(const PackedBatch& batch, const LlamaConfig& config) {
 }  // namespace
 
 struct LlamaModel::Activations {
-  explicit Activations(backend::Backend& b, int layers) : scratch(b) {
+  explicit Activations(backend::Backend& b, int layers) : work(b), scratch(b) {
     for (int l = 0; l <= layers; ++l) x.emplace_back(b.memory(), b.activation_dtype());
     for (int l = 0; l < layers; ++l) saved.emplace_back(b);
   }
   std::vector<backend::Buffer> x;  // x[l] = input of layer l; x[L] = input of the head
-  std::vector<detail::LayerBuffers> saved;
+  std::vector<detail::LayerBuffers> saved;  // per layer: all it keeps (none), its attention (selective)
+  detail::LayerBuffers work;                 // the layer computing's recomputed set (selective, full)
   detail::LayerSlices slices{};
   detail::Scratch scratch;
   detail::LayerContext context{};
@@ -67,8 +68,24 @@ std::int64_t LlamaModel::activation_bytes() const {
   std::int64_t n = acts_->scratch.bytes();
   for (const auto& w : acts_->x) n += w.capacity_bytes();
   for (const auto& l : acts_->saved) n += l.bytes();
-  return n;
+  return n + acts_->work.bytes();
 }
+
+namespace {
+
+// Where layer `l`'s activations live under `mode`: its own buffers (none), the shared working set
+// with its own attention output and log-sum-exp (selective), or the working set alone (full).
+detail::LayerViews views_for(Recompute mode, std::vector<detail::LayerBuffers>& saved, detail::LayerBuffers& work,
+                             std::size_t l, const detail::Dims& d, bool qk_norm) {
+  if (mode == Recompute::none) return detail::layer_views(saved[l], d, qk_norm);
+  detail::LayerViews v = detail::layer_views_except_attention(work, d, qk_norm);
+  detail::LayerBuffers& attention = mode == Recompute::selective ? saved[l] : work;
+  v.attn = attention.attn.get(d.t * d.q);
+  v.lse = attention.lse.get(d.t * d.heads);
+  return v;
+}
+
+}  // namespace
 
 void LlamaModel::begin_microbatch(const PackedBatch& batch) {
   check_batch(batch, config_);
@@ -95,8 +112,8 @@ namespace {
 // Units of the forward pass in order, with prefetch hints; leaves x[L] ready for the head.
 // With tied embeddings unit 0 stays acquired (the head reads it) and `unit0` receives it.
 void forward_body(backend::Backend& b, const LlamaConfig& config, const PackedBatch& batch, ParamSource& params,
-                  std::vector<backend::Buffer>& x, std::vector<detail::LayerBuffers>& saved,
-                  const detail::LayerSlices& slices, detail::Scratch& s, const detail::LayerContext& ctx,
+                  std::vector<backend::Buffer>& x, std::vector<detail::LayerBuffers>& saved, detail::LayerBuffers& work,
+                  Recompute mode, const detail::LayerSlices& slices, detail::Scratch& s, const detail::LayerContext& ctx,
                   ConstView tokens, const float** unit0, const std::vector<UnitLayout>& units, Tracer* tracer) {
   const auto& d = ctx.d;
   const double token_count = static_cast<double>(d.t);
@@ -124,7 +141,8 @@ void forward_body(backend::Backend& b, const LlamaConfig& config, const PackedBa
     if (d.t > 0) {
       const TraceScope trace(tracer, "forward", "forward " + units[u].name,
                              {{"unit", unit}, {"tokens", token_count}, {"pairs", pairs}});
-      detail::layer_forward(b, ctx, slices, b.weights(w, units[u].numel), saved[u - 1], x[u - 1].get(d.t * d.c),
+      detail::layer_forward(b, ctx, slices, b.weights(w, units[u].numel),
+                            views_for(mode, saved, work, u - 1, d, config.qk_norm), x[u - 1].get(d.t * d.c),
                             x[u].get(d.t * d.c), s);
     }
     b.release_weights(w);
@@ -145,7 +163,8 @@ MicrobatchResult LlamaModel::train_microbatch(const PackedBatch& batch, ParamSou
   const bool tied = config_.tie_word_embeddings;
 
   const float* unit0 = nullptr;
-  forward_body(b, config_, batch, params, a.x, a.saved, a.slices, s, a.context, a.tokens, &unit0, units_, tracer_);
+  forward_body(b, config_, batch, params, a.x, a.saved, a.work, recompute_, a.slices, s, a.context, a.tokens, &unit0,
+               units_, tracer_);
   const double tokens = static_cast<double>(d.t);
   const double pairs = tracer_ != nullptr ? batch.causal_pairs() : 0.0;
 
@@ -230,7 +249,14 @@ MicrobatchResult LlamaModel::train_microbatch(const PackedBatch& batch, ParamSou
     if (d.t > 0) {
       const TraceScope trace(tracer_, "backward", "backward " + units_[u].name,
                              {{"unit", unit}, {"tokens", tokens}, {"pairs", pairs}});
-      detail::layer_backward(b, a.context, a.slices, w, g, a.saved[u - 1], a.x[u - 1].get(d.t * d.c), s);
+      const detail::LayerViews views = views_for(recompute_, a.saved, a.work, u - 1, d, config_.qk_norm);
+      const ConstView x_in = a.x[u - 1].get(d.t * d.c);
+      if (recompute_ != Recompute::none) {
+        detail::layer_forward(b, a.context, a.slices, w, views, x_in, View{}, s,
+                              recompute_ == Recompute::full ? detail::ForwardPart::recompute
+                                                            : detail::ForwardPart::recompute_except_attention);
+      }
+      detail::layer_backward(b, a.context, a.slices, w, g, views, x_in, s);
     }
     grads.push_grad(unit);
     b.release_weights(unit_weights);
@@ -255,7 +281,8 @@ MicrobatchResult LlamaModel::forward(const PackedBatch& batch, ParamSource& para
   const auto& d = a.context.d;
   const int head = head_unit();
   const float* unit0 = nullptr;
-  forward_body(b, config_, batch, params, a.x, a.saved, a.slices, s, a.context, a.tokens, &unit0, units_, nullptr);
+  forward_body(b, config_, batch, params, a.x, a.saved, a.work, recompute_, a.slices, s, a.context, a.tokens, &unit0,
+               units_, nullptr);
 
   MicrobatchResult result;
   const auto& head_layout = units_[static_cast<std::size_t>(head)];

@@ -180,6 +180,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
     evaluator_ = std::make_unique<Evaluator>(config, model_config_, rank, world, data_->token_cap());
   }
   model_ = std::make_unique<model::LlamaModel>(model_config_, std::move(compute));
+  model_->set_recompute(model::parse_recompute(config.get_string("train.recompute")));
   // Only a checkpoint (or another rank) can need the fingerprint: it reads the whole dataset.
   if (world > 1 || checkpointer_->in_use()) data_fingerprint_ = data_->fingerprint();
   if (world > 1) {
@@ -270,9 +271,13 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   if (world > 1) group_.barrier("the start-up barrier");
   if (tracer_) tracer_->set_origin(Tracer::Clock::now());
 
-  spdlog::info("model: {} layers, hidden {}, heads {}/{} (q/kv), vocab {}, {:.2f}M parameters", model_config_.num_hidden_layers,
-               model_config_.hidden_size, model_config_.num_attention_heads, model_config_.num_key_value_heads,
-               model_config_.vocab_size, static_cast<double>(model_config_.num_parameters()) / 1e6);
+  spdlog::info("model: {} layers, hidden {}, heads {}/{} (q/kv), vocab {}, {:.2f}M parameters{}",
+               model_config_.num_hidden_layers, model_config_.hidden_size, model_config_.num_attention_heads,
+               model_config_.num_key_value_heads, model_config_.vocab_size,
+               static_cast<double>(model_config_.num_parameters()) / 1e6,
+               model_->recompute() == model::Recompute::none
+                   ? std::string()
+                   : fmt::format("; activation recomputation {} (train.recompute)", model::recompute_name(model_->recompute())));
   const std::int64_t global = data_->global_batch_size();
   spdlog::info("data: {}, global batch {} sequences per step ({}), microbatch cap {} tokens",
                data_->dataset().describe(), global, data_->global_batch_origin(), data_->token_cap());

@@ -7,7 +7,8 @@
 // Training a microbatch:  forward units 0..L (acquire, compute, release), then the head unit does
 // its forward, the weighted cross-entropy and its backward in row chunks (full logits are never
 // held), then backward units L..0 with re-acquired weights, each unit's gradient pushed as soon as
-// it is complete.
+// it is complete. With recomputation (set_recompute) a layer's backward first recomputes its
+// forward, in whole or in part, on those same re-acquired weights.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -19,6 +20,7 @@
 #include "odc/model/kv_cache.h"
 #include "odc/model/llama_config.h"
 #include "odc/model/param_io.h"
+#include "odc/model/recompute.h"
 #include "odc/model/units.h"
 
 namespace odc::model {
@@ -63,6 +65,11 @@ class LlamaModel {
   void forward_cached(std::span<const std::int32_t> tokens, KvCache& cache, ParamSource& params,
                       std::vector<float>& logits);
 
+  // Activation recomputation (recompute.h; none by default). Gradients and losses do not depend on
+  // it; the activation memory and the backward's compute do.
+  void set_recompute(Recompute mode) { recompute_ = mode; }
+  Recompute recompute() const { return recompute_; }
+
   // Records each unit's forward/backward compute as trace events (null: off). Weight gathers and
   // gradient hand-offs happen outside these events, so they time pure compute.
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }
@@ -80,6 +87,7 @@ class LlamaModel {
   std::vector<double> inv_freq_;
   std::unique_ptr<Activations> acts_;
   Tracer* tracer_ = nullptr;
+  Recompute recompute_ = Recompute::none;
 };
 
 }  // namespace odc::model
