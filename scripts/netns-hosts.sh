@@ -188,6 +188,41 @@ set_link() {
   done
   local h
   for (( h = 0; h < $(hosts_up); h++ )); do ip -n "$(host_ns "$h")" neigh flush all 2> /dev/null || true; done
+  # A link whose carrier is up can still drop the first packets (the bridge port's state, stale
+  # neighbour entries): the link counts as restored once a TCP connection from this host to another
+  # one (the direction in which mpirun's daemons call back their launcher) gets through.
+  probe_link "$i" || die "host $i's link is up but no TCP connection to host $(( i == 0 ? 1 : 0 )) got through in 15 s"
+}
+
+# probe_link I: a TCP connection from host I to host 0 (host 1 when I is 0) succeeds within 15 s.
+probe_link() {
+  local i="$1" peer=$(( $1 == 0 ? 1 : 0 )) port=$(( 20000 + RANDOM % 20000 )) listener rc=0
+  ip netns exec "$(host_ns "$peer")" /usr/bin/python3 -c '
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen()
+s.settimeout(16)
+try:
+    s.accept()[0].close()
+except OSError:
+    sys.exit(1)' "$(address_of "$peer")" "$port" &
+  listener=$!
+  ip netns exec "$(host_ns "$i")" /usr/bin/python3 -c '
+import socket, sys, time
+end = time.monotonic() + 15
+while True:
+    try:
+        socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()
+        break
+    except OSError:
+        if time.monotonic() > end:
+            sys.exit(1)
+        time.sleep(0.1)' "$(address_of "$peer")" "$port" || rc=1
+  [ $rc -eq 0 ] || kill "$listener" 2> /dev/null
+  wait "$listener" 2> /dev/null || rc=1
+  return $rc
 }
 
 cmd_traffic() {
