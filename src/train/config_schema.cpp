@@ -38,6 +38,11 @@ std::vector<TunableSpec> trainer_tunables() {
               "always): float32 (cpu), bfloat16 (cuda; on cpu the bf16 mode that rounds where the CUDA path rounds)",
               {"float32", "bfloat16"}),
       tunable("model.seed", K::integer, "0", "seed of the random initialization (same model on every world size)"),
+      tunable("model.attention", K::string, "auto",
+              "attention kernels on model.device=cuda: cudnn = cuDNN's fused flash attention (ragged packed "
+              "sequences, causal, GQA); native = this project's kernel; auto = cudnn where the installed cuDNN "
+              "supports the shape, else native with the reason logged (model.device=cpu: always the CPU kernel)",
+              {"auto", "cudnn", "native"}),
       // data: the trainer's own keys, then the ones odc-sim shares (data::data_tunable), in this order
       tunable("data.train", K::string, "", "training data file", {}, true),
       tunable("data.eval", K::string, "\"\"",
@@ -140,6 +145,11 @@ std::vector<TunableSpec> trainer_tunables() {
               "token = mean over all target tokens of the global minibatch; sequence = mean over sequences "
               "of each sequence's mean token loss",
               {"token", "sequence"}),
+      tunable("train.recompute", K::string, "none",
+              "activation recomputation: none = keep every layer's activations for backward; selective = keep "
+              "each layer's input, attention output and log-sum-exp, recompute the rest in backward; full = keep "
+              "only each layer's input and recompute its whole forward in backward (gradients bitwise equal)",
+              {"none", "selective", "full"}),
       tunable("train.threads", K::integer, "1",
               "compute threads per rank (BLAS); at most 4 x the machine's hardware threads",
               Range::at_least(1).and_at_most(static_cast<double>(kMaxComputeThreads))),
