@@ -13,6 +13,8 @@
 #include "odc/distributed/shard_store.h"
 #include "odc/model/llama_model.h"
 
+#include "call_log.h"
+
 using namespace odc;
 
 namespace {
@@ -76,17 +78,7 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return scale > 0 ? diff / scale : diff;
 }
 
-// Records the order of ParamSource/GradSink calls, serving weights from a ShardStore.
-class RecordingComm final : public model::ParamSource, public model::GradSink {
- public:
-  explicit RecordingComm(distributed::ShardStore& s) : store(s) {}
-  const float* acquire(int u) override { log.push_back("A" + std::to_string(u)); return store.master(u); }
-  void release(int u) override { log.push_back("R" + std::to_string(u)); }
-  float* grad_buffer(int u) override { log.push_back("G" + std::to_string(u)); return store.grad(u); }
-  void push_grad(int u) override { log.push_back("P" + std::to_string(u)); }
-  distributed::ShardStore& store;
-  std::vector<std::string> log;
-};
+using RecordingComm = test::CallLog;
 
 }  // namespace
 

@@ -17,6 +17,8 @@
 #include "odc/model/llama_model.h"
 #include "odc/model/recompute.h"
 
+#include "call_log.h"
+
 using namespace odc;
 
 namespace {
@@ -145,23 +147,6 @@ TEST_CASE("train.recompute names its values", "[model][recompute]") {
                                                            Catch::Contains("none, selective or full"));
 }
 
-namespace {
-
-// Records the model's ParamSource/GradSink calls (what a sharded comm turns into gathers and
-// pushes), serving the weights from a ShardStore.
-class CallLog final : public model::ParamSource, public model::GradSink {
- public:
-  explicit CallLog(distributed::ShardStore& s) : store(s) {}
-  const float* acquire(int u) override { log.push_back("A" + std::to_string(u)); return store.master(u); }
-  void release(int u) override { log.push_back("R" + std::to_string(u)); }
-  void prefetch(int u) override { log.push_back("F" + std::to_string(u)); }
-  float* grad_buffer(int u) override { log.push_back("G" + std::to_string(u)); return store.grad(u); }
-  void push_grad(int u) override { log.push_back("P" + std::to_string(u)); }
-  distributed::ShardStore& store;
-  std::vector<std::string> log;
-};
-
-}  // namespace
 
 TEST_CASE("recomputation gathers nothing more: the same acquire, prefetch and push calls as none", "[model][recompute]") {
   for (int variant = 0; variant < 3; ++variant) {
@@ -173,7 +158,7 @@ TEST_CASE("recomputation gathers nothing more: the same acquire, prefetch and pu
       m.set_recompute(mode);
       distributed::ShardLayout layout(m.units(), 1, 0);
       distributed::ShardStore store(layout, m.units(), config, 11);
-      CallLog calls(store);
+      test::CallLog calls(store, /*prefetches=*/true);
       for (const auto& b : batches(config.vocab_size)) m.train_microbatch(b, calls, calls);
       if (mode == model::Recompute::none) {
         reference = calls.log;
