@@ -135,8 +135,15 @@ void check_value(const TunableSpec& spec, const YAML::Node& node, const std::str
   };
   switch (spec.kind) {
     case ValueKind::integer: {
+      if (node.IsScalar() && std::find(spec.choices.begin(), spec.choices.end(), node.Scalar()) != spec.choices.end()) {
+        return;  // one of the words the key accepts besides numbers
+      }
       const auto value = node.IsScalar() ? parse_integer(node.Scalar()) : std::nullopt;
-      if (!value) mismatch();
+      if (!value) {
+        if (spec.choices.empty()) mismatch();
+        fail("config key '{}' in {} expects an integer or {}, found {}", spec.path, where, fmt::join(spec.choices, ", "),
+             describe(node));
+      }
       check_range(static_cast<double>(value.value()));
       return;
     }
@@ -246,8 +253,8 @@ Config::Config(std::vector<TunableSpec> specs) : specs_(std::move(specs)) {
     ODC_CHECK(parts.size() == 2 && !parts[0].empty() && !parts[1].empty(),
               "tunable path '{}' must be 'section.key'", declared.path);
     ODC_CHECK(seen.insert(declared.path).second, "tunable '{}' is declared twice", declared.path);
-    ODC_CHECK(declared.choices.empty() || declared.kind == ValueKind::string,
-              "tunable '{}' has choices but is not a string", declared.path);
+    ODC_CHECK(declared.choices.empty() || declared.kind == ValueKind::string || declared.kind == ValueKind::integer,
+              "tunable '{}' has choices but is neither a string nor an integer", declared.path);
     ODC_CHECK(!declared.required || declared.default_value.empty(),
               "required tunable '{}' has a default", declared.path);
     ODC_CHECK(!declared.range.bounded() || declared.kind == ValueKind::integer || declared.kind == ValueKind::number,
@@ -393,7 +400,20 @@ std::int64_t Config::get_int(const std::string& path) const {
   expect_kind(declared, ValueKind::integer);
   const auto it = values_.find(path);
   if (it == values_.end()) fail_unset(declared);
-  return parse_integer(it->second.node.Scalar()).value();
+  const auto value = parse_integer(it->second.node.Scalar());
+  if (!value) {
+    fail("config key '{}' is '{}', which this program cannot resolve to a number here: set a number", path,
+         it->second.node.Scalar());
+  }
+  return *value;
+}
+
+std::optional<std::string> Config::get_int_word(const std::string& path) const {
+  const TunableSpec& declared = spec(path);
+  expect_kind(declared, ValueKind::integer);
+  const auto it = values_.find(path);
+  if (it == values_.end() || parse_integer(it->second.node.Scalar())) return std::nullopt;
+  return it->second.node.Scalar();
 }
 
 double Config::get_double(const std::string& path) const {
@@ -475,7 +495,11 @@ std::string Config::canonical() const {
     if (it != values_.end()) {
       const YAML::Node& node = it->second.node;
       switch (declared.kind) {
-        case ValueKind::integer: value = fmt::format("{}", parse_integer(node.Scalar()).value()); break;
+        case ValueKind::integer: {
+          const auto number = parse_integer(node.Scalar());
+          value = number ? fmt::format("{}", *number) : node.Scalar();  // or one of its words
+          break;
+        }
         // fmt's shortest round-trip form: 3e-4 and 0.0003 give the same text.
         case ValueKind::number: value = fmt::format("{}", parse_number(node.Scalar()).value()); break;
         case ValueKind::boolean: value = parse_boolean(node).value() ? "true" : "false"; break;

@@ -89,6 +89,11 @@ TunableSpec tunable(std::string path, ValueKind kind, std::string default_value,
   return {std::move(path), kind, std::move(default_value), std::move(doc), {}, false, range};
 }
 
+TunableSpec tunable(std::string path, std::string default_value, std::string doc, Range range,
+                    std::vector<std::string> words) {
+  return {std::move(path), ValueKind::integer, std::move(default_value), std::move(doc), std::move(words), false, range};
+}
+
 std::pair<std::string, std::string> split_assignment(const std::string& assignment) {
   const std::size_t equals = assignment.find('=');
   std::string key = trim(std::string_view(assignment).substr(0, equals));

@@ -58,7 +58,9 @@ struct TunableSpec {
   ValueKind kind;
   std::string default_value;         // YAML text; empty with required=false means "unset"
   std::string doc;
-  std::vector<std::string> choices;  // allowed values for strings (empty = any)
+  // Allowed values for strings (empty = any); for an integer, words it also accepts besides
+  // numbers (e.g. "auto"), read with Config::get_int_word.
+  std::vector<std::string> choices;
   bool required = false;             // must be given by the user (no usable default)
   Range range = {};                  // allowed values of integers and numbers (default: any)
 };
@@ -67,6 +69,9 @@ struct TunableSpec {
 TunableSpec tunable(std::string path, ValueKind kind, std::string default_value, std::string doc,
                     std::vector<std::string> choices = {}, bool required = false);
 TunableSpec tunable(std::string path, ValueKind kind, std::string default_value, std::string doc, Range range);
+// An integer in `range` or one of `words`.
+TunableSpec tunable(std::string path, std::string default_value, std::string doc, Range range,
+                    std::vector<std::string> words);
 
 class Config {
  public:
@@ -86,7 +91,9 @@ class Config {
   void validate() const;
 
   bool has(const std::string& path) const;     // set (by default or by the user)
-  std::int64_t get_int(const std::string& path) const;
+  std::int64_t get_int(const std::string& path) const;  // odc::Error when the key holds one of its words
+  // The word an integer key holds (one of its declared words, e.g. "auto"), nullopt for a number.
+  std::optional<std::string> get_int_word(const std::string& path) const;
   double get_double(const std::string& path) const;
   bool get_bool(const std::string& path) const;
   std::string get_string(const std::string& path) const;
