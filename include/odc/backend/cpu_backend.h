@@ -35,7 +35,7 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return compute_ == DType::bf16 ? "cpu-bf16" : "cpu"; }
   DType compute_dtype() const { return compute_; }
   DeviceMemory& memory() override;
-  DType activation_dtype() const override { return DType::f32; }
+  DType activation_dtype() const override { return activation_dtype_of(DeviceKind::cpu); }
   int threads() const { return threads_; }
   // device: one core's FMA-loop peak (core/cpu_features.h: the widest FMA ISA, registers only)
   // times threads(), the ceiling no kernel passes; gemm: the best of 3 model-shaped sgemms
@@ -97,7 +97,11 @@ class CpuBackend final : public Backend {
   std::unique_ptr<DeviceMemory> memory_;
   int threads_;
   DType compute_;
-  WeightCopies<std::vector<float>> weight_copies_;  // bf16 mode: unit -> its rounded copy
+  struct WeightCopy {
+    Buffer buffer;
+    std::int64_t count = 0;  // elements of the unit it holds
+  };
+  WeightCopies<WeightCopy> weight_copies_;  // bf16 mode: unit -> its rounded copy
 };
 
 }  // namespace odc::backend
