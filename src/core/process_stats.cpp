@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +24,18 @@ std::int64_t kilobytes_field(std::string_view line, std::string_view name) {
 }
 
 }  // namespace
+
+std::int64_t read_available_memory() {
+  std::int64_t bytes = 0;
+  if (std::FILE* info = std::fopen("/proc/meminfo", "r")) {
+    char buffer[256];
+    while (bytes <= 0 && std::fgets(buffer, sizeof buffer, info) != nullptr) {
+      bytes = kilobytes_field(std::string_view(buffer, std::strlen(buffer)), "MemAvailable");
+    }
+    std::fclose(info);
+  }
+  return std::max<std::int64_t>(bytes, 0);
+}
 
 ProcessStats read_process_stats() {
   ProcessStats stats;

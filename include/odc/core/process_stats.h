@@ -18,6 +18,10 @@ struct ProcessStats {
 // Reads /proc/self/status and /proc/self/fd. Fields that cannot be read stay 0.
 ProcessStats read_process_stats();
 
+// The host memory a new allocation can get without swapping (MemAvailable of /proc/meminfo), in
+// bytes; 0 when it cannot be read.
+std::int64_t read_available_memory();
+
 // What /proc/PID/stat says of another process: its name (comm, at most 15 bytes), its state
 // letter ('Z' zombie, 'X' dead: exited all the same) and its start time since boot (field 22, as
 // text; with the pid, it tells a process from a later one that reuses the pid).

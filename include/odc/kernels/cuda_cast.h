@@ -15,5 +15,7 @@ void add_f32(float* acc, const float* in, std::int64_t n, void* stream);
 
 // Number of visible CUDA devices; 0 (with `why` set) when there is no usable driver or device.
 int device_count(std::string* why);
+// Total memory of device `device` in bytes (cudaMemGetInfo on it; the current device is restored).
+std::int64_t device_total_memory(int device);
 
 }  // namespace odc::kernels::cuda

@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "odc/kernels/cuda_cast.h"
+#include "odc/kernels/cuda_device.h"
 #include "elementwise.cuh"
 
 namespace odc::kernels::cuda {
@@ -68,6 +69,18 @@ int device_count(std::string* why) {
     return 0;
   }
   return count;
+}
+
+std::int64_t device_total_memory(int device) {
+  int current = 0;
+  check_cuda(cudaGetDevice(&current), "cudaGetDevice");
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  const cudaError_t status = cudaMemGetInfo(&free_bytes, &total_bytes);
+  check_cuda(cudaSetDevice(current), "cudaSetDevice");
+  check_cuda(status, "cudaMemGetInfo");
+  return static_cast<std::int64_t>(total_bytes);
 }
 
 }  // namespace odc::kernels::cuda

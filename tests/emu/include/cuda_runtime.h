@@ -6,6 +6,7 @@
 // once and time nothing. Launches report their errors by throwing odc::Error; cudaGetLastError
 // then has nothing left to report.
 #include <cstddef>
+#include <limits>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -63,6 +64,15 @@ inline cudaError_t cudaGetDeviceCount(int* n) {
   return cudaSuccess;
 }
 inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+// The emulated device's capacity (DeviceCapacity; unlimited: 80 GiB) and what is not allocated of it.
+inline cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
+  const auto& device = ::odc_emu::memory::device();
+  const std::size_t capacity = device.capacity() == std::numeric_limits<std::size_t>::max() ? std::size_t{80} << 30
+                                                                                             : device.capacity();
+  *total_bytes = capacity;
+  *free_bytes = capacity > device.device_bytes() ? capacity - device.device_bytes() : 0;
+  return cudaSuccess;
+}
 
 // ---- Memory (memory_emu.h): device, pinned and pool allocations are tracked host memory ----
 inline cudaError_t cudaMalloc(void** p, std::size_t bytes) {
