@@ -1,9 +1,14 @@
-// GPU attention throughput: cuda::attention_forward and forward + backward on packed causal batches
-// of 4096 tokens (one sequence, 8 x 512, 16 ragged sequences) with 16/16 and 32/8 heads, head_dim
-// 128. Prints one JSON line per shape (bench/gpu_attention_torch.py prints the same fields for
-// PyTorch's flash SDPA). Exits 77 when no CUDA device is visible.
+// GPU attention throughput: forward and forward + backward on packed causal batches of 4096
+// tokens (one sequence, 8 x 512, 16 ragged sequences) with 16/16 and 32/8 heads, head_dim 128, of
+// the native kernels (cuda::attention_forward, "impl":"odc") and of cuDNN's fused attention
+// (cuda::CudnnAttention, "impl":"cudnn", with "vs_odc_fwd" / "vs_odc_fwdbwd": its TFLOP/s over
+// the native kernels'). Prints one JSON line per shape and implementation
+// (bench/gpu_attention_torch.py prints the same fields for PyTorch's SDPA); where cuDNN cannot
+// run, its line carries "error" with the reason. Exits 77 when no CUDA device is visible.
 //
-//   gpu_attention [ITERS]     (default 20 timed iterations after 3 warm-ups; the median is reported)
+//   gpu_attention [ITERS] [--impl native,cudnn]
+//       ITERS: timed iterations after 3 warm-ups (default 20; the median is reported)
+//       --impl: the implementations, comma-separated (default native,cudnn)
 //
 // FLOPs are causal: forward 4 * sum_i s_i (s_i + 1) / 2 * head_dim * n_heads; the backward is
 // counted as 2.5x the forward (the convention of FlashAttention's benchmarks), so fwdbwd = 3.5x.
@@ -16,7 +21,9 @@
 #include <vector>
 
 #include "odc/core/dtype.h"
+#include "odc/kernels/attention_choice.h"
 #include "odc/kernels/cuda_attention.h"
+#include "odc/kernels/cuda_cudnn_attention.h"
 #include "odc/kernels/cuda_cast.h"
 #include "odc/kernels/cuda_device.h"
 
@@ -70,10 +77,59 @@ double median_ms(int warmup, int iters, cu::Stream& stream, F&& body) {
                           : 0.5 * (times[times.size() / 2 - 1] + times[times.size() / 2]);
 }
 
+// Why cuDNN cannot run these heads on device 0 (empty: it can).
+std::string cudnn_blocker(int n_heads, int n_kv_heads, int head_dim) {
+  odc::kernels::AttentionFacts f;
+  f.frontend_built = cu::cudnn_frontend_built();
+  f.cudnn_version = cu::cudnn_runtime_version(&f.cudnn_load_error);
+  const int cc = cu::compute_capability(0);
+  f.cc_major = cc / 10;
+  f.cc_minor = cc % 10;
+  f.n_heads = n_heads;
+  f.n_kv_heads = n_kv_heads;
+  f.head_dim = head_dim;
+  return odc::kernels::cudnn_attention_blocker(f).value_or("");
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += (c == '\n' || c == '\t') ? ' ' : c;
+  }
+  return out;
+}
+
+// The fields that name a shape (the keys bench/gpu_attention_torch.py prints too).
+std::string fmt_head(const BenchShape& b, const cu::CudaAttentionShape& shape, int max_seqlen) {
+  char text[256];
+  std::snprintf(text, sizeof(text),
+                "\"shape\":\"%s\",\"tokens\":%lld,\"num_seqs\":%d,\"max_seqlen\":%d,\"n_heads\":%d,"
+                "\"n_kv_heads\":%d,\"head_dim\":%d",
+                b.name.c_str(), static_cast<long long>(shape.tokens), shape.num_seqs, max_seqlen, b.n_heads,
+                b.n_kv_heads, b.head_dim);
+  return text;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int iters = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
+  int iters = 20;
+  bool run_native = true, run_cudnn = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--impl" && i + 1 < argc) {
+      const std::string list = std::string(",") + argv[++i] + ",";
+      run_native = list.find(",native,") != std::string::npos || list.find(",odc,") != std::string::npos;
+      run_cudnn = list.find(",cudnn,") != std::string::npos;
+      if (!run_native && !run_cudnn) {
+        std::fprintf(stderr, "gpu_attention: --impl %s names no implementation (native, cudnn)\n", argv[i]);
+        return 2;
+      }
+    } else {
+      iters = std::max(1, std::atoi(arg.c_str()));
+    }
+  }
   std::string why;
   if (cu::device_count(&why) == 0) {
     std::fprintf(stderr, "SKIP: no CUDA device visible (%s)\n", why.c_str());
@@ -92,7 +148,15 @@ int main(int argc, char** argv) {
 
   cu::DeviceAllocator alloc;
   cu::Stream stream;
-  for (const BenchShape& b : shapes) {
+  cu::CudnnAttention cudnn;
+  // Every native shape first, then cuDNN's (whose first call per shape class builds its graphs):
+  // a run cut short by a time limit keeps the native results.
+  std::vector<std::pair<double, double>> native_ms(shapes.size(), {0.0, 0.0});  // fwd, fwd+bwd
+  for (std::size_t index = 0; index < 2 * shapes.size(); ++index) {
+    const bool native_pass = index < shapes.size();
+    const std::size_t i = index % shapes.size();
+    if (native_pass ? !run_native : !run_cudnn) continue;
+    const BenchShape& b = shapes[i];
     std::vector<std::int32_t> cu_seqlens{0};
     for (std::int32_t len : b.seqlens) cu_seqlens.push_back(cu_seqlens.back() + len);
     cu::CudaAttentionShape shape;
@@ -115,35 +179,69 @@ int main(int argc, char** argv) {
     const auto* qp = q.as<std::uint16_t>();
     const auto* kp = k.as<std::uint16_t>();
     const auto* vp = v.as<std::uint16_t>();
-    // The tile tables are built once per microbatch in training: one plan, outside the timing.
-    const cu::AttentionPlan plan(shape, alloc, stream.handle());
-    auto forward = [&] {
-      cu::attention_forward(plan, qp, kp, vp, out.as<std::uint16_t>(), lse.as<float>(),
-                            stream.handle());
-    };
-    auto backward = [&] {
-      cu::attention_backward(plan, qp, kp, vp, out.as<std::uint16_t>(), lse.as<float>(),
-                             dout.as<std::uint16_t>(), dq.as<std::uint16_t>(),
-                             dk.as<std::uint16_t>(), dv.as<std::uint16_t>(), alloc,
-                             stream.handle());
-    };
-    const double fwd_ms = median_ms(3, iters, stream, forward);
-    const double fwdbwd_ms = median_ms(3, iters, stream, [&] {
-      forward();
-      backward();
-    });
     const double fwd_flops = cu::attention_forward_flops(shape);
     const double fwdbwd_flops = 3.5 * fwd_flops;
     int max_seqlen = 0;
     for (std::int32_t len : b.seqlens) max_seqlen = std::max(max_seqlen, static_cast<int>(len));
-    std::printf(
-        "{\"bench\":\"gpu_attention\",\"impl\":\"odc\",\"shape\":\"%s\",\"tokens\":%lld,"
-        "\"num_seqs\":%d,\"max_seqlen\":%d,\"n_heads\":%d,\"n_kv_heads\":%d,\"head_dim\":%d,"
-        "\"fwd_ms\":%.4f,\"fwd_tflops\":%.2f,\"fwdbwd_ms\":%.4f,\"fwdbwd_tflops\":%.2f}\n",
-        b.name.c_str(), static_cast<long long>(shape.tokens), shape.num_seqs, max_seqlen,
-        b.n_heads, b.n_kv_heads, b.head_dim, fwd_ms, fwd_flops / (fwd_ms * 1e-3) / 1e12,
-        fwdbwd_ms, fwdbwd_flops / (fwdbwd_ms * 1e-3) / 1e12);
-    std::fflush(stdout);
+    const std::string head = fmt_head(b, shape, max_seqlen);
+    auto report = [&](const char* impl, double fwd_ms, double fwdbwd_ms, const std::string& extra) {
+      std::printf("{\"bench\":\"gpu_attention\",\"impl\":\"%s\",%s,\"fwd_ms\":%.4f,\"fwd_tflops\":%.2f,"
+                  "\"fwdbwd_ms\":%.4f,\"fwdbwd_tflops\":%.2f%s}\n",
+                  impl, head.c_str(), fwd_ms, fwd_flops / (fwd_ms * 1e-3) / 1e12, fwdbwd_ms,
+                  fwdbwd_flops / (fwdbwd_ms * 1e-3) / 1e12, extra.c_str());
+      std::fflush(stdout);
+    };
+    if (native_pass) {
+      // The tile tables are built once per microbatch in training: one plan, outside the timing.
+      const cu::AttentionPlan plan(shape, alloc, stream.handle());
+      auto forward = [&] {
+        cu::attention_forward(plan, qp, kp, vp, out.as<std::uint16_t>(), lse.as<float>(), stream.handle());
+      };
+      auto backward = [&] {
+        cu::attention_backward(plan, qp, kp, vp, out.as<std::uint16_t>(), lse.as<float>(), dout.as<std::uint16_t>(),
+                               dq.as<std::uint16_t>(), dk.as<std::uint16_t>(), dv.as<std::uint16_t>(), alloc,
+                               stream.handle());
+      };
+      native_ms[i].first = median_ms(3, iters, stream, forward);
+      native_ms[i].second = median_ms(3, iters, stream, [&] {
+        forward();
+        backward();
+      });
+      report("odc", native_ms[i].first, native_ms[i].second, "");
+    } else {
+      if (const std::string blocker = cudnn_blocker(b.n_heads, b.n_kv_heads, b.head_dim); !blocker.empty()) {
+        std::printf("{\"bench\":\"gpu_attention\",\"impl\":\"cudnn\",%s,\"error\":\"%s\"}\n", head.c_str(),
+                    json_escape(blocker).c_str());
+        std::fflush(stdout);
+        continue;
+      }
+      // Deterministic backward, as training runs it; the graphs are built in the warm-ups.
+      auto forward = [&] {
+        cudnn.forward(shape, qp, kp, vp, out.as<std::uint16_t>(), lse.as<float>(), alloc, stream.handle());
+      };
+      auto backward = [&] {
+        cudnn.backward(shape, qp, kp, vp, out.as<std::uint16_t>(), lse.as<float>(), dout.as<std::uint16_t>(),
+                       dq.as<std::uint16_t>(), dk.as<std::uint16_t>(), dv.as<std::uint16_t>(), alloc,
+                       stream.handle());
+      };
+      try {
+        const double fwd_ms = median_ms(3, iters, stream, forward);
+        const double fwdbwd_ms = median_ms(3, iters, stream, [&] {
+          forward();
+          backward();
+        });
+        // Ratio of TFLOP/s (same FLOPs): > 1 means cuDNN is faster than the native kernels.
+        const std::string ratio =
+            run_native ? ",\"vs_odc_fwd\":" + std::to_string(native_ms[i].first / fwd_ms) + ",\"vs_odc_fwdbwd\":" +
+                             std::to_string(native_ms[i].second / fwdbwd_ms)
+                       : std::string();
+        report("cudnn", fwd_ms, fwdbwd_ms, ratio);
+      } catch (const std::exception& e) {
+        std::printf("{\"bench\":\"gpu_attention\",\"impl\":\"cudnn\",%s,\"error\":\"%s\"}\n", head.c_str(),
+                    json_escape(e.what()).c_str());
+        std::fflush(stdout);
+      }
+    }
   }
   return 0;
 }

@@ -136,13 +136,19 @@ def attention_lines(logs):
     for r in rows:
         if r.get("impl", "").startswith("torch") and "error" not in r:
             peers.setdefault(key(r), {})[r["impl"]] = r
-    out = ["attention fwd+bwd TFLOP/s: ours / best torch SDPA (backend)"]
+    cudnn = {key(r): r for r in rows if r.get("impl") == "cudnn"}
+    out = ["attention fwd+bwd TFLOP/s: ours / best torch SDPA (backend); cuDNN (model.attention: cudnn) / ours"]
     for k, o in list(ours.items())[:8]:
         p = peers.get(k, {})
         best = max(p.values(), key=lambda r: r.get("fwdbwd_tflops", 0), default=None)
         cell = (f"{o['fwdbwd_tflops']:.0f} / {best['fwdbwd_tflops']:.0f} ({best['impl'].removeprefix('torch_sdpa_').removeprefix('torch_')}) "
                 f"= {o['fwdbwd_tflops'] / best['fwdbwd_tflops']:.2f}x" if best and best.get("fwdbwd_tflops")
                 else f"{o.get('fwdbwd_tflops', 0):.0f} / n/a")
+        c = cudnn.get(k)
+        if c and c.get("fwdbwd_tflops") and o.get("fwdbwd_tflops"):
+            cell += f"; cudnn {c['fwdbwd_tflops']:.0f} = {c['fwdbwd_tflops'] / o['fwdbwd_tflops']:.2f}x ours"
+        elif c and "error" in c:
+            cell += f"; cudnn n/a ({c['error'][:60]})"
         out.append(f"  {k[0]} {k[1]}/{k[2]} d{k[3]}: {cell}")
     return out
 

@@ -22,11 +22,13 @@
 #include "odc/train/batch_schedule.h"
 #include "odc/train/calibrate.h"
 #include "odc/train/config_schema.h"
+#include "odc/train/memory_plan.h"
 #include "odc/train/trainer.h"
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: odc-train [CONFIG.yaml] [--set key.path=value]... [--dump-config] [--calibrate-cost]
+constexpr const char* kUsage = R"(usage: odc-train [CONFIG.yaml] [--set key.path=value]... [--dump-config] [--plan-memory [--plan-ranks N]]
+                 [--calibrate-cost]
 
 Trains (fine-tunes) a LLaMA-style decoder, from random weights or a Hugging Face checkpoint
 (model.checkpoint), on token ids (JSONL or the binary format) or on chat, prompt/completion or
@@ -40,7 +42,13 @@ variables, then --set assignments (e.g. --set train.lr=1e-3 --set model.config.n
 
   --set k=v       override one key (repeatable)
   --dump-config   print the effective configuration (YAML, with docs), then what it resolves to on
-                  this many ranks (global batch, steps, warmup), and exit
+                  this many ranks (global batch, steps, warmup, the memory plan's items), and exit
+  --plan-memory   print the memory plan of one rank (memory_plan.h: every item, the peak, the
+                  budget and whether it fits; then one JSON line) without training, and exit
+                  (1 when the plan does not fit). Plans for this many ranks on this machine's
+                  memory, or --plan-ranks N and train.memory_budget_gib (e.g. a GPU node planned
+                  from anywhere); the token count is data.max_tokens_per_microbatch (a number or auto)
+  --plan-ranks N  the world size --plan-memory plans for (default: the ranks started)
   --calibrate-cost  time forward+backward of sequences of 64..4096 tokens on this model and
                   machine and print the points and the quadratic fit (JSON), then the --set
                   lines of the measured model (data.cost_model=measured, data.cost_points: it
@@ -53,7 +61,11 @@ Exit status: 0 success, 1 bad input or a failure (any rank), 2 bad command line.
 odc::cli::Command command() {
   using odc::cli::Takes;
   return {"odc-train", kUsage,
-          {{"--set", Takes::values}, {"--dump-config", Takes::nothing}, {"--calibrate-cost", Takes::nothing}},
+          {{"--set", Takes::values},
+           {"--dump-config", Takes::nothing},
+           {"--plan-memory", Takes::nothing},
+           {"--plan-ranks", Takes::value},
+           {"--calibrate-cost", Takes::nothing}},
           "config file", 1};
 }
 
@@ -77,6 +89,10 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
       std::fputs(config.dump().c_str(), stdout);
       // What the keys that can be given two ways resolve to on this many ranks (the global batch).
       std::fputs(odc::train::resolved_summary(config, world_size).c_str(), stdout);
+      std::fputs(odc::train::memory_plan_comment(config, world_size, mpi.initialized(),
+                                                 local ? local->size() : mpi.initialized() ? mpi.world_size() : 1)
+                     .c_str(),
+                 stdout);
       // With a checkpoint, its config.json defines the model (checked against model.config here):
       // show that shape, not model.config's defaults.
       if (!config.get_string("model.checkpoint").empty()) {
@@ -86,6 +102,13 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
       }
     }
     return 0;
+  }
+  if (args.flag("--plan-memory")) {
+    const auto ranks = static_cast<int>(args.integer("--plan-ranks", world_size, odc::Range::at_least(1)));
+    // Started alone, it plans for --plan-ranks ranks of this host.
+    const int on_host = local ? local->size() : mpi.initialized() ? mpi.world_size() : ranks;
+    const bool fits = odc::train::print_memory_plan(config, ranks, mpi.initialized(), on_host);
+    return fits ? 0 : 1;
   }
   if (args.flag("--calibrate-cost")) {
     if (rank == 0) {

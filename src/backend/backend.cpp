@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "odc/core/error.h"
+#include "odc/core/process_stats.h"
 
 namespace odc::backend {
 
@@ -21,9 +22,26 @@ float* host_f32(View v, const char* what) { return const_cast<float*>(host_f32(C
 
 }  // namespace
 
-std::int64_t Backend::head_chunk_rows(std::int64_t vocab) const {
-  return std::clamp<std::int64_t>((std::int64_t{4} << 20) / std::max<std::int64_t>(vocab, 1), 16, 2048);
+DType activation_dtype_of(DeviceKind kind) { return kind == DeviceKind::cpu ? DType::f32 : DType::bf16; }
+
+std::int64_t weight_copy_element_bytes(DeviceKind kind, DType compute) {
+  if (kind != DeviceKind::cpu) return 2;        // the CUDA backend's bf16 copies
+  return compute == DType::f32 ? 0 : 4;         // the CPU's bf16 mode rounds into fp32 copies
 }
+
+std::int64_t head_chunk_rows_of(DeviceKind kind, std::int64_t vocab) {
+  const std::int64_t v = std::max<std::int64_t>(vocab, 1);
+  // A GPU: up to 128 Mi bf16 logits (256 MiB) per chunk: long GEMMs, few launches. The CPU:
+  // ~4 Mi logits (16 MiB).
+  if (kind != DeviceKind::cpu) return std::clamp<std::int64_t>((std::int64_t{128} << 20) / v, 64, 16384);
+  return std::clamp<std::int64_t>((std::int64_t{4} << 20) / v, 16, 2048);
+}
+
+std::int64_t Backend::memory_capacity(int ranks_on_host) {
+  return read_available_memory() / std::max(ranks_on_host, 1);
+}
+
+std::int64_t Backend::head_chunk_rows(std::int64_t vocab) const { return head_chunk_rows_of(DeviceKind::cpu, vocab); }
 
 double Backend::sum_of_squares(ConstView x) {
   return kernels::cpu::sum_of_squares(host_f32(x, "sum_of_squares"), x.count);

@@ -50,7 +50,9 @@ CudaBackend::Impl::~Impl() {
   live_weights.clear();
 }
 
-CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>(device)) {}
+CudaBackend::CudaBackend(int device, kernels::AttentionMode attention) : impl_(std::make_unique<Impl>(device)) {
+  impl_->attention_mode = attention;
+}
 CudaBackend::~CudaBackend() = default;
 
 DeviceMemory& CudaBackend::memory() { return impl_->memory; }
@@ -195,9 +197,19 @@ void CudaBackend::prepare_microbatch(const AttentionShape& shape) {
   if (shape.tokens > 0) impl_->attention_plan.build(attention_shape(shape), impl_->allocator, impl_->s());
 }
 
+std::int64_t CudaBackend::memory_capacity(int ranks_on_host) {
+  // Ranks take devices round-robin by local rank: ceil(ranks / devices) share one.
+  const int devices = std::max(cu::device_count(nullptr), 1);
+  const int sharing = std::max((ranks_on_host + devices - 1) / devices, 1);
+  return cu::device_total_memory(impl_->device) / sharing;
+}
+
+std::int64_t CudaBackend::allocator_peak_bytes() {
+  return static_cast<std::int64_t>(impl_->allocator.stats().peak_in_use);
+}
+
 std::int64_t CudaBackend::head_chunk_rows(std::int64_t vocab) const {
-  // Up to 128 Mi bf16 logits (256 MiB) per chunk: long GEMMs, few launches.
-  return std::clamp<std::int64_t>((std::int64_t{128} << 20) / std::max<std::int64_t>(vocab, 1), 64, 16384);
+  return head_chunk_rows_of(DeviceKind::cuda, vocab);
 }
 
 void CudaBackend::resolve_loss(LossSums& sums) {

@@ -1,12 +1,16 @@
 #pragma once
 // CudaBackend's state and view checks, shared by its two source files (backend-internal).
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "odc/backend/cuda_backend.h"
 #include "odc/backend/weight_copies.h"
 #include "odc/core/error.h"
+#include "odc/kernels/attention_choice.h"
 #include "odc/kernels/cuda_attention.h"
+#include "odc/kernels/cuda_cudnn_attention.h"
 #include "odc/kernels/cuda_device.h"
 #include "odc/kernels/cuda_gemm.h"
 
@@ -47,6 +51,21 @@ struct CudaBackend::Impl {
   // The attention's tile tables of the current microbatch, built once in prepare_microbatch and
   // used by every layer's forward and backward.
   kernels::cuda::AttentionPlan attention_plan;
+  // model.attention and what it settled for the model's head shape (cuda_backend_attention.cpp);
+  // cuDNN's graphs and tables, created with the first cuDNN selection.
+  kernels::AttentionMode attention_mode = kernels::AttentionMode::native;
+  struct AttentionSelection {
+    int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+    kernels::AttentionChoice choice;
+  };
+  std::optional<AttentionSelection> attention_selection;
+  std::unique_ptr<kernels::cuda::CudnnAttention> cudnn_attention;
+  const kernels::AttentionChoice& select_attention(int n_heads, int n_kv_heads, int head_dim);
+  // Whether cuDNN runs the attention of this shape (selecting on its first call).
+  bool use_cudnn(const kernels::cuda::CudaAttentionShape& s);
+  // A cuDNN failure in `what`: rethrown under model.attention=cudnn; under auto, logged and the
+  // native kernels selected for the rest of the run.
+  void cudnn_failed(const Error& error, const char* what);
 
   void* s() const { return stream.handle(); }
 };

@@ -116,6 +116,14 @@ void CudaBackend::attention_forward(const AttentionShape& shape, ConstView q, Co
   const auto* v_ = bf16_in(v, "attention_forward");
   auto* o_ = bf16_out(out, "attention_forward");
   float* lse_ = f32_out(lse, "attention_forward");
+  if (impl_->use_cudnn(s)) {
+    try {
+      impl_->cudnn_attention->forward(s, q_, k_, v_, o_, lse_, impl_->allocator, impl_->s());
+      return;
+    } catch (const Error& e) {
+      impl_->cudnn_failed(e, "attention forward");  // rethrows under model.attention=cudnn
+    }
+  }
   if (const cu::AttentionPlan* plan = plan_for(impl_->attention_plan, s)) {
     cu::attention_forward(*plan, q_, k_, v_, o_, lse_, impl_->s());
   } else {
@@ -135,6 +143,14 @@ void CudaBackend::attention_backward(const AttentionShape& shape, ConstView q, C
   auto* dq_ = bf16_out(dq, "attention_backward");
   auto* dk_ = bf16_out(dk, "attention_backward");
   auto* dv_ = bf16_out(dv, "attention_backward");
+  if (impl_->use_cudnn(s)) {  // lse has the same layout from either forward
+    try {
+      impl_->cudnn_attention->backward(s, q_, k_, v_, o_, lse_, do_, dq_, dk_, dv_, impl_->allocator, impl_->s());
+      return;
+    } catch (const Error& e) {
+      impl_->cudnn_failed(e, "attention backward");
+    }
+  }
   if (const cu::AttentionPlan* plan = plan_for(impl_->attention_plan, s)) {
     cu::attention_backward(*plan, q_, k_, v_, o_, lse_, do_, dq_, dk_, dv_, impl_->allocator, impl_->s());
   } else {

@@ -12,9 +12,10 @@ namespace odc::data {
 std::vector<TunableSpec> data_tunables() {
   using K = ValueKind;
   return {
-      tunable("data.max_tokens_per_microbatch", K::integer, "0",
-              "token cap of a packed microbatch; 0 = the longest sequence of the data times data.packing_ratio",
-              Range::at_least(0)),
+      tunable("data.max_tokens_per_microbatch", "0",
+              "token cap of a packed microbatch; 0 = the longest sequence of the data times data.packing_ratio; "
+              "auto = the largest a rank's memory holds (odc-train's memory plan: odc-train --plan-memory)",
+              Range::at_least(0), {"auto"}),
       tunable("data.packing_ratio", K::number, "1.0", "multiplies the default token cap (ignored when a cap is set)",
               Range::above(0)),
       tunable("data.cost_model", K::string, "flops",
@@ -91,7 +92,14 @@ CostModel cost_model(const Config& config, double linear_flops_per_token, double
   return CostModel::flops(linear_flops_per_token, attention_flops_per_pair);
 }
 
-std::int64_t token_cap(const Config& config, std::int64_t longest) {
+std::int64_t token_cap(const Config& config, std::int64_t longest, std::int64_t auto_cap) {
+  if (config.get_int_word("data.max_tokens_per_microbatch")) {
+    if (auto_cap <= 0) {
+      fail("data.max_tokens_per_microbatch: auto is resolved by odc-train's memory plan, which this program does not "
+           "have: set a number of tokens");
+    }
+    return auto_cap;
+  }
   const std::int64_t cap = config.get_int("data.max_tokens_per_microbatch");
   if (cap > 0) return cap;
   return static_cast<std::int64_t>(std::floor(static_cast<double>(longest) * config.get_double("data.packing_ratio")));

@@ -78,4 +78,12 @@ void check_identical_across_ranks(HostGroup& group, const std::vector<std::pair<
   }
 }
 
+int HostGroup::ranks_on_host() const {
+  try {
+    return placement().ranks_per_host;
+  } catch (const Error&) {
+    return size();
+  }
+}
+
 }  // namespace odc::distributed

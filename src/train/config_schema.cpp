@@ -150,6 +150,11 @@ std::vector<TunableSpec> trainer_tunables() {
               "each layer's input, attention output and log-sum-exp, recompute the rest in backward; full = keep "
               "only each layer's input and recompute its whole forward in backward (gradients bitwise equal)",
               {"none", "selective", "full"}),
+      tunable("train.memory_budget_gib", K::number, "0",
+              "one rank's memory budget for the memory plan (odc-train --plan-memory): a run whose plan exceeds it "
+              "is refused before training, and data.max_tokens_per_microbatch: auto fills it; 0 = what the "
+              "device has (a GPU's memory, the host's available memory) over the ranks sharing it, less 5%",
+              Range::at_least(0)),
       tunable("train.threads", K::integer, "1",
               "compute threads per rank (BLAS); at most 4 x the machine's hardware threads",
               Range::at_least(1).and_at_most(static_cast<double>(kMaxComputeThreads))),
@@ -331,6 +336,22 @@ model::LlamaConfig model_config_from(const Config& config) {
   return model::LlamaConfig::from_json(yaml_to_json(config.get_map("model.config")), "model.config", true);
 }
 
+distributed::CommOptions comm_options(const Config& config) {
+  distributed::CommOptions options;
+  options.kind = distributed::parse_comm_kind(config.get_string("train.comm"));
+  options.transport.chunk_bytes = config.get_int("comm.chunk_bytes");
+  options.transport.network_chunk_bytes = config.get_int("comm.network_chunk_bytes");
+  options.transport.max_inflight = static_cast<int>(config.get_int("comm.max_inflight"));
+  options.transport.timeout_s = config.get_double("comm.timeout_s");
+  options.transport.direct_load = config.get_bool("comm.direct_load");
+  options.transport.gather_protocol = distributed::parse_gather_protocol(config.get_string("comm.gather_protocol"));
+  options.deterministic = config.get_bool("comm.deterministic");
+  options.odc_transport = distributed::parse_odc_transport(config.get_string("comm.transport"));
+  options.gather_dtype = distributed::parse_gather_dtype(config.get_string("comm.gather_dtype"));
+  options.host_staging = config.get_bool("debug.host_staging");
+  return options;
+}
+
 std::unique_ptr<backend::Backend> training_backend(const Config& config, int local_rank) {
   const std::string device = config.get_string("model.device");
   const DType dtype = parse_dtype(config.get_string("model.dtype"));
@@ -339,7 +360,8 @@ std::unique_ptr<backend::Backend> training_backend(const Config& config, int loc
          "set model.dtype: bfloat16, or comm.gather_dtype: fp32",
          dtype_name(dtype));
   }
-  return backend::make_backend(device, dtype, static_cast<int>(config.get_int("train.threads")), local_rank);
+  return backend::make_backend(device, dtype, static_cast<int>(config.get_int("train.threads")), local_rank,
+                               config.get_string("model.attention"));
 }
 
 namespace {

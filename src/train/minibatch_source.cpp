@@ -43,7 +43,7 @@ void check_attention_window(const data::TokenDataset& dataset, std::int64_t coun
 }
 
 MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig& model, int rank, int world_size,
-                                 distributed::CommKind comm)
+                                 distributed::CommKind comm, std::int64_t auto_token_cap)
     : rank_(rank), world_size_(world_size) {
   global_batch_ = train::global_batch_size(config, world_size_, &global_batch_origin_);
   within_epochs_ = config.has("train.epochs");
@@ -82,11 +82,14 @@ MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig&
                          fmt::format("set data.max_length to at most {} with data.over_length truncate or drop",
                                      model.attention_window));
   // Token cap: explicit, or the longest sequence of the dataset scaled by packing_ratio.
-  token_cap_ = data::token_cap(config, dataset_->max_length());
+  token_cap_ = data::token_cap(config, dataset_->max_length(), auto_token_cap);
   for (std::int64_t i = 0; i < dataset_->size(); ++i) {
     if (dataset_->length(i) > token_cap_) {
       fail("{}: sequence {} has length {}, which exceeds the microbatch cap "
-           "data.max_tokens_per_microbatch = {}", dataset_->record(i), i, dataset_->length(i), token_cap_);
+           "data.max_tokens_per_microbatch = {}{}", dataset_->record(i), i, dataset_->length(i), token_cap_,
+           auto_token_cap > 0 ? " (auto: the most the memory plan fits; set train.recompute, data.max_length with "
+                                "data.over_length, or train.memory_budget_gib)"
+                              : "");
     }
   }
   if (dataset_->max_length() > model.max_position_embeddings && rank_ == 0) {  // the same on every rank

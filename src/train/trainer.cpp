@@ -11,6 +11,7 @@
 
 #include "odc/core/error.h"
 #include "odc/core/hash.h"
+#include "odc/core/process_stats.h"
 #include "odc/core/thread_limit.h"
 #include "odc/distributed/in_process_group.h"
 #include "odc/io/checkpoint_format.h"
@@ -18,6 +19,7 @@
 #include "odc/io/native_checkpoint.h"
 #include "odc/train/batch_schedule.h"
 #include "odc/train/config_schema.h"
+#include "odc/train/memory_plan.h"
 #include "odc/train/output_probe.h"
 #include "odc/train/stop_signals.h"
 
@@ -115,21 +117,6 @@ int local_rank(int rank) {
   return rank;
 }
 
-distributed::CommOptions comm_options(const Config& config) {
-  distributed::CommOptions options;
-  options.kind = distributed::parse_comm_kind(config.get_string("train.comm"));
-  options.transport.chunk_bytes = config.get_int("comm.chunk_bytes");
-  options.transport.network_chunk_bytes = config.get_int("comm.network_chunk_bytes");
-  options.transport.max_inflight = static_cast<int>(config.get_int("comm.max_inflight"));
-  options.transport.timeout_s = config.get_double("comm.timeout_s");
-  options.transport.direct_load = config.get_bool("comm.direct_load");
-  options.transport.gather_protocol = distributed::parse_gather_protocol(config.get_string("comm.gather_protocol"));
-  options.deterministic = config.get_bool("comm.deterministic");
-  options.odc_transport = distributed::parse_odc_transport(config.get_string("comm.transport"));
-  options.gather_dtype = distributed::parse_gather_dtype(config.get_string("comm.gather_dtype"));
-  options.host_staging = config.get_bool("debug.host_staging");
-  return options;
-}
 }  // namespace
 
 Trainer::Trainer(const Config& config, distributed::HostGroup& group) : Trainer(config, nullptr, &group) {}
@@ -175,11 +162,24 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   const std::string resume = checkpointer_->begin_run().resume_path;
   model_config_ = run_model_config(config, resume);
   check_tokenizer_present(config);
-  data_ = std::make_unique<MinibatchSource>(config, model_config_, rank, world, comm_kind_);
+  sharding_ = sharding_plan(config, group_);
+  // The memory plan (memory_plan.h): data.max_tokens_per_microbatch: auto resolves from it, and a
+  // run it does not fit is refused below, before anything is trained.
+  const RunMemory memory = plan_run_memory(config, model_config_, sharding_.shard_world,
+                                           compute->memory_capacity(group_.ranks_on_host()),
+                                           group_.ranks_on_host(), group_.over_mpi());
+  data_ = std::make_unique<MinibatchSource>(config, model_config_, rank, world, comm_kind_, memory.auto_token_cap);
   if (Evaluator::configured(config)) {
     evaluator_ = std::make_unique<Evaluator>(config, model_config_, rank, world, data_->token_cap());
   }
+  memory_plan_ = settle_memory_plan(memory, data_->token_cap(), group_.is_root());  // or refuse the run
+  // The measured side: what the resident set grows by from here (the model, its state and buffers,
+  // the activations), against the plan at the end of the run.
+  baseline_rss_ = read_process_stats().rss_bytes;
   model_ = std::make_unique<model::LlamaModel>(model_config_, std::move(compute));
+  const auto& mc = model_config_;  // model.attention: settled (an impossible cudnn fails) before anything is trained
+  spdlog::info("attention: {}",
+               model_->backend().select_attention(mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim));
   model_->set_recompute(model::parse_recompute(config.get_string("train.recompute")));
   // Only a checkpoint (or another rank) can need the fingerprint: it reads the whole dataset.
   if (world > 1 || checkpointer_->in_use()) data_fingerprint_ = data_->fingerprint();
@@ -190,7 +190,6 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
                                                        {"the model config", fnv1a64(model_config_.to_json().dump())},
                                                        {"the dataset " + data_->dataset().describe(), data_fingerprint_}});
   }
-  sharding_ = sharding_plan(config, group_);
   if (world > 1) check_world_size(model_->units(), sharding_.shard_world);
   if (sharding_.kind == distributed::Sharding::hybrid) {
     // The collectives run inside a host: lb_micro equalizes, and padding evens, only a host's counts.
@@ -476,8 +475,20 @@ std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signa
     if (sharding_.replicas > 1) group_.barrier("the end of the export (every host)");
   }
   report_->summary(static_cast<double>(comm_->state_bytes()));
+  log_memory_check();
   if (tracer_) report_->write_trace(*tracer_, trace_metadata());
   return results;
+}
+
+// The plan against what the run used: a GPU's allocator peak, else the growth of the resident
+// set since just before the model was built (every rank logs its own: ranks differ).
+void Trainer::log_memory_check() {
+  const std::int64_t pooled = model_->backend().allocator_peak_bytes();
+  const std::string text =
+      pooled > 0 ? memory_check_text(memory_plan_, pooled, "the device allocator's peak")
+                 : memory_check_text(memory_plan_, read_process_stats().peak_rss_bytes - baseline_rss_,
+                                     "peak resident set growth since the model was built");
+  spdlog::info("{}", text);
 }
 
 EvalSummary Trainer::evaluate() {

@@ -80,6 +80,14 @@ struct DeviceDescription {
   std::string warning;
 };
 
+// What a backend of `kind` computing in `compute` allocates per the memory model
+// (train/memory_plan.h), known without creating it (a plan for a GPU is made on any machine):
+// its activation dtype, the bytes per element of the copy weights() makes (0: none, the fp32 unit
+// itself is computed with) and the rows of logits its head computes per chunk.
+DType activation_dtype_of(DeviceKind kind);
+std::int64_t weight_copy_element_bytes(DeviceKind kind, DType compute);
+std::int64_t head_chunk_rows_of(DeviceKind kind, std::int64_t vocab);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -91,6 +99,21 @@ class Backend {
   virtual PeakFlops measure_peak_flops() = 0;
   // Cheap (nothing is timed). Default: the backend's name.
   virtual DeviceDescription describe() { return {std::string(name()), {}}; }
+  // Settles which attention kernels serve heads of this shape (model.attention, where a backend
+  // has several) and says which and why, for the start-up log; odc::Error where the requested
+  // kernels cannot serve them. Default: the backend's only kernels.
+  virtual std::string select_attention(int n_heads, int n_kv_heads, int head_dim) {
+    (void)n_heads, (void)n_kv_heads, (void)head_dim;
+    return std::string(name()) + " attention kernels";
+  }
+  // This rank's share of the memory it computes in, when `ranks_on_host` ranks run on this host
+  // (the memory plan's budget without train.memory_budget_gib; 0 when unknown). Default: the
+  // host's available memory over its ranks; a GPU backend: its device's memory over the ranks
+  // that share the device.
+  virtual std::int64_t memory_capacity(int ranks_on_host);
+  // The most bytes this backend's allocator held in live blocks at once since it was created (0:
+  // not tracked, as on the CPU, whose allocations the process's resident set shows).
+  virtual std::int64_t allocator_peak_bytes() { return 0; }
 
   // ---- views and data movement ----
   // The precision boundary. `unit` is an fp32 unit buffer the comm handed out (ParamSource), in

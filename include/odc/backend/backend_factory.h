@@ -19,6 +19,9 @@ bool cuda_backend_built();
 // `threads`: the CPU backend's compute threads (>= 1); the CUDA backend ignores it.
 // `local_rank`: this rank among the ranks of its host; the CUDA backend runs on GPU
 // local_rank % (visible GPUs), so ranks spread over a node's GPUs and may share one.
-std::unique_ptr<Backend> make_backend(std::string_view device, DType dtype, int threads, int local_rank = 0);
+// `attention`: model.attention (auto | cudnn | native; kernels/attention_choice.h): which attention
+// kernels the CUDA backend runs; on the CPU, cudnn is an odc::Error and the others the CPU kernels.
+std::unique_ptr<Backend> make_backend(std::string_view device, DType dtype, int threads, int local_rank = 0,
+                                      std::string_view attention = "auto");
 
 }  // namespace odc::backend

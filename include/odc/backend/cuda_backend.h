@@ -17,25 +17,36 @@
 #include <memory>
 
 #include "odc/backend/backend.h"
+#include "odc/kernels/attention_choice.h"
 
 namespace odc::backend {
 
 class CudaBackend final : public Backend {
  public:
-  // Runs on CUDA device `device` (cudaSetDevice); odc::Error when it cannot be used.
-  explicit CudaBackend(int device = 0);
+  // Runs on CUDA device `device` (cudaSetDevice); odc::Error when it cannot be used. `attention`:
+  // model.attention, settled per head shape by select_attention (or at the first attention call);
+  // native when constructed directly, make_backend passes the config's (auto by default).
+  explicit CudaBackend(int device = 0, kernels::AttentionMode attention = kernels::AttentionMode::native);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string_view name() const override { return "cuda"; }
   DeviceMemory& memory() override;
-  DType activation_dtype() const override { return DType::bf16; }
+  DType activation_dtype() const override { return activation_dtype_of(DeviceKind::cuda); }
+  std::int64_t memory_capacity(int ranks_on_host) override;
+  std::int64_t allocator_peak_bytes() override;
   // The best of a few bf16 8192^3 cuBLASLt GEMMs (fp32 accumulation), in FLOP/s, as both the
   // device peak and the GEMM rate (the GEMM the linears run, at a shape that saturates the device).
   PeakFlops measure_peak_flops() override;
   // The device index and the GEMM path (cuBLASLt, bf16 in, fp32 accumulation).
   DeviceDescription describe() override;
+  // cuDNN's fused attention or the native kernels, by kernels::choose_attention over this build,
+  // the loaded cuDNN and the device (cuda_backend_attention.cpp). Under auto, a shape cuDNN then
+  // builds no plan for falls back to the native kernels with a warning; under cudnn it is an error.
+  std::string select_attention(int n_heads, int n_kv_heads, int head_dim) override;
+  // The attention kernels selected so far (native until a selection).
+  kernels::AttentionImpl attention_impl() const;
 
   ConstView weights(const float* unit, std::int64_t count) override;
   void release_weights(const float* unit) override;

@@ -26,7 +26,8 @@ CostModel cost_model(const Config& config, double linear_flops_per_token, double
 
 // Parses data.cost_points ("64:0.0376,128:0.0593,..."): odc::Error naming the item or point.
 CostModel measured_cost_model(const std::string& points);
-// data.max_tokens_per_microbatch, or where it is 0 the longest sequence times data.packing_ratio.
-std::int64_t token_cap(const Config& config, std::int64_t longest);
+// data.max_tokens_per_microbatch, or where it is 0 the longest sequence times data.packing_ratio;
+// where it is auto, `auto_cap` (odc-train's memory plan; odc::Error when not given).
+std::int64_t token_cap(const Config& config, std::int64_t longest, std::int64_t auto_cap = 0);
 
 }  // namespace odc::data

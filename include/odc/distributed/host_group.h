@@ -47,10 +47,16 @@ class HostGroup {
   virtual void announce(std::string activity) { (void)activity; }
 
   bool is_root() const { return rank() == 0; }
+  // Whether the ranks meet over MPI (then they may span hosts, and UCX and MPI collectives are
+  // available to the comms); false for threads and one host's shared memory.
+  virtual bool over_mpi() const { return false; }
 
   // Where the ranks run: hosts and this rank's place on its host. A group that knows nothing of
   // hosts (threads, one host's shared memory) is one host.
   virtual Placement placement() const { return Placement{1, size(), 0, rank()}; }
+  // The ranks on this rank's host: placement()'s, or all of them where the hosts run different
+  // numbers of ranks (placement() refuses those).
+  int ranks_on_host() const;
   // Collective: the ranks passing the same `color` form a new group (ordered by rank), whose
   // exchanges never mix with this one's. Only groups over MPI can be split (odc::Error otherwise).
   virtual std::unique_ptr<HostGroup> split(int color, std::string_view what);

@@ -35,6 +35,7 @@ class MpiHostGroup final : public HostGroup {
   // From the topology: hosts are MPI's shared-memory domains, numbered in the order of their
   // lowest rank. odc::Error (naming what differs) when the hosts run different numbers of ranks.
   Placement placement() const override;
+  bool over_mpi() const override { return true; }
   std::unique_ptr<HostGroup> split(int color, std::string_view what) override;
 
   MPI_Comm comm() const { return comm_; }

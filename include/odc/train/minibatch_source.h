@@ -45,9 +45,10 @@ class MinibatchSource {
  public:
   // Opens data.train, applies data.max_length (data.over_length) and checks the data against the
   // model (its attention window) and the world (global batch, token cap). `comm` decides what
-  // data.balance = auto means and whether lb_mini and lb_mini_equal are possible.
+  // data.balance = auto means and whether lb_mini and lb_mini_equal are possible. `auto_token_cap`:
+  // what data.max_tokens_per_microbatch: auto resolves to (the memory plan's; 0 when not planned).
   MinibatchSource(const Config& config, const model::LlamaConfig& model, int rank, int world_size,
-                  distributed::CommKind comm);
+                  distributed::CommKind comm, std::int64_t auto_token_cap = 0);
 
   // The next global minibatch and its plan: global_batch_size() sequences, or with train.epochs
   // no more than the current epoch has left (its last step trains the remainder). A step whose

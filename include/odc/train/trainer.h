@@ -25,6 +25,7 @@
 #include "odc/train/batch_schedule.h"
 #include "odc/train/checkpointing.h"
 #include "odc/train/evaluation.h"
+#include "odc/train/memory_plan.h"
 #include "odc/train/minibatch_source.h"
 #include "odc/train/model_export.h"
 #include "odc/train/run_report.h"
@@ -76,6 +77,7 @@ class Trainer {
   // `group`, or when null the group this trainer owns.
   Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> own_group, distributed::HostGroup* group);
   void save_checkpoint();
+  void log_memory_check();
   void evaluate_and_track(bool checkpointed);
   // A metrics line that could not be written (disk full) ends the run, after a checkpoint.
   void record_metrics(const std::function<void()>& write);
@@ -111,6 +113,8 @@ class Trainer {
   std::string metrics_error_;       // this rank's first failed metrics write (MetricsWriteError)
   ModelSource source_;              // of model.checkpoint, when training started from one
   model::PackedBatch batch_;        // reused across microbatches
+  MemoryPlan memory_plan_;          // this rank's, at the run's token cap
+  std::int64_t baseline_rss_ = 0;   // the resident set just before the model was built
 };
 
 }  // namespace odc::train

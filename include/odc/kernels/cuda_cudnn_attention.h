@@ -1,0 +1,93 @@
+#pragma once
+// cuDNN's fused flash attention (SDPA forward and backward through the cuDNN frontend's graph API)
+// over the layouts and semantics of kernels/cuda_attention.h: packed variable-length sequences
+// (THD: q, out, dout, dq [tokens, n_heads * head_dim]; k, v, dk, dv [tokens, n_kv_heads *
+// head_dim]; bf16), causal (top-left diagonal per sequence), grouped-query heads, scale
+// 1/sqrt(head_dim), and lse fp32 [n_heads, tokens] (natural log): the same lse the native kernels
+// hand out, so either backward takes either forward's lse.
+//
+// The sequences are a ragged batch: a padded B x S view (B = num_seqs rounded up to a power of
+// two with empty sequences, S = the longest sequence rounded up to a power of two, >= 64) whose
+// per-sequence start offsets (from the host cu_seqlens) and lengths (the padding mask) go to the
+// device once per microbatch. cuDNN keeps its stats token-major ([tokens, n_heads], ragged);
+// the forward transposes them into lse and the backward transposes lse back, in a workspace.
+//
+// Graphs are built once per shape class (forward or backward, n_heads, n_kv_heads, head_dim, B,
+// S, deterministic) and kept in a least-recently-used cache of bounded size; their workspace
+// comes from the caller's DeviceAllocator on the call's stream.
+//
+// cuDNN is loaded at run time (dlopen of libcudnn.so.9, or the file named by ODC_CUDNN_LIBRARY):
+// the binaries neither link nor need it, and the cuDNN found on the library path (e.g. the one
+// PyTorch ships) serves. Without the frontend header at build time every entry point except the
+// queries below throws odc::Error.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "odc/kernels/cuda_attention.h"
+#include "odc/kernels/cuda_device.h"
+
+namespace odc::kernels::cuda {
+
+// Whether this build compiled the cuDNN path (the cuDNN frontend header was found).
+bool cudnn_frontend_built();
+
+// cudnnGetVersion() of the cuDNN loaded (once per process; major * 10000 + minor * 100 + patch),
+// or 0 when none can be loaded; then *why (when given) says what failed.
+int cudnn_runtime_version(std::string* why = nullptr);
+
+// The compute capability of CUDA device `device` as major * 10 + minor (9.0 -> 90).
+int compute_capability(int device);
+
+struct CudnnAttentionStats {
+  std::size_t graph_builds = 0;  // graphs built (cache misses)
+  std::size_t cached = 0;        // graphs held now
+  std::size_t evictions = 0;     // graphs dropped for the capacity
+};
+
+class CudnnAttention {
+ public:
+  // `cache_capacity`: graphs kept (a forward and a backward per shape class), >= 2.
+  // `deterministic`: the backward must give the same bits run to run (cuDNN's deterministic
+  // algorithm; on devices without one, graph building fails with odc::Error).
+  explicit CudnnAttention(bool deterministic = true, std::size_t cache_capacity = 16);
+  ~CudnnAttention();
+  CudnnAttention(const CudnnAttention&) = delete;
+  CudnnAttention& operator=(const CudnnAttention&) = delete;
+
+  // Uploads the ragged tables of `shape` (host cu_seqlens read during the call) on `stream`.
+  // forward/backward call it themselves when the shape's bounds differ from the prepared ones,
+  // so calling it is only needed to keep the upload out of the first layer.
+  void prepare(const CudaAttentionShape& shape, DeviceAllocator& allocator, void* stream);
+
+  // out, lse overwritten; asynchronous on `stream`. Throws odc::Error when cuDNN has no plan for
+  // the shape class (the message carries cuDNN's).
+  void forward(const CudaAttentionShape& shape, const std::uint16_t* q, const std::uint16_t* k,
+               const std::uint16_t* v, std::uint16_t* out, float* lse, DeviceAllocator& allocator,
+               void* stream);
+
+  // dq, dk, dv overwritten (none may alias an input); out and lse are a forward's (either kind).
+  void backward(const CudaAttentionShape& shape, const std::uint16_t* q, const std::uint16_t* k,
+                const std::uint16_t* v, const std::uint16_t* out, const float* lse,
+                const std::uint16_t* dout, std::uint16_t* dq, std::uint16_t* dk, std::uint16_t* dv,
+                DeviceAllocator& allocator, void* stream);
+
+  CudnnAttentionStats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The padded view of a batch (exposed for tests and the documentation's numbers): the batch
+// bucket (num_seqs rounded up to a power of two, >= 1) and the sequence bucket (the longest
+// sequence rounded up to a power of two, >= 64).
+std::int64_t cudnn_batch_bucket(int num_seqs);
+std::int64_t cudnn_seqlen_bucket(std::int64_t max_seqlen);
+
+// lse [n_heads, tokens] <-> cuDNN's stats [tokens, n_heads] (fp32): dst[c * rows + r] =
+// src[r * cols + c] for a [rows, cols] src. Asynchronous on `stream`.
+void transpose_f32(const float* src, float* dst, std::int64_t rows, std::int64_t cols, void* stream);
+
+}  // namespace odc::kernels::cuda

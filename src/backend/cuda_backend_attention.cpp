@@ -1,0 +1,60 @@
+// CudaBackend: which attention kernels run (model.attention; kernels/attention_choice.h) and the
+// fallback from cuDNN to the native kernels under auto.
+#include <spdlog/spdlog.h>
+
+#include "cuda_backend_impl.h"
+
+namespace odc::backend {
+
+namespace cu = kernels::cuda;
+
+const kernels::AttentionChoice& CudaBackend::Impl::select_attention(int n_heads, int n_kv_heads, int head_dim) {
+  if (attention_selection && attention_selection->n_heads == n_heads && attention_selection->n_kv_heads == n_kv_heads &&
+      attention_selection->head_dim == head_dim) {
+    return attention_selection->choice;
+  }
+  kernels::AttentionFacts facts;
+  facts.mode = attention_mode;
+  facts.frontend_built = cu::cudnn_frontend_built();
+  facts.n_heads = n_heads;
+  facts.n_kv_heads = n_kv_heads;
+  facts.head_dim = head_dim;
+  facts.dtype = DType::bf16;
+  facts.deterministic = true;  // the native kernels' bitwise reproducibility is kept
+  if (attention_mode != kernels::AttentionMode::native && facts.frontend_built) {
+    facts.cudnn_version = cu::cudnn_runtime_version(&facts.cudnn_load_error);
+    const int cc = cu::compute_capability(device);
+    facts.cc_major = cc / 10;
+    facts.cc_minor = cc % 10;
+  }
+  kernels::AttentionChoice choice = kernels::choose_attention(facts);  // odc::Error for an impossible cudnn
+  if (choice.impl == kernels::AttentionImpl::cudnn && !cudnn_attention) {
+    cudnn_attention = std::make_unique<cu::CudnnAttention>(facts.deterministic);
+  }
+  attention_selection = AttentionSelection{n_heads, n_kv_heads, head_dim, std::move(choice)};
+  return attention_selection->choice;
+}
+
+bool CudaBackend::Impl::use_cudnn(const cu::CudaAttentionShape& s) {
+  return select_attention(s.n_heads, s.n_kv_heads, s.head_dim).impl == kernels::AttentionImpl::cudnn;
+}
+
+void CudaBackend::Impl::cudnn_failed(const Error& error, const char* what) {
+  if (attention_mode == kernels::AttentionMode::cudnn) throw error;
+  spdlog::warn("model.attention: auto: cuDNN's {} failed, the native attention kernels run from now on: {}", what,
+               error.what());
+  attention_selection->choice = {kernels::AttentionImpl::native,
+                                 std::string("native kernels (model.attention: auto; cuDNN failed: ") + error.what() +
+                                     ")"};
+}
+
+std::string CudaBackend::select_attention(int n_heads, int n_kv_heads, int head_dim) {
+  const kernels::AttentionChoice& c = impl_->select_attention(n_heads, n_kv_heads, head_dim);
+  return std::string(kernels::attention_impl_name(c.impl)) + ": " + c.reason;
+}
+
+kernels::AttentionImpl CudaBackend::attention_impl() const {
+  return impl_->attention_selection ? impl_->attention_selection->choice.impl : kernels::AttentionImpl::native;
+}
+
+}  // namespace odc::backend

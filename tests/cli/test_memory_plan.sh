@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The memory plan (train/memory_plan.h) against what odc-train uses: the peak resident set's growth
+# from just before the model is built to the end of the run, which every run logs beside the plan
+# ("memory: predicted X per rank, measured Y"), must be within 10% of the prediction for
+# none/selective/full recomputation at three microbatch lengths (one rank, fp32), in the CPU bf16
+# mode, and at 2 ranks (ODC over shared memory, the collective over MPI). Then what the plan
+# drives: data.max_tokens_per_microbatch: auto picks the largest cap that fits
+# train.memory_budget_gib (256 more tokens would not) and the run stays inside it; a cap the budget
+# cannot hold is refused before training with the plan's table (exit 1, no checkpoint written);
+# --plan-memory says whether a plan fits (exit 0 / 1) and plans a GPU node from this machine.
+# Usage: test_memory_plan.sh BIN_DIR WORK_DIR
+set -uo pipefail
+bin="$(cd "$1" && pwd)"
+work="$2"
+rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+failures=0
+fail() { echo "FAIL [$1]"; echo "$2" | sed 's/^/    /'; failures=$((failures + 1)); }
+py=/usr/bin/python3
+
+# Sequences of exactly L tokens, so that every microbatch is one sequence at the cap.
+for length in 512 1024 2048 3000; do
+  "$py" - "$work/len$length.jsonl" "$length" <<'EOF'
+import json, random, sys
+random.seed(int(sys.argv[2]))
+with open(sys.argv[1], "w") as f:
+    for _ in range(4):
+        n = int(sys.argv[2])
+        f.write(json.dumps({"input_ids": [random.randrange(2048) for _ in range(n)], "loss_mask": [1] * n}) + "\n")
+EOF
+done
+common=(--set "model.config={vocab_size: 2048, hidden_size: 384, intermediate_size: 1024, num_hidden_layers: 4, num_attention_heads: 6, num_key_value_heads: 2, max_position_embeddings: 4096}"
+        --set data.minibatch_size=1 --set train.steps=1 --set train.warmup_steps=0 --set train.peak_flops=1e12)
+
+# check NAME NP ARGS...: runs odc-train and checks rank 0's "memory: predicted ... measured" line.
+check() {
+  local name="$1" np="$2"
+  shift 2
+  local cmd=("$bin/odc-train" "${common[@]}" "$@")
+  if [ "$np" = local2 ]; then
+    cmd=("$bin/odc-run" --local 2 "${cmd[@]}")
+  elif [ "$np" -gt 1 ]; then
+    cmd=(mpirun --oversubscribe --bind-to none --mca orte_base_help_aggregate 0 -np "$np" "${cmd[@]}")
+  fi
+  timeout 300 "${cmd[@]}" > "$work/$name.log" 2>&1 || { fail "$name runs" "$(tail -20 "$work/$name.log")"; return 1; }
+  local line
+  line="$(grep -o 'memory: predicted .*' "$work/$name.log" | head -1)"
+  if [ -z "$line" ]; then fail "$name logs the memory check" "$(tail -5 "$work/$name.log")"; return 1; fi
+  local error
+  error="$(echo "$line" | sed -n 's/.*, \([-+][0-9.]*\)%$/\1/p')"
+  echo "$name: $line"
+  "$py" -c "import sys; sys.exit(0 if abs(float(sys.argv[1])) <= 10.0 else 1)" "$error" \
+    || fail "$name: measured within 10% of the plan" "$line"
+}
+
+for length in 512 1024 2048; do
+  for mode in none selective full; do
+    check "L$length-$mode" 1 --set "data.train=$work/len$length.jsonl" --set "train.recompute=$mode"
+  done
+done
+check "bf16-L1024" 1 --set "data.train=$work/len1024.jsonl" --set model.dtype=bfloat16
+check "odc-local2-L1024" local2 --set "data.train=$work/len1024.jsonl" --set train.recompute=selective
+check "collective-mpi2-L1024" 2 --set "data.train=$work/len1024.jsonl" --set train.comm=collective
+
+# auto: the largest multiple of 256 tokens that fits 0.25 GiB; the plan at 256 more does not fit.
+plan_json() { "$bin/odc-train" "${common[@]}" --set "data.train=$work/len512.jsonl" --plan-memory "$@" | tail -1; }
+auto_json="$(plan_json --set data.max_tokens_per_microbatch=auto --set train.memory_budget_gib=0.25)"
+auto_cap="$(echo "$auto_json" | "$py" -c 'import json, sys; p = json.load(sys.stdin); print(p["tokens"] if p["fits"] else -1)')"
+if [ "${auto_cap:--1}" -le 0 ]; then
+  fail "auto finds a cap that fits" "$auto_json"
+else
+  over_json="$(plan_json --set "data.max_tokens_per_microbatch=$((auto_cap + 256))" --set train.memory_budget_gib=0.25)"
+  echo "$over_json" | "$py" -c 'import json, sys; sys.exit(1 if json.load(sys.stdin)["fits"] else 0)' \
+    || fail "auto is the largest cap that fits (256 more tokens do not)" "$over_json"
+  echo "auto at 0.25 GiB: $auto_cap tokens"
+  # The run takes that cap, says so, and stays inside the budget.
+  check "auto-run" 1 --set "data.train=$work/len1024.jsonl" --set data.max_tokens_per_microbatch=auto \
+        --set train.memory_budget_gib=0.25
+  grep -q "microbatch cap $auto_cap tokens" "$work/auto-run.log" \
+    || fail "the auto run trains with the planned cap $auto_cap" "$(grep 'data:' "$work/auto-run.log")"
+  grep -q "data.max_tokens_per_microbatch: auto" "$work/auto-run.log" \
+    || fail "the auto run names where its cap comes from" "$(grep 'memory:' "$work/auto-run.log")"
+  measured="$(grep -o 'measured [0-9.]* MiB' "$work/auto-run.log" | grep -o '[0-9.]*' | head -1)"
+  "$py" -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 0.25 * 1024 * 1.1 else 1)" "${measured:-1e9}" \
+    || fail "the auto run stays inside its budget (+10%)" "measured ${measured:-?} MiB of 256 MiB"
+  # A sequence longer than the auto cap: refused, naming auto.
+  out="$("$bin/odc-train" "${common[@]}" --set "data.train=$work/len3000.jsonl" --set data.max_tokens_per_microbatch=auto \
+         --set train.memory_budget_gib=0.25 2>&1)"
+  [ $? -eq 1 ] && echo "$out" | grep -q "exceeds the microbatch cap.*auto: the most the memory plan fits" \
+    || fail "a sequence longer than the auto cap is refused, naming auto" "$out"
+fi
+
+# A cap the budget cannot hold: refused before training, with the table; no checkpoint.
+out="$("$bin/odc-train" "${common[@]}" --set "data.train=$work/len2048.jsonl" --set train.memory_budget_gib=0.2 \
+       --set "checkpoint.dir=$work/refused-ckpt" 2>&1)"
+status=$?
+if [ $status -ne 1 ] || ! echo "$out" | grep -q "the memory plan needs .* per rank but the budget is 204.8 MiB (train.memory_budget_gib)" \
+   || ! echo "$out" | grep -q "activations .*layer inputs" || ! echo "$out" | grep -q "train.recompute: full"; then
+  fail "a plan over the budget is refused with its table and the fixes (exit 1)" "status $status: $out"
+fi
+[ -z "$(find "$work/refused-ckpt" -name '*.safetensors' 2>/dev/null)" ] || fail "the refused run wrote no checkpoint" \
+  "$(find "$work/refused-ckpt")"
+
+# --plan-memory: exit 1 when it does not fit; a GPU node planned from here (no GPU needed).
+"$bin/odc-train" "${common[@]}" --set data.max_tokens_per_microbatch=2048 --set train.memory_budget_gib=0.2 \
+  --plan-memory > "$work/plan-over.txt" 2>&1
+[ $? -eq 1 ] && grep -q "does NOT fit" "$work/plan-over.txt" || fail "--plan-memory exits 1 when over" "$(cat "$work/plan-over.txt")"
+gpu="$("$bin/odc-train" "${common[@]}" --set model.device=cuda --set model.dtype=bfloat16 \
+       --set data.max_tokens_per_microbatch=65536 --set train.recompute=full --plan-memory --plan-ranks 8 \
+       --set train.memory_budget_gib=80 2>&1)"
+[ $? -eq 0 ] && echo "$gpu" | grep -q "host staging of the state" && echo "$gpu" | grep -q "fits:" \
+  || fail "--plan-memory plans a GPU node without a GPU" "$gpu"
+out="$("$bin/odc-train" "${common[@]}" --plan-memory 2>&1)"
+[ $? -eq 1 ] && echo "$out" | grep -q -- "--plan-memory: data.max_tokens_per_microbatch is 0 (the longest sequence of the data): set the number of tokens to plan for" \
+  || fail "--plan-memory without a cap asks for one" "$out"
+out="$("$bin/odc-train" "${common[@]}" --set data.max_tokens_per_microbatch=lots --plan-memory 2>&1)"
+[ $? -eq 1 ] && echo "$out" | grep -q "expects an integer or auto, found 'lots'" \
+  || fail "a word other than auto is refused" "$out"
+
+if [ $failures -gt 0 ]; then echo "$failures check(s) failed"; exit 1; fi
+echo "memory plan: all checks passed"
