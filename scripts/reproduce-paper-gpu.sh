@@ -4,7 +4,7 @@
 # FSDP baseline (train.comm collective over NCCL, data.balance lb_micro) against ODC (train.comm
 # odc over CUDA IPC, data.balance lb_mini), one rank per GPU, launched with odc-run (mpirun).
 #
-#   scripts/reproduce-paper-gpu.sh [--dry-run] [--cpu-smoke] [--gpus N] [--steps S] [--minibatches "1 2 4 8"]
+#   scripts/reproduce-paper-gpu.sh [--dry-run [--gpu-gb G]] [--cpu-smoke] [--gpus N] [--steps S] [--minibatches "1 2 4 8"]
 #                                  [--settings "sft-longalign-1.5b ..."] [--data FILE] [--build DIR] OUT
 #
 #   --gpus N        ranks = GPUs of the node (default 8)
@@ -12,7 +12,11 @@
 #   --data FILE     the tokenized dataset (odc-data convert) for every setting; by default each
 #                   setting trains on synthetic sequences with its stand-in lengths (throughput
 #                   depends on the lengths only), made with odc-data synth
-#   --dry-run       no GPU needed: checks every setting's config and prints every command
+#   --dry-run       no GPU needed: checks every setting's config, plans every cell's memory per GPU
+#                   (odc-train --plan-memory on --gpu-gb GPUs: the run fails when one does not fit)
+#                   and prints every command
+#   --gpu-gb G      memory of one GPU for the dry run's plans, in GB (default 80); a cell must fit
+#                   its budget, as a real run's is: G GB less 5%
 #   --cpu-smoke     runs the whole pipeline on this machine's CPU (2 ranks, a tiny model, 4 steps,
 #                   one minibatch size): proves the script, not the throughput (tested in CI)
 #   OUT             receives OUT/<setting>/*.jsonl (metrics per cell), OUT/cells.jsonl and
@@ -27,12 +31,14 @@ settings="sft-longalign-1.5b sft-swesmith-1.5b sft-longalign-7b"
 data=""
 build="$root/build"
 dry_run=0
+gpu_gb=80
 smoke=0
-usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry_run=1; shift ;;
+    --gpu-gb) [ $# -ge 2 ] && [[ "$2" =~ ^[1-9][0-9]*$ ]] || usage; gpu_gb=$2; shift 2 ;;
     --cpu-smoke) smoke=1; shift ;;
     --gpus) [ $# -ge 2 ] && [[ "$2" =~ ^[1-9][0-9]*$ ]] || usage; gpus=$2; shift 2 ;;
     --steps) [ $# -ge 2 ] && [[ "$2" =~ ^[1-9][0-9]*$ ]] || usage; steps=$2; shift 2 ;;
@@ -40,7 +46,7 @@ while [ $# -gt 0 ]; do
     --settings) [ $# -ge 2 ] || usage; settings=$2; shift 2 ;;
     --data) [ $# -ge 2 ] || usage; data=$2; shift 2 ;;
     --build) [ $# -ge 2 ] || usage; build=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "reproduce-paper-gpu: unknown option '$1'" >&2; usage ;;
     *) args+=("$1"); shift ;;
   esac
@@ -94,6 +100,22 @@ for setting in $settings; do
   "$bin/odc-train" "$config" --set "data.train=${train_data}" "${extra[@]}" --dump-config >"$out/$setting/config.txt" 2>&1 \
     || { [ "$dry_run" -eq 1 ] && [ ! -e "$train_data" ] && grep -q "data.train" "$out/$setting/config.txt"; } \
     || { echo "reproduce-paper-gpu: error: $config: $(tail -1 "$out/$setting/config.txt")" >&2; exit 1; }
+  if [ "$dry_run" -eq 1 ]; then
+    # Every cell's memory per GPU (the minibatch size does not change it; the comm does): the
+    # budget a real run gets on a G GB GPU (its memory less 5%), as GiB.
+    budget=$(awk -v g="$gpu_gb" 'BEGIN { printf "%.3f", g * 1e9 / 1073741824 * 0.95 }')
+    for comm in collective odc; do
+      plan="$out/$setting/plan-$comm.txt"
+      if "$bin/odc-train" "$config" --set "data.train=${train_data}" --set "train.comm=$comm" \
+           --set "train.memory_budget_gib=$budget" --plan-memory --plan-ranks "$gpus" >"$plan" 2>&1; then
+        echo "memory: $setting, train.comm $comm: $(grep -m1 '^fits:' "$plan")"
+      else
+        echo "reproduce-paper-gpu: error: $setting, train.comm $comm does not fit $gpus x $gpu_gb GB: $(grep -m1 -e 'does NOT fit' -e 'error:' "$plan")" >&2
+        cat "$plan" >&2
+        failed=1
+      fi
+    done
+  fi
   for mb in $minibatches; do
     for schedule in "collective lb_micro" "odc lb_mini"; do
       set -- $schedule
@@ -118,7 +140,7 @@ for setting in $settings; do
     done
   done
 done
-[ "$dry_run" -eq 1 ] && exit 0
+[ "$dry_run" -eq 1 ] && exit "$failed"
 
 python3 - "$out/cells.jsonl" >"$out/table.md" <<'PY'
 import json, statistics, sys
