@@ -1,7 +1,9 @@
 #include "odc/distributed/unit_buffer_pool.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 
 #include "odc/core/error.h"
 
@@ -10,14 +12,36 @@ namespace odc::distributed {
 UnitBufferPool::UnitBufferPool(const ShardLayout& layout, UnitTransport& transport, backend::Backend* device)
     : layout_(layout),
       transport_(transport),
-      device_(device != nullptr && device->device().kind != DeviceKind::cpu ? device : nullptr) {
+      device_(device != nullptr && device->device().kind != DeviceKind::cpu ? device : nullptr),
+      weights_(kWeightBuffers),
+      grads_(kGradBuffers) {}
+
+std::int64_t UnitBufferPool::planned_floats(const ShardLayout& layout) {
+  // One buffer of each kind at the largest unit (the embedding-sized units, more than half the
+  // largest, take turns in it: the model holds or moves one at a time, and a tied embedding stays
+  // in its buffer while the head reuses it), the others at the largest of the remaining units.
   const std::int64_t largest = layout.largest_padded_unit();
-  for (int i = 0; i < kWeightBuffers; ++i) weights_.push_back(make_buffer(largest));
-  for (int i = 0; i < kGradBuffers; ++i) grads_.push_back(make_buffer(largest));
+  std::int64_t other = 0;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    if (!is_large(layout.unit(u).padded, largest)) other = std::max(other, layout.unit(u).padded);
+  }
+  if (other == 0) other = largest;
+  return (largest + (kWeightBuffers - 1) * other) + (largest + (kGradBuffers - 1) * other);
 }
 
-UnitBufferPool::Buffer UnitBufferPool::make_buffer(std::int64_t floats) {
-  Buffer b;
+std::int64_t UnitBufferPool::allocated_floats() const {
+  std::int64_t total = 0;
+  for (const auto* kind : {&weights_, &grads_}) {
+    for (const Buffer& b : *kind) total += b.capacity;
+  }
+  return total;
+}
+
+void UnitBufferPool::fit(Buffer& b, std::int64_t floats) {
+  if (b.capacity >= floats) return;
+  // Grown only while idle (no transfer reads or writes it); the old storage goes first.
+  b.host = Tensor();
+  b.on_device.reset();
   if (device_ == nullptr) {
     b.host = Tensor(Shape{floats}, DType::f32);
     b.data = b.host.data<float>();
@@ -25,7 +49,35 @@ UnitBufferPool::Buffer UnitBufferPool::make_buffer(std::int64_t floats) {
     b.on_device.emplace(device_->memory(), DType::f32);
     b.data = static_cast<float*>(b.on_device->get(floats).data);
   }
-  return b;
+  b.capacity = floats;
+}
+
+int UnitBufferPool::best_fit(const std::vector<Buffer>& buffers, const std::vector<int>& candidates,
+                             std::int64_t floats) const {
+  // A unit that is not embedding-sized keeps off the buffers that are, while another will do, so
+  // that the large units keep taking turns in one buffer.
+  const std::int64_t largest = layout_.largest_padded_unit();
+  std::vector<int> usable;
+  if (!is_large(floats, largest)) {
+    for (const int i : candidates) {
+      if (!is_large(buffers[static_cast<std::size_t>(i)].capacity, largest)) usable.push_back(i);
+    }
+  }
+  if (usable.empty()) usable = candidates;
+  // The smallest that holds `floats`, else the largest (it grows least).
+  int chosen = -1;
+  for (const int i : usable) {
+    if (chosen < 0) {
+      chosen = i;
+      continue;
+    }
+    const std::int64_t c = buffers[static_cast<std::size_t>(i)].capacity;
+    const std::int64_t best = buffers[static_cast<std::size_t>(chosen)].capacity;
+    const bool fits = c >= floats;
+    const bool best_fits = best >= floats;
+    if ((fits && (!best_fits || c < best)) || (!fits && !best_fits && c > best)) chosen = i;
+  }
+  return chosen;
 }
 
 void UnitBufferPool::zero(float* data, std::int64_t floats) {
@@ -57,17 +109,19 @@ int UnitBufferPool::find_weights(int unit) const {
   return -1;
 }
 
-int UnitBufferPool::free_weights() const {
+int UnitBufferPool::free_weights(int unit) const {
+  std::vector<int> free;
   for (std::size_t i = 0; i < weights_.size(); ++i) {
-    if (!weights_[i].held && !weights_[i].in_flight) return static_cast<int>(i);
+    if (!weights_[i].held && !weights_[i].in_flight) free.push_back(static_cast<int>(i));
   }
-  return -1;
+  return free.empty() ? -1 : best_fit(weights_, free, layout_.unit(unit).padded);
 }
 
 int UnitBufferPool::start_gather(int unit) {
-  const int b = free_weights();
+  const int b = free_weights(unit);
   ODC_CHECK(b >= 0, "no free weight buffer for unit {}", unit);
   Buffer& buffer = weights_[static_cast<std::size_t>(b)];
+  fit(buffer, layout_.unit(unit).padded);
   buffer.unit = unit;
   buffer.in_flight = true;
   transport_.start_gather(unit, b, buffer.data);
@@ -77,7 +131,7 @@ int UnitBufferPool::start_gather(int unit) {
 void UnitBufferPool::prefetch(int unit) {
   if (unit < 0 || unit >= layout_.num_units() || find_weights(unit) >= 0) return;
   // Only into a buffer nobody holds; otherwise the acquire gathers on demand.
-  if (free_weights() >= 0) start_gather(unit);
+  if (free_weights(unit) >= 0) start_gather(unit);
 }
 
 const float* UnitBufferPool::acquire(int unit) {
@@ -102,15 +156,23 @@ void UnitBufferPool::release(int unit) {
 }
 
 float* UnitBufferPool::grad_buffer(int unit) {
-  // The first buffer with no push in flight; if every free buffer is still pushing, the last one.
-  // (Which buffer drains first decides the order in which the collective adds reduced slices into
-  // the accumulator: this choice keeps that order, and so the results, of earlier versions.)
-  int chosen = -1;
+  // The best fit among the buffers with no push in flight; if every free buffer is still pushing,
+  // among those (waiting for its push). (Which buffer drains first decides the order in which the collective adds
+  // reduced slices into the accumulator; the choice depends only on the units' order and sizes,
+  // so it is the same on every run.)
+  std::vector<int> idle;
+  std::vector<int> pushing;
   for (std::size_t i = 0; i < grads_.size(); ++i) {
     const Buffer& g = grads_[i];
     ODC_CHECK(!(g.held && g.unit == unit), "gradient buffer of unit {} requested twice", unit);
-    if (!g.held && (chosen < 0 || grads_[static_cast<std::size_t>(chosen)].in_flight)) chosen = static_cast<int>(i);
+    if (g.held) continue;
+    if (g.in_flight) {
+      pushing.push_back(static_cast<int>(i));
+    } else {
+      idle.push_back(static_cast<int>(i));
+    }
   }
+  const int chosen = idle.empty() && pushing.empty() ? -1 : best_fit(grads_, idle.empty() ? pushing : idle, layout_.unit(unit).padded);
   ODC_CHECK(chosen >= 0, "no free gradient buffer for unit {}", unit);
   Buffer& buffer = grads_[static_cast<std::size_t>(chosen)];
   if (buffer.in_flight) {
@@ -119,6 +181,7 @@ float* UnitBufferPool::grad_buffer(int unit) {
     buffer.in_flight = false;
     transport_.finish_push(buffer.unit, chosen);
   }
+  fit(buffer, layout_.unit(unit).padded);
   buffer.unit = unit;
   buffer.held = true;
   zero(buffer.data, layout_.unit(unit).padded);

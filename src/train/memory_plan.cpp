@@ -42,6 +42,7 @@ struct Sizes {
   std::int64_t largest_padded = 0;  // the largest unit, padded to the world
   std::int64_t largest_numel = 0;   // the largest unit's real elements
   std::int64_t largest_shard = 0;
+  std::int64_t pool_floats = 0;     // what the unit buffer pool's buffers grow to
 };
 
 Sizes sizes_of(const model::LlamaConfig& config, int world) {
@@ -50,6 +51,7 @@ Sizes sizes_of(const model::LlamaConfig& config, int world) {
   Sizes s;
   s.owned = layout.owned_elements();
   s.largest_padded = layout.largest_padded_unit();
+  s.pool_floats = distributed::UnitBufferPool::planned_floats(layout);
   for (int u = 0; u < layout.num_units(); ++u) {
     s.largest_numel = std::max(s.largest_numel, layout.unit(u).numel);
     s.largest_shard = std::max(s.largest_shard, layout.unit(u).shard);
@@ -76,10 +78,9 @@ void plan_comm(const MemoryInputs& in, const Sizes& s, Builder& b) {
   const int w = in.world;
   if (w == 1) return;  // LocalComm: the model computes on the store's own masters and gradients
   const bool gpu = in.device != DeviceKind::cpu;
-  const std::int64_t pool = (distributed::UnitBufferPool::kWeightBuffers + distributed::UnitBufferPool::kGradBuffers) *
-                            s.largest_padded * kF32;
-  b.add("unit buffers", pool,
-        fmt::format("{} weight + {} gradient fp32 buffers of the largest unit ({} elements)",
+  b.add("unit buffers", s.pool_floats * kF32,
+        fmt::format("{} weight + {} gradient fp32 buffers: one of the largest unit ({} elements), the others of "
+                    "the next largest",
                     distributed::UnitBufferPool::kWeightBuffers, distributed::UnitBufferPool::kGradBuffers,
                     count_text(s.largest_padded)));
   const bool bf16_gathers = in.gather == distributed::GatherDtype::bf16;

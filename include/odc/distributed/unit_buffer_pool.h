@@ -12,8 +12,11 @@
 // be held while a unit computes, so the backward gathers again. Gradient buffers: zeroed when
 // handed out, pushed once complete; a buffer is reused only after its push finished.
 //
-// Buffers: kWeightBuffers and kGradBuffers of the largest padded unit — the unit computing, the
-// one prefetched (or being pushed) and, with tied embeddings, unit 0 kept across the microbatch.
+// Buffers: kWeightBuffers and kGradBuffers — the unit computing, the one prefetched (or being
+// pushed) and, with tied embeddings, unit 0 kept across the microbatch. Each is sized by what it
+// holds: a unit goes to the smallest free buffer that holds it, else the largest free one grows
+// to it (only while idle). The embedding-sized units then share one buffer and the others stay
+// at a decoder layer's size (planned_floats), instead of every buffer at the embedding's size.
 // They live in host memory, or in a device backend's memory when the pool is given one (a GPU
 // comm's transfers then move device memory and the model computes on the buffers in place).
 #include <cstdint>
@@ -64,6 +67,11 @@ class UnitBufferPool {
   float* grad_buffer(int unit);
   void push_grad(int unit);
 
+  // What the buffers will hold in a training step (the memory plan's figure: the largest unit plus
+  // the next largest per remaining buffer, weights and gradients), and what they hold now.
+  static std::int64_t planned_floats(const ShardLayout& layout);
+  std::int64_t allocated_floats() const;
+
   // Minibatch start: nothing may be held or in flight (the optimizer just rewrote the masters).
   void check_idle() const;
   // Minibatch end: waits for every push and every gather still in flight (e.g. a prefetch of a
@@ -79,14 +87,21 @@ class UnitBufferPool {
     Tensor host;                       // host memory, or
     std::optional<backend::Buffer> on_device;  // the device backend's
     float* data = nullptr;
+    std::int64_t capacity = 0;  // floats it holds (0: not allocated yet)
     int unit = -1;           // the unit held, arriving or pushed; -1: none
     bool held = false;       // weights: acquired, not released; gradients: handed out, not pushed
     bool in_flight = false;  // a transfer is started and not waited for
   };
-  Buffer make_buffer(std::int64_t floats);
+  // Grows `b` (idle) to hold `floats`.
+  void fit(Buffer& b, std::int64_t floats);
+  // Of `candidates` (indices into `buffers`): the smallest that holds `floats`, else the largest;
+  // a unit that is not large keeps off large buffers while another candidate will do.
+  int best_fit(const std::vector<Buffer>& buffers, const std::vector<int>& candidates, std::int64_t floats) const;
+  // Embedding-sized: more than half the largest unit.
+  static bool is_large(std::int64_t floats, std::int64_t largest) { return 2 * floats > largest; }
   void zero(float* data, std::int64_t floats);
   int find_weights(int unit) const;
-  int free_weights() const;
+  int free_weights(int unit) const;
   int start_gather(int unit);
   // Waits for a buffer's transfer; when it blocks, the time counts as a gather or push wait (the
   // barrier while draining) and is traced.

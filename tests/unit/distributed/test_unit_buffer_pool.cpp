@@ -6,7 +6,9 @@
 #include <catch2/catch.hpp>
 
 #include "odc/core/error.h"
+#include "odc/backend/backend_factory.h"
 #include "odc/distributed/unit_buffer_pool.h"
+#include "odc/model/llama_model.h"
 #include "odc/model/llama_config.h"
 #include "odc/model/units.h"
 #include "unit/tiny_model.h"
@@ -112,13 +114,14 @@ TEST_CASE("unit buffer pool: gradient buffers are zeroed, pushed once, and reuse
   f.transport.log.clear();
   float* reused = f.pool.grad_buffer(1);
   CHECK(reused[0] == 0.0f);
-  CHECK(f.transport.log == std::vector<std::string>{"wait push 2@2", "finish 2@2"});
+  // The buffer that fits best (unit 3's: a layer's, as unit 1) is waited for.
+  CHECK(f.transport.log == std::vector<std::string>{"wait push 3@1", "finish 3@1"});
   // At the minibatch end every push still in flight is waited for and finished, in buffer order.
   f.pool.push_grad(1);
   f.transport.log.clear();
   f.pool.drain();
-  CHECK(f.transport.log == std::vector<std::string>{"wait push 4@0", "finish 4@0", "wait push 3@1", "finish 3@1",
-                                                    "wait push 1@2", "finish 1@2"});
+  CHECK(f.transport.log == std::vector<std::string>{"wait push 4@0", "finish 4@0", "wait push 1@1", "finish 1@1",
+                                                    "wait push 2@2", "finish 2@2"});
   f.pool.check_idle();
 }
 
@@ -145,4 +148,64 @@ TEST_CASE("unit buffer pool: the minibatch boundaries refuse open or held buffer
   CHECK(h.transport.log == std::vector<std::string>{"gather 2@0", "wait gather 2@0"});
   h.pool.check_idle();
   CHECK(h.pool.waits().barrier_s >= 0.0);
+}
+
+namespace {
+
+// The model's ParamSource / GradSink calls, served by the pool (as a ShardedComm serves them).
+class PoolParams final : public model::ParamSource, public model::GradSink {
+ public:
+  explicit PoolParams(UnitBufferPool& pool) : pool_(pool) {}
+  const float* acquire(int unit) override { return pool_.acquire(unit); }
+  void release(int unit) override { pool_.release(unit); }
+  void prefetch(int unit) override { pool_.prefetch(unit); }
+  float* grad_buffer(int unit) override { return pool_.grad_buffer(unit); }
+  void push_grad(int unit) override { pool_.push_grad(unit); }
+
+ private:
+  UnitBufferPool& pool_;
+};
+
+}  // namespace
+
+TEST_CASE("unit buffer pool: buffers are sized by what they hold: one embedding-sized, the rest layer-sized",
+          "[distributed]") {
+  for (const bool tied : {false, true}) {
+    CAPTURE(tied);
+    // A vocabulary that makes the embedding (and the untied head) ~30x a decoder layer, as in
+    // LLaMA-3 at 128K tokens: every buffer at the largest unit would be ~3x what is needed.
+    model::LlamaConfig config = test::tiny_model(4);
+    config.vocab_size = 4096;
+    config.hidden_size = 32;
+    config.intermediate_size = 64;
+    config.head_dim = 16;
+    config.tie_word_embeddings = tied;
+    const auto units = model::build_unit_layouts(config);
+    const distributed::ShardLayout layout(units, 2, 0);
+    ScriptedTransport transport(layout);
+    transport.done = true;
+    UnitBufferPool pool(layout, transport);
+    model::LlamaModel model(config, backend::make_backend("cpu", DType::f32, 1, 0));
+    PoolParams params(pool);
+    model::PackedBatch batch;
+    std::vector<std::int32_t> tokens(40);
+    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>((i * 37) % 4096);
+    batch.append(tokens.data(), nullptr, 24, 1.0f / 24);
+    batch.append(tokens.data() + 24, nullptr, 16, 1.0f / 16);
+    for (int microbatch = 0; microbatch < 3; ++microbatch) {
+      pool.check_idle();
+      model.train_microbatch(batch, params, params);
+      pool.drain();
+    }
+    // The plan is what the buffers grow to (untied), or a bound (tied: the head unit is only the
+    // final norm, and one buffer may never hold more than it).
+    const std::int64_t largest = layout.largest_padded_unit();
+    std::int64_t layer = 0;
+    for (int u = 1; u + 1 < layout.num_units(); ++u) layer = std::max(layer, layout.unit(u).padded);
+    CHECK(UnitBufferPool::planned_floats(layout) == 2 * (largest + 2 * layer));
+    CHECK(pool.allocated_floats() <= UnitBufferPool::planned_floats(layout));
+    CHECK(pool.allocated_floats() >= UnitBufferPool::planned_floats(layout) - layer);
+    if (!tied) CHECK(pool.allocated_floats() == UnitBufferPool::planned_floats(layout));
+    CHECK(pool.allocated_floats() < 3 * largest);  // against 6 x the largest unit before
+  }
 }

@@ -10,6 +10,7 @@
 #include "odc/core/error.h"
 #include "odc/data/data_config.h"
 #include "odc/distributed/shard_layout.h"
+#include "odc/distributed/unit_buffer_pool.h"
 #include "odc/model/units.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/memory_plan.h"
@@ -93,7 +94,7 @@ TEST_CASE("memory plan: sharded ranks add the unit buffers and their comm's own 
   in.comm = distributed::CommKind::collective;
   auto plan = train::plan_memory(in);
   REQUIRE(find(plan, "optimizer state")->bytes == 16 * layout.owned_elements());
-  REQUIRE(find(plan, "unit buffers")->bytes == 6 * 4 * layout.largest_padded_unit());
+  REQUIRE(find(plan, "unit buffers")->bytes == 4 * distributed::UnitBufferPool::planned_floats(layout));
   REQUIRE(find(plan, "reduce-scatter receive buffers") != nullptr);
   REQUIRE(find(plan, "gradient slots") == nullptr);
 
