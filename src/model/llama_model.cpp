@@ -204,22 +204,25 @@ MicrobatchResult LlamaModel::train_microbatch(const PackedBatch& batch, ParamSou
     const View dchunk = s.chunk_dx.get(chunk * d.c);
     const View nll = s.chunk_nll.get(chunk);
     backend::LossSums sums;
+    // The target rows' indices, targets and weights: uploaded once per microbatch (three copies,
+    // not three per chunk), each chunk reading its slice.
+    a.chunk_targets.resize(static_cast<std::size_t>(n_rows));
+    a.chunk_weights.resize(static_cast<std::size_t>(n_rows));
+    for (std::int64_t i = 0; i < n_rows; ++i) {
+      const auto t = static_cast<std::size_t>(a.rows[static_cast<std::size_t>(i)]);
+      a.chunk_targets[static_cast<std::size_t>(i)] = batch.targets[t];
+      a.chunk_weights[static_cast<std::size_t>(i)] = batch.loss_weights[t];
+    }
+    const ConstView all_rows = b.upload(std::span<const std::int32_t>(a.rows), s.rows);
+    const ConstView all_targets = b.upload(std::span<const std::int32_t>(a.chunk_targets), s.chunk_targets);
+    const ConstView all_weights = b.upload(std::span<const float>(a.chunk_weights), s.chunk_weights);
     for (std::int64_t r0 = 0; r0 < n_rows; r0 += chunk) {
       const std::int64_t r = std::min(chunk, n_rows - r0);
-      a.chunk_targets.resize(static_cast<std::size_t>(r));
-      a.chunk_weights.resize(static_cast<std::size_t>(r));
-      for (std::int64_t i = 0; i < r; ++i) {
-        const auto t = static_cast<std::size_t>(a.rows[static_cast<std::size_t>(r0 + i)]);
-        a.chunk_targets[static_cast<std::size_t>(i)] = batch.targets[t];
-        a.chunk_weights[static_cast<std::size_t>(i)] = batch.loss_weights[t];
-      }
-      const ConstView rows = b.upload(std::span<const std::int32_t>(a.rows).subspan(static_cast<std::size_t>(r0),
-                                                                                     static_cast<std::size_t>(r)), s.rows);
+      const ConstView rows = all_rows.at(r0, r);
       b.gather_rows(xf, rows, d.c, in.at(0, r * d.c));
       b.linear_forward(in.at(0, r * d.c), table, ConstView{}, logits.at(0, r * d.v), r, d.c, d.v);
-      b.cross_entropy(logits.at(0, r * d.v), b.upload(std::span<const std::int32_t>(a.chunk_targets), s.chunk_targets),
-                      b.upload(std::span<const float>(a.chunk_weights), s.chunk_weights), r, d.v, logits.at(0, r * d.v),
-                      nll.at(0, r), sums);
+      b.cross_entropy(logits.at(0, r * d.v), all_targets.at(r0, r), all_weights.at(r0, r), r, d.v,
+                      logits.at(0, r * d.v), nll.at(0, r), sums);
       b.linear_backward(logits.at(0, r * d.v), in.at(0, r * d.c), table, dchunk.at(0, r * d.c), gtable, View{}, r,
                         d.c, d.v, false);
       b.scatter_rows(dchunk.at(0, r * d.c), rows, d.c, dxf);

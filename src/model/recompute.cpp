@@ -58,9 +58,8 @@ ActivationBytes activation_bytes(const LlamaConfig& config, DType act, std::int6
     out.working += 2 * t * c * a + t * 4;                                // xf, dxf, rstd_f
     out.working += chunk * (2 * c + v) * a + chunk * 4;                  // chunk_in, chunk_dx, chunk_logits, chunk_nll
     if (uploads_copy) {
-      const std::int64_t rows = std::min(chunk, t);
       out.working += 2 * t * 4 + (sequences + 1) * 4;                    // tokens, positions, cu_seqlens
-      out.working += rows * (4 + 4 + 4);                                 // rows, chunk_targets, chunk_weights
+      out.working += t * (4 + 4 + 4);  // the target rows, their targets and weights (every token a target)
     }
   }
   return out;
