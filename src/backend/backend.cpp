@@ -37,6 +37,12 @@ std::int64_t head_chunk_rows_of(DeviceKind kind, std::int64_t vocab) {
   return std::clamp<std::int64_t>((std::int64_t{4} << 20) / v, 16, 2048);
 }
 
+void Backend::linear_forward_residual(ConstView x, ConstView weight, ConstView residual, View y, std::int64_t rows,
+                                      std::int64_t in, std::int64_t out) {
+  if (residual.data != y.data) copy(residual.at(0, rows * out), y.at(0, rows * out));
+  linear_forward_add(x, weight, y, rows, in, out);
+}
+
 std::int64_t Backend::memory_capacity(int ranks_on_host) {
   return read_available_memory() / std::max(ranks_on_host, 1);
 }

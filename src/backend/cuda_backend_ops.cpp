@@ -75,6 +75,13 @@ void CudaBackend::linear_forward_add(ConstView x, ConstView weight, View y, std:
            impl_->s());
 }
 
+void CudaBackend::linear_forward_residual(ConstView x, ConstView weight, ConstView residual, View y, std::int64_t rows,
+                                          std::int64_t in, std::int64_t out) {
+  cu::linear_forward_residual(impl_->blas, bf16_in(x, "linear_forward_residual"),
+                              bf16_in(weight, "linear_forward_residual"), bf16_in(residual, "linear_forward_residual"),
+                              bf16_out(y, "linear_forward_residual"), rows, in, out, impl_->s());
+}
+
 void CudaBackend::linear_backward(ConstView dy, ConstView x, ConstView weight, View dx, View dweight, View dbias,
                                   std::int64_t rows, std::int64_t in, std::int64_t out, bool dx_accumulate) {
   cu::linear_backward(impl_->blas, bf16_in(dy, "linear_backward"), bf16_in(x, "linear_backward"),

@@ -204,16 +204,14 @@ void layer_forward(backend::Backend& b, const LayerContext& ctx, const LayerSlic
   b.rope_forward(q, ctx.cos, ctx.sin, t, d.heads, d.head_dim);
   b.rope_forward(k, ctx.cos, ctx.sin, t, d.kv_heads, d.head_dim);
   if (stage != ForwardPart::recompute_except_attention) b.attention_forward(ctx.shape, q, k, saved.v, saved.attn, saved.lse);
-  b.copy(x_in, saved.x_mid);
-  b.linear_forward_add(saved.attn, part(w, o.wo), saved.x_mid, t, d.q, d.c);  // + attn Wo^T
+  b.linear_forward_residual(saved.attn, part(w, o.wo), x_in, saved.x_mid, t, d.q, d.c);  // x + attn Wo^T
   b.rmsnorm_forward(saved.x_mid, part(w, o.post_norm), saved.xn2, saved.rstd2, t, d.c, d.eps);
   b.linear_forward(saved.xn2, part(w, o.wg), ConstView{}, saved.gate, t, d.c, d.f);
   b.linear_forward(saved.xn2, part(w, o.wu), ConstView{}, saved.up, t, d.c, d.f);
   if (stage != ForwardPart::all) return;  // the backward recomputes h itself and needs no x_out
   const View h = s.h.get(t * d.f);
   b.swiglu_forward(saved.gate, saved.up, h, t * d.f);
-  b.copy(saved.x_mid, x_out);
-  b.linear_forward_add(h, part(w, o.wd), x_out, t, d.f, d.c);  // + h Wd^T
+  b.linear_forward_residual(h, part(w, o.wd), saved.x_mid, x_out, t, d.f, d.c);  // x_mid + h Wd^T
 }
 
 void layer_decode(backend::Backend& b, const Dims& d, const LayerSlices& o, ConstView w, std::int64_t past,

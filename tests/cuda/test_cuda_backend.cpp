@@ -93,6 +93,14 @@ TEST_CASE("CudaBackend ops agree with CpuBackend (normwise 1e-2)", "[cuda][backe
     cb.linear_forward_add(x.c, w.c, y.c, rows, dim, out);
     gb.linear_forward_add(x.g, w.g, y.g, rows, dim, out);
     check_normwise("linear_forward_add", y.gpu_values(gb), y.cpu_values(), 1e-2);
+    // The residual in the GEMM's epilogue: the same bits as copying it and adding (beta 1).
+    Pair z(cb, gb, std::vector<float>(rows * out), DType::bf16), z_add(cb, gb, std::vector<float>(rows * out), DType::bf16);
+    cb.linear_forward_residual(x.c, w.c, y.c, z.c, rows, dim, out);
+    gb.linear_forward_residual(x.g, w.g, y.g, z.g, rows, dim, out);
+    check_normwise("linear_forward_residual", z.gpu_values(gb), z.cpu_values(), 1e-2);
+    gb.copy(y.g, z_add.g);
+    gb.linear_forward_add(x.g, w.g, z_add.g, rows, dim, out);
+    CHECK(z.gpu_values(gb) == z_add.gpu_values(gb));
     Pair dy(cb, gb, bf16_values(rows * out, rng), DType::bf16), dx(cb, gb, std::vector<float>(rows * dim), DType::bf16);
     Pair dw(cb, gb, bf16_values(out * dim, rng), DType::f32), db(cb, gb, bf16_values(out, rng), DType::f32);
     cb.linear_backward(dy.c, x.c, w.c, dx.c, dw.c, db.c, rows, dim, out, false);

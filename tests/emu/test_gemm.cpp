@@ -6,6 +6,7 @@
 // output's: bf16 within 2^-8 relative (+1e-6), f32 within 1e-5 relative of the sum of |terms|.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -125,6 +126,30 @@ TEST_CASE("emu gemm: linear forward with bias, backward with dx, dweight and dbi
     }
   }
   CHECK(bad == 0);
+}
+
+TEST_CASE("emu gemm: the residual in the epilogue equals copy + add bitwise, and leaves the residual", "[emu][gemm]") {
+  kc::Blas blas(0);
+  for (const std::int64_t in : {std::int64_t{0}, std::int64_t{48}}) {
+    CAPTURE(in);
+    const std::int64_t rows = 19, out = 40;
+    const Bf16Data x = random_bf16(static_cast<std::size_t>(rows * std::max<std::int64_t>(in, 1)), 1.0f, 11);
+    const Bf16Data w = random_bf16(static_cast<std::size_t>(out * std::max<std::int64_t>(in, 1)), 1.0f, 12);
+    const Bf16Data residual = random_bf16(static_cast<std::size_t>(rows * out), 1.0f, 13);
+    // The reference: the residual copied into y, then y += x W^T (beta 1 onto y).
+    std::vector<std::uint16_t> added = residual.bits;
+    kc::gemm(blas, false, true, rows, out, in, 1.0f, x.bits.data(), std::max<std::int64_t>(in, 1), w.bits.data(),
+             std::max<std::int64_t>(in, 1), 1.0f, added.data(), out, kc::GemmOut::bf16, nullptr);
+    std::vector<std::uint16_t> y(static_cast<std::size_t>(rows * out), 0x7fc0);  // NaN: must be overwritten
+    std::vector<std::uint16_t> kept = residual.bits;
+    kc::linear_forward_residual(blas, x.bits.data(), w.bits.data(), kept.data(), y.data(), rows,
+                                in, out, nullptr);
+    CHECK(y == added);
+    CHECK(kept == residual.bits);
+    // In place (y is the residual) it is linear_forward_add.
+    kc::linear_forward_residual(blas, x.bits.data(), w.bits.data(), kept.data(), kept.data(), rows, in, out, nullptr);
+    CHECK(kept == added);
+  }
 }
 
 TEST_CASE("emu gemm: a leading dimension below the row length is an error", "[emu][gemm]") {

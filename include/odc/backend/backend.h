@@ -173,6 +173,11 @@ class Backend {
   // y += x W^T: the residual connections (attention and MLP outputs added into the stream).
   virtual void linear_forward_add(ConstView x, ConstView weight, View y, std::int64_t rows, std::int64_t in,
                                   std::int64_t out) = 0;
+  // y = residual + x W^T (y may be residual): the residual connection into a new stream buffer.
+  // Default: copy, then linear_forward_add (the same bits); a GPU backend adds in the GEMM's
+  // epilogue, reading the residual instead of copying it first.
+  virtual void linear_forward_residual(ConstView x, ConstView weight, ConstView residual, View y, std::int64_t rows,
+                                       std::int64_t in, std::int64_t out);
   virtual void linear_backward(ConstView dy, ConstView x, ConstView weight, View dx, View dweight, View dbias,
                                std::int64_t rows, std::int64_t in, std::int64_t out, bool dx_accumulate) = 0;
   // cos/sin [tokens, head_dim/2] for the positions (int32), from rope_inv_freq (kernels/rope_scaling.h).

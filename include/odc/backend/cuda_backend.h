@@ -73,6 +73,8 @@ class CudaBackend final : public Backend {
                       std::int64_t out) override;
   void linear_forward_add(ConstView x, ConstView weight, View y, std::int64_t rows, std::int64_t in,
                           std::int64_t out) override;
+  void linear_forward_residual(ConstView x, ConstView weight, ConstView residual, View y, std::int64_t rows,
+                               std::int64_t in, std::int64_t out) override;
   void linear_backward(ConstView dy, ConstView x, ConstView weight, View dx, View dweight, View dbias,
                        std::int64_t rows, std::int64_t in, std::int64_t out, bool dx_accumulate) override;
   void rope_tables(ConstView positions, std::int64_t tokens, const std::vector<double>& inv_freq, View cos,

@@ -88,6 +88,14 @@ void linear_forward(Blas& blas, const std::uint16_t* x, const std::uint16_t* wei
                     const std::uint16_t* bias, std::uint16_t* y, std::int64_t rows,
                     std::int64_t in, std::int64_t out, void* stream);
 
+// y[rows,out] = residual[rows,out] + x[rows,in] * W[out,in]^T, all bf16: the residual add in the
+// GEMM's epilogue (cuBLASLt reads C = residual, writes D = y; beta 1), bitwise what copying the
+// residual into y and adding the product onto it (gemm with beta 1) gives. y may be residual; it
+// must not alias x or W.
+void linear_forward_residual(Blas& blas, const std::uint16_t* x, const std::uint16_t* weight,
+                             const std::uint16_t* residual, std::uint16_t* y, std::int64_t rows,
+                             std::int64_t in, std::int64_t out, void* stream);
+
 // Backward of linear_forward (matmul.h's linear_backward):
 //   dx[rows,in]      = dy * W        bf16; overwritten (beta 0) unless dx_accumulate (beta 1).
 //                                    Skipped when dx == nullptr.

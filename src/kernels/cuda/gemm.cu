@@ -138,13 +138,15 @@ struct GemmArgs {
   std::int64_t ldc;
   GemmOut c_type;
   const void* bias;  // non-null: CUBLASLT_EPILOGUE_BIAS (bf16 bias of length n)
+  const void* c_in = nullptr;  // non-null: the GEMM reads beta * C from here and writes `c` (same layout)
 };
 
 // Builds (or finds) the plan for `g`. Called with the Impl's mutex held.
 Plan& plan_for(Blas::Impl& impl, const GemmArgs& g) {
   const bool with_bias = g.bias != nullptr;
   const std::uint32_t align_a = alignment_of(g.a), align_b = alignment_of(g.b),
-                      align_c = alignment_of(g.c);
+                      align_c = g.c_in == nullptr ? alignment_of(g.c)
+                                                  : std::min(alignment_of(g.c), alignment_of(g.c_in));
   const std::uint32_t align_bias = with_bias ? alignment_of(g.bias) : 0;
   const PlanKey key = {g.trans_a, g.trans_b, g.m,       g.n,       g.k,       g.lda,     g.ldb,
                        g.ldc,     static_cast<std::int64_t>(g.c_type),   with_bias, align_a,
@@ -238,19 +240,20 @@ void validate(const GemmArgs& g) {
   if (!ok) throw Error("cuda gemm: invalid sizes or leading dimensions (" + shape_string(g) + ")");
 }
 
-// C[r, 0:n] *= beta (beta == 0 writes zeros, so NaN garbage in C does not survive).
+// C[r, 0:n] = beta * C_in[r, 0:n] (C_in may be C; beta == 0 writes zeros, so NaN garbage in C
+// does not survive).
 template <typename T>
-__global__ void scale_rows_kernel(T* c, std::int64_t m, std::int64_t n, std::int64_t ldc,
+__global__ void scale_rows_kernel(const T* c_in, T* c, std::int64_t m, std::int64_t n, std::int64_t ldc,
                                   float beta) {
   const std::int64_t total = m * n;
   for (std::int64_t idx = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
        idx < total; idx += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t r = idx / n;
-    T* p = c + r * ldc + (idx - r * n);
+    const std::int64_t at = r * ldc + (idx - r * n);
     if constexpr (sizeof(T) == 4) {
-      *p = beta == 0.0f ? 0.0f : *p * beta;
+      c[at] = beta == 0.0f ? 0.0f : c_in[at] * beta;
     } else {
-      *p = __float2bfloat16_rn(beta == 0.0f ? 0.0f : __bfloat162float(*p) * beta);
+      c[at] = __float2bfloat16_rn(beta == 0.0f ? 0.0f : __bfloat162float(c_in[at]) * beta);
     }
   }
 }
@@ -282,13 +285,15 @@ bool run_gemm(Blas& blas, const GemmArgs& g, float alpha, float beta, void* stre
   const auto s = static_cast<cudaStream_t>(stream);
   if (g.k == 0) {
     if (g.bias != nullptr) return false;  // the caller's fallback seeds C with the bias
-    if (beta != 1.0f) {
+    const bool separate = g.c_in != nullptr && g.c_in != g.c;
+    if (beta != 1.0f || separate) {
+      const void* from = separate ? g.c_in : g.c;
       if (g.c_type == GemmOut::f32) {
-        scale_rows_kernel<<<blocks_for(g.m * g.n), kThreads, 0, s>>>(static_cast<float*>(g.c),
-                                                                     g.m, g.n, g.ldc, beta);
+        scale_rows_kernel<<<blocks_for(g.m * g.n), kThreads, 0, s>>>(
+            static_cast<const float*>(from), static_cast<float*>(g.c), g.m, g.n, g.ldc, beta);
       } else {
         scale_rows_kernel<<<blocks_for(g.m * g.n), kThreads, 0, s>>>(
-            static_cast<__nv_bfloat16*>(g.c), g.m, g.n, g.ldc, beta);
+            static_cast<const __nv_bfloat16*>(from), static_cast<__nv_bfloat16*>(g.c), g.m, g.n, g.ldc, beta);
       }
       check_last_launch("scale_rows_kernel");
     }
@@ -306,9 +311,9 @@ bool run_gemm(Blas& blas, const GemmArgs& g, float alpha, float beta, void* stre
     set_desc(plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias),
              "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
   }
-  // cuBLAS's A is our B and its B is our A (see plan_for); C and D are both our C.
-  check_cublas(cublasLtMatmul(impl.handle, plan.op, &alpha, g.b, plan.a, g.a, plan.b, &beta, g.c,
-                              plan.c, g.c, plan.c, &plan.algo, impl.workspace,
+  // cuBLAS's A is our B and its B is our A (see plan_for); C is our c_in (or C), D our C.
+  check_cublas(cublasLtMatmul(impl.handle, plan.op, &alpha, g.b, plan.a, g.a, plan.b, &beta,
+                              g.c_in != nullptr ? g.c_in : g.c, plan.c, g.c, plan.c, &plan.algo, impl.workspace,
                               impl.workspace_bytes, s),
                "cublasLtMatmul");
   return true;
@@ -336,6 +341,15 @@ void linear_forward(Blas& blas, const std::uint16_t* x, const std::uint16_t* wei
     check_last_launch("broadcast_rows_kernel");
   }
   g.bias = nullptr;
+  run_gemm(blas, g, 1.0f, 1.0f, stream);
+}
+
+void linear_forward_residual(Blas& blas, const std::uint16_t* x, const std::uint16_t* weight,
+                             const std::uint16_t* residual, std::uint16_t* y, std::int64_t rows,
+                             std::int64_t in, std::int64_t out, void* stream) {
+  // y = 1 * x W^T + 1 * residual: cuBLASLt reads C (the residual) and writes D (y).
+  const std::int64_t ld = std::max<std::int64_t>(in, 1);  // in == 0: y = residual
+  GemmArgs g{false, true, rows, out, in, x, ld, weight, ld, y, out, GemmOut::bf16, nullptr, residual};
   run_gemm(blas, g, 1.0f, 1.0f, stream);
 }
 

@@ -1,6 +1,7 @@
 // CpuBackend and its buffers: views carry dtype and device and the ops refuse mismatches; buffers
 // grow only; uploads alias host memory; row gather/scatter and the loss sums are exact; the peak
 // and the device description name the cores' FMA peak and the GEMM path.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -39,6 +40,39 @@ TEST_CASE("backend buffers grow only, zero-filled, and hand out typed host views
   CHECK(buffer.capacity_bytes() == 4000);
   CHECK_THROWS_WITH(small.at(8, 3), Catch::Contains("view [8, 11) outside a buffer of 10 elements"));
   CHECK(small.at(2, 5).data == static_cast<float*>(small.data) + 2);
+}
+
+TEST_CASE("host buffers of any size are zero-filled, mapped ones included, and survive regrowth", "[backend]") {
+  backend::CpuBackend b(1);
+  backend::Buffer buffer(b.memory(), DType::f32);
+  for (const std::int64_t n : {std::int64_t{100}, std::int64_t{1} << 20, std::int64_t{3} << 20}) {  // heap, mapped
+    const View v = buffer.get(n);
+    const auto* data = static_cast<const float*>(v.data);
+    std::int64_t nonzero = 0;
+    for (std::int64_t i = 0; i < n; ++i) nonzero += data[i] != 0.0f;
+    CHECK(nonzero == 0);
+    std::fill_n(static_cast<float*>(v.data), n, 1.0f);  // dirty it before the next growth
+  }
+}
+
+TEST_CASE("linear_forward_residual is copy + linear_forward_add, in place or not", "[backend]") {
+  backend::CpuBackend b(1);
+  const std::int64_t rows = 5, in = 7, out = 6;
+  std::vector<float> x(rows * in), w(out * in), residual(rows * out);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.3 * static_cast<double>(i));
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = std::cos(0.7 * static_cast<double>(i));
+  for (std::size_t i = 0; i < residual.size(); ++i) residual[i] = 0.1f * static_cast<float>(i);
+  const auto cv = [](const std::vector<float>& v) { return ConstView{v.data(), DType::f32, Device::cpu(), static_cast<std::int64_t>(v.size())}; };
+  const auto mv = [](std::vector<float>& v) { return View{v.data(), DType::f32, Device::cpu(), static_cast<std::int64_t>(v.size())}; };
+  std::vector<float> added = residual;
+  b.linear_forward_add(cv(x), cv(w), mv(added), rows, in, out);
+  std::vector<float> y(rows * out, NAN);
+  const std::vector<float> before = residual;
+  b.linear_forward_residual(cv(x), cv(w), cv(residual), mv(y), rows, in, out);
+  CHECK(y == added);
+  CHECK(residual == before);
+  b.linear_forward_residual(cv(x), cv(w), cv(residual), mv(residual), rows, in, out);  // in place
+  CHECK(residual == added);
 }
 
 TEST_CASE("the CPU backend refuses views of another dtype or device", "[backend]") {
