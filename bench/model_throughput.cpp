@@ -7,6 +7,9 @@
 //   model_throughput --layers 4 --hidden 256 --heads 8 --kv-heads 4 --intermediate 688
 //                    --vocab 64 --seqs 256,512,1024 --threads 1 --iters 5 [--recompute none,selective,full]
 //
+// --dtype bfloat16 runs the CPU bf16 mode; --weight-copies each,kept then times a step of
+// --step-microbatches microbatches with the weights' bf16 copies made at every acquire against
+// kept through the step (Backend::keep_weight_copies), in turns: "weight_copies".
 // Prints one JSON line. With --recompute naming several modes (train.recompute), each is timed in
 // the same run, in turn over --iters rounds, and "recompute" holds each mode's seconds per
 // iteration, its activation bytes and its time against the first mode (the CPU cost of
@@ -35,6 +38,7 @@
 
 #include "odc/backend/cpu_backend.h"
 #include "odc/core/cpu_features.h"
+#include "odc/core/dtype.h"
 #include "odc/core/error.h"
 #include "odc/kernels/matmul.h"
 #include "odc/model/batch.h"
@@ -61,12 +65,16 @@ struct Options {
   int warmup = 2;
   std::uint64_t seed = 0;
   std::vector<odc::model::Recompute> recompute = {odc::model::Recompute::none};
+  odc::DType dtype = odc::DType::f32;          // --dtype: float32, or bfloat16 (the CPU bf16 mode)
+  bool compare_weight_copies = false;          // --weight-copies each,kept
+  int step_microbatches = 8;                   // --step-microbatches: microbatches per optimizer step
 };
 
 constexpr const char* kUsage =
     "usage: model_throughput [--layers N] [--hidden N] [--heads N] [--kv-heads N] [--head-dim N]\n"
     "                        [--intermediate N] [--vocab N] [--seqs L1,L2,...] [--threads N]\n"
-    "                        [--iters N] [--warmup N] [--seed N]\n"
+    "                        [--iters N] [--warmup N] [--seed N] [--recompute M1,M2,...]\n"
+    "                        [--dtype float32|bfloat16] [--weight-copies each,kept [--step-microbatches N]]\n"
     "Times LlamaModel::train_microbatch on one packed microbatch of the given sequence lengths and\n"
     "a comparable SGEMM; prints one JSON line.\n";
 
@@ -87,6 +95,12 @@ Options parse_options(int argc, char** argv) {
     else if (flag == "--warmup") o.warmup = static_cast<int>(parse_int(flag, value));
     else if (flag == "--seed") o.seed = static_cast<std::uint64_t>(parse_int(flag, value));
     else if (flag == "--seqs") o.seqs = odc::bench::parse_int_list(flag, value);
+    else if (flag == "--dtype") o.dtype = odc::parse_dtype(value);
+    else if (flag == "--step-microbatches") o.step_microbatches = static_cast<int>(parse_int(flag, value));
+    else if (flag == "--weight-copies") {
+      if (value != "each,kept") odc::fail("--weight-copies takes each,kept (both are timed side by side)");
+      o.compare_weight_copies = true;
+    }
     else if (flag == "--recompute") {
       o.recompute.clear();
       std::stringstream list{std::string(value)};
@@ -122,7 +136,11 @@ int run(const Options& o) {
   const auto config = odc::model::LlamaConfig::from_json(hf, "command line", true);
   config.validate("command line");
 
-  odc::model::LlamaModel model(config, std::make_unique<odc::backend::CpuBackend>(o.threads));
+  if (o.compare_weight_copies && o.dtype == odc::DType::f32) {
+    odc::fail("--weight-copies compares the bf16 mode's copies: add --dtype bfloat16 (float32 makes none)");
+  }
+  if (o.step_microbatches < 1) odc::fail("--step-microbatches must be at least 1");
+  odc::model::LlamaModel model(config, std::make_unique<odc::backend::CpuBackend>(o.threads, o.dtype));
   // Gradients keep accumulating across iterations: the values are irrelevant to the timing and
   // zeroing them is the trainer's cost, not the model's.
   odc::model::ResidentWeights weights(model.units(), config, o.seed);
@@ -157,6 +175,27 @@ int run(const Options& o) {
       loss = model.train_microbatch(batch, weights, weights).weighted_loss;
       mode_seconds[i] += std::chrono::duration<double>(Clock::now() - start).count() / o.iters;
     }
+  }
+  // Weight copies made at every acquire against kept through a step of --step-microbatches
+  // microbatches (Backend::keep_weight_copies, as one rank trains): the first mode, in turns.
+  nlohmann::json copies = nullptr;
+  if (o.compare_weight_copies) {
+    model.set_recompute(o.recompute[0]);
+    double each = 0.0, kept = 0.0;
+    for (int it = 0; it < o.iters; ++it) {
+      for (const bool keep : {false, true}) {
+        model.backend().keep_weight_copies(keep);
+        const auto start = Clock::now();
+        for (int m = 0; m < o.step_microbatches; ++m) loss = model.train_microbatch(batch, weights, weights).weighted_loss;
+        model.backend().weights_changed();  // the optimizer step
+        (keep ? kept : each) += std::chrono::duration<double>(Clock::now() - start).count() / o.iters;
+      }
+    }
+    model.backend().keep_weight_copies(false);
+    copies = {{"step_microbatches", o.step_microbatches},
+              {"each_seconds_per_step", each},
+              {"kept_seconds_per_step", kept},
+              {"kept_vs_each", kept / each}};
   }
   const double model_seconds = mode_seconds[0];
   nlohmann::json per_mode = nlohmann::json::object();
@@ -227,7 +266,9 @@ int run(const Options& o) {
                         {"cpu_isa", cpu.isa},
                         {"fma_path", cpu.fma_path},
                         {"activation_bytes", mode_bytes[0]},
-                        {"recompute", per_mode}};
+                        {"recompute", per_mode},
+                        {"dtype", std::string(odc::dtype_name(o.dtype))},
+                        {"weight_copies", copies}};
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

@@ -166,6 +166,8 @@ ConstView CpuBackend::weights(const float* unit, std::int64_t count) {
 }
 
 void CpuBackend::release_weights(const float* unit) { weight_copies_.release(unit); }
+void CpuBackend::keep_weight_copies(bool keep) { weight_copies_.set_keep(keep); }
+void CpuBackend::weights_changed() { weight_copies_.invalidate(); }
 
 ConstView CpuBackend::upload(std::span<const std::int32_t> host, Buffer&) {
   return {host.data(), DType::i32, Device::cpu(), static_cast<std::int64_t>(host.size())};

@@ -110,7 +110,7 @@ ConstView CudaBackend::weights(const float* unit, std::int64_t count) {
   if (!fresh) {
     ODC_CHECK(count * 2 <= copy.capacity_bytes(), "weights(): unit asked for {} elements, its live copy holds {}",
               count, copy.capacity_bytes() / 2);
-    return copy.get(count);  // the same block: the copy is reused, not redone
+    return copy.get(count);  // the same block: the copy (live, or kept since this step began) is reused
   }
   // A released copy's block is reused (stream order protects kernels still reading it).
   const View v = copy.get(count);
@@ -119,6 +119,8 @@ ConstView CudaBackend::weights(const float* unit, std::int64_t count) {
 }
 
 void CudaBackend::release_weights(const float* unit) { impl_->live_weights.release(unit); }
+void CudaBackend::keep_weight_copies(bool keep) { impl_->live_weights.set_keep(keep); }
+void CudaBackend::weights_changed() { impl_->live_weights.invalidate(); }
 
 ConstView CudaBackend::upload(std::span<const std::int32_t> host, Buffer& staging) {
   ODC_CHECK(staging.dtype() == DType::i32, "upload of int32 data into a {} staging buffer", dtype_name(staging.dtype()));

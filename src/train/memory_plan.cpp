@@ -43,6 +43,7 @@ struct Sizes {
   std::int64_t largest_numel = 0;   // the largest unit's real elements
   std::int64_t largest_shard = 0;
   std::int64_t pool_floats = 0;     // what the unit buffer pool's buffers grow to
+  std::int64_t total_numel = 0;     // every unit's real elements
 };
 
 Sizes sizes_of(const model::LlamaConfig& config, int world) {
@@ -54,6 +55,7 @@ Sizes sizes_of(const model::LlamaConfig& config, int world) {
   s.pool_floats = distributed::UnitBufferPool::planned_floats(layout);
   for (int u = 0; u < layout.num_units(); ++u) {
     s.largest_numel = std::max(s.largest_numel, layout.unit(u).numel);
+    s.total_numel += layout.unit(u).numel;
     s.largest_shard = std::max(s.largest_shard, layout.unit(u).shard);
   }
   return s;
@@ -226,10 +228,16 @@ MemoryPlan plan_memory(const MemoryInputs& in) {
   }
   plan_comm(in, s, b);
   const std::int64_t copy_bytes = backend::weight_copy_element_bytes(in.device, in.compute);
-  const int copies = in.model.tie_word_embeddings ? 2 : 1;
-  b.add("weight copies", copies * s.largest_numel * copy_bytes,
-        fmt::format("{} live cop{} of the largest unit ({} elements) x {} B", copies, copies == 1 ? "y" : "ies",
-                    count_text(s.largest_numel), copy_bytes));
+  if (in.world == 1) {
+    // One rank computes on the masters: the copies are kept, every unit's, made once per step.
+    b.add("weight copies", s.total_numel * copy_bytes,
+          fmt::format("every unit, kept through the step ({} elements) x {} B", count_text(s.total_numel), copy_bytes));
+  } else {
+    const int copies = in.model.tie_word_embeddings ? 2 : 1;
+    b.add("weight copies", copies * s.largest_numel * copy_bytes,
+          fmt::format("{} live cop{} of the largest unit ({} elements) x {} B", copies, copies == 1 ? "y" : "ies",
+                      count_text(s.largest_numel), copy_bytes));
+  }
   const DType act = backend::activation_dtype_of(in.device);
   const std::int64_t chunk_rows = backend::head_chunk_rows_of(in.device, in.model.vocab_size);
   const auto a = model::activation_bytes(in.model, act, in.tokens, in.recompute, chunk_rows, 1, gpu);

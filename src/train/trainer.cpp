@@ -202,6 +202,8 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   }
   comm_ = distributed::make_sharded_comm(comm_options(config), sharding_, group_, model_->units(), model_config_,
                                          static_cast<std::uint64_t>(config.get_int("model.seed")), &model_->backend());
+  // Compute copies of the weights made once per step where the comm hands out the masters.
+  model_->backend().keep_weight_copies(comm_->comm().hands_out_masters());
   // Where several hosts hold the same shards (hybrid), the first host's ranks write them.
   checkpointer_->set_shards(sharding_.shard_rank, sharding_.shard_world, sharding_.replica == 0);
   if (const std::string source = config.get_string("model.checkpoint"); !source.empty() && resume.empty()) {
@@ -404,6 +406,7 @@ StepResult Trainer::step() {
   {
     const TraceScope trace(tracer, "optimizer", "optimizer step");
     optimizer_->step(store(), r.lr, optim::clip_coefficient(r.grad_norm, grad_clip_));
+    model_->backend().weights_changed();  // kept compute copies are redone at their next use
     model_->backend().synchronize();
   }
   r.optimizer_s = seconds_since(optimizer_start);

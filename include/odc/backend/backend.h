@@ -124,6 +124,12 @@ class Backend {
   virtual ConstView weights(const float* unit, std::int64_t count) { return {unit, DType::f32, device(), count}; }
   // Nothing happens for a unit without a live copy.
   virtual void release_weights(const float* unit) { (void)unit; }
+  // Kept copies (backend/weight_copies.h): with `keep`, a released copy stays with its unit and
+  // the next weights() of that unit reuses it until weights_changed(). For a comm that hands out
+  // the units themselves (one rank: the masters), whose contents change only at the optimizer
+  // step: the copies are then made once per step, not at every acquire. Defaults: nothing to keep.
+  virtual void keep_weight_copies(bool keep) { (void)keep; }
+  virtual void weights_changed() {}
   // The fp32 gradient accumulator of a unit (GradSink), in this backend's memory: weight
   // gradients are always added in fp32, whatever the compute dtype.
   View gradients(float* unit, std::int64_t count) { return {unit, DType::f32, device(), count}; }

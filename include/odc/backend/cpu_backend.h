@@ -53,6 +53,8 @@ class CpuBackend final : public Backend {
   // different count for a live unit is an odc::Error). f32 mode: the unit itself.
   ConstView weights(const float* unit, std::int64_t count) override;
   void release_weights(const float* unit) override;
+  void keep_weight_copies(bool keep) override;
+  void weights_changed() override;
   // Units with a live bf16 copy (0 in f32 mode): for tests of the acquire/release pairing.
   std::size_t live_weight_copies() const { return weight_copies_.live(); }
 

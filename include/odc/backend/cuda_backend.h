@@ -50,6 +50,8 @@ class CudaBackend final : public Backend {
 
   ConstView weights(const float* unit, std::int64_t count) override;
   void release_weights(const float* unit) override;
+  void keep_weight_copies(bool keep) override;
+  void weights_changed() override;
   ConstView upload(std::span<const std::int32_t> host, Buffer& staging) override;
   ConstView upload(std::span<const float> host, Buffer& staging) override;
   void download(ConstView source, std::span<float> host) override;

@@ -60,6 +60,10 @@ class Comm : public model::ParamSource, public model::GradSink {
   // True when every rank must run the same number of microbatches (see needs_equal_microbatches):
   // the trainer then pads short ranks with empty ones, and plans under per-microbatch barriers.
   virtual bool needs_equal_microbatches() const = 0;
+  // Whether acquire() hands out the units' own storage (one rank: the masters), whose contents
+  // change only at the optimizer step: a backend may then keep its compute copies across
+  // acquires within a step (Backend::keep_weight_copies).
+  virtual bool hands_out_masters() const { return false; }
   virtual void begin_minibatch() = 0;
   virtual void end_minibatch() = 0;
   virtual CommWaits waits() const { return {}; }

@@ -13,6 +13,7 @@ class LocalComm final : public Comm {
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
   bool needs_equal_microbatches() const override { return false; }
+  bool hands_out_masters() const override { return true; }
   void begin_minibatch() override;
   void end_minibatch() override {}
   const float* acquire(int unit) override { return store_.master(unit); }

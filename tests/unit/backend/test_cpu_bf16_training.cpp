@@ -54,7 +54,9 @@ std::vector<model::PackedBatch> batches(std::int64_t vocab) {
 
 // qwen3: the tiny model with Qwen3's per-head q/k norms and head_dim 6 (q 12 wide, hidden 8),
 // their weights 0.3.
-Run train(DType compute, bool qwen3) {
+// keep: the backend keeps its bf16 copies through each step (Backend::keep_weight_copies, as a
+// one-rank run does), told of every AdamW step (weights_changed) unless `invalidate` is false.
+Run train(DType compute, bool qwen3, bool keep = false, bool invalidate = true) {
   model::LlamaConfig config = test::tiny_model(2);
   if (qwen3) {
     config.qk_norm = true;
@@ -66,6 +68,7 @@ Run train(DType compute, bool qwen3) {
   config.initializer_range = 0.1;
   auto backend = std::make_unique<backend::CpuBackend>(1, compute);
   const backend::CpuBackend* cpu = backend.get();
+  backend->keep_weight_copies(keep);
   model::LlamaModel m(config, std::move(backend));
   model::ResidentWeights w(m.units(), config, 5);
   // The q/k norms make q and k unit-RMS whatever the weights' scale: with norm weights of 1 the
@@ -105,6 +108,7 @@ Run train(DType compute, bool qwen3) {
       kernels::cpu::adamw_step(w.weights(u).data(), g.data(), exp_avg[static_cast<std::size_t>(u)].data(),
                                exp_avg_sq[static_cast<std::size_t>(u)].data(), static_cast<std::int64_t>(g.size()), p);
     }
+    if (invalidate) m.backend().weights_changed();
   }
   for (int u = 0; u < w.num_units(); ++u) run.final_weights.emplace_back(w.weights(u).begin(), w.weights(u).end());
   return run;
@@ -160,4 +164,20 @@ TEST_CASE("bf16 training of the tiny model tracks fp32 within bf16 tolerances, r
     }
   }
   CHECK(differs);  // bf16 mode is really on
+}
+
+TEST_CASE("bf16 copies kept through a step train exactly what copies made at every acquire train", "[backend][bf16][model]") {
+  for (const bool qwen3 : {false, true}) {
+    CAPTURE(qwen3);
+    const Run every = train(DType::bf16, qwen3);
+    const Run kept = train(DType::bf16, qwen3, /*keep=*/true);
+    CHECK(kept.losses == every.losses);
+    CHECK(kept.gradients == every.gradients);
+    CHECK(kept.final_weights == every.final_weights);
+    // The copies are reused, not redone: without weights_changed() the later steps compute with
+    // the first step's weights, and training goes elsewhere.
+    const Run stale = train(DType::bf16, qwen3, /*keep=*/true, /*invalidate=*/false);
+    CHECK(stale.losses[0] == every.losses[0]);
+    CHECK(stale.losses.back() != every.losses.back());
+  }
 }
