@@ -10,6 +10,7 @@
 // weight and table gradients): fp32 arithmetic over at most a few hundred terms: 1e-5 relative.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -89,6 +90,64 @@ TEST_CASE("emu kernels: swiglu forward and backward", "[emu][kernels]") {
   CHECK(mismatches(h, h_ref, near_bf16) == 0);
   CHECK(mismatches(dgate, dgate_ref, near_bf16) == 0);
   CHECK(mismatches(dup, dup_ref, near_bf16) == 0);
+}
+
+TEST_CASE("emu kernels: 16-byte vector steps and element steps give the same bits (casts, add, swiglu)",
+          "[emu][kernels]") {
+  // 8 * 625 + 5 elements: vector steps and a tail. The element path is taken when a pointer is not
+  // 16-byte aligned: the same data one element into 16-byte aligned buffers (a 2- or 4-byte offset).
+  const std::int64_t n = 5005;
+  const Bf16Data gate = random_bf16(n, 6.0f, 11), up = random_bf16(n, 2.0f, 12), dh = random_bf16(n, 1.0f, 13);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 3.0f);
+  std::vector<float> f(n), g(n);
+  for (auto& x : f) x = dist(rng);
+  for (auto& x : g) x = dist(rng);
+  // Copies at offset 1 of a 16-byte aligned vector.
+  const auto shifted16 = [&](const std::vector<std::uint16_t>& v) {
+    std::vector<std::uint16_t> out(v.size() + 8);
+    std::copy(v.begin(), v.end(), out.begin() + 1);
+    return out;
+  };
+  const auto shifted32 = [&](const std::vector<float>& v) {
+    std::vector<float> out(v.size() + 4);
+    std::copy(v.begin(), v.end(), out.begin() + 1);
+    return out;
+  };
+  REQUIRE(reinterpret_cast<std::uintptr_t>(f.data()) % 16 == 0);
+  REQUIRE(reinterpret_cast<std::uintptr_t>(gate.bits.data()) % 16 == 0);
+
+  std::vector<std::uint16_t> cast_vec(n), cast_el(n + 8);
+  std::vector<float> f_el = shifted32(f);
+  kc::cast_f32_to_bf16(f.data(), cast_vec.data(), n, nullptr);
+  kc::cast_f32_to_bf16(f_el.data() + 1, cast_el.data() + 1, n, nullptr);
+  CHECK(std::equal(cast_vec.begin(), cast_vec.end(), cast_el.begin() + 1));
+
+  std::vector<float> wide_vec(n), wide_el(n + 4);
+  std::vector<std::uint16_t> bits_el = shifted16(cast_vec);
+  kc::cast_bf16_to_f32(cast_vec.data(), wide_vec.data(), n, nullptr);
+  kc::cast_bf16_to_f32(bits_el.data() + 1, wide_el.data() + 1, n, nullptr);
+  CHECK(std::equal(wide_vec.begin(), wide_vec.end(), wide_el.begin() + 1));
+
+  std::vector<float> acc_vec = f, acc_el = shifted32(f), g_el = shifted32(g);
+  kc::add_f32(acc_vec.data(), g.data(), n, nullptr);
+  kc::add_f32(acc_el.data() + 1, g_el.data() + 1, n, nullptr);
+  CHECK(std::equal(acc_vec.begin(), acc_vec.end(), acc_el.begin() + 1));
+  for (std::int64_t i = 0; i < n; ++i) REQUIRE(acc_vec[i] == f[i] + g[i]);
+
+  std::vector<std::uint16_t> h_vec(n), h_el(n + 8);
+  const auto gate_el = shifted16(gate.bits), up_el = shifted16(up.bits), dh_el = shifted16(dh.bits);
+  kc::swiglu_forward(gate.bits.data(), up.bits.data(), h_vec.data(), n, nullptr);
+  kc::swiglu_forward(gate_el.data() + 1, up_el.data() + 1, h_el.data() + 1, n, nullptr);
+  CHECK(std::equal(h_vec.begin(), h_vec.end(), h_el.begin() + 1));
+
+  // Backward with dgate aliasing dh, as the model may call it.
+  std::vector<std::uint16_t> dg_vec = dh.bits, du_vec(n), dg_el = dh_el, du_el(n + 8);
+  kc::swiglu_backward(dg_vec.data(), gate.bits.data(), up.bits.data(), dg_vec.data(), du_vec.data(), n, nullptr);
+  kc::swiglu_backward(dg_el.data() + 1, gate_el.data() + 1, up_el.data() + 1, dg_el.data() + 1, du_el.data() + 1, n,
+                      nullptr);
+  CHECK(std::equal(dg_vec.begin(), dg_vec.end(), dg_el.begin() + 1));
+  CHECK(std::equal(du_vec.begin(), du_vec.end(), du_el.begin() + 1));
 }
 
 TEST_CASE("emu kernels: rope forward rotates and backward rotates back", "[emu][kernels]") {
