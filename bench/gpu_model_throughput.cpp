@@ -1,20 +1,45 @@
-// gpu_model_throughput: training throughput of the whole model on one GPU at a 1B shape
-// (LLaMA-3.2-1B: 16 layers, hidden 2048, ffn 8192, 32/8 heads, vocab 128256, tied embeddings),
-// on packed microbatches of SEQS sequences of SEQ_LEN tokens (default 8 x 1024 = 8K tokens).
+// gpu_model_throughput: training throughput of the whole model on one GPU, one rank (world 1).
 //
-//   gpu_model_throughput [--layers N] [--seqs N] [--seq-len N] [--steps N] [--warmup N] [--cpu-tiny]
+//   gpu_model_throughput [--shape llama-1b|qwen2-1.5b] [--layers N] [--seqs N] [--seq-len N]
+//                        [--tokens N,N,...] [--recompute none|selective|full]
+//                        [--attention auto|native|cudnn] [--steps N] [--warmup N]
+//                        [--peak-tflops X] [--cpu-tiny]
+//
+// Shapes: llama-1b (LLaMA-3.2-1B: 16 layers, hidden 2048, ffn 8192, 32/8 heads of 64, vocab
+// 128256, tied embeddings; the default) and qwen2-1.5b (DeepSeek-R1-Distill-Qwen-1.5B, the paper
+// reproduction's configs/gpu8/*-1.5b.yaml: 28 layers, hidden 1536, ffn 8960, 12/2 heads of 128,
+// vocab 151936, untied, q/k/v biases). --layers overrides the shape's layer count.
+//
+// Cases: without --tokens one packed microbatch of SEQS sequences of SEQ_LEN tokens (default
+// 8 x 1024 = 8K tokens: the 1B throughput case); with --tokens one case per count, each a
+// microbatch of ONE sequence of that many tokens (the long-context case), run in ascending order in
+// one process on the same weights.
 //
 // A step is one microbatch's forward, loss and backward into fp32 gradient accumulators resident
 // on the device (BackendWeights), then AdamW on the device (Backend::adamw_step): the step
-// bench/gpu_model_torch.py times for PyTorch.
-// The first WARMUP steps are not timed; the median of the rest is reported. FLOPs per token are
-// counted as bench/gpu_model_torch.py counts them: 6 x (layer matmul parameters + LM head) +
-// 6 x layers x hidden x (SEQ_LEN + 1) for the causal attention.
+// bench/gpu_model_torch.py times for PyTorch. The first WARMUP steps are not timed; the median of
+// the rest is reported. FLOPs are the model's training FLOPs (LlamaConfig::training_flops over the
+// batch's causal pairs: the linear layers and LM head, 6 per parameter and token, and causal
+// attention); a recomputed forward is not counted (MFU counts the model's work, not the run's).
+// MFU is against --peak-tflops (default 989.5: the H200's dense bf16 tensor-core peak).
 //
-// One JSON line: {"bench":"gpu_model_throughput","impl":"odc","shape":...,"tokens_per_s":...,
-// "step_ms":...,"flops_per_token":...,"loss":...}. --cpu-tiny runs a tiny shape on the CPU
-// backend's bf16 mode instead (what CI can run: it proves the program, not the speed). Exits 77 without a
-// device, 2 on a usage error.
+// Memory: before each case the memory model (train::plan_memory: world 1, the device, bf16,
+// --recompute, the case's tokens) predicts what goes through the device allocator
+// (MemoryPlan::pooled_bytes); this program adds the one allocation of its own that a trainer does
+// not make (BackendWeights' fp32 upload staging of the largest unit). After the case it prints the
+// allocator's peak (Backend::allocator_peak_bytes: since the program started; cases run in
+// ascending token order, so it is the case's own peak) and the error against the prediction. A
+// case whose plan does not fit the device (its memory less the plan's 5% margin) is skipped with
+// the plan's numbers.
+//
+// One JSON line per case: {"bench":"gpu_model_throughput","impl":"odc","shape":...,"tokens":...,
+// "tokens_per_s":...,"step_ms":...,"flops_per_token":...,"tflops":...,"mfu":...,"recompute":...,
+// "attention":...,"predicted_pooled_bytes":...,"measured_peak_bytes":...,"memory_error_pct":...}
+// (a skipped case: "skipped" with the plan's bytes; a failed one: "error"). --plan-only prints each
+// case's plan without a device (the verdict against --device-gib when given). --cpu-tiny runs a tiny
+// shape on the CPU backend's bf16 mode instead (what CI can run: it proves the program, not the
+// speed; the CPU has no allocator peak). Exits 77 without a device, 2 on a usage error, 1 when a
+// case failed.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -29,40 +54,90 @@
 #include <nlohmann/json.hpp>
 
 #include "backend_weights.h"
+#include "odc/core/error.h"
 #include "odc/core/random.h"
 #include "odc/kernels/adamw.h"
 #include "odc/model/llama_model.h"
+#include "odc/model/recompute.h"
+#include "odc/train/memory_plan.h"
 
 namespace {
 
 struct Options {
-  int layers = 16;
+  std::string shape = "llama-1b";
+  int layers = 0;  // 0: the shape's
   int seqs = 8;
   int seq_len = 1024;
+  std::vector<std::int64_t> tokens;  // --tokens: one single-sequence case per count
+  odc::model::Recompute recompute = odc::model::Recompute::none;
+  std::string attention = "auto";
   int steps = 10;
   int warmup = 3;
+  double peak_tflops = 989.5;
   bool cpu_tiny = false;
+  bool plan_only = false;  // --plan-only: each case's memory plan, no device needed
+  double device_gib = 0;   // --device-gib: the device's memory for --plan-only's verdict (0: none)
 };
 
 constexpr const char* kUsage =
-    "usage: gpu_model_throughput [--layers N] [--seqs N] [--seq-len N] [--steps N] [--warmup N] [--cpu-tiny]\n";
+    "usage: gpu_model_throughput [--shape llama-1b|qwen2-1.5b] [--layers N] [--seqs N] [--seq-len N]\n"
+    "                            [--tokens N,N,...] [--recompute none|selective|full]\n"
+    "                            [--attention auto|native|cudnn] [--steps N] [--warmup N] [--peak-tflops X]\n"
+    "                            [--cpu-tiny] [--plan-only [--device-gib G]]\n";
+
+bool parse_int(const char* text, long lo, long hi, long& out) {
+  char* end = nullptr;
+  out = std::strtol(text, &end, 10);
+  return end != text && *end == '\0' && out >= lo && out <= hi;
+}
+
+bool parse_tokens(const std::string& text, std::vector<std::int64_t>& out) {
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    long v = 0;
+    if (!parse_int(text.substr(start, comma - start).c_str(), 2, 1L << 24, v)) return false;
+    out.push_back(v);
+    start = comma + 1;
+  }
+  return !out.empty();
+}
 
 bool parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--cpu-tiny") {
-      o.cpu_tiny = true;
+    if (arg == "--cpu-tiny" || arg == "--plan-only") {
+      (arg == "--cpu-tiny" ? o.cpu_tiny : o.plan_only) = true;
       continue;
     }
-    int* target = arg == "--layers" ? &o.layers : arg == "--seqs" ? &o.seqs : arg == "--seq-len" ? &o.seq_len
-                : arg == "--steps" ? &o.steps : arg == "--warmup" ? &o.warmup : nullptr;
-    if (target == nullptr || i + 1 >= argc) return false;
-    char* end = nullptr;
-    const long v = std::strtol(argv[++i], &end, 10);
-    if (*end != '\0' || v < 0 || v > 1 << 20) return false;
-    *target = static_cast<int>(v);
+    if (i + 1 >= argc) return false;
+    const std::string value = argv[++i];
+    long v = 0;
+    if (arg == "--shape") {
+      if (value != "llama-1b" && value != "qwen2-1.5b") return false;
+      o.shape = value;
+    } else if (arg == "--tokens") {
+      if (!parse_tokens(value, o.tokens)) return false;
+    } else if (arg == "--recompute") {
+      if (value != "none" && value != "selective" && value != "full") return false;
+      o.recompute = odc::model::parse_recompute(value, "--recompute");
+    } else if (arg == "--attention") {
+      if (value != "auto" && value != "native" && value != "cudnn") return false;
+      o.attention = value;
+    } else if (arg == "--peak-tflops" || arg == "--device-gib") {
+      char* end = nullptr;
+      double& target = arg == "--peak-tflops" ? o.peak_tflops : o.device_gib;
+      target = std::strtod(value.c_str(), &end);
+      if (*end != '\0' || !(target > 0)) return false;
+    } else {
+      int* target = arg == "--layers" ? &o.layers : arg == "--seqs" ? &o.seqs : arg == "--seq-len" ? &o.seq_len
+                  : arg == "--steps" ? &o.steps : arg == "--warmup" ? &o.warmup : nullptr;
+      if (target == nullptr || !parse_int(value.c_str(), 0, 1L << 20, v)) return false;
+      *target = static_cast<int>(v);
+    }
   }
-  return o.layers >= 1 && o.seqs >= 1 && o.seq_len >= 2 && o.steps > o.warmup;
+  std::sort(o.tokens.begin(), o.tokens.end());
+  return o.seqs >= 1 && o.seq_len >= 2 && o.steps > o.warmup;
 }
 
 odc::model::LlamaConfig shape(const Options& o) {
@@ -74,23 +149,49 @@ odc::model::LlamaConfig shape(const Options& o) {
     c.num_attention_heads = 2;
     c.num_key_value_heads = 1;
     c.head_dim = 64;
+    c.num_hidden_layers = 2;
+    c.tie_word_embeddings = o.shape == "llama-1b";
+    c.attention_bias = o.shape == "qwen2-1.5b";
+  } else if (o.shape == "qwen2-1.5b") {
+    c.vocab_size = 151936;
+    c.hidden_size = 1536;
+    c.intermediate_size = 8960;
+    c.num_hidden_layers = 28;
+    c.num_attention_heads = 12;
+    c.num_key_value_heads = 2;
+    c.head_dim = 128;
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = 10000.0;
+    c.tie_word_embeddings = false;
+    c.attention_bias = true;
   } else {
     c.vocab_size = 128256;
     c.hidden_size = 2048;
     c.intermediate_size = 8192;
+    c.num_hidden_layers = 16;
     c.num_attention_heads = 32;
     c.num_key_value_heads = 8;
     c.head_dim = 64;
     c.rope_theta = 500000.0;
+    c.tie_word_embeddings = true;
   }
-  c.num_hidden_layers = o.layers;
-  c.tie_word_embeddings = true;
-  c.max_position_embeddings = std::max(o.seq_len, 2048);
+  if (o.layers > 0) c.num_hidden_layers = o.layers;
+  std::int64_t longest = o.seq_len;
+  for (const std::int64_t t : o.tokens) longest = std::max(longest, t);
+  c.max_position_embeddings = std::max<std::int64_t>(longest, 2048);
   return c;
 }
 
+std::string shape_text(const odc::model::LlamaConfig& c) {
+  return "L" + std::to_string(c.num_hidden_layers) + " d" + std::to_string(c.hidden_size) + " ff" +
+         std::to_string(c.intermediate_size) + " h" + std::to_string(c.num_attention_heads) + "/" +
+         std::to_string(c.num_key_value_heads) + "x" + std::to_string(c.head_dim) + " v" +
+         std::to_string(c.vocab_size) + (c.tie_word_embeddings ? " tied" : " untied") +
+         (c.attention_bias ? " qkv-bias" : "");
+}
+
 // Weights of the right scale (std 0.02 matrices, unit norm weights) without the cost of drawing
-// 1.2e9 normals: a 64K-value normal pattern tiled over each unit. Speed does not depend on values.
+// 1.8e9 normals: a 64K-value normal pattern tiled over each unit. Speed does not depend on values.
 std::vector<std::vector<float>> weights_for(const odc::model::LlamaModel& model) {
   std::vector<float> pattern(1 << 16);
   odc::SplitMix64 rng(5);
@@ -109,17 +210,134 @@ std::vector<std::vector<float>> weights_for(const odc::model::LlamaModel& model)
   return out;
 }
 
-odc::model::PackedBatch batch_for(const Options& o, const odc::model::LlamaConfig& c) {
+odc::model::PackedBatch batch_for(int seqs, std::int64_t seq_len, const odc::model::LlamaConfig& c) {
   odc::model::PackedBatch batch;
   odc::SplitMix64 rng(9);
-  const float weight = 1.0f / static_cast<float>(o.seqs * (o.seq_len - 1));
-  for (int s = 0; s < o.seqs; ++s) {
-    std::vector<std::int32_t> tokens(static_cast<std::size_t>(o.seq_len));
+  const float weight = 1.0f / static_cast<float>(static_cast<double>(seqs) * static_cast<double>(seq_len - 1));
+  for (int s = 0; s < seqs; ++s) {
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(seq_len));
     for (auto& t : tokens) t = static_cast<std::int32_t>(rng.next() % static_cast<std::uint64_t>(c.vocab_size));
     std::vector<std::uint8_t> mask(tokens.size(), 1);
-    batch.append(tokens.data(), mask.data(), o.seq_len, weight);
+    batch.append(tokens.data(), mask.data(), seq_len, weight);
   }
   return batch;
+}
+
+struct Case {
+  int seqs;
+  std::int64_t seq_len;
+};
+
+std::unique_ptr<odc::backend::Backend> make(const Options& o, std::string& why) {
+  if (o.cpu_tiny) return odc::backend::make_backend("cpu", odc::DType::bf16, 1, 0, "auto");
+  if (!odc::backend::cuda_backend_built()) {
+    why = "this build has no CUDA backend";
+    return nullptr;
+  }
+  try {
+    return odc::backend::make_backend("cuda", odc::DType::bf16, 1, 0, o.attention);
+  } catch (const odc::Error& e) {
+    why = e.what();
+    return nullptr;
+  }
+}
+
+// A case's memory plan (train::plan_memory at world 1) into `line`; returns the bytes predicted
+// through the device allocator: the plan's pooled items and this program's upload staging.
+std::int64_t plan_case(const Options& o, const odc::model::LlamaConfig& config, std::int64_t tokens,
+                       nlohmann::json& line) {
+  odc::train::MemoryInputs in;
+  in.model = config;
+  in.world = 1;
+  in.device = o.cpu_tiny ? odc::DeviceKind::cpu : odc::DeviceKind::cuda;
+  in.compute = odc::DType::bf16;
+  in.recompute = o.recompute;
+  in.tokens = tokens;
+  const odc::train::MemoryPlan plan = odc::train::plan_memory(in);
+  std::int64_t largest = 0;
+  for (const auto& unit : odc::model::build_unit_layouts(config)) largest = std::max(largest, unit.numel);
+  const std::int64_t staging = largest * 4;  // BackendWeights' fp32 upload staging (no trainer has it)
+  line["plan_pooled_bytes"] = plan.pooled_bytes();
+  line["bench_staging_bytes"] = staging;
+  line["predicted_pooled_bytes"] = plan.pooled_bytes() + staging;
+  line["plan_peak_bytes"] = plan.peak_bytes() + staging;
+  line["plan_activation_bytes"] = plan.activation_bytes();
+  return plan.pooled_bytes() + staging;
+}
+
+// Whether the plan fits `capacity` bytes less the plan's margin; says why not in line["skipped"].
+bool fits(std::int64_t capacity, nlohmann::json& line) {
+  const auto budget = static_cast<std::int64_t>(static_cast<double>(capacity) * (1.0 - odc::train::kBudgetMargin));
+  line["device_budget_bytes"] = budget;
+  const std::int64_t peak = line["plan_peak_bytes"].get<std::int64_t>();
+  if (capacity <= 0 || peak <= budget) return true;
+  line["skipped"] = "the memory plan (" + std::to_string(peak >> 20) + " MiB) exceeds the device's budget (" +
+                    std::to_string(budget >> 20) + " MiB: its memory less " +
+                    std::to_string(static_cast<int>(100 * odc::train::kBudgetMargin)) + "%)";
+  return false;
+}
+
+nlohmann::json case_head(const Options& o, const odc::model::LlamaConfig& config, const Case& k) {
+  return {{"bench", "gpu_model_throughput"}, {"impl", "odc"},
+          {"shape", shape_text(config) + " " + std::to_string(k.seqs) + "x" + std::to_string(k.seq_len)},
+          {"model", o.cpu_tiny ? "cpu-tiny" : o.shape}, {"tokens", static_cast<std::int64_t>(k.seqs) * k.seq_len},
+          {"seqs", k.seqs}, {"recompute", std::string(odc::model::recompute_name(o.recompute))}, {"world", 1}};
+}
+
+// One case: its JSON line (timed, skipped by the plan, or failed).
+nlohmann::json run_case(const Options& o, const Case& k, odc::model::LlamaModel& model,
+                        odc::bench::BackendWeights& weights, const std::string& attention) {
+  const odc::model::LlamaConfig& config = model.config();
+  odc::backend::Backend& b = model.backend();
+  const std::int64_t tokens = static_cast<std::int64_t>(k.seqs) * k.seq_len;
+  nlohmann::json line = case_head(o, config, k);
+  line["backend"] = std::string(b.name());
+  line["attention"] = attention;
+  const std::int64_t predicted = plan_case(o, config, tokens, line);
+  if (!fits(o.cpu_tiny ? 0 : b.memory_capacity(1), line)) return line;
+  const odc::model::PackedBatch batch = batch_for(k.seqs, k.seq_len, config);
+  std::vector<double> ms;
+  double loss = 0.0, first_ms = 0.0;
+  try {
+    for (int step = 0; step < o.steps; ++step) {
+      const auto t0 = std::chrono::steady_clock::now();
+      weights.zero_gradients();
+      loss = model.train_microbatch(batch, weights, weights).weighted_loss;
+      odc::kernels::AdamWParams p;
+      p.lr = 1e-4;
+      p.step = step + 1;
+      weights.adamw_step(p);
+      b.synchronize();
+      const double took = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (step == 0) first_ms = took;
+      if (step >= o.warmup) ms.push_back(took);
+    }
+  } catch (const odc::Error& e) {
+    line["error"] = e.what();
+    line["measured_peak_bytes"] = b.allocator_peak_bytes();
+    return line;
+  }
+  std::sort(ms.begin(), ms.end());
+  const double step_ms = ms[ms.size() / 2];
+  const double flops = config.training_flops(static_cast<double>(tokens), batch.causal_pairs());
+  const double tflops = flops / (step_ms * 1e-3) / 1e12;
+  line["tokens_per_s"] = static_cast<double>(tokens) / (step_ms * 1e-3);
+  line["step_ms"] = step_ms;
+  line["first_step_ms"] = first_ms;
+  line["timed_steps"] = ms.size();
+  line["flops_per_token"] = flops / static_cast<double>(tokens);
+  line["attention_flops_share"] = config.attention_flops_per_pair() * batch.causal_pairs() / flops;
+  line["tflops"] = tflops;
+  line["mfu"] = tflops / o.peak_tflops;
+  line["peak_tflops"] = o.peak_tflops;
+  line["optimizer"] = "adamw";
+  line["loss"] = loss;
+  const std::int64_t measured = b.allocator_peak_bytes();
+  if (measured > 0) {
+    line["measured_peak_bytes"] = measured;
+    line["memory_error_pct"] = 100.0 * static_cast<double>(measured - predicted) / static_cast<double>(predicted);
+  }
+  return line;
 }
 
 }  // namespace
@@ -136,52 +354,49 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpu_model_throughput: bad arguments\n%s", kUsage);
     return 2;
   }
+  std::vector<Case> cases;
+  if (o.tokens.empty()) {
+    cases.push_back({o.seqs, o.seq_len});
+  } else {
+    for (const std::int64_t t : o.tokens) cases.push_back({1, t});
+  }
+  int rc = 0;
   try {
+    if (o.plan_only) {
+      const odc::model::LlamaConfig config = shape(o);
+      for (const Case& k : cases) {
+        nlohmann::json line = case_head(o, config, k);
+        line["plan_only"] = true;
+        plan_case(o, config, line["tokens"].get<std::int64_t>(), line);
+        fits(static_cast<std::int64_t>(o.device_gib * 1073741824.0), line);
+        std::printf("%s\n", line.dump().c_str());
+      }
+      return 0;
+    }
     std::string why;
-    std::unique_ptr<odc::backend::Backend> backend =
-        o.cpu_tiny ? odc::backend::make_backend("cpu", odc::DType::bf16, 1) : odc::bench::try_cuda_backend(why);
+    std::unique_ptr<odc::backend::Backend> backend = make(o, why);
     if (backend == nullptr) {
       std::fprintf(stderr, "SKIP: no CUDA backend (%s)\n", why.c_str());
       return 77;
     }
     const odc::model::LlamaConfig config = shape(o);
+    const std::string attention =
+        backend->select_attention(config.num_attention_heads, config.num_key_value_heads, config.head_dim);
     odc::model::LlamaModel model(config, std::move(backend));
-    odc::backend::Backend& b = model.backend();
-    odc::bench::BackendWeights weights(b, model.units(), weights_for(model));
-    const odc::model::PackedBatch batch = batch_for(o, config);
-    std::vector<double> ms;
-    double loss = 0.0;
-    for (int step = 0; step < o.steps; ++step) {
-      const auto t0 = std::chrono::steady_clock::now();
-      weights.zero_gradients();
-      loss = model.train_microbatch(batch, weights, weights).weighted_loss;
-      odc::kernels::AdamWParams p;
-      p.lr = 1e-4;
-      p.step = step + 1;
-      weights.adamw_step(p);
-      b.synchronize();
-      const double took = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (step >= o.warmup) ms.push_back(took);
+    model.set_recompute(o.recompute);
+    odc::bench::BackendWeights weights(model.backend(), model.units(), weights_for(model));
+    for (const Case& k : cases) {
+      const nlohmann::json line = run_case(o, k, model, weights, attention);
+      std::printf("%s\n", line.dump().c_str());
+      std::fflush(stdout);
+      if (line.contains("error")) {
+        rc = 1;
+        break;  // ascending token counts: a larger case would fail the same way
+      }
     }
-    std::sort(ms.begin(), ms.end());
-    const double step_ms = ms[ms.size() / 2];
-    const double tokens = static_cast<double>(batch.num_tokens());
-    const double d = config.hidden_size, kv = config.num_key_value_heads * config.head_dim;
-    const double layer_params = config.num_hidden_layers * (2 * d * d + 2 * d * kv + 3 * d * config.intermediate_size);
-    const double flops_per_token = 6 * (layer_params + static_cast<double>(config.vocab_size) * d) +
-                                   6.0 * config.num_hidden_layers * d * (o.seq_len + 1);
-    const nlohmann::json line = {
-        {"bench", "gpu_model_throughput"}, {"impl", "odc"}, {"backend", std::string(b.name())},
-        {"shape", "L" + std::to_string(o.layers) + " d" + std::to_string(config.hidden_size) + " ff" +
-                      std::to_string(config.intermediate_size) + " h" + std::to_string(config.num_attention_heads) +
-                      "/" + std::to_string(config.num_key_value_heads) + " v" + std::to_string(config.vocab_size) +
-                      " " + std::to_string(o.seqs) + "x" + std::to_string(o.seq_len)},
-        {"tokens_per_s", tokens / (step_ms * 1e-3)}, {"step_ms", step_ms}, {"flops_per_token", flops_per_token},
-        {"optimizer", "adamw"}, {"loss", loss}};
-    std::printf("%s\n", line.dump().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpu_model_throughput: %s\n", e.what());
     return 1;
   }
-  return 0;
+  return rc;
 }

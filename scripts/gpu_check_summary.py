@@ -5,8 +5,10 @@
 
 Reads LOGS_DIR/steps.tsv (name, exit code, seconds per step), COMMIT, tests.log (the Catch2
 totals and the "[cuda]" parity lines of odc_cuda_tests), the sanitizer logs, and the JSON lines of
-trainer.jsonl, ipc-train.jsonl, comm-bandwidth.jsonl, ceilings.jsonl, nccl.jsonl, attention*.jsonl, model-parity.jsonl, throughput*.jsonl. Missing results are
-reported as missing, never invented. Standard library only (it runs on the lent machine too).
+trainer.jsonl, ipc-train.jsonl, comm-bandwidth.jsonl, ceilings.jsonl, nccl.jsonl, attention*.jsonl,
+model-parity.jsonl, throughput*.jsonl, long-context*.jsonl, and switches.txt (the switches set away
+from their defaults). Missing results are reported as missing, never invented. Standard library only
+(it runs on the lent machine too).
 """
 import json
 import os
@@ -16,6 +18,16 @@ import sys
 MAX_LINES = 40
 # NVIDIA H200 SXM dense bf16 tensor-core peak (datasheet: 989.5 TFLOP/s without sparsity).
 H200_BF16_DENSE_TFLOPS = 989.5
+# The targets on an H200 (docs/GPU_CHECK.md, "Targets"): reported against, not failed on.
+TARGET_1B_MFU = 0.45
+TARGET_1B_VS_TORCH = 1.2
+TARGET_32K_MFU = 0.40
+TARGET_CUDNN_TFLOPS = 400.0
+
+
+def target(value, goal, text):
+    """" (target >= goal: met)" or "... BELOW" """
+    return f" (target >= {text}: {'met' if value >= goal else 'BELOW'})"
 
 
 def read(path):
@@ -78,6 +90,10 @@ def tests_lines(logs):
         if rel:
             v, l = max(rel)
             out.append(f"  largest relative error {v:.2e}: {l[7:41].strip()}")
+    m = re.search(r"\[cuda\] ragged microbatches: peak in use ([0-9.]+) MiB, peak reserved ([0-9.]+) MiB \(([0-9.]+)x", text)
+    if m:
+        out.append(f"allocator under ragged sizes: peak reserved {m.group(2)} MiB for {m.group(1)} MiB in use "
+                   f"({m.group(3)}x; measured, not bounded)")
     return out
 
 
@@ -147,6 +163,8 @@ def attention_lines(logs):
         c = cudnn.get(k)
         if c and c.get("fwdbwd_tflops") and o.get("fwdbwd_tflops"):
             cell += f"; cudnn {c['fwdbwd_tflops']:.0f} = {c['fwdbwd_tflops'] / o['fwdbwd_tflops']:.2f}x ours"
+            if k[0] == "1x4096" and k[3] == 128:
+                cell += target(c["fwdbwd_tflops"], TARGET_CUDNN_TFLOPS, f"{TARGET_CUDNN_TFLOPS:.0f}")
         elif c and "error" in c:
             cell += f"; cudnn n/a ({c['error'][:60]})"
         out.append(f"  {k[0]} {k[1]}/{k[2]} d{k[3]}: {cell}")
@@ -176,10 +194,12 @@ def throughput_lines(logs, ceiling_tflops):
             f"MFU {100 * tflops / H200_BF16_DENSE_TFLOPS:.1f}% of dense bf16 peak")
     if ceiling_tflops:
         line += f", {100 * tflops / ceiling_tflops:.1f}% of the GEMM ceiling"
+    line += target(tflops / H200_BF16_DENSE_TFLOPS, TARGET_1B_MFU, f"{100 * TARGET_1B_MFU:.0f}%")
     out = [line]
     if torch:
-        out.append(f"  torch eager: {torch['tokens_per_s']:.0f} tok/s; ours / torch = "
-                   f"{ours['tokens_per_s'] / torch['tokens_per_s']:.2f}x")
+        ratio = ours['tokens_per_s'] / torch['tokens_per_s']
+        out.append(f"  torch eager: {torch['tokens_per_s']:.0f} tok/s; ours / torch = {ratio:.2f}x"
+                   + target(ratio, TARGET_1B_VS_TORCH, f"{TARGET_1B_VS_TORCH}x"))
     else:
         out.append("  torch eager: no result")
     return out
@@ -232,6 +252,65 @@ def comm_bandwidth_lines(logs):
     return out
 
 
+def gib(b):
+    return f"{b / 2**30:.1f} GiB"
+
+
+def long_context_lines(logs, dry):
+    """The long-context step: ours per token count (tok/s, MFU, the allocator's peak against the
+    memory plan) and the torch peer's; in a dry run the plans alone."""
+    ours = [r for r in jsonl(os.path.join(logs, "long-context.jsonl")) if r.get("impl") == "odc"]
+    torch = {r.get("tokens"): r for r in jsonl(os.path.join(logs, "long-context-torch.jsonl"))}
+    if not ours:
+        return ["long context: no results"]
+    head = ours[0]
+    out = [f"long context ({head.get('model')}, world 1, recompute {head.get('recompute')}"
+           + (f", attention {head['attention'].split(':')[0]}" if head.get("attention") else "") + "):"]
+    for r in ours[:3]:
+        t = f"  {r.get('tokens')} tok"
+        plan = (f"plan {gib(r['predicted_pooled_bytes'])} pooled" if "predicted_pooled_bytes" in r else "no plan")
+        if r.get("plan_only"):
+            verdict = f"skipped: {r['skipped']}" if "skipped" in r else f"fits {gib(r.get('device_budget_bytes', 0))}"
+            out.append(f"{t}: {plan}, peak {gib(r.get('plan_peak_bytes', 0))}; {verdict}")
+            continue
+        if "skipped" in r:
+            out.append(f"{t}: skipped ({r['skipped']}); {plan}")
+            continue
+        if "error" in r:
+            out.append(f"{t}: FAILED {r['error'][:80]}; {plan}")
+            continue
+        line = f"{t}: {r['tokens_per_s']:.0f} tok/s, {r['tflops']:.0f} TFLOP/s, MFU {100 * r['mfu']:.1f}%"
+        if r.get("tokens") == 32768 and r.get("model") == "qwen2-1.5b":
+            line += target(r["mfu"], TARGET_32K_MFU, f"{100 * TARGET_32K_MFU:.0f}%")
+        if "measured_peak_bytes" in r:
+            line += (f"; memory {plan}, measured {gib(r['measured_peak_bytes'])} "
+                     f"({r['memory_error_pct']:+.1f}%)")
+        out.append(line)
+        p = torch.get(r.get("tokens"))
+        if p and "tokens_per_s" in p:
+            out.append(f"    torch (sdpa {p.get('sdpa')}, checkpoint {p.get('recompute')}): {p['tokens_per_s']:.0f} tok/s, "
+                       f"MFU {100 * p['mfu']:.1f}%, peak {gib(p.get('peak_bytes') or 0)}; ours / torch = "
+                       f"{r['tokens_per_s'] / p['tokens_per_s']:.2f}x")
+        elif p and "error" in p:
+            out.append(f"    torch: FAILED {p['error'][:80]}")
+        elif not dry:
+            out.append("    torch: no result")
+    return out
+
+
+def switches_line(logs):
+    """The switches set for this run (docs/GPU_CHECK.md), or nothing when all are defaults."""
+    defaults = {"ODC_CHECK_ATTENTION": "auto", "ODC_CHECK_ATTENTION_IMPLS": "native,cudnn",
+                "ODC_CHECK_RECOMPUTE": "selective", "ODC_CHECK_LONG_TOKENS": "32768,65536",
+                "ODC_CHECK_TORCH_SDPA": "auto"}
+    cells = []
+    for line in (read(os.path.join(logs, "switches.txt")) or "").splitlines():
+        key, _, value = line.partition("=")
+        if value and value != defaults.get(key, ""):
+            cells.append(f"{key}={value}")
+    return ["switches: " + ", ".join(cells)] if cells else []
+
+
 def main():
     if len(sys.argv) != 3:
         print("usage: gpu_check_summary.py LOGS_DIR DRY_RUN", file=sys.stderr)
@@ -239,18 +318,26 @@ def main():
     logs, dry = sys.argv[1], sys.argv[2] == "1"
     commit = (read(os.path.join(logs, "COMMIT")) or "unknown\n").strip()
     lines = [f"ODC GPU check{' (dry run: no GPU work)' if dry else ''}: commit {commit}", steps_lines(logs)]
-    lines += trainer_lines(logs)
-    lines += ipc_train_lines(logs)
-    lines += comm_bandwidth_lines(logs)
-    if not dry:
-        lines += tests_lines(logs)
-        lines += sanitizer_lines(logs)
+    lines += switches_line(logs)
+    if dry:
+        lines += trainer_lines(logs)
+        lines += long_context_lines(logs, dry)
+        lines += ipc_train_lines(logs)
+        lines += comm_bandwidth_lines(logs)
+    else:
+        # In the order of the check's steps (what matters most first, should the 40 lines cut).
         ceil, ceiling_tflops = ceiling_lines(logs)
-        lines += ceil
-        lines += nccl_lines(logs)
-        lines += attention_lines(logs)
-        lines += parity_lines(logs)
+        lines += tests_lines(logs)
+        lines += trainer_lines(logs)
         lines += throughput_lines(logs, ceiling_tflops)
+        lines += parity_lines(logs)
+        lines += long_context_lines(logs, dry)
+        lines += attention_lines(logs)
+        lines += ipc_train_lines(logs)
+        lines += comm_bandwidth_lines(logs)
+        lines += nccl_lines(logs)
+        lines += ceil
+        lines += sanitizer_lines(logs)
     if len(lines) > MAX_LINES:
         lines = lines[:MAX_LINES - 1] + [f"... {len(lines) - MAX_LINES + 1} more lines in gpu-check.tar.gz"]
     print("\n".join(lines))

@@ -3,7 +3,9 @@
 # the bundle is made from the current build, holds every program of the check, none of the
 # libraries the lent machine brings itself (glibc, CUDA), stays under its size budget; the dry
 # run of the check passes on it, writes exactly its two files and at most 40 summary lines; and
-# it fails, naming the step, on a bundle whose file was altered after packing.
+# it fails, naming the step, on a bundle whose file was altered after packing. The dry run prints the
+# GPU run's plan, the long-context memory plans, keeps the bundle's library path off python3, and
+# defers (exit 3) what a deadline leaves no time for.
 #
 #   tests/scripts/test_gpu_bundle.sh BUILD_DIR WORK_DIR
 set -euo pipefail
@@ -42,7 +44,9 @@ ls "$b/lib" | grep -q '^libdnnl' || fail "the bundle lacks oneDNN, which odc-tra
 lines=$(wc -l <"$work/out/summary.txt")
 [ "$lines" -le 40 ] || fail "the summary has $lines lines"
 grep -q "steps: all .* run passed" "$work/out/summary.txt" || { cat "$work/out/summary.txt"; fail "summary does not pass"; }
-tar -tzf "$work/out/gpu-check.tar.gz" | grep -q 'logs/steps.tsv' || fail "the archive lacks logs/steps.tsv"
+# (listed into a file first: grep -q ending a pipe early would fail tar with SIGPIPE under pipefail)
+tar -tzf "$work/out/gpu-check.tar.gz" >"$work/archive.list"
+grep -q 'logs/steps.tsv' "$work/archive.list" || fail "the archive lacks logs/steps.tsv"
 grep -q "rerun bitwise yes, resume bitwise yes" "$work/out/summary.txt" \
   || { cat "$work/out/summary.txt"; fail "the trainer step did not rerun and resume bit for bit"; }
 # Several ranks through odc-run --local over the IPC transport (shared memory here, CUDA IPC on
@@ -50,6 +54,30 @@ grep -q "rerun bitwise yes, resume bitwise yes" "$work/out/summary.txt" \
 grep -q "ipc training ok" "$work/out/summary.txt" && grep -q "bf16 gathers equal fp32 gathers bitwise: yes" "$work/out/summary.txt" \
   || { cat "$work/out/summary.txt"; fail "the ipc-train step did not give the 1-rank losses and bitwise bf16 gathers"; }
 grep -Eq "^comm ipc x2 .*gather [0-9]+ GB/s" "$work/out/summary.txt" || { cat "$work/out/summary.txt"; fail "no comm-bandwidth figures"; }
+
+# The plan of the GPU run comes first, with each step's expected seconds and the first call's total.
+grep -q "gpu-check plan of the GPU run" "$work/dry.log" && grep -Eq "^  long-context +[0-9]+ +[0-9]+ +[0-9]+ " "$work/dry.log" \
+  && grep -Eq "first call: [0-9]+ steps in about [0-9]+s of 270s" "$work/dry.log" || { cat "$work/dry.log"; fail "no plan printed"; }
+# The long-context cases' memory plans (Qwen2-1.5B, 32K and 64K tokens) in the summary.
+grep -Eq "^  65536 tok: plan [0-9.]+ GiB pooled, peak [0-9.]+ GiB; fits" "$work/out/summary.txt" \
+  || { cat "$work/out/summary.txt"; fail "no long-context plan in the summary"; }
+# The bundle's library path reaches its own programs only: python3 and nvidia-smi see the machine's.
+mkdir -p "$work/archive"
+tar -C "$work/archive" -xzf "$work/out/gpu-check.tar.gz" logs/env.log
+grep -q "^machine LD_LIBRARY_PATH=" "$work/archive/logs/env.log" || fail "env.log does not show the machine's library path"
+if grep -q "^machine LD_LIBRARY_PATH=.*odc-gpu/lib" "$work/archive/logs/env.log"; then
+  fail "the bundle's lib directory is on the library path of python3 / nvidia-smi"
+fi
+
+# A deadline that leaves no time after the bundle's own steps defers every other step: exit 3 (none
+# failed), each named with the --only that runs it.
+set +e
+"$root/scripts/gpu-check.sh" --dry-run --deadline 16 "$work/bundle.tar.xz" "$work/out3" >"$work/dry3.log" 2>&1; rc=$?
+set -e
+[ "$rc" -eq 3 ] || { cat "$work/dry3.log"; fail "a check with deferred steps exited $rc, not 3"; }
+grep -q "steps: all 3 run passed in .*; not run (deadline; rerun with --only start-gpu_ceilings," "$work/out3/summary.txt" \
+  || { cat "$work/out3/summary.txt"; fail "the deferred steps are not named with their --only"; }
+grep -q "gpu-check: deferred: scripts/gpu-check.sh --only start-gpu_ceilings," "$work/dry3.log" || fail "no --only printed last"
 
 # An altered file is caught by the manifest, and the check fails naming it.
 printf 'x' >>"$b/py/gpu_model_torch.py"
@@ -63,4 +91,8 @@ set +e
 "$root/scripts/gpu-check.sh" --deadline soon x y >/dev/null 2>&1; rc=$?
 set -e
 [ "$rc" -eq 2 ] || fail "a bad --deadline exited $rc, not 2"
+set +e
+ODC_CHECK_SET="model.attention" "$root/scripts/gpu-check.sh" x y >/dev/null 2>&1; rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "an ODC_CHECK_SET entry without '=' exited $rc, not 2"
 echo "test_gpu_bundle: all checks passed ($bytes bytes)"

@@ -58,7 +58,9 @@ def full_logs(folder):
         {"bench": "gpu_nccl", "op": "reduce_scatter", "dtype": "fp32", "ranks": 1, "bytes": mib64, "ms": 0.07,
          "gbps": 958.0, "vs_copy": 0.714}])
     jsonl(folder, "attention.jsonl", [{"impl": "odc", "shape": "1x4096", "n_heads": 32, "n_kv_heads": 8,
-                                       "head_dim": 128, "fwdbwd_tflops": 300.0}])
+                                       "head_dim": 128, "fwdbwd_tflops": 300.0},
+                                      {"impl": "cudnn", "shape": "1x4096", "n_heads": 32, "n_kv_heads": 8,
+                                       "head_dim": 128, "fwdbwd_tflops": 390.0}])
     jsonl(folder, "attention-torch.jsonl", [
         {"impl": "torch_sdpa_flash", "shape": "1x4096", "n_heads": 32, "n_kv_heads": 8, "head_dim": 128,
          "fwdbwd_tflops": 400.0},
@@ -96,11 +98,11 @@ def main():
         expect(lines, "cuBLASLt bf16 8192^3 750 TFLOP/s")
         expect(lines, "nccl 1 rank 64 MiB, GB/s: all-gather fp32 1118 (0.83x copy), reduce-scatter fp32 958 "
                       "(0.71x copy), copy 1342")
-        expect(lines, "300 / 500 (cudnn) = 0.60x")
+        expect(lines, "300 / 500 (cudnn) = 0.60x; cudnn 390 = 1.30x ours (target >= 400: BELOW)")
         expect(lines, "model parity: 1/2 within bounds")
         expect(lines, "FAIL")
-        expect(lines, "MFU 30.3% of dense bf16 peak, 40.0% of the GEMM ceiling")
-        expect(lines, "ours / torch = 1.25x")
+        expect(lines, "MFU 30.3% of dense bf16 peak, 40.0% of the GEMM ceiling (target >= 45%: BELOW)")
+        expect(lines, "ours / torch = 1.25x (target >= 1.2x: met)")
         expect(lines, "trainer (odc-train): 12 steps, loss 3.5000 -> 2.2500; rerun bitwise yes, resume bitwise NO, "
                       "91000 tok/s")
     with tempfile.TemporaryDirectory() as folder:
@@ -129,6 +131,32 @@ def main():
         lines = summarize(script, folder)
         expect(lines, "steps: FAILED nccl (rc=1, 2s); 1 of 2 run passed, 11s in all; "
                       "not run (deadline; rerun with --only throughput,attention)")
+    with tempfile.TemporaryDirectory() as folder:
+        # The long-context step: ours against the memory plan and torch per token count, a case the
+        # plan skipped, the switches set away from their defaults, the allocator's measured line.
+        g = 2**30
+        jsonl(folder, "long-context.jsonl", [
+            {"impl": "odc", "model": "qwen2-1.5b", "recompute": "selective", "attention": "native: forced",
+             "tokens": 32768, "tokens_per_s": 20000.0, "tflops": 400.0, "mfu": 400.0 / 989.5,
+             "predicted_pooled_bytes": 40 * g, "measured_peak_bytes": 42 * g, "memory_error_pct": 5.0},
+            {"impl": "odc", "model": "qwen2-1.5b", "recompute": "selective", "tokens": 65536,
+             "predicted_pooled_bytes": 150 * g, "skipped": "the memory plan exceeds the device's budget"}])
+        jsonl(folder, "long-context-torch.jsonl", [{"impl": "torch_eager", "tokens": 32768, "tokens_per_s": 16000.0,
+                                                    "mfu": 0.3, "peak_bytes": 50 * g, "sdpa": "auto",
+                                                    "recompute": "full"}])
+        write(folder, "switches.txt", "ODC_CHECK_SET=\nODC_CHECK_ATTENTION=native\nODC_CHECK_RECOMPUTE=selective\n")
+        write(folder, "tests.log", "[cuda] ragged microbatches: peak in use 900.0 MiB, peak reserved 1200.0 MiB "
+                                   "(1.33x in use; a never-splitting size-class cache: 2000.0 MiB, 2.22x), 30 pool "
+                                   "growths of 1000 allocations\nAll tests passed (5 assertions in 2 test cases)\n")
+        lines = summarize(script, folder)
+        expect(lines, "long context (qwen2-1.5b, world 1, recompute selective, attention native)")
+        expect(lines, "32768 tok: 20000 tok/s, 400 TFLOP/s, MFU 40.4% (target >= 40%: met); memory plan 40.0 GiB "
+                      "pooled, measured 42.0 GiB (+5.0%)")
+        expect(lines, "torch (sdpa auto, checkpoint full): 16000 tok/s, MFU 30.0%, peak 50.0 GiB; ours / torch = 1.25x")
+        expect(lines, "65536 tok: skipped (the memory plan exceeds the device's budget); plan 150.0 GiB pooled")
+        expect(lines, "switches: ODC_CHECK_ATTENTION=native")
+        assert not any("ODC_CHECK_RECOMPUTE" in l for l in lines), lines
+        expect(lines, "allocator under ragged sizes: peak reserved 1200.0 MiB for 900.0 MiB in use (1.33x")
     with tempfile.TemporaryDirectory() as folder:
         # racecheck as the H200 printed it: no ERROR SUMMARY line, the errors inside the RACECHECK one.
         write(folder, "racecheck.log", "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n")
