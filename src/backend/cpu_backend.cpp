@@ -297,17 +297,24 @@ void CpuBackend::attention_cached(const CachedAttentionShape& shape, ConstView q
   if (rounds()) round_bf16(o, q_elems);
 }
 
-void CpuBackend::swiglu_forward(ConstView gate, ConstView up, View h, std::int64_t n) {
-  k::swiglu_forward<float>(f(gate), f(up), f(h), n);
-  if (rounds()) round_bf16(h, n);
+void CpuBackend::swiglu_forward(ConstView gate_up, View h, std::int64_t rows, std::int64_t width) {
+  const float* gu = f(gate_up);
+  float* out = f(h);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    k::swiglu_forward<float>(gu + r * 2 * width, gu + r * 2 * width + width, out + r * width, width);
+  }
+  if (rounds()) round_bf16(h, rows * width);
 }
 
-void CpuBackend::swiglu_backward(ConstView dh, ConstView gate, ConstView up, View dgate, View dup, std::int64_t n) {
-  k::swiglu_backward<float>(f(dh), f(gate), f(up), f(dgate), f(dup), n);
-  if (rounds()) {
-    round_bf16(dgate, n);
-    round_bf16(dup, n);
+void CpuBackend::swiglu_backward(ConstView dh, ConstView gate_up, View dgate_up, std::int64_t rows, std::int64_t width) {
+  const float* d = f(dh);
+  const float* gu = f(gate_up);
+  float* dgu = f(dgate_up);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t row = r * 2 * width;
+    k::swiglu_backward<float>(d + r * width, gu + row, gu + row + width, dgu + row, dgu + row + width, width);
   }
+  if (rounds()) round_bf16(dgate_up, rows * 2 * width);
 }
 
 void CpuBackend::embedding_forward(ConstView token_ids, ConstView table, View o, std::int64_t tokens, std::int64_t dim) {

@@ -180,14 +180,16 @@ void CudaBackend::attention_cached(const CachedAttentionShape& shape, ConstView 
                                impl_->allocator, impl_->s());
 }
 
-void CudaBackend::swiglu_forward(ConstView gate, ConstView up, View h, std::int64_t n) {
-  cu::swiglu_forward(bf16_in(gate, "swiglu_forward"), bf16_in(up, "swiglu_forward"), bf16_out(h, "swiglu_forward"), n,
-                     impl_->s());
+void CudaBackend::swiglu_forward(ConstView gate_up, View h, std::int64_t rows, std::int64_t width) {
+  const auto* gu = bf16_in(gate_up, "swiglu_forward");
+  cu::swiglu_forward(gu, gu + width, 2 * width, bf16_out(h, "swiglu_forward"), rows, width, impl_->s());
 }
 
-void CudaBackend::swiglu_backward(ConstView dh, ConstView gate, ConstView up, View dgate, View dup, std::int64_t n) {
-  cu::swiglu_backward(bf16_in(dh, "swiglu_backward"), bf16_in(gate, "swiglu_backward"), bf16_in(up, "swiglu_backward"),
-                      bf16_out(dgate, "swiglu_backward"), bf16_out(dup, "swiglu_backward"), n, impl_->s());
+void CudaBackend::swiglu_backward(ConstView dh, ConstView gate_up, View dgate_up, std::int64_t rows, std::int64_t width) {
+  const auto* gu = bf16_in(gate_up, "swiglu_backward");
+  auto* dgu = bf16_out(dgate_up, "swiglu_backward");
+  cu::swiglu_backward(bf16_in(dh, "swiglu_backward"), gu, gu + width, 2 * width, dgu, dgu + width, rows, width,
+                      impl_->s());
 }
 
 void CudaBackend::embedding_forward(ConstView ids, ConstView table, View out, std::int64_t tokens, std::int64_t dim) {

@@ -30,8 +30,11 @@ LayerSlices layer_slices(const UnitLayout& unit, const LlamaConfig& config) {
     o.k_norm = at("self_attn.k_norm.weight");
   }
   o.post_norm = at("post_attention_layernorm.weight");
-  o.wg = at("gate_proj.weight");
-  o.wu = at("up_proj.weight");
+  const Slice wg = at("gate_proj.weight");
+  const Slice wu = at("up_proj.weight");
+  ODC_CHECK(wu.offset == wg.offset + wg.numel && wu.numel == wg.numel,
+            "unit '{}': up_proj must follow gate_proj in the unit (one fused GEMM)", unit.name);
+  o.wgu = {wg.offset, 2 * wg.numel};
   o.wd = at("down_proj.weight");
   return o;
 }
@@ -69,8 +72,7 @@ LayerBuffers::LayerBuffers(backend::Backend& b)
       rstd1(b.memory(), DType::f32),
       rstd2(b.memory(), DType::f32),
       xn2(b.memory(), b.activation_dtype()),
-      gate(b.memory(), b.activation_dtype()),
-      up(b.memory(), b.activation_dtype()),
+      gate_up(b.memory(), b.activation_dtype()),
       q_raw(b.memory(), b.activation_dtype()),
       k_raw(b.memory(), b.activation_dtype()),
       rstd_q(b.memory(), DType::f32),
@@ -78,7 +80,7 @@ LayerBuffers::LayerBuffers(backend::Backend& b)
 
 std::int64_t LayerBuffers::bytes() const {
   std::int64_t n = 0;
-  for (const auto* w : {&xn1, &q, &k, &v, &attn, &lse, &x_mid, &rstd1, &rstd2, &xn2, &gate, &up, &q_raw, &k_raw,
+  for (const auto* w : {&xn1, &q, &k, &v, &attn, &lse, &x_mid, &rstd1, &rstd2, &xn2, &gate_up, &q_raw, &k_raw,
                         &rstd_q, &rstd_k}) {
     n += w->capacity_bytes();
   }
@@ -88,8 +90,7 @@ std::int64_t LayerBuffers::bytes() const {
 Scratch::Scratch(backend::Backend& b)
     : h(b.memory(), b.activation_dtype()),
       dh(b.memory(), b.activation_dtype()),
-      dgate(b.memory(), b.activation_dtype()),
-      dup(b.memory(), b.activation_dtype()),
+      dgate_up(b.memory(), b.activation_dtype()),
       dq(b.memory(), b.activation_dtype()),
       dk(b.memory(), b.activation_dtype()),
       dv(b.memory(), b.activation_dtype()),
@@ -116,7 +117,7 @@ Scratch::Scratch(backend::Backend& b)
 
 std::int64_t Scratch::bytes() const {
   std::int64_t n = 0;
-  for (const auto* w : {&h, &dh, &dgate, &dup, &dq, &dk, &dv, &dattn, &dxn, &dx, &cos, &sin, &xf, &rstd_f, &dxf,
+  for (const auto* w : {&h, &dh, &dgate_up, &dq, &dk, &dv, &dattn, &dxn, &dx, &cos, &sin, &xf, &rstd_f, &dxf,
                         &chunk_in, &chunk_logits, &chunk_dx, &chunk_nll, &tokens, &positions, &cu_seqlens, &targets,
                         &weights, &rows, &chunk_targets, &chunk_weights}) {
     n += w->capacity_bytes();
@@ -130,8 +131,7 @@ DecodeBuffers::DecodeBuffers(backend::Backend& b)
       rstd(b.memory(), DType::f32),
       q(b.memory(), b.activation_dtype()),
       attn(b.memory(), b.activation_dtype()),
-      gate(b.memory(), b.activation_dtype()),
-      up(b.memory(), b.activation_dtype()),
+      gate_up(b.memory(), b.activation_dtype()),
       h(b.memory(), b.activation_dtype()),
       cos(b.memory(), DType::f32),
       sin(b.memory(), DType::f32),
@@ -145,7 +145,7 @@ DecodeBuffers::DecodeBuffers(backend::Backend& b)
 
 std::int64_t DecodeBuffers::bytes() const {
   std::int64_t n = 0;
-  for (const auto* w : {&x, &xn, &rstd, &q, &attn, &gate, &up, &h, &cos, &sin, &xf, &logits, &tokens, &positions,
+  for (const auto* w : {&x, &xn, &rstd, &q, &attn, &gate_up, &h, &cos, &sin, &xf, &logits, &tokens, &positions,
                         &q_raw, &k_raw, &head_rstd}) {
     n += w->capacity_bytes();
   }
@@ -170,8 +170,7 @@ LayerViews layer_views_except_attention(LayerBuffers& buffers, const Dims& d, bo
   v.rstd1 = buffers.rstd1.get(t);
   v.rstd2 = buffers.rstd2.get(t);
   v.xn2 = buffers.xn2.get(t * d.c);
-  v.gate = buffers.gate.get(t * d.f);
-  v.up = buffers.up.get(t * d.f);
+  v.gate_up = buffers.gate_up.get(t * 2 * d.f);
   if (qk_norm) {
     v.q_raw = buffers.q_raw.get(t * d.q);
     v.k_raw = buffers.k_raw.get(t * d.kv);
@@ -206,11 +205,10 @@ void layer_forward(backend::Backend& b, const LayerContext& ctx, const LayerSlic
   if (stage != ForwardPart::recompute_except_attention) b.attention_forward(ctx.shape, q, k, saved.v, saved.attn, saved.lse);
   b.linear_forward_residual(saved.attn, part(w, o.wo), x_in, saved.x_mid, t, d.q, d.c);  // x + attn Wo^T
   b.rmsnorm_forward(saved.x_mid, part(w, o.post_norm), saved.xn2, saved.rstd2, t, d.c, d.eps);
-  b.linear_forward(saved.xn2, part(w, o.wg), ConstView{}, saved.gate, t, d.c, d.f);
-  b.linear_forward(saved.xn2, part(w, o.wu), ConstView{}, saved.up, t, d.c, d.f);
+  b.linear_forward(saved.xn2, part(w, o.wgu), ConstView{}, saved.gate_up, t, d.c, 2 * d.f);  // gate | up
   if (stage != ForwardPart::all) return;  // the backward recomputes h itself and needs no x_out
   const View h = s.h.get(t * d.f);
-  b.swiglu_forward(saved.gate, saved.up, h, t * d.f);
+  b.swiglu_forward(saved.gate_up, h, t, d.f);
   b.linear_forward_residual(h, part(w, o.wd), saved.x_mid, x_out, t, d.f, d.c);  // x_mid + h Wd^T
 }
 
@@ -221,8 +219,7 @@ void layer_decode(backend::Backend& b, const Dims& d, const LayerSlices& o, Cons
   const View rstd = s.rstd.get(t);
   const View q = s.q.get(t * d.q);
   const View attn = s.attn.get(t * d.q);
-  const View gate = s.gate.get(t * d.f);
-  const View up = s.up.get(t * d.f);
+  const View gate_up = s.gate_up.get(t * 2 * d.f);
   const View h = s.h.get(t * d.f);
   // The new rows' keys and values go straight into their place in the cache.
   const View k_new = k_cache.at(past * d.kv, t * d.kv);
@@ -247,9 +244,8 @@ void layer_decode(backend::Backend& b, const Dims& d, const LayerSlices& o, Cons
                      v_cache.at(0, keys * d.kv), attn);
   b.linear_forward_add(attn, part(w, o.wo), x, t, d.q, d.c);
   b.rmsnorm_forward(x, part(w, o.post_norm), xn, rstd, t, d.c, d.eps);
-  b.linear_forward(xn, part(w, o.wg), ConstView{}, gate, t, d.c, d.f);
-  b.linear_forward(xn, part(w, o.wu), ConstView{}, up, t, d.c, d.f);
-  b.swiglu_forward(gate, up, h, t * d.f);
+  b.linear_forward(xn, part(w, o.wgu), ConstView{}, gate_up, t, d.c, 2 * d.f);
+  b.swiglu_forward(gate_up, h, t, d.f);
   b.linear_forward_add(h, part(w, o.wd), x, t, d.f, d.c);
 }
 
@@ -260,23 +256,21 @@ void layer_backward(backend::Backend& b, const LayerContext& ctx, const LayerSli
   const View dx = s.dx.get(t * d.c);
   const View h = s.h.get(t * d.f);
   const View dh = s.dh.get(t * d.f);
-  const View dgate = s.dgate.get(t * d.f);
-  const View dup = s.dup.get(t * d.f);
+  const View dgate_up = s.dgate_up.get(t * 2 * d.f);
   const View dxn = s.dxn.get(t * d.c);
   const View dattn = s.dattn.get(t * d.q);
   const View dq = s.dq.get(t * d.q);
   const View dk = s.dk.get(t * d.kv);
   const View dv = s.dv.get(t * d.kv);
-  const ConstView gate = saved.gate;
-  const ConstView up = saved.up;
+  const ConstView gate_up = saved.gate_up;
   const ConstView xn2 = saved.xn2;
 
-  // MLP: x_out = x_mid + down(silu(gate(xn2)) * up(xn2)); h is recomputed rather than stored.
-  b.swiglu_forward(gate, up, h, t * d.f);
+  // MLP: x_out = x_mid + down(silu(gate(xn2)) * up(xn2)); h is recomputed rather than stored. The
+  // gate and up projections are one GEMM each way (gate_up = xn2 [Wg; Wu]^T).
+  b.swiglu_forward(gate_up, h, t, d.f);
   b.linear_backward(dx, h, part(w, o.wd), dh, part(g, o.wd), View{}, t, d.f, d.c, false);
-  b.swiglu_backward(dh, gate, up, dgate, dup, t * d.f);
-  b.linear_backward(dgate, xn2, part(w, o.wg), dxn, part(g, o.wg), View{}, t, d.c, d.f, false);
-  b.linear_backward(dup, xn2, part(w, o.wu), dxn, part(g, o.wu), View{}, t, d.c, d.f, true);
+  b.swiglu_backward(dh, gate_up, dgate_up, t, d.f);
+  b.linear_backward(dgate_up, xn2, part(w, o.wgu), dxn, part(g, o.wgu), View{}, t, d.c, 2 * d.f, false);
   b.rmsnorm_backward(dxn, saved.x_mid, part(w, o.post_norm), saved.rstd2, dx,
                      part(g, o.post_norm), t, d.c, true);  // dx is now dL/dx_mid
   // Attention: x_mid = x_in + o_proj(attn(rope(q), rope(k), v)).

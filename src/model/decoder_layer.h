@@ -20,7 +20,9 @@ struct Slice {
 };
 // The tensors of a decoder layer's unit (the same offsets in every layer).
 struct LayerSlices {
-  Slice in_norm, wq, wk, wv, bq, bk, bv, wo, q_norm, k_norm, post_norm, wg, wu, wd;
+  // wgu: gate_proj and up_proj as one [2 * intermediate, hidden] matrix (adjacent in the unit:
+  // one GEMM computes both, gate then up in each output row).
+  Slice in_norm, wq, wk, wv, bq, bk, bv, wo, q_norm, k_norm, post_norm, wgu, wd;
 };
 LayerSlices layer_slices(const UnitLayout& unit, const LlamaConfig& config);
 
@@ -40,7 +42,7 @@ Dims dims_of(const LlamaConfig& c, std::int64_t tokens);
 // Buffer holds no memory).
 struct LayerBuffers {
   explicit LayerBuffers(backend::Backend& b);
-  backend::Buffer xn1, q, k, v, attn, lse, x_mid, rstd1, rstd2, xn2, gate, up, q_raw, k_raw, rstd_q, rstd_k;
+  backend::Buffer xn1, q, k, v, attn, lse, x_mid, rstd1, rstd2, xn2, gate_up, q_raw, k_raw, rstd_q, rstd_k;
   std::int64_t bytes() const;
 };
 
@@ -48,7 +50,7 @@ struct LayerBuffers {
 // recomputation they come from a working set shared by all layers, the attention output and
 // log-sum-exp (selective) from the layer's own buffers.
 struct LayerViews {
-  backend::View xn1, q, k, v, attn, lse, x_mid, rstd1, rstd2, xn2, gate, up, q_raw, k_raw, rstd_q, rstd_k;
+  backend::View xn1, q, k, v, attn, lse, x_mid, rstd1, rstd2, xn2, gate_up, q_raw, k_raw, rstd_q, rstd_k;
 };
 LayerViews layer_views(LayerBuffers& buffers, const Dims& d, bool qk_norm);
 // The same without attn and lse (left empty; the caller places them).
@@ -64,7 +66,7 @@ enum class ForwardPart { all, recompute, recompute_except_attention };
 // and the microbatch's index data on the device.
 struct Scratch {
   explicit Scratch(backend::Backend& b);
-  backend::Buffer h, dh, dgate, dup, dq, dk, dv, dattn, dxn, dx, cos, sin;
+  backend::Buffer h, dh, dgate_up, dq, dk, dv, dattn, dxn, dx, cos, sin;
   backend::Buffer xf, rstd_f, dxf, chunk_in, chunk_logits, chunk_dx, chunk_nll;
   backend::Buffer tokens, positions, cu_seqlens, targets, weights, rows, chunk_targets, chunk_weights;
   std::int64_t bytes() const;
@@ -81,7 +83,7 @@ struct LayerContext {
 // over: sized by the count of new tokens; nothing is saved for a backward.
 struct DecodeBuffers {
   explicit DecodeBuffers(backend::Backend& b);
-  backend::Buffer x, xn, rstd, q, attn, gate, up, h, cos, sin, xf, logits, tokens, positions;
+  backend::Buffer x, xn, rstd, q, attn, gate_up, h, cos, sin, xf, logits, tokens, positions;
   backend::Buffer q_raw, k_raw, head_rstd;  // qk_norm only
   std::vector<std::int32_t> host_positions;
   std::int64_t bytes() const;

@@ -53,7 +53,7 @@ ActivationBytes activation_bytes(const LlamaConfig& config, DType act, std::int6
   // Scratch: the layers' gradients and the SwiGLU product, the RoPE tables, the head's rows.
   if (t > 0) {
     const std::int64_t chunk = head_chunk_rows;
-    out.working += t * (4 * f + 2 * q + 2 * kv + 2 * c) * a;           // h, dh, dgate, dup, dq, dattn, dk, dv, dxn, dx
+    out.working += t * (4 * f + 2 * q + 2 * kv + 2 * c) * a;           // h, dh, dgate_up (2f), dq, dattn, dk, dv, dxn, dx
     out.working += 2 * t * (config.head_dim / 2) * 4;                    // cos, sin
     out.working += 2 * t * c * a + t * 4;                                // xf, dxf, rstd_f
     out.working += chunk * (2 * c + v) * a + chunk * 4;                  // chunk_in, chunk_dx, chunk_logits, chunk_nll

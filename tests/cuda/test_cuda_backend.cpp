@@ -128,17 +128,17 @@ TEST_CASE("CudaBackend ops agree with CpuBackend (normwise 1e-2)", "[cuda][backe
     cb.rope_backward(x.c, cos.c, sin.c, rows, heads, head_dim);
     gb.rope_backward(x.g, cos.g, sin.g, rows, heads, head_dim);
     check_normwise("rope_backward", x.gpu_values(gb), x.cpu_values(), 1e-2);
+    // The fused gate/up layout [rows, 2 * out]: each row's gate, then its up.
     const std::int64_t n = rows * out;
-    Pair gate(cb, gb, bf16_values(n, rng), DType::bf16), up(cb, gb, bf16_values(n, rng), DType::bf16);
+    Pair gate_up(cb, gb, bf16_values(2 * n, rng), DType::bf16);
     Pair h(cb, gb, std::vector<float>(n), DType::bf16), dh(cb, gb, bf16_values(n, rng), DType::bf16);
-    Pair dgate(cb, gb, std::vector<float>(n), DType::bf16), dup(cb, gb, std::vector<float>(n), DType::bf16);
-    cb.swiglu_forward(gate.c, up.c, h.c, n);
-    gb.swiglu_forward(gate.g, up.g, h.g, n);
+    Pair dgate_up(cb, gb, std::vector<float>(2 * n), DType::bf16);
+    cb.swiglu_forward(gate_up.c, h.c, rows, out);
+    gb.swiglu_forward(gate_up.g, h.g, rows, out);
     check_normwise("swiglu_forward", h.gpu_values(gb), h.cpu_values(), 1e-2);
-    cb.swiglu_backward(dh.c, gate.c, up.c, dgate.c, dup.c, n);
-    gb.swiglu_backward(dh.g, gate.g, up.g, dgate.g, dup.g, n);
-    check_normwise("swiglu_backward dgate", dgate.gpu_values(gb), dgate.cpu_values(), 1e-2);
-    check_normwise("swiglu_backward dup", dup.gpu_values(gb), dup.cpu_values(), 1e-2);
+    cb.swiglu_backward(dh.c, gate_up.c, dgate_up.c, rows, out);
+    gb.swiglu_backward(dh.g, gate_up.g, dgate_up.g, rows, out);
+    check_normwise("swiglu_backward dgate_up", dgate_up.gpu_values(gb), dgate_up.cpu_values(), 1e-2);
   }
   SECTION("attention forward and backward over ragged sequences, GQA") {
     const std::vector<std::int32_t> cu_seqlens = {0, 5, 5, 70, 77};  // an empty sequence, tile edges

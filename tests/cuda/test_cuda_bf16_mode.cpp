@@ -114,16 +114,15 @@ TEST_CASE("CudaBackend ops store what the CPU bf16 mode stores (<= 1% of values 
     gb.rope_backward(x.g, cos.g, sin.g, rows, heads, head_dim);
     check_bits("rope_backward", gb, x, kBound);
     const std::int64_t n = rows * out;
-    Pair gate(cb, gb, bf16_values(n, rng), DType::bf16), up(cb, gb, bf16_values(n, rng), DType::bf16);
+    Pair gate_up(cb, gb, bf16_values(2 * n, rng), DType::bf16);  // each row's gate, then its up
     Pair h(cb, gb, n, DType::bf16), dh(cb, gb, bf16_values(n, rng), DType::bf16);
-    Pair dgate(cb, gb, n, DType::bf16), dup(cb, gb, n, DType::bf16);
-    cb.swiglu_forward(gate.c, up.c, h.c, n);
-    gb.swiglu_forward(gate.g, up.g, h.g, n);
+    Pair dgate_up(cb, gb, 2 * n, DType::bf16);
+    cb.swiglu_forward(gate_up.c, h.c, rows, out);
+    gb.swiglu_forward(gate_up.g, h.g, rows, out);
     check_bits("swiglu_forward", gb, h, kBound);
-    cb.swiglu_backward(dh.c, gate.c, up.c, dgate.c, dup.c, n);
-    gb.swiglu_backward(dh.g, gate.g, up.g, dgate.g, dup.g, n);
-    check_bits("swiglu_backward dgate", gb, dgate, kBound);
-    check_bits("swiglu_backward dup", gb, dup, kBound);
+    cb.swiglu_backward(dh.c, gate_up.c, dgate_up.c, rows, out);
+    gb.swiglu_backward(dh.g, gate_up.g, dgate_up.g, rows, out);
+    check_bits("swiglu_backward dgate_up", gb, dgate_up, kBound);
   }
   SECTION("attention over ragged sequences, GQA") {
     const std::vector<std::int32_t> cu_seqlens = {0, 37, 101, 102, 200};  // tile edges, a 1-token sequence

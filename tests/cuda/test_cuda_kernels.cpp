@@ -183,11 +183,11 @@ TEST_CASE("swiglu matches the CPU kernel", "[cuda][swiglu][sanitize]") {
 
   auto d_gate = to_device(alloc, gate.bits), d_up = to_device(alloc, up.bits), d_dh = to_device(alloc, dh.bits);
   cu::DeviceBuffer d_h(alloc, n * 2), d_dg(alloc, n * 2), d_du(alloc, n * 2);
-  cu::swiglu_forward(d_gate.as<std::uint16_t>(), d_up.as<std::uint16_t>(), d_h.as<std::uint16_t>(), n,
-                     nullptr);
+  cu::swiglu_forward(d_gate.as<std::uint16_t>(), d_up.as<std::uint16_t>(), n, d_h.as<std::uint16_t>(), 1, n,
+                     nullptr);  // one row of n
   check_close("swiglu_forward", to_f32(from_device<std::uint16_t>(d_h, n)), h_ref);
-  cu::swiglu_backward(d_dh.as<std::uint16_t>(), d_gate.as<std::uint16_t>(), d_up.as<std::uint16_t>(),
-                      d_dg.as<std::uint16_t>(), d_du.as<std::uint16_t>(), n, nullptr);
+  cu::swiglu_backward(d_dh.as<std::uint16_t>(), d_gate.as<std::uint16_t>(), d_up.as<std::uint16_t>(), n,
+                      d_dg.as<std::uint16_t>(), d_du.as<std::uint16_t>(), 1, n, nullptr);
   check_grad("swiglu_backward dgate", to_f32(from_device<std::uint16_t>(d_dg, n)), dg_ref);
   check_grad("swiglu_backward dup", to_f32(from_device<std::uint16_t>(d_du, n)), du_ref);
 }

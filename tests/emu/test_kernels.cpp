@@ -77,8 +77,8 @@ TEST_CASE("emu kernels: swiglu forward and backward", "[emu][kernels]") {
   const std::int64_t n = 5000;
   const Bf16Data gate = random_bf16(n, 6.0f, 1), up = random_bf16(n, 2.0f, 2), dh = random_bf16(n, 1.0f, 3);
   std::vector<std::uint16_t> h(n), dgate(n), dup(n);
-  kc::swiglu_forward(gate.bits.data(), up.bits.data(), h.data(), n, nullptr);
-  kc::swiglu_backward(dh.bits.data(), gate.bits.data(), up.bits.data(), dgate.data(), dup.data(), n, nullptr);
+  kc::swiglu_forward(gate.bits.data(), up.bits.data(), n, h.data(), 1, n, nullptr);
+  kc::swiglu_backward(dh.bits.data(), gate.bits.data(), up.bits.data(), n, dgate.data(), dup.data(), 1, n, nullptr);
   std::vector<double> h_ref(n), dgate_ref(n), dup_ref(n);
   for (std::int64_t i = 0; i < n; ++i) {
     const double g = gate.values[i], u = up.values[i], d = dh.values[i];
@@ -92,7 +92,7 @@ TEST_CASE("emu kernels: swiglu forward and backward", "[emu][kernels]") {
   CHECK(mismatches(dup, dup_ref, near_bf16) == 0);
 }
 
-TEST_CASE("emu kernels: 16-byte vector steps and element steps give the same bits (casts, add, swiglu)",
+TEST_CASE("emu kernels: 16-byte vector steps and element steps give the same bits (casts, add, fused swiglu)",
           "[emu][kernels]") {
   // 8 * 625 + 5 elements: vector steps and a tail. The element path is taken when a pointer is not
   // 16-byte aligned: the same data one element into 16-byte aligned buffers (a 2- or 4-byte offset).
@@ -135,19 +135,38 @@ TEST_CASE("emu kernels: 16-byte vector steps and element steps give the same bit
   CHECK(std::equal(acc_vec.begin(), acc_vec.end(), acc_el.begin() + 1));
   for (std::int64_t i = 0; i < n; ++i) REQUIRE(acc_vec[i] == f[i] + g[i]);
 
-  std::vector<std::uint16_t> h_vec(n), h_el(n + 8);
-  const auto gate_el = shifted16(gate.bits), up_el = shifted16(up.bits), dh_el = shifted16(dh.bits);
-  kc::swiglu_forward(gate.bits.data(), up.bits.data(), h_vec.data(), n, nullptr);
-  kc::swiglu_forward(gate_el.data() + 1, up_el.data() + 1, h_el.data() + 1, n, nullptr);
+  // SwiGLU over the fused layout [rows, 2 * width] (gate then up per row), 16-byte steps (width
+  // a multiple of 8) against element steps (the same data one element into aligned buffers),
+  // and against the flat one-row call per row.
+  const std::int64_t rows = 5, width = 1000;
+  REQUIRE(rows * width <= n);
+  std::vector<std::uint16_t> gu(static_cast<std::size_t>(2 * rows * width));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::copy_n(gate.bits.begin() + r * width, width, gu.begin() + 2 * r * width);
+    std::copy_n(up.bits.begin() + r * width, width, gu.begin() + 2 * r * width + width);
+  }
+  const auto gu_el = shifted16(gu);
+  std::vector<std::uint16_t> h_vec(rows * width), h_el(rows * width + 8), h_flat(rows * width);
+  kc::swiglu_forward(gu.data(), gu.data() + width, 2 * width, h_vec.data(), rows, width, nullptr);
+  kc::swiglu_forward(gu_el.data() + 1, gu_el.data() + 1 + width, 2 * width, h_el.data() + 1, rows, width, nullptr);
   CHECK(std::equal(h_vec.begin(), h_vec.end(), h_el.begin() + 1));
+  kc::swiglu_forward(gate.bits.data(), up.bits.data(), rows * width, h_flat.data(), 1, rows * width, nullptr);
+  CHECK(h_vec == h_flat);
 
-  // Backward with dgate aliasing dh, as the model may call it.
-  std::vector<std::uint16_t> dg_vec = dh.bits, du_vec(n), dg_el = dh_el, du_el(n + 8);
-  kc::swiglu_backward(dg_vec.data(), gate.bits.data(), up.bits.data(), dg_vec.data(), du_vec.data(), n, nullptr);
-  kc::swiglu_backward(dg_el.data() + 1, gate_el.data() + 1, up_el.data() + 1, dg_el.data() + 1, du_el.data() + 1, n,
-                      nullptr);
-  CHECK(std::equal(dg_vec.begin(), dg_vec.end(), dg_el.begin() + 1));
-  CHECK(std::equal(du_vec.begin(), du_vec.end(), du_el.begin() + 1));
+  std::vector<std::uint16_t> dgu_vec(gu.size()), dgu_el(gu.size() + 8), dg_flat(rows * width), du_flat(rows * width);
+  const auto dh_el = shifted16(dh.bits);
+  kc::swiglu_backward(dh.bits.data(), gu.data(), gu.data() + width, 2 * width, dgu_vec.data(), dgu_vec.data() + width,
+                      rows, width, nullptr);
+  kc::swiglu_backward(dh_el.data() + 1, gu_el.data() + 1, gu_el.data() + 1 + width, 2 * width, dgu_el.data() + 1,
+                      dgu_el.data() + 1 + width, rows, width, nullptr);
+  CHECK(std::equal(dgu_vec.begin(), dgu_vec.end(), dgu_el.begin() + 1));
+  kc::swiglu_backward(dh.bits.data(), gate.bits.data(), up.bits.data(), rows * width, dg_flat.data(), du_flat.data(),
+                      1, rows * width, nullptr);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    CHECK(std::equal(dg_flat.begin() + r * width, dg_flat.begin() + (r + 1) * width, dgu_vec.begin() + 2 * r * width));
+    CHECK(std::equal(du_flat.begin() + r * width, du_flat.begin() + (r + 1) * width,
+                     dgu_vec.begin() + 2 * r * width + width));
+  }
 }
 
 TEST_CASE("emu kernels: rope forward rotates and backward rotates back", "[emu][kernels]") {

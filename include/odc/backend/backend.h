@@ -200,8 +200,12 @@ class Backend {
   // post-RoPE keys and values already written at rows [past, past + queries).
   virtual void attention_cached(const CachedAttentionShape& shape, ConstView q, ConstView k_cache, ConstView v_cache,
                                 View out) = 0;
-  virtual void swiglu_forward(ConstView gate, ConstView up, View h, std::int64_t n) = 0;
-  virtual void swiglu_backward(ConstView dh, ConstView gate, ConstView up, View dgate, View dup, std::int64_t n) = 0;
+  // SwiGLU over the fused gate/up projection: gate_up [rows, 2 * width] holds each row's gate,
+  // then its up; h [rows, width] = silu(gate) * up. The backward writes dgate_up in gate_up's
+  // layout (each row's d gate, then d up), from dh [rows, width]; it must not alias the inputs.
+  virtual void swiglu_forward(ConstView gate_up, View h, std::int64_t rows, std::int64_t width) = 0;
+  virtual void swiglu_backward(ConstView dh, ConstView gate_up, View dgate_up, std::int64_t rows,
+                               std::int64_t width) = 0;
   virtual void embedding_forward(ConstView ids, ConstView table, View out, std::int64_t tokens, std::int64_t dim) = 0;
   virtual void embedding_backward(ConstView ids, ConstView dout, View dtable, std::int64_t tokens, std::int64_t dim) = 0;
   // Weighted cross-entropy of `rows` logits rows (targets int32, weights fp32); `dlogits` (may be

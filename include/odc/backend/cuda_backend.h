@@ -89,8 +89,8 @@ class CudaBackend final : public Backend {
                           ConstView lse, ConstView dout, View dq, View dk, View dv) override;
   void attention_cached(const CachedAttentionShape& shape, ConstView q, ConstView k_cache, ConstView v_cache,
                         View out) override;
-  void swiglu_forward(ConstView gate, ConstView up, View h, std::int64_t n) override;
-  void swiglu_backward(ConstView dh, ConstView gate, ConstView up, View dgate, View dup, std::int64_t n) override;
+  void swiglu_forward(ConstView gate_up, View h, std::int64_t rows, std::int64_t width) override;
+  void swiglu_backward(ConstView dh, ConstView gate_up, View dgate_up, std::int64_t rows, std::int64_t width) override;
   void embedding_forward(ConstView ids, ConstView table, View out, std::int64_t tokens, std::int64_t dim) override;
   void embedding_backward(ConstView ids, ConstView dout, View dtable, std::int64_t tokens, std::int64_t dim) override;
   void cross_entropy(ConstView logits, ConstView targets, ConstView weights, std::int64_t rows, std::int64_t vocab,

@@ -56,13 +56,15 @@ void rope_forward(std::uint16_t* x, const float* cos_table, const float* sin_tab
 void rope_backward(std::uint16_t* dx, const float* cos_table, const float* sin_table,
                    std::int64_t tokens, int heads, int head_dim, void* stream);
 
-// ---- SwiGLU (swiglu.h): h = silu(gate) * up ----
-
-void swiglu_forward(const std::uint16_t* gate, const std::uint16_t* up, std::uint16_t* h,
-                    std::int64_t n, void* stream);
-// dgate, dup overwritten (each may alias dh).
-void swiglu_backward(const std::uint16_t* dh, const std::uint16_t* gate, const std::uint16_t* up,
-                     std::uint16_t* dgate, std::uint16_t* dup, std::int64_t n, void* stream);
+// ---- SwiGLU (swiglu.h): h = silu(gate) * up, over `rows` rows of `width` ----
+// Row r's gate and up start at gate + r * ld and up + r * ld (ld >= width: the fused gate/up
+// projection has both in one [rows, 2 * width] matrix, ld = 2 * width, up = gate + width; flat
+// arrays are one row); h and dh are [rows, width]; dgate and dup (overwritten) have gate's and
+// up's layout and must not alias the inputs.
+void swiglu_forward(const std::uint16_t* gate, const std::uint16_t* up, std::int64_t ld, std::uint16_t* h,
+                    std::int64_t rows, std::int64_t width, void* stream);
+void swiglu_backward(const std::uint16_t* dh, const std::uint16_t* gate, const std::uint16_t* up, std::int64_t ld,
+                     std::uint16_t* dgate, std::uint16_t* dup, std::int64_t rows, std::int64_t width, void* stream);
 
 // ---- Embedding (embedding.h) ----
 

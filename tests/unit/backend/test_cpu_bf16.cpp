@@ -107,16 +107,24 @@ TEST_CASE("bf16 weights are a rounded copy per acquire, fp32 weights the unit it
 TEST_CASE("bf16 elementwise ops round their outputs once, after the fp32 computation", "[backend][bf16]") {
   CpuBackend f32(1);
   CpuBackend b16(1, DType::bf16);
-  const std::int64_t n = 1003;  // not a multiple of the 4-lane SIMD width
-  const auto gate = random_values(n, 2, 2.0f), up = random_values(n, 3), dh = random_values(n, 4);
-  std::vector<float> h32(n), h16(n), dg32(n), du32(n), dg16(n), du16(n);
-  f32.swiglu_forward(cv(gate), cv(up), mv(h32), n);
-  b16.swiglu_forward(cv(gate), cv(up), mv(h16), n);
+  const std::int64_t rows = 3, width = 1003;  // not a multiple of the 4-lane SIMD width
+  const std::int64_t n = rows * width;
+  const auto gate_up = random_values(2 * n, 2, 2.0f), dh = random_values(n, 4);
+  std::vector<float> h32(n), h16(n), dgu32(2 * n), dgu16(2 * n);
+  f32.swiglu_forward(cv(gate_up), mv(h32), rows, width);
+  b16.swiglu_forward(cv(gate_up), mv(h16), rows, width);
   CHECK(h16 == rounded(h32));
-  f32.swiglu_backward(cv(dh), cv(gate), cv(up), mv(dg32), mv(du32), n);
-  b16.swiglu_backward(cv(dh), cv(gate), cv(up), mv(dg16), mv(du16), n);
-  CHECK(dg16 == rounded(dg32));
-  CHECK(du16 == rounded(du32));
+  f32.swiglu_backward(cv(dh), cv(gate_up), mv(dgu32), rows, width);
+  b16.swiglu_backward(cv(dh), cv(gate_up), mv(dgu16), rows, width);
+  CHECK(dgu16 == rounded(dgu32));
+  // The fused layout: row r's gate at [2r * width, (2r + 1) * width), its up after it.
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t j = 0; j < width; j += 97) {
+      const double g = gate_up[static_cast<std::size_t>(2 * r * width + j)];
+      const double u = gate_up[static_cast<std::size_t>(2 * r * width + width + j)];
+      CHECK(h32[static_cast<std::size_t>(r * width + j)] == Approx(g / (1.0 + std::exp(-g)) * u).epsilon(1e-5));
+    }
+  }
 
   // RoPE in place, rotated by fp32 tables that both modes share.
   const std::int64_t tokens = 9;

@@ -102,8 +102,8 @@ class TaggedBackend final : public backend::Backend {
   void attention_backward(const backend::AttentionShape&, ConstView, ConstView, ConstView, ConstView, ConstView,
                           ConstView, View, View, View) ODC_UNUSED()
   void attention_cached(const backend::CachedAttentionShape&, ConstView, ConstView, ConstView, View) ODC_UNUSED()
-  void swiglu_forward(ConstView, ConstView, View, std::int64_t) ODC_UNUSED()
-  void swiglu_backward(ConstView, ConstView, ConstView, View, View, std::int64_t) ODC_UNUSED()
+  void swiglu_forward(ConstView, View, std::int64_t, std::int64_t) ODC_UNUSED()
+  void swiglu_backward(ConstView, ConstView, View, std::int64_t, std::int64_t) ODC_UNUSED()
   void embedding_forward(ConstView, ConstView, View, std::int64_t, std::int64_t) ODC_UNUSED()
   void embedding_backward(ConstView, ConstView, View, std::int64_t, std::int64_t) ODC_UNUSED()
   void cross_entropy(ConstView, ConstView, ConstView, std::int64_t, std::int64_t, View, View,
