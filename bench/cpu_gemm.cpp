@@ -6,6 +6,9 @@
 // One JSON line per shape:
 //   {"bench":"cpu_gemm","m":..,"n":..,"k":..,"trans_a":..,"trans_b":..,"project_gflops":..,
 //    "matmul_gflops":..,"matmul_impl":"..","ratio":project/matmul,"threads":..}
+// then the MLP's gate/up projections fused (one GEMM of 2 * intermediate outputs, forward and both
+// gradients, as the model runs them) against two GEMMs of intermediate outputs:
+//   {"bench":"cpu_gemm_fused_gate_up", "separate_seconds", "fused_seconds", "fused_vs_separate"}
 // and a final {"bench":"cpu_gemm_summary", "gemm_library", "gemm_isa", "geomean_ratio"}.
 //
 //   cpu_gemm [--tokens N] [--hidden N] [--intermediate N] [--qkv N] [--threads N] [--iters N]
@@ -116,6 +119,43 @@ int run(int argc, char** argv) {
                                        {"project_gflops", flops / ours / 1e9}, {"matmul_gflops", flops / theirs / 1e9},
                                        {"matmul_impl", pd.impl_info_str()}, {"ratio", theirs / ours},
                                        {"threads", o.threads}}.dump().c_str());
+  }
+  // The MLP's gate and up projections as the model runs them (one GEMM of 2f outputs: forward,
+  // input gradient, weight gradient) against the two GEMMs of f outputs it ran before, in turns.
+  {
+    std::vector<float> x(static_cast<std::size_t>(t * h), 0.01f), w(static_cast<std::size_t>(2 * f * h), 0.02f);
+    std::vector<float> y(static_cast<std::size_t>(t * 2 * f), 0.01f), dx(static_cast<std::size_t>(t * h), 0.0f);
+    std::vector<float> dw(static_cast<std::size_t>(2 * f * h), 0.0f);
+    const auto fused = [&] {
+      k::gemm<float>(false, true, t, 2 * f, h, 1.0f, x.data(), h, w.data(), h, 0.0f, y.data(), 2 * f);
+      k::gemm<float>(false, false, t, h, 2 * f, 1.0f, y.data(), 2 * f, w.data(), h, 0.0f, dx.data(), h);
+      k::gemm<float>(true, false, 2 * f, h, t, 1.0f, y.data(), 2 * f, x.data(), h, 1.0f, dw.data(), h);
+    };
+    const auto separate = [&] {
+      for (int half = 0; half < 2; ++half) {
+        float* yh = y.data() + half * t * f;  // [t, f] each, as the two buffers were
+        const float* wh = w.data() + half * f * h;
+        k::gemm<float>(false, true, t, f, h, 1.0f, x.data(), h, wh, h, 0.0f, yh, f);
+      }
+      for (int half = 0; half < 2; ++half) {
+        const float* yh = y.data() + half * t * f;
+        k::gemm<float>(false, false, t, h, f, 1.0f, yh, f, w.data() + half * f * h, h, half == 0 ? 0.0f : 1.0f,
+                       dx.data(), h);
+        k::gemm<float>(true, false, f, h, t, 1.0f, yh, f, x.data(), h, 1.0f, dw.data() + half * f * h, h);
+      }
+    };
+    double fused_s = 1e30, separate_s = 1e30;
+    fused();
+    separate();
+    for (int i = 0; i < o.iters; ++i) {
+      fused_s = std::min(fused_s, best_seconds(1, fused));
+      separate_s = std::min(separate_s, best_seconds(1, separate));
+    }
+    std::printf("%s\n", nlohmann::json{{"bench", "cpu_gemm_fused_gate_up"}, {"tokens", t}, {"hidden", h},
+                                       {"intermediate", f}, {"threads", o.threads}, {"separate_seconds", separate_s},
+                                       {"fused_seconds", fused_s}, {"fused_vs_separate", fused_s / separate_s}}
+                            .dump()
+                            .c_str());
   }
   const k::GemmInfo info = k::gemm_info();
   std::printf("%s\n", nlohmann::json{{"bench", "cpu_gemm_summary"}, {"gemm_library", info.library},
