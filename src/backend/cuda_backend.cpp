@@ -122,18 +122,46 @@ void CudaBackend::release_weights(const float* unit) { impl_->live_weights.relea
 void CudaBackend::keep_weight_copies(bool keep) { impl_->live_weights.set_keep(keep); }
 void CudaBackend::weights_changed() { impl_->live_weights.invalidate(); }
 
+void* PinnedStaging::stage(const void* host, std::size_t bytes) {
+  constexpr std::size_t kAlign = 256;
+  const std::size_t need = (bytes + kAlign - 1) / kAlign * kAlign;
+  Arena* a = &arenas_[current_];
+  if (a->used + need > a->memory.bytes()) {
+    // The other arena, once its last copy has run (it has been idle for a whole arena's worth).
+    current_ = 1 - current_;
+    a = &arenas_[current_];
+    if (a->pending) a->copied.synchronize();
+    a->pending = false;
+    a->used = 0;
+    if (need > a->memory.bytes()) a->memory = cu::PinnedBuffer(std::max(need, std::max(2 * a->memory.bytes(), kInitialBytes)));
+  }
+  void* at = static_cast<char*>(a->memory.get()) + a->used;
+  std::memcpy(at, host, bytes);
+  a->used += need;
+  return at;
+}
+
+void PinnedStaging::record(const cu::Stream& stream) {
+  arenas_[current_].copied.record(stream);
+  arenas_[current_].pending = true;
+}
+
+View CudaBackend::Impl::upload(const void* host, std::size_t bytes, std::int64_t count, Buffer& target) {
+  const View v = target.get(count);
+  if (bytes == 0) return v;
+  cu::copy_to_device_async(v.data, staging.stage(host, bytes), bytes, s());
+  staging.record(stream);
+  return v;
+}
+
 ConstView CudaBackend::upload(std::span<const std::int32_t> host, Buffer& staging) {
   ODC_CHECK(staging.dtype() == DType::i32, "upload of int32 data into a {} staging buffer", dtype_name(staging.dtype()));
-  const View v = staging.get(static_cast<std::int64_t>(host.size()));
-  if (!host.empty()) cu::copy_to_device_async(v.data, host.data(), host.size_bytes(), impl_->s());
-  return v;
+  return impl_->upload(host.data(), host.size_bytes(), static_cast<std::int64_t>(host.size()), staging);
 }
 
 ConstView CudaBackend::upload(std::span<const float> host, Buffer& staging) {
   ODC_CHECK(staging.dtype() == DType::f32, "upload of float32 data into a {} staging buffer", dtype_name(staging.dtype()));
-  const View v = staging.get(static_cast<std::int64_t>(host.size()));
-  if (!host.empty()) cu::copy_to_device_async(v.data, host.data(), host.size_bytes(), impl_->s());
-  return v;
+  return impl_->upload(host.data(), host.size_bytes(), static_cast<std::int64_t>(host.size()), staging);
 }
 
 void CudaBackend::download(ConstView source, std::span<float> host) {

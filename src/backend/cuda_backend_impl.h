@@ -31,6 +31,30 @@ class CudaMemory final : public DeviceMemory {
   const kernels::cuda::Stream& stream_;
 };
 
+// Host data the ops read (Backend::upload), staged through page-locked memory so that the copies
+// are asynchronous: from pageable memory cudaMemcpyAsync first waits for the stream's queued work,
+// so every upload would stall the host behind the device. Two grow-only arenas are filled front to
+// back in turn; an arena is reused only after the event recorded behind its last copy (by then
+// the other arena has been filled: a copy is long done when its bytes are overwritten).
+class PinnedStaging {
+ public:
+  static constexpr std::size_t kInitialBytes = std::size_t{4} << 20;
+  // Copies `bytes` of `host` into an arena and returns the page-locked copy, the source of the
+  // caller's asynchronous copy on `stream`; record() must follow that copy.
+  void* stage(const void* host, std::size_t bytes);
+  void record(const kernels::cuda::Stream& stream);
+
+ private:
+  struct Arena {
+    kernels::cuda::PinnedBuffer memory;
+    std::size_t used = 0;
+    kernels::cuda::Event copied;  // behind the arena's last copy
+    bool pending = false;
+  };
+  Arena arenas_[2];
+  int current_ = 0;
+};
+
 struct CudaBackend::Impl {
   explicit Impl(int device_index);
   ~Impl();
@@ -47,6 +71,7 @@ struct CudaBackend::Impl {
   Buffer chunk_nll;    // f32 per row, where the caller passes no nll view
   Buffer reduce;       // f64: sum_of_squares partials and result
   Buffer inv_freq;     // f64 RoPE inverse frequencies on the device
+  PinnedStaging staging;  // the uploads' page-locked sources
   std::vector<double> inv_freq_host;  // what inv_freq holds
   // The attention's tile tables of the current microbatch, built once in prepare_microbatch and
   // used by every layer's forward and backward.
@@ -68,6 +93,8 @@ struct CudaBackend::Impl {
   void cudnn_failed(const Error& error, const char* what);
 
   void* s() const { return stream.handle(); }
+  // `count` elements of `target` filled from `bytes` of host data, through the pinned staging.
+  View upload(const void* host, std::size_t bytes, std::int64_t count, Buffer& target);
 };
 
 // The kernels' attention shape (host bounds) of the model's.
