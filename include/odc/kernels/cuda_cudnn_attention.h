@@ -26,6 +26,7 @@
 #include <string>
 
 #include "odc/kernels/cuda_attention.h"
+#include "odc/kernels/cudnn_ragged.h"
 #include "odc/kernels/cuda_device.h"
 
 namespace odc::kernels::cuda {
@@ -80,11 +81,9 @@ class CudnnAttention {
   std::unique_ptr<Impl> impl_;
 };
 
-// The padded view of a batch (exposed for tests and the documentation's numbers): the batch
-// bucket (num_seqs rounded up to a power of two, >= 1) and the sequence bucket (the longest
-// sequence rounded up to a power of two, >= 64).
-std::int64_t cudnn_batch_bucket(int num_seqs);
-std::int64_t cudnn_seqlen_bucket(std::int64_t max_seqlen);
+// The padded view of a batch: kernels/cudnn_ragged.h (the buckets and tables, host code).
+using kernels::cudnn_batch_bucket;
+using kernels::cudnn_seqlen_bucket;
 
 // lse [n_heads, tokens] <-> cuDNN's stats [tokens, n_heads] (fp32): dst[c * rows + r] =
 // src[r * cols + c] for a [rows, cols] src. Asynchronous on `stream`.

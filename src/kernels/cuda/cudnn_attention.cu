@@ -93,11 +93,6 @@ __global__ void transpose_f32_kernel(const float* src, float* dst, std::int64_t 
   }
 }
 
-std::int64_t next_power_of_two(std::int64_t x) {
-  std::int64_t p = 1;
-  while (p < x) p *= 2;
-  return p;
-}
 
 }  // namespace
 
@@ -128,12 +123,6 @@ int compute_capability(int device) {
   }
   return major * 10 + minor;
 #endif
-}
-
-std::int64_t cudnn_batch_bucket(int num_seqs) { return next_power_of_two(std::max(num_seqs, 1)); }
-
-std::int64_t cudnn_seqlen_bucket(std::int64_t max_seqlen) {
-  return next_power_of_two(std::max<std::int64_t>(max_seqlen, 64));
 }
 
 void transpose_f32(const float* src, float* dst, std::int64_t rows, std::int64_t cols, void* stream) {

@@ -11,6 +11,7 @@
 
 #include <cudnn_frontend.h>
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -19,6 +20,7 @@
 
 #include "cudnn_graphs.h"
 #include "odc/core/error.h"
+#include "odc/kernels/cudnn_ragged.h"
 
 namespace odc::kernels::cuda::cudnn_graphs {
 namespace {
@@ -135,49 +137,24 @@ void RaggedBatch::prepare(const CudaAttentionShape& shape, DeviceAllocator& allo
                     static_cast<int>(cu_seqlens_.size()) == n + 1 &&
                     std::equal(cu_seqlens_.begin(), cu_seqlens_.end(), shape.cu_seqlens);
   if (same) return;
-  if (shape.head_dim != 64 && shape.head_dim != 128) {
-    fail("cuDNN attention: head_dim {} is not supported (64 or 128)", shape.head_dim);
-  }
-  if (shape.n_heads <= 0 || shape.n_kv_heads <= 0 || shape.n_heads % shape.n_kv_heads != 0) {
-    fail("cuDNN attention: {} query heads are not a whole number of groups of {} kv heads", shape.n_heads,
-         shape.n_kv_heads);
-  }
-  if (shape.cu_seqlens[0] != 0 || shape.cu_seqlens[n] != shape.tokens) {
+  if (shape.cu_seqlens[n] != shape.tokens) {
     fail("cuDNN attention: cu_seqlens must run from 0 to the {} tokens (got {} .. {})", shape.tokens,
          shape.cu_seqlens[0], shape.cu_seqlens[n]);
   }
-  if (shape.tokens * shape.n_heads * shape.head_dim > std::numeric_limits<std::int32_t>::max()) {
-    fail("cuDNN attention: {} tokens x {} heads x {} exceed the int32 ragged offsets; use model.attention: native",
-         shape.tokens, shape.n_heads, shape.head_dim);
-  }
-  std::int64_t longest = 0;
-  for (int i = 0; i < n; ++i) {
-    const std::int64_t len = shape.cu_seqlens[i + 1] - shape.cu_seqlens[i];
-    if (len < 0) {
-      fail("cuDNN attention: cu_seqlens decrease at sequence {} ({} -> {})", i, shape.cu_seqlens[i],
-           shape.cu_seqlens[i + 1]);
-    }
-    longest = std::max(longest, len);
-  }
+  // The shape class and tables (kernels/cudnn_ragged.h, tested on the CPU), packed into one block.
+  const CudnnRaggedTables t = cudnn_ragged_tables(shape.cu_seqlens, n, shape.n_heads, shape.n_kv_heads, shape.head_dim);
   cu_seqlens_.assign(shape.cu_seqlens, shape.cu_seqlens + n + 1);
   h_q_ = shape.n_heads;
   h_kv_ = shape.n_kv_heads;
   d_ = shape.head_dim;
-  b_ = cudnn_batch_bucket(n);
-  s_ = cudnn_seqlen_bucket(longest);
+  b_ = t.b;
+  s_ = t.s;
   stride_ = (b_ + 1 + kTableAlign - 1) / kTableAlign * kTableAlign;
   host_.assign(static_cast<std::size_t>(4 * stride_), 0);
-  const std::int64_t q_row = std::int64_t{h_q_} * d_, kv_row = std::int64_t{h_kv_} * d_;
-  for (std::int64_t i = 0; i <= b_; ++i) {
-    const std::int64_t start = cu_seqlens_[static_cast<std::size_t>(std::min<std::int64_t>(i, n))];
-    if (i < b_) {
-      host_[static_cast<std::size_t>(i)] =
-          i < n ? cu_seqlens_[static_cast<std::size_t>(i + 1)] - cu_seqlens_[static_cast<std::size_t>(i)] : 0;
-    }
-    host_[static_cast<std::size_t>(stride_ + i)] = static_cast<std::int32_t>(start * q_row);
-    host_[static_cast<std::size_t>(2 * stride_ + i)] = static_cast<std::int32_t>(start * kv_row);
-    host_[static_cast<std::size_t>(3 * stride_ + i)] = static_cast<std::int32_t>(start * h_q_);
-  }
+  std::copy(t.seq_len.begin(), t.seq_len.end(), host_.begin());
+  std::copy(t.q_offsets.begin(), t.q_offsets.end(), host_.begin() + stride_);
+  std::copy(t.kv_offsets.begin(), t.kv_offsets.end(), host_.begin() + 2 * stride_);
+  std::copy(t.stats_offsets.begin(), t.stats_offsets.end(), host_.begin() + 3 * stride_);
   const std::size_t bytes = host_.size() * sizeof(std::int32_t);
   if (device_.bytes() < bytes) device_ = DeviceBuffer(allocator, bytes, stream);
   // From pageable memory: the copy has read host_ when it returns.

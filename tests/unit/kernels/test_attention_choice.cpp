@@ -9,6 +9,7 @@
 #include "odc/backend/backend_factory.h"
 #include "odc/core/error.h"
 #include "odc/kernels/attention_choice.h"
+#include "odc/kernels/cudnn_ragged.h"
 
 namespace {
 
@@ -210,4 +211,33 @@ TEST_CASE("model.attention on the CPU backend: cudnn refused, auto and native ru
     CHECK(b->name() == "cpu");
     CHECK(b->select_attention(8, 2, 64) == "cpu attention kernels");
   }
+}
+
+TEST_CASE("cuDNN shape classes and ragged tables: padded batch, sequence bucket, offsets", "[attention_choice]") {
+  CHECK(cudnn_batch_bucket(0) == 1);
+  CHECK(cudnn_batch_bucket(3) == 4);
+  CHECK(cudnn_batch_bucket(8) == 8);
+  CHECK(cudnn_seqlen_bucket(1) == 64);
+  CHECK(cudnn_seqlen_bucket(100) == 128);
+  CHECK(cudnn_seqlen_bucket(65536) == 65536);
+  // Three sequences (one empty, one of a single token) of GQA 4/2, head_dim 64: B pads to 4.
+  const std::vector<std::int32_t> cu = {0, 100, 100, 101};
+  const CudnnRaggedTables t = cudnn_ragged_tables(cu.data(), 3, 4, 2, 64);
+  CHECK(t.b == 4);
+  CHECK(t.s == 128);
+  CHECK(t.seq_len == std::vector<std::int32_t>{100, 0, 1, 0});
+  CHECK(t.q_offsets == std::vector<std::int32_t>{0, 100 * 256, 100 * 256, 101 * 256, 101 * 256});
+  CHECK(t.kv_offsets == std::vector<std::int32_t>{0, 100 * 128, 100 * 128, 101 * 128, 101 * 128});
+  CHECK(t.stats_offsets == std::vector<std::int32_t>{0, 400, 400, 404, 404});
+  // Microbatches of one class share graphs: the same B and S for other bounds of the same counts.
+  const std::vector<std::int32_t> other = {0, 70, 90, 127};
+  const CudnnRaggedTables u = cudnn_ragged_tables(other.data(), 3, 4, 2, 64);
+  CHECK((u.b == t.b && u.s == t.s));
+  // What the graphs cannot take is refused, naming it.
+  const std::vector<std::int32_t> decreasing = {0, 10, 5};
+  CHECK_THROWS_WITH(cudnn_ragged_tables(decreasing.data(), 2, 4, 2, 64), Catch::Contains("decrease at sequence 1"));
+  CHECK_THROWS_WITH(cudnn_ragged_tables(cu.data(), 3, 4, 2, 96), Catch::Contains("head_dim 96"));
+  CHECK_THROWS_WITH(cudnn_ragged_tables(cu.data(), 3, 6, 4, 64), Catch::Contains("not a whole number of groups"));
+  const std::vector<std::int32_t> huge = {0, 1 << 24};
+  CHECK_THROWS_WITH(cudnn_ragged_tables(huge.data(), 1, 32, 8, 128), Catch::Contains("exceed the int32 ragged offsets"));
 }
