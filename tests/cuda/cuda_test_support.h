@@ -20,6 +20,27 @@ namespace cu = odc::kernels::cuda;
 using Bits = std::vector<std::uint16_t>;
 
 // Random normal values already rounded to bf16, as float (the CPU input) and as bits (the GPU's).
+// A packed attention microbatch of the given sequence lengths: its bounds and the element counts
+// of q-like ([tokens, n_heads * head_dim]), k/v-like and lse ([n_heads, tokens]) tensors.
+struct PackedAttention {
+  std::vector<std::int32_t> cu_seqlens;
+  std::int64_t tokens = 0;
+  int num_seqs = 0;
+  std::size_t nq = 0, nkv = 0, nlse = 0;
+};
+inline PackedAttention packed_attention(const std::vector<std::int32_t>& seqlens, int n_heads, int n_kv_heads,
+                                        int head_dim) {
+  PackedAttention p;
+  p.cu_seqlens = {0};
+  for (std::int32_t len : seqlens) p.cu_seqlens.push_back(p.cu_seqlens.back() + len);
+  p.tokens = p.cu_seqlens.back();
+  p.num_seqs = static_cast<int>(seqlens.size());
+  p.nq = static_cast<std::size_t>(p.tokens) * n_heads * head_dim;
+  p.nkv = static_cast<std::size_t>(p.tokens) * n_kv_heads * head_dim;
+  p.nlse = static_cast<std::size_t>(p.tokens) * n_heads;
+  return p;
+}
+
 struct Bf16Data {
   std::vector<float> f;
   Bits bits;

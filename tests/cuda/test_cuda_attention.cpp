@@ -54,13 +54,11 @@ std::string describe(const AttnCase& c) {
 void run_case(const AttnCase& c, std::mt19937& rng, cu::DeviceAllocator& alloc) {
   const std::string name = describe(c);
   INFO("case " << name);
-  std::vector<std::int32_t> cu_seqlens{0};
-  for (std::int32_t len : c.seqlens) cu_seqlens.push_back(cu_seqlens.back() + len);
-  const std::int64_t tokens = cu_seqlens.back();
-  const int num_seqs = static_cast<int>(c.seqlens.size());
-  const std::size_t nq = static_cast<std::size_t>(tokens) * c.n_heads * c.head_dim;
-  const std::size_t nkv = static_cast<std::size_t>(tokens) * c.n_kv_heads * c.head_dim;
-  const std::size_t nlse = static_cast<std::size_t>(tokens) * c.n_heads;
+  const PackedAttention packed = packed_attention(c.seqlens, c.n_heads, c.n_kv_heads, c.head_dim);
+  const std::vector<std::int32_t>& cu_seqlens = packed.cu_seqlens;
+  const std::int64_t tokens = packed.tokens;
+  const int num_seqs = packed.num_seqs;
+  const std::size_t nq = packed.nq, nkv = packed.nkv, nlse = packed.nlse;
 
   auto q = random_bf16(nq, rng, c.q_scale);
   auto k = random_bf16(nkv, rng);
