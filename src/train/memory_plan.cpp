@@ -414,7 +414,12 @@ bool print_memory_plan(const Config& config, int world, bool launched_with_mpi, 
 }
 
 std::string memory_plan_comment(const Config& config, int world, bool launched_with_mpi, int ranks_on_host) {
-  const auto shown = plan_to_show(config, world, launched_with_mpi, ranks_on_host);
+  std::optional<ShownPlan> shown;
+  try {
+    shown = plan_to_show(config, world, launched_with_mpi, ranks_on_host);
+  } catch (const Error& e) {
+    return fmt::format("# memory plan: {}\n", e.what());  // --dump-config shows the rest all the same
+  }
   if (!shown) {
     return "# memory plan: data.max_tokens_per_microbatch 0 follows the data's longest sequence: odc-train "
            "--plan-memory --set data.max_tokens_per_microbatch=N shows the plan at N tokens\n";
