@@ -157,8 +157,14 @@ void RaggedBatch::prepare(const CudaAttentionShape& shape, DeviceAllocator& allo
   std::copy(t.stats_offsets.begin(), t.stats_offsets.end(), host_.begin() + 3 * stride_);
   const std::size_t bytes = host_.size() * sizeof(std::int32_t);
   if (device_.bytes() < bytes) device_ = DeviceBuffer(allocator, bytes, stream);
-  // From pageable memory: the copy has read host_ when it returns.
-  copy_to_device_async(device_.get(), host_.data(), bytes, stream);
+  // Through page-locked memory, so the copy does not wait for the stream's queued work (a pageable
+  // source would); the staging is rewritten only after the previous microbatch's copy has run.
+  if (pending_) uploaded_.synchronize();
+  if (pinned_.bytes() < bytes) pinned_ = PinnedBuffer(bytes);
+  std::memcpy(pinned_.get(), host_.data(), bytes);
+  copy_to_device_async(device_.get(), pinned_.get(), bytes, stream);
+  uploaded_.record(stream);
+  pending_ = true;
   ready_ = true;
 }
 

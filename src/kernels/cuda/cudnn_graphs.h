@@ -54,6 +54,18 @@ struct Pointers {
 // of q-like, kv-like and stats tensors, each 64-byte aligned in one block.
 class RaggedBatch {
  public:
+  RaggedBatch() = default;
+  // The pinned staging outlives the copy that reads it.
+  ~RaggedBatch() {
+    if (!pending_) return;
+    try {
+      uploaded_.synchronize();
+    } catch (...) {  // a failed device: nothing left to protect
+    }
+  }
+  RaggedBatch(const RaggedBatch&) = delete;
+  RaggedBatch& operator=(const RaggedBatch&) = delete;
+
   // Validates `shape` (odc::Error naming what is wrong) and uploads its tables on `stream`,
   // unless they are already there for the same bounds and heads.
   void prepare(const CudaAttentionShape& shape, DeviceAllocator& allocator, void* stream);
@@ -71,6 +83,9 @@ class RaggedBatch {
   std::int64_t b_ = 0, s_ = 0, stride_ = 0;  // stride_: int32 elements between tables
   bool ready_ = false;
   std::vector<std::int32_t> host_;
+  PinnedBuffer pinned_;  // the upload's source
+  Event uploaded_;       // behind the last upload from pinned_
+  bool pending_ = false;
   DeviceBuffer device_;
 };
 
