@@ -228,7 +228,7 @@ MemoryPlan plan_memory(const MemoryInputs& in) {
   }
   plan_comm(in, s, b);
   const std::int64_t copy_bytes = backend::weight_copy_element_bytes(in.device, in.compute);
-  if (in.world == 1) {
+  if (in.world == 1 && in.keep_weight_copies) {
     // One rank computes on the masters: the copies are kept, every unit's, made once per step.
     b.add("weight copies", s.total_numel * copy_bytes,
           fmt::format("every unit, kept through the step ({} elements) x {} B", count_text(s.total_numel), copy_bytes));
@@ -356,6 +356,19 @@ MemoryPlan settle_memory_plan(const RunMemory& run, std::int64_t token_cap, bool
   MemoryInputs inputs = run.inputs;
   inputs.tokens = token_cap;
   MemoryPlan plan = plan_memory(inputs);
+  if (run.budget > 0 && plan.peak_bytes() > run.budget && inputs.world == 1 && inputs.keep_weight_copies) {
+    // Copies of every unit kept through the step are a speed-up, not a need: without them the
+    // copies are made at every acquire (one unit's at a time).
+    inputs.keep_weight_copies = false;
+    MemoryPlan lean = plan_memory(inputs);
+    if (lean.peak_bytes() <= run.budget) {
+      if (log) {
+        spdlog::info("memory: the weights' compute copies are made at every acquire: keeping all of them through the "
+                     "step ({} more) would not fit", mib_text(plan.peak_bytes() - lean.peak_bytes()));
+      }
+      plan = std::move(lean);
+    }
+  }
   check_fits(plan, run.budget, run.budget_origin);
   if (log) {
     spdlog::info("memory: the plan needs {} per rank at {} tokens per microbatch{} of a budget of {} ({}); "

@@ -202,8 +202,9 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   }
   comm_ = distributed::make_sharded_comm(comm_options(config), sharding_, group_, model_->units(), model_config_,
                                          static_cast<std::uint64_t>(config.get_int("model.seed")), &model_->backend());
-  // Compute copies of the weights made once per step where the comm hands out the masters.
-  model_->backend().keep_weight_copies(comm_->comm().hands_out_masters());
+  // Compute copies of the weights made once per step where the comm hands out the masters (and the
+  // memory plan has room for them).
+  model_->backend().keep_weight_copies(comm_->comm().hands_out_masters() && memory_plan_.inputs.keep_weight_copies);
   // Where several hosts hold the same shards (hybrid), the first host's ranks write them.
   checkpointer_->set_shards(sharding_.shard_rank, sharding_.shard_world, sharding_.replica == 0);
   if (const std::string source = config.get_string("model.checkpoint"); !source.empty() && resume.empty()) {

@@ -59,6 +59,16 @@ for length in 512 1024 2048; do
   done
 done
 check "bf16-L1024" 1 --set "data.train=$work/len1024.jsonl" --set model.dtype=bfloat16
+# One rank, bf16: a budget just under the plan with every weight copy kept through the step (but
+# over the plan without): the run makes the copies at every acquire instead, says so, and the
+# leaner plan holds for the resident set too.
+keep_json="$("$bin/odc-train" "${common[@]}" --set model.dtype=bfloat16 --set data.max_tokens_per_microbatch=1024 \
+             --set train.memory_budget_gib=100 --plan-memory | tail -1)"
+tight="$("$py" -c 'import json, sys; p = json.loads(sys.argv[1]); print((p["peak_bytes"] - 2**20) / 2**30)' "$keep_json")"
+check "bf16-L1024-tight" 1 --set "data.train=$work/len1024.jsonl" --set model.dtype=bfloat16 \
+      --set "train.memory_budget_gib=$tight"
+grep -q "the weights' compute copies are made at every acquire" "$work/bf16-L1024-tight.log" \
+  || fail "a tight budget drops the kept weight copies, saying so" "$(grep memory "$work/bf16-L1024-tight.log")"
 check "odc-local2-L1024" local2 --set "data.train=$work/len1024.jsonl" --set train.recompute=selective
 check "collective-mpi2-L1024" 2 --set "data.train=$work/len1024.jsonl" --set train.comm=collective
 

@@ -43,6 +43,10 @@ struct MemoryInputs {
   std::string sharding = "full";    // train.sharding: hybrid and hpz add what the plan names but does not size
   bool direct_load = true;          // comm.direct_load
   int ranks_on_host = 1;            // ranks of this host (shared-memory transports map their peers' regions)
+  // One rank: the backend keeps every unit's compute copy through the step (Backend::
+  // keep_weight_copies), or makes them at every acquire; settle_memory_plan drops it when only
+  // that makes the plan fit.
+  bool keep_weight_copies = true;
 };
 
 struct MemoryItem {
@@ -102,8 +106,9 @@ struct RunMemory {
 RunMemory plan_run_memory(const Config& config, const model::LlamaConfig& model, int shard_world,
                           std::int64_t capacity_bytes, int ranks_sharing, bool launched_with_mpi);
 
-// The run's plan at its token cap: refused (check_fits) when over the budget, else returned, and
-// with `log` one line saying what it needs of what budget.
+// The run's plan at its token cap: refused (check_fits) when over the budget, else returned (one
+// rank: without kept weight copies when only that fits; inputs.keep_weight_copies says), and with
+// `log` one line saying what it needs of what budget.
 MemoryPlan settle_memory_plan(const RunMemory& run, std::int64_t token_cap, bool log);
 
 // odc-train --plan-memory: prints the plan of one of `world` ranks (the table, the budget and the

@@ -194,3 +194,31 @@ TEST_CASE("memory plan: data.max_tokens_per_microbatch takes a number or auto, n
                       Contains("expects an integer or auto, found 'lots'"));
   REQUIRE_THROWS_WITH(config_with({"data.max_tokens_per_microbatch=-3"}), Contains("must be >= 0"));
 }
+
+TEST_CASE("memory plan: one rank keeps every weight copy unless only dropping them fits", "[train][memory]") {
+  train::MemoryInputs in;
+  in.model = small_model();
+  in.tokens = 512;
+  in.compute = DType::bf16;  // the CPU bf16 mode: fp32 rounded copies
+  const auto kept = train::plan_memory(in);
+  REQUIRE(find(kept, "weight copies")->bytes == in.model.num_parameters() * 4);
+  in.keep_weight_copies = false;
+  const auto lean = train::plan_memory(in);
+  const distributed::ShardLayout layout(model::build_unit_layouts(in.model), 1, 0);
+  std::int64_t largest = 0;
+  for (int u = 0; u < layout.num_units(); ++u) largest = std::max(largest, layout.unit(u).numel);
+  REQUIRE(find(lean, "weight copies")->bytes == largest * 4);
+  // A budget between the two: the run keeps no copies (and says so in its plan); below both: refused.
+  train::RunMemory run;
+  run.inputs = in;
+  run.inputs.keep_weight_copies = true;
+  run.budget = (kept.peak_bytes() + lean.peak_bytes()) / 2;
+  run.budget_origin = "test";
+  const auto settled = train::settle_memory_plan(run, 512, false);
+  CHECK_FALSE(settled.inputs.keep_weight_copies);
+  CHECK(settled.peak_bytes() == lean.peak_bytes());
+  run.budget = kept.peak_bytes();
+  CHECK(train::settle_memory_plan(run, 512, false).inputs.keep_weight_copies);
+  run.budget = lean.peak_bytes() - 1;
+  CHECK_THROWS_WITH(train::settle_memory_plan(run, 512, false), Contains("the memory plan needs"));
+}
