@@ -79,16 +79,8 @@ double median_ms(int warmup, int iters, cu::Stream& stream, F&& body) {
 
 // Why cuDNN cannot run these heads on device 0 (empty: it can).
 std::string cudnn_blocker(int n_heads, int n_kv_heads, int head_dim) {
-  odc::kernels::AttentionFacts f;
-  f.frontend_built = cu::cudnn_frontend_built();
-  f.cudnn_version = cu::cudnn_runtime_version(&f.cudnn_load_error);
-  const int cc = cu::compute_capability(0);
-  f.cc_major = cc / 10;
-  f.cc_minor = cc % 10;
-  f.n_heads = n_heads;
-  f.n_kv_heads = n_kv_heads;
-  f.head_dim = head_dim;
-  return odc::kernels::cudnn_attention_blocker(f).value_or("");
+  return odc::kernels::cudnn_attention_blocker(cu::device_attention_facts(0, n_heads, n_kv_heads, head_dim))
+      .value_or("");
 }
 
 std::string json_escape(const std::string& s) {

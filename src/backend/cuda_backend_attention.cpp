@@ -13,20 +13,12 @@ const kernels::AttentionChoice& CudaBackend::Impl::select_attention(int n_heads,
       attention_selection->head_dim == head_dim) {
     return attention_selection->choice;
   }
+  // native decides on nothing: no cuDNN is probed for it.
   kernels::AttentionFacts facts;
-  facts.mode = attention_mode;
-  facts.frontend_built = cu::cudnn_frontend_built();
-  facts.n_heads = n_heads;
-  facts.n_kv_heads = n_kv_heads;
-  facts.head_dim = head_dim;
-  facts.dtype = DType::bf16;
-  facts.deterministic = true;  // the native kernels' bitwise reproducibility is kept
-  if (attention_mode != kernels::AttentionMode::native && facts.frontend_built) {
-    facts.cudnn_version = cu::cudnn_runtime_version(&facts.cudnn_load_error);
-    const int cc = cu::compute_capability(device);
-    facts.cc_major = cc / 10;
-    facts.cc_minor = cc % 10;
+  if (attention_mode != kernels::AttentionMode::native) {
+    facts = cu::device_attention_facts(device, n_heads, n_kv_heads, head_dim);
   }
+  facts.mode = attention_mode;
   kernels::AttentionChoice choice = kernels::choose_attention(facts);  // odc::Error for an impossible cudnn
   if (choice.impl == kernels::AttentionImpl::cudnn && !cudnn_attention) {
     cudnn_attention = std::make_unique<cu::CudnnAttention>(facts.deterministic);

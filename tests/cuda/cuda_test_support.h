@@ -26,7 +26,21 @@ struct PackedAttention {
   std::vector<std::int32_t> cu_seqlens;
   std::int64_t tokens = 0;
   int num_seqs = 0;
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
   std::size_t nq = 0, nkv = 0, nlse = 0;
+
+  // The CPU kernels' and the CUDA kernels' shape of it (they point into cu_seqlens).
+  template <typename Shape>
+  Shape shape() const {
+    Shape s;
+    s.cu_seqlens = cu_seqlens.data();
+    s.num_seqs = num_seqs;
+    s.tokens = tokens;
+    s.n_heads = n_heads;
+    s.n_kv_heads = n_kv_heads;
+    s.head_dim = head_dim;
+    return s;
+  }
 };
 inline PackedAttention packed_attention(const std::vector<std::int32_t>& seqlens, int n_heads, int n_kv_heads,
                                         int head_dim) {
@@ -35,6 +49,9 @@ inline PackedAttention packed_attention(const std::vector<std::int32_t>& seqlens
   for (std::int32_t len : seqlens) p.cu_seqlens.push_back(p.cu_seqlens.back() + len);
   p.tokens = p.cu_seqlens.back();
   p.num_seqs = static_cast<int>(seqlens.size());
+  p.n_heads = n_heads;
+  p.n_kv_heads = n_kv_heads;
+  p.head_dim = head_dim;
   p.nq = static_cast<std::size_t>(p.tokens) * n_heads * head_dim;
   p.nkv = static_cast<std::size_t>(p.tokens) * n_kv_heads * head_dim;
   p.nlse = static_cast<std::size_t>(p.tokens) * n_heads;

@@ -56,8 +56,6 @@ void run_case(const AttnCase& c, std::mt19937& rng, cu::DeviceAllocator& alloc) 
   INFO("case " << name);
   const PackedAttention packed = packed_attention(c.seqlens, c.n_heads, c.n_kv_heads, c.head_dim);
   const std::vector<std::int32_t>& cu_seqlens = packed.cu_seqlens;
-  const std::int64_t tokens = packed.tokens;
-  const int num_seqs = packed.num_seqs;
   const std::size_t nq = packed.nq, nkv = packed.nkv, nlse = packed.nlse;
 
   auto q = random_bf16(nq, rng, c.q_scale);
@@ -66,13 +64,7 @@ void run_case(const AttnCase& c, std::mt19937& rng, cu::DeviceAllocator& alloc) 
   auto dout = random_bf16(nq, rng);
 
   // ---- CPU reference (fp32) ----
-  cpu::AttentionShape cshape;
-  cshape.cu_seqlens = cu_seqlens.data();
-  cshape.num_seqs = num_seqs;
-  cshape.tokens = tokens;
-  cshape.n_heads = c.n_heads;
-  cshape.n_kv_heads = c.n_kv_heads;
-  cshape.head_dim = c.head_dim;
+  const auto cshape = packed.shape<cpu::AttentionShape>();
   std::vector<float> out_ref(nq), lse_ref(nlse), dq_ref(nq), dk_ref(nkv), dv_ref(nkv);
   cpu::attention_forward<float>(cshape, q.f.data(), k.f.data(), v.f.data(), out_ref.data(),
                                 lse_ref.data());
@@ -81,13 +73,7 @@ void run_case(const AttnCase& c, std::mt19937& rng, cu::DeviceAllocator& alloc) 
                                  dv_ref.data());
 
   // ---- GPU ----
-  cu::CudaAttentionShape gshape;
-  gshape.cu_seqlens = cu_seqlens.data();
-  gshape.num_seqs = num_seqs;
-  gshape.tokens = tokens;
-  gshape.n_heads = c.n_heads;
-  gshape.n_kv_heads = c.n_kv_heads;
-  gshape.head_dim = c.head_dim;
+  const auto gshape = packed.shape<cu::CudaAttentionShape>();
   auto d_q = to_device(alloc, q.bits), d_k = to_device(alloc, k.bits), d_v = to_device(alloc, v.bits);
   auto d_dout = to_device(alloc, dout.bits);
   cu::DeviceBuffer d_out(alloc, nq * 2), d_lse(alloc, nlse * 4);
@@ -127,7 +113,7 @@ void run_case(const AttnCase& c, std::mt19937& rng, cu::DeviceAllocator& alloc) 
   {
     cu::Stream stream;
     const cu::AttentionPlan plan(gshape, alloc, stream.handle());
-    CHECK(plan.shape().tokens == tokens);
+    CHECK(plan.shape().tokens == packed.tokens);
     CHECK(plan.shape().cu_seqlens != cu_seqlens.data());  // the plan keeps its own copy
     for (int layer = 0; layer < 2; ++layer) {
       cu::attention_forward(plan, d_q.as<std::uint16_t>(), d_k.as<std::uint16_t>(),

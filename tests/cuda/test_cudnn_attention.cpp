@@ -35,25 +35,9 @@ namespace k = odc::kernels;
 
 namespace {
 
-// The facts of device 0 for a head shape, as the CUDA backend gathers them.
-k::AttentionFacts device_facts(int n_heads, int n_kv_heads, int head_dim) {
-  k::AttentionFacts f;
-  f.frontend_built = cu::cudnn_frontend_built();
-  f.cudnn_version = cu::cudnn_runtime_version(&f.cudnn_load_error);
-  const int cc = cu::compute_capability(0);
-  f.cc_major = cc / 10;
-  f.cc_minor = cc % 10;
-  f.n_heads = n_heads;
-  f.n_kv_heads = n_kv_heads;
-  f.head_dim = head_dim;
-  f.dtype = odc::DType::bf16;
-  f.deterministic = true;
-  return f;
-}
-
 // True where cuDNN can run these heads here; otherwise prints why (the test is then skipped).
 bool cudnn_runs(int n_heads, int n_kv_heads, int head_dim) {
-  const auto blocker = k::cudnn_attention_blocker(device_facts(n_heads, n_kv_heads, head_dim));
+  const auto blocker = k::cudnn_attention_blocker(cu::device_attention_facts(0, n_heads, n_kv_heads, head_dim));
   if (blocker) {
     std::printf("SKIP [cudnn]: %s\n", blocker->c_str());
     WARN("cuDNN attention not tested: " << *blocker);
@@ -103,31 +87,16 @@ void run_case(const Case& c, std::mt19937& rng, cu::DeviceAllocator& alloc, cu::
   const std::string name = describe(c);
   INFO("case " << name);
   const PackedAttention packed = packed_attention(c.seqlens, c.n_heads, c.n_kv_heads, c.head_dim);
-  const std::vector<std::int32_t>& cu_seqlens = packed.cu_seqlens;
-  const std::int64_t tokens = packed.tokens;
-  const int num_seqs = packed.num_seqs;
   const std::size_t nq = packed.nq, nkv = packed.nkv, nlse = packed.nlse;
   auto q = random_bf16(nq, rng), kk = random_bf16(nkv, rng), v = random_bf16(nkv, rng), dout = random_bf16(nq, rng);
 
-  cpu::AttentionShape cshape;
-  cshape.cu_seqlens = cu_seqlens.data();
-  cshape.num_seqs = num_seqs;
-  cshape.tokens = tokens;
-  cshape.n_heads = c.n_heads;
-  cshape.n_kv_heads = c.n_kv_heads;
-  cshape.head_dim = c.head_dim;
+  const auto cshape = packed.shape<cpu::AttentionShape>();
   std::vector<float> out_ref(nq), lse_ref(nlse), dq_ref(nq), dk_ref(nkv), dv_ref(nkv);
   cpu::attention_forward<float>(cshape, q.f.data(), kk.f.data(), v.f.data(), out_ref.data(), lse_ref.data());
   cpu::attention_backward<float>(cshape, q.f.data(), kk.f.data(), v.f.data(), out_ref.data(), lse_ref.data(),
                                  dout.f.data(), dq_ref.data(), dk_ref.data(), dv_ref.data());
 
-  cu::CudaAttentionShape shape;
-  shape.cu_seqlens = cu_seqlens.data();
-  shape.num_seqs = num_seqs;
-  shape.tokens = tokens;
-  shape.n_heads = c.n_heads;
-  shape.n_kv_heads = c.n_kv_heads;
-  shape.head_dim = c.head_dim;
+  const auto shape = packed.shape<cu::CudaAttentionShape>();
   auto d_q = to_device(alloc, q.bits), d_k = to_device(alloc, kk.bits), d_v = to_device(alloc, v.bits);
   auto d_dout = to_device(alloc, dout.bits);
   const auto* pq = d_q.as<std::uint16_t>();
@@ -235,7 +204,7 @@ TEST_CASE("cuDNN attention: graphs built once per shape class, least recently us
 }
 
 TEST_CASE("CudaBackend: model.attention cudnn selects cuDNN or fails naming the key", "[cuda][cudnn]") {
-  const auto blocker = k::cudnn_attention_blocker(device_facts(32, 8, 128));
+  const auto blocker = k::cudnn_attention_blocker(cu::device_attention_facts(0, 32, 8, 128));
   odc::backend::CudaBackend cudnn_backend(0, k::AttentionMode::cudnn);
   if (blocker) {
     std::printf("[cuda] cuDNN ruled out here: %s\n", blocker->c_str());

@@ -29,6 +29,10 @@
 #include "odc/kernels/cudnn_ragged.h"
 #include "odc/kernels/cuda_device.h"
 
+namespace odc::kernels {
+struct AttentionFacts;  // attention_choice.h
+}  // namespace odc::kernels
+
 namespace odc::kernels::cuda {
 
 // Whether this build compiled the cuDNN path (the cuDNN frontend header was found).
@@ -40,6 +44,12 @@ int cudnn_runtime_version(std::string* why = nullptr);
 
 // The compute capability of CUDA device `device` as major * 10 + minor (9.0 -> 90).
 int compute_capability(int device);
+
+// The facts choose_attention decides on (attention_choice.h) for these heads on device `device`:
+// the build, the cuDNN loaded (probed only where the frontend is built), the compute capability;
+// bf16 and a deterministic backward (the native kernels' reproducibility is kept). The mode is
+// the caller's. Host code (src/kernels/cuda_attention_facts.cpp): the CUDA sources are C++17.
+AttentionFacts device_attention_facts(int device, int n_heads, int n_kv_heads, int head_dim);
 
 struct CudnnAttentionStats {
   std::size_t graph_builds = 0;  // graphs built (cache misses)

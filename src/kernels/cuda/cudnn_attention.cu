@@ -163,6 +163,18 @@ struct CudnnAttention::Impl {
     return handle;
   }
 
+  // What a forward or backward call starts from: the batch's tables for `shape` (uploaded when
+  // new), the handle on `stream`, the shape class's graph.
+  struct Call {
+    cudnnHandle_t handle;
+    const cudnn_graphs::CachedGraph& graph;
+  };
+  Call begin(const CudaAttentionShape& shape, bool backward, DeviceAllocator& allocator, void* stream) {
+    batch.prepare(shape, allocator, stream);
+    cudnnHandle_t h = cudnn(stream);
+    return {h, graphs.get(batch.key(backward), h)};
+  }
+
   cudnnHandle_t handle = nullptr;
   cudnn_graphs::GraphCache graphs;
   cudnn_graphs::RaggedBatch batch;
@@ -186,10 +198,7 @@ void CudnnAttention::forward(const CudaAttentionShape& shape, const std::uint16_
                              const std::uint16_t* v, std::uint16_t* out, float* lse, DeviceAllocator& allocator,
                              void* stream) {
   if (shape.tokens == 0) return;
-  cudnn_graphs::RaggedBatch& batch = impl_->batch;
-  batch.prepare(shape, allocator, stream);
-  cudnnHandle_t handle = impl_->cudnn(stream);
-  const cudnn_graphs::CachedGraph& graph = impl_->graphs.get(batch.key(false), handle);
+  const Impl::Call call = impl_->begin(shape, false, allocator, stream);
   // cuDNN's stats, token-major: transposed into lse after the graph.
   const std::size_t stats_count = static_cast<std::size_t>(shape.tokens) * shape.n_heads;
   DeviceBuffer stats(allocator, stats_count * sizeof(float), stream);
@@ -199,7 +208,7 @@ void CudnnAttention::forward(const CudaAttentionShape& shape, const std::uint16_
   p.v = v;
   p.o = out;
   p.stats = stats.get();
-  impl_->graphs.execute(graph, batch, p, handle, allocator, stream);
+  impl_->graphs.execute(call.graph, impl_->batch, p, call.handle, allocator, stream);
   transpose_f32(stats.as<float>(), lse, shape.tokens, shape.n_heads, stream);
 }
 
@@ -208,10 +217,7 @@ void CudnnAttention::backward(const CudaAttentionShape& shape, const std::uint16
                               const std::uint16_t* dout, std::uint16_t* dq, std::uint16_t* dk, std::uint16_t* dv,
                               DeviceAllocator& allocator, void* stream) {
   if (shape.tokens == 0) return;
-  cudnn_graphs::RaggedBatch& batch = impl_->batch;
-  batch.prepare(shape, allocator, stream);
-  cudnnHandle_t handle = impl_->cudnn(stream);
-  const cudnn_graphs::CachedGraph& graph = impl_->graphs.get(batch.key(true), handle);
+  const Impl::Call call = impl_->begin(shape, true, allocator, stream);
   const std::size_t stats_count = static_cast<std::size_t>(shape.tokens) * shape.n_heads;
   DeviceBuffer stats(allocator, stats_count * sizeof(float), stream);
   transpose_f32(lse, stats.as<float>(), shape.n_heads, shape.tokens, stream);
@@ -225,7 +231,7 @@ void CudnnAttention::backward(const CudaAttentionShape& shape, const std::uint16
   p.dq = dq;
   p.dk = dk;
   p.dv = dv;
-  impl_->graphs.execute(graph, batch, p, handle, allocator, stream);
+  impl_->graphs.execute(call.graph, impl_->batch, p, call.handle, allocator, stream);
 }
 
 CudnnAttentionStats CudnnAttention::stats() const { return impl_->graphs.stats(); }
