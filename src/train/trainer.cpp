@@ -180,7 +180,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   const auto& mc = model_config_;  // model.attention: settled (an impossible cudnn fails) before anything is trained
   spdlog::info("attention: {}",
                model_->backend().select_attention(mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim));
-  model_->set_recompute(model::parse_recompute(config.get_string("train.recompute")));
+  model_->set_recompute(memory_plan_.inputs.recompute);  // train.recompute, as planned
   // Only a checkpoint (or another rank) can need the fingerprint: it reads the whole dataset.
   if (world > 1 || checkpointer_->in_use()) data_fingerprint_ = data_->fingerprint();
   if (world > 1) {
