@@ -3,7 +3,7 @@
 //   gather:             ODC (UcxTransport::get of every owner's shard, as OdcComm::start_gather, by
 //                       --gather-protocol: get, request or auto) vs MPI_Allgather of S/N bytes per rank;
 //   scatter_accumulate: ODC (UcxTransport::push of each owner's slice, accumulated by the owner's
-//                       progress thread; completion = Alltoall of counts + wait_received, as
+//                       progress thread; completion = the PushLedger's count exchange and wait, as
 //                       OdcComm::end_minibatch) vs MPI_Reduce_scatter_block + add into the
 //                       accumulator (the collective baseline).
 // The transport is configured as the trainer configures it (direct loads where UCX maps peers'
@@ -28,7 +28,9 @@
 #include "cli/tool_main.h"
 #include "odc/core/error.h"
 #include "odc/core/tensor.h"
+#include "odc/distributed/mpi_host_group.h"
 #include "odc/distributed/mpi_session.h"
+#include "odc/distributed/push_ledger.h"
 #include "odc/distributed/startup_deadline.h"
 #include "odc/distributed/ucx_transport.h"
 
@@ -173,7 +175,12 @@ struct Cell {
 class Bench {
  public:
   Bench(const Options& options, int rank, int world)
-      : options_(options), rank_(rank), world_(world), comm_(MPI_COMM_WORLD) {
+      : options_(options),
+        rank_(rank),
+        world_(world),
+        comm_(MPI_COMM_WORLD),
+        group_(odc::distributed::make_world_group(options.timeout_s)),
+        ledger_(*group_) {
     std::int64_t largest = 0;
     for (const auto mib : options_.sizes_mib) largest = std::max(largest, make_cell(mib).shard);
     odc::distributed::TransportOptions transport_options;
@@ -185,7 +192,7 @@ class Bench {
     // As the trainer: a slot holds the largest shard, so every push of a shard is one slot.
     transport_options.slot_floats = options_.slot_pushes ? largest : 0;
     transport_options.slots_per_client = options_.slots_per_client;
-    transport_ = std::make_unique<odc::distributed::UcxTransport>(comm_, largest, transport_options);
+    transport_ = std::make_unique<odc::distributed::UcxTransport>(*group_, largest, transport_options);
     // odc::Tensor, as OdcComm's and CollectiveComm's buffers and ShardStore's accumulator: 64-byte
     // aligned. Alignment matters here: a 16-byte offset between source and destination (what
     // std::vector gives) makes the kernel's CMA copies behind MPI 2-3x slower on this machine.
@@ -202,6 +209,7 @@ class Bench {
       }
       float* acc = accumulator_.data<float>() + header.offset;
       for (std::int64_t i = 0; i < header.count; ++i) acc[i] += data[i];
+      ledger_.applied(header.from, 1);
     });
     const char* tls = std::getenv("UCX_TLS");
     ucx_tls_ = tls != nullptr && *tls != '\0' ? tls : "default";
@@ -279,19 +287,19 @@ class Bench {
 
   // ---- scatter-accumulate ----
   void odc_scatter(const Cell& cell) {
-    std::vector<std::int64_t> pushes_to(static_cast<std::size_t>(world_), 0);
+    push_messages_ = 0;
     for (int i = 0; i < world_; ++i) {
       const int owner = (rank_ + 1 + i) % world_;
-      pushes_to[static_cast<std::size_t>(owner)] +=
+      const std::int64_t messages =
           transport_->push(owner, 0, 0, grad_.data<float>() + cell.shard * owner, cell.shard, scatter_done_);
+      ledger_.sent(owner, messages);
+      push_messages_ += messages;
     }
-    push_messages_ = 0;
-    for (const auto n : pushes_to) push_messages_ += n;
     // OdcComm::end_minibatch: our pushes left, every owner learns its counts and waits for them.
     transport_->wait(scatter_done_, "benchmark push");
-    std::vector<std::int64_t> expected(static_cast<std::size_t>(world_));
-    MPI_Alltoall(pushes_to.data(), 1, MPI_INT64_T, expected.data(), 1, MPI_INT64_T, comm_);
-    transport_->wait_received(expected, "benchmark wait for pushes");
+    const auto expected = ledger_.exchange("the benchmark's exchange of push counts");
+    const odc::distributed::UcxTransport::WaitScope waiting(*transport_);
+    ledger_.wait(expected, options_.timeout_s, {}, "the benchmark's wait for pushes");
   }
 
   void mpi_scatter(const Cell& cell) {
@@ -316,7 +324,7 @@ class Bench {
   // Must run with no pushes in flight to this rank (between barriers).
   void reset_accumulator(const Cell& cell) {
     std::fill_n(accumulator_.data<float>(), cell.shard, 0.0f);
-    transport_->reset_received();
+    ledger_.begin();
   }
 
   void run_scatter(const Cell& cell) {
@@ -329,10 +337,10 @@ class Bench {
     reset_accumulator(cell);
     mpi_scatter(cell);
     check_scatter(cell, "MPI_Reduce_scatter_block");
-    // The receive counters restart before each ODC iteration's barrier; after an iteration every
-    // push to this rank was applied (wait_received), so none can race the reset.
+    // The ledger restarts before each ODC iteration's barrier; after an iteration every push to
+    // this rank was applied (the ledger's wait), so none can race the reset.
     measure("scatter_accumulate", cell, [&] { odc_scatter(cell); }, [&] { mpi_scatter(cell); },
-            [&] { transport_->reset_received(); });
+            [&] { ledger_.begin(); });
   }
 
   // ---- timing ----
@@ -437,6 +445,8 @@ class Bench {
   int rank_;
   int world_;
   MPI_Comm comm_;
+  std::unique_ptr<odc::distributed::MpiHostGroup> group_;  // the transport's and the ledger's
+  odc::distributed::PushLedger ledger_;
   odc::distributed::Completion gather_done_{world_};
   odc::distributed::Completion scatter_done_{world_};
   odc::Tensor full_;         // gathered unit; the client's view

@@ -143,9 +143,6 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
     stack->comm_ = std::make_unique<IpcOdcComm>(*stack->store_, group, *stack->peer_memory_, handle, ipc, state_device);
     return stack;
   }
-  if (mpi == nullptr) {
-    fail("comm.transport ucx runs over MPI: launch the job with odc-run or mpirun, or use comm.transport ipc (one host)");
-  }
   if (options.gather_dtype != GatherDtype::f32) {
     fail("comm.gather_dtype {} needs comm.transport ipc (the UCX transport gathers the fp32 masters)",
          gather_dtype_name(options.gather_dtype));
@@ -154,11 +151,10 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
   TransportOptions transport = options.transport;
   for (int u = 0; u < layout.num_units(); ++u) transport.slot_floats = std::max(transport.slot_floats, layout.unit(u).shard);
   // The masters live in memory the transport registered, so peers can read them one-sidedly.
-  stack->transport_ = std::make_unique<UcxTransport>(mpi->comm(), layout.owned_elements(), transport);
+  stack->transport_ = std::make_unique<UcxTransport>(group, layout.owned_elements(), transport);
   auto host_store = std::make_unique<ShardStore>(layout, units, config, seed, stack->transport_->exposed(), nullptr,
                                                    options.store_contents);
-  auto host_comm = std::make_unique<OdcComm>(*host_store, *stack->transport_, mpi->comm(), mpi->watchdog(),
-                                             options.deterministic);
+  auto host_comm = std::make_unique<OdcComm>(*host_store, *stack->transport_, group, options.deterministic);
   if (!staged) {
     stack->store_ = std::move(host_store);
     stack->comm_ = std::move(host_comm);

@@ -23,6 +23,22 @@ std::string host_name() {
   return host;
 }
 
+// The PushAccumulator's adds as work on a PeerMemory's lanes: a chunk's add on the accumulate lane
+// (the progress thread's), zeroing and the fold on the compute lane (the minibatch boundaries).
+class LaneAccumulatorMemory final : public AccumulatorMemory {
+ public:
+  explicit LaneAccumulatorMemory(PeerMemory& memory) : memory_(memory) {}
+  void zero(float* dst, std::int64_t n) override {
+    memory_.zero(Lane::compute, dst, static_cast<std::size_t>(n) * sizeof(float));
+  }
+  void add(float* acc, const float* in, std::int64_t n) override { memory_.add(Lane::accumulate, acc, in, n); }
+  void fold(float* acc, const float* in, std::int64_t n) override { memory_.add(Lane::compute, acc, in, n); }
+  bool host_visible() const override { return memory_.device().kind == DeviceKind::cpu; }
+
+ private:
+  PeerMemory& memory_;
+};
+
 // Every rank's `mine`, in rank order, on every rank.
 std::vector<nlohmann::json> all_gather_json(HostGroup& group, const nlohmann::json& mine, std::string_view what) {
   std::vector<nlohmann::json> out;
@@ -39,7 +55,8 @@ IpcOdcComm::IpcOdcComm(ShardStore& store, HostGroup& group, PeerMemory& memory, 
       memory_(memory),
       options_(options),
       rank_(group.rank()),
-      world_(group.size()) {
+      world_(group.size()),
+      ledger_(group) {
   const ShardLayout& layout = store.layout();
   if (layout.world_size() != world_ || layout.rank() != rank_) {
     fail("shard layout is for rank {} of {}, but the group has rank {} of {}", layout.rank(), layout.world_size(),
@@ -123,11 +140,11 @@ IpcOdcComm::IpcOdcComm(ShardStore& store, HostGroup& group, PeerMemory& memory, 
     client_acc_ = static_cast<float*>(memory.export_region(static_cast<std::size_t>(owned) * sizeof(float) * w,
                                                            "the per-client accumulators", handle));
   }
-  chunks_to_.assign(w, 0);
+  lanes_ = std::make_unique<LaneAccumulatorMemory>(memory);
+  accumulator_ = std::make_unique<PushAccumulator>(layout, store.grad(0), options.deterministic, *lanes_, client_acc_);
   unit_pushes_.assign(static_cast<std::size_t>(layout.num_units()), 0);
   jobs_.resize(UnitBufferPool::kGradBuffers);
   for (auto& job : jobs_) job.ready = memory.make_mark();
-  received_.assign(w, 0);
   copy_marks_.resize(w);
   add_marks_.resize(w);
   for (std::size_t r = 0; r < w; ++r) {
@@ -236,7 +253,7 @@ void IpcOdcComm::start_push(int unit, int buffer, const float* full) {
       const float* slice = full + layout.shard_begin(unit, owner);
       for (std::int64_t at = 0; at < shard; at += slot_floats_) {
         job.chunks.push_back({owner, at, std::min(slot_floats_, shard - at), slice + at});
-        ++chunks_to_[static_cast<std::size_t>(owner)];
+        ledger_.sent(owner, 1);
       }
     }
     job.started = false;
@@ -299,7 +316,6 @@ void IpcOdcComm::progress_loop() {
 bool IpcOdcComm::serve_incoming() {
   if (!serving_.load()) return false;
   bool worked = false;
-  const ShardLayout& layout = store_.layout();
   const int slots = options_.slots;
   for (int c = 0; c < world_; ++c) {
     const auto ci = static_cast<std::size_t>(c);
@@ -312,11 +328,7 @@ bool IpcOdcComm::serve_incoming() {
       ++applied;
     }
     if (applied > 0) {
-      {
-        const std::lock_guard lock(mutex_);
-        received_[ci] += applied;
-      }
-      changed_.notify_all();
+      ledger_.applied(c, applied);
       worked = true;
     }
     // Posted chunks are added in the order the client sent them.
@@ -324,16 +336,12 @@ bool IpcOdcComm::serve_incoming() {
     while (served_next_[ci] - served_head_[ci] < slots &&
            mailbox_->posted(c, static_cast<int>(served_next_[ci] % slots), m)) {
       const int slot = static_cast<int>(served_next_[ci] % slots);
-      // Validate before writing: a corrupt header must not scribble.
-      if (m.unit < 0 || m.unit >= layout.num_units() || m.offset < 0 || m.count <= 0 || m.count > slot_floats_ ||
-          m.offset + m.count > layout.unit(m.unit).shard) {
-        fail("rank {}: invalid gradient chunk from rank {} (unit {}, offset {}, count {})", rank_, c, m.unit, m.offset,
-             m.count);
+      // The accumulator validates the rest before it writes; the slot's bound is ours.
+      if (m.count <= 0 || m.count > slot_floats_) {
+        fail("rank {}: invalid gradient chunk from rank {} (unit {}, offset {}, count {} in a data slot of {})", rank_,
+             c, m.unit, m.offset, m.count, slot_floats_);
       }
-      float* acc = options_.deterministic
-                       ? client_acc_ + static_cast<std::int64_t>(c) * layout.owned_elements() + store_.offset(m.unit)
-                       : store_.grad(m.unit);
-      memory_.add(Lane::accumulate, acc + m.offset, data_slot(rank_, c, slot), m.count);
+      accumulator_->add(c, m.unit, m.sequence, m.offset, data_slot(rank_, c, slot), m.count);
       memory_.record(*add_marks_[ci][static_cast<std::size_t>(slot)], Lane::accumulate);
       ++served_next_[ci];
       worked = true;
@@ -424,17 +432,11 @@ void IpcOdcComm::begin_minibatch() {
   pool_.check_idle();
   check_failure();
   store_.zero_grads();
+  accumulator_->begin();  // the clients' buffers, zeroed on the compute lane
+  ledger_.begin();
   const std::int64_t owned = store_.layout().owned_elements();
-  if (client_acc_ != nullptr) {
-    memory_.zero(Lane::compute, client_acc_, static_cast<std::size_t>(owned) * sizeof(float) * world_);
-  }
   if (own_shadow_ != nullptr) memory_.narrow(Lane::compute, own_shadow_, store_.master_base(), owned);
-  std::fill(chunks_to_.begin(), chunks_to_.end(), 0);
   std::fill(unit_pushes_.begin(), unit_pushes_.end(), 0);
-  {
-    const std::lock_guard lock(mutex_);
-    std::fill(received_.begin(), received_.end(), 0);
-  }
   const auto start = std::chrono::steady_clock::now();
   // The optimizer step, the shadows and the zeroed accumulators are complete before any peer
   // reads a master or pushes a chunk.
@@ -447,51 +449,16 @@ void IpcOdcComm::end_minibatch() {
   pool_.drain();
   const auto start = std::chrono::steady_clock::now();
   memory_.synchronize(Lane::gather);  // no copy still reads a peer's masters
-  // Every owner learns how many chunks each client sent it.
-  std::vector<double> counts(static_cast<std::size_t>(world_) * world_, 0.0);
-  for (int o = 0; o < world_; ++o) {
-    counts[static_cast<std::size_t>(rank_) * world_ + o] = static_cast<double>(chunks_to_[static_cast<std::size_t>(o)]);
-  }
-  group_.all_reduce_sum(counts, "the minibatch-end exchange of push counts");
-  std::vector<std::int64_t> expected(static_cast<std::size_t>(world_));
-  for (int c = 0; c < world_; ++c) {
-    expected[static_cast<std::size_t>(c)] = static_cast<std::int64_t>(counts[static_cast<std::size_t>(c) * world_ + rank_]);
-  }
-  {
-    std::unique_lock lock(mutex_);
-    const double began = now_s();
-    double last_check = began;
-    while (!failure_) {
-      std::vector<int> short_of;
-      for (int c = 0; c < world_; ++c) {
-        if (received_[static_cast<std::size_t>(c)] < expected[static_cast<std::size_t>(c)]) short_of.push_back(c);
-      }
-      if (short_of.empty()) break;
-      changed_.wait_for(lock, std::chrono::milliseconds(100));
-      const double now = now_s();
-      std::vector<std::string> missing;
-      const bool timed_out = now - began > options_.timeout_s;
-      if (timed_out || now - last_check > 1.0) {
-        last_check = now;
-        for (const int c : short_of) {
-          if (timed_out || !mailbox_->alive(c)) {
-            missing.push_back(fmt::format("{} of {} chunks from {}", received_[static_cast<std::size_t>(c)],
-                                          expected[static_cast<std::size_t>(c)], peer_state(c)));
-          }
-        }
-      }
-      if (!missing.empty()) {
-        fail("rank {}: the minibatch-end wait for gradient pushes: {} after {:.0f} s", rank_, fmt::join(missing, "; "),
-             now - began);
-      }
-    }
-    if (failure_) std::rethrow_exception(failure_);
-  }
-  if (client_acc_ != nullptr) {
-    // Every chunk is applied: fold the clients' accumulators in rank order.
-    const std::int64_t owned = store_.layout().owned_elements();
-    for (int c = 0; c < world_; ++c) memory_.add(Lane::compute, store_.grad(0), client_acc_ + c * owned, owned);
-  }
+  // Every owner learns how many chunks each client sent it, then waits until it applied them all.
+  const auto expected = ledger_.exchange("the minibatch-end exchange of push counts");
+  PushLedger::Peers peers;
+  peers.check_failure = [this] { check_failure(); };
+  peers.describe = [this](int r) { return peer_state(r); };
+  peers.gone = [this](int r) { return !mailbox_->alive(r); };
+  ledger_.wait(expected, options_.timeout_s, peers, "the minibatch-end wait for gradient pushes");
+  // Every chunk's add has completed (a chunk counts as applied once its add mark is reached): the
+  // fold on the compute lane reads finished sums.
+  accumulator_->finish();
   pool_.waits().barrier_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 

@@ -1,30 +1,36 @@
 #include "odc/distributed/odc_comm.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <fmt/format.h>
 
 #include "odc/core/error.h"
-#include "odc/distributed/watchdog.h"
 
 namespace odc::distributed {
 
-OdcComm::OdcComm(ShardStore& store, UcxTransport& transport, MPI_Comm comm, Watchdog* watchdog, bool deterministic)
-    : ShardedComm(store.layout()), store_(store), transport_(transport), comm_(comm), watchdog_(watchdog) {
+OdcComm::OdcComm(ShardStore& store, UcxTransport& transport, HostGroup& group, bool deterministic)
+    : ShardedComm(store.layout()),
+      store_(store),
+      transport_(transport),
+      group_(group),
+      ledger_(group),
+      accumulator_(store.layout(), store.grad(0), deterministic, host_accumulator_memory()) {
   const auto& layout = store.layout();
-  if (layout.world_size() != transport.world_size() || layout.rank() != transport.rank()) {
-    fail("shard layout is for rank {} of {}, but the transport has rank {} of {}", layout.rank(), layout.world_size(),
-         transport.rank(), transport.world_size());
+  if (layout.world_size() != transport.world_size() || layout.rank() != transport.rank() ||
+      group.size() != transport.world_size() || group.rank() != transport.rank()) {
+    fail("shard layout is for rank {} of {}, the group has rank {} of {}, the transport rank {} of {}", layout.rank(),
+         layout.world_size(), group.rank(), group.size(), transport.rank(), transport.world_size());
   }
   ODC_CHECK(store.master_base() == transport.exposed().data(), "masters must live in the transport's exposed region");
   for (int i = 0; i < UnitBufferPool::kWeightBuffers; ++i) gathers_.push_back(std::make_unique<Completion>(layout.world_size()));
   for (int i = 0; i < UnitBufferPool::kGradBuffers; ++i) pushes_.push_back(std::make_unique<Completion>(layout.world_size()));
-  pushes_to_.assign(static_cast<std::size_t>(layout.world_size()), 0);
-  if (deterministic) {
-    ordered_ = std::make_unique<OrderedAccumulator>(layout);
-    unit_pushes_.assign(static_cast<std::size_t>(layout.num_units()), 0);
-  }
-  transport_.set_receiver([this](const PushHeader& header, const float* data) { accumulate(header, data); });
+  unit_pushes_.assign(static_cast<std::size_t>(layout.num_units()), 0);
+  // Runs on the progress thread, serially; the accumulator validates before it writes.
+  transport_.set_receiver([this](const PushHeader& header, const float* data) {
+    accumulator_.add(header.from, header.tag, header.sequence, header.offset, data, header.count);
+    ledger_.applied(header.from, 1);
+  });
 }
 
 OdcComm::~OdcComm() {
@@ -35,25 +41,6 @@ OdcComm::~OdcComm() {
 
 CommResources OdcComm::resources() const {
   return {transport_.progress_cpu_seconds(), transport_.registered_bytes(), transport_.endpoints_created()};
-}
-
-void OdcComm::accumulate(const PushHeader& header, const float* data) {
-  // Runs on the progress thread. Validate before writing: a corrupt header must not scribble.
-  const auto& layout = store_.layout();
-  if (header.tag < 0 || header.tag >= layout.num_units() || header.offset < 0 || header.count < 0 ||
-      header.offset + header.count > layout.unit(header.tag).shard) {
-    fail("rank {}: invalid gradient push from rank {} (unit {}, offset {}, count {})", transport_.rank(), header.from,
-         header.tag, header.offset, header.count);
-  }
-  if (ordered_) {
-    ordered_->add(header.from, header.tag, header.sequence, header.offset, data, header.count);
-    return;
-  }
-  // The pushed slice never overlaps the accumulator (a slot or a receive buffer): vectorized.
-  float* __restrict acc = store_.grad(header.tag) + header.offset;
-  const float* __restrict in = data;
-#pragma omp simd
-  for (std::int64_t i = 0; i < header.count; ++i) acc[i] += in[i];
 }
 
 void OdcComm::start_gather(int unit, int buffer, float* full) {
@@ -76,12 +63,11 @@ void OdcComm::wait_gather(int unit, int buffer) {
 void OdcComm::start_push(int unit, int buffer, const float* full) {
   const auto& layout = store_.layout();
   const std::int64_t shard = layout.unit(unit).shard;
-  const std::int32_t sequence = ordered_ ? unit_pushes_[static_cast<std::size_t>(unit)]++ : 0;
+  const std::int32_t sequence = unit_pushes_[static_cast<std::size_t>(unit)]++;
   for (int i = 0; i < layout.world_size(); ++i) {
     const int owner = (transport_.rank() + 1 + i) % layout.world_size();
-    pushes_to_[static_cast<std::size_t>(owner)] +=
-        transport_.push(owner, unit, 0, full + layout.shard_begin(unit, owner), shard,
-                        *pushes_[static_cast<std::size_t>(buffer)], sequence);
+    ledger_.sent(owner, transport_.push(owner, unit, 0, full + layout.shard_begin(unit, owner), shard,
+                                        *pushes_[static_cast<std::size_t>(buffer)], sequence));
   }
 }
 
@@ -93,20 +79,15 @@ void OdcComm::wait_push(int unit, int buffer) {
 
 void OdcComm::begin_minibatch() {
   pool_.check_idle();
+  transport_.check_failure("the minibatch start");
   store_.zero_grads();
-  transport_.reset_received();
-  std::fill(pushes_to_.begin(), pushes_to_.end(), 0);
-  if (ordered_) {
-    ordered_->begin();
-    std::fill(unit_pushes_.begin(), unit_pushes_.end(), 0);
-  }
+  ledger_.begin();
+  accumulator_.begin();
+  std::fill(unit_pushes_.begin(), unit_pushes_.end(), 0);
   // Publishes every rank's optimizer step (no gather may read half-updated masters) and the
   // zeroed accumulators (no push may land before them).
   const auto start = std::chrono::steady_clock::now();
-  {
-    const Watchdog::Wait wait(watchdog_, "the minibatch-start barrier");
-    MPI_Barrier(comm_);
-  }
+  group_.barrier("the minibatch-start barrier");
   pool_.waits().barrier_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -115,14 +96,15 @@ void OdcComm::end_minibatch() {
   // optimizer rewrites the masters).
   pool_.drain();
   const auto start = std::chrono::steady_clock::now();
-  // Every owner learns how many pushes each client sent it, then waits until it applied them all.
-  std::vector<std::int64_t> expected(pushes_to_.size());
+  // Every owner learns how many messages each client sent it, then waits until it applied them all.
+  const auto expected = ledger_.exchange("the minibatch-end exchange of push counts");
   {
-    const Watchdog::Wait wait(watchdog_, "the minibatch-end exchange of push counts");
-    MPI_Alltoall(pushes_to_.data(), 1, MPI_INT64_T, expected.data(), 1, MPI_INT64_T, comm_);
+    const UcxTransport::WaitScope waiting(transport_);
+    PushLedger::Peers peers;
+    peers.check_failure = [this] { transport_.check_failure("the minibatch-end wait for gradient pushes"); };
+    ledger_.wait(expected, transport_.options().timeout_s, peers, "the minibatch-end wait for gradient pushes");
   }
-  transport_.wait_received(expected, "the minibatch-end wait for gradient pushes");
-  if (ordered_) ordered_->fold_into(store_.grad(0));  // every push is applied: the fold in rank order
+  accumulator_.finish();  // every push is applied: the fold in rank order (deterministic)
   pool_.waits().barrier_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 

@@ -213,9 +213,6 @@ void UcxTransport::deliver(const PushHeader& header, const void* data) {
     record_fatal(e.what());
     return;
   }
-  received_[static_cast<std::size_t>(header.from)].fetch_add(1, std::memory_order_acq_rel);
-  { std::lock_guard<std::mutex> lock(mutex_); }
-  done_cv_.notify_all();
 }
 
 void UcxTransport::send_ack(int client, std::int32_t slot) {

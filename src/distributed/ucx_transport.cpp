@@ -28,22 +28,38 @@ namespace {
 // costs more than the gap between the messages of a transfer.
 constexpr int kNetworkBusyPollUs = 200;
 
-int world_size_of(MPI_Comm comm) {
-  int world = 1;
-  MPI_Comm_size(comm, &world);
-  return world;
+// Every rank's bytes, in rank order (UCX's packed addresses and keys are binary: hex over the
+// group's text exchange, which carries text only).
+std::vector<std::string> all_gather_bytes(HostGroup& group, const void* data, std::size_t size, std::string_view what) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  std::string text(2 * size, '0');
+  for (std::size_t i = 0; i < size; ++i) {
+    text[2 * i] = kHex[bytes[i] >> 4];
+    text[2 * i + 1] = kHex[bytes[i] & 15];
+  }
+  std::vector<std::string> all = group.all_gather_text(text, what);
+  for (auto& t : all) {
+    if (t.size() % 2 != 0) fail("UCX transport: a malformed {} ({} hex digits)", what, t.size());
+    std::string raw(t.size() / 2, '\0');
+    const auto digit = [&](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      fail("UCX transport: a malformed {} (character '{}')", what, c);
+    };
+    for (std::size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<char>(digit(t[2 * i]) * 16 + digit(t[2 * i + 1]));
+    t = std::move(raw);
+  }
+  return all;
 }
 
-std::vector<char> allgather_bytes(MPI_Comm comm, const void* data, int size, std::vector<int>& offsets) {
-  int world = 1;
-  MPI_Comm_size(comm, &world);
-  std::vector<int> sizes(static_cast<std::size_t>(world));
-  MPI_Allgather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, comm);
-  offsets.assign(static_cast<std::size_t>(world) + 1, 0);
-  for (int r = 0; r < world; ++r) offsets[static_cast<std::size_t>(r) + 1] = offsets[static_cast<std::size_t>(r)] + sizes[static_cast<std::size_t>(r)];
-  std::vector<char> all(static_cast<std::size_t>(offsets.back()));
-  MPI_Allgatherv(data, size, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, comm);
-  return all;
+// A collective step of the shutdown, from a destructor: a failure is logged, not thrown.
+void shutdown_barrier(HostGroup& group, int rank, std::string_view what) {
+  try {
+    group.barrier(what);
+  } catch (const std::exception& e) {
+    spdlog::warn("rank {}: UCX transport shutdown: {}", rank, e.what());
+  }
 }
 
 }  // namespace
@@ -54,19 +70,15 @@ Completion::Completion(int world_size)
   for (int i = 0; i < world_size; ++i) per_peer_[static_cast<std::size_t>(i)].store(0);
 }
 
-UcxTransport::UcxTransport(MPI_Comm comm, std::int64_t exposed_floats, TransportOptions options)
-    : comm_(comm), options_(options), exposed_floats_(exposed_floats), ack_completion_(world_size_of(comm)),
-      serve_completion_(world_size_of(comm)) {
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &world_size_);
+UcxTransport::UcxTransport(HostGroup& group, std::int64_t exposed_floats, TransportOptions options)
+    : group_(group), rank_(group.rank()), world_size_(group.size()), options_(options),
+      exposed_floats_(exposed_floats), ack_completion_(group.size()), serve_completion_(group.size()) {
   if (options_.chunk_bytes < 4096) fail("comm.chunk_bytes must be at least 4096, found {}", options_.chunk_bytes);
   if (options_.network_chunk_bytes < 4096) {
     fail("comm.network_chunk_bytes must be at least 4096, found {}", options_.network_chunk_bytes);
   }
   if (options_.max_inflight < 1) fail("comm.max_inflight must be at least 1, found {}", options_.max_inflight);
   if (!(options_.timeout_s > 0)) fail("comm.timeout_s must be positive, found {}", options_.timeout_s);
-  received_ = std::make_unique<std::atomic<std::int64_t>[]>(static_cast<std::size_t>(world_size_));
-  for (int i = 0; i < world_size_; ++i) received_[static_cast<std::size_t>(i)].store(0);
 
   ucp_config_t* config = nullptr;
   check_ucs(ucp_config_read(nullptr, nullptr, &config), "config read");
@@ -107,29 +119,29 @@ UcxTransport::UcxTransport(MPI_Comm comm, std::int64_t exposed_floats, Transport
   ucp_address_t* address = nullptr;
   std::size_t address_length = 0;
   check_ucs(ucp_worker_get_address(worker, &address, &address_length), "worker address");
-  std::vector<int> address_offsets;
-  const auto addresses = allgather_bytes(comm_, address, static_cast<int>(address_length), address_offsets);
+  const auto addresses = all_gather_bytes(group_, address, address_length, "the UCX worker address exchange");
   ucp_worker_release_address(worker, address);
   void* rkey_buffer = nullptr;
   std::size_t rkey_size = 0;
   check_ucs(ucp_rkey_pack(context, memh, &rkey_buffer, &rkey_size), "rkey pack");
-  std::vector<int> rkey_offsets;
-  const auto rkeys = allgather_bytes(comm_, rkey_buffer, static_cast<int>(rkey_size), rkey_offsets);
+  const auto rkeys = all_gather_bytes(group_, rkey_buffer, rkey_size, "the UCX remote key exchange");
   ucp_rkey_buffer_release(rkey_buffer);
   const auto base = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(exposed_));
-  remote_bases_.resize(static_cast<std::size_t>(world_size_));
-  MPI_Allgather(&base, 1, MPI_UINT64_T, remote_bases_.data(), 1, MPI_UINT64_T, comm_);
+  remote_bases_.clear();
+  for (const auto& text : group_.all_gather_text(std::to_string(base), "the UCX region address exchange")) {
+    remote_bases_.push_back(std::stoull(text));
+  }
 
   for (int r = 0; r < world_size_; ++r) {
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-    ep.address = reinterpret_cast<const ucp_address_t*>(addresses.data() + address_offsets[static_cast<std::size_t>(r)]);
+    ep.address = reinterpret_cast<const ucp_address_t*>(addresses[static_cast<std::size_t>(r)].data());
     ucp_ep_h handle = nullptr;
     check_ucs(ucp_ep_create(worker, &ep, &handle), "endpoint create");
     endpoints_.push_back(handle);
     ++endpoints_created_;
     ucp_rkey_h rkey = nullptr;
-    check_ucs(ucp_ep_rkey_unpack(handle, rkeys.data() + rkey_offsets[static_cast<std::size_t>(r)], &rkey), "rkey unpack");
+    check_ucs(ucp_ep_rkey_unpack(handle, rkeys[static_cast<std::size_t>(r)].data(), &rkey), "rkey unpack");
     rkeys_.push_back(rkey);
     // Where the transport maps the peer's region into our address space (shared memory), a get
     // is a plain copy by the calling thread: no hand-off to the progress thread, and still no
@@ -175,14 +187,16 @@ UcxTransport::UcxTransport(MPI_Comm comm, std::int64_t exposed_floats, Transport
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) fail("eventfd failed: {}", std::strerror(errno));
   progress_ = std::thread([this] { progress_loop(); });
-  MPI_Barrier(comm_);  // every rank's endpoints and progress thread exist before any traffic
+  // Every rank's endpoints and progress thread exist before any traffic.
+  group_.barrier("the UCX transport's start");
 }
 
 UcxTransport::~UcxTransport() {
   // Unwinding from an error: peers may be gone or stuck, so no collective shutdown; the process
   // is about to exit (MPI_Abort for multi-rank jobs).
   const bool unwinding = std::uncaught_exceptions() > 0;
-  if (!unwinding) MPI_Barrier(comm_);  // nobody reads our memory, asks us for it or pushes to us any more
+  // Nobody reads our memory, asks us for it or pushes to us any more.
+  if (!unwinding) shutdown_barrier(group_, rank_, "the UCX transport's shutdown (idle)");
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
@@ -199,7 +213,7 @@ UcxTransport::~UcxTransport() {
                    "them anyway", rank_, options_.timeout_s);
     }
   }
-  if (!unwinding) MPI_Barrier(comm_);
+  if (!unwinding) shutdown_barrier(group_, rank_, "the UCX transport's shutdown (flushed)");
   {
     std::lock_guard<std::mutex> lock(mutex_);
     exit_ = true;
@@ -219,7 +233,7 @@ UcxTransport::~UcxTransport() {
       ucp_request_free(req);
     }
   }
-  MPI_Barrier(comm_);
+  shutdown_barrier(group_, rank_, "the UCX transport's shutdown (closed)");
   ucp_mem_unmap(ctx(context_), static_cast<ucp_mem_h>(memh_));
   ucp_worker_destroy(wrk(worker_));
   ucp_cleanup(ctx(context_));

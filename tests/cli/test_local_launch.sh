@@ -2,7 +2,8 @@
 # odc-run --local N: ranks of one host without MPI (ShmHostGroup). Checks, as a user meets them:
 #   * `--local 1 odc-train` trains, writes its metrics, and its losses are bitwise those of plain
 #     `odc-train`; nothing is left in /dev/shm;
-#   * `--local 2 odc-train` trains ODC over shared memory (the 1-rank losses to fp32 round-off);
+#   * `--local 2 odc-train` trains ODC over shared memory with either transport, ipc or ucx (the
+#     1-rank losses to fp32 round-off; the two transports bit for bit);
 #     with the collective comm, which needs MPI, both ranks print the error and exit 1; a rank
 #     killed mid-run ends the job; nothing hangs or is left running;
 #   * Ctrl-C (SIGINT to odc-run alone, and to its process group as a terminal sends it) commits a
@@ -48,26 +49,36 @@ else
   ok "local 1 trains: 4 steps, losses bitwise those of plain odc-train ($(losses "$work/local1.jsonl" | cut -c1-40)...)"
 fi
 
-# 2. Two local ranks train ODC over shared memory (the IPC transport): the 1-rank losses to fp32
-# round-off, and nothing left behind.
-timeout 300 "$bin/odc-run" --local 2 "$bin/odc-train" "${small[@]}" --set data.minibatch_size=1 --set train.steps=4 \
-  --set "train.metrics_file=$work/local2-{rank}.jsonl" >"$work/local2.log" 2>&1 &
-job=$!; wait "$job"; rc=$?
-close=$(/usr/bin/python3 - "$work/local2-0.jsonl" "$work/direct.jsonl" <<'PY' 2>&1
+# 2. Two local ranks train ODC over shared memory, with each transport (ipc: the ranks' memory
+# mapped; ucx: UCX bootstrapped over the local group, no MPI): the 1-rank losses to fp32 round-off,
+# nothing left behind; and the two transports give the same bits (one microbatch per rank: each
+# owner adds exactly two pushes, a + b == b + a).
+for transport in ipc ucx; do
+  timeout 300 "$bin/odc-run" --local 2 "$bin/odc-train" "${small[@]}" --set data.minibatch_size=1 --set train.steps=4 \
+    --set comm.transport=$transport --set "train.metrics_file=$work/local2-$transport-{rank}.jsonl" \
+    >"$work/local2-$transport.log" 2>&1 &
+  job=$!; wait "$job"; rc=$?
+  close=$(/usr/bin/python3 - "$work/local2-$transport-0.jsonl" "$work/direct.jsonl" <<'PY' 2>&1
 import json, sys
 two, one = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])
 worst = max((abs(a - b) / abs(b) for a, b in zip(two, one)), default=1.0)
 print(f"{worst:.1e}" if len(two) == len(one) == 4 and worst <= 1e-4 else f"NO: {two} vs {one}")
 PY
 )
-if [ "$rc" -ne 0 ]; then
-  fail "local 2 trains" "exit status $rc (124: it hung): $(grep -v '\] step ' "$work/local2.log" | tail -5)"
-elif [[ "$close" == NO* ]] || [ ! -s "$work/local2-1.jsonl" ]; then
-  fail "local 2 trains" "losses of 2 ranks vs 1: $close"
-elif [ -n "$(trainers)" ] || [ -n "$(leftovers "$job")" ]; then
-  fail "local 2 trains" "left behind: processes $(trainers) segments $(leftovers "$job")"
+  if [ "$rc" -ne 0 ]; then
+    fail "local 2 trains ($transport)" "exit status $rc (124: it hung): $(grep -v '\] step ' "$work/local2-$transport.log" | tail -5)"
+  elif [[ "$close" == NO* ]] || [ ! -s "$work/local2-$transport-1.jsonl" ]; then
+    fail "local 2 trains ($transport)" "losses of 2 ranks vs 1: $close"
+  elif [ -n "$(trainers)" ] || [ -n "$(leftovers "$job")" ]; then
+    fail "local 2 trains ($transport)" "left behind: processes $(trainers) segments $(leftovers "$job")"
+  else
+    ok "local 2 trains ($transport): 4 steps, losses within $close of one rank's, nothing left"
+  fi
+done
+if [ "$(losses "$work/local2-ipc-0.jsonl")" != "$(losses "$work/local2-ucx-0.jsonl")" ]; then
+  fail "local 2: ipc and ucx give the same bits" "$(losses "$work/local2-ipc-0.jsonl") vs $(losses "$work/local2-ucx-0.jsonl")"
 else
-  ok "local 2 trains: 4 steps, losses within $close of one rank's, nothing left"
+  ok "local 2: ipc and ucx give the same losses, bit for bit ($(losses "$work/local2-ucx-0.jsonl" | cut -c1-40)...)"
 fi
 
 # The collective baseline on host memory needs MPI: both ranks say so and exit 1, nothing hangs.

@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include "mpi_test_support.h"
+#include "odc/distributed/push_ledger.h"
 #include "odc/distributed/ucx_transport.h"
 
 using namespace odc;
@@ -109,13 +110,16 @@ TEST_CASE("request gathers return the owner's bytes exactly, as gets do, with pu
   options.gather_protocol = GatherProtocol::request;
   options.timeout_s = 60;
   const std::int64_t chunk_floats = options.chunk_bytes / 4;
-  distributed::UcxTransport transport(MPI_COMM_WORLD, kFloats, options);
+  auto group = test::world_group();
+  distributed::PushLedger ledger(*group);
+  distributed::UcxTransport transport(*group, kFloats, options);
   fill_exposed(transport);
   for (int peer = 0; peer < world; ++peer) {
     if (peer != rank || !direct_load) CHECK(transport.gather_protocol(peer) == GatherProtocol::request);
   }
   std::vector<double> received(static_cast<std::size_t>(kFloats), 0.0);
   transport.set_receiver([&](const distributed::PushHeader& h, const float* data) {
+    ledger.applied(h.from, 1);
     for (std::int64_t i = 0; i < h.count; ++i) received[static_cast<std::size_t>(h.offset + i)] += data[i];
   });
   MPI_Barrier(MPI_COMM_WORLD);  // every region is filled before anybody reads
@@ -134,7 +138,7 @@ TEST_CASE("request gathers return the owner's bytes exactly, as gets do, with pu
   transport.wait(pushes, "test push");
   std::vector<std::int64_t> expected(static_cast<std::size_t>(world));
   MPI_Alltoall(sent.data(), 1, MPI_INT64_T, expected.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
-  transport.wait_received(expected, "test receive");
+  ledger.wait(expected, options.timeout_s, {}, "test receive");
   const double rank_sum = world * (world - 1) / 2.0;
   for (std::int64_t i = 0; i < kFloats; i += 97) {
     REQUIRE(received[static_cast<std::size_t>(i)] == world * static_cast<double>(i % 1000) + rank_sum);
@@ -154,7 +158,8 @@ TEST_CASE("auto gathers by get from mapped owners and by request from the others
   distributed::TransportOptions options;
   options.chunk_bytes = 64 * 1024;
   options.network_chunk_bytes = options.chunk_bytes;
-  distributed::UcxTransport transport(MPI_COMM_WORLD, kFloats, options);
+  auto group = test::world_group();
+  distributed::UcxTransport transport(*group, kFloats, options);
   fill_exposed(transport);
   for (int peer = 0; peer < world; ++peer) {
     const GatherProtocol expected = transport.mapped(peer) ? GatherProtocol::get : GatherProtocol::request;
@@ -174,7 +179,8 @@ TEST_CASE("a request outside the owner's region fails naming the owner", "[mpi][
   options.direct_load = false;  // one rank: the request goes to ourselves through UCX
   options.gather_protocol = GatherProtocol::request;
   options.timeout_s = 30;
-  distributed::UcxTransport transport(MPI_COMM_WORLD, 1024, options);
+  auto group = test::world_group();
+  distributed::UcxTransport transport(*group, 1024, options);
   const int owner = (rank + 1) % world;
   std::vector<float> dest(64);
   distributed::Completion done(world);

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "mpi_test_support.h"
+#include "odc/distributed/push_ledger.h"
 #include "odc/distributed/ucx_transport.h"
 
 using namespace odc;
@@ -20,12 +21,15 @@ TEST_CASE("gets read every peer's exposed region and pushes arrive whole", "[mpi
   distributed::TransportOptions options;
   options.chunk_bytes = 256 * 1024;
   options.network_chunk_bytes = options.chunk_bytes;  // the same chunks over TCP (mpi/np2_tcp)
-  distributed::UcxTransport transport(MPI_COMM_WORLD, kFloats, options);
+  auto group = test::world_group();
+  distributed::PushLedger ledger(*group);
+  distributed::UcxTransport transport(*group, kFloats, options);
   auto exposed = transport.exposed();
   for (std::int64_t i = 0; i < kFloats; ++i) exposed[static_cast<std::size_t>(i)] = static_cast<float>(rank * 1000000 + i);
   std::vector<double> received(static_cast<std::size_t>(kFloats), 0.0);
   std::vector<std::int64_t> calls(static_cast<std::size_t>(world), 0);
   transport.set_receiver([&](const distributed::PushHeader& h, const float* data) {
+    ledger.applied(h.from, 1);
     for (std::int64_t i = 0; i < h.count; ++i) received[static_cast<std::size_t>(h.offset + i)] += data[i];
     ++calls[static_cast<std::size_t>(h.from)];
   });
@@ -49,7 +53,7 @@ TEST_CASE("gets read every peer's exposed region and pushes arrive whole", "[mpi
   for (int peer = 0; peer < world; ++peer) transport.push(peer, 0, 0, gradient.data(), kFloats, pushes);
   transport.wait(pushes, "test push");
   const std::int64_t chunks = (kFloats * 4 + options.chunk_bytes - 1) / options.chunk_bytes;
-  transport.wait_received(std::vector<std::int64_t>(static_cast<std::size_t>(world), chunks), "test receive");
+  ledger.wait(std::vector<std::int64_t>(static_cast<std::size_t>(world), chunks), options.timeout_s, {}, "test receive");
   MPI_Barrier(MPI_COMM_WORLD);
   // Every rank pushed iota(rank) to everyone: element i sums to world*i + sum(ranks).
   const double rank_sum = world * (world - 1) / 2.0;
@@ -68,9 +72,14 @@ TEST_CASE("messages to a peer over the network are comm.network_chunk_bytes long
   distributed::TransportOptions options;
   options.chunk_bytes = 64 * 1024;
   options.network_chunk_bytes = 256 * 1024;
-  distributed::UcxTransport transport(MPI_COMM_WORLD, kFloats, options);
+  auto group = test::world_group();
+  distributed::PushLedger ledger(*group);
+  distributed::UcxTransport transport(*group, kFloats, options);
   std::vector<std::int64_t> arrived(static_cast<std::size_t>(world), 0);
-  transport.set_receiver([&](const distributed::PushHeader& h, const float*) { ++arrived[static_cast<std::size_t>(h.from)]; });
+  transport.set_receiver([&](const distributed::PushHeader& h, const float*) {
+    ++arrived[static_cast<std::size_t>(h.from)];
+    ledger.applied(h.from, 1);
+  });
   MPI_Barrier(MPI_COMM_WORLD);
   const std::vector<float> gradient(static_cast<std::size_t>(kFloats), 1.0f);
   distributed::Completion pushes(world);
@@ -84,7 +93,7 @@ TEST_CASE("messages to a peer over the network are comm.network_chunk_bytes long
   transport.wait(pushes, "test push");
   std::vector<std::int64_t> owed(static_cast<std::size_t>(world), 0);
   MPI_Alltoall(sent.data(), 1, MPI_INT64_T, owed.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
-  transport.wait_received(owed, "test receive");
+  ledger.wait(owed, options.timeout_s, {}, "test receive");
   CHECK(arrived == owed);
   MPI_Barrier(MPI_COMM_WORLD);
 }
@@ -94,12 +103,14 @@ TEST_CASE("a peer that never pushes is named after the timeout", "[mpi][ucx]") {
   if (world < 2) return;
   distributed::TransportOptions options;
   options.timeout_s = 0.5;
-  distributed::UcxTransport transport(MPI_COMM_WORLD, 1024, options);
+  auto group = test::world_group();
+  distributed::PushLedger ledger(*group);
+  distributed::UcxTransport transport(*group, 1024, options);
   transport.set_receiver([](const distributed::PushHeader&, const float*) {});
   if (mpi_rank() == 0) {
     std::vector<std::int64_t> expected(static_cast<std::size_t>(world), 0);
     expected[1] = 2;  // rank 1 owes two pushes it will never send
-    CHECK_THROWS_WITH(transport.wait_received(expected, "the test's minibatch end"),
+    CHECK_THROWS_WITH(ledger.wait(expected, options.timeout_s, {}, "the test's minibatch end"),
                       Catch::Contains("rank 1 (0 of 2)") && Catch::Contains("comm.timeout_s = 0.5"));
   }
   MPI_Barrier(MPI_COMM_WORLD);

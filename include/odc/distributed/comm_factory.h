@@ -7,7 +7,7 @@
 //   one rank              LocalComm (nothing to communicate)
 //   collective            CollectiveComm over the group's MPI communicator (host state), or
 //                         NcclComm (GPU state)
-//   odc, transport ucx    UcxTransport + OdcComm (host state, any hosts)
+//   odc, transport ucx    UcxTransport + OdcComm (host state, any hosts; any HostGroup)
 //   odc, transport ipc    PeerMemory + IpcOdcComm (ranks of one host: CUDA IPC for GPU state,
 //                         shared memory for host state; any HostGroup, MPI or not)
 //   odc, transport auto   ipc for GPU state on one host or a group without MPI, else ucx
@@ -92,8 +92,8 @@ class CommStack {
   std::unique_ptr<Comm> comm_;
 };
 
-// Collective over `group`. A multi-rank group must be an MpiHostGroup (the comms run on its
-// communicator and watchdog); a single rank needs no communicator. The masters are initialized
+// Collective over `group`. The collective comm on host memory needs an MpiHostGroup (it runs on its
+// communicator and watchdog); ODC runs over any group; a single rank needs no communicator. The masters are initialized
 // deterministically from `seed` (ShardStore), the same for every world size. `device`, when
 // given and not a host backend, holds the state in its memory (then the comm is NCCL or IPC).
 std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& group, const ShardLayout& layout,

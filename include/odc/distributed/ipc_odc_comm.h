@@ -14,14 +14,15 @@
 //            is copied into a free data slot of this client at its owner, and posted in the
 //            owner's mailbox once the copy completed (peer_mailbox.h). The buffer is reused once
 //            every chunk is posted.
-//   serve    the progress thread takes each client's posted chunks in order, adds them into the
-//            accumulator (or, deterministic, into that client's own accumulator) on the
-//            accumulate lane and releases the slot once the add completed.
+//   serve    the progress thread takes each client's posted chunks in order, hands them to the
+//            PushAccumulator (the UCX OdcComm's too), whose adds run on the accumulate lane, and
+//            releases the slot once the add completed.
 //   begin_minibatch  zero the accumulators, refresh the bf16 shadows, finish the compute lane
 //            (the optimizer step), barrier: no peer reads a master or pushes before that.
-//   end_minibatch    drain this rank's gathers and pushes, all-reduce the matrix of chunk counts,
-//            wait until every client's chunks are applied; deterministic: fold the per-client
-//            accumulators in rank order (bitwise the same result whatever the arrival order).
+//   end_minibatch    drain this rank's gathers and pushes, exchange the chunk counts and wait
+//            until every client's chunks are applied (PushLedger, as the UCX OdcComm);
+//            deterministic: fold the per-client accumulators in rank order (bitwise the same
+//            result whatever the arrival order).
 //
 // A peer that does not take pushes, or does not send the chunks it counted, is an error after
 // `timeout_s` naming it, the unit and the operation; a peer whose process has exited is named
@@ -41,6 +42,8 @@
 #include "odc/distributed/host_group.h"
 #include "odc/distributed/peer_mailbox.h"
 #include "odc/distributed/peer_memory.h"
+#include "odc/distributed/push_accumulator.h"
+#include "odc/distributed/push_ledger.h"
 #include "odc/distributed/shard_store.h"
 #include "odc/distributed/unit_buffer_pool.h"
 
@@ -134,10 +137,12 @@ class IpcOdcComm final : public ShardedComm {
   std::vector<std::uint16_t*> staging_;
   float* client_acc_ = nullptr;  // deterministic: [client][owned]
   std::unique_ptr<PeerMailbox> mailbox_;
+  std::unique_ptr<AccumulatorMemory> lanes_;  // the accumulator's adds, on this memory's lanes
+  std::unique_ptr<PushAccumulator> accumulator_;  // progress thread (and the minibatch boundaries)
+  PushLedger ledger_;
 
   std::unique_ptr<LaneMark> compute_mark_;                  // compute thread
   std::vector<std::unique_ptr<LaneMark>> gather_marks_;     // per weight buffer
-  std::vector<std::int64_t> chunks_to_;                     // per owner, this minibatch
   std::vector<std::int32_t> unit_pushes_;                   // per unit, this minibatch
 
   // Shared with the progress thread (mutex_).
@@ -145,7 +150,6 @@ class IpcOdcComm final : public ShardedComm {
   std::condition_variable changed_;
   std::vector<PushJob> jobs_;        // per gradient buffer
   std::deque<int> job_order_;        // active jobs in submission order
-  std::vector<std::int64_t> received_;  // per client: chunks applied this minibatch
   std::exception_ptr failure_;
   bool stop_ = false;
 

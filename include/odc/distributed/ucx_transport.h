@@ -1,5 +1,6 @@
 #pragma once
-// UcxTransport: the one-sided machinery under OdcComm, over UCX (ucp) bootstrapped with MPI.
+// UcxTransport: the one-sided machinery under OdcComm, over UCX (ucp) bootstrapped over the job's
+// HostGroup (MPI processes, one host's processes under odc-run --local, or threads of one process).
 //
 // * Each rank exposes one region (its master shards) allocated by UCX itself (ucp_mem_map with
 //   UCP_MEM_MAP_ALLOCATE): on shared memory, gets from such memory complete without any action of
@@ -33,8 +34,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include <mpi.h>
-
+#include "odc/distributed/host_group.h"
 #include "odc/distributed/transport_options.h"
 
 namespace odc::distributed {
@@ -67,12 +67,13 @@ struct PushHeader {
 
 class UcxTransport {
  public:
-  // Called on the progress thread for every received push, serially.
+  // Called on the progress thread for every received push, serially (the protocol above counts
+  // and applies it: PushLedger, PushAccumulator).
   using Receiver = std::function<void(const PushHeader& header, const float* data)>;
 
-  // Collective over `comm`. Exposes `exposed_floats` floats of UCX-allocated memory (followed by
-  // the client slots, when options.slot_floats > 0).
-  UcxTransport(MPI_Comm comm, std::int64_t exposed_floats, TransportOptions options);
+  // Collective over `group` (which must outlive the transport). Exposes `exposed_floats` floats of
+  // UCX-allocated memory (followed by the client slots, when options.slot_floats > 0).
+  UcxTransport(HostGroup& group, std::int64_t exposed_floats, TransportOptions options);
   ~UcxTransport();  // collective (barriers around the shutdown)
   UcxTransport(const UcxTransport&) = delete;
   UcxTransport& operator=(const UcxTransport&) = delete;
@@ -102,11 +103,20 @@ class UcxTransport {
   // and the peers whose operations are outstanding.
   void wait(Completion& completion, const std::string& what);
 
-  // Pushes received and applied from each client since the last reset (progress-thread counts).
-  std::int64_t received_from(int client) const;
-  // Blocks until received_from(c) >= expected[c] for every client, with the timeout as above.
-  void wait_received(const std::vector<std::int64_t>& expected, const std::string& what);
-  void reset_received();
+  // Throws odc::Error if the transport failed (a malformed message, a failed receive), naming `what`.
+  void check_failure(std::string_view what);
+  // Marks the calling compute thread as blocked on the transport for its lifetime (over the
+  // network the progress thread then keeps polling instead of sleeping: see progress_loop).
+  class WaitScope {
+   public:
+    explicit WaitScope(UcxTransport& t);
+    ~WaitScope();
+    WaitScope(const WaitScope&) = delete;
+    WaitScope& operator=(const WaitScope&) = delete;
+
+   private:
+    UcxTransport& t_;
+  };
 
   // CPU seconds the progress thread has used so far.
   double progress_cpu_seconds() const;
@@ -137,7 +147,7 @@ class UcxTransport {
   std::int64_t chunk_floats(int peer) const;
   void record_fatal(const std::string& message);
 
-  MPI_Comm comm_;
+  HostGroup& group_;
   int rank_ = 0;
   int world_size_ = 1;
   TransportOptions options_;
@@ -165,12 +175,10 @@ class UcxTransport {
   int wake_fd_ = -1;
 
   Receiver receiver_;
-  std::unique_ptr<std::atomic<std::int64_t>[]> received_;
 
-  // Compute threads blocked in wait()/wait_received(): over the network the progress thread does
+  // Compute threads blocked in wait() or a WaitScope: over the network the progress thread does
   // not sleep while they wait (their core is idle; a sleep and wake-up per message would cost more).
   std::atomic<int> waiters_{0};
-  class WaitScope;
   std::mutex mutex_;  // guards queue_, stop_, Completion::error_
   std::condition_variable done_cv_;
   std::deque<std::unique_ptr<Op>> queue_;   // queued by the compute thread

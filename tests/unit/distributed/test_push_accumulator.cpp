@@ -1,5 +1,6 @@
-// OrderedAccumulator (comm.deterministic): the owner's sum does not depend on the order pushes
-// arrive in, and equals the fold of each client's pushes in push order, clients in rank order.
+// PushAccumulator, deterministic (comm.deterministic): the owner's sum does not depend on the
+// order pushes arrive in, and equals the fold of each client's pushes in push order, clients in
+// rank order. Plain: chunks add into the accumulator as they come. Both ODC transports use it.
 #include <algorithm>
 #include <random>
 #include <vector>
@@ -8,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/core/error.h"
-#include "odc/distributed/ordered_accumulator.h"
+#include "odc/distributed/push_accumulator.h"
 #include "odc/distributed/shard_store.h"
 
 using namespace odc;
@@ -53,14 +54,14 @@ std::vector<Push> make_pushes(const distributed::ShardLayout& layout, const std:
 }
 
 std::vector<float> run(const distributed::ShardLayout& layout, const std::vector<Push>& pushes) {
-  distributed::OrderedAccumulator acc(layout);
+  std::vector<float> grads(static_cast<std::size_t>(layout.owned_elements()), 0.0f);
+  distributed::PushAccumulator acc(layout, grads.data(), true, distributed::host_accumulator_memory());
   acc.begin();
   for (const auto& p : pushes) {
     acc.add(p.client, p.unit, p.sequence, p.offset, p.data.data(), static_cast<std::int64_t>(p.data.size()));
   }
   REQUIRE(acc.held() == 0);
-  std::vector<float> grads(static_cast<std::size_t>(layout.owned_elements()), -1.0f);
-  acc.fold_into(grads.data());
+  acc.finish();
   return grads;
 }
 }  // namespace
@@ -103,22 +104,46 @@ TEST_CASE("an early push is held until its predecessors arrive", "[dist][determi
   const auto units = model::build_unit_layouts(config());
   const distributed::ShardLayout layout(units, 2, 0);
   const std::int64_t shard = layout.unit(0).shard;
-  distributed::OrderedAccumulator acc(layout);
+  std::vector<float> grads(static_cast<std::size_t>(layout.owned_elements()), 0.0f);
+  distributed::PushAccumulator acc(layout, grads.data(), true, distributed::host_accumulator_memory());
   acc.begin();
   const std::vector<float> second(static_cast<std::size_t>(shard), 2.0f), first(static_cast<std::size_t>(shard), 1.0f);
   acc.add(1, 0, 1, 0, second.data(), shard);  // push 1 before push 0
   CHECK(acc.held() == 1);
-  std::vector<float> grads(static_cast<std::size_t>(layout.owned_elements()));
-  CHECK_THROWS_WITH(acc.fold_into(grads.data()), Catch::Contains("still held at the end of the minibatch"));
+  CHECK_THROWS_WITH(acc.finish(), Catch::Contains("still held at the end of the minibatch"));
   acc.add(1, 0, 0, 0, first.data(), shard);
   CHECK(acc.held() == 0);
-  acc.fold_into(grads.data());
+  acc.finish();
   CHECK(grads[0] == 3.0f);
   CHECK(grads[static_cast<std::size_t>(shard - 1)] == 3.0f);
   CHECK(acc.bytes() == 2 * layout.owned_elements() * 4);
   // A push outside the shard is refused before anything is written.
-  CHECK_THROWS_WITH(acc.add(0, 0, 0, shard - 1, first.data(), 2), Catch::Contains("invalid ordered gradient push"));
+  CHECK_THROWS_WITH(acc.add(0, 0, 0, shard - 1, first.data(), 2), Catch::Contains("rank 0: invalid gradient push from rank 0 (unit 0, push 0"));
   acc.begin();
-  acc.fold_into(grads.data());
+  std::fill(grads.begin(), grads.end(), 0.0f);  // the store zeroes its accumulator at each minibatch start
+  acc.finish();
   CHECK(std::all_of(grads.begin(), grads.end(), [](float g) { return g == 0.0f; }));
+}
+
+TEST_CASE("plain accumulation adds each chunk into the accumulator as it comes; nothing is held", "[dist]") {
+  const auto units = model::build_unit_layouts(config());
+  const distributed::ShardLayout layout(units, 3, 2);
+  std::vector<float> grads(static_cast<std::size_t>(layout.owned_elements()), 0.0f);
+  distributed::PushAccumulator acc(layout, grads.data(), false, distributed::host_accumulator_memory());
+  CHECK(acc.bytes() == 0);
+  acc.begin();
+  const int unit = layout.num_units() - 1;
+  const std::int64_t shard = layout.unit(unit).shard;
+  const std::vector<float> ones(static_cast<std::size_t>(shard), 1.0f);
+  // A later push of a client before an earlier one: no order is kept, both are added at once.
+  acc.add(1, unit, 1, 0, ones.data(), shard);
+  acc.add(0, unit, 0, 1, ones.data(), shard - 1);
+  CHECK(acc.held() == 0);
+  const float* g = grads.data() + layout.owned_offset(unit);
+  CHECK(g[0] == 1.0f);
+  CHECK(g[1] == 2.0f);
+  CHECK(g[shard - 1] == 2.0f);
+  acc.finish();  // nothing to fold
+  CHECK(g[1] == 2.0f);
+  CHECK_THROWS_WITH(acc.add(3, unit, 0, 0, ones.data(), 1), Catch::Contains("invalid gradient push from rank 3"));
 }

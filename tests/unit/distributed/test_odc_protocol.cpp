@@ -1,7 +1,11 @@
-// IpcOdcComm over host shared memory, ranks as threads of one process: the protocol the CUDA IPC
-// transport runs on GPUs (the same comm over another PeerMemory) — gathers of every owner's shard,
-// chunked pushes through a few data slots reused only after their owner's ack, unequal push counts
-// per rank, deterministic accumulation, bf16 gathers, and a stalled owner named after the timeout.
+// The ODC protocol over both of its transports, ranks as threads of one process (no MPI):
+//   ipc  IpcOdcComm over host shared memory (the protocol the CUDA IPC transport runs on GPUs, the
+//        same comm over another PeerMemory): chunked pushes through a few data slots reused only
+//        after their owner's ack;
+//   ucx  OdcComm over UcxTransport, bootstrapped over the same in-process group.
+// Both: gathers of every owner's shard, unequal push counts per rank, sums on the owners,
+// deterministic accumulation (the one PushAccumulator and PushLedger under both). IPC only:
+// bf16 gathers and a stalled owner named after the timeout.
 #include <cmath>
 #include <cstring>
 #include <latch>
@@ -25,12 +29,14 @@ namespace {
 constexpr std::uint64_t kSeed = 11;
 
 distributed::CommOptions ipc_options(int chunk_floats, int slots, bool deterministic = false,
-                                     distributed::GatherDtype gather = distributed::GatherDtype::f32) {
+                                     distributed::GatherDtype gather = distributed::GatherDtype::f32,
+                                     distributed::OdcTransport transport = distributed::OdcTransport::ipc) {
   distributed::CommOptions o;
   o.kind = CommKind::odc;
-  o.odc_transport = distributed::OdcTransport::ipc;
+  o.odc_transport = transport;
   o.gather_dtype = gather;
-  o.transport.chunk_bytes = chunk_floats * 4;
+  // UCX's messages are at least 4 KiB (comm.chunk_bytes): the tiny shards travel whole there.
+  o.transport.chunk_bytes = transport == distributed::OdcTransport::ucx ? 4096 : chunk_floats * 4;
   o.transport.max_inflight = slots;
   o.transport.timeout_s = 20;
   o.deterministic = deterministic;
@@ -43,23 +49,29 @@ int pushes_of(int r, int u, int m) { return 1 + (r + u + m) % 3; }
 // Rank r's k-th gradient of unit u: small integers, so any summation order is exact.
 float grad_value(int r, int u, int k, std::int64_t i) { return static_cast<float>((r + 1) + 10 * k + u + i % 7); }
 
+const char* transport_name(distributed::OdcTransport t) { return t == distributed::OdcTransport::ucx ? "ucx" : "ipc"; }
+
+constexpr distributed::OdcTransport kTransports[] = {distributed::OdcTransport::ipc, distributed::OdcTransport::ucx};
+
 }  // namespace
 
-TEST_CASE("IPC ODC: gathers give every owner's shard; chunked pushes through few slots sum on the owners",
-          "[distributed][ipc]") {
+TEST_CASE("ODC: gathers give every owner's shard; chunked pushes through few slots sum on the owners",
+          "[distributed][ipc][ucx]") {
   const auto config = test::tiny_model(3);
   const auto units = model::build_unit_layouts(config);
   const distributed::ShardLayout whole(units, 1, 0);
   const distributed::ShardStore reference(whole, units, config, kSeed);
+  for (const auto transport : kTransports) {
   for (const int world : {2, 3, 4}) {
     for (const int slots : {1, 3}) {
-      DYNAMIC_SECTION("world " << world << ", " << slots << " slots per client") {
+      DYNAMIC_SECTION(transport_name(transport) << ", world " << world << ", " << slots << " slots per client") {
         std::vector<std::string> seen(static_cast<std::size_t>(world));
         const auto errors = test::on_every_rank(world, [&](distributed::HostGroup& group) {
           const int r = group.rank();
           const distributed::ShardLayout layout(units, world, r);
           // 5-float chunks: every slice is cut in several chunks, and slots are reused within a push.
-          auto stack = distributed::make_comm(ipc_options(5, slots), group, layout, units, config, kSeed);
+          auto stack = distributed::make_comm(ipc_options(5, slots, false, distributed::GatherDtype::f32, transport),
+                                              group, layout, units, config, kSeed);
           auto& comm = stack->comm();
           std::string& report = seen[static_cast<std::size_t>(r)];
           if (comm.name() != "odc") report += "comm is " + std::string(comm.name()) + "; ";
@@ -100,7 +112,9 @@ TEST_CASE("IPC ODC: gathers give every owner's shard; chunked pushes through few
             }
           }
           const auto resources = comm.resources();
-          if (resources.endpoints != world - 1) report += "endpoints " + std::to_string(resources.endpoints) + "; ";
+          // IPC maps every peer's memory; UCX holds an endpoint to each rank, itself included.
+          const int endpoints = transport == distributed::OdcTransport::ucx ? world : world - 1;
+          if (resources.endpoints != endpoints) report += "endpoints " + std::to_string(resources.endpoints) + "; ";
           if (resources.registered_bytes <= 0) report += "no registered bytes; ";
         });
         for (int r = 0; r < world; ++r) {
@@ -111,10 +125,13 @@ TEST_CASE("IPC ODC: gathers give every owner's shard; chunked pushes through few
       }
     }
   }
+  }
 }
 
-TEST_CASE("IPC ODC, deterministic: each owner adds each client's pushes in order, clients folded in rank order",
-          "[distributed][ipc][deterministic]") {
+TEST_CASE("ODC, deterministic: each owner adds each client's pushes in order, clients folded in rank order",
+          "[distributed][ipc][ucx][deterministic]") {
+  for (const auto transport : kTransports) {
+  DYNAMIC_SECTION(transport_name(transport)) {
   const auto config = test::tiny_model(2);
   const auto units = model::build_unit_layouts(config);
   constexpr int world = 3;
@@ -128,7 +145,8 @@ TEST_CASE("IPC ODC, deterministic: each owner adds each client's pushes in order
     const auto errors = test::on_every_rank(world, [&](distributed::HostGroup& group) {
       const int r = group.rank();
       const distributed::ShardLayout layout(units, world, r);
-      auto stack = distributed::make_comm(ipc_options(3, 2, true), group, layout, units, config, kSeed);
+      auto stack = distributed::make_comm(ipc_options(3, 2, true, distributed::GatherDtype::f32, transport), group,
+                                          layout, units, config, kSeed);
       auto& comm = stack->comm();
       comm.begin_minibatch();
       // The second trial pushes in another interleaving of units (and so of arrivals).
@@ -164,6 +182,8 @@ TEST_CASE("IPC ODC, deterministic: each owner adds each client's pushes in order
         REQUIRE(first[static_cast<std::size_t>(layout.owned_offset(u) + j)] == total);
       }
     }
+  }
+  }
   }
 }
 
