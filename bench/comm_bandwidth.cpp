@@ -17,13 +17,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "bench_args.h"
+#include "cli/command_line.h"
 #include "cli/tool_main.h"
 #include "odc/backend/backend_factory.h"
 #include "odc/core/error.h"
@@ -48,24 +47,15 @@ constexpr const char* kUsage =
     "usage: comm_bandwidth [--device cpu|cuda] [--unit-mib M] [--units U] [--reps R] [--comms LIST]\n";
 
 Options parse(int argc, char** argv) {
+  const cli::Command command{"comm_bandwidth", kUsage,
+                             {{"--device"}, {"--unit-mib"}, {"--units"}, {"--reps"}, {"--comms"}}};
+  const auto args = cli::parse(command, argc, argv);
   Options o;
-  bench::for_each_flag(argc, argv, kUsage, [&](const std::string& flag, const std::string& value) {
-    if (flag == "--device") {
-      o.device = value;
-    } else if (flag == "--unit-mib") {
-      o.unit_mib = std::max<std::int64_t>(1, bench::parse_int(flag, value));
-    } else if (flag == "--units") {
-      o.units = static_cast<int>(std::max<std::int64_t>(1, bench::parse_int(flag, value)));
-    } else if (flag == "--reps") {
-      o.reps = static_cast<int>(std::max<std::int64_t>(1, bench::parse_int(flag, value)));
-    } else if (flag == "--comms") {
-      std::stringstream in(value);
-      for (std::string c; std::getline(in, c, ',');) o.comms.push_back(c);
-    } else {
-      return false;
-    }
-    return true;
-  });
+  o.device = args.choice("--device", {"cpu", "cuda"}, o.device);
+  o.unit_mib = args.integer("--unit-mib", o.unit_mib, Range::at_least(1).and_at_most(1 << 20));
+  o.units = static_cast<int>(args.integer("--units", o.units, Range::at_least(1).and_at_most(1 << 16)));
+  o.reps = static_cast<int>(args.integer("--reps", o.reps, Range::at_least(1).and_at_most(1 << 20)));
+  o.comms = args.list("--comms", {});
   if (o.comms.empty()) {
     o.comms = o.device == "cuda" ? std::vector<std::string>{"ipc", "ipc-bf16", "collective", "staged"}
                                  : std::vector<std::string>{"ipc", "ipc-bf16", "ucx", "collective"};

@@ -27,6 +27,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/command_line.h"
+#include "cli/tool_main.h"
 #include "odc/core/error.h"
 #include "odc/kernels/matmul.h"
 
@@ -44,21 +46,24 @@ struct Options {
   int threads = 1, iters = 8;
 };
 
+constexpr const char* kUsage =
+    "usage: cpu_gemm [--tokens N] [--hidden N] [--intermediate N] [--qkv N] [--threads N] [--iters N]\n"
+    "Times the CPU backend's fp32 GEMM against oneDNN's matmul primitive on the model's shapes; one JSON\n"
+    "line per shape, then the fused gate/up projections and a summary.\n";
+
 Options parse(int argc, char** argv) {
+  using odc::Range;
+  const odc::cli::Command command{
+      "cpu_gemm", kUsage, {{"--tokens"}, {"--hidden"}, {"--intermediate"}, {"--qkv"}, {"--threads"}, {"--iters"}}};
+  const auto args = odc::cli::parse(command, argc, argv);
+  const auto size = Range::at_least(1).and_at_most(1 << 20);
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (i + 1 >= argc) odc::fail("cpu_gemm: {} needs a value", flag);
-    const long long value = std::atoll(argv[++i]);
-    if (value <= 0) odc::fail("cpu_gemm: {} must be a positive integer, got '{}'", flag, argv[i]);
-    if (flag == "--tokens") o.tokens = value;
-    else if (flag == "--hidden") o.hidden = value;
-    else if (flag == "--intermediate") o.intermediate = value;
-    else if (flag == "--qkv") o.qkv = value;
-    else if (flag == "--threads") o.threads = static_cast<int>(value);
-    else if (flag == "--iters") o.iters = static_cast<int>(value);
-    else odc::fail("cpu_gemm: unknown option {}", flag);
-  }
+  o.tokens = args.integer("--tokens", o.tokens, size);
+  o.hidden = args.integer("--hidden", o.hidden, size);
+  o.intermediate = args.integer("--intermediate", o.intermediate, size);
+  o.qkv = args.integer("--qkv", o.qkv, size);
+  o.threads = static_cast<int>(args.integer("--threads", o.threads, Range::at_least(1).and_at_most(1024)));
+  o.iters = static_cast<int>(args.integer("--iters", o.iters, size));
   return o;
 }
 
@@ -169,10 +174,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "cpu_gemm: %s\n", e.what());
-    return 1;
-  }
+  return odc::cli::run_tool("cpu_gemm", [&] { return run(argc, argv); });
 }

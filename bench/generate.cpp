@@ -28,7 +28,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench_args.h"
+#include "cli/command_line.h"
+#include "cli/tool_main.h"
 
 #include "odc/core/error.h"
 #include "odc/io/hf_checkpoint.h"
@@ -62,29 +63,26 @@ constexpr const char* kUsage =
     "Times greedy generation of N new tokens with and without the KV cache; one JSON line per\n"
     "measurement, with ms_per_token.\n";
 
-using odc::bench::parse_int;
-
 Options parse_options(int argc, char** argv) {
+  using odc::Range;
+  const odc::cli::Command command{"generate_bench", kUsage,
+                                  {{"--layers"}, {"--hidden"}, {"--heads"}, {"--kv-heads"}, {"--intermediate"},
+                                   {"--vocab"}, {"--prompt"}, {"--new"}, {"--threads"}, {"--reps"},
+                                   {"--cache-only"}, {"--seed"}}};
+  const auto args = odc::cli::parse(command, argc, argv);
   Options o;
-  odc::bench::for_each_flag(argc, argv, kUsage, [&](const std::string& flag, const std::string& value) {
-    if (flag == "--layers") o.layers = static_cast<int>(parse_int(flag, value));
-    else if (flag == "--hidden") o.hidden = parse_int(flag, value);
-    else if (flag == "--heads") o.heads = static_cast<int>(parse_int(flag, value));
-    else if (flag == "--kv-heads") o.kv_heads = static_cast<int>(parse_int(flag, value));
-    else if (flag == "--intermediate") o.intermediate = parse_int(flag, value);
-    else if (flag == "--vocab") o.vocab = parse_int(flag, value);
-    else if (flag == "--prompt") o.prompt = parse_int(flag, value);
-    else if (flag == "--threads") o.threads = static_cast<int>(parse_int(flag, value));
-    else if (flag == "--reps") o.reps = static_cast<int>(parse_int(flag, value));
-    else if (flag == "--cache-only") o.no_cache = parse_int(flag, value) == 0;
-    else if (flag == "--seed") o.seed = static_cast<std::uint64_t>(parse_int(flag, value));
-    else if (flag == "--new") o.new_tokens = odc::bench::parse_int_list(flag, value);
-    else return false;
-    return true;
-  });
-  if (o.new_tokens.empty() || o.prompt < 1 || o.reps < 1 || o.threads < 1) {
-    odc::fail("--new needs at least one count, --prompt, --reps and --threads at least 1");
-  }
+  o.layers = static_cast<int>(args.integer("--layers", o.layers, Range::at_least(1).and_at_most(1 << 16)));
+  o.hidden = args.integer("--hidden", o.hidden, Range::at_least(1));
+  o.heads = static_cast<int>(args.integer("--heads", o.heads, Range::at_least(1).and_at_most(1 << 16)));
+  o.kv_heads = static_cast<int>(args.integer("--kv-heads", o.kv_heads, Range::at_least(1).and_at_most(1 << 16)));
+  o.intermediate = args.integer("--intermediate", o.intermediate, Range::at_least(1));
+  o.vocab = args.integer("--vocab", o.vocab, Range::at_least(1));
+  o.prompt = args.integer("--prompt", o.prompt, Range::at_least(1));
+  o.new_tokens = args.integer_list("--new", o.new_tokens, Range::at_least(1));
+  o.threads = static_cast<int>(args.integer("--threads", o.threads, Range::at_least(1).and_at_most(1024)));
+  o.reps = static_cast<int>(args.integer("--reps", o.reps, Range::at_least(1).and_at_most(1 << 20)));
+  o.no_cache = args.integer("--cache-only", 0, Range::at_least(0).and_at_most(1)) == 0;
+  o.seed = static_cast<std::uint64_t>(args.integer("--seed", 0, Range::at_least(0)));
   return o;
 }
 
@@ -158,10 +156,5 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(parse_options(argc, argv));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "generate_bench: error: %s\n", e.what());
-    return 1;
-  }
+  return odc::cli::run_tool("generate_bench", [&] { return run(parse_options(argc, argv)); });
 }

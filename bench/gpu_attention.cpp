@@ -4,7 +4,8 @@
 // (cuda::CudnnAttention, "impl":"cudnn", with "vs_odc_fwd" / "vs_odc_fwdbwd": its TFLOP/s over
 // the native kernels'). Prints one JSON line per shape and implementation
 // (bench/gpu_attention_torch.py prints the same fields for PyTorch's SDPA); where cuDNN cannot
-// run, its line carries "error" with the reason. Exits 77 when no CUDA device is visible.
+// run, its line carries "error" with the reason. Exits 77 when no CUDA device is visible, 2 on a
+// usage error.
 //
 //   gpu_attention [ITERS] [--impl native,cudnn]
 //       ITERS: timed iterations after 3 warm-ups (default 20; the median is reported)
@@ -20,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "gpu_main.h"
 #include "odc/core/dtype.h"
 #include "odc/kernels/attention_choice.h"
 #include "odc/kernels/cuda_attention.h"
@@ -103,31 +105,37 @@ std::string fmt_head(const BenchShape& b, const cu::CudaAttentionShape& shape, i
   return text;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct Options {
   int iters = 20;
-  bool run_native = true, run_cudnn = true;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--impl" && i + 1 < argc) {
-      const std::string list = std::string(",") + argv[++i] + ",";
-      run_native = list.find(",native,") != std::string::npos || list.find(",odc,") != std::string::npos;
-      run_cudnn = list.find(",cudnn,") != std::string::npos;
-      if (!run_native && !run_cudnn) {
-        std::fprintf(stderr, "gpu_attention: --impl %s names no implementation (native, cudnn)\n", argv[i]);
-        return 2;
-      }
-    } else {
-      iters = std::max(1, std::atoi(arg.c_str()));
+  bool run_native = true;
+  bool run_cudnn = true;
+};
+
+constexpr const char* kUsage =
+    "usage: gpu_attention [ITERS] [--impl native,cudnn]\n"
+    "  ITERS: timed iterations after 3 warm-ups (default 20; the median is reported)\n"
+    "  --impl: the implementations, comma-separated (default native,cudnn)\n";
+
+Options parse(int argc, char** argv) {
+  const odc::cli::Command command{"gpu_attention", kUsage, {{"--impl"}}, "iteration count", 1};
+  const auto args = odc::cli::parse(command, argc, argv);
+  Options o;
+  o.iters = static_cast<int>(args.positional_integer(0, o.iters, odc::Range::at_least(1).and_at_most(1 << 20)));
+  const auto impls = args.list("--impl", {"native", "cudnn"});
+  for (const auto& impl : impls) {
+    if (impl != "native" && impl != "odc" && impl != "cudnn") {
+      throw args.usage_error("--impl expects a comma-separated list of native, cudnn, got '" + impl + "'");
     }
   }
-  std::string why;
-  if (cu::device_count(&why) == 0) {
-    std::fprintf(stderr, "SKIP: no CUDA device visible (%s)\n", why.c_str());
-    return 77;
-  }
+  auto named = [&](const char* impl) { return std::find(impls.begin(), impls.end(), impl) != impls.end(); };
+  o.run_native = named("native") || named("odc");
+  o.run_cudnn = named("cudnn");
+  return o;
+}
 
+void run(const Options& o) {
+  const int iters = o.iters;
+  const bool run_native = o.run_native, run_cudnn = o.run_cudnn;
   // 16 ragged sequences, 4096 tokens in all.
   const std::vector<std::int32_t> ragged = {1024, 700, 512, 400, 300, 256, 200, 180,
                                             150,  100, 90,  70,  50,  30,  20,  14};
@@ -235,5 +243,10 @@ int main(int argc, char** argv) {
       }
     }
   }
-  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return odc::bench::gpu_bench_main("gpu_attention", [&] { return parse(argc, argv); }, [](const Options& o) { run(o); });
 }

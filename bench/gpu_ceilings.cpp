@@ -41,27 +41,15 @@ struct Options {
 
 constexpr const char* kUsage = "usage: gpu_ceilings [--size N] [--iters N] [--warmup N] [--copy-mib N]\n";
 
-using odc::bench::UsageError;
-
 Options parse(int argc, char** argv) {
+  using odc::Range;
+  const odc::cli::Command command{"gpu_ceilings", kUsage, {{"--size"}, {"--iters"}, {"--warmup"}, {"--copy-mib"}}};
+  const auto args = odc::cli::parse(command, argc, argv);
   Options o;
-  odc::bench::parse_int_flags(argc, argv, kUsage, [&](const std::string& flag, std::int64_t value) {
-    if (flag == "--size") {
-      o.size = value;
-    } else if (flag == "--iters") {
-      o.iters = static_cast<int>(value);
-    } else if (flag == "--warmup") {
-      o.warmup = static_cast<int>(value);
-    } else if (flag == "--copy-mib") {
-      o.copy_mib = value;
-    } else {
-      return false;
-    }
-    return true;
-  });
-  if (o.size < 16 || o.size > 32768) throw UsageError("--size must lie in [16, 32768]");
-  if (o.iters < 1) throw UsageError("--iters must be at least 1");
-  if (o.copy_mib < 1) throw UsageError("--copy-mib must be at least 1");
+  o.size = args.integer("--size", o.size, Range::at_least(16).and_at_most(32768));
+  o.iters = static_cast<int>(args.integer("--iters", o.iters, Range::at_least(1).and_at_most(1 << 20)));
+  o.warmup = static_cast<int>(args.integer("--warmup", o.warmup, Range::at_least(0).and_at_most(1 << 20)));
+  o.copy_mib = args.integer("--copy-mib", o.copy_mib, Range::at_least(1).and_at_most(1 << 20));
   return o;
 }
 
@@ -107,7 +95,7 @@ void copy_ceiling(const Options& o, cu::DeviceAllocator& alloc, const cu::Stream
 }  // namespace
 
 int main(int argc, char** argv) {
-  return odc::bench::gpu_bench_main("gpu_ceilings", kUsage, [&] { return parse(argc, argv); }, [](const Options& o) {
+  return odc::bench::gpu_bench_main("gpu_ceilings", [&] { return parse(argc, argv); }, [](const Options& o) {
     cu::DeviceAllocator alloc;
     const cu::Stream stream;
     gemm_ceiling(o, alloc, stream);

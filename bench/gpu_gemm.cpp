@@ -6,7 +6,7 @@
 // One JSON line per (op, shape): {"bench":"gpu_gemm","op":...,"name":...,"tokens":...,"in":...,
 // "out":...,"ms":...,"tflops":...}. FLOPs are the math's: linear forward 2*T*in*out, backward
 // 4*T*in*out (dx and dW; no bias), fused LM head + CE 6*T*hidden*vocab (logits, dh, dW; the
-// softmax is not counted). bf16 inputs, fp32 accumulation, fp32 dW. Exits 77 without a device.
+// softmax is not counted). bf16 inputs, fp32 accumulation, fp32 dW. Exits 77 without a device, 2 on a usage error.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu_main.h"
 #include "gpu_timing.h"
 #include "odc/core/dtype.h"
 #include "odc/core/error.h"
@@ -39,24 +40,13 @@ struct Options {
 constexpr const char* kUsage = "usage: gpu_gemm [--tokens N] [--iters N] [--warmup N]\n";
 
 Options parse(int argc, char** argv) {
+  using odc::Range;
+  const odc::cli::Command command{"gpu_gemm", kUsage, {{"--tokens"}, {"--iters"}, {"--warmup"}}};
+  const auto args = odc::cli::parse(command, argc, argv);
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> long long {
-      if (i + 1 >= argc) odc::fail("{} needs a value\n{}", arg, kUsage);
-      return std::atoll(argv[++i]);
-    };
-    if (arg == "--tokens") {
-      o.tokens = value();
-    } else if (arg == "--iters") {
-      o.iters = static_cast<int>(value());
-    } else if (arg == "--warmup") {
-      o.warmup = static_cast<int>(value());
-    } else {
-      odc::fail("unknown argument '{}'\n{}", arg, kUsage);
-    }
-  }
-  if (o.tokens < 1 || o.iters < 1 || o.warmup < 0) odc::fail("bad option values\n{}", kUsage);
+  o.tokens = args.integer("--tokens", o.tokens, Range::at_least(1).and_at_most(1 << 24));
+  o.iters = static_cast<int>(args.integer("--iters", o.iters, Range::at_least(1).and_at_most(1 << 20)));
+  o.warmup = static_cast<int>(args.integer("--warmup", o.warmup, Range::at_least(0).and_at_most(1 << 20)));
   return o;
 }
 
@@ -186,17 +176,5 @@ void run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    const Options options = parse(argc, argv);
-    std::string why;
-    if (cu::device_count(&why) == 0) {
-      std::fprintf(stderr, "SKIP: no CUDA device visible (%s)\n", why.empty() ? "none" : why.c_str());
-      return 77;
-    }
-    run(options);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpu_gemm: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  return odc::bench::gpu_bench_main("gpu_gemm", [&] { return parse(argc, argv); }, [](const Options& o) { run(o); });
 }

@@ -35,7 +35,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend_weights.h"
+#include "cli/command_line.h"
+#include "cli/tool_main.h"
+#include "odc/backend/backend_factory.h"
+#include "odc/core/error.h"
 #include "odc/core/random.h"
 #include "odc/kernels/adamw.h"
 #include "odc/model/llama_model.h"
@@ -84,19 +87,14 @@ Run train(const std::string& device, odc::DType dtype, int steps) {
   const PackedBatch batch = parity_batch(config);
   odc::model::LlamaModel model(config, device == "cuda" ? odc::backend::make_backend("cuda", dtype, 1)
                                                         : odc::backend::make_backend("cpu", dtype, 1));
-  const odc::model::ResidentWeights init(model.units(), config, 11);
-  std::vector<std::vector<float>> masters;
-  for (int u = 0; u < model.num_units(); ++u) {
-    masters.emplace_back(init.weights(u).begin(), init.weights(u).end());
-  }
-  odc::bench::BackendWeights weights(model.backend(), model.units(), masters);
+  odc::model::ResidentWeights weights(model.backend(), model.units(), config, 11);
   Run run;
   for (int step = 1; step <= steps; ++step) {
     weights.zero_gradients();
     run.losses.push_back(model.train_microbatch(batch, weights, weights).weighted_loss);
     if (step == 1) {
       for (int u = 0; u < model.num_units(); ++u) {
-        const std::vector<float> g = weights.gradients(u);
+        const std::vector<float> g = weights.download_gradients(u);
         for (odc::model::TensorSlot slot : model.units()[static_cast<std::size_t>(u)].tensors) {
           slot.offset += static_cast<std::int64_t>(run.gradient.size());
           run.tensors.push_back(slot);
@@ -150,62 +148,80 @@ bool compare(const std::string& name, const Run& a, const Run& b, double loss_bo
   return ok;
 }
 
-}  // namespace
+constexpr const char* kUsage =
+    "usage: gpu_model_parity [--cpu-only] [--steps N]\n"
+    "Trains the parity model N steps (default 3) on the GPU in bf16 and on the CPU in bf16 and fp32 and\n"
+    "compares them (--cpu-only: the two CPU modes); one JSON line per check, exit 1 when one fails.\n";
 
-int main(int argc, char** argv) {
+struct Options {
   bool cpu_only = false;
   int steps = 3;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--cpu-only") == 0) {
-      cpu_only = true;
-    } else if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc && std::atoi(argv[i + 1]) >= 1) {
-      steps = std::atoi(argv[++i]);
-    } else if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::printf("usage: gpu_model_parity [--cpu-only] [--steps N]\n");
-      return 0;
-    } else {
-      std::fprintf(stderr, "gpu_model_parity: unknown or incomplete argument '%s'\nusage: gpu_model_parity [--cpu-only] [--steps N]\n", argv[i]);
-      return 2;
-    }
-  }
+};
+
+Options parse(int argc, char** argv) {
+  const odc::cli::Command command{"gpu_model_parity", kUsage, {{"--cpu-only", odc::cli::Takes::nothing}, {"--steps"}}};
+  const auto args = odc::cli::parse(command, argc, argv);
+  Options o;
+  o.cpu_only = args.flag("--cpu-only");
+  o.steps = static_cast<int>(args.integer("--steps", o.steps, odc::Range::at_least(1).and_at_most(1000)));
+  return o;
+}
+
+// Why this build or machine has no CUDA backend (empty: it has one).
+std::string cuda_backend_missing() {
+  if (!odc::backend::cuda_backend_built()) return "this build has no CUDA backend";
   try {
-    std::string why;
-    if (!cpu_only && odc::bench::try_cuda_backend(why) == nullptr) {
+    odc::backend::make_backend("cuda", odc::DType::bf16, 1);
+  } catch (const odc::Error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+int run(const Options& o) {
+  const bool cpu_only = o.cpu_only;
+  const int steps = o.steps;
+  if (!cpu_only) {
+    const std::string why = cuda_backend_missing();
+    if (!why.empty()) {
       std::fprintf(stderr, "SKIP: no CUDA backend (%s)\n", why.c_str());
       return 77;
     }
-    const Run f32 = train("cpu", odc::DType::f32, steps);
-    const Run bf16 = train("cpu", odc::DType::bf16, steps);
-    bool ok = compare("cpu_bf16 vs cpu_f32", bf16, f32, 2e-3, 3e-2);
-    if (!cpu_only) {
-      const Run gpu = train("cuda", odc::DType::bf16, steps);
-      ok &= compare("gpu_bf16 vs cpu_bf16", gpu, bf16, 1e-3, 1e-2);
-      ok &= compare("gpu_bf16 vs cpu_f32", gpu, f32, 2e-3, 3e-2);
-      // Per tensor: where the GPU's gradient follows the CPU bf16 mode's rounding and where not.
-      double worst = 0.0;
-      for (const auto& slot : gpu.tensors) {
-        const auto begin = static_cast<std::size_t>(slot.offset), end = begin + static_cast<std::size_t>(slot.numel);
-        const double to_bf16 = normwise(gpu.gradient, bf16.gradient, begin, end);
-        const double to_f32 = normwise(gpu.gradient, f32.gradient, begin, end);
-        const nlohmann::json line = {{"bench", "gpu_model_parity"}, {"tensor", slot.name}, {"gpu_vs_cpu_bf16", to_bf16},
-                                     {"gpu_vs_cpu_f32", to_f32}, {"cpu_bf16_vs_cpu_f32", normwise(bf16.gradient, f32.gradient, begin, end)},
-                                     {"ratio", to_bf16 / std::max(to_f32, 1e-30)}};
-        std::printf("%s\n", line.dump().c_str());
-        worst = std::max(worst, to_bf16 / std::max(to_f32, 1e-30));
-      }
-      double loss_bf16 = 0.0, loss_f32 = 0.0;
-      for (std::size_t s = 0; s < gpu.losses.size(); ++s) {
-        loss_bf16 = std::max(loss_bf16, rel(gpu.losses[s], bf16.losses[s]));
-        loss_f32 = std::max(loss_f32, rel(gpu.losses[s], f32.losses[s]));
-      }
-      ok &= report("tighter: loss gpu~cpu_bf16 / gpu~cpu_f32", loss_bf16 / std::max(loss_f32, 1e-30), 0.5);
-      ok &= report("tighter: gradient gpu~cpu_bf16 / gpu~cpu_f32", normwise(gpu.gradient, bf16.gradient) /
-                   std::max(normwise(gpu.gradient, f32.gradient), 1e-30), 0.9);
-      ok &= report("tighter: worst tensor's gradient gpu~cpu_bf16 / gpu~cpu_f32", worst, 1.0);
-    }
-    return ok ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpu_model_parity: %s\n", e.what());
-    return 1;
   }
+  const Run f32 = train("cpu", odc::DType::f32, steps);
+  const Run bf16 = train("cpu", odc::DType::bf16, steps);
+  bool ok = compare("cpu_bf16 vs cpu_f32", bf16, f32, 2e-3, 3e-2);
+  if (!cpu_only) {
+    const Run gpu = train("cuda", odc::DType::bf16, steps);
+    ok &= compare("gpu_bf16 vs cpu_bf16", gpu, bf16, 1e-3, 1e-2);
+    ok &= compare("gpu_bf16 vs cpu_f32", gpu, f32, 2e-3, 3e-2);
+    // Per tensor: where the GPU's gradient follows the CPU bf16 mode's rounding and where not.
+    double worst = 0.0;
+    for (const auto& slot : gpu.tensors) {
+      const auto begin = static_cast<std::size_t>(slot.offset), end = begin + static_cast<std::size_t>(slot.numel);
+      const double to_bf16 = normwise(gpu.gradient, bf16.gradient, begin, end);
+      const double to_f32 = normwise(gpu.gradient, f32.gradient, begin, end);
+      const nlohmann::json line = {{"bench", "gpu_model_parity"}, {"tensor", slot.name}, {"gpu_vs_cpu_bf16", to_bf16},
+                                   {"gpu_vs_cpu_f32", to_f32}, {"cpu_bf16_vs_cpu_f32", normwise(bf16.gradient, f32.gradient, begin, end)},
+                                   {"ratio", to_bf16 / std::max(to_f32, 1e-30)}};
+      std::printf("%s\n", line.dump().c_str());
+      worst = std::max(worst, to_bf16 / std::max(to_f32, 1e-30));
+    }
+    double loss_bf16 = 0.0, loss_f32 = 0.0;
+    for (std::size_t s = 0; s < gpu.losses.size(); ++s) {
+      loss_bf16 = std::max(loss_bf16, rel(gpu.losses[s], bf16.losses[s]));
+      loss_f32 = std::max(loss_f32, rel(gpu.losses[s], f32.losses[s]));
+    }
+    ok &= report("tighter: loss gpu~cpu_bf16 / gpu~cpu_f32", loss_bf16 / std::max(loss_f32, 1e-30), 0.5);
+    ok &= report("tighter: gradient gpu~cpu_bf16 / gpu~cpu_f32", normwise(gpu.gradient, bf16.gradient) /
+                 std::max(normwise(gpu.gradient, f32.gradient), 1e-30), 0.9);
+    ok &= report("tighter: worst tensor's gradient gpu~cpu_bf16 / gpu~cpu_f32", worst, 1.0);
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return odc::cli::run_tool("gpu_model_parity", [&] { return run(parse(argc, argv)); });
 }

@@ -16,7 +16,7 @@
 // one process on the same weights.
 //
 // A step is one microbatch's forward, loss and backward into fp32 gradient accumulators resident
-// on the device (BackendWeights), then AdamW on the device (Backend::adamw_step): the step
+// on the device (model::ResidentWeights), then AdamW on the device (Backend::adamw_step): the step
 // bench/gpu_model_torch.py times for PyTorch. The first WARMUP steps are not timed; the median of
 // the rest is reported. FLOPs are the model's training FLOPs (LlamaConfig::training_flops over the
 // batch's causal pairs: the linear layers and LM head, 6 per parameter and token, and causal
@@ -26,7 +26,7 @@
 // Memory: before each case the memory model (train::plan_memory: world 1, the device, bf16,
 // --recompute, the case's tokens) predicts what goes through the device allocator
 // (MemoryPlan::pooled_bytes); this program adds the one allocation of its own that a trainer does
-// not make (BackendWeights' fp32 upload staging of the largest unit). After the case it prints the
+// not make (ResidentWeights' fp32 upload staging of the largest unit). After the case it prints the
 // allocator's peak (Backend::allocator_peak_bytes: since the program started; cases run in
 // ascending token order, so it is the case's own peak) and the error against the prediction. A
 // case whose plan does not fit the device (its memory less the plan's 5% margin) is skipped with
@@ -53,11 +53,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend_weights.h"
+#include "cli/command_line.h"
+#include "cli/tool_main.h"
+#include "odc/backend/backend_factory.h"
 #include "odc/core/error.h"
 #include "odc/core/random.h"
 #include "odc/kernels/adamw.h"
 #include "odc/model/llama_model.h"
+#include "odc/model/resident_weights.h"
 #include "odc/model/recompute.h"
 #include "odc/train/memory_plan.h"
 
@@ -85,59 +88,36 @@ constexpr const char* kUsage =
     "                            [--attention auto|native|cudnn] [--steps N] [--warmup N] [--peak-tflops X]\n"
     "                            [--cpu-tiny] [--plan-only [--device-gib G]]\n";
 
-bool parse_int(const char* text, long lo, long hi, long& out) {
-  char* end = nullptr;
-  out = std::strtol(text, &end, 10);
-  return end != text && *end == '\0' && out >= lo && out <= hi;
-}
-
-bool parse_tokens(const std::string& text, std::vector<std::int64_t>& out) {
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    long v = 0;
-    if (!parse_int(text.substr(start, comma - start).c_str(), 2, 1L << 24, v)) return false;
-    out.push_back(v);
-    start = comma + 1;
-  }
-  return !out.empty();
-}
-
-bool parse(int argc, char** argv, Options& o) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--cpu-tiny" || arg == "--plan-only") {
-      (arg == "--cpu-tiny" ? o.cpu_tiny : o.plan_only) = true;
-      continue;
-    }
-    if (i + 1 >= argc) return false;
-    const std::string value = argv[++i];
-    long v = 0;
-    if (arg == "--shape") {
-      if (value != "llama-1b" && value != "qwen2-1.5b") return false;
-      o.shape = value;
-    } else if (arg == "--tokens") {
-      if (!parse_tokens(value, o.tokens)) return false;
-    } else if (arg == "--recompute") {
-      if (value != "none" && value != "selective" && value != "full") return false;
-      o.recompute = odc::model::parse_recompute(value, "--recompute");
-    } else if (arg == "--attention") {
-      if (value != "auto" && value != "native" && value != "cudnn") return false;
-      o.attention = value;
-    } else if (arg == "--peak-tflops" || arg == "--device-gib") {
-      char* end = nullptr;
-      double& target = arg == "--peak-tflops" ? o.peak_tflops : o.device_gib;
-      target = std::strtod(value.c_str(), &end);
-      if (*end != '\0' || !(target > 0)) return false;
-    } else {
-      int* target = arg == "--layers" ? &o.layers : arg == "--seqs" ? &o.seqs : arg == "--seq-len" ? &o.seq_len
-                  : arg == "--steps" ? &o.steps : arg == "--warmup" ? &o.warmup : nullptr;
-      if (target == nullptr || !parse_int(value.c_str(), 0, 1L << 20, v)) return false;
-      *target = static_cast<int>(v);
-    }
-  }
+Options parse(int argc, char** argv) {
+  using odc::Range;
+  using odc::cli::Takes;
+  const odc::cli::Command command{
+      "gpu_model_throughput", kUsage,
+      {{"--shape"}, {"--layers"}, {"--seqs"}, {"--seq-len"}, {"--tokens"}, {"--recompute"}, {"--attention"},
+       {"--steps"}, {"--warmup"}, {"--peak-tflops"}, {"--cpu-tiny", Takes::nothing}, {"--plan-only", Takes::nothing},
+       {"--device-gib"}}};
+  const auto args = odc::cli::parse(command, argc, argv);
+  Options o;
+  o.shape = args.choice("--shape", {"llama-1b", "qwen2-1.5b"}, o.shape);
+  o.layers = static_cast<int>(args.integer("--layers", o.layers, Range::at_least(0).and_at_most(1 << 20)));
+  o.seqs = static_cast<int>(args.integer("--seqs", o.seqs, Range::at_least(1).and_at_most(1 << 20)));
+  o.seq_len = static_cast<int>(args.integer("--seq-len", o.seq_len, Range::at_least(2).and_at_most(1 << 20)));
+  o.tokens = args.integer_list("--tokens", {}, Range::at_least(2).and_at_most(1 << 24));
   std::sort(o.tokens.begin(), o.tokens.end());
-  return o.seqs >= 1 && o.seq_len >= 2 && o.steps > o.warmup;
+  o.recompute = odc::model::parse_recompute(args.choice("--recompute", {"none", "selective", "full"}, "none"),
+                                            "--recompute");
+  o.attention = args.choice("--attention", {"auto", "native", "cudnn"}, o.attention);
+  o.steps = static_cast<int>(args.integer("--steps", o.steps, Range::at_least(1).and_at_most(1 << 20)));
+  o.warmup = static_cast<int>(args.integer("--warmup", o.warmup, Range::at_least(0).and_at_most(1 << 20)));
+  if (o.steps <= o.warmup) {
+    throw args.usage_error("--steps (" + std::to_string(o.steps) + ") must exceed --warmup (" +
+                           std::to_string(o.warmup) + "): the steps after the warm-up are the timed ones");
+  }
+  o.peak_tflops = args.number("--peak-tflops", o.peak_tflops, Range::above(0));
+  o.device_gib = args.number("--device-gib", o.device_gib, Range::above(0));
+  o.cpu_tiny = args.flag("--cpu-tiny");
+  o.plan_only = args.flag("--plan-only");
+  return o;
 }
 
 odc::model::LlamaConfig shape(const Options& o) {
@@ -256,7 +236,7 @@ std::int64_t plan_case(const Options& o, const odc::model::LlamaConfig& config, 
   const odc::train::MemoryPlan plan = odc::train::plan_memory(in);
   std::int64_t largest = 0;
   for (const auto& unit : odc::model::build_unit_layouts(config)) largest = std::max(largest, unit.numel);
-  const std::int64_t staging = largest * 4;  // BackendWeights' fp32 upload staging (no trainer has it)
+  const std::int64_t staging = largest * 4;  // ResidentWeights' fp32 upload staging (no trainer has it)
   line["plan_pooled_bytes"] = plan.pooled_bytes();
   line["bench_staging_bytes"] = staging;
   line["predicted_pooled_bytes"] = plan.pooled_bytes() + staging;
@@ -286,7 +266,7 @@ nlohmann::json case_head(const Options& o, const odc::model::LlamaConfig& config
 
 // One case: its JSON line (timed, skipped by the plan, or failed).
 nlohmann::json run_case(const Options& o, const Case& k, odc::model::LlamaModel& model,
-                        odc::bench::BackendWeights& weights, const std::string& attention) {
+                        odc::model::ResidentWeights& weights, const std::string& attention) {
   const odc::model::LlamaConfig& config = model.config();
   odc::backend::Backend& b = model.backend();
   const std::int64_t tokens = static_cast<std::int64_t>(k.seqs) * k.seq_len;
@@ -340,20 +320,7 @@ nlohmann::json run_case(const Options& o, const Case& k, odc::model::LlamaModel&
   return line;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-  }
-  if (!parse(argc, argv, o)) {
-    std::fprintf(stderr, "gpu_model_throughput: bad arguments\n%s", kUsage);
-    return 2;
-  }
+int run(const Options& o) {
   std::vector<Case> cases;
   if (o.tokens.empty()) {
     cases.push_back({o.seqs, o.seq_len});
@@ -361,42 +328,43 @@ int main(int argc, char** argv) {
     for (const std::int64_t t : o.tokens) cases.push_back({1, t});
   }
   int rc = 0;
-  try {
-    if (o.plan_only) {
-      const odc::model::LlamaConfig config = shape(o);
-      for (const Case& k : cases) {
-        nlohmann::json line = case_head(o, config, k);
-        line["plan_only"] = true;
-        plan_case(o, config, line["tokens"].get<std::int64_t>(), line);
-        fits(static_cast<std::int64_t>(o.device_gib * 1073741824.0), line);
-        std::printf("%s\n", line.dump().c_str());
-      }
-      return 0;
-    }
-    std::string why;
-    std::unique_ptr<odc::backend::Backend> backend = make(o, why);
-    if (backend == nullptr) {
-      std::fprintf(stderr, "SKIP: no CUDA backend (%s)\n", why.c_str());
-      return 77;
-    }
+  if (o.plan_only) {
     const odc::model::LlamaConfig config = shape(o);
-    const std::string attention =
-        backend->select_attention(config.num_attention_heads, config.num_key_value_heads, config.head_dim);
-    odc::model::LlamaModel model(config, std::move(backend));
-    model.set_recompute(o.recompute);
-    odc::bench::BackendWeights weights(model.backend(), model.units(), weights_for(model));
     for (const Case& k : cases) {
-      const nlohmann::json line = run_case(o, k, model, weights, attention);
+      nlohmann::json line = case_head(o, config, k);
+      line["plan_only"] = true;
+      plan_case(o, config, line["tokens"].get<std::int64_t>(), line);
+      fits(static_cast<std::int64_t>(o.device_gib * 1073741824.0), line);
       std::printf("%s\n", line.dump().c_str());
-      std::fflush(stdout);
-      if (line.contains("error")) {
-        rc = 1;
-        break;  // ascending token counts: a larger case would fail the same way
-      }
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpu_model_throughput: %s\n", e.what());
-    return 1;
+    return 0;
+  }
+  std::string why;
+  std::unique_ptr<odc::backend::Backend> backend = make(o, why);
+  if (backend == nullptr) {
+    std::fprintf(stderr, "SKIP: no CUDA backend (%s)\n", why.c_str());
+    return 77;
+  }
+  const odc::model::LlamaConfig config = shape(o);
+  const std::string attention =
+      backend->select_attention(config.num_attention_heads, config.num_key_value_heads, config.head_dim);
+  odc::model::LlamaModel model(config, std::move(backend));
+  model.set_recompute(o.recompute);
+  odc::model::ResidentWeights weights(model.backend(), model.units(), weights_for(model));
+  for (const Case& k : cases) {
+    const nlohmann::json line = run_case(o, k, model, weights, attention);
+    std::printf("%s\n", line.dump().c_str());
+    std::fflush(stdout);
+    if (line.contains("error")) {
+      rc = 1;
+      break;  // ascending token counts: a larger case would fail the same way
+    }
   }
   return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return odc::cli::run_tool("gpu_model_throughput", [&] { return run(parse(argc, argv)); });
 }

@@ -3,7 +3,7 @@
 // (with one rank an all-gather or reduce-scatter moves the local shard only, so a result far
 // below the copy is NCCL's overhead, not the wire).
 //
-//   gpu_nccl [--iters N] [--warmup N] [--mib N]...     (default: --mib 64 --mib 256)
+//   gpu_nccl [--iters N] [--warmup N] [--mib N1,N2,...]     (default: --mib 64,256)
 //
 // One JSON line per measurement, `bytes` the fp32 unit buffer and `gbps` those bytes per second
 // (algorithm bandwidth: a copy's read + write count once here, unlike gpu_ceilings):
@@ -33,7 +33,7 @@ namespace {
 
 namespace cu = odc::kernels::cuda;
 
-constexpr const char* kUsage = "usage: gpu_nccl [--iters N] [--warmup N] [--mib N]...\n";
+constexpr const char* kUsage = "usage: gpu_nccl [--iters N] [--warmup N] [--mib N1,N2,...]\n";
 
 struct Options {
   int iters = 20;
@@ -41,19 +41,14 @@ struct Options {
   std::vector<std::int64_t> mib;
 };
 
-using odc::bench::UsageError;
-
 Options parse(int argc, char** argv) {
+  using odc::Range;
+  const odc::cli::Command command{"gpu_nccl", kUsage, {{"--iters"}, {"--warmup"}, {"--mib"}}};
+  const auto args = odc::cli::parse(command, argc, argv);
   Options o;
-  odc::bench::parse_int_flags(argc, argv, kUsage, [&](const std::string& flag, std::int64_t value) {
-    if (flag != "--iters" && flag != "--warmup" && flag != "--mib") return false;
-    if (value < 1) throw UsageError(flag + " must be at least 1");
-    if (flag == "--iters") o.iters = static_cast<int>(value);
-    if (flag == "--warmup") o.warmup = static_cast<int>(value);
-    if (flag == "--mib") o.mib.push_back(value);
-    return true;
-  });
-  if (o.mib.empty()) o.mib = {64, 256};
+  o.iters = static_cast<int>(args.integer("--iters", o.iters, Range::at_least(1).and_at_most(1 << 20)));
+  o.warmup = static_cast<int>(args.integer("--warmup", o.warmup, Range::at_least(1).and_at_most(1 << 20)));
+  o.mib = args.integer_list("--mib", {64, 256}, Range::at_least(1).and_at_most(1 << 20));
   return o;
 }
 
@@ -125,7 +120,7 @@ void measure(const Options& o, std::int64_t mib, const OneRankComm& comm, cu::De
 }  // namespace
 
 int main(int argc, char** argv) {
-  return odc::bench::gpu_bench_main("gpu_nccl", kUsage, [&] { return parse(argc, argv); }, [](const Options& o) {
+  return odc::bench::gpu_bench_main("gpu_nccl", [&] { return parse(argc, argv); }, [](const Options& o) {
     cu::set_device(0);
     cu::DeviceAllocator alloc;
     const cu::Stream stream;

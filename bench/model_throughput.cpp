@@ -28,13 +28,13 @@
 #include <cstdlib>
 #include <exception>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "bench_args.h"
+#include "cli/command_line.h"
+#include "cli/tool_main.h"
 
 #include "odc/backend/cpu_backend.h"
 #include "odc/core/cpu_features.h"
@@ -78,42 +78,47 @@ constexpr const char* kUsage =
     "Times LlamaModel::train_microbatch on one packed microbatch of the given sequence lengths and\n"
     "a comparable SGEMM; prints one JSON line.\n";
 
-using odc::bench::parse_int;
-
 Options parse_options(int argc, char** argv) {
+  using odc::Range;
+  const odc::cli::Command command{
+      "model_throughput", kUsage,
+      {{"--layers"}, {"--hidden"}, {"--heads"}, {"--kv-heads"}, {"--head-dim"}, {"--intermediate"}, {"--vocab"},
+       {"--seqs"}, {"--threads"}, {"--iters"}, {"--warmup"}, {"--seed"}, {"--recompute"}, {"--dtype"},
+       {"--weight-copies"}, {"--step-microbatches"}}};
+  const auto args = odc::cli::parse(command, argc, argv);
+  const auto count = Range::at_least(1).and_at_most(1 << 20);
   Options o;
-  odc::bench::for_each_flag(argc, argv, kUsage, [&](const std::string& flag, const std::string& value) {
-    if (flag == "--layers") o.layers = static_cast<int>(parse_int(flag, value));
-    else if (flag == "--hidden") o.hidden = parse_int(flag, value);
-    else if (flag == "--heads") o.heads = static_cast<int>(parse_int(flag, value));
-    else if (flag == "--kv-heads") o.kv_heads = static_cast<int>(parse_int(flag, value));
-    else if (flag == "--head-dim") o.head_dim = static_cast<int>(parse_int(flag, value));
-    else if (flag == "--intermediate") o.intermediate = parse_int(flag, value);
-    else if (flag == "--vocab") o.vocab = parse_int(flag, value);
-    else if (flag == "--threads") o.threads = static_cast<int>(parse_int(flag, value));
-    else if (flag == "--iters") o.iters = static_cast<int>(parse_int(flag, value));
-    else if (flag == "--warmup") o.warmup = static_cast<int>(parse_int(flag, value));
-    else if (flag == "--seed") o.seed = static_cast<std::uint64_t>(parse_int(flag, value));
-    else if (flag == "--seqs") o.seqs = odc::bench::parse_int_list(flag, value);
-    else if (flag == "--dtype") o.dtype = odc::parse_dtype(value);
-    else if (flag == "--step-microbatches") o.step_microbatches = static_cast<int>(parse_int(flag, value));
-    else if (flag == "--weight-copies") {
-      if (value != "each,kept") odc::fail("--weight-copies takes each,kept (both are timed side by side)");
-      o.compare_weight_copies = true;
-    }
-    else if (flag == "--recompute") {
+  o.layers = static_cast<int>(args.integer("--layers", o.layers, count));
+  o.hidden = args.integer("--hidden", o.hidden, Range::at_least(1));
+  o.heads = static_cast<int>(args.integer("--heads", o.heads, count));
+  o.kv_heads = static_cast<int>(args.integer("--kv-heads", o.kv_heads, count));
+  o.head_dim = static_cast<int>(args.integer("--head-dim", o.head_dim, Range::at_least(0).and_at_most(1 << 20)));
+  o.intermediate = args.integer("--intermediate", o.intermediate, Range::at_least(1));
+  o.vocab = args.integer("--vocab", o.vocab, Range::at_least(1));
+  o.seqs = args.integer_list("--seqs", o.seqs, Range::at_least(2));
+  o.threads = static_cast<int>(args.integer("--threads", o.threads, count));
+  o.iters = static_cast<int>(args.integer("--iters", o.iters, count));
+  o.warmup = static_cast<int>(args.integer("--warmup", o.warmup, Range::at_least(0).and_at_most(1 << 20)));
+  o.seed = static_cast<std::uint64_t>(args.integer("--seed", 0, Range::at_least(0)));
+  o.step_microbatches = static_cast<int>(args.integer("--step-microbatches", o.step_microbatches, count));
+  // The library's own parsers name what they accept; their mistakes are command-line mistakes here.
+  try {
+    if (const auto dtype = args.value("--dtype")) o.dtype = odc::parse_dtype(*dtype);
+    if (args.value("--recompute")) {
       o.recompute.clear();
-      std::stringstream list{std::string(value)};
-      for (std::string item; std::getline(list, item, ',');) o.recompute.push_back(odc::model::parse_recompute(item, flag));
-      if (o.recompute.empty()) odc::fail("--recompute needs at least one of none, selective, full");
+      for (const auto& item : args.list("--recompute", {})) {
+        o.recompute.push_back(odc::model::parse_recompute(item, "--recompute"));
+      }
     }
-    else return false;
-    return true;
-  });
-  if (o.seqs.empty() || std::any_of(o.seqs.begin(), o.seqs.end(), [](std::int64_t n) { return n < 2; })) {
-    odc::fail("--seqs needs sequence lengths of at least 2 tokens");
+  } catch (const odc::Error& e) {
+    throw args.usage_error(e.what());
   }
-  if (o.iters < 1 || o.threads < 1) odc::fail("--iters and --threads must be at least 1");
+  if (const auto copies = args.value("--weight-copies")) {
+    if (*copies != "each,kept") {
+      throw args.usage_error("--weight-copies takes each,kept (both are timed side by side), got '" + *copies + "'");
+    }
+    o.compare_weight_copies = true;
+  }
   return o;
 }
 
@@ -276,10 +281,5 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(parse_options(argc, argv));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "model_throughput: error: %s\n", e.what());
-    return 1;
-  }
+  return odc::cli::run_tool("model_throughput", [&] { return run(parse_options(argc, argv)); });
 }

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/command_line.h"
+#include "cli/tool_main.h"
 #include "odc/core/error.h"
 
 namespace {
@@ -65,22 +67,13 @@ double median(std::vector<double> values) {
 }
 
 int run(int argc, char** argv) {
-  std::uint64_t seed = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::puts(
-          "usage: planner_bench [--seed N]\n"
-          "Times make_plan (lb_micro, lb_mini) over 256..16384 sequences x 8..1024 ranks;\n"
-          "one JSON line per cell.");
-      return 0;
-    }
-    if (arg == "--seed" && i + 1 < argc) {
-      seed = std::stoull(argv[++i]);
-    } else {
-      odc::fail("planner_bench: unknown argument '{}' (try --help)", arg);
-    }
-  }
+  const odc::cli::Command command{"planner_bench",
+                                  "usage: planner_bench [--seed N]\n"
+                                  "Times make_plan (lb_micro, lb_mini) over 256..16384 sequences x 8..1024 ranks;\n"
+                                  "one JSON line per cell.\n",
+                                  {{"--seed"}}};
+  const auto args = odc::cli::parse(command, argc, argv);
+  const auto seed = static_cast<std::uint64_t>(args.integer("--seed", 1, odc::Range::at_least(0)));
   // The reference's fit for a 7B model, cost = 4.348357 s'^2 + 8.768377 s' with s' = s / 32000.
   const auto cost =
       odc::data::CostModel::quadratic(4.348357 / (32000.0 * 32000.0), 8.768377 / 32000.0);
@@ -124,10 +117,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "planner_bench: %s\n", e.what());
-    return 1;
-  }
+  return odc::cli::run_tool("planner_bench", [&] { return run(argc, argv); });
 }

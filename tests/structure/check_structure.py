@@ -10,7 +10,7 @@ Rules:
     include "odc/<other>/..." only when <other> is the same layer or one listed before it; every
     folder of include/odc/ and src/ must be a row of the table; no source file reaches into
     another folder with a relative include ("../").
-  * size: no file under src/ or tools/ holds more than MAX_LINES lines.
+  * size: no file under src/, tools/, tests/ or bench/ holds more than MAX_LINES lines.
 Exits 1 naming every violation (file:line and what it includes).
 """
 import pathlib
@@ -20,6 +20,7 @@ import tempfile
 
 MAX_LINES = 600
 SOURCE_SUFFIXES = {".cpp", ".cc", ".h", ".hpp", ".cu", ".cuh", ".py", ".sh"}
+SIZE_CHECKED = ("src", "tools", "tests", "bench")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 ROW = re.compile(r"^\|\s*`?([a-z_]+)`?\s*\|")
 
@@ -71,7 +72,7 @@ def check(root: pathlib.Path) -> list[str]:
                     if len(parts) >= 3 and parts[0] == "odc" and parts[1] in rank and rank[parts[1]] > rank[layer]:
                         problems.append(f"{where}: layer '{layer}' includes \"{target}\" of layer '{parts[1]}', "
                                         f"which is above it")
-    for folder in ("src", "tools"):
+    for folder in SIZE_CHECKED:
         for path in source_files(root / folder):
             lines = len(path.read_text(encoding="utf-8", errors="replace").splitlines())
             if lines > MAX_LINES:
@@ -92,12 +93,18 @@ def self_test() -> int:
             "src/model/r.cpp": '#include "../core/a.h"\n',            # relative: violation
             "src/stray/s.cpp": "\n",                                  # not a layer: violation
             "tools/big.cpp": "x\n" * (MAX_LINES + 1),                 # too long: violation
+            "tests/unit/core/test_big.cpp": "x\n" * (MAX_LINES + 2),  # too long test: violation
+            "tests/cli/test_big.sh": "x\n" * (MAX_LINES + 3),         # too long test script: violation
+            "bench/big.cpp": "x\n" * (MAX_LINES + 4),                 # too long bench: violation
+            "tests/unit/core/test_ok.cpp": "x\n" * MAX_LINES,         # at the limit: fine
         }.items():
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text(text)
         found = check(root)
         expected = ["src/core/a.cpp:1: layer 'core' includes \"odc/model/m.h\"", "src/model/r.cpp:1: relative include",
-                    "src/stray: a folder that is not a layer", f"tools/big.cpp: {MAX_LINES + 1} lines"]
+                    "src/stray: a folder that is not a layer", f"tools/big.cpp: {MAX_LINES + 1} lines",
+                    f"tests/unit/core/test_big.cpp: {MAX_LINES + 2} lines",
+                    f"tests/cli/test_big.sh: {MAX_LINES + 3} lines", f"bench/big.cpp: {MAX_LINES + 4} lines"]
         missing = [e for e in expected if not any(p.startswith(e) for p in found)]
         if missing or len(found) != len(expected):
             print("self-test failed; expected:\n  " + "\n  ".join(expected) + "\nfound:\n  " + "\n  ".join(found))

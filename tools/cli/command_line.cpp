@@ -193,6 +193,10 @@ std::string Arguments::positional(std::size_t index) const {
   return index < positionals_.size() ? positionals_[index] : std::string();
 }
 
+std::int64_t Arguments::positional_integer(std::size_t index, std::int64_t fallback, const Range& range) const {
+  return index < positionals_.size() ? to_integer(command_.positional, positionals_[index], range) : fallback;
+}
+
 UsageError Arguments::usage_error(const std::string& message) const {
   return UsageError(command_.name, message, command_.usage);
 }

@@ -88,6 +88,9 @@ class Arguments {
   std::vector<std::string> assignments() const;
   const std::vector<std::string>& positionals() const { return positionals_; }
   std::string positional(std::size_t index) const;  // empty when not given
+  // Positional argument `index` as an integer (fallback when not given); bad text or a value
+  // outside `range` is a usage error naming the positional ("iteration count expects ...").
+  std::int64_t positional_integer(std::size_t index, std::int64_t fallback, const Range& range = {}) const;
 
   // A usage error of this command, for the checks only the tool can make.
   UsageError usage_error(const std::string& message) const;

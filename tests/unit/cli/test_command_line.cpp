@@ -197,6 +197,13 @@ TEST_CASE("cli: typed lookups turn bad text and values out of range into usage e
   CHECK(lookup_error({}, [](const Arguments& a) { a.required_integer("--threads", "N"); }) ==
         "--threads N is required");
   CHECK_FALSE(parse({}).optional_integer("--threads").has_value());
+  // A positional argument as an integer: the positional's name stands for the option's.
+  CHECK(parse({"12"}).positional_integer(0, 5, Range::at_least(1)) == 12);
+  CHECK(parse({}).positional_integer(0, 5, Range::at_least(1)) == 5);
+  CHECK(lookup_error({"x12"}, [](const Arguments& a) { a.positional_integer(0, 5); }) ==
+        "config file expects an integer, got 'x12'");
+  CHECK(lookup_error({"0"}, [](const Arguments& a) { a.positional_integer(0, 5, Range::at_least(1)); }) ==
+        "config file must be >= 1, got 0");
 
   // Looking up an option the command does not declare is the tool's bug, not the user's.
   CHECK_THROWS_WITH(parse({}).value("--undeclared"), Contains("internal check failed") && Contains("--undeclared"));

@@ -1,9 +1,12 @@
 // Config edges (issue row 15): YAML that yaml-cpp reads but a config cannot mean -- a second
-// document, which was dropped silently, and a merge key (<<), which was reported as a misspelt key.
+// document, which was dropped silently, and a merge key (<<), which was reported as a misspelt key;
+// and what tests/fuzz/fuzz_config_yaml found: cyclic and exploding aliases, non-name map keys,
+// invalid UTF-8, NUL characters, plain scalars with control characters and long keys in dump().
 #include <catch2/catch.hpp>
 
 #include "odc/core/config.h"
 #include "odc/core/error.h"
+#include "unit/core/test_config_support.h"
 #include "unit/scoped_env.h"
 
 #include <cstdlib>
@@ -13,6 +16,7 @@
 using Catch::Contains;
 using odc::Config;
 using odc::ValueKind;
+using odc::test::test_specs;
 
 namespace {
 
@@ -86,4 +90,129 @@ TEST_CASE("config environment: unknown, lower-case and nested map variables are 
     REQUIRE_NOTHROW(config.apply_environment());
   }
   CHECK(config.get_map("model.config")["hidden_size"].as<int>() == 64);
+}
+
+// Found by tests/fuzz/fuzz_config_yaml: YAML::Load accepts an alias inside the node its anchor
+// names (canonical() then overflowed the stack walking the cycle) and nested aliases that expand
+// to billions of nodes (dump() and canonical() hung). Both are rejected where the alias is.
+TEST_CASE("config rejects cyclic and exploding YAML aliases with the file and line", "[config]") {
+  Config config(test_specs());
+  const std::string before = config.canonical();
+  REQUIRE_THROWS_WITH(config.load_yaml_text("model:\n  config: &a {x: *a}\n", "loop.yaml"),
+                      Contains("loop.yaml:2:") && Contains("*a") && Contains("cycle"));
+  REQUIRE_THROWS_WITH(config.load_yaml_text("model:\n  config:\n    x: &b [1, [2, *b]]\n", "loop.yaml"),
+                      Contains("loop.yaml:3:") && Contains("*b") && Contains("cycle"));
+  REQUIRE_THROWS_WITH(config.apply_assignment("model.config=&c {x: *c}"), Contains("*c") && Contains("cycle"));
+
+  std::string bomb = "model:\n  config:\n    l0: &l0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n";
+  for (int level = 1; level <= 9; ++level) {
+    bomb += fmt::format("    l{1}: &l{1} [*l{0}, *l{0}, *l{0}, *l{0}, *l{0}, *l{0}, *l{0}, *l{0}, *l{0}, *l{0}]\n",
+                        level - 1, level);
+  }
+  REQUIRE_THROWS_WITH(config.load_yaml_text(bomb, "bomb.yaml"),
+                      Contains("bomb.yaml:") && Contains("aliases") && Contains("10000 nodes"));
+  CHECK(config.canonical() == before);
+
+  // Reusing an anchor, even many times, is fine.
+  config.load_yaml_text("model:\n  config: {hidden_size: &h 64, intermediate_size: *h, a: &l [1, 2], b: *l}\n",
+                        "reuse.yaml");
+  CHECK(config.get_map("model.config")["intermediate_size"].as<int>() == 64);
+  CHECK(config.get_map("model.config")["b"].size() == 2);
+  Config reloaded(test_specs());
+  reloaded.load_yaml_text(config.dump(), "dump.yaml");
+  CHECK(reloaded.canonical() == config.canonical());
+}
+
+// Found by tests/fuzz/fuzz_config_yaml: a list, mapping or null as a key inside model.config was
+// accepted, and odc-train then died of an uncaught YAML::TypedBadConversion turning it into JSON.
+TEST_CASE("config map tunables take only names as keys at any depth", "[config]") {
+  Config config(test_specs());
+  REQUIRE_THROWS_WITH(config.load_yaml_text("model:\n  config: {[1, 2]: 3}\n", "keys.yaml"),
+                      Contains("'model.config'") && Contains("keys.yaml:2") && Contains("a key that is a list"));
+  REQUIRE_THROWS_WITH(
+      config.load_yaml_text("model:\n  config:\n    rope_scaling:\n      ? {a: 1}\n      : 2\n", "keys.yaml"),
+      Contains("'model.config'") && Contains("keys.yaml:4") && Contains("a key that is a mapping"));
+  REQUIRE_THROWS_WITH(config.load_yaml_text("model:\n  config:\n    layers: [1, {~: 1}]\n", "keys.yaml"),
+                      Contains("keys.yaml:3") && Contains("a key that is an empty value"));
+  REQUIRE_THROWS_WITH(config.apply_assignment("model.config.extra={[1]: 2}"),
+                      Contains("'model.config'") && Contains("--set") && Contains("a list"));
+  CHECK_FALSE(config.has("model.config"));
+}
+
+// Found by tests/fuzz/fuzz_config_yaml: yaml-cpp passes invalid UTF-8 through. In model.config,
+// "vocab_size: 6\xEE" reached nlohmann::json, whose dump() (in the model config's error message)
+// threw type_error.316 past odc-train's odc::Error handling; in a string value the dump replaced
+// the bytes, so it no longer loaded back to the same config.
+TEST_CASE("config values hold only valid UTF-8 text", "[config]") {
+  Config config(test_specs());
+  const std::string before = config.canonical();
+  REQUIRE_THROWS_WITH(config.load_yaml_text("model:\n  config:\n    vocab_size: 6\xEE\n", "utf8.yaml"),
+                      Contains("'model.config'") && Contains("utf8.yaml:3") && Contains("not valid UTF-8") &&
+                          Contains("0xee after '6'"));
+  for (const std::string bad : {"\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "ab\xE2\x82", "\xFF"}) {
+    REQUIRE_THROWS_WITH(config.load_yaml_text("model:\n  config:\n    list: [ok, \"" + bad + "\"]\n", "utf8.yaml"),
+                        Contains("utf8.yaml:3") && Contains("not valid UTF-8"));
+    REQUIRE_THROWS_WITH(config.load_yaml_text("model:\n  config: {\"k" + bad + "\": 1}\n", "utf8.yaml"),
+                        Contains("utf8.yaml:2") && Contains("not valid UTF-8"));
+    REQUIRE_THROWS_WITH(config.load_yaml_text("data:\n  train: \"/data/a" + bad + ".jsonl\"\n", "utf8.yaml"),
+                        Contains("'data.train'") && Contains("utf8.yaml:2") && Contains("not valid UTF-8"));
+  }
+  REQUIRE_THROWS_WITH(config.apply_assignment("data.train=/data/\xFD.jsonl"),
+                      Contains("'data.train'") && Contains("--set") && Contains("not valid UTF-8"));
+  CHECK(config.canonical() == before);
+
+  const std::string text = "\xC3\xA9\xE4\xB8\xAD\xF0\x9F\x98\x80";  // 2-, 3- and 4-byte characters
+  config.load_yaml_text("model:\n  config: {name: \"" + text + "\"}\ndata:\n  train: /data/" + text + "\n", "utf8.yaml");
+  CHECK(config.get_map("model.config")["name"].as<std::string>() == text);
+  Config reloaded(test_specs());
+  reloaded.load_yaml_text(config.dump(), "dump.yaml");
+  CHECK(reloaded.get_string("data.train") == "/data/" + text);
+  CHECK(reloaded.canonical() == config.canonical());
+}
+
+// A NUL from YAML's "\0" escape once reached the file system, which cut the path at it: the run
+// opened "/data/a" for "/data/a\0b.jsonl", and errors named the cut path.
+TEST_CASE("config values hold no NUL character", "[config]") {
+  Config config(test_specs());
+  const std::string before = config.canonical();
+  REQUIRE_THROWS_WITH(config.load_yaml_text("data:\n  train: \"/data/a\\0b.jsonl\"\n", "nul.yaml"),
+                      Contains("'data.train'") && Contains("nul.yaml:2") && Contains("NUL character") &&
+                          Contains("after '/data/a'"));
+  REQUIRE_THROWS_WITH(config.load_yaml_text("model:\n  config: {name: \"x\\0\"}\n", "nul.yaml"),
+                      Contains("'model.config'") && Contains("NUL character"));
+  CHECK(config.canonical() == before);
+}
+
+// Found by tests/fuzz/fuzz_config_yaml: yaml-cpp keeps a lone carriage return inside a plain
+// scalar, but its emitter wrote the scalar plain again, so the dump read it back without the CR.
+TEST_CASE("config dump keeps control characters of plain scalars", "[config]") {
+  Config config(test_specs());
+  config.load_yaml_text("model:\n  config: {a: 4.0\r, b: [x\ty]}\ndata:\n  train: /data/a\r # comment\n", "cr.yaml");
+  REQUIRE(config.get_string("data.train") == "/data/a\r");
+  REQUIRE(config.get_map("model.config")["a"].as<std::string>() == "4.0\r");
+  for (const bool with_docs : {true, false}) {
+    Config reloaded(test_specs());
+    reloaded.load_yaml_text(config.dump(with_docs), "dump.yaml");
+    CHECK(reloaded.get_string("data.train") == "/data/a\r");
+    CHECK(reloaded.canonical() == config.canonical());
+  }
+}
+
+// Found by tests/fuzz/fuzz_config_yaml: yaml-cpp's emitter wrote a key of more than 1024
+// characters as an implicit key, which YAML (and yaml-cpp's own parser) does not allow, so the
+// dump of a config with a long key inside model.config did not load at all.
+TEST_CASE("config dump writes long map keys in the explicit form", "[config]") {
+  const std::string plain(1100, 'k');
+  const std::string control = std::string(150, 'c') + std::string(250, '\x1d');  // 1150 characters escaped
+  Config config(test_specs());
+  config.load_yaml_text("model:\n  config:\n    ? " + plain + "\n    : 1\n    \"" + control + "\":\n      ? " + plain +
+                            "\n      : [2]\n",
+                        "long.yaml");
+  REQUIRE(config.get_map("model.config")[plain].as<int>() == 1);
+  for (const bool with_docs : {true, false}) {
+    Config reloaded(test_specs());
+    reloaded.load_yaml_text(config.dump(with_docs), "dump.yaml");
+    CHECK(reloaded.get_map("model.config")[control][plain][0].as<int>() == 2);
+    CHECK(reloaded.canonical() == config.canonical());
+  }
 }
