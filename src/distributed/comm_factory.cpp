@@ -20,27 +20,6 @@
 
 namespace odc::distributed {
 
-CommStack::~CommStack() {
-  // The comm references the store and the transport; the store may live in the transport's memory.
-  comm_.reset();
-  store_.reset();
-  host_comm_.reset();
-  host_store_.reset();
-  transport_.reset();
-  peer_memory_.reset();
-  // A layered comm's parts, then the sub-groups they run on (the host's before the replicas').
-  secondary_.reset();
-  primary_.reset();
-  while (!groups_.empty()) groups_.pop_back();
-}
-
-OdcTransport parse_odc_transport(std::string_view name) {
-  if (name == "auto") return OdcTransport::automatic;
-  if (name == "ucx") return OdcTransport::ucx;
-  if (name == "ipc") return OdcTransport::ipc;
-  fail("unknown comm.transport '{}': expected auto, ucx or ipc", name);
-}
-
 namespace {
 
 std::unique_ptr<PeerMemory> make_peer_memory(HostGroup& group, backend::Backend* device) {
@@ -48,7 +27,7 @@ std::unique_ptr<PeerMemory> make_peer_memory(HostGroup& group, backend::Backend*
 #if defined(ODC_HAVE_CUDA)
     return make_cuda_peer_memory(*device);
 #else
-    fail("the ipc transport for {} state needs a CUDA build", device->name());
+    ODC_CHECK(false, "choose_comm gave the ipc transport for device state without CUDA");
 #endif
   }
   std::string prefix = group.is_root() ? unique_segment_prefix() : std::string();
@@ -58,18 +37,6 @@ std::unique_ptr<PeerMemory> make_peer_memory(HostGroup& group, backend::Backend*
 
 }  // namespace
 
-void CommStack::stage(CommStack& stack, std::unique_ptr<ShardStore> host_store, std::unique_ptr<Comm> host_comm,
-                      const ShardLayout& layout, const std::vector<model::UnitLayout>& units,
-                      const model::LlamaConfig& config, std::uint64_t seed, backend::Backend* state_device,
-                      backend::Backend* device) {
-  ODC_CHECK(device != nullptr, "host staging needs the model's backend");
-  stack.host_store_ = std::move(host_store);
-  stack.host_comm_ = std::move(host_comm);
-  // The device store starts from the same seed: both hold the same masters until the first step.
-  stack.store_ = std::make_unique<ShardStore>(layout, units, config, seed, std::span<float>{}, state_device);
-  stack.comm_ = std::make_unique<StagedComm>(*stack.host_comm_, *stack.host_store_, *stack.store_, *device);
-}
-
 std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& group, const ShardLayout& layout,
                                      const std::vector<model::UnitLayout>& units, const model::LlamaConfig& config,
                                      std::uint64_t seed, backend::Backend* device) {
@@ -77,91 +44,103 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
     fail("shard layout is for rank {} of {}, but the group has rank {} of {}", layout.rank(), layout.world_size(),
          group.rank(), group.size());
   }
-  std::unique_ptr<CommStack> stack(new CommStack());
-  stack->shard_group_ = &group;
-  if (group.size() == 1) {
-    stack->store_ = std::make_unique<ShardStore>(layout, units, config, seed, std::span<float>{}, device,
-                                                 device != nullptr && device->device().kind != DeviceKind::cpu
-                                                     ? StoreContents::all
-                                                     : options.store_contents);
-    stack->comm_ = std::make_unique<LocalComm>(*stack->store_);
-    return stack;
-  }
   // A device backend holds the state in its memory; a host backend (or none) leaves it on the host.
   backend::Backend* state_device = device != nullptr && device->device().kind != DeviceKind::cpu ? device : nullptr;
   auto* mpi = dynamic_cast<MpiHostGroup*>(&group);
-  if (options.kind == CommKind::collective) {
-    if (state_device != nullptr) {
+  CommFacts facts;
+  facts.world_size = group.size();
+  facts.kind = options.kind;
+  facts.transport = options.odc_transport;
+  facts.gather_dtype = options.gather_dtype;
+  facts.host_staging = options.host_staging;
+  facts.state_device = state_device != nullptr ? std::string(state_device->name()) : std::string();
+  facts.over_mpi = group.over_mpi();
+  facts.hosts = mpi != nullptr ? mpi->topology().hosts : 1;
+#if defined(ODC_HAVE_CUDA)
+  facts.cuda_build = true;
+#endif
+  const CommChoice choice = choose_comm(facts);
+
+  std::unique_ptr<CommStack> stack(new CommStack());
+  stack->shard_group_ = &group;
+  // A host comm serving device state: the device store starts from the same seed (both hold the
+  // same masters until the first step), and the staged comm owns the host comm.
+  const auto stage = [&](std::unique_ptr<Comm> host_comm, ShardStore& host_store,
+                         std::unique_ptr<ShardStore> owned_host_store) {
+    ODC_CHECK(device != nullptr, "host staging needs the model's backend");
+    stack->store_ = std::make_unique<ShardStore>(layout, units, config, seed, std::span<float>{}, state_device);
+    stack->state_ = stack->store_.get();
+    stack->comm_ = std::make_unique<StagedComm>(std::move(host_comm), host_store, *stack->store_, *device,
+                                                std::move(owned_host_store));
+    return std::move(stack);
+  };
+  switch (choice.build) {
+    case CommBuild::local:
+      stack->store_ = std::make_unique<ShardStore>(layout, units, config, seed, std::span<float>{}, device,
+                                                   state_device != nullptr ? StoreContents::all : options.store_contents);
+      stack->state_ = stack->store_.get();
+      stack->comm_ = std::make_unique<LocalComm>(*stack->store_);
+      return stack;
+    case CommBuild::nccl_collective:
 #if defined(ODC_HAVE_CUDA)
       stack->store_ = std::make_unique<ShardStore>(layout, units, config, seed, std::span<float>{}, state_device);
+      stack->state_ = stack->store_.get();
       stack->comm_ = std::make_unique<NcclComm>(*stack->store_, group, *state_device, options.gather_dtype,
                                                 options.transport.timeout_s);
       return stack;
 #else
-      fail("the collective comm for {} state needs a CUDA build (NCCL)", state_device->name());
+      break;
 #endif
-    }
-    if (mpi == nullptr) {
-      fail("the collective comm on host memory runs over MPI: launch the job with odc-run or mpirun (train.comm odc "
-           "runs without MPI on one host)");
-    }
-    if (options.gather_dtype != GatherDtype::f32) {
-      fail("comm.gather_dtype {} on host memory: the MPI collectives gather the fp32 masters (bf16 gathers are NCCL's "
-           "and the ipc transport's)", gather_dtype_name(options.gather_dtype));
-    }
-    auto host_store = std::make_unique<ShardStore>(layout, units, config, seed, std::span<float>{}, nullptr,
-                                                   options.store_contents);
-    auto host_comm = std::make_unique<CollectiveComm>(*host_store, mpi->comm(), mpi->watchdog());
-    if (!options.host_staging) {
+    case CommBuild::mpi_collective: {
+      auto host_store = std::make_unique<ShardStore>(layout, units, config, seed, std::span<float>{}, nullptr,
+                                                     options.store_contents);
+      auto host_comm = std::make_unique<CollectiveComm>(*host_store, mpi->comm(), mpi->watchdog());
+      if (choice.staged) {
+        ShardStore& host = *host_store;
+        return stage(std::move(host_comm), host, std::move(host_store));
+      }
       stack->store_ = std::move(host_store);
+      stack->state_ = stack->store_.get();
       stack->comm_ = std::move(host_comm);
       return stack;
     }
-    CommStack::stage(*stack, std::move(host_store), std::move(host_comm), layout, units, config, seed, nullptr, device);
-    return stack;
+    case CommBuild::odc_ipc: {
+      auto memory = make_peer_memory(group, state_device);
+      std::string handle;
+      auto* masters = static_cast<float*>(memory->export_region(
+          static_cast<std::size_t>(layout.owned_elements()) * sizeof(float), "the master shards", handle));
+      auto store = std::make_unique<ShardStore>(
+          layout, units, config, seed, std::span<float>(masters, static_cast<std::size_t>(layout.owned_elements())),
+          state_device, state_device != nullptr ? StoreContents::all : options.store_contents);
+      IpcOptions ipc;
+      ipc.gather_dtype = options.gather_dtype;
+      ipc.deterministic = options.deterministic;
+      ipc.chunk_floats = std::max<std::int64_t>(1, options.transport.chunk_bytes / static_cast<std::int64_t>(sizeof(float)));
+      ipc.slots = options.transport.max_inflight;
+      ipc.timeout_s = options.transport.timeout_s;
+      auto comm = std::make_unique<IpcOdcComm>(std::move(memory), std::move(store), group, handle, ipc, state_device);
+      stack->state_ = &comm->store();
+      stack->comm_ = std::move(comm);
+      return stack;
+    }
+    case CommBuild::odc_ucx: {
+      TransportOptions transport_options = options.transport;
+      for (int u = 0; u < layout.num_units(); ++u) {
+        transport_options.slot_floats = std::max(transport_options.slot_floats, layout.unit(u).shard);
+      }
+      // The masters live in memory the transport registered, so peers can read them one-sidedly.
+      auto transport = std::make_unique<UcxTransport>(group, layout.owned_elements(), transport_options);
+      auto host_store = std::make_unique<ShardStore>(layout, units, config, seed, transport->exposed(), nullptr,
+                                                     options.store_contents);
+      auto comm = std::make_unique<OdcComm>(std::move(transport), std::move(host_store), group, options.deterministic);
+      ShardStore& host = comm->store();
+      if (choice.staged) return stage(std::move(comm), host, nullptr);
+      stack->state_ = &host;
+      stack->comm_ = std::move(comm);
+      return stack;
+    }
   }
-  // A group without MPI is one host by construction (odc-run --local, threads).
-  const bool one_host = mpi == nullptr || mpi->topology().hosts == 1;
-  OdcTransport transport_kind = options.odc_transport;
-  if (transport_kind == OdcTransport::automatic) {
-    transport_kind = (state_device != nullptr && one_host) || mpi == nullptr ? OdcTransport::ipc : OdcTransport::ucx;
-  }
-  if (transport_kind == OdcTransport::ipc) {
-    stack->peer_memory_ = make_peer_memory(group, state_device);
-    std::string handle;
-    auto* masters = static_cast<float*>(stack->peer_memory_->export_region(
-        static_cast<std::size_t>(layout.owned_elements()) * sizeof(float), "the master shards", handle));
-    stack->store_ = std::make_unique<ShardStore>(layout, units, config, seed,
-                                                 std::span<float>(masters, static_cast<std::size_t>(layout.owned_elements())),
-                                                 state_device, state_device != nullptr ? StoreContents::all : options.store_contents);
-    IpcOptions ipc;
-    ipc.gather_dtype = options.gather_dtype;
-    ipc.deterministic = options.deterministic;
-    ipc.chunk_floats = std::max<std::int64_t>(1, options.transport.chunk_bytes / static_cast<std::int64_t>(sizeof(float)));
-    ipc.slots = options.transport.max_inflight;
-    ipc.timeout_s = options.transport.timeout_s;
-    stack->comm_ = std::make_unique<IpcOdcComm>(*stack->store_, group, *stack->peer_memory_, handle, ipc, state_device);
-    return stack;
-  }
-  if (options.gather_dtype != GatherDtype::f32) {
-    fail("comm.gather_dtype {} needs comm.transport ipc (the UCX transport gathers the fp32 masters)",
-         gather_dtype_name(options.gather_dtype));
-  }
-  const bool staged = state_device != nullptr || options.host_staging;
-  TransportOptions transport = options.transport;
-  for (int u = 0; u < layout.num_units(); ++u) transport.slot_floats = std::max(transport.slot_floats, layout.unit(u).shard);
-  // The masters live in memory the transport registered, so peers can read them one-sidedly.
-  stack->transport_ = std::make_unique<UcxTransport>(group, layout.owned_elements(), transport);
-  auto host_store = std::make_unique<ShardStore>(layout, units, config, seed, stack->transport_->exposed(), nullptr,
-                                                   options.store_contents);
-  auto host_comm = std::make_unique<OdcComm>(*host_store, *stack->transport_, group, options.deterministic);
-  if (!staged) {
-    stack->store_ = std::move(host_store);
-    stack->comm_ = std::move(host_comm);
-    return stack;
-  }
-  CommStack::stage(*stack, std::move(host_store), std::move(host_comm), layout, units, config, seed, state_device, device);
-  return stack;
+  fail("comm '{}' is not built in this build", comm_build_name(choice.build));
 }
 
 std::unique_ptr<CommStack> make_sharded_comm(const CommOptions& options, const ShardingPlan& plan, HostGroup& world,
@@ -184,6 +163,7 @@ std::unique_ptr<CommStack> make_sharded_comm(const CommOptions& options, const S
     ODC_CHECK(replicas != nullptr, "the replica group of a hybrid layout runs over MPI");
     stack->primary_ = make_comm(options, host, host_layout, units, config, seed, device);
     stack->shard_group_ = &host;
+    stack->state_ = &stack->primary_->store();
     stack->comm_ = std::make_unique<HybridComm>(stack->primary_->comm(), stack->primary_->store(), replicas->comm(),
                                                 replicas->watchdog());
     return stack;  // store(): the host-level one, owned by primary_ (destroyed after comm_)
@@ -194,6 +174,7 @@ std::unique_ptr<CommStack> make_sharded_comm(const CommOptions& options, const S
   secondary.store_contents = StoreContents::weights;
   stack->secondary_ = make_comm(secondary, host, host_layout, units, config, seed, device);
   stack->shard_group_ = &world;
+  stack->state_ = &stack->primary_->store();
   stack->comm_ = std::make_unique<HpzComm>(stack->primary_->comm(), stack->primary_->store(), stack->secondary_->comm(),
                                            stack->secondary_->store());
   return stack;

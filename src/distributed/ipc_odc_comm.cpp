@@ -47,17 +47,20 @@ std::vector<nlohmann::json> all_gather_json(HostGroup& group, const nlohmann::js
 }
 }  // namespace
 
-IpcOdcComm::IpcOdcComm(ShardStore& store, HostGroup& group, PeerMemory& memory, const std::string& master_handle,
-                       const IpcOptions& options, backend::Backend* device)
-    : ShardedComm(store.layout(), device),
-      store_(store),
+IpcOdcComm::IpcOdcComm(std::unique_ptr<PeerMemory> owned_memory, std::unique_ptr<ShardStore> owned_store,
+                       HostGroup& group, const std::string& master_handle, const IpcOptions& options,
+                       backend::Backend* device)
+    : ShardedComm(owned_store->layout(), device),
+      owned_memory_(std::move(owned_memory)),
+      owned_store_(std::move(owned_store)),
+      store_(*owned_store_),
       group_(group),
-      memory_(memory),
+      memory_(*owned_memory_),
       options_(options),
       rank_(group.rank()),
       world_(group.size()),
       ledger_(group) {
-  const ShardLayout& layout = store.layout();
+  const ShardLayout& layout = store_.layout();
   if (layout.world_size() != world_ || layout.rank() != rank_) {
     fail("shard layout is for rank {} of {}, but the group has rank {} of {}", layout.rank(), layout.world_size(),
          rank_, world_);
@@ -71,15 +74,15 @@ IpcOdcComm::IpcOdcComm(ShardStore& store, HostGroup& group, PeerMemory& memory, 
 
   // This rank's exported regions: the data slots its clients write, the bf16 shadow of its masters.
   nlohmann::json mine = {{"host", host_name()}, {"pid", ::getpid()}, {"masters", master_handle},
-                         {"transport", std::string(memory.name())}};
+                         {"transport", std::string(memory_.name())}};
   std::string handle;
   const auto slot_bytes = static_cast<std::size_t>(slot_floats_) * sizeof(float) * w * options.slots;
-  auto* own_slots = static_cast<float*>(memory.export_region(slot_bytes, "the gradient data slots", handle));
+  auto* own_slots = static_cast<float*>(memory_.export_region(slot_bytes, "the gradient data slots", handle));
   mine["slots"] = handle;
   exported_bytes_ = static_cast<std::int64_t>(slot_bytes + static_cast<std::size_t>(owned) * sizeof(float));
   if (options.gather_dtype == GatherDtype::bf16) {
     own_shadow_ = static_cast<std::uint16_t*>(
-        memory.export_region(static_cast<std::size_t>(owned) * 2, "the bf16 shadow of the masters", handle));
+        memory_.export_region(static_cast<std::size_t>(owned) * 2, "the bf16 shadow of the masters", handle));
     mine["shadow"] = handle;
     exported_bytes_ += owned * 2;
   }
@@ -104,26 +107,26 @@ IpcOdcComm::IpcOdcComm(ShardStore& store, HostGroup& group, PeerMemory& memory, 
     const auto& p = peers[static_cast<std::size_t>(r)];
     const auto i = static_cast<std::size_t>(r);
     if (r == rank_) {
-      masters_[i] = store.master_base();
+      masters_[i] = store_.master_base();
       shadows_[i] = own_shadow_;
       slots_of_[i] = own_slots;
       continue;
     }
     const std::string who = fmt::format("rank {}'s", r);
-    masters_[i] = static_cast<const float*>(memory.open(p.at("masters").get<std::string>(), who + " master shards"));
-    slots_of_[i] = static_cast<float*>(memory.open(p.at("slots").get<std::string>(), who + " gradient data slots"));
+    masters_[i] = static_cast<const float*>(memory_.open(p.at("masters").get<std::string>(), who + " master shards"));
+    slots_of_[i] = static_cast<float*>(memory_.open(p.at("slots").get<std::string>(), who + " gradient data slots"));
     if (own_shadow_ != nullptr) {
-      shadows_[i] = static_cast<const std::uint16_t*>(memory.open(p.at("shadow").get<std::string>(), who + " bf16 shadow"));
+      shadows_[i] = static_cast<const std::uint16_t*>(memory_.open(p.at("shadow").get<std::string>(), who + " bf16 shadow"));
     }
   }
   std::string prefix = group.is_root() ? unique_segment_prefix() : std::string();
   group.broadcast(prefix, "the IPC transport's mailbox name");
   mailbox_ = std::make_unique<PeerMailbox>(group, prefix, options.slots);
   group.barrier("the IPC transport's regions mapped");
-  memory.all_opened();
+  memory_.all_opened();
 
-  compute_mark_ = memory.make_mark();
-  for (int i = 0; i < UnitBufferPool::kWeightBuffers; ++i) gather_marks_.push_back(memory.make_mark());
+  compute_mark_ = memory_.make_mark();
+  for (int i = 0; i < UnitBufferPool::kWeightBuffers; ++i) gather_marks_.push_back(memory_.make_mark());
   if (own_shadow_ != nullptr) {
     // bf16 gathers land here before they are widened into the fp32 unit buffer.
     for (int i = 0; i < UnitBufferPool::kWeightBuffers; ++i) {
@@ -137,20 +140,20 @@ IpcOdcComm::IpcOdcComm(ShardStore& store, HostGroup& group, PeerMemory& memory, 
     }
   }
   if (options.deterministic) {
-    client_acc_ = static_cast<float*>(memory.export_region(static_cast<std::size_t>(owned) * sizeof(float) * w,
+    client_acc_ = static_cast<float*>(memory_.export_region(static_cast<std::size_t>(owned) * sizeof(float) * w,
                                                            "the per-client accumulators", handle));
   }
-  lanes_ = std::make_unique<LaneAccumulatorMemory>(memory);
-  accumulator_ = std::make_unique<PushAccumulator>(layout, store.grad(0), options.deterministic, *lanes_, client_acc_);
+  lanes_ = std::make_unique<LaneAccumulatorMemory>(memory_);
+  accumulator_ = std::make_unique<PushAccumulator>(layout, store_.grad(0), options.deterministic, *lanes_, client_acc_);
   unit_pushes_.assign(static_cast<std::size_t>(layout.num_units()), 0);
   jobs_.resize(UnitBufferPool::kGradBuffers);
-  for (auto& job : jobs_) job.ready = memory.make_mark();
+  for (auto& job : jobs_) job.ready = memory_.make_mark();
   copy_marks_.resize(w);
   add_marks_.resize(w);
   for (std::size_t r = 0; r < w; ++r) {
     for (int k = 0; k < options.slots; ++k) {
-      copy_marks_[r].push_back(memory.make_mark());
-      add_marks_[r].push_back(memory.make_mark());
+      copy_marks_[r].push_back(memory_.make_mark());
+      add_marks_[r].push_back(memory_.make_mark());
     }
   }
   pending_.resize(w);

@@ -9,20 +9,23 @@
 
 namespace odc::distributed {
 
-OdcComm::OdcComm(ShardStore& store, UcxTransport& transport, HostGroup& group, bool deterministic)
-    : ShardedComm(store.layout()),
-      store_(store),
-      transport_(transport),
+OdcComm::OdcComm(std::unique_ptr<UcxTransport> transport, std::unique_ptr<ShardStore> store, HostGroup& group,
+                 bool deterministic)
+    : ShardedComm(store->layout()),
+      owned_transport_(std::move(transport)),
+      owned_store_(std::move(store)),
+      store_(*owned_store_),
+      transport_(*owned_transport_),
       group_(group),
       ledger_(group),
-      accumulator_(store.layout(), store.grad(0), deterministic, host_accumulator_memory()) {
-  const auto& layout = store.layout();
-  if (layout.world_size() != transport.world_size() || layout.rank() != transport.rank() ||
-      group.size() != transport.world_size() || group.rank() != transport.rank()) {
+      accumulator_(store_.layout(), store_.grad(0), deterministic, host_accumulator_memory()) {
+  const auto& layout = store_.layout();
+  if (layout.world_size() != transport_.world_size() || layout.rank() != transport_.rank() ||
+      group.size() != transport_.world_size() || group.rank() != transport_.rank()) {
     fail("shard layout is for rank {} of {}, the group has rank {} of {}, the transport rank {} of {}", layout.rank(),
-         layout.world_size(), group.rank(), group.size(), transport.rank(), transport.world_size());
+         layout.world_size(), group.rank(), group.size(), transport_.rank(), transport_.world_size());
   }
-  ODC_CHECK(store.master_base() == transport.exposed().data(), "masters must live in the transport's exposed region");
+  ODC_CHECK(store_.master_base() == transport_.exposed().data(), "masters must live in the transport's exposed region");
   for (int i = 0; i < UnitBufferPool::kWeightBuffers; ++i) gathers_.push_back(std::make_unique<Completion>(layout.world_size()));
   for (int i = 0; i < UnitBufferPool::kGradBuffers; ++i) pushes_.push_back(std::make_unique<Completion>(layout.world_size()));
   unit_pushes_.assign(static_cast<std::size_t>(layout.num_units()), 0);

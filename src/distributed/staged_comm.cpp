@@ -6,8 +6,11 @@
 
 namespace odc::distributed {
 
-StagedComm::StagedComm(Comm& inner, ShardStore& host_store, ShardStore& device_store, backend::Backend& device)
-    : inner_(inner),
+StagedComm::StagedComm(std::unique_ptr<Comm> inner, ShardStore& host_store, ShardStore& device_store,
+                       backend::Backend& device, std::unique_ptr<ShardStore> owned_host_store)
+    : owned_host_store_(std::move(owned_host_store)),
+      owned_inner_(std::move(inner)),
+      inner_(*owned_inner_),
       host_store_(host_store),
       device_store_(device_store),
       device_(device),

@@ -119,8 +119,8 @@ TEST_CASE("request gathers return the owner's bytes exactly, as gets do, with pu
   }
   std::vector<double> received(static_cast<std::size_t>(kFloats), 0.0);
   transport.set_receiver([&](const distributed::PushHeader& h, const float* data) {
-    ledger.applied(h.from, 1);
     for (std::int64_t i = 0; i < h.count; ++i) received[static_cast<std::size_t>(h.offset + i)] += data[i];
+    ledger.applied(h.from, 1);  // last: the wait's return means the data is in
   });
   MPI_Barrier(MPI_COMM_WORLD);  // every region is filled before anybody reads
 

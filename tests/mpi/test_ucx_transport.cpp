@@ -29,9 +29,9 @@ TEST_CASE("gets read every peer's exposed region and pushes arrive whole", "[mpi
   std::vector<double> received(static_cast<std::size_t>(kFloats), 0.0);
   std::vector<std::int64_t> calls(static_cast<std::size_t>(world), 0);
   transport.set_receiver([&](const distributed::PushHeader& h, const float* data) {
-    ledger.applied(h.from, 1);
     for (std::int64_t i = 0; i < h.count; ++i) received[static_cast<std::size_t>(h.offset + i)] += data[i];
     ++calls[static_cast<std::size_t>(h.from)];
+    ledger.applied(h.from, 1);  // last: the wait's return means the data is in
   });
   MPI_Barrier(MPI_COMM_WORLD);
 

@@ -2,15 +2,8 @@
 // make_comm: the sharded state of a run and the Comm over it, built in the order their lifetimes
 // need — ODC's transport first (it owns the memory the master shards live in, so peers can read
 // them one-sidedly), then the ShardStore (masters initialized, accumulators, optimizer moments),
-// then the Comm — and torn down in reverse.
-//
-//   one rank              LocalComm (nothing to communicate)
-//   collective            CollectiveComm over the group's MPI communicator (host state), or
-//                         NcclComm (GPU state)
-//   odc, transport ucx    UcxTransport + OdcComm (host state, any hosts; any HostGroup)
-//   odc, transport ipc    PeerMemory + IpcOdcComm (ranks of one host: CUDA IPC for GPU state,
-//                         shared memory for host state; any HostGroup, MPI or not)
-//   odc, transport auto   ipc for GPU state on one host or a group without MPI, else ucx
+// then the Comm — and torn down in reverse. Which comm: choose_comm (comm_choice.h), from the
+// options and the facts of the group and the device; this file only builds what it says.
 // GPU state with a host comm (odc over ucx: several hosts) goes through StagedComm, which copies
 // between the device and the host comm's own host store.
 #include <cstdint>
@@ -18,6 +11,7 @@
 #include <vector>
 
 #include "odc/distributed/comm.h"
+#include "odc/distributed/comm_choice.h"
 #include "odc/distributed/host_group.h"
 #include "odc/distributed/shard_store.h"
 #include "odc/distributed/sharding.h"
@@ -26,13 +20,6 @@
 #include "odc/model/units.h"
 
 namespace odc::distributed {
-
-class UcxTransport;
-class PeerMemory;
-
-// How ODC moves data (comm.transport).
-enum class OdcTransport { automatic, ucx, ipc };
-OdcTransport parse_odc_transport(std::string_view name);  // "auto" | "ucx" | "ipc"
 
 struct CommOptions {
   CommKind kind = CommKind::odc;
@@ -48,17 +35,19 @@ struct CommOptions {
   StoreContents store_contents = StoreContents::all;
 };
 
+// A run's comm and what it runs on. Each comm owns what it was built over (ODC: its transport or
+// peer memory and the store living there; StagedComm: its inner comm), so the members below are
+// destroyed in reverse order of declaration and nothing needs a hand-ordered teardown.
 class CommStack {
  public:
-  ~CommStack();
   CommStack(const CommStack&) = delete;
   CommStack& operator=(const CommStack&) = delete;
 
   Comm& comm() { return *comm_; }
   const Comm& comm() const { return *comm_; }
   // The shards the optimizer steps and checkpoints hold (a layered comm's: its primary part's).
-  ShardStore& store() { return store_ ? *store_ : primary_->store(); }
-  const ShardStore& store() const { return store_ ? *store_ : primary_->store(); }
+  ShardStore& store() { return *state_; }
+  const ShardStore& store() const { return *state_; }
   // Bytes of parameter and optimizer state this rank holds: the store's, plus a layered comm's
   // secondary copy of the weights (hpz).
   std::int64_t state_bytes() const { return store().bytes() + (secondary_ ? secondary_->store().bytes() : 0); }
@@ -75,21 +64,12 @@ class CommStack {
                                                        std::uint64_t, backend::Backend*);
   CommStack() = default;
   HostGroup* shard_group_ = nullptr;
+  ShardStore* state_ = nullptr;
   std::vector<std::unique_ptr<HostGroup>> groups_;  // sub-groups of the layout (destroyed last)
   std::unique_ptr<CommStack> primary_;              // the layered comms' parts (layered_comm.h)
   std::unique_ptr<CommStack> secondary_;
-  // Wraps a host comm and its store in a StagedComm over a store in `state_device`'s memory
-  // (null: host memory) and `device`'s copies.
-  static void stage(CommStack& stack, std::unique_ptr<ShardStore> host_store, std::unique_ptr<Comm> host_comm,
-                    const ShardLayout& layout, const std::vector<model::UnitLayout>& units,
-                    const model::LlamaConfig& config, std::uint64_t seed, backend::Backend* state_device,
-                    backend::Backend* device);
-  std::unique_ptr<PeerMemory> peer_memory_;  // declared first: destroyed after the store and comm
-  std::unique_ptr<UcxTransport> transport_;
-  std::unique_ptr<ShardStore> host_store_;  // StagedComm: the inner comm's state in host memory
-  std::unique_ptr<Comm> host_comm_;          // StagedComm: the inner comm
-  std::unique_ptr<ShardStore> store_;
-  std::unique_ptr<Comm> comm_;
+  std::unique_ptr<ShardStore> store_;  // the state, where the comm does not own it (local, collectives, staged)
+  std::unique_ptr<Comm> comm_;         // destroyed first
 };
 
 // Collective over `group`. The collective comm on host memory needs an MpiHostGroup (it runs on its

@@ -59,11 +59,11 @@ struct IpcOptions {
 
 class IpcOdcComm final : public ShardedComm {
  public:
-  // `store`'s masters must live in `memory`'s region exported as `master_handle` (collective:
-  // every rank of `group` constructs its comm; the handles are exchanged here). `device`: the
-  // backend whose memory holds the unit buffers (null: host).
-  IpcOdcComm(ShardStore& store, HostGroup& group, PeerMemory& memory, const std::string& master_handle,
-             const IpcOptions& options, backend::Backend* device = nullptr);
+  // Owns `memory` and `store`, whose masters live in `memory`'s region exported as `master_handle`
+  // (collective: every rank of `group` constructs its comm; the handles are exchanged here).
+  // `device`: the backend whose memory holds the unit buffers (null: host).
+  IpcOdcComm(std::unique_ptr<PeerMemory> memory, std::unique_ptr<ShardStore> store, HostGroup& group,
+             const std::string& master_handle, const IpcOptions& options, backend::Backend* device = nullptr);
   ~IpcOdcComm() override;
   IpcOdcComm(const IpcOdcComm&) = delete;
   IpcOdcComm& operator=(const IpcOdcComm&) = delete;
@@ -75,6 +75,7 @@ class IpcOdcComm final : public ShardedComm {
   void begin_minibatch() override;
   void end_minibatch() override;
   CommResources resources() const override;
+  ShardStore& store() { return store_; }
 
   // Fault injection (tests): this owner's progress thread stops taking pushes, as a frozen
   // process would, while its memory stays mapped; its clients must name it after the timeout.
@@ -119,6 +120,9 @@ class IpcOdcComm final : public ShardedComm {
   float* data_slot(int owner, int client, int slot) const;
   std::string peer_state(int rank) const;
 
+  // Destroyed after the members below, in this order: the store, then the memory it lives in.
+  std::unique_ptr<PeerMemory> owned_memory_;
+  std::unique_ptr<ShardStore> owned_store_;
   ShardStore& store_;
   HostGroup& group_;
   PeerMemory& memory_;

@@ -28,9 +28,11 @@ namespace odc::distributed {
 
 class OdcComm final : public ShardedComm {
  public:
-  // `transport` must expose `store`'s master region (ShardStore built on transport.exposed());
-  // `group` (the transport's) carries the minibatch-boundary barrier and count exchange.
-  OdcComm(ShardStore& store, UcxTransport& transport, HostGroup& group, bool deterministic = false);
+  // Owns `transport` and `store`, whose masters live in the transport's exposed region (a ShardStore
+  // built on transport->exposed()); `group` (the transport's) carries the minibatch-boundary
+  // barrier and count exchange.
+  OdcComm(std::unique_ptr<UcxTransport> transport, std::unique_ptr<ShardStore> store, HostGroup& group,
+          bool deterministic = false);
   ~OdcComm() override;
   OdcComm(const OdcComm&) = delete;
   OdcComm& operator=(const OdcComm&) = delete;
@@ -42,6 +44,7 @@ class OdcComm final : public ShardedComm {
   void begin_minibatch() override;
   void end_minibatch() override;
   CommResources resources() const override;
+  ShardStore& store() { return store_; }
 
  private:
   // UnitTransport
@@ -52,6 +55,9 @@ class OdcComm final : public ShardedComm {
   bool push_done(int buffer) override;
   void wait_push(int unit, int buffer) override;
 
+  // Destroyed after the members below, in this order: the store, then the memory it lives in.
+  std::unique_ptr<UcxTransport> owned_transport_;
+  std::unique_ptr<ShardStore> owned_store_;
   ShardStore& store_;
   UcxTransport& transport_;
   HostGroup& group_;

@@ -18,6 +18,7 @@
 // comm's prefetch): a correct path across hosts, not a fast one; ranks of one host use CUDA IPC.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "odc/backend/backend.h"
@@ -28,9 +29,12 @@ namespace odc::distributed {
 
 class StagedComm final : public Comm {
  public:
-  // `inner` moves `host_store`'s memory; the model computes on `device`, whose memory holds
-  // `device_store` (both stores have the same layout). All must outlive this object.
-  StagedComm(Comm& inner, ShardStore& host_store, ShardStore& device_store, backend::Backend& device);
+  // Owns `inner`, which moves `host_store`'s memory (its own store, as ODC's; or
+  // `owned_host_store`, given here when the inner comm does not own its store, as the collective's).
+  // The model computes on `device`, whose memory holds `device_store` (both stores have the same
+  // layout); both must outlive this object.
+  StagedComm(std::unique_ptr<Comm> inner, ShardStore& host_store, ShardStore& device_store, backend::Backend& device,
+             std::unique_ptr<ShardStore> owned_host_store = nullptr);
 
   std::string_view name() const override { return inner_.name(); }
   int rank() const override { return inner_.rank(); }
@@ -52,6 +56,8 @@ class StagedComm final : public Comm {
   backend::Buffer take_buffer();
   std::int64_t padded(int unit) const { return host_store_.layout().unit(unit).padded; }
 
+  std::unique_ptr<ShardStore> owned_host_store_;  // destroyed after the inner comm that uses it
+  std::unique_ptr<Comm> owned_inner_;
   Comm& inner_;
   ShardStore& host_store_;
   ShardStore& device_store_;
