@@ -51,7 +51,7 @@ void LlamaModel::forward_cached(std::span<const std::int32_t> tokens, KvCache& c
                                 std::vector<float>& logits) {
   const auto n = static_cast<std::int64_t>(tokens.size());
   if (n == 0) fail("forward_cached needs at least one new token");
-  if (cache.backend() != backend_.get()) fail("forward_cached: the KV cache was made for another backend");
+  if (cache.backend() != backend_) fail("forward_cached: the KV cache was made for another backend");
   if (cache.num_layers() != config_.num_hidden_layers || cache.kv_dim() != config_.kv_dim()) {
     fail("forward_cached: the KV cache holds {} layers of width {}, the model has {} of width {}", cache.num_layers(),
          cache.kv_dim(), config_.num_hidden_layers, config_.kv_dim());

@@ -54,7 +54,15 @@ struct LlamaModel::Activations {
 };
 
 LlamaModel::LlamaModel(const LlamaConfig& config, std::unique_ptr<backend::Backend> backend)
-    : config_(config), backend_(std::move(backend)), units_(build_unit_layouts(config)) {
+    : LlamaModel(config, std::move(backend), nullptr) {}
+
+LlamaModel::LlamaModel(const LlamaConfig& config, backend::Backend& backend) : LlamaModel(config, nullptr, &backend) {}
+
+LlamaModel::LlamaModel(const LlamaConfig& config, std::unique_ptr<backend::Backend> owned, backend::Backend* borrowed)
+    : config_(config),
+      owned_backend_(std::move(owned)),
+      backend_(owned_backend_ ? owned_backend_.get() : borrowed),
+      units_(build_unit_layouts(config)) {
   ODC_CHECK(backend_ != nullptr, "a model needs a backend");
   config_.validate("model config");
   inv_freq_ = kernels::rope_inv_freq(config_.head_dim, config_.rope_theta, config_.rope_scaling);

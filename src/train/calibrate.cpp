@@ -8,15 +8,16 @@
 #include "odc/distributed/shard_store.h"
 #include "odc/model/llama_model.h"
 #include "odc/train/config_schema.h"
+#include "odc/train/run_settings.h"
 
 namespace odc::train {
 
 data::CostModel calibrate_cost_model(const Config& config, std::vector<CalibrationPoint>* points) {
   const auto model_config = training_model_config(config);
-  model::LlamaModel model(model_config, training_backend(config, 0));
+  const RunSettings settings = resolve_run_settings(config, false);
+  model::LlamaModel model(model_config, training_backend(settings, 0));
   distributed::ShardLayout layout(model.units(), 1, 0);
-  distributed::ShardStore store(layout, model.units(), model_config, static_cast<std::uint64_t>(config.get_int("model.seed")),
-                                {}, &model.backend());
+  distributed::ShardStore store(layout, model.units(), model_config, settings.model.seed, {}, &model.backend());
   distributed::LocalComm comm(store);
 
   // Lengths up to the microbatch cap (or the model's context), at most 4096 to keep this short.

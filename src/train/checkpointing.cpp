@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <span>
 #include <thread>
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 
 #include "odc/core/error.h"
 #include "odc/core/hash.h"
+#include "odc/io/hf_checkpoint.h"
 #include "odc/io/native_checkpoint.h"
 #include "odc/io/native_reshard.h"
 #include "odc/model/llama_config.h"
@@ -29,6 +31,40 @@ T field(const nlohmann::json& manifest, const char* key, const std::string& wher
     fail("checkpoint manifest '{}': '{}' has the wrong type ({})", where, key, manifest.at(key).dump());
   }
 }
+}  // namespace
+
+namespace {
+
+// What the export keeps of the model's origin after a resume: the manifest's record of it, or for
+// a checkpoint written before it was recorded, model.checkpoint's (when still there; headers only).
+ModelSource resumed_source(const std::string& base, const TrainingManifest& manifest) {
+  ModelSource source;
+  if (!manifest.source_architecture.empty()) {
+    source.architecture = manifest.source_architecture;
+    if (!manifest.source_dtype.empty()) source.dtype = parse_dtype(manifest.source_dtype);
+  } else if (!base.empty() && std::filesystem::exists(std::filesystem::path(base) / "config.json")) {
+    const io::HfCheckpoint checkpoint(base);
+    source = {checkpoint.architecture(), checkpoint.dtype()};
+  }
+  return source;
+}
+
+// Every rank reads only its shard of every unit of the Hugging Face checkpoint `base`.
+ModelSource load_base_weights(const std::string& base, distributed::ShardStore& store,
+                              const model::LlamaConfig& model) {
+  const io::HfCheckpoint checkpoint(base);
+  const std::span<float> masters = store.host_masters();
+  const distributed::ShardLayout& layout = store.layout();
+  for (int u = 0; u < layout.num_units(); ++u) {
+    checkpoint.read_unit_range(u, layout.shard_begin(u, layout.rank()), layout.unit(u).shard,
+                               masters.data() + store.offset(u));
+  }
+  store.push_to_device();
+  spdlog::info("model: loaded {} ({}, {}) from {}", checkpoint.architecture(), dtype_name(checkpoint.dtype()),
+               fmt::format("{:.2f}M parameters", static_cast<double>(model.num_parameters()) / 1e6), base);
+  return {checkpoint.architecture(), checkpoint.dtype()};
+}
+
 }  // namespace
 
 std::string fingerprint_hex(std::uint64_t fingerprint) { return fmt::format("{:016x}", fingerprint); }
@@ -391,6 +427,20 @@ TrainingManifest Checkpointer::load(const std::string& path, distributed::ShardS
     spdlog::info("resumed from {} (step {}, written with comm {})", path, manifest.step, manifest.comm);
   }
   return manifest;
+}
+
+InitialState Checkpointer::initial_state(distributed::ShardStore& store, const std::string& base,
+                                         const RunDescription& run) {
+  ODC_CHECK(start_, "Checkpointer::initial_state called before begin_run");
+  const std::string& resume = start_->resume_path;
+  InitialState state;
+  if (resume.empty()) {
+    if (!base.empty()) state.source = load_base_weights(base, store, run.model);
+    return state;
+  }
+  state.resumed = load(resume, store, run.model.to_json(), run.data_fingerprint, run.dataset, run.global_minibatch);
+  state.source = resumed_source(base, *state.resumed);
+  return state;
 }
 
 }  // namespace odc::train

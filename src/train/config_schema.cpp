@@ -336,34 +336,6 @@ model::LlamaConfig model_config_from(const Config& config) {
   return model::LlamaConfig::from_json(yaml_to_json(config.get_map("model.config")), "model.config", true);
 }
 
-distributed::CommOptions comm_options(const Config& config) {
-  distributed::CommOptions options;
-  options.kind = distributed::parse_comm_kind(config.get_string("train.comm"));
-  options.transport.chunk_bytes = config.get_int("comm.chunk_bytes");
-  options.transport.network_chunk_bytes = config.get_int("comm.network_chunk_bytes");
-  options.transport.max_inflight = static_cast<int>(config.get_int("comm.max_inflight"));
-  options.transport.timeout_s = config.get_double("comm.timeout_s");
-  options.transport.direct_load = config.get_bool("comm.direct_load");
-  options.transport.gather_protocol = distributed::parse_gather_protocol(config.get_string("comm.gather_protocol"));
-  options.deterministic = config.get_bool("comm.deterministic");
-  options.odc_transport = distributed::parse_odc_transport(config.get_string("comm.transport"));
-  options.gather_dtype = distributed::parse_gather_dtype(config.get_string("comm.gather_dtype"));
-  options.host_staging = config.get_bool("debug.host_staging");
-  return options;
-}
-
-std::unique_ptr<backend::Backend> training_backend(const Config& config, int local_rank) {
-  const std::string device = config.get_string("model.device");
-  const DType dtype = parse_dtype(config.get_string("model.dtype"));
-  if (config.get_string("comm.gather_dtype") == "bf16" && dtype != DType::bf16) {
-    fail("comm.gather_dtype bf16 rounds the gathered weights to bf16, but model.dtype {} computes with them unrounded: "
-         "set model.dtype: bfloat16, or comm.gather_dtype: fp32",
-         dtype_name(dtype));
-  }
-  return backend::make_backend(device, dtype, static_cast<int>(config.get_int("train.threads")), local_rank,
-                               config.get_string("model.attention"));
-}
-
 namespace {
 
 // The checkpoint's config.json defines the model. A model.config field changed from its default

@@ -77,8 +77,8 @@ bool Evaluator::due(std::int64_t step, std::int64_t last_step) const {
   return every_ > 0 && step % every_ == 0 && step < last_step;
 }
 
-EvalSummary Evaluator::run(model::LlamaModel& model, distributed::Comm& comm, distributed::HostGroup& group,
-                           std::int64_t step) {
+EvalSummary Evaluator::run(model::LlamaModel& model, backend::Backend& backend, distributed::Comm& comm,
+                           distributed::HostGroup& group, std::int64_t step) {
   // Empty microbatches join the collectives of the ranks that have more (same calls, no tokens).
   const std::size_t count = comm.needs_equal_microbatches() ? most_ : mine_.size();
   model.set_tracer(nullptr);
@@ -106,7 +106,7 @@ EvalSummary Evaluator::run(model::LlamaModel& model, distributed::Comm& comm, di
   }
   group.announce(fmt::format("eval after step {}: end", step));
   comm.end_minibatch();
-  model.backend().synchronize();
+  backend.synchronize();
   group.all_reduce_sum(sums, "the evaluation sums (nll, target tokens, sequences)");
   EvalSummary result;
   result.step = step;

@@ -280,16 +280,16 @@ std::int64_t max_tokens_that_fit(MemoryInputs inputs, std::int64_t budget_bytes,
   return lo * granule;
 }
 
-MemoryInputs memory_inputs(const Config& config, const model::LlamaConfig& model, int world, std::int64_t tokens,
-                           bool launched_with_mpi) {
+MemoryInputs memory_inputs(const RunSettings& settings, const model::LlamaConfig& model, int world,
+                           std::int64_t tokens, bool launched_with_mpi) {
   MemoryInputs in;
   in.model = model;
   in.world = world;
-  in.device = config.get_string("model.device") == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
-  in.compute = parse_dtype(config.get_string("model.dtype"));
-  in.recompute = model::parse_recompute(config.get_string("train.recompute"));
+  in.device = settings.model.device_kind();
+  in.compute = settings.model.dtype;
+  in.recompute = settings.train.recompute;
   in.tokens = tokens;
-  const distributed::CommOptions comm = comm_options(config);
+  const distributed::CommOptions& comm = settings.comm;
   in.comm = comm.kind;
   in.transport = comm.odc_transport;
   in.gather = comm.gather_dtype;
@@ -299,12 +299,12 @@ MemoryInputs memory_inputs(const Config& config, const model::LlamaConfig& model
   in.chunk_bytes = comm.transport.chunk_bytes;
   in.max_inflight = comm.transport.max_inflight;
   in.direct_load = comm.transport.direct_load;
-  in.sharding = config.get_string("train.sharding");
+  in.sharding = std::string(distributed::sharding_name(settings.train.sharding));
   return in;
 }
 
-std::int64_t memory_budget(const Config& config, std::int64_t capacity_bytes) {
-  const double gib = config.get_double("train.memory_budget_gib");
+std::int64_t memory_budget(const RunSettings& settings, std::int64_t capacity_bytes) {
+  const double gib = settings.train.memory_budget_gib;
   if (gib > 0) return static_cast<std::int64_t>(gib * 1073741824.0);
   if (capacity_bytes <= 0) return 0;
   return static_cast<std::int64_t>(static_cast<double>(capacity_bytes) * (1.0 - kBudgetMargin));
@@ -322,20 +322,20 @@ void check_fits(const MemoryPlan& plan, std::int64_t budget_bytes, std::string_v
        mib_text(plan.peak_bytes()), mib_text(budget_bytes), budget_origin, fixes, plan.table());
 }
 
-RunMemory plan_run_memory(const Config& config, const model::LlamaConfig& model, int shard_world,
+RunMemory plan_run_memory(const RunSettings& settings, const model::LlamaConfig& model, int shard_world,
                           std::int64_t capacity_bytes, int ranks_sharing, bool launched_with_mpi) {
   RunMemory run;
-  run.inputs = memory_inputs(config, model, shard_world, 0, launched_with_mpi);
+  run.inputs = memory_inputs(settings, model, shard_world, 0, launched_with_mpi);
   run.inputs.ranks_on_host = ranks_sharing;
-  run.budget = memory_budget(config, capacity_bytes);
-  run.budget_origin = config.get_double("train.memory_budget_gib") > 0
+  run.budget = memory_budget(settings, capacity_bytes);
+  run.budget_origin = settings.train.memory_budget_gib > 0
                           ? std::string("train.memory_budget_gib")
                           : fmt::format("this rank's share of the {}, {}, less {:.0f}%",
                                         run.inputs.device == DeviceKind::cpu
                                             ? fmt::format("host's available memory ({} rank{} here)", ranks_sharing, ranks_sharing == 1 ? "" : "s")
                                             : std::string("device's memory"),
                                         mib_text(capacity_bytes), kBudgetMargin * 100);
-  if (config.get_int_word("data.max_tokens_per_microbatch")) {
+  if (settings.data.auto_token_cap) {
     if (run.budget <= 0) {
       fail("data.max_tokens_per_microbatch: auto needs this rank's memory, which could not be read: set "
            "train.memory_budget_gib or a number of tokens");
@@ -393,11 +393,13 @@ struct ShownPlan {
 
 std::optional<ShownPlan> plan_to_show(const Config& config, int world, bool launched_with_mpi, int ranks_on_host) {
   const model::LlamaConfig model = training_model_config(config);
-  const bool gpu = config.get_string("model.device") != "cpu";
+  // Planned for a run elsewhere: nothing is checked against this machine.
+  const RunSettings settings = resolve_run_settings(config, false);
+  const bool gpu = settings.model.device != "cpu";
   const std::int64_t capacity = gpu ? 0 : read_available_memory() / std::max(ranks_on_host, 1);
-  const RunMemory run = plan_run_memory(config, model, world, capacity, ranks_on_host, launched_with_mpi);
+  const RunMemory run = plan_run_memory(settings, model, world, capacity, ranks_on_host, launched_with_mpi);
   MemoryInputs inputs = run.inputs;
-  inputs.tokens = run.auto_token_cap > 0 ? run.auto_token_cap : config.get_int("data.max_tokens_per_microbatch");
+  inputs.tokens = run.auto_token_cap > 0 ? run.auto_token_cap : settings.data.max_tokens_per_microbatch;
   if (inputs.tokens <= 0) return std::nullopt;
   ShownPlan shown{plan_memory(inputs), "", true, run.budget};
   if (run.budget <= 0) {

@@ -12,15 +12,14 @@
 #include "odc/core/error.h"
 #include "odc/core/hash.h"
 #include "odc/core/process_stats.h"
-#include "odc/core/thread_limit.h"
 #include "odc/distributed/in_process_group.h"
 #include "odc/io/checkpoint_format.h"
-#include "odc/io/hf_checkpoint.h"
 #include "odc/io/native_checkpoint.h"
 #include "odc/train/batch_schedule.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/memory_plan.h"
 #include "odc/train/output_probe.h"
+#include "odc/train/run_settings.h"
 #include "odc/train/stop_signals.h"
 
 namespace odc::train {
@@ -45,9 +44,9 @@ void check_world_size(const std::vector<model::UnitLayout>& units, int world_siz
 }
 
 // The layout of train.sharding over the group's hosts (or debug.ranks_per_host's blocks).
-distributed::ShardingPlan sharding_plan(const Config& config, distributed::HostGroup& group) {
-  const auto kind = distributed::parse_sharding(config.get_string("train.sharding"));
-  const auto block = config.get_int("debug.ranks_per_host");
+distributed::ShardingPlan sharding_plan(const RunSettings& settings, distributed::HostGroup& group) {
+  const auto kind = settings.train.sharding;
+  const auto block = settings.debug.ranks_per_host;
   distributed::Placement placement{1, group.size(), 0, group.rank()};
   if (block > 0) {
     placement = distributed::block_placement(group.rank(), group.size(), static_cast<int>(block), "debug.ranks_per_host");
@@ -67,8 +66,8 @@ distributed::ShardingPlan sharding_plan(const Config& config, distributed::HostG
 // so the base weights of model.checkpoint are never read then, and a model.checkpoint that was
 // moved away is not needed: its config.json is compared when it is there, else the checkpoint's
 // model config is taken.
-model::LlamaConfig run_model_config(const Config& config, const std::string& resume_path) {
-  const std::string base = config.get_string("model.checkpoint");
+model::LlamaConfig run_model_config(const Config& config, const RunSettings& settings, const std::string& resume_path) {
+  const std::string& base = settings.model.checkpoint;
   if (resume_path.empty() || base.empty() || std::filesystem::exists(std::filesystem::path(base) / "config.json")) {
     return training_model_config(config);
   }
@@ -81,31 +80,16 @@ model::LlamaConfig run_model_config(const Config& config, const std::string& res
 
 // Text data is tokenized with model.checkpoint's tokenizer.json unless data.tokenizer names one:
 // that file is the one thing of the base checkpoint a resumed run still needs.
-void check_tokenizer_present(const Config& config) {
-  const std::string format = config.get_string("data.format");
-  const std::string base = config.get_string("model.checkpoint");
-  if ((format != "chat" && format != "text") || !config.get_string("data.tokenizer").empty() || base.empty()) return;
+void check_tokenizer_present(const RunSettings& settings) {
+  const std::string& format = settings.data.format;
+  const std::string& base = settings.model.checkpoint;
+  if ((format != "chat" && format != "text") || !settings.data.tokenizer.empty() || base.empty()) return;
   const auto tokenizer = std::filesystem::path(base) / "tokenizer.json";
   if (!std::filesystem::exists(tokenizer)) {
     fail("data.format {} tokenizes with model.checkpoint's tokenizer, but '{}' does not exist (was model.checkpoint "
          "moved?): set data.tokenizer to the tokenizer.json (a native checkpoint holds the model and its weights, "
          "not the tokenizer)", format, tokenizer.string());
   }
-}
-
-// What the export keeps of the model's origin after a resume: the manifest's record of it, or for
-// a checkpoint written before it was recorded, model.checkpoint's (when still there; headers only).
-ModelSource resumed_source(const Config& config, const TrainingManifest& manifest) {
-  ModelSource source;
-  if (!manifest.source_architecture.empty()) {
-    source.architecture = manifest.source_architecture;
-    if (!manifest.source_dtype.empty()) source.dtype = parse_dtype(manifest.source_dtype);
-  } else if (const std::string base = config.get_string("model.checkpoint");
-             !base.empty() && std::filesystem::exists(std::filesystem::path(base) / "config.json")) {
-    const io::HfCheckpoint checkpoint(base);
-    source = {checkpoint.architecture(), checkpoint.dtype()};
-  }
-  return source;
 }
 
 // This rank among the ranks of its host, as the launcher says (Open MPI, odc-run --local, Slurm);
@@ -125,50 +109,47 @@ Trainer::Trainer(const Config& config)
     : Trainer(config, std::move(distributed::InProcessGroup::create(1).front()), nullptr) {}
 
 Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> own_group, distributed::HostGroup* group)
-    : config_(config),
-      own_group_(std::move(own_group)),
-      group_(group != nullptr ? *group : *own_group_),
-      comm_kind_(distributed::parse_comm_kind(config.get_string("train.comm"))) {
-  const auto threads = config.get_int("train.threads");
+    : config_(config), own_group_(std::move(own_group)), group_(group != nullptr ? *group : *own_group_) {
   const int rank = group_.rank();
   const int world = group_.size();
   group_.announce("starting up (data, model, checkpoint)");
-  if (threads > max_compute_threads()) {
-    fail("train.threads = {} is more than 4 x the {} hardware threads of this machine (at most {}): that many "
-         "threads would only slow training down", threads, std::thread::hardware_concurrency(), max_compute_threads());
-  }
+  // Every key this run reads, once (train.threads is checked against this machine here).
+  settings_ = resolve_run_settings(config);
+  const RunSettings& settings = settings_;
 
   // The backend first: a device that cannot be used (no CUDA build or GPU, several ranks) fails
-  // before anything is read or written.
-  auto compute = training_backend(config, local_rank(rank));
+  // before anything is read or written. The trainer owns it and lends it to the model, the comm
+  // (the state's memory), the optimizer (through the store) and the evaluator.
+  backend_ = training_backend(settings, local_rank(rank));
   check_export_target(config);  // before anything is read, written or trained
   // Outputs written only at the end of the run (by rank 0) are proven writable before anything
   // is read or trained.
   if (group_.is_root()) {
-    if (const auto trace = rank_output_path(config.get_string("train.trace_file"), 0); !trace.empty()) {
+    if (const auto trace = rank_output_path(settings.train.trace_file, 0); !trace.empty()) {
       probe_output_file(trace, "train.trace_file");
     }
-    if (const auto hf = config.get_string("checkpoint.export_hf"); !hf.empty()) {
+    if (const auto& hf = settings.checkpoint.export_hf; !hf.empty()) {
       probe_output_directory(hf, "checkpoint.export_hf");
     }
   }
   // The checkpoint directory is locked and the run's identity and resume point settled before
   // anything is read: a second job on the directory, or another run's checkpoints there, stop
   // every rank here.
-  if (const auto from = config.get_string("checkpoint.resume"); from != "auto" && from != "never") {
+  if (const auto& from = settings.checkpoint.resume; from != "auto" && from != "never") {
     io::refuse_hf_where_native_expected(from, "checkpoint.resume");  // an HF directory: say how to use it
   }
   checkpointer_ = std::make_unique<Checkpointer>(config, group_);
   const std::string resume = checkpointer_->begin_run().resume_path;
-  model_config_ = run_model_config(config, resume);
-  check_tokenizer_present(config);
-  sharding_ = sharding_plan(config, group_);
+  model_config_ = run_model_config(config, settings, resume);
+  check_tokenizer_present(settings);
+  sharding_ = sharding_plan(settings, group_);
   // The memory plan (memory_plan.h): data.max_tokens_per_microbatch: auto resolves from it, and a
   // run it does not fit is refused below, before anything is trained.
-  const RunMemory memory = plan_run_memory(config, model_config_, sharding_.shard_world,
-                                           compute->memory_capacity(group_.ranks_on_host()),
+  const RunMemory memory = plan_run_memory(settings, model_config_, sharding_.shard_world,
+                                           backend_->memory_capacity(group_.ranks_on_host()),
                                            group_.ranks_on_host(), group_.over_mpi());
-  data_ = std::make_unique<MinibatchSource>(config, model_config_, rank, world, comm_kind_, memory.auto_token_cap);
+  data_ = std::make_unique<MinibatchSource>(config, model_config_, rank, world, settings.comm.kind,
+                                            memory.auto_token_cap);
   if (Evaluator::configured(config)) {
     evaluator_ = std::make_unique<Evaluator>(config, model_config_, rank, world, data_->token_cap());
   }
@@ -176,10 +157,10 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   // The measured side: what the resident set grows by from here (the model, its state and buffers,
   // the activations), against the plan at the end of the run.
   baseline_rss_ = read_process_stats().rss_bytes;
-  model_ = std::make_unique<model::LlamaModel>(model_config_, std::move(compute));
+  model_ = std::make_unique<model::LlamaModel>(model_config_, *backend_);
   const auto& mc = model_config_;  // model.attention: settled (an impossible cudnn fails) before anything is trained
   spdlog::info("attention: {}",
-               model_->backend().select_attention(mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim));
+               backend_->select_attention(mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim));
   model_->set_recompute(memory_plan_.inputs.recompute);  // train.recompute, as planned
   // Only a checkpoint (or another rank) can need the fingerprint: it reads the whole dataset.
   if (world > 1 || checkpointer_->in_use()) data_fingerprint_ = data_->fingerprint();
@@ -200,61 +181,46 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
     for (double h : hosts) host_of_rank.push_back(static_cast<int>(h));
     data_->set_collective_groups(std::move(host_of_rank));
   }
-  comm_ = distributed::make_sharded_comm(comm_options(config), sharding_, group_, model_->units(), model_config_,
-                                         static_cast<std::uint64_t>(config.get_int("model.seed")), &model_->backend());
+  comm_ = distributed::make_sharded_comm(settings.comm, sharding_, group_, model_->units(), model_config_,
+                                         settings.model.seed, backend_.get());
   // Compute copies of the weights made once per step where the comm hands out the masters (and the
   // memory plan has room for them).
-  model_->backend().keep_weight_copies(comm_->comm().hands_out_masters() && memory_plan_.inputs.keep_weight_copies);
+  backend_->keep_weight_copies(comm_->comm().hands_out_masters() && memory_plan_.inputs.keep_weight_copies);
   // Where several hosts hold the same shards (hybrid), the first host's ranks write them.
   checkpointer_->set_shards(sharding_.shard_rank, sharding_.shard_world, sharding_.replica == 0);
-  if (const std::string source = config.get_string("model.checkpoint"); !source.empty() && resume.empty()) {
-    // Every rank reads only its shard of every unit from the safetensors files.
-    const io::HfCheckpoint checkpoint(source);
-    source_ = {checkpoint.architecture(), checkpoint.dtype()};
-    const std::span<float> masters = store().host_masters();
-    const distributed::ShardLayout& layout = store().layout();
-    for (int u = 0; u < layout.num_units(); ++u) {
-      checkpoint.read_unit_range(u, layout.shard_begin(u, layout.rank()), layout.unit(u).shard,
-                                 masters.data() + store().offset(u));
-    }
-    store().push_to_device();
-    spdlog::info("model: loaded {} ({}, {}) from {}", checkpoint.architecture(), dtype_name(checkpoint.dtype()),
-                 fmt::format("{:.2f}M parameters", static_cast<double>(model_config_.num_parameters()) / 1e6), source);
-  }
-  if (config.get_int("debug.slow_rank") == rank) delay_s_ = config.get_double("debug.delay_ms") / 1000.0;
+  if (settings.debug.slow_rank == rank) delay_s_ = settings.debug.delay_ms / 1000.0;
 
   optim::AdamWConfig adam;
-  adam.beta1 = config.get_double("train.beta1");
-  adam.beta2 = config.get_double("train.beta2");
-  adam.eps = config.get_double("train.eps");
-  adam.weight_decay = config.get_double("train.weight_decay");
+  adam.beta1 = settings.train.beta1;
+  adam.beta2 = settings.train.beta2;
+  adam.eps = settings.train.eps;
+  adam.weight_decay = settings.train.weight_decay;
   optimizer_ = std::make_unique<optim::ShardedAdamW>(adam);
   length_ = run_length(config, data_->dataset().size(), data_->global_batch_size());
   schedule_ = lr_schedule(config, length_.steps);
-  grad_clip_ = config.get_double("train.grad_clip");
 
-  if (!resume.empty()) {
-    const TrainingManifest manifest = checkpointer_->load(resume, store(), model_config_.to_json(), data_fingerprint_,
-                                                          data_->dataset().describe(), data_->global_batch_size());
-    if (manifest.sampler) data_->sampler().restore(*manifest.sampler);
-    optimizer_->set_steps_taken(manifest.optimizer_steps);
-    step_ = manifest.step;
+  // The initial weights, whatever their source: the checkpoint resumed, model.checkpoint's
+  // Hugging Face weights, or the store's random initialization.
+  const InitialState initial = checkpointer_->initial_state(
+      store(), settings.model.checkpoint,
+      {model_config_, data_fingerprint_, data_->dataset().describe(), data_->global_batch_size()});
+  source_ = initial.source;
+  if (const auto& manifest = initial.resumed) {
+    if (manifest->sampler) data_->sampler().restore(*manifest->sampler);
+    optimizer_->set_steps_taken(manifest->optimizer_steps);
+    step_ = manifest->step;
     resumed_from_ = resume;
-    source_ = resumed_source(config, manifest);
   }
   checkpointer_->retire_abandoned();  // a rollback's abandoned branch, once the resume succeeded
 
-  if (!config.get_string("train.trace_file").empty()) {
-    tracer_ = std::make_unique<Tracer>(rank);
-    trace_steps_ = config.get_int("train.trace_steps");
-  }
+  if (!settings.train.trace_file.empty()) tracer_ = std::make_unique<Tracer>(rank);
   // The MFU denominator: train.peak_flops, else the device's measured peak (and then also the
   // GEMM rate for the GEMM fraction; with train.peak_flops nothing is measured).
-  const backend::DeviceDescription device = model_->backend().describe();
-  peak_flops_ = config.get_double("train.peak_flops");
+  const backend::DeviceDescription device = backend_->describe();
+  peak_flops_ = settings.train.peak_flops;
   backend::PeakFlops measured;
   if (peak_flops_ == 0) {
-    measured = model_->backend().measure_peak_flops();
+    measured = backend_->measure_peak_flops();
     // One denominator on every rank: the best any rank found (ranks measure at once, and one that
     // lost time to a busy core would otherwise divide by less than its peers).
     if (world > 1) {
@@ -308,7 +274,8 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
                    : fmt::format("peak {:.1f} GFLOP/s (train.peak_flops; nothing measured)", peak_flops_ / 1e9));
   if (!device.warning.empty()) spdlog::warn("{}", device.warning);
   spdlog::info("comm: {} over {} rank{}; {} compute thread{} per rank; MFU against {:.1f} GFLOP/s per rank{}",
-               comm_->comm().name(), world, world == 1 ? "" : "s", threads, threads == 1 ? "" : "s", peak_flops_ / 1e9,
+               comm_->comm().name(), world, world == 1 ? "" : "s", settings.train.threads,
+               settings.train.threads == 1 ? "" : "s", peak_flops_ / 1e9,
                measured.device > 0 ? " (device peak)" : " (train.peak_flops)");
   if (world > 1) spdlog::info("sharding: {}", sharding_.describe());
 }
@@ -339,7 +306,8 @@ StepResult Trainer::step() {
   r.sequences = static_cast<std::int64_t>(minibatch.global.size());
 
   // Tracing covers the first train.trace_steps steps (all when 0).
-  Tracer* tracer = tracer_ && (trace_steps_ == 0 || step_ < trace_steps_) ? tracer_.get() : nullptr;
+  const std::int64_t trace_steps = settings_.train.trace_steps;
+  Tracer* tracer = tracer_ && (trace_steps == 0 || step_ < trace_steps) ? tracer_.get() : nullptr;
   model_->set_tracer(tracer);
   comm.set_tracer(tracer);
   if (tracer != nullptr) tracer->set_step(step_ + 1);  // 1-based, as in the metrics and the progress line
@@ -374,7 +342,7 @@ StepResult Trainer::step() {
     const TraceScope trace(tracer, "barrier", "minibatch end");
     group_.announce(fmt::format("step {}: minibatch end", step_ + 1));
     comm.end_minibatch();
-    model_->backend().synchronize();  // a device's queued work belongs to this minibatch's time
+    backend_->synchronize();  // a device's queued work belongs to this minibatch's time
     const distributed::CommWaits waits_after = comm.waits();
     r.wait_gather_s = waits_after.gather_s - waits_before.gather_s;
     r.wait_push_s = waits_after.push_s - waits_before.push_s;
@@ -406,9 +374,9 @@ StepResult Trainer::step() {
   group_.announce(fmt::format("step {}: optimizer", step_ + 1));
   {
     const TraceScope trace(tracer, "optimizer", "optimizer step");
-    optimizer_->step(store(), r.lr, optim::clip_coefficient(r.grad_norm, grad_clip_));
-    model_->backend().weights_changed();  // kept compute copies are redone at their next use
-    model_->backend().synchronize();
+    optimizer_->step(store(), r.lr, optim::clip_coefficient(r.grad_norm, settings_.train.grad_clip));
+    backend_->weights_changed();  // kept compute copies are redone at their next use
+    backend_->synchronize();
   }
   r.optimizer_s = seconds_since(optimizer_start);
   ++step_;
@@ -420,7 +388,7 @@ StepResult Trainer::step() {
 
 std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signals) {
   const std::int64_t steps = length_.steps;
-  const std::int64_t stop_at = config_.get_int("train.stop_at_step");
+  const std::int64_t stop_at = settings_.train.stop_at_step;
   const std::int64_t last = stop_at > 0 ? std::min(stop_at, steps) : steps;
   std::vector<StepResult> results;
   const std::int64_t first = step_;
@@ -473,7 +441,7 @@ std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signa
   }
   group_.announce("finishing (export, summary, trace)");
   // A preempted run exports nothing: it is not finished (the checkpoint resumes it).
-  if (!preempted && !config_.get_string("checkpoint.export_hf").empty()) {
+  if (!preempted && !settings_.checkpoint.export_hf.empty()) {
     // The first copy of the shards is gathered over its group (world rank 0 is its rank 0).
     if (sharding_.replica == 0) export_hf(config_, comm_->shard_group(), store(), model_config_, source_);
     if (sharding_.replicas > 1) group_.barrier("the end of the export (every host)");
@@ -487,7 +455,7 @@ std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signa
 // The plan against what the run used: a GPU's allocator peak, else the growth of the resident
 // set since just before the model was built (every rank logs its own: ranks differ).
 void Trainer::log_memory_check() {
-  const std::int64_t pooled = model_->backend().allocator_peak_bytes();
+  const std::int64_t pooled = backend_->allocator_peak_bytes();
   const std::string text =
       pooled > 0 ? memory_check_text(memory_plan_, pooled, "the device allocator's peak")
                  : memory_check_text(memory_plan_, read_process_stats().peak_rss_bytes - baseline_rss_,
@@ -498,7 +466,7 @@ void Trainer::log_memory_check() {
 EvalSummary Trainer::evaluate() {
   if (!evaluator_) fail("no evaluation data: set data.eval");
   const auto start = Clock::now();
-  last_eval_ = evaluator_->run(*model_, comm_->comm(), group_, step_);
+  last_eval_ = evaluator_->run(*model_, *backend_, comm_->comm(), group_, step_);
   record_metrics([&] { report_->record_eval(*last_eval_, seconds_since(start)); });
   return *last_eval_;
 }
@@ -530,7 +498,7 @@ void Trainer::end_on_metrics_failure(double failed_ranks, bool saved) {
       }
     }
     outcome = fmt::format("a checkpoint of step {} is saved in checkpoint.dir '{}': free space, then resume with "
-                          "checkpoint.resume: auto", step_, config_.get_string("checkpoint.dir"));
+                          "checkpoint.resume: auto", step_, settings_.checkpoint.dir);
   }
   if (metrics_error_.empty()) {
     fail("the train.metrics_file of {} other rank(s) could not be written after step {} (see its error); {}",
@@ -576,7 +544,7 @@ nlohmann::json Trainer::trace_metadata() const {
   return {{"world_size", group_.size()},
           {"comm", std::string(comm_->comm().name())},
           {"balance", data::balance_name(data_->balance())},
-          {"threads", config_.get_int("train.threads")},
+          {"threads", settings_.train.threads},
           {"global_batch_size", data_->global_batch_size()},
           {"minibatch_size", static_cast<double>(data_->global_batch_size()) / group_.size()},
           {"token_cap", data_->token_cap()},

@@ -37,6 +37,9 @@ class LlamaModel {
   // params.acquire hands out and the gradient buffers of grads.grad_buffer must be in that memory
   // too (fp32 unit buffers).
   LlamaModel(const LlamaConfig& config, std::unique_ptr<backend::Backend> backend);
+  // The same on a backend it borrows: its owner keeps it alive longer than the model (a trainer
+  // lends its backend to the model, the comm, the optimizer and the evaluator).
+  LlamaModel(const LlamaConfig& config, backend::Backend& backend);
   ~LlamaModel();
   LlamaModel(const LlamaModel&) = delete;
   LlamaModel& operator=(const LlamaModel&) = delete;
@@ -79,10 +82,13 @@ class LlamaModel {
 
  private:
   struct Activations;
+  // The backend owned (`owned`) or else borrowed.
+  LlamaModel(const LlamaConfig& config, std::unique_ptr<backend::Backend> owned, backend::Backend* borrowed);
   // Checks the batch, uploads its index data and builds what every layer shares (acts_->context).
   void begin_microbatch(const PackedBatch& batch);
   LlamaConfig config_;
-  std::unique_ptr<backend::Backend> backend_;  // before acts_: the buffers release into its memory
+  std::unique_ptr<backend::Backend> owned_backend_;  // null when borrowed
+  backend::Backend* backend_;  // owned_backend_ or the borrowed one; before acts_: the buffers release into its memory
   std::vector<UnitLayout> units_;
   std::vector<double> inv_freq_;
   std::unique_ptr<Activations> acts_;

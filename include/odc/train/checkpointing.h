@@ -24,7 +24,9 @@
 #include "odc/distributed/host_group.h"
 #include "odc/distributed/shard_store.h"
 #include "odc/io/directory_lock.h"
+#include "odc/model/llama_config.h"
 #include "odc/train/best_checkpoint.h"
+#include "odc/train/model_export.h"
 #include "odc/train/run_identity.h"
 
 namespace odc::train {
@@ -57,6 +59,24 @@ struct TrainingManifest {
 };
 
 std::string fingerprint_hex(std::uint64_t fingerprint);
+
+// What a run's state starts from (Checkpointer::initial_state).
+struct InitialState {
+  // The manifest of the checkpoint the run resumes (begin_run().resume_path); empty for a fresh
+  // start.
+  std::optional<TrainingManifest> resumed;
+  // Where the model came from (what the export keeps): model.checkpoint's architecture and dtype,
+  // as a resumed checkpoint recorded them; empty for random weights.
+  ModelSource source;
+};
+
+// What a checkpoint to resume must agree with (Checkpointer::load's checks).
+struct RunDescription {
+  model::LlamaConfig model;
+  std::uint64_t data_fingerprint = 0;
+  std::string dataset;                 // the data's description ("train.jsonl (1000 sequences)")
+  std::int64_t global_minibatch = 0;   // sequences per step, all ranks
+};
 
 class Checkpointer {
  public:
@@ -120,6 +140,13 @@ class Checkpointer {
   // world size is resharded.
   TrainingManifest load(const std::string& path, distributed::ShardStore& store, const nlohmann::json& model_config,
                         std::uint64_t data_fingerprint, const std::string& dataset, std::int64_t global_minibatch);
+
+  // Collective, after begin_run and set_shards: puts the run's initial weights (and optimizer
+  // state) into `store`, whatever their source — the resume point of begin_run (load, checked
+  // against `run`), else the Hugging Face checkpoint `base` (model.checkpoint; every rank reads
+  // only its shard of every unit from the safetensors files), else nothing: the store keeps its
+  // random initialization. The caller restores the sampler and the step from `resumed`.
+  InitialState initial_state(distributed::ShardStore& store, const std::string& base, const RunDescription& run);
 
  private:
   // Rank 0, on load: a manifest without a checksum, and the keys whose values differ from the

@@ -25,13 +25,6 @@ model::LlamaConfig model_config_from(const Config& config);
 // The model a training run uses: model.checkpoint's config.json when set, else model.config.
 model::LlamaConfig training_model_config(const Config& config);
 
-// The model's backend for model.device / model.dtype / train.threads (backend::make_backend);
-// `local_rank` (this rank among its host's ranks) picks the GPU of model.device cuda. A
-// comm.gather_dtype bf16 with fp32 compute is an odc::Error (the weights would be rounded).
-std::unique_ptr<backend::Backend> training_backend(const Config& config, int local_rank);
-// The comm's options as train.comm, comm.* and debug.host_staging give them.
-distributed::CommOptions comm_options(const Config& config);
-
 // YAML -> JSON with scalar types inferred the way YAML 1.2 core schema reads them.
 nlohmann::json yaml_to_json(const YAML::Node& node);
 

@@ -52,7 +52,9 @@ class Evaluator {
 
   // Collective: every rank runs its share forward through `comm` and the sums are combined over
   // `group`. The comm must be between minibatches (this brackets the work in begin/end_minibatch).
-  EvalSummary run(model::LlamaModel& model, distributed::Comm& comm, distributed::HostGroup& group, std::int64_t step);
+  // `backend`: the one the model computes on (lent by the trainer; its queued work is waited for).
+  EvalSummary run(model::LlamaModel& model, backend::Backend& backend, distributed::Comm& comm,
+                  distributed::HostGroup& group, std::int64_t step);
 
   const data::TokenDataset& dataset() const { return *dataset_; }
   std::int64_t sequences() const { return count_; }

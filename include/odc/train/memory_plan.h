@@ -22,6 +22,7 @@
 #include "odc/distributed/comm_factory.h"
 #include "odc/model/llama_config.h"
 #include "odc/model/recompute.h"
+#include "odc/train/run_settings.h"
 
 namespace odc::train {
 
@@ -79,15 +80,16 @@ MemoryPlan plan_memory(const MemoryInputs& inputs);
 // `budget_bytes`; 0 when not even `granule` tokens fit.
 std::int64_t max_tokens_that_fit(MemoryInputs inputs, std::int64_t budget_bytes, std::int64_t granule = 256);
 
-// The inputs as odc-train's config describes them on `world` ranks; `tokens` is the cap to plan for.
-MemoryInputs memory_inputs(const Config& config, const model::LlamaConfig& model, int world, std::int64_t tokens,
-                           bool launched_with_mpi);
+// The inputs as the run's settings (run_settings.h: the comm's options among them) describe them
+// on `world` ranks; `tokens` is the cap to plan for.
+MemoryInputs memory_inputs(const RunSettings& settings, const model::LlamaConfig& model, int world,
+                           std::int64_t tokens, bool launched_with_mpi);
 
 // One rank's budget: train.memory_budget_gib when set, else `capacity_bytes` (this rank's share of
 // what the device has: Backend::memory_capacity) less a margin (kBudgetMargin) for what no item
 // sizes (fragmentation, the runtime's own allocations); 0 (unknown) when neither is known.
 constexpr double kBudgetMargin = 0.05;
-std::int64_t memory_budget(const Config& config, std::int64_t capacity_bytes);
+std::int64_t memory_budget(const RunSettings& settings, std::int64_t capacity_bytes);
 
 // The refusal: odc::Error with the plan's table when the plan exceeds the budget (nothing when
 // budget_bytes <= 0, i.e. unknown), naming what would make it fit.
@@ -103,7 +105,7 @@ struct RunMemory {
   std::int64_t auto_token_cap = 0;
 };
 // `capacity_bytes`: this rank's share (Backend::memory_capacity); `ranks_sharing`: the ranks of this host.
-RunMemory plan_run_memory(const Config& config, const model::LlamaConfig& model, int shard_world,
+RunMemory plan_run_memory(const RunSettings& settings, const model::LlamaConfig& model, int shard_world,
                           std::int64_t capacity_bytes, int ranks_sharing, bool launched_with_mpi);
 
 // The run's plan at its token cap: refused (check_fits) when over the budget, else returned (one

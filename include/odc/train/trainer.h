@@ -29,6 +29,7 @@
 #include "odc/train/minibatch_source.h"
 #include "odc/train/model_export.h"
 #include "odc/train/run_report.h"
+#include "odc/train/run_settings.h"
 #include "odc/train/step_result.h"
 #include "odc/train/stop_signals.h"
 
@@ -87,8 +88,11 @@ class Trainer {
   const Config config_;  // a copy: the trainer must not depend on the caller keeping it alive
   std::unique_ptr<distributed::HostGroup> own_group_;  // the single-rank constructor's
   distributed::HostGroup& group_;
+  RunSettings settings_;  // every key this run reads, resolved once (run_settings.h)
   model::LlamaConfig model_config_;
-  distributed::CommKind comm_kind_;
+  // The compute backend, made before the model and lent to it, the comm, the optimizer (through
+  // the store) and the evaluator; declared before them, so it outlives them.
+  std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<MinibatchSource> data_;
   std::unique_ptr<Evaluator> evaluator_;  // null unless data.eval is set
   std::optional<EvalSummary> last_eval_;
@@ -101,9 +105,7 @@ class Trainer {
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<RunReport> report_;
   std::unique_ptr<Tracer> tracer_;  // null unless train.trace_file is set
-  std::int64_t trace_steps_ = 0;
   std::int64_t step_ = 0;
-  double grad_clip_ = 0.0;
   double delay_s_ = 0.0;            // injected per-microbatch delay on this rank (debug)
   double peak_flops_ = 0.0;         // one rank's, for MFU
   double gemm_flops_ = 0.0;         // one rank's measured GEMM rate (0: not measured)

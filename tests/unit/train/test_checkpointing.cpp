@@ -3,8 +3,11 @@
 // another model, dataset or global minibatch is refused on every rank; the manifest's JSON keeps
 // its field names. The directory belongs to one run: a second job is refused while the first
 // holds it, another run's checkpoints are an error, a rollback retires the abandoned branch.
+// initial_state: one call, whatever the run starts from (random weights, a Hugging Face
+// checkpoint read shard by shard, a checkpoint resumed).
 #include <catch2/catch.hpp>
 
+#include "odc/io/hf_checkpoint.h"
 #include "odc/io/native_checkpoint.h"
 #include "odc/model/units.h"
 #include "odc/train/checkpointing.h"
@@ -324,4 +327,101 @@ TEST_CASE("checkpointer: a rollback retires the abandoned branch, auto-resume fo
   const Job restore = run_job(ckpt, {"checkpoint.resume=" + (retired / "step-00000060").string()}, {});
   REQUIRE(restore.error.empty());
   CHECK(names_in(ckpt) == std::vector<std::string>{"step-00000020"});
+}
+
+TEST_CASE("checkpointer: the initial state is the random init, the Hugging Face weights or the resumed checkpoint",
+          "[train][checkpoint]") {
+  const test::TempDir dir("initial_state");
+  const auto config = test::tiny_model();
+  const auto units = model::build_unit_layouts(config);
+  const std::string base = dir.file("base");
+  const std::string ckpt = dir.file("ckpt");
+  io::write_hf_checkpoint(base, config, "LlamaForCausalLM", DType::f32, [&](int u, float* out) {
+    const auto& unit = units[static_cast<std::size_t>(u)];
+    model::init_unit_range(unit, config, 7, 0, unit.numel, out);
+  });
+  const train::RunDescription run{config, 0xabcdef, "d.jsonl (40 sequences)", 12};
+  struct Seen {
+    std::string early;                              // initial_state before begin_run
+    bool random_kept = false, hf_read = false, resumed_read = false;
+    train::InitialState random, hf, resumed;
+  };
+  std::vector<Seen> seen(2);
+  // Whether every element of this rank's shards equals `expected(u, index in the unit)`.
+  const auto shards_are = [&](const distributed::ShardStore& store, const auto& expected) {
+    const auto& layout = store.layout();
+    for (int u = 0; u < layout.num_units(); ++u) {
+      const std::int64_t begin = layout.shard_begin(u, layout.rank());
+      for (std::int64_t i = 0; i < layout.unit(u).shard && begin + i < layout.unit(u).numel; ++i) {
+        if (store.master(u)[i] != expected(u, begin + i)) return false;
+      }
+    }
+    return true;
+  };
+  const auto errors = test::on_every_rank(2, [&](distributed::HostGroup& group) {
+    Seen& mine = seen[static_cast<std::size_t>(group.rank())];
+    const distributed::ShardLayout layout(units, 2, group.rank());
+    const distributed::ShardStore reference(layout, units, config, 1);
+    std::vector<std::vector<float>> hf_units;
+    for (const auto& unit : units) {
+      hf_units.emplace_back(static_cast<std::size_t>(unit.numel));
+      model::init_unit_range(unit, config, 7, 0, unit.numel, hf_units.back().data());
+    }
+    const auto hf_weight = [&](int u, std::int64_t i) {
+      return hf_units[static_cast<std::size_t>(u)][static_cast<std::size_t>(i)];
+    };
+    {  // No checkpoint.dir, no model.checkpoint: the store's random weights stay.
+      distributed::ShardStore store(layout, units, config, 1);
+      train::Checkpointer checkpointer(Config(train::trainer_tunables()), group);
+      try {
+        (void)checkpointer.initial_state(store, "", run);
+      } catch (const Error& e) {
+        mine.early = e.what();
+      }
+      checkpointer.begin_run();
+      mine.random = checkpointer.initial_state(store, "", run);
+      mine.random_kept = shards_are(store, [&](int u, std::int64_t i) {
+        return reference.master(u)[i - layout.shard_begin(u, layout.rank())];
+      });
+    }
+    {  // A fresh run from model.checkpoint: every rank reads its shard; then a checkpoint of step 5.
+      distributed::ShardStore store(layout, units, config, 1);
+      train::Checkpointer checkpointer(checkpoint_config(ckpt), group);
+      checkpointer.begin_run();
+      mine.hf = checkpointer.initial_state(store, base, run);
+      mine.hf_read = shards_are(store, hf_weight);
+      auto manifest = manifest_for(12);
+      manifest.source_architecture = "Qwen2ForCausalLM";  // what the checkpoint says wins over the base's
+      manifest.source_dtype = "bfloat16";
+      for (int u = 0; u < layout.num_units(); ++u) store.master(u)[0] = 1000.0f + static_cast<float>(u);
+      checkpointer.save(5, manifest, store);
+    }
+    {  // The next run resumes step 5 (checkpoint.resume: auto): the base's weights are not read.
+      distributed::ShardStore store(layout, units, config, 1);
+      train::Checkpointer checkpointer(checkpoint_config(ckpt), group);
+      checkpointer.begin_run();
+      mine.resumed = checkpointer.initial_state(store, base, run);
+      mine.resumed_read = shards_are(store, [&](int u, std::int64_t i) {
+        return i == layout.shard_begin(u, layout.rank()) ? 1000.0f + static_cast<float>(u) : hf_weight(u, i);
+      });
+    }
+  });
+  for (const auto& e : errors) REQUIRE(e.empty());
+  for (const auto& mine : seen) {
+    CHECK_THAT(mine.early, Catch::Contains("Checkpointer::initial_state called before begin_run"));
+    CHECK_FALSE(mine.random.resumed.has_value());
+    CHECK(mine.random.source.architecture.empty());
+    CHECK_FALSE(mine.random.source.dtype.has_value());
+    CHECK(mine.random_kept);
+    CHECK_FALSE(mine.hf.resumed.has_value());
+    CHECK(mine.hf.source.architecture == "LlamaForCausalLM");
+    CHECK(mine.hf.source.dtype == DType::f32);
+    CHECK(mine.hf_read);
+    REQUIRE(mine.resumed.resumed.has_value());
+    CHECK(mine.resumed.resumed->step == 5);
+    CHECK(mine.resumed.resumed->optimizer_steps == 7);
+    CHECK(mine.resumed.source.architecture == "Qwen2ForCausalLM");
+    CHECK(mine.resumed.source.dtype == DType::bf16);
+    CHECK(mine.resumed_read);
+  }
 }

@@ -14,6 +14,7 @@
 #include "odc/model/units.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/memory_plan.h"
+#include "odc/train/run_settings.h"
 
 using namespace odc;
 using Catch::Matchers::Contains;
@@ -44,6 +45,11 @@ Config config_with(const std::vector<std::string>& assignments) {
   Config config(train::trainer_tunables());
   for (const auto& a : assignments) config.apply_assignment(a);
   return config;
+}
+
+// The settings the memory plan reads (run_settings.h).
+train::RunSettings settings_with(const std::vector<std::string>& assignments) {
+  return train::resolve_run_settings(config_with(assignments), false);
 }
 
 }  // namespace
@@ -154,11 +160,11 @@ TEST_CASE("memory plan: the largest cap that fits is a multiple of the granule a
   REQUIRE(train::plan_memory(in).peak_bytes() > budget);
   REQUIRE(cap >= 9984);  // 10000 fits, so its multiple of 256 below does
   // auto under a budget that not even 256 tokens fit: refused with the plan at 256 tokens.
-  const auto config = config_with({"data.max_tokens_per_microbatch=auto", "train.memory_budget_gib=0.001"});
-  REQUIRE_THROWS_WITH(train::plan_run_memory(config, small_model(), 1, 0, 1, false),
+  const auto settings = settings_with({"data.max_tokens_per_microbatch=auto", "train.memory_budget_gib=0.001"});
+  REQUIRE_THROWS_WITH(train::plan_run_memory(settings, small_model(), 1, 0, 1, false),
                       Contains("data.max_tokens_per_microbatch: auto: not even 256 tokens fit this rank's budget of 1.0 MiB") &&
                           Contains("the plan at 256 tokens:") && Contains("optimizer state"));
-  const auto fitted = train::plan_run_memory(config_with({"data.max_tokens_per_microbatch=auto",
+  const auto fitted = train::plan_run_memory(settings_with({"data.max_tokens_per_microbatch=auto",
                                                           "train.memory_budget_gib=1"}), small_model(), 1, 0, 1, false);
   REQUIRE(fitted.auto_token_cap % 256 == 0);
   REQUIRE(fitted.budget == 1073741824LL);
@@ -166,9 +172,9 @@ TEST_CASE("memory plan: the largest cap that fits is a multiple of the granule a
 }
 
 TEST_CASE("memory plan: the budget and the refusal with the table and the fixes", "[train][memory]") {
-  REQUIRE(train::memory_budget(config_with({}), 1000) == 950);
-  REQUIRE(train::memory_budget(config_with({}), 0) == 0);
-  REQUIRE(train::memory_budget(config_with({"train.memory_budget_gib=2"}), 1000) == 2147483648LL);
+  REQUIRE(train::memory_budget(settings_with({}), 1000) == 950);
+  REQUIRE(train::memory_budget(settings_with({}), 0) == 0);
+  REQUIRE(train::memory_budget(settings_with({"train.memory_budget_gib=2"}), 1000) == 2147483648LL);
   train::MemoryInputs in;
   in.model = small_model();
   in.tokens = 1024;

@@ -1,0 +1,105 @@
+#include "odc/train/run_settings.h"
+
+#include <thread>
+
+#include "odc/backend/backend_factory.h"
+#include "odc/core/error.h"
+#include "odc/core/thread_limit.h"
+
+namespace odc::train {
+
+namespace {
+
+// The comm's options: train.comm, comm.* and debug.host_staging, each read here and nowhere else.
+distributed::CommOptions read_comm_options(const Config& config) {
+  distributed::CommOptions options;
+  options.kind = distributed::parse_comm_kind(config.get_string("train.comm"));
+  options.transport.chunk_bytes = config.get_int("comm.chunk_bytes");
+  options.transport.network_chunk_bytes = config.get_int("comm.network_chunk_bytes");
+  options.transport.max_inflight = static_cast<int>(config.get_int("comm.max_inflight"));
+  options.transport.timeout_s = config.get_double("comm.timeout_s");
+  options.transport.direct_load = config.get_bool("comm.direct_load");
+  options.transport.gather_protocol = distributed::parse_gather_protocol(config.get_string("comm.gather_protocol"));
+  options.deterministic = config.get_bool("comm.deterministic");
+  options.odc_transport = distributed::parse_odc_transport(config.get_string("comm.transport"));
+  options.gather_dtype = distributed::parse_gather_dtype(config.get_string("comm.gather_dtype"));
+  options.host_staging = config.get_bool("debug.host_staging");
+  return options;
+}
+
+ModelSettings read_model(const Config& config) {
+  ModelSettings model;
+  model.checkpoint = config.get_string("model.checkpoint");
+  model.device = config.get_string("model.device");
+  model.dtype = parse_dtype(config.get_string("model.dtype"));
+  model.attention = config.get_string("model.attention");
+  model.seed = static_cast<std::uint64_t>(config.get_int("model.seed"));
+  return model;
+}
+
+TrainSettings read_train(const Config& config) {
+  TrainSettings train;
+  train.threads = static_cast<int>(config.get_int("train.threads"));
+  train.sharding = distributed::parse_sharding(config.get_string("train.sharding"));
+  train.recompute = model::parse_recompute(config.get_string("train.recompute"));
+  train.beta1 = config.get_double("train.beta1");
+  train.beta2 = config.get_double("train.beta2");
+  train.eps = config.get_double("train.eps");
+  train.weight_decay = config.get_double("train.weight_decay");
+  train.grad_clip = config.get_double("train.grad_clip");
+  train.peak_flops = config.get_double("train.peak_flops");
+  train.memory_budget_gib = config.get_double("train.memory_budget_gib");
+  train.trace_file = config.get_string("train.trace_file");
+  train.trace_steps = config.get_int("train.trace_steps");
+  train.stop_at_step = config.get_int("train.stop_at_step");
+  return train;
+}
+
+DataSettings read_data(const Config& config) {
+  DataSettings data;
+  data.format = config.get_string("data.format");
+  data.tokenizer = config.get_string("data.tokenizer");
+  data.auto_token_cap = config.get_int_word("data.max_tokens_per_microbatch").has_value();
+  if (!data.auto_token_cap) data.max_tokens_per_microbatch = config.get_int("data.max_tokens_per_microbatch");
+  return data;
+}
+
+CheckpointSettings read_checkpoint(const Config& config) {
+  return {config.get_string("checkpoint.dir"), config.get_string("checkpoint.resume"),
+          config.get_string("checkpoint.export_hf")};
+}
+
+DebugSettings read_debug(const Config& config) {
+  return {config.get_int("debug.ranks_per_host"), config.get_int("debug.slow_rank"),
+          config.get_double("debug.delay_ms")};
+}
+
+}  // namespace
+
+RunSettings resolve_run_settings(const Config& config, bool for_run) {
+  RunSettings settings;
+  settings.train = read_train(config);
+  if (for_run && settings.train.threads > max_compute_threads()) {
+    fail("train.threads = {} is more than 4 x the {} hardware threads of this machine (at most {}): that many "
+         "threads would only slow training down",
+         settings.train.threads, std::thread::hardware_concurrency(), max_compute_threads());
+  }
+  settings.model = read_model(config);
+  settings.comm = read_comm_options(config);
+  settings.data = read_data(config);
+  settings.checkpoint = read_checkpoint(config);
+  settings.debug = read_debug(config);
+  return settings;
+}
+
+std::unique_ptr<backend::Backend> training_backend(const RunSettings& settings, int local_rank) {
+  const ModelSettings& model = settings.model;
+  if (settings.comm.gather_dtype == distributed::GatherDtype::bf16 && model.dtype != DType::bf16) {
+    fail("comm.gather_dtype bf16 rounds the gathered weights to bf16, but model.dtype {} computes with them unrounded: "
+         "set model.dtype: bfloat16, or comm.gather_dtype: fp32",
+         dtype_name(model.dtype));
+  }
+  return backend::make_backend(model.device, model.dtype, settings.train.threads, local_rank, model.attention);
+}
+
+}  // namespace odc::train
