@@ -112,13 +112,8 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
       auto store = std::make_unique<ShardStore>(
           layout, units, config, seed, std::span<float>(masters, static_cast<std::size_t>(layout.owned_elements())),
           state_device, state_device != nullptr ? StoreContents::all : options.store_contents);
-      IpcOptions ipc;
-      ipc.gather_dtype = options.gather_dtype;
-      ipc.deterministic = options.deterministic;
-      ipc.chunk_floats = std::max<std::int64_t>(1, options.transport.chunk_bytes / static_cast<std::int64_t>(sizeof(float)));
-      ipc.slots = options.transport.max_inflight;
-      ipc.timeout_s = options.transport.timeout_s;
-      auto comm = std::make_unique<IpcOdcComm>(std::move(memory), std::move(store), group, handle, ipc, state_device);
+      auto comm = std::make_unique<IpcOdcComm>(std::move(memory), std::move(store), group, handle, options.transport,
+                                               options.gather_dtype, options.deterministic, state_device);
       stack->state_ = &comm->store();
       stack->comm_ = std::move(comm);
       return stack;

@@ -48,15 +48,16 @@ std::vector<nlohmann::json> all_gather_json(HostGroup& group, const nlohmann::js
 }  // namespace
 
 IpcOdcComm::IpcOdcComm(std::unique_ptr<PeerMemory> owned_memory, std::unique_ptr<ShardStore> owned_store,
-                       HostGroup& group, const std::string& master_handle, const IpcOptions& options,
-                       backend::Backend* device)
+                       HostGroup& group, const std::string& master_handle, const TransportOptions& transport,
+                       GatherDtype gather_dtype, bool deterministic, backend::Backend* device)
     : ShardedComm(owned_store->layout(), device),
       owned_memory_(std::move(owned_memory)),
       owned_store_(std::move(owned_store)),
       store_(*owned_store_),
       group_(group),
       memory_(*owned_memory_),
-      options_(options),
+      slots_(transport.max_inflight),
+      timeout_s_(transport.timeout_s),
       rank_(group.rank()),
       world_(group.size()),
       ledger_(group) {
@@ -65,10 +66,14 @@ IpcOdcComm::IpcOdcComm(std::unique_ptr<PeerMemory> owned_memory, std::unique_ptr
     fail("shard layout is for rank {} of {}, but the group has rank {} of {}", layout.rank(), layout.world_size(),
          rank_, world_);
   }
-  ODC_CHECK(options.slots >= 1 && options.chunk_floats >= 1, "IPC transport needs slots >= 1 and chunks >= 1 float");
+  const std::int64_t chunk_floats = transport.chunk_bytes / static_cast<std::int64_t>(sizeof(float));
+  if (slots_ < 1 || chunk_floats < 1) {
+    fail("the ipc transport needs comm.max_inflight >= 1 (found {}) and comm.chunk_bytes >= 4 (found {})", slots_,
+         transport.chunk_bytes);
+  }
   std::int64_t largest_shard = 1;
   for (int u = 0; u < layout.num_units(); ++u) largest_shard = std::max(largest_shard, layout.unit(u).shard);
-  slot_floats_ = std::min(options.chunk_floats, largest_shard);
+  slot_floats_ = std::min(chunk_floats, largest_shard);
   const std::int64_t owned = layout.owned_elements();
   const auto w = static_cast<std::size_t>(world_);
 
@@ -76,11 +81,11 @@ IpcOdcComm::IpcOdcComm(std::unique_ptr<PeerMemory> owned_memory, std::unique_ptr
   nlohmann::json mine = {{"host", host_name()}, {"pid", ::getpid()}, {"masters", master_handle},
                          {"transport", std::string(memory_.name())}};
   std::string handle;
-  const auto slot_bytes = static_cast<std::size_t>(slot_floats_) * sizeof(float) * w * options.slots;
+  const auto slot_bytes = static_cast<std::size_t>(slot_floats_) * sizeof(float) * w * slots_;
   auto* own_slots = static_cast<float*>(memory_.export_region(slot_bytes, "the gradient data slots", handle));
   mine["slots"] = handle;
   exported_bytes_ = static_cast<std::int64_t>(slot_bytes + static_cast<std::size_t>(owned) * sizeof(float));
-  if (options.gather_dtype == GatherDtype::bf16) {
+  if (gather_dtype == GatherDtype::bf16) {
     own_shadow_ = static_cast<std::uint16_t*>(
         memory_.export_region(static_cast<std::size_t>(owned) * 2, "the bf16 shadow of the masters", handle));
     mine["shadow"] = handle;
@@ -121,7 +126,7 @@ IpcOdcComm::IpcOdcComm(std::unique_ptr<PeerMemory> owned_memory, std::unique_ptr
   }
   std::string prefix = group.is_root() ? unique_segment_prefix() : std::string();
   group.broadcast(prefix, "the IPC transport's mailbox name");
-  mailbox_ = std::make_unique<PeerMailbox>(group, prefix, options.slots);
+  mailbox_ = std::make_unique<PeerMailbox>(group, prefix, slots_);
   group.barrier("the IPC transport's regions mapped");
   memory_.all_opened();
 
@@ -139,19 +144,19 @@ IpcOdcComm::IpcOdcComm(std::unique_ptr<PeerMemory> owned_memory, std::unique_ptr
       }
     }
   }
-  if (options.deterministic) {
+  if (deterministic) {
     client_acc_ = static_cast<float*>(memory_.export_region(static_cast<std::size_t>(owned) * sizeof(float) * w,
                                                            "the per-client accumulators", handle));
   }
   lanes_ = std::make_unique<LaneAccumulatorMemory>(memory_);
-  accumulator_ = std::make_unique<PushAccumulator>(layout, store_.grad(0), options.deterministic, *lanes_, client_acc_);
+  accumulator_ = std::make_unique<PushAccumulator>(layout, store_.grad(0), deterministic, *lanes_, client_acc_);
   unit_pushes_.assign(static_cast<std::size_t>(layout.num_units()), 0);
   jobs_.resize(UnitBufferPool::kGradBuffers);
   for (auto& job : jobs_) job.ready = memory_.make_mark();
   copy_marks_.resize(w);
   add_marks_.resize(w);
   for (std::size_t r = 0; r < w; ++r) {
-    for (int k = 0; k < options.slots; ++k) {
+    for (int k = 0; k < slots_; ++k) {
       copy_marks_[r].push_back(memory_.make_mark());
       add_marks_[r].push_back(memory_.make_mark());
     }
@@ -191,7 +196,7 @@ CommResources IpcOdcComm::resources() const {
 
 float* IpcOdcComm::data_slot(int owner, int client, int slot) const {
   return slots_of_[static_cast<std::size_t>(owner)] +
-         (static_cast<std::int64_t>(client) * options_.slots + slot) * slot_floats_;
+         (static_cast<std::int64_t>(client) * slots_ + slot) * slot_floats_;
 }
 
 std::string IpcOdcComm::peer_state(int rank) const {
@@ -277,10 +282,10 @@ bool IpcOdcComm::push_done(int buffer) {
 void IpcOdcComm::wait_push(int unit, int buffer) {
   std::unique_lock lock(mutex_);
   // The progress thread names a stalled owner after timeout_s; this is the backstop.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.timeout_s + 5.0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_ + 5.0);
   while (!jobs_[static_cast<std::size_t>(buffer)].done && !failure_) {
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
-      fail("rank {}: the gradient push of unit {} did not finish within {} s", rank_, unit, options_.timeout_s);
+      fail("rank {}: the gradient push of unit {} did not finish within {} s", rank_, unit, timeout_s_);
     }
   }
   if (failure_) std::rethrow_exception(failure_);
@@ -319,7 +324,7 @@ void IpcOdcComm::progress_loop() {
 bool IpcOdcComm::serve_incoming() {
   if (!serving_.load()) return false;
   bool worked = false;
-  const int slots = options_.slots;
+  const int slots = slots_;
   for (int c = 0; c < world_; ++c) {
     const auto ci = static_cast<std::size_t>(c);
     // Completed adds free their slots, in ring order.
@@ -355,7 +360,7 @@ bool IpcOdcComm::serve_incoming() {
 
 bool IpcOdcComm::advance_pushes() {
   bool worked = false;
-  const int slots = options_.slots;
+  const int slots = slots_;
   // Copies that completed are posted, in ring order per owner.
   for (int o = 0; o < world_; ++o) {
     auto& queue = pending_[static_cast<std::size_t>(o)];
@@ -402,7 +407,7 @@ bool IpcOdcComm::advance_pushes() {
         blocked[o] = 1;
         stalled = true;
         if (job.stalled_since < 0) job.stalled_since = now;
-        if (now - job.stalled_since > options_.timeout_s) {
+        if (now - job.stalled_since > timeout_s_) {
           fail("rank {}: gradient push of unit {} to rank {}: no data slot freed for {:.0f} s (comm.timeout_s): {}", rank_,
                job.unit, chunk.owner, now - job.stalled_since, peer_state(chunk.owner));
         }
@@ -458,7 +463,7 @@ void IpcOdcComm::end_minibatch() {
   peers.check_failure = [this] { check_failure(); };
   peers.describe = [this](int r) { return peer_state(r); };
   peers.gone = [this](int r) { return !mailbox_->alive(r); };
-  ledger_.wait(expected, options_.timeout_s, peers, "the minibatch-end wait for gradient pushes");
+  ledger_.wait(expected, timeout_s_, peers, "the minibatch-end wait for gradient pushes");
   // Every chunk's add has completed (a chunk counts as applied once its add mark is reached): the
   // fold on the compute lane reads finished sums.
   accumulator_->finish();

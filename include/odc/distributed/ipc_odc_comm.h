@@ -45,25 +45,21 @@
 #include "odc/distributed/push_accumulator.h"
 #include "odc/distributed/push_ledger.h"
 #include "odc/distributed/shard_store.h"
+#include "odc/distributed/transport_options.h"
 #include "odc/distributed/unit_buffer_pool.h"
 
 namespace odc::distributed {
-
-struct IpcOptions {
-  GatherDtype gather_dtype = GatherDtype::f32;
-  bool deterministic = false;
-  std::int64_t chunk_floats = 1 << 18;  // fp32 elements per pushed chunk (a data slot)
-  int slots = 8;                         // data slots per client at each owner
-  double timeout_s = 600.0;
-};
 
 class IpcOdcComm final : public ShardedComm {
  public:
   // Owns `memory` and `store`, whose masters live in `memory`'s region exported as `master_handle`
   // (collective: every rank of `group` constructs its comm; the handles are exchanged here).
-  // `device`: the backend whose memory holds the unit buffers (null: host).
+  // The ODC transports' one set of options: a pushed chunk (a data slot) is comm.chunk_bytes,
+  // each client has comm.max_inflight slots at each owner, every wait is bounded by
+  // comm.timeout_s. `device`: the backend whose memory holds the unit buffers (null: host).
   IpcOdcComm(std::unique_ptr<PeerMemory> memory, std::unique_ptr<ShardStore> store, HostGroup& group,
-             const std::string& master_handle, const IpcOptions& options, backend::Backend* device = nullptr);
+             const std::string& master_handle, const TransportOptions& transport, GatherDtype gather_dtype,
+             bool deterministic, backend::Backend* device = nullptr);
   ~IpcOdcComm() override;
   IpcOdcComm(const IpcOdcComm&) = delete;
   IpcOdcComm& operator=(const IpcOdcComm&) = delete;
@@ -126,7 +122,8 @@ class IpcOdcComm final : public ShardedComm {
   ShardStore& store_;
   HostGroup& group_;
   PeerMemory& memory_;
-  IpcOptions options_;
+  int slots_ = 1;         // data slots per client at each owner (comm.max_inflight)
+  double timeout_s_ = 0;  // comm.timeout_s
   int rank_ = 0;
   int world_ = 1;
   std::int64_t slot_floats_ = 0;
