@@ -80,6 +80,25 @@ if [ "$(losses "$work/local2-ipc-0.jsonl")" != "$(losses "$work/local2-ucx-0.jso
 else
   ok "local 2: ipc and ucx give the same losses, bit for bit ($(losses "$work/local2-ucx-0.jsonl" | cut -c1-40)...)"
 fi
+# With several microbatches per rank the arrival order shows in the sums; comm.deterministic folds
+# every client's pushes in rank order through the accumulator both transports share: the same bits.
+for transport in ipc ucx; do
+  timeout 300 "$bin/odc-run" --local 2 "$bin/odc-train" "${small[@]}" --set data.minibatch_size=8 \
+    --set data.max_tokens_per_microbatch=64 --set train.steps=4 --set comm.deterministic=true \
+    --set comm.transport=$transport --set "train.metrics_file=$work/det-$transport-{rank}.jsonl" \
+    >"$work/det-$transport.log" 2>&1
+  echo "$?" >"$work/det-$transport.rc"
+done
+mbs=$(/usr/bin/python3 -c 'import json,sys; print(max(json.loads(l)["microbatches"] for l in open(sys.argv[1])))' "$work/det-ucx-0.jsonl" 2>/dev/null || echo 0)
+if [ "$(cat "$work/det-ipc.rc")" != 0 ] || [ "$(cat "$work/det-ucx.rc")" != 0 ]; then
+  fail "local 2 deterministic: ipc and ucx" "exit status $(cat "$work/det-ipc.rc")/$(cat "$work/det-ucx.rc"): $(tail -3 "$work/det-ucx.log")"
+elif [ "$mbs" -lt 2 ]; then
+  fail "local 2 deterministic: ipc and ucx" "at most $mbs microbatch a rank: the order of pushes is not exercised"
+elif [ "$(losses "$work/det-ipc-0.jsonl")" != "$(losses "$work/det-ucx-0.jsonl")" ]; then
+  fail "local 2 deterministic: ipc and ucx" "$(losses "$work/det-ipc-0.jsonl") vs $(losses "$work/det-ucx-0.jsonl")"
+else
+  ok "local 2 deterministic, up to $mbs microbatches a rank: ipc and ucx give the same losses, bit for bit"
+fi
 
 # The collective baseline on host memory needs MPI: both ranks say so and exit 1, nothing hangs.
 t0=$(date +%s.%N)
