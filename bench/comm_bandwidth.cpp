@@ -26,9 +26,9 @@
 #include "cli/tool_main.h"
 #include "odc/backend/backend_factory.h"
 #include "odc/core/error.h"
-#include "odc/distributed/comm_factory.h"
-#include "odc/distributed/mpi_host_group.h"
-#include "odc/distributed/shm_host_group.h"
+#include "odc/distributed/comm/comm_factory.h"
+#include "odc/distributed/group/mpi_host_group.h"
+#include "odc/distributed/group/shm_host_group.h"
 #include "odc/model/units.h"
 
 namespace {

@@ -28,11 +28,11 @@
 #include "cli/tool_main.h"
 #include "odc/core/error.h"
 #include "odc/core/tensor.h"
-#include "odc/distributed/mpi_host_group.h"
-#include "odc/distributed/mpi_session.h"
-#include "odc/distributed/push_ledger.h"
-#include "odc/distributed/startup_deadline.h"
-#include "odc/distributed/ucx_transport.h"
+#include "odc/distributed/group/mpi_host_group.h"
+#include "odc/distributed/group/mpi_session.h"
+#include "odc/distributed/comm/push_ledger.h"
+#include "odc/distributed/group/startup_deadline.h"
+#include "odc/distributed/transport/ucx/ucx_transport.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 // odc-run exits with mpirun's exit status (128 + N if mpirun died of signal N).
 //
 // --local N (a machine without an MPI runtime): odc-run itself starts N processes of PROGRAM with
-// ODC_LOCAL_JOB (unique), ODC_LOCAL_RANK and ODC_LOCAL_SIZE set (odc/distributed/local_launch.h;
+// ODC_LOCAL_JOB (unique), ODC_LOCAL_RANK and ODC_LOCAL_SIZE set (odc/distributed/group/local_launch.h;
 // the ranks meet through ShmHostGroup) and sends the same requests to each of them directly. When
 // a rank fails, the others get SIGUSR2 after a grace of 5 s (time to print their own errors) and
 // SIGKILL 5 s after that; odc-run exits with the first failing rank's status. If odc-run itself is
@@ -40,7 +40,7 @@
 #include <string>
 #include <vector>
 
-#include "odc/distributed/local_launch.h"
+#include "odc/distributed/group/local_launch.h"
 
 namespace {
 

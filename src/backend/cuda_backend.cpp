@@ -56,8 +56,7 @@ CudaBackend::CudaBackend(int device, kernels::AttentionMode attention) : impl_(s
 CudaBackend::~CudaBackend() = default;
 
 DeviceMemory& CudaBackend::memory() { return impl_->memory; }
-void* CudaBackend::stream() const { return impl_->s(); }
-int CudaBackend::device_index() const { return impl_->device; }
+void* CudaBackend::native_stream() const { return impl_->s(); }
 void CudaBackend::synchronize() { impl_->stream.synchronize(); }
 
 PeakFlops CudaBackend::measure_peak_flops() {

@@ -4,8 +4,8 @@
 #include <chrono>
 #include <limits>
 
-#include "odc/distributed/local_comm.h"
-#include "odc/distributed/shard_store.h"
+#include "odc/distributed/comm/local_comm.h"
+#include "odc/distributed/shard/shard_store.h"
 #include "odc/model/llama_model.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/run_settings.h"

@@ -7,7 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "odc/core/error.h"
-#include "odc/distributed/shard_layout.h"
+#include "odc/distributed/shard/shard_layout.h"
 #include "odc/io/checkpoint_format.h"
 #include "odc/io/directory_lock.h"
 #include "odc/io/hf_checkpoint.h"

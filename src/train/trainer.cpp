@@ -12,7 +12,7 @@
 #include "odc/core/error.h"
 #include "odc/core/hash.h"
 #include "odc/core/process_stats.h"
-#include "odc/distributed/in_process_group.h"
+#include "odc/distributed/group/in_process_group.h"
 #include "odc/io/checkpoint_format.h"
 #include "odc/io/native_checkpoint.h"
 #include "odc/train/batch_schedule.h"

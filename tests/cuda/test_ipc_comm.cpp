@@ -15,7 +15,7 @@
 #include "cuda_model_support.h"
 #include "odc/backend/cuda_backend.h"
 #include "odc/core/dtype.h"
-#include "odc/distributed/comm_factory.h"
+#include "odc/distributed/comm/comm_factory.h"
 #include "odc/model/units.h"
 #include "unit/rank_threads.h"
 

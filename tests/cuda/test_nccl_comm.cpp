@@ -25,10 +25,10 @@
 #include "odc/backend/cuda_backend.h"
 #include "odc/core/dtype.h"
 #include "odc/core/error.h"
-#include "odc/distributed/in_process_group.h"
-#include "odc/distributed/local_comm.h"
-#include "odc/distributed/nccl_comm.h"
-#include "odc/distributed/shard_store.h"
+#include "odc/distributed/group/in_process_group.h"
+#include "odc/distributed/comm/local_comm.h"
+#include "odc/distributed/comm/nccl_comm.h"
+#include "odc/distributed/shard/shard_store.h"
 #include "odc/kernels/cuda_device.h"
 #include "odc/model/llama_model.h"
 
@@ -232,7 +232,7 @@ TEST_CASE("NcclComm timeout (child process)", "[.][nccl-timeout-child]") {
   {
     OneRank r(GatherDtype::f32, kTimeout);
     r.comm.begin_minibatch();
-    kernels::cuda::check_cuda(cudaLaunchHostFunc(static_cast<cudaStream_t>(r.gpu.stream()), hold_stream, &release),
+    kernels::cuda::check_cuda(cudaLaunchHostFunc(static_cast<cudaStream_t>(r.gpu.native_stream()), hold_stream, &release),
                               "cudaLaunchHostFunc");
     r.comm.grad_buffer(0);
     r.comm.push_grad(0);

@@ -1,4 +1,4 @@
-// A ShmHostGroup rank in a process of its own, for tests/unit/distributed/test_shm_host_group.cpp
+// A ShmHostGroup rank in a process of its own, for tests/unit/distributed/group/test_shm_host_group.cpp
 // (whose other ranks are threads of the test): a peer that really is another process, that can
 // exit without a word, and whose pid the group then finds gone.
 //
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "odc/core/error.h"
-#include "odc/distributed/shm_host_group.h"
+#include "odc/distributed/group/shm_host_group.h"
 
 namespace {
 

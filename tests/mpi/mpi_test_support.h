@@ -9,8 +9,8 @@
 #include <mpi.h>
 
 #include "odc/core/config.h"
-#include "odc/distributed/mpi_host_group.h"
-#include "odc/distributed/shard_store.h"
+#include "odc/distributed/group/mpi_host_group.h"
+#include "odc/distributed/shard/shard_store.h"
 
 namespace odc::test {
 

@@ -4,7 +4,7 @@
 
 #include "mpi_test_support.h"
 #include "odc/core/error.h"
-#include "odc/distributed/mpi_host_group.h"
+#include "odc/distributed/group/mpi_host_group.h"
 
 using namespace odc;
 

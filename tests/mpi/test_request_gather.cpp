@@ -13,8 +13,8 @@
 #include <catch2/catch.hpp>
 
 #include "mpi_test_support.h"
-#include "odc/distributed/push_ledger.h"
-#include "odc/distributed/ucx_transport.h"
+#include "odc/distributed/comm/push_ledger.h"
+#include "odc/distributed/transport/ucx/ucx_transport.h"
 
 using namespace odc;
 using distributed::GatherProtocol;

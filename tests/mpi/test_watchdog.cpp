@@ -13,7 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include "mpi_test_support.h"
-#include "odc/distributed/watchdog.h"
+#include "odc/distributed/group/watchdog.h"
 
 using namespace odc;
 using test::mpi_rank;

@@ -10,6 +10,9 @@ Rules:
     include "odc/<other>/..." only when <other> is the same layer or one listed before it; every
     folder of include/odc/ and src/ must be a row of the table; no source file reaches into
     another folder with a relative include ("../").
+  * rooms: a layer split into rooms (a row of the "## Rooms" table: the layer, then its rooms
+    bottom first) keeps every file in a room (its first sub-folder); a file of room R includes
+    "odc/<layer>/<room>/..." only for R or a room listed before it.
   * size: no file under src/, tools/, tests/ or bench/ holds more than MAX_LINES lines.
 Exits 1 naming every violation (file:line and what it includes).
 """
@@ -40,15 +43,41 @@ def layer_order(architecture: pathlib.Path) -> list[str]:
     return layers
 
 
+def room_order(architecture: pathlib.Path) -> dict[str, list[str]]:
+    text = architecture.read_text(encoding="utf-8")
+    if "## Rooms" not in text:
+        return {}
+    section = text.split("## Rooms", 1)[1].split("\n## ", 1)[0]
+    rooms = {}
+    for line in section.splitlines():
+        m = ROW.match(line)
+        if m and m.group(1) != "layer" and not set(line) <= set("|-: "):
+            cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+            rooms[m.group(1)] = [r.strip().strip("`") for r in cells[1].split(",") if r.strip()]
+    return rooms
+
+
 def source_files(folder: pathlib.Path):
     if folder.is_dir():
         yield from sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES)
+
+
+def room_of(path: pathlib.Path, base: pathlib.Path, rooms) -> str | None:
+    """The room (first sub-folder under the layer's folder) of `path`, if it is one of `rooms`."""
+    if not rooms:
+        return None
+    parts = path.relative_to(base).parts
+    return parts[0] if len(parts) >= 2 and parts[0] in rooms else None
 
 
 def check(root: pathlib.Path) -> list[str]:
     problems = []
     layers = layer_order(root / "docs" / "ARCHITECTURE.md")
     rank = {name: i for i, name in enumerate(layers)}
+    rooms = room_order(root / "docs" / "ARCHITECTURE.md")
+    for layer in rooms:
+        if layer not in rank:
+            problems.append(f"docs/ARCHITECTURE.md: the Rooms table names '{layer}', which is not a layer")
     for base in (root / "include" / "odc", root / "src"):
         for folder in sorted(p for p in base.iterdir() if p.is_dir()):
             if folder.name not in rank:
@@ -58,6 +87,10 @@ def check(root: pathlib.Path) -> list[str]:
         for base in (root / "include" / "odc" / layer, root / "src" / layer):
             for path in source_files(base):
                 if path.suffix in (".py", ".sh"):
+                    continue
+                if layer in rooms and room_of(path, base, rooms[layer]) is None:
+                    problems.append(f"{path.relative_to(root)}: not in a room of layer '{layer}' "
+                                    f"(rooms: {', '.join(rooms[layer])})")
                     continue
                 for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
                     m = INCLUDE.match(line)
@@ -72,6 +105,12 @@ def check(root: pathlib.Path) -> list[str]:
                     if len(parts) >= 3 and parts[0] == "odc" and parts[1] in rank and rank[parts[1]] > rank[layer]:
                         problems.append(f"{where}: layer '{layer}' includes \"{target}\" of layer '{parts[1]}', "
                                         f"which is above it")
+                    room = room_of(path, base, rooms.get(layer))
+                    if (room is not None and len(parts) >= 4 and parts[0] == "odc" and parts[1] == layer and
+                            parts[2] in rooms[layer] and rooms[layer].index(parts[2]) > rooms[layer].index(room)):
+                        problems.append(f"{where}: room '{layer}/{room}' includes \"{target}\" of room "
+                                        f"'{parts[2]}', which is above it (rooms bottom first: "
+                                        f"{', '.join(rooms[layer])})")
     for folder in SIZE_CHECKED:
         for path in source_files(root / folder):
             lines = len(path.read_text(encoding="utf-8", errors="replace").splitlines())
@@ -85,12 +124,16 @@ def self_test() -> int:
         root = pathlib.Path(tmp)
         (root / "docs").mkdir()
         (root / "docs" / "ARCHITECTURE.md").write_text(
-            "# A\n\n## Layers\n\n| layer | files |\n|---|---|\n| core | x |\n| model | y |\n\n## Next\n| z | w |\n")
+            "# A\n\n## Layers\n\n| layer | files |\n|---|---|\n| core | x |\n| model | y |\n\n"
+            "## Rooms\n\n| layer | rooms |\n|---|---|\n| model | `low`, `high` |\n\n## Next\n| z | w |\n")
         for rel, text in {
             "include/odc/core/a.h": '#include "odc/core/b.h"\n',
             "src/core/a.cpp": '#include "odc/model/m.h"\n',           # up: violation
-            "src/model/m.cpp": '#include "odc/core/a.h"\n#include "local.h"\n',
-            "src/model/r.cpp": '#include "../core/a.h"\n',            # relative: violation
+            "src/model/low/m.cpp": '#include "odc/core/a.h"\n#include "local.h"\n#include "odc/model/low/x.h"\n',
+            "src/model/low/down.cpp": '#include "odc/model/high/h.h"\n',  # room up: violation
+            "include/odc/model/high/sub/h.h": '#include "odc/model/low/m.h"\n',  # sub-room down: fine
+            "src/model/loose.cpp": "\n",                                # outside the rooms: violation
+            "src/model/high/r.cpp": '#include "../core/a.h"\n',       # relative: violation
             "src/stray/s.cpp": "\n",                                  # not a layer: violation
             "tools/big.cpp": "x\n" * (MAX_LINES + 1),                 # too long: violation
             "tests/unit/core/test_big.cpp": "x\n" * (MAX_LINES + 2),  # too long test: violation
@@ -101,7 +144,8 @@ def self_test() -> int:
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text(text)
         found = check(root)
-        expected = ["src/core/a.cpp:1: layer 'core' includes \"odc/model/m.h\"", "src/model/r.cpp:1: relative include",
+        expected = ["src/core/a.cpp:1: layer 'core' includes \"odc/model/m.h\"", "src/model/high/r.cpp:1: relative include",
+                    "src/model/low/down.cpp:1: room 'model/low' includes", "src/model/loose.cpp: not in a room",
                     "src/stray: a folder that is not a layer", f"tools/big.cpp: {MAX_LINES + 1} lines",
                     f"tests/unit/core/test_big.cpp: {MAX_LINES + 2} lines",
                     f"tests/cli/test_big.sh: {MAX_LINES + 3} lines", f"bench/big.cpp: {MAX_LINES + 4} lines"]

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "odc/core/error.h"
-#include "odc/distributed/in_process_group.h"
+#include "odc/distributed/group/in_process_group.h"
 
 namespace odc::test {
 

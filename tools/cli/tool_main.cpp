@@ -8,7 +8,7 @@
 
 #include "cli/command_line.h"
 #include "odc/core/error.h"
-#include "odc/distributed/local_launch.h"
+#include "odc/distributed/group/local_launch.h"
 
 namespace odc::cli {
 namespace {

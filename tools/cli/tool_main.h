@@ -8,7 +8,7 @@
 #include <functional>
 #include <string_view>
 
-#include "odc/distributed/mpi_session.h"
+#include "odc/distributed/group/mpi_session.h"
 
 namespace odc::cli {
 

@@ -167,6 +167,10 @@ class Backend {
   virtual void adamw_step(std::span<const AdamWSegment> segments, const kernels::AdamWParams& params);
   // Waits until every op issued so far has completed (host timing; nothing on the CPU).
   virtual void synchronize() {}
+  // The queue the backend's ops run on, in the device API's own type (a cudaStream_t for CUDA),
+  // for comms and transports that order their own work against the model's; null where ops run
+  // on the calling thread (the CPU backends). Valid for the backend's lifetime.
+  virtual void* native_stream() const { return nullptr; }
 
   // ---- ops (kernels/*.h for the math) ----
   virtual void rmsnorm_forward(ConstView x, ConstView weight, View y, View rstd, std::int64_t rows, std::int64_t dim,

@@ -97,9 +97,7 @@ class CudaBackend final : public Backend {
                      View dlogits, View nll, LossSums& sums) override;
 
   // The stream every op runs on (a cudaStream_t): the comms order their work against it.
-  void* stream() const;
-  // The CUDA device index the backend runs on.
-  int device_index() const;
+  void* native_stream() const override;
 
  private:
   struct Impl;

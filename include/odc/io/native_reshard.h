@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "odc/distributed/shard_layout.h"
+#include "odc/distributed/shard/shard_layout.h"
 #include "odc/io/native_checkpoint.h"
 #include "odc/model/units.h"
 

@@ -3,7 +3,7 @@
 // decaying segments of each shard (matrices; not norms, biases or padding).
 #include <cstdint>
 
-#include "odc/distributed/shard_store.h"
+#include "odc/distributed/shard/shard_store.h"
 
 namespace odc::optim {
 

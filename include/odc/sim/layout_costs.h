@@ -1,6 +1,6 @@
 #pragma once
 // What one unit's gathers and gradient hand-offs cost under a sharding layout (sim.sharding, the
-// trainer's train.sharding: odc/distributed/sharding.h), and what the layout adds once per minibatch.
+// trainer's train.sharding: odc/distributed/shard/sharding.h), and what the layout adds once per minibatch.
 //
 //   full    shards over all D devices: every gather and hand-off is world-wide (LinkModel as is).
 //   hybrid  shards over the L = devices_per_node devices of a node, replicated over the H = D / L
@@ -18,7 +18,7 @@
 // to full there).
 #include <vector>
 
-#include "odc/distributed/sharding.h"
+#include "odc/distributed/shard/sharding.h"
 #include "odc/sim/link_model.h"
 
 namespace odc::sim {

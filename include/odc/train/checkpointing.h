@@ -21,8 +21,8 @@
 
 #include "odc/core/config.h"
 #include "odc/data/packing.h"
-#include "odc/distributed/host_group.h"
-#include "odc/distributed/shard_store.h"
+#include "odc/distributed/group/host_group.h"
+#include "odc/distributed/shard/shard_store.h"
 #include "odc/io/directory_lock.h"
 #include "odc/model/llama_config.h"
 #include "odc/train/best_checkpoint.h"

@@ -9,7 +9,7 @@
 
 #include "odc/backend/backend.h"
 #include "odc/core/config.h"
-#include "odc/distributed/comm_factory.h"
+#include "odc/distributed/comm/comm_factory.h"
 #include "odc/model/llama_config.h"
 
 namespace odc::train {

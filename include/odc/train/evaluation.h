@@ -21,8 +21,8 @@
 
 #include "odc/core/config.h"
 #include "odc/data/dataset.h"
-#include "odc/distributed/comm.h"
-#include "odc/distributed/host_group.h"
+#include "odc/distributed/comm/comm.h"
+#include "odc/distributed/group/host_group.h"
 #include "odc/model/batch.h"
 #include "odc/model/llama_model.h"
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "odc/data/dataset.h"
-#include "odc/distributed/local_comm.h"
-#include "odc/distributed/shard_store.h"
+#include "odc/distributed/comm/local_comm.h"
+#include "odc/distributed/shard/shard_store.h"
 #include "odc/model/kv_cache.h"
 #include "odc/model/llama_model.h"
 #include "odc/train/sampling.h"

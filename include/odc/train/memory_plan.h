@@ -18,8 +18,8 @@
 
 #include "odc/core/config.h"
 #include "odc/core/dtype.h"
-#include "odc/distributed/comm.h"
-#include "odc/distributed/comm_factory.h"
+#include "odc/distributed/comm/comm.h"
+#include "odc/distributed/comm/comm_factory.h"
 #include "odc/model/llama_config.h"
 #include "odc/model/recompute.h"
 #include "odc/train/run_settings.h"

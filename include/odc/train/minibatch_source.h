@@ -13,7 +13,7 @@
 #include "odc/data/dataset.h"
 #include "odc/data/packing.h"
 #include "odc/data/planner.h"
-#include "odc/distributed/comm.h"
+#include "odc/distributed/comm/comm.h"
 #include "odc/model/batch.h"
 #include "odc/model/llama_config.h"
 

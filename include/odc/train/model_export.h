@@ -7,8 +7,8 @@
 
 #include "odc/core/config.h"
 #include "odc/core/dtype.h"
-#include "odc/distributed/host_group.h"
-#include "odc/distributed/shard_store.h"
+#include "odc/distributed/group/host_group.h"
+#include "odc/distributed/shard/shard_store.h"
 #include "odc/model/llama_config.h"
 
 namespace odc::train {

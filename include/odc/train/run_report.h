@@ -11,8 +11,8 @@
 
 #include "odc/core/config.h"
 #include "odc/core/trace.h"
-#include "odc/distributed/comm.h"
-#include "odc/distributed/host_group.h"
+#include "odc/distributed/comm/comm.h"
+#include "odc/distributed/group/host_group.h"
 #include "odc/train/evaluation.h"
 #include "odc/train/metrics.h"
 #include "odc/train/step_result.h"

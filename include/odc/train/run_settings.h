@@ -15,8 +15,8 @@
 #include "odc/backend/backend.h"
 #include "odc/core/config.h"
 #include "odc/core/dtype.h"
-#include "odc/distributed/comm_factory.h"
-#include "odc/distributed/sharding.h"
+#include "odc/distributed/comm/comm_factory.h"
+#include "odc/distributed/shard/sharding.h"
 #include "odc/model/recompute.h"
 
 namespace odc::train {

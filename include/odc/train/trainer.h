@@ -17,8 +17,8 @@
 
 #include "odc/core/config.h"
 #include "odc/core/trace.h"
-#include "odc/distributed/comm_factory.h"
-#include "odc/distributed/host_group.h"
+#include "odc/distributed/comm/comm_factory.h"
+#include "odc/distributed/group/host_group.h"
 #include "odc/model/llama_model.h"
 #include "odc/optim/lr_schedule.h"
 #include "odc/optim/sharded_adamw.h"

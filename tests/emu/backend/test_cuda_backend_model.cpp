@@ -26,8 +26,8 @@
 
 #include "odc/backend/cpu_backend.h"
 #include "odc/backend/cuda_backend.h"
-#include "odc/distributed/local_comm.h"
-#include "odc/distributed/shard_store.h"
+#include "odc/distributed/comm/local_comm.h"
+#include "odc/distributed/shard/shard_store.h"
 #include "odc/model/llama_model.h"
 
 using namespace odc;

@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "odc/core/error.h"
-#include "odc/distributed/shard_layout.h"
+#include "odc/distributed/shard/shard_layout.h"
 #include "odc/io/native_checkpoint.h"
 #include "odc/io/native_reshard.h"
 #include "odc/model/units.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "odc/distributed/shard_store.h"
+#include "odc/distributed/shard/shard_store.h"
 #include "odc/model/param_io.h"
 
 namespace odc::test {

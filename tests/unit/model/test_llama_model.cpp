@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/backend/cpu_backend.h"
-#include "odc/distributed/local_comm.h"
-#include "odc/distributed/shard_store.h"
+#include "odc/distributed/comm/local_comm.h"
+#include "odc/distributed/shard/shard_store.h"
 #include "odc/model/llama_model.h"
 
 #include "call_log.h"

@@ -12,8 +12,8 @@
 #include "../tiny_model.h"
 #include "odc/backend/backend.h"
 #include "odc/core/error.h"
-#include "odc/distributed/local_comm.h"
-#include "odc/distributed/shard_store.h"
+#include "odc/distributed/comm/local_comm.h"
+#include "odc/distributed/shard/shard_store.h"
 #include "odc/model/units.h"
 #include "odc/optim/sharded_adamw.h"
 

@@ -9,8 +9,8 @@
 
 #include "odc/core/error.h"
 #include "odc/data/data_config.h"
-#include "odc/distributed/shard_layout.h"
-#include "odc/distributed/unit_buffer_pool.h"
+#include "odc/distributed/shard/shard_layout.h"
+#include "odc/distributed/comm/unit_buffer_pool.h"
 #include "odc/model/units.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/memory_plan.h"

@@ -10,7 +10,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "odc/distributed/local_comm.h"
+#include "odc/distributed/comm/local_comm.h"
 #include "odc/io/hf_checkpoint.h"
 #include "odc/model/units.h"
 #include "odc/train/config_schema.h"
