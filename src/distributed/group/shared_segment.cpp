@@ -57,18 +57,10 @@ std::optional<SharedSegment> SharedSegment::try_create(const std::string& name, 
 }
 
 SharedSegment SharedSegment::open(const std::string& name, std::size_t bytes, std::string_view what) {
-  const int raw = ::shm_open(name.c_str(), O_RDWR, 0600);
-  if (raw < 0) fail("{}: cannot open shared memory {} of a peer: {}", what, name, std::strerror(errno));
-  const FileDescriptor fd(raw);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || static_cast<std::size_t>(st.st_size) < bytes) {
-    fail("{}: shared memory {} holds {} bytes, expected {}", what, name, static_cast<long long>(st.st_size), bytes);
-  }
-  SharedSegment s;
-  s.name_ = name;
-  s.data_ = map(fd.get(), bytes, name, what);
-  s.bytes_ = bytes;
-  return s;
+  auto s = try_open(name, what);
+  if (!s) fail("{}: cannot open shared memory {} of a peer: {}", what, name, std::strerror(ENOENT));
+  if (s->bytes() < bytes) fail("{}: shared memory {} holds {} bytes, expected {}", what, name, s->bytes(), bytes);
+  return std::move(*s);
 }
 
 std::optional<SharedSegment> SharedSegment::try_open(const std::string& name, std::string_view what) {
