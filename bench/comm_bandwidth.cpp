@@ -97,9 +97,9 @@ nlohmann::json measure(distributed::HostGroup& group, backend::Backend& device, 
   const distributed::ShardLayout layout(units, group.size(), group.rank());
   distributed::CommOptions options;
   options.kind = name == "collective" ? distributed::CommKind::collective : distributed::CommKind::odc;
-  options.odc_transport = name == "ucx" || name == "staged" ? distributed::OdcTransport::ucx
-                          : name.rfind("ipc", 0) == 0   ? distributed::OdcTransport::ipc
-                                                        : distributed::OdcTransport::automatic;
+  options.odc_transport = name == "ucx" || name == "staged" ? distributed::TransportKind::ucx
+                          : name.rfind("ipc", 0) == 0   ? distributed::TransportKind::ipc
+                                                        : distributed::TransportKind::automatic;
   options.gather_dtype = name == "ipc-bf16" ? distributed::GatherDtype::bf16 : distributed::GatherDtype::f32;
   options.transport.chunk_bytes = 4 << 20;
   auto stack = distributed::make_comm(options, group, layout, units, config, 1, &device);

@@ -14,7 +14,8 @@
 # ranks): those jobs are compared to a relative 1e-5 (the multi-rank tests' bound) and reported,
 # not failed, when not bitwise equal. With two ranks and one microbatch each ("one_mb" jobs: every
 # sequence of a rank packed into one microbatch) an owner adds exactly two pushes, a + b == b + a,
-# so ODC must be bitwise equal there.
+# so ODC must be bitwise equal there. Under comm.deterministic every owner folds its clients' pushes
+# in a fixed order, so the "deterministic" jobs (ODC over UCX and over IPC) must be bitwise equal too.
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 BIN_A BIN_B [WORK_DIR]" >&2; exit 2; }
 bin_a="$(cd "$1" && pwd)"
@@ -47,6 +48,10 @@ jobs=(
   "np2_collective_resume|2|--set train.comm=collective --set train.stop_at_step=5"
   "np4_collective|4|--set train.comm=collective"
   "np4_odc|4|--set train.comm=odc"
+  "np2_odc_ipc_one_mb|2|--set train.comm=odc --set comm.transport=ipc --set data.max_tokens_per_microbatch=4096"
+  "np2_odc_ipc_deterministic|2|--set train.comm=odc --set comm.transport=ipc --set comm.deterministic=true"
+  "np2_odc_ucx_deterministic|2|--set train.comm=odc --set comm.transport=ucx --set comm.deterministic=true"
+  "np4_odc_ipc_deterministic|4|--set train.comm=odc --set comm.transport=ipc --set comm.deterministic=true"
 )
 
 run_job() {  # LABEL BIN NAME RANKS ARGS...
@@ -101,7 +106,7 @@ for item in sys.argv[1:]:
     exact = len(ma) == len(mb) and all(x[k] == y[k] for x, y in zip(ma, mb) for k in FIELDS)
     same_weights = weights(a) == weights(b) and len(weights(a)) > 0
     rel = max((abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(ma, mb)), default=0.0)
-    must_be_exact = ranks == "1" or "collective" in name or "one_mb" in name
+    must_be_exact = ranks == "1" or "collective" in name or "one_mb" in name or "deterministic" in name
     ok = (exact and same_weights) if must_be_exact else (len(ma) == len(mb) and rel <= 1e-5)
     bad += not ok
     print(json.dumps({"bench": "same_results", "job": name, "ranks": int(ranks), "steps": len(ma),

@@ -103,8 +103,8 @@ void plan_comm(const MemoryInputs& in, const Sizes& s, Builder& b) {
     if (!gpu && in.host_staging) b.note("debug.host_staging: the staged host comm's own buffers are not sized");
     return;
   }
-  const bool ipc = in.transport == distributed::OdcTransport::ipc ||
-                   (in.transport == distributed::OdcTransport::automatic && (gpu || !in.launched_with_mpi));
+  const bool ipc = in.transport == distributed::TransportKind::ipc ||
+                   (in.transport == distributed::TransportKind::automatic && (gpu || !in.launched_with_mpi));
   if (!ipc) {
     if (gpu || in.host_staging) {
       b.note("ODC over UCX with device state is staged through host memory: the host-side copy of the shards and "

@@ -1,4 +1,4 @@
-// IpcOdcComm on the GPU (GPU only: the runner skips without a device): 2 and 3 ranks as threads of
+// OdcComm over the IPC transport on the GPU (GPU only: the runner skips without a device): 2 and 3 ranks as threads of
 // this process, each with its own CudaBackend on GPU 0 and its state in device memory (peers of one
 // process share pointers; across processes the same code opens CUDA IPC handles, which the GPU
 // check's ipc-train step runs). Gathers must equal the masters (bf16 gathers: the masters rounded
@@ -49,7 +49,7 @@ std::vector<std::vector<float>> run_minibatch(int world, GatherDtype dtype, bool
     const distributed::ShardLayout layout(units, world, r);
     distributed::CommOptions options;
     options.kind = distributed::CommKind::odc;
-    options.odc_transport = distributed::OdcTransport::ipc;
+    options.odc_transport = distributed::TransportKind::ipc;
     options.gather_dtype = dtype;
     options.deterministic = deterministic;
     options.transport.chunk_bytes = 4096;  // several chunks per slice
@@ -102,7 +102,7 @@ std::vector<std::vector<float>> run_minibatch(int world, GatherDtype dtype, bool
 
 }  // namespace
 
-TEST_CASE("IpcOdcComm on the GPU: gathers equal the masters, pushes sum exactly on the owners", "[cuda][ipc]") {
+TEST_CASE("ODC over CUDA IPC on the GPU: gathers equal the masters, pushes sum exactly on the owners", "[cuda][ipc]") {
   for (const int world : {2, 3}) {
     for (const GatherDtype dtype : {GatherDtype::f32, GatherDtype::bf16}) {
       INFO(world << " ranks, " << distributed::gather_dtype_name(dtype) << " gathers");
@@ -113,7 +113,7 @@ TEST_CASE("IpcOdcComm on the GPU: gathers equal the masters, pushes sum exactly 
   }
 }
 
-TEST_CASE("IpcOdcComm on the GPU, deterministic: the same bits twice", "[cuda][ipc]") {
+TEST_CASE("ODC over CUDA IPC on the GPU, deterministic: the same bits twice", "[cuda][ipc]") {
   std::vector<std::string> problems;
   const auto a = run_minibatch(3, GatherDtype::f32, true, problems);
   for (const auto& p : problems) CHECK(p == "");

@@ -34,7 +34,7 @@ struct MemoryInputs {
   model::Recompute recompute = model::Recompute::none;
   std::int64_t tokens = 0;          // the microbatch's token count (the cap)
   distributed::CommKind comm = distributed::CommKind::odc;
-  distributed::OdcTransport transport = distributed::OdcTransport::automatic;
+  distributed::TransportKind transport = distributed::TransportKind::automatic;
   distributed::GatherDtype gather = distributed::GatherDtype::f32;
   bool deterministic = false;       // comm.deterministic
   bool host_staging = false;        // debug.host_staging

@@ -4,10 +4,10 @@
 
 namespace odc::distributed {
 
-OdcTransport parse_odc_transport(std::string_view name) {
-  if (name == "auto") return OdcTransport::automatic;
-  if (name == "ucx") return OdcTransport::ucx;
-  if (name == "ipc") return OdcTransport::ipc;
+TransportKind parse_odc_transport(std::string_view name) {
+  if (name == "auto") return TransportKind::automatic;
+  if (name == "ucx") return TransportKind::ucx;
+  if (name == "ipc") return TransportKind::ipc;
   fail("unknown comm.transport '{}': expected auto, ucx or ipc", name);
 }
 
@@ -40,13 +40,13 @@ CommChoice choose_comm(const CommFacts& facts) {
     }
     return {CommBuild::mpi_collective, facts.host_staging};
   }
-  OdcTransport transport = facts.transport;
-  if (transport == OdcTransport::automatic) {
+  TransportKind transport = facts.transport;
+  if (transport == TransportKind::automatic) {
     // A group without MPI is one host by construction (odc-run --local, threads).
     const bool one_host = !facts.over_mpi || facts.hosts == 1;
-    transport = (on_device && one_host) || !facts.over_mpi ? OdcTransport::ipc : OdcTransport::ucx;
+    transport = (on_device && one_host) || !facts.over_mpi ? TransportKind::ipc : TransportKind::ucx;
   }
-  if (transport == OdcTransport::ipc) {
+  if (transport == TransportKind::ipc) {
     if (on_device && !facts.cuda_build) fail("the ipc transport for {} state needs a CUDA build", facts.state_device);
     return {CommBuild::odc_ipc, false};
   }

@@ -4,11 +4,11 @@
 
 #include "odc/core/error.h"
 #include "odc/distributed/comm/collective_comm.h"
-#include "odc/distributed/comm/ipc_odc_comm.h"
 #include "odc/distributed/comm/layered_comm.h"
 #include "odc/distributed/comm/local_comm.h"
 #include "odc/distributed/group/mpi_host_group.h"
 #include "odc/distributed/comm/odc_comm.h"
+#include "odc/distributed/transport/ipc/ipc_transport.h"
 #include "odc/distributed/transport/ipc/peer_memory.h"
 #include "odc/distributed/group/shared_segment.h"
 #include "odc/distributed/comm/staged_comm.h"
@@ -106,14 +106,22 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
     }
     case CommBuild::odc_ipc: {
       auto memory = make_peer_memory(group, state_device);
-      std::string handle;
-      auto* masters = static_cast<float*>(memory->export_region(
-          static_cast<std::size_t>(layout.owned_elements()) * sizeof(float), "the master shards", handle));
+      IpcShape shape;
+      shape.owned = layout.owned_elements();
+      shape.masters = static_cast<float*>(memory->export_region(static_cast<std::size_t>(shape.owned) * sizeof(float),
+                                                                "the master shards", shape.master_handle));
+      for (int u = 0; u < layout.num_units(); ++u) shape.largest_shard = std::max(shape.largest_shard, layout.unit(u).shard);
+      shape.largest_unit = layout.largest_padded_unit();
+      shape.gather_buffers = UnitBufferPool::kWeightBuffers;
+      shape.push_buffers = UnitBufferPool::kGradBuffers;
+      shape.bf16_gathers = options.gather_dtype == GatherDtype::bf16;
+      shape.deterministic = options.deterministic;
       auto store = std::make_unique<ShardStore>(
-          layout, units, config, seed, std::span<float>(masters, static_cast<std::size_t>(layout.owned_elements())),
+          layout, units, config, seed, std::span<float>(shape.masters, static_cast<std::size_t>(shape.owned)),
           state_device, state_device != nullptr ? StoreContents::all : options.store_contents);
-      auto comm = std::make_unique<IpcOdcComm>(std::move(memory), std::move(store), group, handle, options.transport,
-                                               options.gather_dtype, options.deterministic, state_device);
+      auto transport = std::make_unique<IpcTransport>(std::move(memory), group, shape, options.transport, state_device);
+      auto comm = std::make_unique<OdcComm>(std::move(transport), std::move(store), group, options.deterministic,
+                                            state_device);
       stack->state_ = &comm->store();
       stack->comm_ = std::move(comm);
       return stack;

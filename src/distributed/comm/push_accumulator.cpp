@@ -6,29 +6,6 @@
 
 namespace odc::distributed {
 
-namespace {
-
-class HostAccumulatorMemory final : public AccumulatorMemory {
- public:
-  void zero(float* dst, std::int64_t n) override { std::fill(dst, dst + n, 0.0f); }
-  void add(float* acc, const float* in, std::int64_t n) override {
-    // A chunk never overlaps the accumulator (a slot, a receive buffer or a client's buffer): vectorized.
-    float* __restrict out = acc;
-    const float* __restrict from = in;
-#pragma omp simd
-    for (std::int64_t i = 0; i < n; ++i) out[i] += from[i];
-  }
-  void fold(float* acc, const float* in, std::int64_t n) override { add(acc, in, n); }
-  bool host_visible() const override { return true; }
-};
-
-}  // namespace
-
-AccumulatorMemory& host_accumulator_memory() {
-  static HostAccumulatorMemory memory;  // stateless
-  return memory;
-}
-
 PushAccumulator::PushAccumulator(const ShardLayout& layout, float* grads, bool deterministic,
                                  AccumulatorMemory& memory, float* client_buffers)
     : layout_(layout), grads_(grads), deterministic_(deterministic), memory_(memory), buffers_(client_buffers) {

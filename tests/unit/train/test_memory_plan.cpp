@@ -105,7 +105,7 @@ TEST_CASE("memory plan: sharded ranks add the unit buffers and their comm's own 
   REQUIRE(find(plan, "gradient slots") == nullptr);
 
   in.comm = distributed::CommKind::odc;
-  in.transport = distributed::OdcTransport::ipc;
+  in.transport = distributed::TransportKind::ipc;
   in.deterministic = true;
   plan = train::plan_memory(in);
   REQUIRE(find(plan, "per-client accumulators")->bytes == 3 * 4 * layout.owned_elements());

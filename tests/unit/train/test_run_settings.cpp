@@ -19,7 +19,7 @@ using Catch::Matchers::Contains;
 using distributed::CommKind;
 using distributed::GatherDtype;
 using distributed::GatherProtocol;
-using distributed::OdcTransport;
+using distributed::TransportKind;
 
 namespace {
 
@@ -111,7 +111,7 @@ TEST_CASE("run settings: the declared defaults", "[train][settings]") {
   CHECK(s.comm.transport.direct_load);
   CHECK(s.comm.transport.gather_protocol == GatherProtocol::automatic);
   CHECK_FALSE(s.comm.deterministic);
-  CHECK(s.comm.odc_transport == OdcTransport::automatic);
+  CHECK(s.comm.odc_transport == TransportKind::automatic);
   CHECK(s.comm.gather_dtype == GatherDtype::f32);
   CHECK_FALSE(s.comm.host_staging);
   // checkpoint, debug
@@ -164,7 +164,7 @@ TEST_CASE("run settings: overrides reach every section", "[train][settings]") {
   CHECK_FALSE(s.comm.transport.direct_load);
   CHECK(s.comm.transport.gather_protocol == GatherProtocol::request);
   CHECK(s.comm.deterministic);
-  CHECK(s.comm.odc_transport == OdcTransport::ipc);
+  CHECK(s.comm.odc_transport == TransportKind::ipc);
   CHECK(s.comm.gather_dtype == GatherDtype::bf16);
   CHECK(s.comm.host_staging);
   CHECK(s.checkpoint.dir == "/ck");
@@ -192,7 +192,7 @@ TEST_CASE("run settings: the memory plan's inputs are the comm options' values",
   CHECK(in.compute == DType::bf16);
   CHECK(in.recompute == model::Recompute::full);
   CHECK(in.comm == CommKind::collective);
-  CHECK(in.transport == OdcTransport::ipc);
+  CHECK(in.transport == TransportKind::ipc);
   CHECK(in.gather == GatherDtype::bf16);
   CHECK(in.deterministic);
   CHECK(in.host_staging);

@@ -18,8 +18,8 @@
 namespace odc::distributed {
 
 // How ODC moves data (comm.transport).
-enum class OdcTransport { automatic, ucx, ipc };
-OdcTransport parse_odc_transport(std::string_view name);  // "auto" | "ucx" | "ipc"
+enum class TransportKind { automatic, ucx, ipc };
+TransportKind parse_odc_transport(std::string_view name);  // "auto" | "ucx" | "ipc"
 
 enum class CommBuild { local, mpi_collective, nccl_collective, odc_ipc, odc_ucx };
 std::string_view comm_build_name(CommBuild build);  // "local", "mpi", "nccl", "ipc", "ucx"
@@ -27,7 +27,7 @@ std::string_view comm_build_name(CommBuild build);  // "local", "mpi", "nccl", "
 struct CommFacts {
   int world_size = 1;
   CommKind kind = CommKind::odc;
-  OdcTransport transport = OdcTransport::automatic;
+  TransportKind transport = TransportKind::automatic;
   GatherDtype gather_dtype = GatherDtype::f32;
   bool host_staging = false;  // debug.host_staging
   // The state lives in this device's memory (empty: host memory, a CPU backend or none).

@@ -23,7 +23,7 @@ namespace odc::distributed {
 
 struct CommOptions {
   CommKind kind = CommKind::odc;
-  OdcTransport odc_transport = OdcTransport::automatic;
+  TransportKind odc_transport = TransportKind::automatic;
   GatherDtype gather_dtype = GatherDtype::f32;
   TransportOptions transport;  // ODC: chunking, in-flight limit, timeout, direct loads
   bool deterministic = false;  // ODC: ordered accumulation (bitwise reproducible); the others always are

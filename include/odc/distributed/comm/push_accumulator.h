@@ -15,27 +15,15 @@
 // model's parameters per rank) and a pass over them at the end of each minibatch.
 //
 // The adds run where the accumulator lives (AccumulatorMemory): on the calling thread for host
-// memory, or issued on a device's lanes (the IPC transport's PeerMemory).
+// memory, or issued on a device's lanes (the IPC transport's PeerMemory); odc_transport.h.
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "odc/distributed/shard/shard_layout.h"
+#include "odc/distributed/transport/odc_transport.h"
 
 namespace odc::distributed {
-
-class AccumulatorMemory {
- public:
-  virtual ~AccumulatorMemory() = default;
-  virtual void zero(float* dst, std::int64_t n) = 0;                   // at the minibatch start
-  virtual void add(float* acc, const float* in, std::int64_t n) = 0;   // a chunk: acc[i] += in[i]
-  virtual void fold(float* acc, const float* in, std::int64_t n) = 0;  // the minibatch-end fold, the same sum
-  // Whether a chunk's bytes may be copied on the host (to hold one that came out of order).
-  virtual bool host_visible() const = 0;
-};
-
-// Adds on the calling thread, in host memory.
-AccumulatorMemory& host_accumulator_memory();
 
 class PushAccumulator {
  public:

@@ -14,12 +14,17 @@
 
 namespace odc::distributed {
 
-UcxTransport::WaitScope::WaitScope(UcxTransport& t) : t_(t) {
-  if (t_.busy_poll_us_ > 0 && t_.waiters_.fetch_add(1, std::memory_order_relaxed) == 0) t_.wake();
-}
+UcxTransport::WaitScope::WaitScope(UcxTransport& t) : t_(t) { t_.compute_waits(true); }
 
-UcxTransport::WaitScope::~WaitScope() {
-  if (t_.busy_poll_us_ > 0) t_.waiters_.fetch_sub(1, std::memory_order_relaxed);
+UcxTransport::WaitScope::~WaitScope() { t_.compute_waits(false); }
+
+void UcxTransport::compute_waits(bool waiting) {
+  if (busy_poll_us_ == 0) return;
+  if (waiting) {
+    if (waiters_.fetch_add(1, std::memory_order_relaxed) == 0) wake();
+  } else {
+    waiters_.fetch_sub(1, std::memory_order_relaxed);
+  }
 }
 
 void UcxTransport::wait(Completion& completion, const std::string& what) {

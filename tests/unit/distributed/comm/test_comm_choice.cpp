@@ -26,7 +26,7 @@ std::vector<Row> whole_table() {
   std::vector<Row> rows;
   for (const int world : {1, 2, 4}) {
     for (const auto kind : {CommKind::odc, CommKind::collective}) {
-      for (const auto transport : {OdcTransport::automatic, OdcTransport::ipc, OdcTransport::ucx}) {
+      for (const auto transport : {TransportKind::automatic, TransportKind::ipc, TransportKind::ucx}) {
         for (const auto dtype : {GatherDtype::f32, GatherDtype::bf16}) {
           for (const bool staging : {false, true}) {
             for (const std::string device : {"", "CUDA device 0"}) {
@@ -94,9 +94,9 @@ TEST_CASE("choose_comm: the rules hold on every row of the table", "[distributed
     CHECK(row.choice->staged == (host_comm && (on_device || f.host_staging)));
     // An explicit transport is obeyed; auto takes ipc exactly for device state on one host or without MPI.
     if (f.kind == CommKind::odc) {
-      if (f.transport == OdcTransport::ipc) CHECK(b == CommBuild::odc_ipc);
-      if (f.transport == OdcTransport::ucx) CHECK(b == CommBuild::odc_ucx);
-      if (f.transport == OdcTransport::automatic) {
+      if (f.transport == TransportKind::ipc) CHECK(b == CommBuild::odc_ipc);
+      if (f.transport == TransportKind::ucx) CHECK(b == CommBuild::odc_ucx);
+      if (f.transport == TransportKind::automatic) {
         CHECK((b == CommBuild::odc_ipc) == ((on_device && f.hosts == 1) || !f.over_mpi));
       }
     }
@@ -111,38 +111,38 @@ TEST_CASE("choose_comm: the rules hold on every row of the table", "[distributed
 TEST_CASE("choose_comm: the rows users meet, and the errors that name what to change", "[distributed]") {
   const auto choose = [](CommFacts f) { return choose_comm(f); };
   // A CPU job under mpirun on one host: ODC over UCX (auto), the collective over MPI.
-  CHECK(choose({2, CommKind::odc, OdcTransport::automatic, GatherDtype::f32, false, "", true, 1, true}) ==
+  CHECK(choose({2, CommKind::odc, TransportKind::automatic, GatherDtype::f32, false, "", true, 1, true}) ==
         CommChoice{CommBuild::odc_ucx, false});
-  CHECK(choose({2, CommKind::collective, OdcTransport::automatic, GatherDtype::f32, false, "", true, 1, true}) ==
+  CHECK(choose({2, CommKind::collective, TransportKind::automatic, GatherDtype::f32, false, "", true, 1, true}) ==
         CommChoice{CommBuild::mpi_collective, false});
   // odc-run --local on a CPU: IPC (auto), or UCX when asked.
-  CHECK(choose({2, CommKind::odc, OdcTransport::automatic, GatherDtype::f32, false, "", false, 1, false}) ==
+  CHECK(choose({2, CommKind::odc, TransportKind::automatic, GatherDtype::f32, false, "", false, 1, false}) ==
         CommChoice{CommBuild::odc_ipc, false});
-  CHECK(choose({2, CommKind::odc, OdcTransport::ucx, GatherDtype::f32, false, "", false, 1, false}) ==
+  CHECK(choose({2, CommKind::odc, TransportKind::ucx, GatherDtype::f32, false, "", false, 1, false}) ==
         CommChoice{CommBuild::odc_ucx, false});
   // GPUs: one host takes CUDA IPC, several hosts UCX staged through host memory, collectives NCCL.
-  CHECK(choose({8, CommKind::odc, OdcTransport::automatic, GatherDtype::bf16, false, "CUDA device 0", true, 1, true}) ==
+  CHECK(choose({8, CommKind::odc, TransportKind::automatic, GatherDtype::bf16, false, "CUDA device 0", true, 1, true}) ==
         CommChoice{CommBuild::odc_ipc, false});
-  CHECK(choose({16, CommKind::odc, OdcTransport::automatic, GatherDtype::f32, false, "CUDA device 0", true, 2, true}) ==
+  CHECK(choose({16, CommKind::odc, TransportKind::automatic, GatherDtype::f32, false, "CUDA device 0", true, 2, true}) ==
         CommChoice{CommBuild::odc_ucx, true});
-  CHECK(choose({8, CommKind::collective, OdcTransport::automatic, GatherDtype::bf16, false, "CUDA device 0", true, 1,
+  CHECK(choose({8, CommKind::collective, TransportKind::automatic, GatherDtype::bf16, false, "CUDA device 0", true, 1,
                 true}) == CommChoice{CommBuild::nccl_collective, false});
   // debug.host_staging stages host state too.
-  CHECK(choose({2, CommKind::odc, OdcTransport::ucx, GatherDtype::f32, true, "", true, 1, false}) ==
+  CHECK(choose({2, CommKind::odc, TransportKind::ucx, GatherDtype::f32, true, "", true, 1, false}) ==
         CommChoice{CommBuild::odc_ucx, true});
-  CHECK_THROWS_WITH(choose({2, CommKind::collective, OdcTransport::automatic, GatherDtype::f32, false, "", false, 1, false}),
+  CHECK_THROWS_WITH(choose({2, CommKind::collective, TransportKind::automatic, GatherDtype::f32, false, "", false, 1, false}),
                     Catch::Contains("the collective comm on host memory runs over MPI: launch the job with odc-run"));
-  CHECK_THROWS_WITH(choose({2, CommKind::collective, OdcTransport::automatic, GatherDtype::bf16, false, "", true, 1, true}),
+  CHECK_THROWS_WITH(choose({2, CommKind::collective, TransportKind::automatic, GatherDtype::bf16, false, "", true, 1, true}),
                     Catch::Contains("comm.gather_dtype bf16 on host memory"));
-  CHECK_THROWS_WITH(choose({2, CommKind::odc, OdcTransport::ucx, GatherDtype::bf16, false, "", true, 1, true}),
+  CHECK_THROWS_WITH(choose({2, CommKind::odc, TransportKind::ucx, GatherDtype::bf16, false, "", true, 1, true}),
                     Catch::Contains("comm.gather_dtype bf16 needs comm.transport ipc"));
-  CHECK_THROWS_WITH(choose({2, CommKind::collective, OdcTransport::automatic, GatherDtype::f32, false, "CUDA device 0",
+  CHECK_THROWS_WITH(choose({2, CommKind::collective, TransportKind::automatic, GatherDtype::f32, false, "CUDA device 0",
                             true, 1, false}),
                     Catch::Contains("the collective comm for CUDA device 0 state needs a CUDA build (NCCL)"));
-  CHECK_THROWS_WITH(choose({2, CommKind::odc, OdcTransport::ipc, GatherDtype::f32, false, "CUDA device 0", true, 1,
+  CHECK_THROWS_WITH(choose({2, CommKind::odc, TransportKind::ipc, GatherDtype::f32, false, "CUDA device 0", true, 1,
                             false}),
                     Catch::Contains("the ipc transport for CUDA device 0 state needs a CUDA build"));
-  CHECK(parse_odc_transport("ipc") == OdcTransport::ipc);
+  CHECK(parse_odc_transport("ipc") == TransportKind::ipc);
   CHECK_THROWS_WITH(parse_odc_transport("tcp"), Catch::Contains("unknown comm.transport 'tcp'"));
   CHECK(comm_build_name(CommBuild::nccl_collective) == "nccl");
 }

@@ -10,7 +10,7 @@ using namespace odc;
 using distributed::CommKind;
 
 namespace {
-distributed::CommOptions options_of(CommKind kind, distributed::OdcTransport transport = distributed::OdcTransport::automatic) {
+distributed::CommOptions options_of(CommKind kind, distributed::TransportKind transport = distributed::TransportKind::automatic) {
   distributed::CommOptions o;
   o.kind = kind;
   o.odc_transport = transport;
@@ -58,7 +58,7 @@ TEST_CASE("make_comm: host collectives need an MPI group, and the layout must ma
   const distributed::ShardLayout wrong(units, 2, 1);
   CHECK_THROWS_WITH(distributed::make_comm(options_of(CommKind::collective), *group[0], wrong, units, config, 0),
                     Catch::Contains("shard layout is for rank 1 of 2, but the group has rank 0 of 2"));
-  CHECK(distributed::parse_odc_transport("auto") == distributed::OdcTransport::automatic);
+  CHECK(distributed::parse_odc_transport("auto") == distributed::TransportKind::automatic);
   CHECK_THROWS_WITH(distributed::parse_odc_transport("tcp"), Catch::Contains("unknown comm.transport 'tcp'"));
   CHECK(distributed::parse_gather_dtype("bf16") == distributed::GatherDtype::bf16);
   CHECK_THROWS_WITH(distributed::parse_gather_dtype("fp16"), Catch::Contains("unknown comm.gather_dtype 'fp16'"));

@@ -1,6 +1,6 @@
 // The ODC protocol over both of its transports, ranks as threads of one process (no MPI):
-//   ipc  IpcOdcComm over host shared memory (the protocol the CUDA IPC transport runs on GPUs, the
-//        same comm over another PeerMemory): chunked pushes through a few data slots reused only
+//   ipc  OdcComm over IpcTransport on host shared memory (the transport CUDA IPC runs on GPUs, the
+//        same code over another PeerMemory): chunked pushes through a few data slots reused only
 //        after their owner's ack;
 //   ucx  OdcComm over UcxTransport, bootstrapped over the same in-process group.
 // Both: gathers of every owner's shard, unequal push counts per rank, sums on the owners,
@@ -14,7 +14,8 @@
 #include <catch2/catch.hpp>
 
 #include "odc/distributed/comm/comm_factory.h"
-#include "odc/distributed/comm/ipc_odc_comm.h"
+#include "odc/distributed/comm/odc_comm.h"
+#include "odc/distributed/transport/ipc/ipc_transport.h"
 #include "odc/distributed/transport/ipc/peer_mailbox.h"
 #include "odc/kernels/cast.h"
 #include "odc/model/units.h"
@@ -30,13 +31,13 @@ constexpr std::uint64_t kSeed = 11;
 
 distributed::CommOptions ipc_options(int chunk_floats, int slots, bool deterministic = false,
                                      distributed::GatherDtype gather = distributed::GatherDtype::f32,
-                                     distributed::OdcTransport transport = distributed::OdcTransport::ipc) {
+                                     distributed::TransportKind transport = distributed::TransportKind::ipc) {
   distributed::CommOptions o;
   o.kind = CommKind::odc;
   o.odc_transport = transport;
   o.gather_dtype = gather;
   // UCX's messages are at least 4 KiB (comm.chunk_bytes): the tiny shards travel whole there.
-  o.transport.chunk_bytes = transport == distributed::OdcTransport::ucx ? 4096 : chunk_floats * 4;
+  o.transport.chunk_bytes = transport == distributed::TransportKind::ucx ? 4096 : chunk_floats * 4;
   o.transport.max_inflight = slots;
   o.transport.timeout_s = 20;
   o.deterministic = deterministic;
@@ -49,9 +50,9 @@ int pushes_of(int r, int u, int m) { return 1 + (r + u + m) % 3; }
 // Rank r's k-th gradient of unit u: small integers, so any summation order is exact.
 float grad_value(int r, int u, int k, std::int64_t i) { return static_cast<float>((r + 1) + 10 * k + u + i % 7); }
 
-const char* transport_name(distributed::OdcTransport t) { return t == distributed::OdcTransport::ucx ? "ucx" : "ipc"; }
+const char* transport_name(distributed::TransportKind t) { return t == distributed::TransportKind::ucx ? "ucx" : "ipc"; }
 
-constexpr distributed::OdcTransport kTransports[] = {distributed::OdcTransport::ipc, distributed::OdcTransport::ucx};
+constexpr distributed::TransportKind kTransports[] = {distributed::TransportKind::ipc, distributed::TransportKind::ucx};
 
 }  // namespace
 
@@ -113,7 +114,7 @@ TEST_CASE("ODC: gathers give every owner's shard; chunked pushes through few slo
           }
           const auto resources = comm.resources();
           // IPC maps every peer's memory; UCX holds an endpoint to each rank, itself included.
-          const int endpoints = transport == distributed::OdcTransport::ucx ? world : world - 1;
+          const int endpoints = transport == distributed::TransportKind::ucx ? world : world - 1;
           if (resources.endpoints != endpoints) report += "endpoints " + std::to_string(resources.endpoints) + "; ";
           if (resources.registered_bytes <= 0) report += "no registered bytes; ";
         });
@@ -236,7 +237,8 @@ TEST_CASE("IPC ODC: an owner that stops taking pushes is named after comm.timeou
     stack->comm().begin_minibatch();
     if (r == 1) {
       // Frozen: nothing frees rank 0's slots at rank 1 any more (its memory stays mapped).
-      dynamic_cast<distributed::IpcOdcComm&>(stack->comm()).freeze_serving();
+      dynamic_cast<distributed::IpcTransport&>(dynamic_cast<distributed::OdcComm&>(stack->comm()).transport())
+          .freeze_serving();
       rank0_done.wait();
       return;
     }

@@ -1,7 +1,7 @@
 #pragma once
 // PeerMemory: the memory a rank shares with the other ranks of its host, and the ordered work
-// (copies, adds, casts) the IPC transport runs on it. Two implementations, one protocol above
-// them (ipc_odc_comm.h):
+// (copies, adds, casts) the IPC transport runs on it. Two implementations, one transport above
+// them (ipc_transport.h):
 //
 //   host   (make_host_peer_memory)  regions are POSIX shared memory mapped by every rank; every
 //          operation runs at once on the calling thread, marks are always reached. It is the

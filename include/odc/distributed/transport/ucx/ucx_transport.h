@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "odc/distributed/group/host_group.h"
+#include "odc/distributed/transport/odc_transport.h"
 #include "odc/distributed/transport/transport_options.h"
 
 namespace odc::distributed {
@@ -55,17 +56,7 @@ class Completion {
   std::string error_;  // guarded by the transport's mutex
 };
 
-// Header of a pushed gradient slice.
-struct PushHeader {
-  std::int32_t tag = 0;     // the unit
-  std::int32_t from = 0;    // the client rank
-  std::int64_t offset = 0;  // element offset inside the owner's shard of the unit
-  std::int64_t count = 0;   // elements
-  std::int32_t slot = -1;   // slot protocol: the client's slot holding the data; -1: payload attached
-  std::int32_t sequence = 0;  // the client's push number for this unit this minibatch (comm.deterministic)
-};
-
-class UcxTransport {
+class UcxTransport final : public OdcTransport {
  public:
   // Called on the progress thread for every received push, serially (the protocol above counts
   // and applies it: PushLedger, PushAccumulator).
@@ -74,12 +65,12 @@ class UcxTransport {
   // Collective over `group` (which must outlive the transport). Exposes `exposed_floats` floats of
   // UCX-allocated memory (followed by the client slots, when options.slot_floats > 0).
   UcxTransport(HostGroup& group, std::int64_t exposed_floats, TransportOptions options);
-  ~UcxTransport();  // collective (barriers around the shutdown)
+  ~UcxTransport() override;  // collective (barriers around the shutdown)
   UcxTransport(const UcxTransport&) = delete;
   UcxTransport& operator=(const UcxTransport&) = delete;
 
-  int rank() const { return rank_; }
-  int world_size() const { return world_size_; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
   std::span<float> exposed() { return {exposed_, static_cast<std::size_t>(exposed_floats_)}; }
   const TransportOptions& options() const { return options_; }
   void set_receiver(Receiver receiver);
@@ -104,7 +95,7 @@ class UcxTransport {
   void wait(Completion& completion, const std::string& what);
 
   // Throws odc::Error if the transport failed (a malformed message, a failed receive), naming `what`.
-  void check_failure(std::string_view what);
+  void check_failure(std::string_view what) override;
   // Marks the calling compute thread as blocked on the transport for its lifetime (over the
   // network the progress thread then keeps polling instead of sleeping: see progress_loop).
   class WaitScope {
@@ -120,6 +111,23 @@ class UcxTransport {
 
   // CPU seconds the progress thread has used so far.
   double progress_cpu_seconds() const;
+
+  // The ODC protocol's transport (odc_transport.h; ucx_odc.cpp): the operations above per unit
+  // buffer, the receiver calling the handlers, adds on the host.
+  std::string_view name() const override { return "ucx"; }
+  void set_handlers(Handlers handlers) override;
+  void detach() override;
+  AccumulatorMemory& accumulator_memory() override { return host_accumulator_memory(); }
+  void start_gather(int buffer, std::span<const ShardPiece> pieces, float* full, std::int64_t padded) override;
+  bool gather_done(int buffer) override;
+  void wait_gather(int buffer, const std::string& what) override;
+  void start_push(int buffer, int unit, std::int32_t sequence, std::span<const ShardPiece> pieces, const float* full,
+                  std::vector<std::int64_t>& chunks) override;
+  bool push_done(int buffer) override;
+  void wait_push(int buffer, const std::string& what) override;
+  void compute_waits(bool waiting) override;
+  double timeout_s() const override { return options_.timeout_s; }
+  TransportResources resources() const override;
 
   // Resources held for the lifetime of the transport (the long-run benchmark checks they stay
   // flat): bytes of memory mapped and registered with UCX, and endpoints created.
@@ -175,6 +183,9 @@ class UcxTransport {
   int wake_fd_ = -1;
 
   Receiver receiver_;
+  // The ODC protocol's operations per unit buffer (compute thread; grown on first use).
+  std::vector<std::unique_ptr<Completion>> gathers_, pushes_;
+  Completion& completion(std::vector<std::unique_ptr<Completion>>& of, int buffer);
 
   // Compute threads blocked in wait() or a WaitScope: over the network the progress thread does
   // not sleep while they wait (their core is idle; a sleep and wake-up per message would cost more).

@@ -1,4 +1,6 @@
-#include "odc/distributed/comm/ipc_odc_comm.h"
+// IpcTransport (ipc_transport.h): set-up, the compute thread's gathers and push jobs, and the
+// progress thread's serve and push loops.
+#include "odc/distributed/transport/ipc/ipc_transport.h"
 
 #include <pthread.h>
 #include <time.h>
@@ -11,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/core/error.h"
+#include "odc/distributed/group/shared_segment.h"
 
 namespace odc::distributed {
 
@@ -23,7 +26,7 @@ std::string host_name() {
   return host;
 }
 
-// The PushAccumulator's adds as work on a PeerMemory's lanes: a chunk's add on the accumulate lane
+// The accumulator's adds as work on a PeerMemory's lanes: a chunk's add on the accumulate lane
 // (the progress thread's), zeroing and the fold on the compute lane (the minibatch boundaries).
 class LaneAccumulatorMemory final : public AccumulatorMemory {
  public:
@@ -47,49 +50,37 @@ std::vector<nlohmann::json> all_gather_json(HostGroup& group, const nlohmann::js
 }
 }  // namespace
 
-IpcOdcComm::IpcOdcComm(std::unique_ptr<PeerMemory> owned_memory, std::unique_ptr<ShardStore> owned_store,
-                       HostGroup& group, const std::string& master_handle, const TransportOptions& transport,
-                       GatherDtype gather_dtype, bool deterministic, backend::Backend* device)
-    : ShardedComm(owned_store->layout(), device),
-      owned_memory_(std::move(owned_memory)),
-      owned_store_(std::move(owned_store)),
-      store_(*owned_store_),
-      group_(group),
-      memory_(*owned_memory_),
-      slots_(transport.max_inflight),
-      timeout_s_(transport.timeout_s),
+IpcTransport::IpcTransport(std::unique_ptr<PeerMemory> memory, HostGroup& group, const IpcShape& shape,
+                           const TransportOptions& options, backend::Backend* device)
+    : memory_(std::move(memory)),
+      slots_(options.max_inflight),
+      timeout_s_(options.timeout_s),
       rank_(group.rank()),
       world_(group.size()),
-      ledger_(group) {
-  const ShardLayout& layout = store_.layout();
-  if (layout.world_size() != world_ || layout.rank() != rank_) {
-    fail("shard layout is for rank {} of {}, but the group has rank {} of {}", layout.rank(), layout.world_size(),
-         rank_, world_);
-  }
-  const std::int64_t chunk_floats = transport.chunk_bytes / static_cast<std::int64_t>(sizeof(float));
+      owned_(shape.owned),
+      own_masters_(shape.masters) {
+  const std::int64_t chunk_floats = options.chunk_bytes / static_cast<std::int64_t>(sizeof(float));
   if (slots_ < 1 || chunk_floats < 1) {
     fail("the ipc transport needs comm.max_inflight >= 1 (found {}) and comm.chunk_bytes >= 4 (found {})", slots_,
-         transport.chunk_bytes);
+         options.chunk_bytes);
   }
-  std::int64_t largest_shard = 1;
-  for (int u = 0; u < layout.num_units(); ++u) largest_shard = std::max(largest_shard, layout.unit(u).shard);
-  slot_floats_ = std::min(chunk_floats, largest_shard);
-  const std::int64_t owned = layout.owned_elements();
+  ODC_CHECK(shape.gather_buffers >= 1 && shape.push_buffers >= 1, "the ipc transport needs its buffer counts");
+  slot_floats_ = std::min(chunk_floats, std::max<std::int64_t>(shape.largest_shard, 1));
   const auto w = static_cast<std::size_t>(world_);
 
   // This rank's exported regions: the data slots its clients write, the bf16 shadow of its masters.
-  nlohmann::json mine = {{"host", host_name()}, {"pid", ::getpid()}, {"masters", master_handle},
-                         {"transport", std::string(memory_.name())}};
+  nlohmann::json mine = {{"host", host_name()}, {"pid", ::getpid()}, {"masters", shape.master_handle},
+                         {"transport", std::string(memory_->name())}};
   std::string handle;
   const auto slot_bytes = static_cast<std::size_t>(slot_floats_) * sizeof(float) * w * slots_;
-  auto* own_slots = static_cast<float*>(memory_.export_region(slot_bytes, "the gradient data slots", handle));
+  auto* own_slots = static_cast<float*>(memory_->export_region(slot_bytes, "the gradient data slots", handle));
   mine["slots"] = handle;
-  exported_bytes_ = static_cast<std::int64_t>(slot_bytes + static_cast<std::size_t>(owned) * sizeof(float));
-  if (gather_dtype == GatherDtype::bf16) {
+  exported_bytes_ = static_cast<std::int64_t>(slot_bytes + static_cast<std::size_t>(owned_) * sizeof(float));
+  if (shape.bf16_gathers) {
     own_shadow_ = static_cast<std::uint16_t*>(
-        memory_.export_region(static_cast<std::size_t>(owned) * 2, "the bf16 shadow of the masters", handle));
+        memory_->export_region(static_cast<std::size_t>(owned_) * 2, "the bf16 shadow of the masters", handle));
     mine["shadow"] = handle;
-    exported_bytes_ += owned * 2;
+    exported_bytes_ += owned_ * 2;
   }
   const auto peers = all_gather_json(group, mine, "the IPC transport's handle exchange");
   std::vector<std::string> elsewhere;
@@ -112,78 +103,86 @@ IpcOdcComm::IpcOdcComm(std::unique_ptr<PeerMemory> owned_memory, std::unique_ptr
     const auto& p = peers[static_cast<std::size_t>(r)];
     const auto i = static_cast<std::size_t>(r);
     if (r == rank_) {
-      masters_[i] = store_.master_base();
+      masters_[i] = own_masters_;
       shadows_[i] = own_shadow_;
       slots_of_[i] = own_slots;
       continue;
     }
     const std::string who = fmt::format("rank {}'s", r);
-    masters_[i] = static_cast<const float*>(memory_.open(p.at("masters").get<std::string>(), who + " master shards"));
-    slots_of_[i] = static_cast<float*>(memory_.open(p.at("slots").get<std::string>(), who + " gradient data slots"));
+    masters_[i] = static_cast<const float*>(memory_->open(p.at("masters").get<std::string>(), who + " master shards"));
+    slots_of_[i] = static_cast<float*>(memory_->open(p.at("slots").get<std::string>(), who + " gradient data slots"));
     if (own_shadow_ != nullptr) {
-      shadows_[i] = static_cast<const std::uint16_t*>(memory_.open(p.at("shadow").get<std::string>(), who + " bf16 shadow"));
+      shadows_[i] = static_cast<const std::uint16_t*>(memory_->open(p.at("shadow").get<std::string>(), who + " bf16 shadow"));
     }
   }
   std::string prefix = group.is_root() ? unique_segment_prefix() : std::string();
   group.broadcast(prefix, "the IPC transport's mailbox name");
   mailbox_ = std::make_unique<PeerMailbox>(group, prefix, slots_);
   group.barrier("the IPC transport's regions mapped");
-  memory_.all_opened();
+  memory_->all_opened();
 
-  compute_mark_ = memory_.make_mark();
-  for (int i = 0; i < UnitBufferPool::kWeightBuffers; ++i) gather_marks_.push_back(memory_.make_mark());
+  compute_mark_ = memory_->make_mark();
+  for (int i = 0; i < shape.gather_buffers; ++i) gather_marks_.push_back(memory_->make_mark());
   if (own_shadow_ != nullptr) {
     // bf16 gathers land here before they are widened into the fp32 unit buffer.
-    for (int i = 0; i < UnitBufferPool::kWeightBuffers; ++i) {
+    for (int i = 0; i < shape.gather_buffers; ++i) {
       if (device != nullptr && device->device().kind != DeviceKind::cpu) {
         gather_staging_.emplace_back(device->memory(), DType::bf16);
-        staging_.push_back(static_cast<std::uint16_t*>(gather_staging_.back().get(layout.largest_padded_unit()).data));
+        staging_.push_back(static_cast<std::uint16_t*>(gather_staging_.back().get(shape.largest_unit).data));
       } else {
-        host_staging_.emplace_back(static_cast<std::size_t>(layout.largest_padded_unit()));
+        host_staging_.emplace_back(static_cast<std::size_t>(shape.largest_unit));
         staging_.push_back(host_staging_.back().data());
       }
     }
   }
-  if (deterministic) {
-    client_acc_ = static_cast<float*>(memory_.export_region(static_cast<std::size_t>(owned) * sizeof(float) * w,
-                                                           "the per-client accumulators", handle));
+  if (shape.deterministic) {
+    client_acc_ = static_cast<float*>(memory_->export_region(static_cast<std::size_t>(owned_) * sizeof(float) * w,
+                                                            "the per-client accumulators", handle));
   }
-  lanes_ = std::make_unique<LaneAccumulatorMemory>(memory_);
-  accumulator_ = std::make_unique<PushAccumulator>(layout, store_.grad(0), deterministic, *lanes_, client_acc_);
-  unit_pushes_.assign(static_cast<std::size_t>(layout.num_units()), 0);
-  jobs_.resize(UnitBufferPool::kGradBuffers);
-  for (auto& job : jobs_) job.ready = memory_.make_mark();
+  lanes_ = std::make_unique<LaneAccumulatorMemory>(*memory_);
+  jobs_.resize(static_cast<std::size_t>(shape.push_buffers));
+  for (auto& job : jobs_) job.ready = memory_->make_mark();
   copy_marks_.resize(w);
   add_marks_.resize(w);
   for (std::size_t r = 0; r < w; ++r) {
     for (int k = 0; k < slots_; ++k) {
-      copy_marks_[r].push_back(memory_.make_mark());
-      add_marks_[r].push_back(memory_.make_mark());
+      copy_marks_[r].push_back(memory_->make_mark());
+      add_marks_[r].push_back(memory_->make_mark());
     }
   }
   pending_.resize(w);
   next_slot_.assign(w, 0);
   served_head_.assign(w, 0);
   served_next_.assign(w, 0);
+}
+
+IpcTransport::~IpcTransport() { stop_progress(); }
+
+void IpcTransport::set_handlers(Handlers handlers) {
+  ODC_CHECK(!progress_.joinable(), "the ipc transport's handlers are set once");
+  handlers_ = std::move(handlers);
   progress_ = std::thread([this] { progress_loop(); });
 }
 
-IpcOdcComm::~IpcOdcComm() {
+void IpcTransport::detach() { stop_progress(); }
+
+void IpcTransport::stop_progress() {
   {
     const std::lock_guard lock(mutex_);
     stop_ = true;
   }
   changed_.notify_all();
   if (progress_.joinable()) progress_.join();
-  // Copies and adds still queued read and write our regions: let them finish before they go.
+  // Copies and adds still queued read and write the regions (and the handlers' accumulators): let
+  // them finish before they go.
   try {
-    for (Lane lane : {Lane::gather, Lane::push, Lane::accumulate}) memory_.synchronize(lane);
+    for (Lane lane : {Lane::gather, Lane::push, Lane::accumulate}) memory_->synchronize(lane);
   } catch (const std::exception&) {  // a failed device: nothing left to protect
   }
 }
 
-CommResources IpcOdcComm::resources() const {
-  CommResources r;
+TransportResources IpcTransport::resources() const {
+  TransportResources r;
   r.registered_bytes = exported_bytes_;
   r.endpoints = world_ - 1;
   clockid_t clock{};
@@ -194,74 +193,77 @@ CommResources IpcOdcComm::resources() const {
   return r;
 }
 
-float* IpcOdcComm::data_slot(int owner, int client, int slot) const {
+float* IpcTransport::data_slot(int owner, int client, int slot) const {
   return slots_of_[static_cast<std::size_t>(owner)] +
          (static_cast<std::int64_t>(client) * slots_ + slot) * slot_floats_;
 }
 
-std::string IpcOdcComm::peer_state(int rank) const {
+std::string IpcTransport::describe_peer(int rank) const {
   return mailbox_->alive(rank) ? fmt::format("rank {} (pid {}) is alive but not progressing", rank, mailbox_->pid(rank))
                                : fmt::format("rank {} (pid {}) exited", rank, mailbox_->pid(rank));
 }
 
-void IpcOdcComm::check_failure() const {
+void IpcTransport::rethrow_failure() const {
   const std::lock_guard lock(mutex_);
   if (failure_) std::rethrow_exception(failure_);
 }
 
+void IpcTransport::check_failure(std::string_view) { rethrow_failure(); }
+
+void IpcTransport::masters_changed() {
+  if (own_shadow_ != nullptr) memory_->narrow(Lane::compute, own_shadow_, own_masters_, owned_);
+  // The optimizer step, the shadows and the zeroed accumulators are complete before any peer
+  // reads a master or pushes a chunk.
+  memory_->synchronize(Lane::compute);
+}
+
 // ---- gathers (compute thread) ----
 
-void IpcOdcComm::start_gather(int unit, int buffer, float* full) {
-  check_failure();
-  const ShardLayout& layout = store_.layout();
-  const std::int64_t shard = layout.unit(unit).shard;
-  const std::int64_t offset = store_.offset(unit);
+void IpcTransport::start_gather(int buffer, std::span<const ShardPiece> pieces, float* full, std::int64_t padded) {
+  rethrow_failure();
+  const auto b = static_cast<std::size_t>(buffer);
   // The buffer's previous users (and the minibatch's start) come before the copies.
-  memory_.record(*compute_mark_, Lane::compute);
-  memory_.wait_for(Lane::gather, *compute_mark_);
-  for (int i = 0; i < world_; ++i) {
-    const int owner = (rank_ + 1 + i) % world_;  // not every rank reads rank 0 first
-    const auto o = static_cast<std::size_t>(owner);
-    const std::int64_t begin = layout.shard_begin(unit, owner);
+  memory_->record(*compute_mark_, Lane::compute);
+  memory_->wait_for(Lane::gather, *compute_mark_);
+  for (const ShardPiece& piece : pieces) {
+    const auto o = static_cast<std::size_t>(piece.peer);
     if (own_shadow_ == nullptr) {
-      memory_.copy(Lane::gather, full + begin, masters_[o] + offset, static_cast<std::size_t>(shard) * sizeof(float));
+      memory_->copy(Lane::gather, full + piece.at, masters_[o] + piece.offset,
+                    static_cast<std::size_t>(piece.count) * sizeof(float));
     } else {
-      memory_.copy(Lane::gather, staging_[static_cast<std::size_t>(buffer)] + begin, shadows_[o] + offset,
-                   static_cast<std::size_t>(shard) * 2);
+      memory_->copy(Lane::gather, staging_[b] + piece.at, shadows_[o] + piece.offset, static_cast<std::size_t>(piece.count) * 2);
     }
   }
-  if (own_shadow_ != nullptr) {
-    memory_.widen(Lane::gather, full, staging_[static_cast<std::size_t>(buffer)], layout.unit(unit).padded);
-  }
-  memory_.record(*gather_marks_[static_cast<std::size_t>(buffer)], Lane::gather);
+  if (own_shadow_ != nullptr) memory_->widen(Lane::gather, full, staging_[b], padded);
+  memory_->record(*gather_marks_[b], Lane::gather);
 }
 
-bool IpcOdcComm::gather_done(int buffer) { return memory_.reached(*gather_marks_[static_cast<std::size_t>(buffer)]); }
+bool IpcTransport::gather_done(int buffer) { return memory_->reached(*gather_marks_[static_cast<std::size_t>(buffer)]); }
 
-void IpcOdcComm::wait_gather(int, int buffer) {
-  memory_.wait_for(Lane::compute, *gather_marks_[static_cast<std::size_t>(buffer)]);
+void IpcTransport::wait_gather(int buffer, const std::string&) {
+  memory_->wait_for(Lane::compute, *gather_marks_[static_cast<std::size_t>(buffer)]);
 }
 
-// ---- pushes (compute thread hands a job to the progress thread) ----
+void IpcTransport::finish_gathers() { memory_->synchronize(Lane::gather); }
 
-void IpcOdcComm::start_push(int unit, int buffer, const float* full) {
-  const ShardLayout& layout = store_.layout();
-  const std::int64_t shard = layout.unit(unit).shard;
+// ---- pushes (the compute thread hands a job to the progress thread) ----
+
+void IpcTransport::start_push(int buffer, int unit, std::int32_t sequence, std::span<const ShardPiece> pieces,
+                              const float* full, std::vector<std::int64_t>& chunks) {
   {
     const std::lock_guard lock(mutex_);
     if (failure_) std::rethrow_exception(failure_);
     PushJob& job = jobs_[static_cast<std::size_t>(buffer)];
     ODC_CHECK(job.done, "gradient buffer {} pushed again before its push finished", buffer);
-    memory_.record(*job.ready, Lane::compute);
+    memory_->record(*job.ready, Lane::compute);
     job.unit = unit;
-    job.sequence = unit_pushes_[static_cast<std::size_t>(unit)]++;
+    job.sequence = sequence;
     job.chunks.clear();
-    for (int i = 0; i < world_; ++i) {
-      const int owner = (rank_ + 1 + i) % world_;
-      const float* slice = full + layout.shard_begin(unit, owner);
-      for (std::int64_t at = 0; at < shard; at += slot_floats_) {
-        job.chunks.push_back({owner, at, std::min(slot_floats_, shard - at), slice + at});
-        ledger_.sent(owner, 1);
+    for (const ShardPiece& piece : pieces) {
+      const float* slice = full + piece.at;
+      for (std::int64_t at = 0; at < piece.count; at += slot_floats_) {
+        job.chunks.push_back({piece.peer, piece.offset + at, std::min(slot_floats_, piece.count - at), slice + at});
+        ++chunks[static_cast<std::size_t>(piece.peer)];
       }
     }
     job.started = false;
@@ -273,19 +275,19 @@ void IpcOdcComm::start_push(int unit, int buffer, const float* full) {
   changed_.notify_all();
 }
 
-bool IpcOdcComm::push_done(int buffer) {
+bool IpcTransport::push_done(int buffer) {
   const std::lock_guard lock(mutex_);
   if (failure_) std::rethrow_exception(failure_);
   return jobs_[static_cast<std::size_t>(buffer)].done;
 }
 
-void IpcOdcComm::wait_push(int unit, int buffer) {
+void IpcTransport::wait_push(int buffer, const std::string& what) {
   std::unique_lock lock(mutex_);
   // The progress thread names a stalled owner after timeout_s; this is the backstop.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_ + 5.0);
   while (!jobs_[static_cast<std::size_t>(buffer)].done && !failure_) {
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
-      fail("rank {}: the gradient push of unit {} did not finish within {} s", rank_, unit, timeout_s_);
+      fail("rank {}: the {} did not finish within {} s", rank_, what, timeout_s_);
     }
   }
   if (failure_) std::rethrow_exception(failure_);
@@ -293,8 +295,8 @@ void IpcOdcComm::wait_push(int unit, int buffer) {
 
 // ---- the progress thread ----
 
-void IpcOdcComm::progress_loop() {
-  memory_.enter_thread();
+void IpcTransport::progress_loop() {
+  memory_->enter_thread();
   int idle = 0;
   while (true) {
     bool worked = false;
@@ -321,7 +323,7 @@ void IpcOdcComm::progress_loop() {
   }
 }
 
-bool IpcOdcComm::serve_incoming() {
+bool IpcTransport::serve_incoming() {
   if (!serving_.load()) return false;
   bool worked = false;
   const int slots = slots_;
@@ -330,13 +332,13 @@ bool IpcOdcComm::serve_incoming() {
     // Completed adds free their slots, in ring order.
     std::int64_t applied = 0;
     while (served_head_[ci] < served_next_[ci] &&
-           memory_.reached(*add_marks_[ci][static_cast<std::size_t>(served_head_[ci] % slots)])) {
+           memory_->reached(*add_marks_[ci][static_cast<std::size_t>(served_head_[ci] % slots)])) {
       mailbox_->release(c, static_cast<int>(served_head_[ci] % slots));
       ++served_head_[ci];
       ++applied;
     }
     if (applied > 0) {
-      ledger_.applied(c, applied);
+      handlers_.applied(c, applied);
       worked = true;
     }
     // Posted chunks are added in the order the client sent them.
@@ -349,8 +351,8 @@ bool IpcOdcComm::serve_incoming() {
         fail("rank {}: invalid gradient chunk from rank {} (unit {}, offset {}, count {} in a data slot of {})", rank_,
              c, m.unit, m.offset, m.count, slot_floats_);
       }
-      accumulator_->add(c, m.unit, m.sequence, m.offset, data_slot(rank_, c, slot), m.count);
-      memory_.record(*add_marks_[ci][static_cast<std::size_t>(slot)], Lane::accumulate);
+      handlers_.receive(PushHeader{m.unit, c, m.offset, m.count, slot, m.sequence}, data_slot(rank_, c, slot));
+      memory_->record(*add_marks_[ci][static_cast<std::size_t>(slot)], Lane::accumulate);
       ++served_next_[ci];
       worked = true;
     }
@@ -358,13 +360,13 @@ bool IpcOdcComm::serve_incoming() {
   return worked;
 }
 
-bool IpcOdcComm::advance_pushes() {
+bool IpcTransport::advance_pushes() {
   bool worked = false;
   const int slots = slots_;
   // Copies that completed are posted, in ring order per owner.
   for (int o = 0; o < world_; ++o) {
     auto& queue = pending_[static_cast<std::size_t>(o)];
-    while (!queue.empty() && memory_.reached(*copy_marks_[static_cast<std::size_t>(o)][static_cast<std::size_t>(queue.front().slot)])) {
+    while (!queue.empty() && memory_->reached(*copy_marks_[static_cast<std::size_t>(o)][static_cast<std::size_t>(queue.front().slot)])) {
       const Pending p = queue.front();
       queue.pop_front();
       mailbox_->post(o, p.slot, p.message);
@@ -393,7 +395,7 @@ bool IpcOdcComm::advance_pushes() {
   for (const int b : order) {
     PushJob& job = jobs_[static_cast<std::size_t>(b)];  // only this thread changes an active job's chunks
     if (!job.started) {
-      memory_.wait_for(Lane::push, *job.ready);  // the gradient is complete
+      memory_->wait_for(Lane::push, *job.ready);  // the gradient is complete
       job.started = true;
     }
     bool stalled = false;
@@ -409,13 +411,13 @@ bool IpcOdcComm::advance_pushes() {
         if (job.stalled_since < 0) job.stalled_since = now;
         if (now - job.stalled_since > timeout_s_) {
           fail("rank {}: gradient push of unit {} to rank {}: no data slot freed for {:.0f} s (comm.timeout_s): {}", rank_,
-               job.unit, chunk.owner, now - job.stalled_since, peer_state(chunk.owner));
+               job.unit, chunk.owner, now - job.stalled_since, describe_peer(chunk.owner));
         }
         continue;
       }
-      memory_.copy(Lane::push, data_slot(chunk.owner, rank_, slot), chunk.source,
+      memory_->copy(Lane::push, data_slot(chunk.owner, rank_, slot), chunk.source,
                    static_cast<std::size_t>(chunk.count) * sizeof(float));
-      memory_.record(*copy_marks_[o][static_cast<std::size_t>(slot)], Lane::push);
+      memory_->record(*copy_marks_[o][static_cast<std::size_t>(slot)], Lane::push);
       pending_[o].push_back({slot, {job.unit, job.sequence, chunk.offset, chunk.count}, b});
       ++next_slot_[o];
       chunk.issued = true;
@@ -426,48 +428,12 @@ bool IpcOdcComm::advance_pushes() {
     if (stalled && now - job.stalled_since > 1.0) {
       for (int o = 0; o < world_; ++o) {
         if (blocked[static_cast<std::size_t>(o)] && !mailbox_->alive(o)) {
-          fail("rank {}: gradient push of unit {} to rank {}: {}", rank_, job.unit, o, peer_state(o));
+          fail("rank {}: gradient push of unit {} to rank {}: {}", rank_, job.unit, o, describe_peer(o));
         }
       }
     }
   }
   return worked;
-}
-
-// ---- minibatch boundaries ----
-
-void IpcOdcComm::begin_minibatch() {
-  pool_.check_idle();
-  check_failure();
-  store_.zero_grads();
-  accumulator_->begin();  // the clients' buffers, zeroed on the compute lane
-  ledger_.begin();
-  const std::int64_t owned = store_.layout().owned_elements();
-  if (own_shadow_ != nullptr) memory_.narrow(Lane::compute, own_shadow_, store_.master_base(), owned);
-  std::fill(unit_pushes_.begin(), unit_pushes_.end(), 0);
-  const auto start = std::chrono::steady_clock::now();
-  // The optimizer step, the shadows and the zeroed accumulators are complete before any peer
-  // reads a master or pushes a chunk.
-  memory_.synchronize(Lane::compute);
-  group_.barrier("the minibatch-start barrier");
-  pool_.waits().barrier_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-void IpcOdcComm::end_minibatch() {
-  pool_.drain();
-  const auto start = std::chrono::steady_clock::now();
-  memory_.synchronize(Lane::gather);  // no copy still reads a peer's masters
-  // Every owner learns how many chunks each client sent it, then waits until it applied them all.
-  const auto expected = ledger_.exchange("the minibatch-end exchange of push counts");
-  PushLedger::Peers peers;
-  peers.check_failure = [this] { check_failure(); };
-  peers.describe = [this](int r) { return peer_state(r); };
-  peers.gone = [this](int r) { return !mailbox_->alive(r); };
-  ledger_.wait(expected, timeout_s_, peers, "the minibatch-end wait for gradient pushes");
-  // Every chunk's add has completed (a chunk counts as applied once its add mark is reached): the
-  // fold on the compute lane reads finished sums.
-  accumulator_->finish();
-  pool_.waits().barrier_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace odc::distributed
