@@ -201,7 +201,8 @@ class Bench {
     accumulator_ = odc::Tensor(odc::Shape{largest}, odc::DType::f32);
     reduced_ = odc::Tensor(odc::Shape{largest}, odc::DType::f32);
     // The accumulation OdcComm::accumulate does, with the same validation before writing.
-    transport_->set_receiver([this](const odc::distributed::PushHeader& header, const float* data) {
+    odc::distributed::OdcTransport::Handlers handlers;
+    handlers.receive = [this](const odc::distributed::PushHeader& header, const float* data) {
       if (header.offset < 0 || header.count < 0 ||
           header.offset + header.count > accumulator_.numel()) {
         odc::fail("rank {}: invalid push from rank {} (offset {}, count {})", rank_, header.from, header.offset,
@@ -209,8 +210,10 @@ class Bench {
       }
       float* acc = accumulator_.data<float>() + header.offset;
       for (std::int64_t i = 0; i < header.count; ++i) acc[i] += data[i];
-      ledger_.applied(header.from, 1);
-    });
+    };
+    handlers.applied = [this](int client, std::int64_t chunks) { ledger_.applied(client, chunks); };
+    transport_->set_handlers(std::move(handlers));
+    chunks_.assign(static_cast<std::size_t>(world_), 0);
     const char* tls = std::getenv("UCX_TLS");
     ucx_tls_ = tls != nullptr && *tls != '\0' ? tls : "default";
     // The MPI side's transports (Open MPI reads OMPI_MCA_btl), so a TCP run says both sides used TCP.
@@ -287,16 +290,22 @@ class Bench {
 
   // ---- scatter-accumulate ----
   void odc_scatter(const Cell& cell) {
-    push_messages_ = 0;
+    // As OdcComm::start_push: every owner's piece (the slot protocol where the owner's region is
+    // mapped here and slots are configured, message pushes otherwise), from one gradient buffer.
+    pieces_.clear();
     for (int i = 0; i < world_; ++i) {
       const int owner = (rank_ + 1 + i) % world_;
-      const std::int64_t messages =
-          transport_->push(owner, 0, 0, grad_.data<float>() + cell.shard * owner, cell.shard, scatter_done_);
-      ledger_.sent(owner, messages);
-      push_messages_ += messages;
+      pieces_.push_back({owner, 0, cell.shard * owner, cell.shard});
+    }
+    std::fill(chunks_.begin(), chunks_.end(), 0);
+    transport_->start_push(0, 0, 0, pieces_, grad_.data<float>(), chunks_);
+    push_messages_ = 0;
+    for (int owner = 0; owner < world_; ++owner) {
+      ledger_.sent(owner, chunks_[static_cast<std::size_t>(owner)]);
+      push_messages_ += chunks_[static_cast<std::size_t>(owner)];
     }
     // OdcComm::end_minibatch: our pushes left, every owner learns its counts and waits for them.
-    transport_->wait(scatter_done_, "benchmark push");
+    transport_->wait_push(0, "benchmark push");
     const auto expected = ledger_.exchange("the benchmark's exchange of push counts");
     const odc::distributed::UcxTransport::WaitScope waiting(*transport_);
     ledger_.wait(expected, options_.timeout_s, {}, "the benchmark's wait for pushes");
@@ -448,15 +457,16 @@ class Bench {
   std::unique_ptr<odc::distributed::MpiHostGroup> group_;  // the transport's and the ledger's
   odc::distributed::PushLedger ledger_;
   odc::distributed::Completion gather_done_{world_};
-  odc::distributed::Completion scatter_done_{world_};
+  std::vector<odc::distributed::ShardPiece> pieces_;  // one scatter's pieces, per owner
+  std::vector<std::int64_t> chunks_;                   // one scatter's chunks, per owner
   odc::Tensor full_;         // gathered unit; the client's view
   odc::Tensor grad_;         // full gradient pushed / reduce-scattered
   odc::Tensor accumulator_;  // this owner's fp32 gradient accumulator
   odc::Tensor reduced_;      // MPI_Reduce_scatter_block's output
   std::string ucx_tls_;
   std::string mpi_btl_;
-  std::int64_t push_messages_ = 0;
-  std::string gather_protocol_;     // of the gather being measured  // of the last ODC scatter iteration (rank 0 reports)
+  std::int64_t push_messages_ = 0;  // of the last ODC scatter iteration (rank 0 reports)
+  std::string gather_protocol_;     // of the gather being measured
   // Last, so it is destroyed first: its progress thread uses the buffers and completions above.
   std::unique_ptr<odc::distributed::UcxTransport> transport_;
 };

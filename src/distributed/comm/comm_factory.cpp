@@ -113,13 +113,14 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
       for (int u = 0; u < layout.num_units(); ++u) shape.largest_shard = std::max(shape.largest_shard, layout.unit(u).shard);
       shape.largest_unit = layout.largest_padded_unit();
       shape.gather_buffers = UnitBufferPool::kWeightBuffers;
-      shape.push_buffers = UnitBufferPool::kGradBuffers;
       shape.bf16_gathers = options.gather_dtype == GatherDtype::bf16;
       shape.deterministic = options.deterministic;
       auto store = std::make_unique<ShardStore>(
           layout, units, config, seed, std::span<float>(shape.masters, static_cast<std::size_t>(shape.owned)),
           state_device, state_device != nullptr ? StoreContents::all : options.store_contents);
-      auto transport = std::make_unique<IpcTransport>(std::move(memory), group, shape, options.transport, state_device);
+      TransportOptions transport_options = options.transport;
+      transport_options.push_buffers = UnitBufferPool::kGradBuffers;
+      auto transport = std::make_unique<IpcTransport>(std::move(memory), group, shape, transport_options, state_device);
       auto comm = std::make_unique<OdcComm>(std::move(transport), std::move(store), group, options.deterministic,
                                             state_device);
       stack->state_ = &comm->store();
@@ -128,6 +129,7 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
     }
     case CommBuild::odc_ucx: {
       TransportOptions transport_options = options.transport;
+      transport_options.push_buffers = UnitBufferPool::kGradBuffers;
       for (int u = 0; u < layout.num_units(); ++u) {
         transport_options.slot_floats = std::max(transport_options.slot_floats, layout.unit(u).shard);
       }

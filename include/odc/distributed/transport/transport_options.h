@@ -24,6 +24,7 @@ struct TransportOptions {
   bool direct_load = true;             // copy from/to peers' regions directly where UCX maps them
   std::int64_t slot_floats = 0;        // size of each client slot (0: no slots, message pushes only)
   int slots_per_client = 2;            // slots per (owner, client): pushes in flight per owner
+  int push_buffers = 1;                // gradient buffers pushed from at once (OdcTransport::start_push's `buffer`)
   GatherProtocol gather_protocol = GatherProtocol::automatic;
 };
 

@@ -18,8 +18,6 @@
 namespace odc::distributed {
 
 namespace {
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
 std::string host_name() {
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
@@ -64,7 +62,7 @@ IpcTransport::IpcTransport(std::unique_ptr<PeerMemory> memory, HostGroup& group,
     fail("the ipc transport needs comm.max_inflight >= 1 (found {}) and comm.chunk_bytes >= 4 (found {})", slots_,
          options.chunk_bytes);
   }
-  ODC_CHECK(shape.gather_buffers >= 1 && shape.push_buffers >= 1, "the ipc transport needs its buffer counts");
+  ODC_CHECK(shape.gather_buffers >= 1 && options.push_buffers >= 1, "the ipc transport needs its buffer counts");
   slot_floats_ = std::min(chunk_floats, std::max<std::int64_t>(shape.largest_shard, 1));
   const auto w = static_cast<std::size_t>(world_);
 
@@ -140,20 +138,15 @@ IpcTransport::IpcTransport(std::unique_ptr<PeerMemory> memory, HostGroup& group,
                                                             "the per-client accumulators", handle));
   }
   lanes_ = std::make_unique<LaneAccumulatorMemory>(*memory_);
-  jobs_.resize(static_cast<std::size_t>(shape.push_buffers));
-  for (auto& job : jobs_) job.ready = memory_->make_mark();
-  copy_marks_.resize(w);
-  add_marks_.resize(w);
-  for (std::size_t r = 0; r < w; ++r) {
-    for (int k = 0; k < slots_; ++k) {
-      copy_marks_[r].push_back(memory_->make_mark());
-      add_marks_[r].push_back(memory_->make_mark());
-    }
-  }
-  pending_.resize(w);
-  next_slot_.assign(w, 0);
-  served_head_.assign(w, 0);
-  served_next_.assign(w, 0);
+  SlotGeometry geometry;
+  geometry.rank = rank_;
+  geometry.world = world_;
+  geometry.slots = slots_;
+  geometry.slot_floats = slot_floats_;
+  geometry.timeout_s = timeout_s_;
+  geometry.address = [this](int owner, int client, int slot) { return data_slot(owner, client, slot); };
+  pusher_ = std::make_unique<SlotPusher>(*memory_, *mailbox_, geometry, options.push_buffers);
+  server_ = std::make_unique<SlotServer>(*memory_, *mailbox_, geometry);
 }
 
 IpcTransport::~IpcTransport() { stop_progress(); }
@@ -198,10 +191,7 @@ float* IpcTransport::data_slot(int owner, int client, int slot) const {
          (static_cast<std::int64_t>(client) * slots_ + slot) * slot_floats_;
 }
 
-std::string IpcTransport::describe_peer(int rank) const {
-  return mailbox_->alive(rank) ? fmt::format("rank {} (pid {}) is alive but not progressing", rank, mailbox_->pid(rank))
-                               : fmt::format("rank {} (pid {}) exited", rank, mailbox_->pid(rank));
-}
+std::string IpcTransport::describe_peer(int rank) const { return mailbox_->describe(rank); }
 
 void IpcTransport::rethrow_failure() const {
   const std::lock_guard lock(mutex_);
@@ -250,48 +240,18 @@ void IpcTransport::finish_gathers() { memory_->synchronize(Lane::gather); }
 
 void IpcTransport::start_push(int buffer, int unit, std::int32_t sequence, std::span<const ShardPiece> pieces,
                               const float* full, std::vector<std::int64_t>& chunks) {
+  rethrow_failure();
+  pusher_->submit(buffer, unit, sequence, pieces, full, chunks);
   {
     const std::lock_guard lock(mutex_);
-    if (failure_) std::rethrow_exception(failure_);
-    PushJob& job = jobs_[static_cast<std::size_t>(buffer)];
-    ODC_CHECK(job.done, "gradient buffer {} pushed again before its push finished", buffer);
-    memory_->record(*job.ready, Lane::compute);
-    job.unit = unit;
-    job.sequence = sequence;
-    job.chunks.clear();
-    for (const ShardPiece& piece : pieces) {
-      const float* slice = full + piece.at;
-      for (std::int64_t at = 0; at < piece.count; at += slot_floats_) {
-        job.chunks.push_back({piece.peer, piece.offset + at, std::min(slot_floats_, piece.count - at), slice + at});
-        ++chunks[static_cast<std::size_t>(piece.peer)];
-      }
-    }
-    job.started = false;
-    job.posted = 0;
-    job.done = job.chunks.empty();
-    job.stalled_since = -1.0;
-    if (!job.done) job_order_.push_back(buffer);
+    kicked_ = true;
   }
   changed_.notify_all();
 }
 
-bool IpcTransport::push_done(int buffer) {
-  const std::lock_guard lock(mutex_);
-  if (failure_) std::rethrow_exception(failure_);
-  return jobs_[static_cast<std::size_t>(buffer)].done;
-}
+bool IpcTransport::push_done(int buffer) { return pusher_->done(buffer); }
 
-void IpcTransport::wait_push(int buffer, const std::string& what) {
-  std::unique_lock lock(mutex_);
-  // The progress thread names a stalled owner after timeout_s; this is the backstop.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_ + 5.0);
-  while (!jobs_[static_cast<std::size_t>(buffer)].done && !failure_) {
-    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
-      fail("rank {}: the {} did not finish within {} s", rank_, what, timeout_s_);
-    }
-  }
-  if (failure_) std::rethrow_exception(failure_);
-}
+void IpcTransport::wait_push(int buffer, const std::string& what) { pusher_->wait(buffer, what); }
 
 // ---- the progress thread ----
 
@@ -301,19 +261,21 @@ void IpcTransport::progress_loop() {
   while (true) {
     bool worked = false;
     try {
-      worked = serve_incoming();
-      worked = advance_pushes() || worked;
+      worked = serving_.load() && server_->serve(handlers_);
+      worked = pusher_->advance() || worked;
     } catch (...) {
       {
         const std::lock_guard lock(mutex_);
         if (!failure_) failure_ = std::current_exception();
       }
+      pusher_->fail(std::current_exception());
       changed_.notify_all();
       return;
     }
     std::unique_lock lock(mutex_);
     if (stop_) return;
-    if (worked) {
+    if (worked || kicked_) {
+      kicked_ = false;
       idle = 0;
       continue;
     }
@@ -321,119 +283,6 @@ void IpcTransport::progress_loop() {
     idle = std::min(idle + 1, 6);
     changed_.wait_for(lock, std::chrono::microseconds(20 << (idle - 1 < 0 ? 0 : idle - 1)));
   }
-}
-
-bool IpcTransport::serve_incoming() {
-  if (!serving_.load()) return false;
-  bool worked = false;
-  const int slots = slots_;
-  for (int c = 0; c < world_; ++c) {
-    const auto ci = static_cast<std::size_t>(c);
-    // Completed adds free their slots, in ring order.
-    std::int64_t applied = 0;
-    while (served_head_[ci] < served_next_[ci] &&
-           memory_->reached(*add_marks_[ci][static_cast<std::size_t>(served_head_[ci] % slots)])) {
-      mailbox_->release(c, static_cast<int>(served_head_[ci] % slots));
-      ++served_head_[ci];
-      ++applied;
-    }
-    if (applied > 0) {
-      handlers_.applied(c, applied);
-      worked = true;
-    }
-    // Posted chunks are added in the order the client sent them.
-    PeerMailbox::Message m;
-    while (served_next_[ci] - served_head_[ci] < slots &&
-           mailbox_->posted(c, static_cast<int>(served_next_[ci] % slots), m)) {
-      const int slot = static_cast<int>(served_next_[ci] % slots);
-      // The accumulator validates the rest before it writes; the slot's bound is ours.
-      if (m.count <= 0 || m.count > slot_floats_) {
-        fail("rank {}: invalid gradient chunk from rank {} (unit {}, offset {}, count {} in a data slot of {})", rank_,
-             c, m.unit, m.offset, m.count, slot_floats_);
-      }
-      handlers_.receive(PushHeader{m.unit, c, m.offset, m.count, slot, m.sequence}, data_slot(rank_, c, slot));
-      memory_->record(*add_marks_[ci][static_cast<std::size_t>(slot)], Lane::accumulate);
-      ++served_next_[ci];
-      worked = true;
-    }
-  }
-  return worked;
-}
-
-bool IpcTransport::advance_pushes() {
-  bool worked = false;
-  const int slots = slots_;
-  // Copies that completed are posted, in ring order per owner.
-  for (int o = 0; o < world_; ++o) {
-    auto& queue = pending_[static_cast<std::size_t>(o)];
-    while (!queue.empty() && memory_->reached(*copy_marks_[static_cast<std::size_t>(o)][static_cast<std::size_t>(queue.front().slot)])) {
-      const Pending p = queue.front();
-      queue.pop_front();
-      mailbox_->post(o, p.slot, p.message);
-      worked = true;
-      bool finished = false;
-      {
-        const std::lock_guard lock(mutex_);
-        PushJob& job = jobs_[static_cast<std::size_t>(p.job)];
-        finished = ++job.posted == job.chunks.size();
-        if (finished) {
-          job.done = true;
-          job_order_.erase(std::find(job_order_.begin(), job_order_.end(), p.job));
-        }
-      }
-      if (finished) changed_.notify_all();
-    }
-  }
-  // New copies into free slots: jobs in submission order, each owner's chunks in order.
-  std::vector<int> order;
-  {
-    const std::lock_guard lock(mutex_);
-    order.assign(job_order_.begin(), job_order_.end());
-  }
-  std::vector<char> blocked(static_cast<std::size_t>(world_), 0);
-  const double now = now_s();
-  for (const int b : order) {
-    PushJob& job = jobs_[static_cast<std::size_t>(b)];  // only this thread changes an active job's chunks
-    if (!job.started) {
-      memory_->wait_for(Lane::push, *job.ready);  // the gradient is complete
-      job.started = true;
-    }
-    bool stalled = false;
-    for (Chunk& chunk : job.chunks) {
-      if (chunk.issued) continue;
-      const auto o = static_cast<std::size_t>(chunk.owner);
-      if (blocked[o]) continue;
-      const int slot = static_cast<int>(next_slot_[o] % slots);
-      const bool in_copy = std::any_of(pending_[o].begin(), pending_[o].end(), [&](const Pending& p) { return p.slot == slot; });
-      if (in_copy || !mailbox_->slot_free(chunk.owner, slot)) {
-        blocked[o] = 1;
-        stalled = true;
-        if (job.stalled_since < 0) job.stalled_since = now;
-        if (now - job.stalled_since > timeout_s_) {
-          fail("rank {}: gradient push of unit {} to rank {}: no data slot freed for {:.0f} s (comm.timeout_s): {}", rank_,
-               job.unit, chunk.owner, now - job.stalled_since, describe_peer(chunk.owner));
-        }
-        continue;
-      }
-      memory_->copy(Lane::push, data_slot(chunk.owner, rank_, slot), chunk.source,
-                   static_cast<std::size_t>(chunk.count) * sizeof(float));
-      memory_->record(*copy_marks_[o][static_cast<std::size_t>(slot)], Lane::push);
-      pending_[o].push_back({slot, {job.unit, job.sequence, chunk.offset, chunk.count}, b});
-      ++next_slot_[o];
-      chunk.issued = true;
-      worked = true;
-    }
-    if (!stalled) job.stalled_since = -1.0;
-    // A stalled owner whose process is gone is named at once, not after the timeout.
-    if (stalled && now - job.stalled_since > 1.0) {
-      for (int o = 0; o < world_; ++o) {
-        if (blocked[static_cast<std::size_t>(o)] && !mailbox_->alive(o)) {
-          fail("rank {}: gradient push of unit {} to rank {}: {}", rank_, job.unit, o, describe_peer(o));
-        }
-      }
-    }
-  }
-  return worked;
 }
 
 }  // namespace odc::distributed

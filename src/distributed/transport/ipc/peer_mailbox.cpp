@@ -93,24 +93,24 @@ PeerMailbox::Slot* PeerMailbox::slot_at(int owner, int client, int slot) const {
   return reinterpret_cast<Slot*>(base) + static_cast<std::size_t>(client) * slots_ + slot;
 }
 
-bool PeerMailbox::slot_free(int owner, int slot) const {
+bool PeerMailbox::slot_free(int owner, int slot) {
   Slot* s = slot_at(owner, rank_, slot);
   return std::atomic_ref<std::uint32_t>(s->state).load(std::memory_order_acquire) == kFree;
 }
 
-void PeerMailbox::post(int owner, int slot, const Message& message) {
+void PeerMailbox::post(int owner, int slot, const PushHeader& header) {
   Slot* s = slot_at(owner, rank_, slot);
-  s->unit = message.unit;
-  s->sequence = message.sequence;
-  s->offset = message.offset;
-  s->count = message.count;
+  s->unit = header.tag;
+  s->sequence = header.sequence;
+  s->offset = header.offset;
+  s->count = header.count;
   std::atomic_ref<std::uint32_t>(s->state).store(kPosted, std::memory_order_release);
 }
 
-bool PeerMailbox::posted(int client, int slot, Message& message) const {
+bool PeerMailbox::posted(int client, int slot, PushHeader& header) {
   Slot* s = slot_at(rank_, client, slot);
   if (std::atomic_ref<std::uint32_t>(s->state).load(std::memory_order_acquire) != kPosted) return false;
-  message = {s->unit, s->sequence, s->offset, s->count};
+  header = PushHeader{s->unit, client, s->offset, s->count, slot, s->sequence};
   return true;
 }
 
@@ -125,5 +125,10 @@ pid_t PeerMailbox::pid(int rank) const {
 // The host's one liveness check (shared_segment.h): a zombie counts as exited, so a crashed rank
 // whose launcher has not reaped it yet is named at once.
 bool PeerMailbox::alive(int rank) const { return !process_exited(static_cast<std::uint64_t>(pid(rank))); }
+
+std::string PeerMailbox::describe(int rank) const {
+  return alive(rank) ? fmt::format("rank {} (pid {}) is alive but not progressing", rank, pid(rank))
+                     : fmt::format("rank {} (pid {}) exited", rank, pid(rank));
+}
 
 }  // namespace odc::distributed

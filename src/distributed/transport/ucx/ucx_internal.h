@@ -86,6 +86,37 @@ struct UcxTransport::Op {
   Completion* completion = nullptr;
 };
 
+// The slot protocol's signals over UCX (slot_protocol.h): a slot's notification and its ack are
+// active messages; a client's slot states are flags here, cleared by the owner's ack.
+struct UcxTransport::Slots final : public SlotSignals {
+  explicit Slots(UcxTransport& transport) : t(transport) {}
+  std::atomic<bool>& busy(int owner, int slot) {
+    return t.slot_busy_[static_cast<std::size_t>(owner * t.options_.slots_per_client + slot)];
+  }
+  bool slot_free(int owner, int slot) override { return !busy(owner, slot).load(std::memory_order_acquire); }
+  void post(int owner, int slot, const PushHeader& header) override {
+    detail::slot_fence(std::memory_order_release);  // the slot's data before the notification
+    busy(owner, slot).store(true, std::memory_order_release);
+    t.send_control(owner, detail::kPushAmId, header);
+  }
+  bool posted(int client, int slot, PushHeader& header) override {
+    auto& queue = t.slot_posted_[static_cast<std::size_t>(client)];
+    if (queue.empty()) return false;
+    if (queue.front().slot != slot) {
+      fail("rank {}: slot notification from rank {} for slot {} where slot {} comes next (out of order)", t.rank_,
+           client, queue.front().slot, slot);
+    }
+    header = queue.front();
+    queue.pop_front();
+    detail::slot_fence(std::memory_order_acquire);  // the slot's data after its notification
+    return true;
+  }
+  void release(int client, int slot) override {
+    t.send_control(client, detail::kAckAmId, PushHeader{0, t.rank_, 0, 0, slot, 0});
+  }
+  UcxTransport& t;
+};
+
 // A rendezvous push being received into one of the progress thread's reusable buffers.
 struct UcxTransport::RecvOp {
   UcxTransport* owner = nullptr;

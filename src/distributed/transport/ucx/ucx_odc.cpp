@@ -1,7 +1,8 @@
 // UcxTransport as the ODC protocol's transport (odc_transport.h): a unit's gather is a get (or
-// request gather) of every owner's piece, a gradient push a push of every owner's piece, each
-// unit buffer tracked by a Completion; received pushes go to the handlers, each counted applied at
-// once (the adds run on the host, on the progress thread).
+// request gather) of every owner's piece; a gradient's pieces go through the slot protocol to
+// owners whose region is mapped here and as message pushes to the others; each unit buffer is
+// tracked by a Completion (and the slot pusher's job). Received pushes go to the handlers, each
+// counted applied once added (the adds run on the host, on the progress thread).
 #include <fmt/format.h>
 
 #include "odc/distributed/transport/ucx/ucx_transport.h"
@@ -14,14 +15,18 @@ Completion& UcxTransport::completion(std::vector<std::unique_ptr<Completion>>& o
 }
 
 void UcxTransport::set_handlers(Handlers handlers) {
-  set_receiver([handlers = std::move(handlers)](const PushHeader& header, const float* data) {
+  set_receiver([handlers](const PushHeader& header, const float* data) {
     handlers.receive(header, data);
     handlers.applied(header.from, 1);
   });
+  const std::lock_guard<std::mutex> lock(handlers_mutex_);
+  handlers_ = std::move(handlers);
 }
 
 void UcxTransport::detach() {
   set_receiver([](const PushHeader&, const float*) {});
+  const std::lock_guard<std::mutex> lock(handlers_mutex_);
+  handlers_ = Handlers{};
 }
 
 void UcxTransport::start_gather(int buffer, std::span<const ShardPiece> pieces, float* full, std::int64_t) {
@@ -36,15 +41,31 @@ void UcxTransport::wait_gather(int buffer, const std::string& what) { wait(compl
 void UcxTransport::start_push(int buffer, int unit, std::int32_t sequence, std::span<const ShardPiece> pieces,
                               const float* full, std::vector<std::int64_t>& chunks) {
   Completion& c = completion(pushes_, buffer);
+  slot_pieces_.clear();
   for (const ShardPiece& piece : pieces) {
-    chunks[static_cast<std::size_t>(piece.peer)] +=
-        push(piece.peer, unit, piece.offset, full + piece.at, piece.count, c, sequence);
+    if (slot_protocol(piece.peer)) {
+      slot_pieces_.push_back(piece);
+    } else {
+      chunks[static_cast<std::size_t>(piece.peer)] +=
+          push(piece.peer, unit, piece.offset, full + piece.at, piece.count, c, sequence);
+    }
   }
+  if (slot_pieces_.empty()) return;
+  pusher_->submit(buffer, unit, sequence, slot_pieces_, full, chunks);
+  wake();
 }
 
-bool UcxTransport::push_done(int buffer) { return completion(pushes_, buffer).done(); }
+bool UcxTransport::push_done(int buffer) {
+  return (pusher_ == nullptr || pusher_->done(buffer)) && completion(pushes_, buffer).done();
+}
 
-void UcxTransport::wait_push(int buffer, const std::string& what) { wait(completion(pushes_, buffer), what); }
+void UcxTransport::wait_push(int buffer, const std::string& what) {
+  if (pusher_ != nullptr) {
+    const WaitScope waiting(*this);
+    pusher_->wait(buffer, what);
+  }
+  wait(completion(pushes_, buffer), what);
+}
 
 TransportResources UcxTransport::resources() const {
   return {progress_cpu_seconds(), registered_bytes_, endpoints_created_};

@@ -71,16 +71,14 @@ ucs_status_t UcxCallbacks::on_push(void* arg, const void* header, std::size_t he
   auto* t = static_cast<UcxTransport*>(arg);
   PushHeader h;
   if (!read_header(t, header, header_length, h, "push")) return UCS_OK;
-  if (h.slot >= 0) {  // slot protocol: the data is already in our region
-    if (h.from < 0 || h.from >= t->world_size_ || h.slot >= t->options_.slots_per_client ||
+  if (h.slot >= 0) {  // slot protocol: the data is already in our region; the slot server takes it
+    if (t->server_ == nullptr || h.from < 0 || h.from >= t->world_size_ || h.slot >= t->options_.slots_per_client ||
         h.count > t->options_.slot_floats) {
       t->record_fatal(fmt::format("malformed slot notification from rank {} (slot {}, {} floats)", h.from, h.slot,
                                   h.count));
       return UCS_OK;
     }
-    detail::slot_fence(std::memory_order_acquire);
-    t->deliver(h, t->slot_at(t->exposed_, h.from, h.slot));
-    t->acks_.push_back(h);  // sent from the progress loop, not from inside a callback
+    t->slot_posted_[static_cast<std::size_t>(h.from)].push_back(h);
     return UCS_OK;
   }
   if (h.count * static_cast<std::int64_t>(sizeof(float)) != static_cast<std::int64_t>(length)) {
@@ -162,6 +160,10 @@ void UcxTransport::finish(Op* op, int status) {
   }
   if (--op->events > 0) return;
   Completion& c = *op->completion;
+  if (op->status != UCS_OK && op->completion == &control_completion_) {
+    record_fatal(fmt::format("slot {} {} rank {} failed: {}", op->kind == Op::Kind::ack ? "ack to" : "notification to",
+                             op->header.slot, op->peer, ucs_status_string(static_cast<ucs_status_t>(op->status))));
+  }
   if (op->status != UCS_OK && op->kind == Op::Kind::response) {
     // Nobody here waits for it; the client's wait times out naming us, and this says why.
     spdlog::error("rank {}: gather response to rank {} failed: {}", rank_, op->peer,
@@ -215,21 +217,40 @@ void UcxTransport::deliver(const PushHeader& header, const void* data) {
   }
 }
 
-void UcxTransport::send_ack(int client, std::int32_t slot) {
-  // An ack is an operation like any other (its header must live until UCX is done with it); the
-  // header names us, the owner, and the slot the client may reuse.
+void UcxTransport::send_control(int peer, unsigned am_id, const PushHeader& header) {
+  // An operation like any other (its header must live until UCX is done with it).
   auto op = std::make_unique<Op>();
-  op->kind = Op::Kind::ack;
+  op->kind = am_id == detail::kAckAmId ? Op::Kind::ack : Op::Kind::push;
   op->owner = this;
-  op->peer = client;
-  op->header = PushHeader{0, rank_, 0, 0, slot, 0};
-  op->completion = &ack_completion_;
-  ack_completion_.pending_.fetch_add(1, std::memory_order_relaxed);
-  ack_completion_.per_peer_[static_cast<std::size_t>(client)].fetch_add(1, std::memory_order_relaxed);
+  op->peer = peer;
+  op->src = nullptr;
+  op->count = 0;
+  op->header = header;
+  op->completion = &control_completion_;
+  control_completion_.pending_.fetch_add(1, std::memory_order_relaxed);
+  control_completion_.per_peer_[static_cast<std::size_t>(peer)].fetch_add(1, std::memory_order_relaxed);
   Op* raw = op.get();
   inflight_ops_.emplace(raw, std::move(op));
   ++inflight_;
   issue(*raw);
+}
+
+bool UcxTransport::progress_slots() {
+  if (slot_failed_ || (pusher_ == nullptr && server_ == nullptr)) return false;
+  try {
+    bool worked = false;
+    if (server_ != nullptr) {
+      const std::lock_guard<std::mutex> lock(handlers_mutex_);  // detach() waits for a serve in progress
+      if (handlers_.receive) worked = server_->serve(handlers_);
+    }
+    if (pusher_ != nullptr) worked = pusher_->advance() || worked;
+    return worked;
+  } catch (const std::exception& e) {
+    slot_failed_ = true;
+    record_fatal(e.what());
+    if (pusher_ != nullptr) pusher_->fail(std::current_exception());
+    return false;
+  }
 }
 
 void UcxTransport::record_fatal(const std::string& message) {
@@ -241,7 +262,8 @@ void UcxTransport::record_fatal(const std::string& message) {
 }
 
 bool UcxTransport::drained() const {
-  return waiting_.empty() && inflight_ == 0 && serving_ == 0 && responses_.empty() && acks_.empty() &&
+  return waiting_.empty() && inflight_ == 0 && serving_ == 0 && responses_.empty() &&
+         (pusher_ == nullptr || pusher_->idle()) &&
          rndv_receives_.empty();
 }
 
@@ -307,15 +329,13 @@ void UcxTransport::progress_loop() {
     };
     while (!waiting_.empty() && inflight_ < options_.max_inflight) issue_next(waiting_, inflight_);
     while (ucp_worker_progress(worker) != 0) active = true;
-    while (!acks_.empty()) {
-      send_ack(acks_.front().from, acks_.front().slot);
-      acks_.pop_front();
-      active = true;
-    }
+    // The slot protocol: serve posted slots (adds, acks), copy and post our own pushes.
+    const bool slot_work = progress_slots();
+    active = slot_work || active;
     // Gather responses are not limited by max_inflight: each client bounds its own requests.
     while (!responses_.empty()) issue_next(responses_, serving_);
     if (stopping && !flush_started_ && drained()) start_flush();
-    if (!waiting_.empty() && inflight_ < options_.max_inflight) continue;
+    if (slot_work || (!waiting_.empty() && inflight_ < options_.max_inflight)) continue;
     // Over the network, keep progressing for a short while after the last event: the next
     // message of a transfer usually arrives sooner than a sleep and wake-up would take.
     if (busy_poll_us_ > 0) {
@@ -334,7 +354,8 @@ void UcxTransport::progress_loop() {
     // With operations in flight, wake up soon anyway: a safety net should a transport not signal
     // all of its progress on the event fd. Over TCP it does not (about one sleep in ten with
     // transfers in flight ran into the timeout), so there the net is 50 us instead of 1 ms.
-    const bool outstanding = inflight_ > 0 || serving_ > 0 || !rndv_receives_.empty() || flush_started_;
+    const bool outstanding = inflight_ > 0 || serving_ > 0 || !rndv_receives_.empty() || flush_started_ ||
+                             (pusher_ != nullptr && !pusher_->idle());
     timespec timeout{0, 100'000'000};
     if (outstanding) timeout.tv_nsec = busy_poll_us_ > 0 ? kNetworkSafetyNetNs : 1'000'000;
     ppoll(fds, 2, &timeout, nullptr);

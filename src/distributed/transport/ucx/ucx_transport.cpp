@@ -72,7 +72,7 @@ Completion::Completion(int world_size)
 
 UcxTransport::UcxTransport(HostGroup& group, std::int64_t exposed_floats, TransportOptions options)
     : group_(group), rank_(group.rank()), world_size_(group.size()), options_(options),
-      exposed_floats_(exposed_floats), ack_completion_(group.size()), serve_completion_(group.size()) {
+      exposed_floats_(exposed_floats), control_completion_(group.size()), serve_completion_(group.size()) {
   if (options_.chunk_bytes < 4096) fail("comm.chunk_bytes must be at least 4096, found {}", options_.chunk_bytes);
   if (options_.network_chunk_bytes < 4096) {
     fail("comm.network_chunk_bytes must be at least 4096, found {}", options_.network_chunk_bytes);
@@ -182,7 +182,23 @@ UcxTransport::UcxTransport(HostGroup& group, std::int64_t exposed_floats, Transp
   }
   slot_busy_ = std::make_unique<std::atomic<bool>[]>(static_cast<std::size_t>(world_size_ * options_.slots_per_client));
   for (int i = 0; i < world_size_ * options_.slots_per_client; ++i) slot_busy_[static_cast<std::size_t>(i)].store(false);
-  next_slot_.assign(static_cast<std::size_t>(world_size_), 0);
+  slot_posted_.resize(static_cast<std::size_t>(world_size_));
+  if (options_.slot_floats > 0) {
+    host_lanes_ = make_host_peer_memory(std::string(), rank_);  // exports nothing: its lanes only
+    slots_ = std::make_unique<Slots>(*this);
+    SlotGeometry geometry;
+    geometry.rank = rank_;
+    geometry.world = world_size_;
+    geometry.slots = options_.slots_per_client;
+    geometry.slot_floats = options_.slot_floats;
+    geometry.timeout_s = options_.timeout_s;
+    geometry.address = [this](int owner, int client, int slot) {
+      return slot_at(owner == rank_ ? exposed_ : const_cast<float*>(direct_[static_cast<std::size_t>(owner)]), client,
+                     slot);
+    };
+    pusher_ = std::make_unique<SlotPusher>(*host_lanes_, *slots_, geometry, std::max(1, options_.push_buffers));
+    server_ = std::make_unique<SlotServer>(*host_lanes_, *slots_, geometry);
+  }
 
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) fail("eventfd failed: {}", std::strerror(errno));
@@ -302,43 +318,6 @@ float* UcxTransport::slot_at(float* region_base, int client, int slot) const {
 
 std::int64_t UcxTransport::push(int peer, std::int32_t tag, std::int64_t offset, const float* src,
                                 std::int64_t count, Completion& completion, std::int32_t sequence) {
-  const float* mapped = direct_[static_cast<std::size_t>(peer)];
-  if (mapped != nullptr && count <= options_.slot_floats) {
-    // Slot protocol: wait until our next slot at `peer` is acked, fill it, notify.
-    const int s = next_slot_[static_cast<std::size_t>(peer)];
-    next_slot_[static_cast<std::size_t>(peer)] = (s + 1) % options_.slots_per_client;
-    auto& busy = slot_busy_[static_cast<std::size_t>(peer * options_.slots_per_client + s)];
-    if (busy.load(std::memory_order_acquire)) {
-      std::unique_lock<std::mutex> lock(mutex_);
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.timeout_s);
-      while (busy.load(std::memory_order_acquire) && fatal_.empty()) {
-        if (done_cv_.wait_until(lock, deadline) == std::cv_status::timeout && busy.load()) {
-          fail("rank {}: gradient push to rank {} stalled: its slot {} was not released after comm.timeout_s = {} s "
-               "(is that rank alive and making progress?)", rank_, peer, s, options_.timeout_s);
-        }
-      }
-      if (!fatal_.empty()) fail("rank {}: transport failure during a gradient push: {}", rank_, fatal_);
-    }
-    // The peer's region is mapped here: the slot address is computed from its mapped base.
-    float* slot = slot_at(const_cast<float*>(mapped), rank_, s);
-    std::memcpy(slot, src, static_cast<std::size_t>(count) * sizeof(float));
-    detail::slot_fence(std::memory_order_release);
-    busy.store(true, std::memory_order_release);
-    auto op = std::make_unique<Op>();
-    op->kind = Op::Kind::push;
-    op->owner = this;
-    op->peer = peer;
-    op->src = nullptr;
-    op->count = 0;
-    op->header = PushHeader{tag, rank_, offset, count, s, sequence};
-    op->completion = &completion;
-    std::lock_guard<std::mutex> lock(mutex_);
-    completion.pending_.fetch_add(1, std::memory_order_relaxed);
-    completion.per_peer_[static_cast<std::size_t>(peer)].fetch_add(1, std::memory_order_relaxed);
-    queue_.push_back(std::move(op));
-    wake();
-    return 1;
-  }
   const std::int64_t chunk = chunk_floats(peer);
   std::int64_t messages = 0;
   std::lock_guard<std::mutex> lock(mutex_);

@@ -268,17 +268,19 @@ TEST_CASE("peer mailbox: a slot is free until posted, holds its header, and is f
     if (!box.alive(1 - group.rank())) report += "peer not alive; ";
     if (group.rank() == 0) {
       if (!box.slot_free(1, 0) || !box.slot_free(1, 1)) report += "fresh slots not free; ";
-      box.post(1, 1, {3, 2, 40, 5});
+      box.post(1, 1, distributed::PushHeader{3, 0, 40, 5, 1, 2});
       if (box.slot_free(1, 1)) report += "posted slot still free; ";
       group.barrier("posted");
       group.barrier("released");
       if (!box.slot_free(1, 1)) report += "released slot not free; ";
     } else {
       group.barrier("posted");
-      distributed::PeerMailbox::Message m;
+      distributed::PushHeader m;
       if (box.posted(0, 0, m)) report += "slot 0 posted; ";
       if (!box.posted(0, 1, m)) report += "slot 1 not posted; ";
-      if (m.unit != 3 || m.sequence != 2 || m.offset != 40 || m.count != 5) report += "header garbled; ";
+      if (m.tag != 3 || m.sequence != 2 || m.offset != 40 || m.count != 5 || m.from != 0 || m.slot != 1) {
+        report += "header garbled; ";
+      }
       box.release(0, 1);
       if (box.posted(0, 1, m)) report += "released slot still posted; ";
       group.barrier("released");

@@ -7,14 +7,13 @@
 //            previous users), copies every owner's piece into the unit buffer (fp32 masters, or
 //            the bf16 shadows widened after the copy), and marks the end; the model's lane waits
 //            for that mark (the host does not block). The owners do nothing.
-//   push     a job per gradient buffer for the progress thread: after the compute lane's mark
-//            (gradient complete), each owner's piece is cut in chunks of a data slot; a chunk is
-//            copied into a free data slot of this client at its owner, and posted in the owner's
-//            mailbox once the copy completed (peer_mailbox.h). The buffer is reused once every
-//            chunk is posted.
-//   serve    the progress thread takes each client's posted chunks in order, hands them to the
-//            receive handler (the accumulator, whose adds run on the accumulate lane), and
-//            releases the slot and reports the chunk applied once the add completed.
+//   push     the slot protocol (slot_protocol.h), its signals in the owners' mailboxes
+//            (peer_mailbox.h): a job per gradient buffer for the progress thread, which copies each
+//            chunk into a free data slot of this client at its owner on the push lane and posts it
+//            once the copy completed; the buffer is reused once every chunk is posted.
+//   serve    the progress thread hands each client's posted chunks to the receive handler in
+//            order (the accumulator, whose adds run on the accumulate lane), and releases the slot
+//            and reports the chunk applied once the add completed.
 //
 // A peer that does not take pushes is an error after comm.timeout_s naming it, the unit and the
 // operation; a peer whose process has exited is named within about a second.
@@ -34,6 +33,7 @@
 #include "odc/distributed/transport/ipc/peer_mailbox.h"
 #include "odc/distributed/transport/ipc/peer_memory.h"
 #include "odc/distributed/transport/odc_transport.h"
+#include "odc/distributed/transport/slot_protocol.h"
 #include "odc/distributed/transport/transport_options.h"
 
 namespace odc::distributed {
@@ -46,7 +46,6 @@ struct IpcShape {
   std::int64_t largest_shard = 1;   // of any unit: a data slot holds no more
   std::int64_t largest_unit = 1;    // padded elements of any unit (bf16 gathers' staging)
   int gather_buffers = 1;           // unit buffers gathered into (UnitBufferPool)
-  int push_buffers = 1;             // gradient buffers pushed from
   bool bf16_gathers = false;        // gathers read a bf16 shadow of the masters (comm.gather_dtype)
   bool deterministic = false;       // per-client accumulators in this memory (comm.deterministic)
 };
@@ -55,7 +54,8 @@ class IpcTransport final : public OdcTransport {
  public:
   // Collective over `group` (every rank constructs its transport; the handles are exchanged here).
   // The ODC transports' one set of options: a data slot is comm.chunk_bytes, each client has
-  // comm.max_inflight slots at each owner, every wait is bounded by comm.timeout_s. `device`: the
+  // comm.max_inflight slots at each owner, every wait is bounded by comm.timeout_s, pushes come
+  // from options.push_buffers gradient buffers. `device`: the
   // backend whose memory holds the unit buffers (null: host).
   IpcTransport(std::unique_ptr<PeerMemory> memory, HostGroup& group, const IpcShape& shape,
                const TransportOptions& options, backend::Backend* device = nullptr);
@@ -90,33 +90,8 @@ class IpcTransport final : public OdcTransport {
   void freeze_serving() { serving_.store(false); }
 
  private:
-  struct Chunk {
-    int owner;
-    std::int64_t offset;  // into the owner's shard
-    std::int64_t count;
-    const float* source;
-    bool issued = false;
-  };
-  struct PushJob {
-    int unit = -1;
-    std::int32_t sequence = 0;
-    std::unique_ptr<LaneMark> ready;  // the gradient is complete on the compute lane
-    std::vector<Chunk> chunks;
-    bool started = false;
-    std::size_t posted = 0;
-    bool done = true;
-    double stalled_since = -1.0;  // steady seconds since a chunk found no free slot; -1: not stalled
-  };
-  struct Pending {  // a chunk copied (or being copied) into slot `slot` at its owner
-    int slot;
-    PeerMailbox::Message message;
-    int job;
-  };
-
   void stop_progress();
   void progress_loop();
-  bool serve_incoming();  // progress thread, owner side
-  bool advance_pushes();  // progress thread, client side
   void rethrow_failure() const;  // the progress thread's error, on the calling thread
   float* data_slot(int owner, int client, int slot) const;
 
@@ -144,21 +119,18 @@ class IpcTransport final : public OdcTransport {
   std::unique_ptr<LaneMark> compute_mark_;               // compute thread
   std::vector<std::unique_ptr<LaneMark>> gather_marks_;  // per weight buffer
 
+  // The slot protocol (slot_protocol.h) over the mailbox: pushes and their serving.
+  std::unique_ptr<SlotPusher> pusher_;
+  std::unique_ptr<SlotServer> server_;
+
   // Shared with the progress thread (mutex_).
   mutable std::mutex mutex_;
-  std::condition_variable changed_;
-  std::vector<PushJob> jobs_;        // per gradient buffer
-  std::deque<int> job_order_;        // active jobs in submission order
+  std::condition_variable changed_;  // wakes the progress thread
   std::exception_ptr failure_;
   bool stop_ = false;
+  bool kicked_ = false;  // a push job came since the progress thread last looked
 
-  // Progress thread only (set before it starts).
-  Handlers handlers_;
-  std::vector<std::vector<std::unique_ptr<LaneMark>>> copy_marks_;  // [owner][slot]
-  std::vector<std::deque<Pending>> pending_;                        // per owner
-  std::vector<std::int64_t> next_slot_;                             // per owner: ring position
-  std::vector<std::vector<std::unique_ptr<LaneMark>>> add_marks_;   // [client][slot]
-  std::vector<std::int64_t> served_head_, served_next_;             // per client: ring positions
+  Handlers handlers_;  // progress thread (set before it starts)
   std::atomic<bool> serving_{true};
   std::thread progress_;
 };

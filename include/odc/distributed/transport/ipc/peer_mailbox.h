@@ -22,18 +22,14 @@
 
 #include "odc/distributed/group/host_group.h"
 #include "odc/distributed/group/shared_segment.h"
+#include "odc/distributed/transport/slot_protocol.h"
 
 namespace odc::distributed {
 
-class PeerMailbox {
+// The slot protocol's signals on one host (slot_protocol.h): a header carries the unit (tag), the
+// client's push sequence of it, the offset into the owner's shard and the fp32 count in the slot.
+class PeerMailbox final : public SlotSignals {
  public:
-  struct Message {
-    std::int32_t unit = 0;
-    std::int32_t sequence = 0;  // the client's push of this unit in this minibatch (0, 1, ...)
-    std::int64_t offset = 0;    // into the owner's shard of the unit
-    std::int64_t count = 0;     // fp32 elements in the data slot
-  };
-
   PeerMailbox(HostGroup& group, const std::string& prefix, int slots);
   PeerMailbox(const PeerMailbox&) = delete;
   PeerMailbox& operator=(const PeerMailbox&) = delete;
@@ -44,19 +40,22 @@ class PeerMailbox {
 
   // ---- client side (this rank sends to `owner`) ----
   // The owner has consumed slot `slot` of this client (or it was never used).
-  bool slot_free(int owner, int slot) const;
-  // The data slot holds `message`'s chunk (its copy completed): hands it to the owner.
-  void post(int owner, int slot, const Message& message);
+  bool slot_free(int owner, int slot) override;
+  // The data slot holds `header`'s chunk (its copy completed): hands it to the owner.
+  void post(int owner, int slot, const PushHeader& header) override;
 
   // ---- owner side ----
-  // Slot `slot` of `client` holds a posted chunk: `message` receives its header.
-  bool posted(int client, int slot, Message& message) const;
+  // Slot `slot` of `client` holds a posted chunk: `header` receives it.
+  bool posted(int client, int slot, PushHeader& header) override;
   // The chunk in slot `slot` of `client` is applied: the client may reuse the slot.
-  void release(int client, int slot);
+  void release(int client, int slot) override;
 
   // Whether `rank`'s process still exists (ranks of one host: the pid each block records).
   bool alive(int rank) const;
   pid_t pid(int rank) const;
+  bool gone(int rank) const override { return !alive(rank); }
+  // "rank 2 (pid 123) exited" or "... is alive but not progressing".
+  std::string describe(int rank) const override;
 
   struct Slot;  // one cache line of a block (peer_mailbox.cpp)
 

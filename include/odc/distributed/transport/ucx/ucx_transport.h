@@ -12,12 +12,15 @@
 //   - request: a small active message asks the owner's progress thread, which answers with the
 //     bytes as active-message payload (rendezvous, received straight into the destination);
 //     the owner's compute thread is not involved. UCX emulates gets over TCP in software, slowly.
-// * push(): a slice of a gradient to its owner, whose progress thread hands it to the receiver
-//   callback (accumulation) and counts it. Two protocols (docs/ARCHITECTURE.md says why):
-//   - slot: where the owner's region is mapped locally (shared memory), the client copies the slice
-//     into its own slot in the owner's region and sends a small notification; the owner
-//     accumulates from the slot and acks; a slot is rewritten only after its ack;
-//   - message: otherwise the slice travels as active-message payload, in chunks.
+// * pushes of a gradient's pieces to their owners, whose progress thread hands each to the handlers
+//   (accumulation) and counts it. Two protocols (docs/ARCHITECTURE.md says why):
+//   - slot (start_push, where the owner's region is mapped here: shared memory, and slots are
+//     configured): the slot protocol written once for every transport (slot_protocol.h): the
+//     progress thread copies the slice into this client's next free slot in the owner's region and
+//     posts it with a small active message; the owner's progress thread adds from the slot and
+//     acks with another; a slot is rewritten only after its ack;
+//   - message (push(), and start_push to any other peer): the slice travels as active-message
+//     payload, in chunks.
 // * One progress thread owns the UCX worker: it issues what the compute thread queues and serves
 //   incoming pushes. Idle, it sleeps on the worker's event fd (and an eventfd the compute thread
 //   signals), so it does not take the core the compute thread needs.
@@ -35,7 +38,9 @@
 #include <vector>
 
 #include "odc/distributed/group/host_group.h"
+#include "odc/distributed/transport/ipc/peer_memory.h"
 #include "odc/distributed/transport/odc_transport.h"
+#include "odc/distributed/transport/slot_protocol.h"
 #include "odc/distributed/transport/transport_options.h"
 
 namespace odc::distributed {
@@ -85,7 +90,8 @@ class UcxTransport final : public OdcTransport {
   // Reads `count` floats at element `offset` of `peer`'s exposed region into `dest`. Where the
   // peer's region is mapped locally (shared memory) this copies at once, on the calling thread.
   void get(int peer, std::int64_t offset, float* dest, std::int64_t count, Completion& completion);
-  // Sends `count` floats from `src` to `peer`'s receiver. `src` must stay valid until completion.
+  // Sends `count` floats from `src` to `peer`'s receiver as message pushes (payload). `src` must
+  // stay valid until completion.
   // Returns the number of messages the receiver will count for it.
   // `sequence` travels in the header (PushHeader::sequence).
   std::int64_t push(int peer, std::int32_t tag, std::int64_t offset, const float* src, std::int64_t count,
@@ -148,7 +154,9 @@ class UcxTransport final : public OdcTransport {
   std::vector<float> take_buffer(std::int64_t floats);
   void wake();
   void deliver(const PushHeader& header, const void* data);
-  void send_ack(int client, std::int32_t slot);
+  // A slot protocol message (a slot's notification to its owner, or the owner's ack) issued from the
+  // progress thread; a failure is the transport's fatal error (nobody waits for it).
+  void send_control(int peer, unsigned am_id, const PushHeader& header);
   float* slot_at(float* region_base, int client, int slot) const;
   // Floats per get/request/push message to `peer`: comm.chunk_bytes where its region is mapped
   // here (shared memory), comm.network_chunk_bytes otherwise.
@@ -163,7 +171,7 @@ class UcxTransport final : public OdcTransport {
   float* exposed_ = nullptr;
   std::int64_t registered_bytes_ = 0;
   int endpoints_created_ = 0;
-  Completion ack_completion_;  // tracks acks we send (nobody waits on it)
+  Completion control_completion_;  // tracks slot notifications and acks we send (nobody waits on it)
 
   void* context_ = nullptr;  // ucp_context_h
   void* worker_ = nullptr;   // ucp_worker_h
@@ -175,10 +183,22 @@ class UcxTransport final : public OdcTransport {
   std::vector<bool> mappable_;        // ucp_rkey_ptr maps the peer's region here (self: always)
   std::vector<GatherProtocol> gather_protocols_;  // per peer, auto resolved
   int busy_poll_us_ = 0;  // keep progressing this long after the last event (network peers only; else 0)
-  // Slot protocol. slot_busy_[owner * slots + s]: our slot s at `owner` holds data not yet acked.
+  // Slot protocol (slot_protocol.h), where slots are configured. slot_busy_[owner * slots + s]:
+  // our slot s at `owner` holds data not yet acked; slot_posted_[client]: its notifications
+  // received, in order (progress thread). The copies and adds run on the host, at once.
+  struct Slots;
   std::unique_ptr<std::atomic<bool>[]> slot_busy_;
-  std::vector<int> next_slot_;               // per owner, round robin
-  std::deque<PushHeader> acks_;              // progress thread: acks to send after progress returns
+  std::vector<std::deque<PushHeader>> slot_posted_;
+  std::unique_ptr<PeerMemory> host_lanes_;
+  std::unique_ptr<Slots> slots_;
+  std::unique_ptr<SlotPusher> pusher_;
+  std::unique_ptr<SlotServer> server_;
+  std::mutex handlers_mutex_;    // guards handlers_ (set, detached; the slot server's serve)
+  Handlers handlers_;
+  bool slot_failed_ = false;     // progress thread: the slot protocol threw (the error is fatal_)
+  std::vector<ShardPiece> slot_pieces_;  // compute thread
+  bool slot_protocol(int peer) const { return pusher_ != nullptr && direct_[static_cast<std::size_t>(peer)] != nullptr; }
+  bool progress_slots();  // progress thread: the slot protocol's work; whether it did any
   int worker_fd_ = -1;
   int wake_fd_ = -1;
 
