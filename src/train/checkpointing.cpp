@@ -164,18 +164,19 @@ std::string newest_good_checkpoint(const std::string& dir) {
 
 }  // namespace
 
-Checkpointer::Checkpointer(const Config& config, distributed::HostGroup& group)
+Checkpointer::Checkpointer(const RunSettings& settings, const Config& config, distributed::HostGroup& group)
     : group_(group),
       config_(config),
       shard_rank_(group.rank()),
       shard_world_(group.size()),
-      dir_(config.get_string("checkpoint.dir")),
-      every_(config.get_int("checkpoint.every")),
-      keep_(static_cast<int>(config.get_int("checkpoint.keep"))),
-      resume_(config.get_string("checkpoint.resume")),
-      debug_delay_ms_(config.get_double("debug.checkpoint_delay_ms")),
-      debug_delay_rank_(config.get_int("debug.checkpoint_delay_rank")),
-      save_best_(config.get_bool("checkpoint.save_best")) {
+      dir_(settings.checkpoint.dir),
+      every_(settings.checkpoint.every),
+      keep_(settings.checkpoint.keep),
+      resume_(settings.checkpoint.resume),
+      data_(settings.data),
+      debug_delay_ms_(settings.debug.checkpoint_delay_ms),
+      debug_delay_rank_(settings.debug.checkpoint_delay_rank),
+      save_best_(settings.checkpoint.save_best) {
   if (!enabled()) return;
   decided_by_root(group_, "the checkpoint directory's lock", [&] {
     lock_.emplace(dir_, io::this_process(""));
@@ -396,16 +397,16 @@ TrainingManifest Checkpointer::load(const std::string& path, distributed::ShardS
   }
   // The sampler's order is (data.seed, epoch); its restore would only say "seed differs".
   if (manifest.sampler) {
-    const auto seed = static_cast<std::uint64_t>(config_.get_int("data.seed"));
+    const std::uint64_t seed = data_.seed;
     if (manifest.sampler->seed != seed) {
       fail("checkpoint '{}' was trained with data.seed {}, this run sets data.seed {} ({}): the data order after the "
            "resume would not continue the run's; set data.seed={} to resume it (a new seed is a new run: another "
-           "checkpoint.dir)", path, manifest.sampler->seed, seed, config_.source_of("data.seed"), manifest.sampler->seed);
+           "checkpoint.dir)", path, manifest.sampler->seed, seed, data_.seed_origin, manifest.sampler->seed);
     }
-    if (manifest.sampler->shuffle != config_.get_bool("data.shuffle")) {
+    if (manifest.sampler->shuffle != data_.shuffle) {
       fail("checkpoint '{}' was trained with data.shuffle {}, this run sets data.shuffle {} ({}): the data order after "
            "the resume would not continue the run's; set data.shuffle={} to resume it", path,
-           manifest.sampler->shuffle, !manifest.sampler->shuffle, config_.source_of("data.shuffle"),
+           manifest.sampler->shuffle, !manifest.sampler->shuffle, data_.shuffle_origin,
            manifest.sampler->shuffle);
     }
   }

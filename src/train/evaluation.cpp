@@ -35,26 +35,23 @@ std::vector<std::vector<std::int64_t>> pack_share(const data::TokenDataset& data
 
 }  // namespace
 
-bool Evaluator::configured(const Config& config) { return !config.get_string("data.eval").empty(); }
-
-Evaluator::Evaluator(const Config& config, const model::LlamaConfig& model, int rank, int world_size,
+Evaluator::Evaluator(const RunSettings& settings, const model::LlamaConfig& model, int rank, int world_size,
                      std::int64_t token_cap)
-    : every_(config.get_int("train.eval_every")) {
-  const std::string path = config.get_string("data.eval");
+    : every_(settings.train.eval_every) {
+  const DataSettings& data = settings.data;
+  const std::string& path = data.eval;
   if (path.empty()) fail("data.eval is not set: there is nothing to evaluate on");
   if (!std::filesystem::exists(path)) {
     fail("data.eval: '{}' does not exist (the held-out dataset, in data.format {}); fix the path or unset "
-         "data.eval", path, config.get_string("data.format"));
+         "data.eval", path, data.format);
   }
   dataset_ = data::open_dataset(
-      path, config.get_string("data.format"), model.vocab_size,
-      data::TextDataOptions{data::resolve_tokenizer_path(config.get_string("data.tokenizer"),
-                                                         config.get_string("model.checkpoint")),
-                            config.get_string("data.chat_template"),
-                            config.get_string("data.extra_fields") == "ignore"});
-  const std::int64_t limit = config.get_int("data.eval_max_sequences");
+      path, data.format, model.vocab_size,
+      data::TextDataOptions{data::resolve_tokenizer_path(data.tokenizer, settings.model.checkpoint),
+                            data.chat_template, data.ignore_extra_fields});
+  const std::int64_t limit = data.eval_max_sequences;
   count_ = limit > 0 ? std::min(limit, dataset_->size()) : dataset_->size();
-  check_attention_window(*dataset_, count_, model, attention_window_origin(config),
+  check_attention_window(*dataset_, count_, model, attention_window_origin(settings.model.checkpoint, settings.model.config_origin),
                          "its eval loss would not be the original model's",
                          fmt::format("keep data.eval's sequences to at most {} tokens (data.max_length does not "
                                      "apply to data.eval)", model.attention_window));

@@ -23,10 +23,9 @@ bool equal_sequence_counts(data::Balance balance) {
 
 }  // namespace
 
-std::string attention_window_origin(const Config& config) {
-  const std::string checkpoint = config.get_string("model.checkpoint");
+std::string attention_window_origin(const std::string& checkpoint, const std::string& model_config_origin) {
   if (!checkpoint.empty()) return fmt::format("sliding_window in {}/config.json", checkpoint);
-  return fmt::format("model.config.attention_window, from {}", config.source_of("model.config"));
+  return fmt::format("model.config.attention_window, from {}", model_config_origin);
 }
 
 void check_attention_window(const data::TokenDataset& dataset, std::int64_t count, const model::LlamaConfig& model,
@@ -42,13 +41,14 @@ void check_attention_window(const data::TokenDataset& dataset, std::int64_t coun
   }
 }
 
-MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig& model, int rank, int world_size,
-                                 distributed::CommKind comm, std::int64_t auto_token_cap)
+MinibatchSource::MinibatchSource(const RunSettings& settings, const Config& config, const model::LlamaConfig& model,
+                                 int rank, int world_size, distributed::CommKind comm, std::int64_t auto_token_cap)
     : rank_(rank), world_size_(world_size) {
+  const DataSettings& data = settings.data;
   global_batch_ = train::global_batch_size(config, world_size_, &global_batch_origin_);
-  within_epochs_ = config.has("train.epochs");
+  within_epochs_ = settings.train.within_epochs;
   // The balance first: a batch it cannot split fails before any data is read.
-  const std::string balance = config.get_string("data.balance");
+  const std::string& balance = data.balance;
   balance_ = data::parse_balance(balance == "auto" ? (comm == distributed::CommKind::odc ? "lb_mini" : "lb_micro")
                                                    : balance);
   if (balance_ == data::Balance::lb_mini && distributed::needs_equal_microbatches(comm, world_size_)) {
@@ -61,7 +61,7 @@ MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig&
          "collective: equal sequence and microbatch counts)");
   }
   check_batch_split(global_batch_, world_size_, balance_, global_batch_origin_);
-  dataset_ = open_limited(config, model.vocab_size);
+  dataset_ = open_limited(settings, model.vocab_size);
   if (global_batch_ > dataset_->size()) {
     fail("the global batch is {} sequences per step ({}), but {} holds only {}", global_batch_, global_batch_origin_,
          dataset_->describe(), dataset_->size());
@@ -70,14 +70,14 @@ MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig&
   bool any_target = false;
   for (std::int64_t i = 0; i < dataset_->size() && !any_target; ++i) any_target = dataset_->target_count(i) > 0;
   if (!any_target) {
-    const std::int64_t max_length = config.get_int("data.max_length");
+    const std::int64_t max_length = data.max_length;
     fail("data.train: '{}' has no target tokens in its {} sequences (every loss_mask is 0{}): nothing to train "
-         "on; give each sequence a loss_mask of 1 on the tokens to predict", config.get_string("data.train"),
+         "on; give each sequence a loss_mask of 1 on the tokens to predict", data.train,
          dataset_->size(),
          max_length > 0 ? fmt::format(", or data.max_length {} cut off every target", max_length) : std::string());
   }
 
-  check_attention_window(*dataset_, dataset_->size(), model, attention_window_origin(config),
+  check_attention_window(*dataset_, dataset_->size(), model, attention_window_origin(settings.model.checkpoint, settings.model.config_origin),
                          "it would train a model unlike the original",
                          fmt::format("set data.max_length to at most {} with data.over_length truncate or drop",
                                      model.attention_window));
@@ -96,9 +96,8 @@ MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig&
     spdlog::warn("longest sequence ({} tokens) exceeds model.config.max_position_embeddings = {}",
                  dataset_->max_length(), model.max_position_embeddings);
   }
-  sampler_ = std::make_unique<data::Sampler>(dataset_->size(), static_cast<std::uint64_t>(config.get_int("data.seed")),
-                                             config.get_bool("data.shuffle"));
-  sequence_reduction_ = config.get_string("train.loss_reduction") == "sequence";
+  sampler_ = std::make_unique<data::Sampler>(dataset_->size(), data.seed, data.shuffle);
+  sequence_reduction_ = settings.train.sequence_loss;
 
   if (within_epochs_ && equal_sequence_counts(balance_) && dataset_->size() % global_batch_ % world_size_ != 0) {
     spdlog::info("data.balance {}: each epoch's last step ({} sequences) does not divide over {} ranks; that "
@@ -108,15 +107,13 @@ MinibatchSource::MinibatchSource(const Config& config, const model::LlamaConfig&
   cost_model_ = data::cost_model(config, model.linear_flops_per_token(), model.attention_flops_per_pair());
 }
 
-std::unique_ptr<data::TokenDataset> MinibatchSource::open_limited(const Config& config, std::int64_t vocab_size) {
+std::unique_ptr<data::TokenDataset> MinibatchSource::open_limited(const RunSettings& settings, std::int64_t vocab_size) {
+  const DataSettings& data = settings.data;
   auto dataset = data::open_dataset(
-      config.get_string("data.train"), config.get_string("data.format"), vocab_size,
-      data::TextDataOptions{data::resolve_tokenizer_path(config.get_string("data.tokenizer"),
-                                                         config.get_string("model.checkpoint")),
-                            config.get_string("data.chat_template"),
-                            config.get_string("data.extra_fields") == "ignore"});
-  const data::LengthLimit limit{config.get_int("data.max_length"),
-                                data::parse_over_length(config.get_string("data.over_length"))};
+      data.train, data.format, vocab_size,
+      data::TextDataOptions{data::resolve_tokenizer_path(data.tokenizer, settings.model.checkpoint), data.chat_template,
+                            data.ignore_extra_fields});
+  const data::LengthLimit limit{data.max_length, data::parse_over_length(data.over_length)};
   data::LengthLimitReport report;
   dataset = data::limit_lengths(std::move(dataset), limit, &report);
   if (report.over > 0 && limit.policy == data::OverLength::drop) {

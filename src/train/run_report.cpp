@@ -69,16 +69,16 @@ std::string mfu_above_peak_warning(double mfu, double peak_flops, bool from_conf
                                    : fmt::format("the best measurement in {} only rises", cache));
 }
 
-RunReport::RunReport(const Config& config, distributed::HostGroup& group, double peak_flops, double gemm_flops,
+RunReport::RunReport(const TrainSettings& train, distributed::HostGroup& group, double peak_flops, double gemm_flops,
                      std::int64_t resumed_step)
     : group_(group),
-      metrics_(rank_output_path(config.get_string("train.metrics_file"), group.rank()), resumed_step),
+      metrics_(rank_output_path(train.metrics_file, group.rank()), resumed_step),
       // rank 0 writes the one trace: "tr-{rank}.json" is tr-0.json, as the metrics file would be
-      trace_path_(rank_output_path(config.get_string("train.trace_file"), 0)),
+      trace_path_(rank_output_path(train.trace_file, 0)),
       peak_flops_(peak_flops),
       gemm_flops_(gemm_flops),
-      peak_from_config_(config.get_double("train.peak_flops") > 0),
-      log_every_(config.get_int("train.log_every")) {}
+      peak_from_config_(train.peak_flops > 0),
+      log_every_(train.log_every) {}
 
 void RunReport::check_mfu(double mfu) const {
   if (warned_mfu_ || !group_.is_root()) return;

@@ -34,6 +34,7 @@ ModelSettings read_model(const Config& config) {
   model.dtype = parse_dtype(config.get_string("model.dtype"));
   model.attention = config.get_string("model.attention");
   model.seed = static_cast<std::uint64_t>(config.get_int("model.seed"));
+  model.config_origin = config.source_of("model.config");
   return model;
 }
 
@@ -52,6 +53,11 @@ TrainSettings read_train(const Config& config) {
   train.trace_file = config.get_string("train.trace_file");
   train.trace_steps = config.get_int("train.trace_steps");
   train.stop_at_step = config.get_int("train.stop_at_step");
+  train.sequence_loss = config.get_string("train.loss_reduction") == "sequence";
+  train.within_epochs = config.has("train.epochs");
+  train.metrics_file = config.get_string("train.metrics_file");
+  train.log_every = config.get_int("train.log_every");
+  train.eval_every = config.get_int("train.eval_every");
   return train;
 }
 
@@ -61,17 +67,42 @@ DataSettings read_data(const Config& config) {
   data.tokenizer = config.get_string("data.tokenizer");
   data.auto_token_cap = config.get_int_word("data.max_tokens_per_microbatch").has_value();
   if (!data.auto_token_cap) data.max_tokens_per_microbatch = config.get_int("data.max_tokens_per_microbatch");
+  // Required for a run (checked with the other required keys before the settings are read);
+  // --plan-memory and --dump-config read the settings without it.
+  data.train = config.has("data.train") ? config.get_string("data.train") : std::string();
+  data.balance = config.get_string("data.balance");
+  data.max_length = config.get_int("data.max_length");
+  data.over_length = config.get_string("data.over_length");
+  data.chat_template = config.get_string("data.chat_template");
+  data.ignore_extra_fields = config.get_string("data.extra_fields") == "ignore";
+  data.eval = config.get_string("data.eval");
+  data.eval_max_sequences = config.get_int("data.eval_max_sequences");
+  data.seed = static_cast<std::uint64_t>(config.get_int("data.seed"));
+  data.shuffle = config.get_bool("data.shuffle");
+  data.seed_origin = config.source_of("data.seed");
+  data.shuffle_origin = config.source_of("data.shuffle");
   return data;
 }
 
 CheckpointSettings read_checkpoint(const Config& config) {
-  return {config.get_string("checkpoint.dir"), config.get_string("checkpoint.resume"),
-          config.get_string("checkpoint.export_hf")};
+  CheckpointSettings checkpoint;
+  checkpoint.dir = config.get_string("checkpoint.dir");
+  checkpoint.resume = config.get_string("checkpoint.resume");
+  checkpoint.export_hf = config.get_string("checkpoint.export_hf");
+  checkpoint.every = config.get_int("checkpoint.every");
+  checkpoint.keep = static_cast<int>(config.get_int("checkpoint.keep"));
+  checkpoint.save_best = config.get_bool("checkpoint.save_best");
+  return checkpoint;
 }
 
 DebugSettings read_debug(const Config& config) {
-  return {config.get_int("debug.ranks_per_host"), config.get_int("debug.slow_rank"),
-          config.get_double("debug.delay_ms")};
+  DebugSettings debug;
+  debug.ranks_per_host = config.get_int("debug.ranks_per_host");
+  debug.slow_rank = config.get_int("debug.slow_rank");
+  debug.delay_ms = config.get_double("debug.delay_ms");
+  debug.checkpoint_delay_ms = config.get_double("debug.checkpoint_delay_ms");
+  debug.checkpoint_delay_rank = config.get_int("debug.checkpoint_delay_rank");
+  return debug;
 }
 
 }  // namespace

@@ -138,7 +138,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   if (const auto& from = settings.checkpoint.resume; from != "auto" && from != "never") {
     io::refuse_hf_where_native_expected(from, "checkpoint.resume");  // an HF directory: say how to use it
   }
-  checkpointer_ = std::make_unique<Checkpointer>(config, group_);
+  checkpointer_ = std::make_unique<Checkpointer>(settings, config, group_);
   const std::string resume = checkpointer_->begin_run().resume_path;
   model_config_ = run_model_config(config, settings, resume);
   check_tokenizer_present(settings);
@@ -148,10 +148,10 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   const RunMemory memory = plan_run_memory(settings, model_config_, sharding_.shard_world,
                                            backend_->memory_capacity(group_.ranks_on_host()),
                                            group_.ranks_on_host(), group_.over_mpi());
-  data_ = std::make_unique<MinibatchSource>(config, model_config_, rank, world, settings.comm.kind,
+  data_ = std::make_unique<MinibatchSource>(settings, config, model_config_, rank, world, settings.comm.kind,
                                             memory.auto_token_cap);
-  if (Evaluator::configured(config)) {
-    evaluator_ = std::make_unique<Evaluator>(config, model_config_, rank, world, data_->token_cap());
+  if (Evaluator::configured(settings)) {
+    evaluator_ = std::make_unique<Evaluator>(settings, model_config_, rank, world, data_->token_cap());
   }
   memory_plan_ = settle_memory_plan(memory, data_->token_cap(), group_.is_root());  // or refuse the run
   // The measured side: what the resident set grows by from here (the model, its state and buffers,
@@ -234,7 +234,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
     peak_flops_ = measured.device;
     gemm_flops_ = measured.gemm;
   }
-  report_ = std::make_unique<RunReport>(config, group_, peak_flops_, gemm_flops_, resumed_from_.empty() ? 0 : step_);
+  report_ = std::make_unique<RunReport>(settings.train, group_, peak_flops_, gemm_flops_, resumed_from_.empty() ? 0 : step_);
   // Every rank's clocks (traces) start together.
   if (world > 1) group_.barrier("the start-up barrier");
   if (tracer_) tracer_->set_origin(Tracer::Clock::now());

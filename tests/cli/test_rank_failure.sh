@@ -136,7 +136,7 @@ for signal in KILL STOP; do
   else
     # Frozen: only our timeouts can see it: the ODC transport's (an operation on rank 1 that never
     # completes) or the watchdog's (rank 1 does not answer). The error must name rank 1 and the moment.
-    name="to rank 1 stalled|to rank 1: no data slot freed|from rank\(s\) 1 after|missing from 1|rank\(s\) 1 did not answer"
+    name="to rank 1: no data slot freed|from rank\(s\) 1 after|missing from 1|rank\(s\) 1 did not answer"
     case "$moment" in
       # Over ipc a push completes into the owner's free data slots without the owner: with slots
       # to spare, the survivor finishes its loop and names rank 1 at the minibatch end.

@@ -12,6 +12,7 @@
 #include "mpi_test_support.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/evaluation.h"
+#include "odc/train/run_settings.h"
 #include "odc/train/trainer.h"
 
 using namespace odc;
@@ -59,7 +60,7 @@ TEST_CASE("eval loss on N ranks, ODC and collective, equals one rank's", "[mpi][
       const auto model = train::training_model_config(config);
       std::set<std::size_t> counts;
       for (int r = 0; r < world; ++r) {
-        counts.insert(train::Evaluator(config, model, r, world, 64).microbatches().size());
+        counts.insert(train::Evaluator(train::resolve_run_settings(config), model, r, world, 64).microbatches().size());
       }
       CHECK(counts.size() > 1);
     }

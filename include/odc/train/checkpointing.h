@@ -28,6 +28,7 @@
 #include "odc/train/best_checkpoint.h"
 #include "odc/train/model_export.h"
 #include "odc/train/run_identity.h"
+#include "odc/train/run_settings.h"
 
 namespace odc::train {
 
@@ -81,8 +82,9 @@ struct RunDescription {
 class Checkpointer {
  public:
   // Collective: with checkpoint.dir, rank 0 creates and locks it (odc::Error on every rank when
-  // another job holds it).
-  Checkpointer(const Config& config, distributed::HostGroup& group);
+  // another job holds it). `settings`: its checkpoint.*, data.seed/shuffle and debug keys;
+  // `config`: this job's whole config, which a resume compares with the checkpoint's.
+  Checkpointer(const RunSettings& settings, const Config& config, distributed::HostGroup& group);
 
   bool enabled() const { return !dir_.empty(); }
   // Whether a checkpoint may be written or read (then the data fingerprint is needed).
@@ -163,6 +165,7 @@ class Checkpointer {
   std::int64_t every_ = 0;
   int keep_ = 0;
   std::string resume_;
+  DataSettings data_;  // data.seed and data.shuffle (and their origins): a resume continues their order
   double debug_delay_ms_ = 0.0;
   std::int64_t debug_delay_rank_ = -1;
   std::optional<io::DirectoryLock> lock_;  // rank 0 with checkpoint.dir

@@ -19,12 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "odc/core/config.h"
 #include "odc/data/dataset.h"
 #include "odc/distributed/comm/comm.h"
 #include "odc/distributed/group/host_group.h"
 #include "odc/model/batch.h"
 #include "odc/model/llama_model.h"
+#include "odc/train/run_settings.h"
 
 namespace odc::train {
 
@@ -39,12 +39,13 @@ struct EvalSummary {
 
 class Evaluator {
  public:
-  // Whether the config asks for evaluation (data.eval set).
-  static bool configured(const Config& config);
+  // Whether the run asks for evaluation (data.eval set).
+  static bool configured(const RunSettings& settings) { return !settings.data.eval.empty(); }
   // Opens data.eval with data.train's format, tokenizer and chat template; odc::Error naming
   // data.eval and the path when the file is not there or holds no target token. `token_cap`:
   // the training microbatch cap. Checked before any training runs.
-  Evaluator(const Config& config, const model::LlamaConfig& model, int rank, int world_size, std::int64_t token_cap);
+  Evaluator(const RunSettings& settings, const model::LlamaConfig& model, int rank, int world_size,
+            std::int64_t token_cap);
 
   // An evaluation is due after `step` (train.eval_every), short of the run's last step (the end
   // of the run always evaluates).

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "odc/core/config.h"
+#include "odc/train/run_settings.h"
 #include "odc/data/dataset.h"
 #include "odc/data/packing.h"
 #include "odc/data/planner.h"
@@ -31,8 +32,8 @@ struct Minibatch {
 };
 
 // Where model.attention_window came from, for messages: "sliding_window in CKPT/config.json" with
-// model.checkpoint, else "model.config.attention_window, from SOURCE".
-std::string attention_window_origin(const Config& config);
+// model.checkpoint, else "model.config.attention_window, from SOURCE" (model.config's origin).
+std::string attention_window_origin(const std::string& checkpoint, const std::string& model_config_origin);
 
 // Attention here spans whole sequences, which is the original model's sliding-window attention on
 // sequences of at most model.attention_window tokens. When a window is set, the first of the
@@ -47,8 +48,10 @@ class MinibatchSource {
   // model (its attention window) and the world (global batch, token cap). `comm` decides what
   // data.balance = auto means and whether lb_mini and lb_mini_equal are possible. `auto_token_cap`:
   // what data.max_tokens_per_microbatch: auto resolves to (the memory plan's; 0 when not planned).
-  MinibatchSource(const Config& config, const model::LlamaConfig& model, int rank, int world_size,
-                  distributed::CommKind comm, std::int64_t auto_token_cap = 0);
+  // `settings`: the run's data.*, model.checkpoint and train.* values; `config`: the cost model's,
+  // token cap's and batch schedule's keys (read by their own functions, which name their origins).
+  MinibatchSource(const RunSettings& settings, const Config& config, const model::LlamaConfig& model, int rank,
+                  int world_size, distributed::CommKind comm, std::int64_t auto_token_cap = 0);
 
   // The next global minibatch and its plan: global_batch_size() sequences, or with train.epochs
   // no more than the current epoch has left (its last step trains the remainder). A step whose
@@ -75,7 +78,7 @@ class MinibatchSource {
 
  private:
   // data.train opened in data.format, data.max_length applied (what it dropped or cut is logged).
-  static std::unique_ptr<data::TokenDataset> open_limited(const Config& config, std::int64_t vocab_size);
+  static std::unique_ptr<data::TokenDataset> open_limited(const RunSettings& settings, std::int64_t vocab_size);
   int rank_;
   int world_size_;
   std::vector<int> group_of_rank_;  // empty: one group

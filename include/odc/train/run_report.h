@@ -9,12 +9,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "odc/core/config.h"
 #include "odc/core/trace.h"
 #include "odc/distributed/comm/comm.h"
 #include "odc/distributed/group/host_group.h"
 #include "odc/train/evaluation.h"
 #include "odc/train/metrics.h"
+#include "odc/train/run_settings.h"
 #include "odc/train/step_result.h"
 
 namespace odc::train {
@@ -55,7 +55,7 @@ class RunReport {
   // (the MFU denominator), `gemm_flops` the measured GEMM rate per rank (0: not measured; the
   // summary's GEMM fraction is then left out). resumed_step: the step a resumed run continues
   // after (0 for a new run): the metrics file keeps its records up to that step and goes on.
-  RunReport(const Config& config, distributed::HostGroup& group, double peak_flops, double gemm_flops = 0.0,
+  RunReport(const TrainSettings& train, distributed::HostGroup& group, double peak_flops, double gemm_flops = 0.0,
             std::int64_t resumed_step = 0);
 
   void begin_run(std::int64_t first_step, std::int64_t last_step, std::int64_t total_steps);

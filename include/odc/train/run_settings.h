@@ -1,12 +1,15 @@
 #pragma once
 // RunSettings: the keys a training run reads, read once from the effective config, parsed into
-// their types and checked, section by section. The trainer, the memory plan and the comm take
-// their values from here; no second reading of a key (train.comm is parsed once, the comm's
-// options built once, in resolve_run_settings).
+// their types and checked, section by section. The trainer, the memory plan, the comm, the
+// checkpointer, the evaluator and the run report take their values from here; no second reading
+// of a key (train.comm is parsed once, the comm's options built once, in resolve_run_settings).
+// Where an error must say where a value came from, its origin is kept beside it
+// (Config::source_of: "default", the file, --set, an environment variable).
 //
-// Components with keys of their own (MinibatchSource: data.*, Checkpointer: checkpoint.*,
-// RunReport: train.metrics_file / train.log_every, Evaluator: data.eval*, the batch schedule)
-// still read their keys from the Config they are given.
+// Still read from the Config they are given: the cost model, token cap and batch schedule keys
+// (data/data_config.h, batch_schedule.h: their messages say which of two exclusive keys was set
+// and where), and the checkpointer's diff of this job's config against a checkpoint's (every key,
+// by design).
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -27,6 +30,7 @@ struct ModelSettings {
   DType dtype = DType::f32;         // model.dtype
   std::string attention = "auto";   // model.attention
   std::uint64_t seed = 0;           // model.seed
+  std::string config_origin;        // where model.config came from (its attention window's origin)
 
   DeviceKind device_kind() const { return device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu; }
 };
@@ -43,6 +47,11 @@ struct TrainSettings {
   std::string trace_file;                                   // train.trace_file (empty: no trace)
   std::int64_t trace_steps = 20;                            // train.trace_steps (0: every step)
   std::int64_t stop_at_step = 0;                            // train.stop_at_step (0: train.steps)
+  bool sequence_loss = false;                               // train.loss_reduction: sequence
+  bool within_epochs = false;                               // train.epochs given
+  std::string metrics_file;                                 // train.metrics_file (empty: none)
+  std::int64_t log_every = 0;                               // train.log_every
+  std::int64_t eval_every = 0;                              // train.eval_every (0: at the end only)
 };
 
 struct DataSettings {
@@ -50,18 +59,34 @@ struct DataSettings {
   std::string tokenizer;              // data.tokenizer (empty: model.checkpoint's)
   bool auto_token_cap = false;        // data.max_tokens_per_microbatch: auto
   std::int64_t max_tokens_per_microbatch = 0;  // the number when not auto (0: the longest sequence)
+  std::string train;                  // data.train
+  std::string balance;                // data.balance (auto | a balancer's name: MinibatchSource resolves it)
+  std::int64_t max_length = 0;        // data.max_length (0: no limit)
+  std::string over_length;            // data.over_length
+  std::string chat_template;          // data.chat_template
+  bool ignore_extra_fields = false;   // data.extra_fields: ignore
+  std::string eval;                   // data.eval (empty: no evaluation)
+  std::int64_t eval_max_sequences = 0;  // data.eval_max_sequences (0: all)
+  std::uint64_t seed = 0;             // data.seed
+  bool shuffle = true;                // data.shuffle
+  std::string seed_origin, shuffle_origin;  // where data.seed and data.shuffle came from
 };
 
 struct CheckpointSettings {
   std::string dir;        // checkpoint.dir (empty: no checkpoints)
   std::string resume;     // checkpoint.resume: auto | never | a checkpoint directory
   std::string export_hf;  // checkpoint.export_hf (empty: no export)
+  std::int64_t every = 0;  // checkpoint.every
+  int keep = 0;            // checkpoint.keep
+  bool save_best = false;  // checkpoint.save_best
 };
 
 struct DebugSettings {
   std::int64_t ranks_per_host = 0;  // debug.ranks_per_host (0: the real hosts)
   std::int64_t slow_rank = -1;      // debug.slow_rank (-1: none)
   double delay_ms = 0.0;            // debug.delay_ms of debug.slow_rank
+  double checkpoint_delay_ms = 0.0;         // debug.checkpoint_delay_ms
+  std::int64_t checkpoint_delay_rank = -1;  // debug.checkpoint_delay_rank
 };
 
 struct RunSettings {

@@ -12,6 +12,7 @@
 #include "odc/model/units.h"
 #include "odc/train/checkpointing.h"
 #include "odc/train/config_schema.h"
+#include "odc/train/run_settings.h"
 #include "unit/rank_threads.h"
 #include "unit/temp_dir.h"
 #include "unit/tiny_model.h"
@@ -19,6 +20,11 @@
 using namespace odc;
 
 namespace {
+
+// A Checkpointer as the trainer makes it: its settings resolved from `config`.
+train::Checkpointer checkpointer_for(const Config& config, distributed::HostGroup& group) {
+  return train::Checkpointer(train::resolve_run_settings(config, false), config, group);
+}
 
 Config checkpoint_config(const std::string& dir, const std::vector<std::string>& extra = {}) {
   Config config(train::trainer_tunables());
@@ -54,7 +60,7 @@ Job run_job(const std::string& dir, const std::vector<std::string>& settings, co
   const auto errors = test::on_every_rank(1, [&](distributed::HostGroup& group) {
     const distributed::ShardLayout layout(units, 1, 0);
     distributed::ShardStore store(layout, units, config, 1);
-    train::Checkpointer checkpointer(checkpoint_config(dir, settings), group);
+    train::Checkpointer checkpointer = checkpointer_for(checkpoint_config(dir, settings), group);
     const auto& start = checkpointer.begin_run();
     job.identity = start.identity;
     job.resumed = start.resume_path;
@@ -100,14 +106,14 @@ TEST_CASE("checkpointer: three ranks save and load their shards and the manifest
       }
     }
     {
-      train::Checkpointer checkpointer(checkpoint_config(dir.path().string(), {"checkpoint.every=4"}), group);
+      train::Checkpointer checkpointer = checkpointer_for(checkpoint_config(dir.path().string(), {"checkpoint.every=4"}), group);
       mine.due = {checkpointer.due(8, 10), checkpointer.due(10, 10), checkpointer.due(6, 10)};
       mine.fresh_run = checkpointer.begin_run().identity.run_id;
       checkpointer.save(8, manifest_for(12), saved);
     }
 
     // A fresh job of the same world finds it (resume: auto) and reads it back.
-    train::Checkpointer again(checkpoint_config(dir.path().string()), group);
+    train::Checkpointer again = checkpointer_for(checkpoint_config(dir.path().string()), group);
     const auto& start = again.begin_run();
     mine.path = start.resume_path;
     mine.identity = start.identity;
@@ -173,7 +179,7 @@ TEST_CASE("checkpointer: three ranks save and load their shards and the manifest
     const auto resharded = test::on_every_rank(world, [&](distributed::HostGroup& group) {
       const distributed::ShardLayout layout(units, world, group.rank());
       distributed::ShardStore store(layout, units, config, 3);
-      train::Checkpointer checkpointer(checkpoint_config(dir.path().string()), group);
+      train::Checkpointer checkpointer = checkpointer_for(checkpoint_config(dir.path().string()), group);
       const auto manifest = checkpointer.load(checkpointer.begin_run().resume_path, store, config.to_json(), 0xabcdef,
                                               "d.jsonl", 12);
       // The expected state, as the 3-rank writer set it: masters from seed 1, moments by formula.
@@ -204,7 +210,7 @@ TEST_CASE("checkpointer: three ranks save and load their shards and the manifest
 TEST_CASE("checkpointer: ranks that would resume from different checkpoints stop together", "[train]") {
   const test::TempDir dir("checkpointer_paths");
   const auto errors = test::on_every_rank(2, [&](distributed::HostGroup& group) {
-    train::Checkpointer checkpointer(
+    train::Checkpointer checkpointer = checkpointer_for(
         checkpoint_config(dir.path().string(), {"checkpoint.resume=" + dir.file("step-" + std::to_string(group.rank()))}),
         group);
     checkpointer.begin_run();
@@ -249,10 +255,10 @@ TEST_CASE("checkpointer: a second job on the directory is refused on every rank,
   const std::string ckpt = dir.file("ckpt");
   // The first job (one rank) holds the directory while a second job of two ranks starts on it.
   const auto first = test::on_every_rank(1, [&](distributed::HostGroup& holder) {
-    train::Checkpointer running(checkpoint_config(ckpt), holder);
+    train::Checkpointer running = checkpointer_for(checkpoint_config(ckpt), holder);
     const std::string run = running.begin_run().identity.run_id;
     const auto second = test::on_every_rank(2, [&](distributed::HostGroup& group) {
-      train::Checkpointer refused(checkpoint_config(ckpt), group);
+      train::Checkpointer refused = checkpointer_for(checkpoint_config(ckpt), group);
     });
     for (const auto& e : second) {
       if (e.find("checkpoint directory '" + ckpt + "' is in use by run " + run + " (host ") == std::string::npos) {
@@ -372,7 +378,7 @@ TEST_CASE("checkpointer: the initial state is the random init, the Hugging Face 
     };
     {  // No checkpoint.dir, no model.checkpoint: the store's random weights stay.
       distributed::ShardStore store(layout, units, config, 1);
-      train::Checkpointer checkpointer(Config(train::trainer_tunables()), group);
+      train::Checkpointer checkpointer = checkpointer_for(Config(train::trainer_tunables()), group);
       try {
         (void)checkpointer.initial_state(store, "", run);
       } catch (const Error& e) {
@@ -386,7 +392,7 @@ TEST_CASE("checkpointer: the initial state is the random init, the Hugging Face 
     }
     {  // A fresh run from model.checkpoint: every rank reads its shard; then a checkpoint of step 5.
       distributed::ShardStore store(layout, units, config, 1);
-      train::Checkpointer checkpointer(checkpoint_config(ckpt), group);
+      train::Checkpointer checkpointer = checkpointer_for(checkpoint_config(ckpt), group);
       checkpointer.begin_run();
       mine.hf = checkpointer.initial_state(store, base, run);
       mine.hf_read = shards_are(store, hf_weight);
@@ -398,7 +404,7 @@ TEST_CASE("checkpointer: the initial state is the random init, the Hugging Face 
     }
     {  // The next run resumes step 5 (checkpoint.resume: auto): the base's weights are not read.
       distributed::ShardStore store(layout, units, config, 1);
-      train::Checkpointer checkpointer(checkpoint_config(ckpt), group);
+      train::Checkpointer checkpointer = checkpointer_for(checkpoint_config(ckpt), group);
       checkpointer.begin_run();
       mine.resumed = checkpointer.initial_state(store, base, run);
       mine.resumed_read = shards_are(store, [&](int u, std::int64_t i) {

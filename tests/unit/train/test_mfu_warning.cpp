@@ -6,6 +6,7 @@
 
 #include "odc/train/config_schema.h"
 #include "odc/train/run_report.h"
+#include "odc/train/run_settings.h"
 #include "unit/log_capture.h"
 #include "unit/rank_threads.h"
 
@@ -24,7 +25,7 @@ Config report_config(const std::vector<std::string>& assignments) {
 std::string log_of_run(const Config& config, double peak_flops, double mfu) {
   const test::LogCapture log;
   const auto errors = test::on_every_rank(2, [&](distributed::HostGroup& group) {
-    train::RunReport report(config, group, peak_flops);
+    train::RunReport report(train::resolve_run_settings(config, false).train, group, peak_flops);
     report.begin_run(0, 2, 2);
     for (std::int64_t step = 0; step < 2; ++step) {
       train::StepResult r;

@@ -13,6 +13,7 @@
 #include "odc/train/metrics.h"
 #include "odc/train/model_export.h"
 #include "odc/train/run_report.h"
+#include "odc/train/run_settings.h"
 #include "unit/rank_threads.h"
 #include "unit/temp_dir.h"
 #include "unit/tiny_model.h"
@@ -33,7 +34,7 @@ TEST_CASE("run report: one trace with a track per rank, one metrics file per ran
   const auto config = report_config({"train.trace_file=" + dir.file("trace.json"),
                                      "train.metrics_file=" + dir.file("m-{rank}.jsonl")});
   const auto errors = test::on_every_rank(3, [&](distributed::HostGroup& group) {
-    train::RunReport report(config, group, 1e9);
+    train::RunReport report(train::resolve_run_settings(config, false).train, group, 1e9);
     report.begin_run(0, 2, 2);
     Tracer tracer(group.rank());
     for (std::int64_t step = 0; step < 2; ++step) {
@@ -85,7 +86,7 @@ TEST_CASE("run report: the trace file expands {rank} like the metrics file", "[t
   CHECK(train::rank_output_path("tr.json", 1).empty());
   const auto config = report_config({"train.trace_file=" + dir.file("tr-{rank}.json")});
   const auto errors = test::on_every_rank(2, [&](distributed::HostGroup& group) {
-    train::RunReport report(config, group, 1e9);
+    train::RunReport report(train::resolve_run_settings(config, false).train, group, 1e9);
     Tracer tracer(group.rank());
     { const TraceScope scope(&tracer, "forward", "forward layer"); }
     report.write_trace(tracer, {{"world_size", group.size()}});

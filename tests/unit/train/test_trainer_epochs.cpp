@@ -13,6 +13,7 @@
 #include "odc/core/error.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/minibatch_source.h"
+#include "odc/train/run_settings.h"
 #include "odc/train/trainer.h"
 #include "unit/temp_dir.h"
 
@@ -56,6 +57,12 @@ double total_targets(const std::string& data) {
   double targets = 0;
   for (std::int64_t i = 0; i < dataset->size(); ++i) targets += static_cast<double>(dataset->target_count(i));
   return targets;
+}
+
+// A MinibatchSource as the trainer makes it: its settings resolved from `config`.
+train::MinibatchSource source(const Config& config, const model::LlamaConfig& model, int rank, int world,
+                              distributed::CommKind comm) {
+  return train::MinibatchSource(train::resolve_run_settings(config), config, model, rank, world, comm);
 }
 
 }  // namespace
@@ -157,11 +164,11 @@ TEST_CASE("a global batch over 2 ranks: lb_micro needs a multiple, an epoch's od
   const test::TempDir dir("epochs_split");
   const std::string data = write_dataset(dir, 9);
   const model::LlamaConfig model = train::model_config_from(config_for(data, {}));
-  REQUIRE_THROWS_WITH(train::MinibatchSource(config_for(data, {"data.global_batch_size=7"}), model, 0, 2,
+  REQUIRE_THROWS_WITH(source(config_for(data, {"data.global_batch_size=7"}), model, 0, 2,
                                              distributed::CommKind::collective),
                       Contains("the global batch of 7 sequences (data.global_batch_size) does not divide over 2 ranks"));
   // ODC's lb_mini splits 7 over 2 ranks: every sequence on exactly one rank.
-  train::MinibatchSource odd(config_for(data, {"data.global_batch_size=7"}), model, 0, 2, distributed::CommKind::odc);
+  auto odd = source(config_for(data, {"data.global_batch_size=7"}), model, 0, 2, distributed::CommKind::odc);
   const auto seven = odd.next(false);
   std::size_t placed = 0;
   for (const auto& rank : seven.plan.ranks) {
@@ -171,7 +178,7 @@ TEST_CASE("a global batch over 2 ranks: lb_micro needs a multiple, an epoch's od
   CHECK(placed == 7);
   // 9 sequences in steps of 4 under lb_micro (collective): 4, 4, then 1, which no equal split
   // holds; that step runs as local_sort, the empty rank padded to the other's microbatch count.
-  train::MinibatchSource epochs(config_for(data, {"data.global_batch_size=4", "train.epochs=1"}), model, 1, 2,
+  auto epochs = source(config_for(data, {"data.global_batch_size=4", "train.epochs=1"}), model, 1, 2,
                                 distributed::CommKind::collective);
   CHECK(epochs.next(true).global.size() == 4);
   CHECK(epochs.next(true).global.size() == 4);
@@ -192,17 +199,17 @@ TEST_CASE("data.balance lb_mini_equal: odc only, a multiple of the world size, n
   const model::LlamaConfig model = train::model_config_from(config_for(data, {}));
   // Collectives need equal microbatch counts, which lb_mini_equal does not promise.
   REQUIRE_THROWS_WITH(
-      train::MinibatchSource(config_for(data, {"data.balance=lb_mini_equal", "data.global_batch_size=8"}), model, 0,
+      source(config_for(data, {"data.balance=lb_mini_equal", "data.global_batch_size=8"}), model, 0,
                              2, distributed::CommKind::collective),
       Contains("data.balance = lb_mini_equal needs train.comm = odc"));
-  CHECK_NOTHROW(train::MinibatchSource(config_for(data, {"data.balance=lb_mini_equal", "data.global_batch_size=8"}),
+  CHECK_NOTHROW(source(config_for(data, {"data.balance=lb_mini_equal", "data.global_batch_size=8"}),
                                        model, 0, 1, distributed::CommKind::collective));  // one rank: no barrier
   REQUIRE_THROWS_WITH(
-      train::MinibatchSource(config_for(data, {"data.balance=lb_mini_equal", "data.global_batch_size=7"}), model, 0,
+      source(config_for(data, {"data.balance=lb_mini_equal", "data.global_batch_size=7"}), model, 0,
                              2, distributed::CommKind::odc),
       Contains("the global batch of 7 sequences (data.global_batch_size) does not divide over 2 ranks: data.balance "
                "lb_mini_equal"));
-  train::MinibatchSource even(config_for(data, {"data.balance=lb_mini_equal", "data.global_batch_size=8"}), model, 1,
+  auto even = source(config_for(data, {"data.balance=lb_mini_equal", "data.global_batch_size=8"}), model, 1,
                               2, distributed::CommKind::odc);
   CHECK(even.balance() == data::Balance::lb_mini_equal);
   const auto eight = even.next(false);
@@ -215,7 +222,7 @@ TEST_CASE("data.balance lb_mini_equal: odc only, a multiple of the world size, n
   CHECK(eight.mine == eight.plan.ranks[1].microbatches);
   CHECK(eight.padded == 0);
   // 9 sequences in steps of 4: the last step's 1 sequence has no equal split and runs as local_sort.
-  train::MinibatchSource epochs(config_for(data, {"data.balance=lb_mini_equal", "data.global_batch_size=4",
+  auto epochs = source(config_for(data, {"data.balance=lb_mini_equal", "data.global_batch_size=4",
                                                   "train.epochs=1"}),
                                 model, 0, 2, distributed::CommKind::odc);
   CHECK(epochs.next(false).global.size() == 4);
