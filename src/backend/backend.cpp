@@ -3,9 +3,11 @@
 #include "odc/backend/backend.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "odc/core/error.h"
 #include "odc/core/process_stats.h"
+#include "odc/kernels/policy_loss.h"
 
 namespace odc::backend {
 
@@ -48,6 +50,14 @@ std::int64_t Backend::memory_capacity(int ranks_on_host) {
 }
 
 std::int64_t Backend::head_chunk_rows(std::int64_t vocab) const { return head_chunk_rows_of(DeviceKind::cpu, vocab); }
+
+void Backend::row_entropy(ConstView logits, std::int64_t rows, std::int64_t vocab, std::span<float> host) {
+  ODC_CHECK(static_cast<std::int64_t>(host.size()) >= rows && logits.count >= rows * vocab,
+            "row_entropy: {} rows of {} into {} values from a view of {}", rows, vocab, host.size(), logits.count);
+  std::vector<float> values(static_cast<std::size_t>(rows * vocab));
+  download(logits.at(0, rows * vocab), values);
+  kernels::cpu::row_entropy(values.data(), rows, vocab, host.data());
+}
 
 double Backend::sum_of_squares(ConstView x) {
   return kernels::cpu::sum_of_squares(host_f32(x, "sum_of_squares"), x.count);

@@ -16,6 +16,7 @@
 #include "odc/core/error.h"
 #include "odc/data/bin_dataset.h"
 #include "odc/data/chat_format.h"
+#include "odc/data/rollouts.h"
 #include "odc/data/text_dataset.h"
 #include "record_fields.h"
 
@@ -250,6 +251,7 @@ const char* expected_input(const std::string& format) {
   if (format == "bin") return "PREFIX of the PREFIX.bin + PREFIX.idx pair that odc-data convert writes";
   if (format == "chat") return "a JSONL file of {\"messages\"}, {\"prompt\", \"completion\"} or {\"text\"} records";
   if (format == "text") return "a JSONL file of {\"text\"} records";
+  if (format == "rollouts") return "a JSONL file of {\"prompt_ids\", \"completion_ids\", \"logprobs\", ...} rollout records";
   return nullptr;
 }
 
@@ -296,7 +298,11 @@ std::unique_ptr<TokenDataset> open_dataset(const std::string& path, const std::s
         path, format == "chat" ? TextJsonlDataset::Kind::chat : TextJsonlDataset::Kind::text, formatter, vocab_size,
         text.ignore_extra_fields);
   }
-  fail("{}: unknown data.format '{}' (supported formats: tokens, bin, chat, text)", path, format);
+  if (format == "rollouts") {
+    return std::make_unique<RolloutDataset>(path, vocab_size, parse_reward_scale(text.scale_rewards),
+                                            text.ignore_extra_fields);
+  }
+  fail("{}: unknown data.format '{}' (supported formats: tokens, bin, chat, text, rollouts)", path, format);
 }
 
 }  // namespace odc::data

@@ -105,6 +105,15 @@ std::string LengthLimitedDataset::describe() const {
 
 std::string LengthLimitedDataset::record(std::int64_t index) const { return inner_->record(inner_index(index)); }
 
+std::optional<PolicyView> LengthLimitedDataset::policy(std::int64_t index) const {
+  auto whole = inner_->policy(inner_index(index));
+  if (!whole) return whole;
+  const auto count = static_cast<std::size_t>(length(index));
+  whole->logprobs = whole->logprobs.first(std::min(count, whole->logprobs.size()));
+  whole->ref_logprobs = whole->ref_logprobs.first(std::min(count, whole->ref_logprobs.size()));
+  return whole;
+}
+
 std::unique_ptr<TokenDataset> limit_lengths(std::unique_ptr<TokenDataset> dataset, const LengthLimit& limit,
                                             LengthLimitReport* report) {
   if (report != nullptr) *report = LengthLimitReport{0, 0, 0, dataset->size()};

@@ -37,4 +37,33 @@ void PackedBatch::append(const std::int32_t* seq_tokens, const std::uint8_t* tar
   cu_seqlens.push_back(static_cast<std::int32_t>(tokens.size()));
 }
 
+void PackedBatch::append_policy(std::span<const float> old, std::span<const float> ref, float advantage) {
+  ODC_CHECK(cu_seqlens.size() >= 2, "append_policy before any sequence");
+  const auto begin = static_cast<std::size_t>(cu_seqlens[cu_seqlens.size() - 2]);
+  const auto length = static_cast<std::size_t>(cu_seqlens.back()) - begin;
+  ODC_CHECK(old.size() == length && (ref.empty() || ref.size() == length),
+            "append_policy: {} old and {} reference log-probabilities for a sequence of {} tokens", old.size(),
+            ref.size(), length);
+  ODC_CHECK(advantages.size() == begin && old_logprobs.size() == begin && (ref.empty() || ref_logprobs.size() == begin),
+            "append_policy: every sequence of a batch needs its policy inputs (and reference log-probabilities on all or none)");
+  for (std::size_t i = 0; i < length; ++i) {
+    // Position i predicts token i + 1 (its target); the last position predicts nothing.
+    const bool last = i + 1 == length;
+    old_logprobs.push_back(last ? 0.0f : old[i + 1]);
+    if (!ref.empty()) ref_logprobs.push_back(last ? 0.0f : ref[i + 1]);
+    advantages.push_back(advantage);
+  }
+}
+
+void PackedBatch::clear() {
+  tokens.clear();
+  positions.clear();
+  cu_seqlens.clear();
+  targets.clear();
+  loss_weights.clear();
+  old_logprobs.clear();
+  ref_logprobs.clear();
+  advantages.clear();
+}
+
 }  // namespace odc::model

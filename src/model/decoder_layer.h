@@ -69,6 +69,7 @@ struct Scratch {
   backend::Buffer h, dh, dgate_up, dq, dk, dv, dattn, dxn, dx, cos, sin;
   backend::Buffer xf, rstd_f, dxf, chunk_in, chunk_logits, chunk_dx, chunk_nll;
   backend::Buffer tokens, positions, cu_seqlens, targets, weights, rows, chunk_targets, chunk_weights;
+  backend::Buffer chunk_coef;  // the policy objective's per-row coefficients (policy_head.h)
   std::int64_t bytes() const;
 };
 

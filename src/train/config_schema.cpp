@@ -55,8 +55,10 @@ std::vector<TunableSpec> trainer_tunables() {
               "binary PREFIX.bin + PREFIX.idx written by odc-data convert (memory-mapped); chat = JSONL of "
               "{\"messages\": [...]}, {\"prompt\", \"completion\"} or {\"text\"} records, tokenized with "
               "data.tokenizer and data.chat_template (loss on assistant turns / completions); text = JSONL of "
-              "{\"text\": ...} records (loss on all tokens)",
-              {"tokens", "bin", "chat", "text"}),
+              "{\"text\": ...} records (loss on all tokens); rollouts = JSONL RL rollout records {\"prompt_ids\", "
+              "\"completion_ids\", \"logprobs\", \"ref_logprobs\", \"reward\" + \"group\" or \"advantage\"} for "
+              "train.objective grpo (loss on the completions)",
+              {"tokens", "bin", "chat", "text", "rollouts"}),
       tunable("data.tokenizer", K::string, "\"\"",
               "tokenizer.json for data.format chat/text; empty = <model.checkpoint>/tokenizer.json"),
       tunable("data.chat_template", K::string, "auto",
@@ -231,6 +233,42 @@ std::vector<TunableSpec> trainer_tunables() {
               "end this run (after checkpointing) once this many steps are done, without changing the schedule "
               "of train.steps (0 = run to train.steps)",
               Range::at_least(0)),
+      // the objective, and RL (train.objective grpo)
+      tunable("train.objective", K::string, "sft",
+              "what the model is trained to do: sft = weighted cross-entropy on the targets (train.loss_reduction); "
+              "grpo = the clipped policy-gradient objective on rollouts (data.format rollouts; the rl.* keys)",
+              {"sft", "grpo"}),
+      tunable("rl.epsilon", K::number, "0.2",
+              "grpo: the ratio's lower clip bound is 1 - epsilon (and the upper 1 + epsilon unless rl.epsilon_high)",
+              Range::at_least(0).and_below(1)),
+      tunable("rl.epsilon_high", K::number, "",
+              "grpo: the ratio's upper clip bound is 1 + epsilon_high (unset: rl.epsilon; DAPO's clip-higher sets it "
+              "above)",
+              Range::at_least(0)),
+      tunable("rl.kl_beta", K::number, "0",
+              "grpo: weight of the KL penalty to the reference policy (k3 estimator over the records' "
+              "ref_logprobs; 0 = none)",
+              Range::at_least(0)),
+      tunable("rl.kl_ratio_weighted", K::boolean, "true",
+              "grpo with rl.kl_beta: the penalty's k3 estimate weighted by the importance ratio r (the unbiased "
+              "reverse-KL gradient of DeepSeek-V3.2; TRL's use_bias_correction_kl, on by default there too); false "
+              "= plain k3"),
+      tunable("rl.loss_aggregation", K::string, "dapo",
+              "grpo: how token losses add up over the global minibatch: grpo = mean over sequences of each "
+              "sequence's mean; dapo = mean over all completion tokens; dr_grpo = sum over tokens / (sequences x "
+              "rl.max_completion_length)",
+              {"grpo", "dapo", "dr_grpo"}),
+      tunable("rl.max_completion_length", K::integer, "0",
+              "grpo with rl.loss_aggregation dr_grpo: the constant normaliser's length (the sampler's max new "
+              "tokens); 0 = the longest completion of the data",
+              Range::at_least(0)),
+      tunable("rl.scale_rewards", K::string, "group",
+              "grpo on records with rewards: advantage = (reward - group mean) / (std + 1e-4) with the std of the "
+              "group, of the whole file (batch), or not scaled (none)",
+              {"group", "batch", "none"}),
+      tunable("rl.entropy", K::boolean, "true",
+              "grpo: measure the policy's mean token entropy on the completions every step (a metric; on a GPU the "
+              "logits rows cross to the host for it)"),
       // debug
       tunable("debug.checkpoint_delay_ms", K::number, "0",
               "sleep after writing this rank's checkpoint shards, before the commit (crash-safety tests)",
@@ -274,6 +312,33 @@ void check_relations(const Config& config) {
     fail("data.over_length (from {}) says what a sequence longer than data.max_length does, but data.max_length is 0 "
          "(no limit); set data.max_length",
          config.source_of("data.over_length"));
+  }
+  // The objective and its data: rollouts carry what grpo needs, and grpo needs rollouts.
+  const bool grpo = config.get_string("train.objective") == "grpo";
+  const bool rollouts = config.get_string("data.format") == "rollouts";
+  if (grpo && !rollouts) {
+    fail("train.objective grpo trains on rollouts (their sampling log-probabilities and advantages), but "
+         "data.format is {}; set data.format: rollouts",
+         config.get_string("data.format"));
+  }
+  if (rollouts && !grpo) {
+    fail("data.format rollouts holds RL rollouts, which train.objective {} does not use; set train.objective: grpo",
+         config.get_string("train.objective"));
+  }
+  if (!grpo) {
+    for (const auto& spec : config.specs()) {
+      const std::string& key = spec.path;
+      if (key.rfind("rl.", 0) == 0 && config.has(key) && config.source_of(key) != "default") {
+        fail("{} (from {}) shapes only train.objective grpo, but the objective is {}; drop it or set "
+             "train.objective: grpo",
+             key, config.source_of(key), config.get_string("train.objective"));
+      }
+    }
+  }
+  if (grpo && config.source_of("train.loss_reduction") != "default") {
+    fail("train.loss_reduction (from {}) weighs supervised targets; under train.objective grpo the tokens are "
+         "weighed by rl.loss_aggregation",
+         config.source_of("train.loss_reduction"));
   }
   // The shape itself (fields in range, heads dividing the width): --dump-config and every run
   // see the same verdict. A checkpoint's config.json is checked when it is read

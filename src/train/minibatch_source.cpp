@@ -98,6 +98,28 @@ MinibatchSource::MinibatchSource(const RunSettings& settings, const Config& conf
   }
   sampler_ = std::make_unique<data::Sampler>(dataset_->size(), data.seed, data.shuffle);
   sequence_reduction_ = settings.train.sequence_loss;
+  policy_ = settings.objective.grpo;
+  aggregation_ = settings.objective.aggregation;
+  completion_length_ = settings.objective.max_completion_length;
+  if (policy_) {
+    std::int64_t longest = 0;
+    for (std::int64_t i = 0; i < dataset_->size(); ++i) {
+      if (!dataset_->policy(i)) fail("{}: train.objective grpo needs rollout records (data.format rollouts)", dataset_->record(i));
+      longest = std::max(longest, dataset_->target_count(i));
+    }
+    if (completion_length_ == 0) completion_length_ = std::max<std::int64_t>(longest, 1);
+    if (settings.objective.policy.kl_beta > 0 && dataset_->policy(0)->ref_logprobs.empty()) {
+      fail("rl.kl_beta = {} penalises the KL to the reference policy, but the records of {} carry no "
+           "\"ref_logprobs\"; add them (the reference model's log-probability of each completion token) or set "
+           "rl.kl_beta: 0",
+           settings.objective.policy.kl_beta, settings.data.train);
+    }
+    if (longest > completion_length_ && aggregation_ == "dr_grpo") {
+      fail("rl.max_completion_length = {} is shorter than the longest completion of {} ({} tokens): dr_grpo's "
+           "normaliser would not bound the loss; raise it or leave it 0 (the longest completion)",
+           completion_length_, dataset_->describe(), longest);
+    }
+  }
 
   if (within_epochs_ && equal_sequence_counts(balance_) && dataset_->size() % global_batch_ % world_size_ != 0) {
     spdlog::info("data.balance {}: each epoch's last step ({} sequences) does not divide over {} ranks; that "
@@ -112,7 +134,7 @@ std::unique_ptr<data::TokenDataset> MinibatchSource::open_limited(const RunSetti
   auto dataset = data::open_dataset(
       data.train, data.format, vocab_size,
       data::TextDataOptions{data::resolve_tokenizer_path(data.tokenizer, settings.model.checkpoint), data.chat_template,
-                            data.ignore_extra_fields});
+                            data.ignore_extra_fields, settings.objective.scale_rewards});
   const data::LengthLimit limit{data.max_length, data::parse_over_length(data.over_length)};
   data::LengthLimitReport report;
   dataset = data::limit_lengths(std::move(dataset), limit, &report);
@@ -144,10 +166,20 @@ Minibatch MinibatchSource::next(bool equal_counts) {
   // The global minibatch is the same on every rank; the loss weights are normalized over all of it.
   const std::int64_t count = within_epochs_ ? std::min(global_batch_, sampler_->remaining_in_epoch()) : global_batch_;
   out.global = sampler_->next(count);
+  // Per target, its weight in the minibatch's loss: SFT's mean over targets or over sequences
+  // (train.loss_reduction); grpo's aggregations (rl.loss_aggregation) as TRL's GRPOTrainer weighs a
+  // step's tokens: grpo = 1 / (the sequence's tokens x every sequence of the minibatch, empty ones
+  // included), dapo = 1 / (tokens of the minibatch), dr_grpo = 1 / (sequences x the constant length).
+  const bool per_sequence = policy_ ? aggregation_ == "grpo" : sequence_reduction_;
   for (auto index : out.global) {
     const auto targets = dataset_->target_count(index);
-    out.normalizer += sequence_reduction_ ? (targets > 0 ? 1.0 : 0.0) : static_cast<double>(targets);
+    if (policy_ && aggregation_ != "dapo") {
+      out.normalizer += 1.0;
+    } else {
+      out.normalizer += per_sequence ? (targets > 0 ? 1.0 : 0.0) : static_cast<double>(targets);
+    }
   }
+  if (policy_ && aggregation_ == "dr_grpo") out.normalizer *= static_cast<double>(completion_length_);
   data::PlanInput input;
   input.world_size = world_size_;
   input.token_cap = token_cap_;
@@ -161,7 +193,7 @@ Minibatch MinibatchSource::next(bool equal_counts) {
   for (std::size_t i = 0; i < out.global.size(); ++i) {
     const auto targets = static_cast<double>(dataset_->target_count(out.global[i]));
     double w = 0.0;
-    if (out.normalizer > 0 && targets > 0) w = sequence_reduction_ ? 1.0 / (targets * out.normalizer) : 1.0 / out.normalizer;
+    if (out.normalizer > 0 && targets > 0) w = per_sequence ? 1.0 / (targets * out.normalizer) : 1.0 / out.normalizer;
     out.weights[i] = static_cast<float>(w);
   }
   out.mine = out.plan.ranks[static_cast<std::size_t>(rank_)].microbatches;
@@ -191,15 +223,16 @@ void MinibatchSource::set_collective_groups(std::vector<int> group_of_rank) {
 }
 
 void MinibatchSource::build(const Minibatch& minibatch, std::size_t m, model::PackedBatch& out) const {
-  out.tokens.clear();
-  out.positions.clear();
-  out.cu_seqlens.clear();
-  out.targets.clear();
-  out.loss_weights.clear();
+  out.clear();
   for (auto i : minibatch.mine[m]) {
-    const auto seq = dataset_->get(minibatch.global[static_cast<std::size_t>(i)]);
+    const auto index = minibatch.global[static_cast<std::size_t>(i)];
+    const auto seq = dataset_->get(index);
     out.append(seq.tokens.data(), seq.target_mask.data(), static_cast<std::int64_t>(seq.tokens.size()),
                minibatch.weights[static_cast<std::size_t>(i)]);
+    if (policy_) {
+      const auto policy = dataset_->policy(index);
+      out.append_policy(policy->logprobs, policy->ref_logprobs, policy->advantage);
+    }
   }
 }
 

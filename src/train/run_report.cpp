@@ -1,6 +1,8 @@
 #include "odc/train/run_report.h"
 
+#include <algorithm>
 #include <array>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -127,7 +129,7 @@ void RunReport::record(const StepResult& r, const StepContext& context) {
   totals_.flops += r.flops;
   if (!metrics_.enabled()) return;
   const ProcessStats process = read_process_stats();
-  metrics_.write({{"step", r.step + 1},
+  nlohmann::json line = {{"step", r.step + 1},
                   {"loss", r.loss},
                   {"lr", r.lr},
                   {"grad_norm", r.grad_norm},
@@ -166,7 +168,14 @@ void RunReport::record(const StepResult& r, const StepContext& context) {
                   {"ucx_endpoints", context.comm.endpoints},
                   {"minibatch_time_s", r.minibatch_s},
                   {"step_time_s", r.seconds},
-                  {"epoch", context.epoch}});
+                  {"epoch", context.epoch}};
+  if (r.policy.on) {
+    line["policy"] = {{"nll", r.policy.nll},           {"entropy", r.policy.entropy},
+                      {"kl", r.policy.kl},             {"ratio_mean", r.policy.ratio_mean},
+                      {"ratio_min", r.policy.ratio_min}, {"ratio_max", r.policy.ratio_max},
+                      {"clip_low", r.policy.clip_low}, {"clip_high", r.policy.clip_high}};
+  }
+  metrics_.write(line);
 }
 
 void RunReport::progress(const StepResult& r) {
@@ -181,6 +190,12 @@ void RunReport::progress(const StepResult& r) {
                100.0 * r.bubble_measured, 100.0 * r.bubble_planned, format_duration(eta),
                r.padded_microbatches_global > 0 ? fmt::format(" | {} padding microbatch(es)", r.padded_microbatches_global)
                                                 : std::string());
+  if (r.policy.on) {
+    spdlog::info("step {:>5}/{} | policy: nll {:.4f} | entropy {:.3f} | kl {:.2e} | ratio {:.3f} [{:.3f}, {:.3f}] | "
+                 "clipped {:.1f}% low, {:.1f}% high",
+                 done, total_, r.policy.nll, r.policy.entropy, r.policy.kl, r.policy.ratio_mean, r.policy.ratio_min,
+                 r.policy.ratio_max, 100.0 * r.policy.clip_low, 100.0 * r.policy.clip_high);
+  }
 }
 
 void RunReport::summary(double param_state_bytes) const {
@@ -228,6 +243,41 @@ void RunReport::write_trace(const Tracer& tracer, const nlohmann::json& other) c
   write_chrome_trace(trace_path_, events, other);
   spdlog::info("trace: {} events from {} rank(s) written to {} (open in https://ui.perfetto.dev)", events.size(),
                group_.size(), trace_path_);
+}
+
+StepResult::Policy reduce_policy_metrics(distributed::HostGroup& group, const kernels::PolicyLossSums& local, double nll) {
+  const auto world = static_cast<std::size_t>(group.size());
+  const auto rank = static_cast<std::size_t>(group.rank());
+  std::vector<double> sums(7 + 3 * world, 0.0);
+  sums[0] = local.tokens;
+  sums[1] = nll;
+  sums[2] = local.entropy;
+  sums[3] = local.kl;
+  sums[4] = local.ratio;
+  sums[5] = local.clipped_low;
+  sums[6] = local.clipped_high;
+  sums[7 + 3 * rank] = local.tokens > 0 ? 1.0 : 0.0;
+  sums[8 + 3 * rank] = local.tokens > 0 ? local.ratio_min : 0.0;
+  sums[9 + 3 * rank] = local.tokens > 0 ? local.ratio_max : 0.0;
+  group.all_reduce_sum(sums, "the minibatch-end policy statistics");
+  StepResult::Policy p;
+  p.on = true;
+  const double tokens = sums[0];
+  if (tokens == 0) return p;
+  p.nll = sums[1] / tokens;
+  p.entropy = sums[2] / tokens;
+  p.kl = sums[3] / tokens;
+  p.ratio_mean = sums[4] / tokens;
+  p.clip_low = sums[5] / tokens;
+  p.clip_high = sums[6] / tokens;
+  bool first = true;
+  for (std::size_t r = 0; r < world; ++r) {
+    if (sums[7 + 3 * r] == 0) continue;
+    p.ratio_min = first ? sums[8 + 3 * r] : std::min(p.ratio_min, sums[8 + 3 * r]);
+    p.ratio_max = first ? sums[9 + 3 * r] : std::max(p.ratio_max, sums[9 + 3 * r]);
+    first = false;
+  }
+  return p;
 }
 
 }  // namespace odc::train

@@ -38,6 +38,21 @@ ModelSettings read_model(const Config& config) {
   return model;
 }
 
+ObjectiveSettings read_objective(const Config& config) {
+  ObjectiveSettings objective;
+  objective.grpo = config.get_string("train.objective") == "grpo";
+  objective.policy.clip_low = config.get_double("rl.epsilon");
+  objective.policy.clip_high = config.has("rl.epsilon_high") ? config.get_double("rl.epsilon_high")
+                                                              : objective.policy.clip_low;
+  objective.policy.kl_beta = config.get_double("rl.kl_beta");
+  objective.policy.kl_ratio_weighted = config.get_bool("rl.kl_ratio_weighted");
+  objective.aggregation = config.get_string("rl.loss_aggregation");
+  objective.max_completion_length = config.get_int("rl.max_completion_length");
+  objective.scale_rewards = config.get_string("rl.scale_rewards");
+  objective.entropy = config.get_bool("rl.entropy");
+  return objective;
+}
+
 TrainSettings read_train(const Config& config) {
   TrainSettings train;
   train.threads = static_cast<int>(config.get_int("train.threads"));
@@ -110,6 +125,7 @@ DebugSettings read_debug(const Config& config) {
 RunSettings resolve_run_settings(const Config& config, bool for_run) {
   RunSettings settings;
   settings.train = read_train(config);
+  settings.objective = read_objective(config);
   if (for_run && settings.train.threads > max_compute_threads()) {
     fail("train.threads = {} is more than 4 x the {} hardware threads of this machine (at most {}): that many "
          "threads would only slow training down",

@@ -162,6 +162,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   spdlog::info("attention: {}",
                backend_->select_attention(mc.num_attention_heads, mc.num_key_value_heads, mc.head_dim));
   model_->set_recompute(memory_plan_.inputs.recompute);  // train.recompute, as planned
+  if (settings.objective.grpo) model_->set_policy_objective(settings.objective.policy, settings.objective.entropy);
   // Only a checkpoint (or another rank) can need the fingerprint: it reads the whole dataset.
   if (world > 1 || checkpointer_->in_use()) data_fingerprint_ = data_->fingerprint();
   if (world > 1) {
@@ -321,6 +322,8 @@ StepResult Trainer::step() {
   }
   double local_loss = 0.0;
   double local_targets = 0.0;
+  kernels::PolicyLossSums policy;
+  double policy_nll = 0.0;
   const std::size_t count = minibatch.mine.size();
   for (std::size_t m = 0; m < count; ++m) {
     data_->build(minibatch, m, batch_);
@@ -333,6 +336,8 @@ StepResult Trainer::step() {
     const auto out = model_->train_microbatch(batch_, comm, comm);
     local_loss += out.weighted_loss;
     local_targets += out.target_tokens;
+    policy.add(out.policy);
+    policy_nll += out.nll_sum;
     r.local_tokens += tokens;
     r.flops += model_config_.training_flops(tokens, pairs);
   }
@@ -366,6 +371,7 @@ StepResult Trainer::step() {
   // Measured bubble: the fraction of the ranks' minibatch time spent waiting on communication.
   r.bubble_measured = sums[6] > 0 ? sums[5] / sums[6] : 0.0;
   r.microbatches = static_cast<int>(count);
+  if (settings_.objective.grpo) r.policy = reduce_policy_metrics(group_, policy, policy_nll);
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     fail("step {}: loss ({}) or gradient norm ({}) is not finite; lower train.lr or check the data", step_ + 1,
          r.loss, r.grad_norm);

@@ -217,6 +217,9 @@ class Backend {
   // chunk's sums are added into `sums`.
   virtual void cross_entropy(ConstView logits, ConstView targets, ConstView weights, std::int64_t rows,
                              std::int64_t vocab, View dlogits, View nll, LossSums& sums) = 0;
+  // The softmax entropy of each of `rows` logits rows into `host` (a metric of the policy objective,
+  // kernels/policy_loss.h). Default: the rows are downloaded and the CPU kernel runs on the host.
+  virtual void row_entropy(ConstView logits, std::int64_t rows, std::int64_t vocab, std::span<float> host);
 };
 
 }  // namespace odc::backend

@@ -3,6 +3,7 @@
 // prediction target, i.e. it is trained on when predicted from the previous position).
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -13,6 +14,15 @@ namespace odc::data {
 struct SequenceView {
   std::span<const std::int32_t> tokens;
   std::span<const std::uint8_t> target_mask;  // same length as tokens
+};
+
+// The policy-gradient inputs of a rollout (data.format rollouts; rollouts.h), per token of its
+// sequence: the log-probability with which the sampling policy drew token i (read where i is a
+// target, i.e. a response token), the reference policy's (empty: none), and its advantage.
+struct PolicyView {
+  std::span<const float> logprobs;
+  std::span<const float> ref_logprobs;
+  float advantage = 0.0f;
 };
 
 class TokenDataset {
@@ -28,6 +38,11 @@ class TokenDataset {
   // the JSONL formats, "data/train.idx: sequence 16" for the binary one; by default
   // "<describe()>: sequence <index>".
   virtual std::string record(std::int64_t index) const;
+  // A rollout's policy inputs; none for the supervised formats (the default).
+  virtual std::optional<PolicyView> policy(std::int64_t index) const {
+    (void)index;
+    return std::nullopt;
+  }
   std::int64_t max_length() const;
 };
 
@@ -78,11 +93,14 @@ struct TextDataOptions {
   // data.extra_fields: false (error) refuses a field a record of its format does not define (tokens,
   // chat, prompt/completion, text); true ignores it.
   bool ignore_extra_fields = false;
+  // data.format rollouts: how advantages are scaled from rewards (rl.scale_rewards; rollouts.h).
+  std::string scale_rewards = "group";
 };
 
 // Opens a dataset by format name: "tokens" = pre-tokenized JSONL, "bin" = binary shards, "chat" =
 // messages / prompt+completion / text JSONL, "text" = {"text": ...} JSONL (the last two tokenized
-// at open with text.tokenizer_path). Errors name the path.
+// at open with text.tokenizer_path), "rollouts" = RL rollout records (rollouts.h; advantages from
+// the rewards with scale_rewards "group"). Errors name the path.
 std::unique_ptr<TokenDataset> open_dataset(const std::string& path, const std::string& format,
                                            std::int64_t vocab_size, const TextDataOptions& text = {});
 

@@ -42,6 +42,7 @@ class LengthLimitedDataset final : public TokenDataset {
   std::int64_t target_count(std::int64_t index) const override;
   std::string describe() const override;
   std::string record(std::int64_t index) const override;  // the inner dataset's record
+  std::optional<PolicyView> policy(std::int64_t index) const override;  // cut as the tokens are
   const LengthLimitReport& report() const { return report_; }
 
  private:

@@ -4,6 +4,7 @@
 // token that position t predicts (the next token of the same sequence) and loss_weights[t] its
 // weight in the loss (0 = not a prediction: last token of a sequence or masked out).
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace odc::model {
@@ -14,6 +15,12 @@ struct PackedBatch {
   std::vector<std::int32_t> cu_seqlens;  // num_seqs + 1 entries
   std::vector<std::int32_t> targets;
   std::vector<float> loss_weights;
+  // Policy-gradient inputs (train.objective grpo; empty otherwise), aligned with targets: at
+  // position t, the values of the token targets[t] (the sampling policy's log-probability, the
+  // reference policy's, which may stay empty without a KL penalty) and the sequence's advantage.
+  std::vector<float> old_logprobs;
+  std::vector<float> ref_logprobs;
+  std::vector<float> advantages;
 
   std::int64_t num_tokens() const { return static_cast<std::int64_t>(tokens.size()); }
   int num_seqs() const { return cu_seqlens.empty() ? 0 : static_cast<int>(cu_seqlens.size()) - 1; }
@@ -24,6 +31,12 @@ struct PackedBatch {
   // predicted from position i-1), and `weight` is the loss weight of each such target.
   void append(const std::int32_t* tokens, const std::uint8_t* target_mask, std::int64_t length,
               float weight);
+  // The policy inputs of the sequence appended last (append first): per token of that sequence,
+  // the log-probabilities with which token i was sampled (read where it is a target; ref may be
+  // empty), and the sequence's advantage.
+  void append_policy(std::span<const float> old_logprobs, std::span<const float> ref_logprobs, float advantage);
+  bool has_policy() const { return !advantages.empty(); }
+  void clear();
 };
 
 }  // namespace odc::model

@@ -11,11 +11,13 @@
 // forward, in whole or in part, on those same re-acquired weights.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "odc/backend/backend.h"
 #include "odc/core/trace.h"
+#include "odc/kernels/policy_loss.h"
 #include "odc/model/batch.h"
 #include "odc/model/kv_cache.h"
 #include "odc/model/llama_config.h"
@@ -26,9 +28,10 @@
 namespace odc::model {
 
 struct MicrobatchResult {
-  double weighted_loss = 0.0;   // sum_t weight[t] * nll[t]
+  double weighted_loss = 0.0;   // sum_t weight[t] * nll[t]; under a policy objective its value
   double target_tokens = 0.0;   // number of positions with weight > 0
   double nll_sum = 0.0;         // sum of unweighted nll over those positions
+  kernels::PolicyLossSums policy;  // under a policy objective (set_policy_objective): its sums
 };
 
 class LlamaModel {
@@ -71,6 +74,13 @@ class LlamaModel {
   // Activation recomputation (recompute.h; none by default). Gradients and losses do not depend on
   // it; the activation memory and the backward's compute do.
   void set_recompute(Recompute mode) { recompute_ = mode; }
+  // The objective train_microbatch trains: weighted cross-entropy (none, the default), or the
+  // clipped policy-gradient objective of kernels/policy_loss.h, whose inputs every batch must then
+  // carry (PackedBatch::append_policy); `entropy` adds the rows' softmax entropy to its sums.
+  void set_policy_objective(std::optional<kernels::PolicyLossParams> params, bool entropy = true) {
+    policy_ = params;
+    policy_entropy_ = entropy;
+  }
   Recompute recompute() const { return recompute_; }
 
   // Records each unit's forward/backward compute as trace events (null: off). Weight gathers and
@@ -94,6 +104,8 @@ class LlamaModel {
   std::unique_ptr<Activations> acts_;
   Tracer* tracer_ = nullptr;
   Recompute recompute_ = Recompute::none;
+  std::optional<kernels::PolicyLossParams> policy_;
+  bool policy_entropy_ = true;
 };
 
 }  // namespace odc::model

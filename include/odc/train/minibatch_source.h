@@ -89,6 +89,11 @@ class MinibatchSource {
   bool within_epochs_ = false;  // train.epochs: no step crosses an epoch's end
   std::int64_t token_cap_ = 0;
   bool sequence_reduction_ = false;
+  // train.objective grpo: rl.loss_aggregation and the dr_grpo length (rl.max_completion_length, or
+  // the data's longest completion).
+  bool policy_ = false;
+  std::string aggregation_;
+  std::int64_t completion_length_ = 0;
   data::Balance balance_ = data::Balance::lb_mini;
   data::CostModel cost_model_;
 };

@@ -12,6 +12,7 @@
 #include "odc/core/trace.h"
 #include "odc/distributed/comm/comm.h"
 #include "odc/distributed/group/host_group.h"
+#include "odc/kernels/policy_loss.h"
 #include "odc/train/evaluation.h"
 #include "odc/train/metrics.h"
 #include "odc/train/run_settings.h"
@@ -92,5 +93,11 @@ class RunReport {
   double first_loss_ = 0.0, last_loss_ = 0.0, bubble_planned_sum_ = 0.0;
   RankTotals totals_;
 };
+
+// train.objective grpo: the policy objective's diagnostics (StepResult::Policy) over every rank's
+// completion tokens, from this rank's sums and its completion NLL sum: sums added up, the ratio's
+// extremes gathered (each rank's pair in its own slots of one all-reduce).
+StepResult::Policy reduce_policy_metrics(distributed::HostGroup& group, const kernels::PolicyLossSums& local,
+                                         double nll);
 
 }  // namespace odc::train

@@ -20,6 +20,7 @@
 #include "odc/core/dtype.h"
 #include "odc/distributed/comm/comm_factory.h"
 #include "odc/distributed/shard/sharding.h"
+#include "odc/kernels/policy_loss.h"
 #include "odc/model/recompute.h"
 
 namespace odc::train {
@@ -89,8 +90,19 @@ struct DebugSettings {
   std::int64_t checkpoint_delay_rank = -1;  // debug.checkpoint_delay_rank
 };
 
+// train.objective and the rl.* keys (train.objective grpo).
+struct ObjectiveSettings {
+  bool grpo = false;                        // train.objective: grpo
+  kernels::PolicyLossParams policy;         // rl.epsilon, rl.epsilon_high, rl.kl_beta, rl.kl_ratio_weighted
+  std::string aggregation = "dapo";         // rl.loss_aggregation: grpo | dapo | dr_grpo
+  std::int64_t max_completion_length = 0;  // rl.max_completion_length (0: the data's longest)
+  std::string scale_rewards = "group";      // rl.scale_rewards
+  bool entropy = true;                      // rl.entropy
+};
+
 struct RunSettings {
   ModelSettings model;
+  ObjectiveSettings objective;
   TrainSettings train;
   DataSettings data;
   // train.comm, comm.* and debug.host_staging: the options the comm is made with.

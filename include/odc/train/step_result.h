@@ -8,7 +8,7 @@ namespace odc::train {
 
 struct StepResult {
   std::int64_t step = 0;
-  double loss = 0.0;          // the objective: weighted mean NLL over the global minibatch
+  double loss = 0.0;          // the objective: weighted mean NLL over the global minibatch (grpo: its value)
   double lr = 0.0;
   double grad_norm = 0.0;     // before clipping
   std::int64_t sequences = 0; // sequences of the global minibatch (an epoch's last step may have fewer)
@@ -36,6 +36,18 @@ struct StepResult {
   double minibatch_s = 0.0;            // this rank's minibatch (compute + waits), before the optimizer
   double seconds = 0.0;                // this rank's whole step
   double local_tokens = 0.0;           // this rank's tokens
+  // train.objective grpo, over the minibatch's completion tokens (all ranks): `loss` is then the
+  // objective's value, and these its diagnostics.
+  struct Policy {
+    bool on = false;
+    double nll = 0.0;            // mean NLL of the completion tokens under the weights before the step
+    double entropy = 0.0;        // mean softmax entropy (rl.entropy; 0 when off)
+    double kl = 0.0;             // mean k3 estimate of the KL to the reference (0 without ref_logprobs)
+    double ratio_mean = 0.0;     // mean of r = exp(logp - old logp)
+    double ratio_min = 0.0, ratio_max = 0.0;
+    double clip_low = 0.0;       // fraction of tokens with r < 1 - epsilon and A < 0
+    double clip_high = 0.0;      // fraction with r > 1 + epsilon_high and A > 0
+  } policy;
 };
 
 }  // namespace odc::train

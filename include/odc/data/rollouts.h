@@ -1,0 +1,51 @@
+#pragma once
+// RL rollouts (data.format rollouts): one JSONL record per sampled completion,
+//   {"prompt_ids": [...], "completion_ids": [...], "logprobs": [...], "ref_logprobs": [...],
+//    "reward": 1.0, "group": 7}                      or "advantage": 0.53 instead of reward/group
+// prompt_ids (at least one token) and completion_ids are token ids; logprobs holds, per completion
+// token, the log-probability with which the sampling policy drew it (the "old" policy of the
+// clipped objective); ref_logprobs (optional: on every record or none) the frozen reference
+// policy's, for the KL penalty. The sequence trained is prompt + completion, with the completion's
+// tokens as the only targets.
+//
+// Advantages: a record gives its own, or a reward and a group id (a prompt's G completions share
+// one); then A = (reward - mean of its group) / (std + 1e-4) with `scale` group (std of the group,
+// Bessel-corrected; a group of one has none and gets A = 0), batch (std of all rewards of the file)
+// or none (A = reward - group mean, unscaled), as TRL's GRPOTrainer computes them (scale_rewards).
+// Every problem is an odc::Error naming "file:line".
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "odc/data/dataset.h"
+
+namespace odc::data {
+
+enum class RewardScale { group, batch, none };
+RewardScale parse_reward_scale(const std::string& name);  // odc::Error naming the choices
+
+// Group-relative advantages of `rewards` (groups[i]: record i's group), as described above.
+std::vector<float> group_advantages(const std::vector<double>& rewards, const std::vector<std::int64_t>& groups,
+                                    RewardScale scale);
+
+class RolloutDataset final : public InMemoryTokenDataset {
+ public:
+  RolloutDataset(const std::string& path, std::int64_t vocab_size, RewardScale scale = RewardScale::group,
+                 bool ignore_extra_fields = false);
+  std::string describe() const override;
+  std::optional<PolicyView> policy(std::int64_t index) const override;
+  // Reward statistics of the file (0 when the records carry advantages).
+  double reward_mean() const { return reward_mean_; }
+  bool has_ref_logprobs() const { return has_ref_; }
+
+ private:
+  std::vector<std::int64_t> starts_;  // per record: its first token in tokens_ (and in logprobs_)
+  std::vector<float> logprobs_;       // per token (0 on prompt tokens)
+  std::vector<float> ref_logprobs_;   // per token, or empty
+  std::vector<float> advantages_;     // per record
+  bool has_ref_ = false;
+  double reward_mean_ = 0.0;
+};
+
+}  // namespace odc::data

@@ -1,0 +1,214 @@
+#include "odc/data/rollouts.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "odc/core/error.h"
+#include "record_fields.h"
+
+namespace odc::data {
+
+using nlohmann::json;
+
+RewardScale parse_reward_scale(const std::string& name) {
+  if (name == "group") return RewardScale::group;
+  if (name == "batch") return RewardScale::batch;
+  if (name == "none") return RewardScale::none;
+  fail("rl.scale_rewards: unknown value '{}' (choices: group, batch, none)", name);
+}
+
+namespace {
+
+struct Moments {
+  double sum = 0.0;
+  double squares = 0.0;  // about the mean, filled in a second pass
+  std::int64_t count = 0;
+  double mean() const { return sum / static_cast<double>(count); }
+  // Bessel-corrected; NaN for a single value (no spread to measure).
+  double std() const {
+    return count > 1 ? std::sqrt(squares / static_cast<double>(count - 1)) : std::numeric_limits<double>::quiet_NaN();
+  }
+};
+
+bool is_blank(const std::string& line) { return line.find_first_not_of(" \t\r\n") == std::string::npos; }
+
+std::vector<std::int32_t> token_array(const json& record, const char* key, std::int64_t vocab, const std::string& where) {
+  const auto it = record.find(key);
+  if (it == record.end()) fail("{}: missing \"{}\" (a rollout record: prompt_ids, completion_ids, logprobs, reward and group, or advantage)", where, key);
+  if (!it->is_array()) fail("{}: \"{}\" must be an array of token ids, found {}", where, key, it->type_name());
+  std::vector<std::int32_t> out;
+  for (std::size_t j = 0; j < it->size(); ++j) {
+    const json& v = (*it)[j];
+    if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= vocab) {
+      fail("{}: {}[{}] = {} is not a token id in [0, {})", where, key, j, v.dump(), vocab);
+    }
+    out.push_back(static_cast<std::int32_t>(v.get<std::int64_t>()));
+  }
+  return out;
+}
+
+std::vector<float> logprob_array(const json& record, const char* key, std::size_t expected, const std::string& where) {
+  const json& a = record.at(key);
+  if (!a.is_array()) fail("{}: \"{}\" must be an array of log-probabilities, found {}", where, key, a.type_name());
+  if (a.size() != expected) {
+    fail("{}: \"{}\" has {} values but \"completion_ids\" has {} tokens (one log-probability per completion token)",
+         where, key, a.size(), expected);
+  }
+  std::vector<float> out;
+  for (std::size_t j = 0; j < a.size(); ++j) {
+    if (!a[j].is_number() || !std::isfinite(a[j].get<double>()) || a[j].get<double>() > 0.0) {
+      fail("{}: {}[{}] = {} is not a log-probability (a finite number <= 0)", where, key, j, a[j].dump());
+    }
+    out.push_back(a[j].get<float>());
+  }
+  return out;
+}
+
+double finite_number(const json& record, const char* key, const std::string& where) {
+  const json& v = record.at(key);
+  if (!v.is_number() || !std::isfinite(v.get<double>())) fail("{}: \"{}\" must be a finite number, found {}", where, key, v.dump());
+  return v.get<double>();
+}
+
+}  // namespace
+
+std::vector<float> group_advantages(const std::vector<double>& rewards, const std::vector<std::int64_t>& groups,
+                                    RewardScale scale) {
+  ODC_CHECK(rewards.size() == groups.size(), "group_advantages: {} rewards, {} groups", rewards.size(), groups.size());
+  std::map<std::int64_t, Moments> by_group;
+  Moments all;
+  for (std::size_t i = 0; i < rewards.size(); ++i) {
+    auto& g = by_group[groups[i]];
+    g.sum += rewards[i];
+    ++g.count;
+    all.sum += rewards[i];
+    ++all.count;
+  }
+  for (std::size_t i = 0; i < rewards.size(); ++i) {
+    auto& g = by_group[groups[i]];
+    g.squares += (rewards[i] - g.mean()) * (rewards[i] - g.mean());
+    all.squares += (rewards[i] - all.mean()) * (rewards[i] - all.mean());
+  }
+  std::vector<float> out;
+  for (std::size_t i = 0; i < rewards.size(); ++i) {
+    const Moments& g = by_group[groups[i]];
+    double a = rewards[i] - g.mean();
+    if (scale != RewardScale::none) a /= (scale == RewardScale::group ? g.std() : all.std()) + 1e-4;
+    out.push_back(std::isnan(a) ? 0.0f : static_cast<float>(a));  // a lone sample: no spread, no signal
+  }
+  return out;
+}
+
+RolloutDataset::RolloutDataset(const std::string& path, std::int64_t vocab_size, RewardScale scale,
+                               bool ignore_extra_fields)
+    : InMemoryTokenDataset(path) {
+  if (vocab_size <= 0 || vocab_size > std::numeric_limits<std::int32_t>::max()) {
+    fail("{}: vocab size must be in [1, {}], got {}", path, std::numeric_limits<std::int32_t>::max(), vocab_size);
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open the rollouts file (data.format rollouts: JSONL rollout records)", path);
+  const std::vector<std::string> known{"prompt_ids", "completion_ids", "logprobs", "ref_logprobs", "reward", "group",
+                                       "advantage"};
+  std::vector<double> rewards;
+  std::vector<std::int64_t> groups;
+  std::vector<float> given;  // per record: its own advantage
+  std::string line;
+  std::int64_t line_number = 0;
+  std::optional<bool> with_reward;
+  while (std::getline(in, line)) {
+    ++line_number;
+    if (is_blank(line)) continue;
+    const std::string where = fmt::format("{}:{}", path, line_number);
+    json record;
+    try {
+      record = json::parse(line);
+    } catch (const json::exception& e) {
+      fail("{}: malformed JSON ({})", where, e.what());
+    }
+    if (!record.is_object()) fail("{}: expected a JSON object (a rollout record), found {}", where, record.type_name());
+    if (!ignore_extra_fields) refuse_unknown_fields(record, known, where, "a rollout record", kExtraFieldsHint);
+    const auto prompt = token_array(record, "prompt_ids", vocab_size, where);
+    const auto completion = token_array(record, "completion_ids", vocab_size, where);
+    if (prompt.empty()) fail("{}: \"prompt_ids\" is empty (a completion is predicted from at least one prompt token)", where);
+    if (!record.contains("logprobs")) fail("{}: missing \"logprobs\" (the sampling policy's log-probability of each completion token)", where);
+    const auto logprobs = logprob_array(record, "logprobs", completion.size(), where);
+    const bool ref = record.contains("ref_logprobs");
+    if (!starts_.empty() && ref != has_ref_) {
+      fail("{}: \"ref_logprobs\" is {} here but {} on the records before: give it on every record or on none", where,
+           ref ? "present" : "absent", has_ref_ ? "present" : "absent");
+    }
+    has_ref_ = ref;
+    const bool reward = record.contains("reward");
+    const bool advantage = record.contains("advantage");
+    if (reward == advantage) {
+      fail("{}: give either \"reward\" with \"group\" (advantages computed per group) or \"advantage\", {}", where,
+           reward ? "not both" : "found neither");
+    }
+    if (with_reward && *with_reward != reward) {
+      fail("{}: this record has {{\"{}\"}} but the ones before have {{\"{}\"}}: one file, one kind", where,
+           reward ? "reward" : "advantage", reward ? "advantage" : "reward");
+    }
+    with_reward = reward;
+    if (reward) {
+      if (!record.contains("group")) fail("{}: \"reward\" needs \"group\" (the id its prompt's completions share)", where);
+      const json& g = record.at("group");
+      if (!g.is_number_integer()) fail("{}: \"group\" must be an integer id, found {}", where, g.dump());
+      rewards.push_back(finite_number(record, "reward", where));
+      groups.push_back(g.get<std::int64_t>());
+    } else {
+      if (record.contains("group") && !record.at("group").is_number_integer()) {
+        fail("{}: \"group\" must be an integer id, found {}", where, record.at("group").dump());
+      }
+      given.push_back(static_cast<float>(finite_number(record, "advantage", where)));
+    }
+    const auto start = total_tokens();
+    starts_.push_back(start);
+    for (const auto t : prompt) {
+      tokens_.push_back(t);
+      masks_.push_back(0);
+      logprobs_.push_back(0.0f);
+    }
+    for (std::size_t j = 0; j < completion.size(); ++j) {
+      tokens_.push_back(completion[j]);
+      masks_.push_back(1);
+      logprobs_.push_back(logprobs[j]);
+    }
+    if (ref) {
+      const auto r = logprob_array(record, "ref_logprobs", completion.size(), where);
+      ref_logprobs_.insert(ref_logprobs_.end(), prompt.size(), 0.0f);
+      ref_logprobs_.insert(ref_logprobs_.end(), r.begin(), r.end());
+    }
+    end_sequence(line_number);
+  }
+  if (in.bad()) fail("{}: read error after line {}", path, line_number);
+  if (size() == 0) fail("{}: no rollout records", path);
+  if (with_reward.value_or(false)) {
+    advantages_ = group_advantages(rewards, groups, scale);
+    for (const double r : rewards) reward_mean_ += r / static_cast<double>(rewards.size());
+  } else {
+    advantages_ = std::move(given);
+  }
+}
+
+std::string RolloutDataset::describe() const {
+  return fmt::format("{} ({} rollouts, {} tokens)", path(), size(), total_tokens());
+}
+
+std::optional<PolicyView> RolloutDataset::policy(std::int64_t index) const {
+  const auto i = static_cast<std::size_t>(index);
+  ODC_CHECK(index >= 0 && index < size(), "rollout {} of {}", index, size());
+  const auto start = static_cast<std::size_t>(starts_[i]);
+  const auto count = static_cast<std::size_t>(length(index));
+  PolicyView view;
+  view.logprobs = std::span<const float>(logprobs_).subspan(start, count);
+  if (has_ref_) view.ref_logprobs = std::span<const float>(ref_logprobs_).subspan(start, count);
+  view.advantage = advantages_[i];
+  return view;
+}
+
+}  // namespace odc::data

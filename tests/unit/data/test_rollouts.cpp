@@ -1,0 +1,109 @@
+// RolloutDataset (data.format rollouts): sequences are prompt + completion with the completion as
+// the only targets, the log-probabilities sit on the completion's tokens, advantages come from
+// rewards per group as TRL's GRPOTrainer computes them (worked out by hand here), and every bad
+// record is an odc::Error naming file:line.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "odc/core/error.h"
+#include "odc/data/dataset.h"
+#include "odc/data/length_limit.h"
+#include "odc/data/rollouts.h"
+#include "unit/temp_dir.h"
+
+using odc::data::RewardScale;
+using odc::data::RolloutDataset;
+
+namespace {
+
+struct TempDir : odc::test::TempDir {
+  TempDir() : odc::test::TempDir("rollouts") {}
+};
+
+std::string record(const std::string& prompt, const std::string& completion, const std::string& logprobs,
+                   const std::string& tail) {
+  return "{\"prompt_ids\": [" + prompt + "], \"completion_ids\": [" + completion + "], \"logprobs\": [" + logprobs +
+         "], " + tail + "}\n";
+}
+
+}  // namespace
+
+TEST_CASE("rollouts: prompt + completion, targets on the completion, log-probabilities on its tokens", "[data][rl]") {
+  TempDir dir;
+  const std::string path = dir.write("r.jsonl", record("1, 2, 3", "4, 5", "-0.5, -1.5", "\"advantage\": 0.75") +
+                                                    "\n" + record("6", "7", "-2", "\"advantage\": -1"));
+  const auto dataset = odc::data::open_dataset(path, "rollouts", 16);
+  REQUIRE(dataset->size() == 2);
+  const auto seq = dataset->get(0);
+  CHECK(std::vector<int>(seq.tokens.begin(), seq.tokens.end()) == std::vector<int>{1, 2, 3, 4, 5});
+  CHECK(std::vector<int>(seq.target_mask.begin(), seq.target_mask.end()) == std::vector<int>{0, 0, 0, 1, 1});
+  CHECK(dataset->target_count(0) == 2);
+  CHECK(dataset->record(1) == path + ":3");
+  const auto policy = dataset->policy(0);
+  REQUIRE(policy.has_value());
+  CHECK(std::vector<float>(policy->logprobs.begin(), policy->logprobs.end()) ==
+        std::vector<float>{0.0f, 0.0f, 0.0f, -0.5f, -1.5f});
+  CHECK(policy->ref_logprobs.empty());
+  CHECK(policy->advantage == 0.75f);
+  CHECK(dataset->policy(1)->advantage == -1.0f);
+
+  // Truncation (data.max_length) cuts the log-probabilities with the tokens.
+  const auto cut = odc::data::limit_lengths(odc::data::open_dataset(path, "rollouts", 16),
+                                            odc::data::LengthLimit{4, odc::data::OverLength::truncate});
+  CHECK(cut->policy(0)->logprobs.size() == 4);
+  CHECK(cut->target_count(0) == 1);
+}
+
+TEST_CASE("rollouts: group-relative advantages with TRL's scaling", "[data][rl]") {
+  // Group 0: rewards 1, 0, 0, 1 -> mean 0.5, Bessel std sqrt(1/3); group 1: 2, 4 -> mean 3, std sqrt(2);
+  // group 2: one sample -> no spread, advantage 0.
+  const std::vector<double> rewards{1, 0, 2, 0, 1, 4, 7};
+  const std::vector<std::int64_t> groups{0, 0, 1, 0, 0, 1, 2};
+  const auto a = odc::data::group_advantages(rewards, groups, RewardScale::group);
+  const double s0 = std::sqrt(1.0 / 3.0), s1 = std::sqrt(2.0);
+  CHECK(a[0] == Approx(0.5 / (s0 + 1e-4)));
+  CHECK(a[1] == Approx(-0.5 / (s0 + 1e-4)));
+  CHECK(a[2] == Approx(-1.0 / (s1 + 1e-4)));
+  CHECK(a[5] == Approx(1.0 / (s1 + 1e-4)));
+  CHECK(a[6] == 0.0f);
+  const auto none = odc::data::group_advantages(rewards, groups, RewardScale::none);
+  CHECK(none[2] == Approx(-1.0));
+  CHECK(none[6] == 0.0f);
+  // batch: the group's mean, the std of all seven rewards.
+  double mean = 0.0, sq = 0.0;
+  for (double r : rewards) mean += r / 7.0;
+  for (double r : rewards) sq += (r - mean) * (r - mean);
+  const auto batch = odc::data::group_advantages(rewards, groups, RewardScale::batch);
+  CHECK(batch[0] == Approx(0.5 / (std::sqrt(sq / 6.0) + 1e-4)));
+
+  TempDir dir;
+  const std::string path = dir.write("g.jsonl", record("1", "2", "-1", "\"reward\": 1, \"group\": 3") +
+                                                    record("1", "3", "-1", "\"reward\": 0, \"group\": 3"));
+  const RolloutDataset dataset(path, 8);
+  CHECK(dataset.policy(0)->advantage == Approx(0.5 / (std::sqrt(0.5) + 1e-4)));
+  CHECK(dataset.reward_mean() == Approx(0.5));
+}
+
+TEST_CASE("rollouts: every bad record is an error naming file:line", "[data][rl]") {
+  TempDir dir;
+  const auto fails = [&](const std::string& text, const std::string& expected) {
+    const std::string path = dir.write("bad.jsonl", text);
+    CHECK_THROWS_WITH(RolloutDataset(path, 16), Catch::Contains(expected) && Catch::Contains("bad.jsonl:"));
+  };
+  fails(record("1", "2, 3", "-1", "\"advantage\": 1"), "\"logprobs\" has 1 values but \"completion_ids\" has 2");
+  fails(record("1", "2", "0.5", "\"advantage\": 1"), "is not a log-probability");
+  fails(record("", "2", "-1", "\"advantage\": 1"), "\"prompt_ids\" is empty");
+  fails(record("1", "99", "-1", "\"advantage\": 1"), "completion_ids[0] = 99 is not a token id in [0, 16)");
+  fails(record("1", "2", "-1", "\"reward\": 1"), "\"reward\" needs \"group\"");
+  fails(record("1", "2", "-1", "\"reward\": 1, \"group\": 0, \"advantage\": 1"), "not both");
+  fails(record("1", "2", "-1", "\"group\": 0"), "found neither");
+  fails(record("1", "2", "-1", "\"advantage\": 1") + record("1", "2", "-1", "\"reward\": 1, \"group\": 0"),
+        "one file, one kind");
+  fails(record("1", "2", "-1", "\"advantage\": 1, \"ref_logprobs\": [-1]") + record("1", "2", "-1", "\"advantage\": 1"),
+        "give it on every record or on none");
+  fails(record("1", "2", "-1", "\"advantage\": 1, \"rewrd\": 2"), "did you mean \"reward\"?");
+  fails("{\"prompt_ids\": [1]\n", "malformed JSON");
+}
