@@ -142,12 +142,14 @@ DecodeBuffers::DecodeBuffers(backend::Backend& b)
       positions(b.memory(), DType::i32),
       q_raw(b.memory(), b.activation_dtype()),
       k_raw(b.memory(), b.activation_dtype()),
-      head_rstd(b.memory(), DType::f32) {}
+      head_rstd(b.memory(), DType::f32),
+      k_rows(b.memory(), b.activation_dtype()),
+      v_rows(b.memory(), b.activation_dtype()) {}
 
 std::int64_t DecodeBuffers::bytes() const {
   std::int64_t n = 0;
   for (const auto* w : {&x, &xn, &rstd, &q, &attn, &gate_up, &h, &cos, &sin, &xf, &logits, &tokens, &positions,
-                        &q_raw, &k_raw, &head_rstd}) {
+                        &q_raw, &k_raw, &head_rstd, &k_rows, &v_rows}) {
     n += w->capacity_bytes();
   }
   return n;
@@ -213,18 +215,20 @@ void layer_forward(backend::Backend& b, const LayerContext& ctx, const LayerSlic
   b.linear_forward_residual(h, part(w, o.wd), saved.x_mid, x_out, t, d.f, d.c);  // x_mid + h Wd^T
 }
 
-void layer_decode(backend::Backend& b, const Dims& d, const LayerSlices& o, ConstView w, std::int64_t past,
-                  ConstView cos, ConstView sin, View k_cache, View v_cache, View x, DecodeBuffers& s) {
+void layer_decode(backend::Backend& b, const Dims& d, const LayerSlices& o, ConstView w,
+                  std::span<const DecodeSequence> sequences, ConstView cos, ConstView sin, View x, DecodeBuffers& s) {
   const std::int64_t t = d.t;
+  ODC_CHECK(!sequences.empty(), "layer_decode without sequences");
   const View xn = s.xn.get(t * d.c);
   const View rstd = s.rstd.get(t);
   const View q = s.q.get(t * d.q);
   const View attn = s.attn.get(t * d.q);
   const View gate_up = s.gate_up.get(t * 2 * d.f);
   const View h = s.h.get(t * d.f);
-  // The new rows' keys and values go straight into their place in the cache.
-  const View k_new = k_cache.at(past * d.kv, t * d.kv);
-  const View v_new = v_cache.at(past * d.kv, t * d.kv);
+  // One sequence: the new rows' keys and values go straight into their place in its cache.
+  const bool one = sequences.size() == 1;
+  const View k_new = one ? sequences[0].k_cache.at(sequences[0].past * d.kv, t * d.kv) : s.k_rows.get(t * d.kv);
+  const View v_new = one ? sequences[0].v_cache.at(sequences[0].past * d.kv, t * d.kv) : s.v_rows.get(t * d.kv);
   const bool qk_norm = has_qk_norm(o);
   const View q_proj = qk_norm ? s.q_raw.get(t * d.q) : q;
   const View k_proj = qk_norm ? s.k_raw.get(t * d.kv) : k_new;
@@ -240,9 +244,18 @@ void layer_decode(backend::Backend& b, const Dims& d, const LayerSlices& o, Cons
   }
   b.rope_forward(q, cos, sin, t, d.heads, d.head_dim);
   b.rope_forward(k_new, cos, sin, t, d.kv_heads, d.head_dim);
-  const std::int64_t keys = past + t;
-  b.attention_cached({t, past, d.heads, d.kv_heads, d.head_dim}, q, k_cache.at(0, keys * d.kv),
-                     v_cache.at(0, keys * d.kv), attn);
+  std::int64_t row = 0;
+  for (const DecodeSequence& seq : sequences) {
+    if (!one) {
+      b.copy(k_new.at(row * d.kv, seq.rows * d.kv), seq.k_cache.at(seq.past * d.kv, seq.rows * d.kv));
+      b.copy(v_new.at(row * d.kv, seq.rows * d.kv), seq.v_cache.at(seq.past * d.kv, seq.rows * d.kv));
+    }
+    const std::int64_t keys = seq.past + seq.rows;
+    b.attention_cached({seq.rows, seq.past, d.heads, d.kv_heads, d.head_dim}, q.at(row * d.q, seq.rows * d.q),
+                       seq.k_cache.at(0, keys * d.kv), seq.v_cache.at(0, keys * d.kv), attn.at(row * d.q, seq.rows * d.q));
+    row += seq.rows;
+  }
+  ODC_CHECK(row == t, "layer_decode: the sequences hold {} rows, the step {}", row, t);
   b.linear_forward_add(attn, part(w, o.wo), x, t, d.q, d.c);
   b.rmsnorm_forward(x, part(w, o.post_norm), xn, rstd, t, d.c, d.eps);
   b.linear_forward(xn, part(w, o.wgu), ConstView{}, gate_up, t, d.c, 2 * d.f);

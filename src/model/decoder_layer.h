@@ -5,6 +5,7 @@
 // backward reads; the SwiGLU product and the attention probabilities are recomputed in backward,
 // and with train.recompute (recompute.h) the forward itself, in part or whole.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "odc/backend/backend.h"
@@ -86,6 +87,7 @@ struct DecodeBuffers {
   explicit DecodeBuffers(backend::Backend& b);
   backend::Buffer x, xn, rstd, q, attn, gate_up, h, cos, sin, xf, logits, tokens, positions;
   backend::Buffer q_raw, k_raw, head_rstd;  // qk_norm only
+  backend::Buffer k_rows, v_rows;           // several sequences: the new keys and values before their caches
   std::vector<std::int32_t> host_positions;
   std::int64_t bytes() const;
 };
@@ -99,11 +101,21 @@ void layer_forward(backend::Backend& b, const LayerContext& ctx, const LayerSlic
 void layer_backward(backend::Backend& b, const LayerContext& ctx, const LayerSlices& o, backend::ConstView w,
                     backend::View g, const LayerViews& saved, backend::ConstView x_in, Scratch& s);
 
-// The layer over d.t new tokens at positions [past, past + d.t) of one sequence: their keys and
-// values (post-RoPE) are written into rows [past, past + d.t) of the layer's caches, the queries
-// attend to cache rows [0, past + d.t), and x [d.t, hidden] is updated in place (residuals).
-void layer_decode(backend::Backend& b, const Dims& d, const LayerSlices& o, backend::ConstView w, std::int64_t past,
-                  backend::ConstView cos, backend::ConstView sin, backend::View k_cache, backend::View v_cache,
+// The sequences a decoding step runs: each has `rows` new tokens at positions [past, past + rows)
+// (one sequence: a prompt's prefill or a token; several: one token each, batched), its layer's
+// key and value caches, and the rows of x it owns, consecutively in sequence order.
+struct DecodeSequence {
+  std::int64_t past = 0;
+  std::int64_t rows = 0;
+  backend::View k_cache, v_cache;
+};
+
+// The layer over the d.t new rows of `sequences`: their keys and values (post-RoPE) are written
+// into rows [past, past + rows) of each sequence's caches (directly for one sequence, through a
+// scratch for several), each sequence's queries attend to its cache rows [0, past + rows), and x
+// [d.t, hidden] is updated in place (residuals). The GEMMs run over all d.t rows at once.
+void layer_decode(backend::Backend& b, const Dims& d, const LayerSlices& o, backend::ConstView w,
+                  std::span<const DecodeSequence> sequences, backend::ConstView cos, backend::ConstView sin,
                   backend::View x, DecodeBuffers& s);
 
 }  // namespace odc::model::detail

@@ -3,6 +3,10 @@
 #include "odc/model/kv_cache.h"
 
 #include <numeric>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "decoder_layer.h"
 #include "odc/core/error.h"
@@ -49,31 +53,58 @@ void KvCache::advance(std::int64_t n) {
 
 void LlamaModel::forward_cached(std::span<const std::int32_t> tokens, KvCache& cache, ParamSource& params,
                                 std::vector<float>& logits) {
-  const auto n = static_cast<std::int64_t>(tokens.size());
-  if (n == 0) fail("forward_cached needs at least one new token");
-  if (cache.backend() != backend_) fail("forward_cached: the KV cache was made for another backend");
-  if (cache.num_layers() != config_.num_hidden_layers || cache.kv_dim() != config_.kv_dim()) {
-    fail("forward_cached: the KV cache holds {} layers of width {}, the model has {} of width {}", cache.num_layers(),
-         cache.kv_dim(), config_.num_hidden_layers, config_.kv_dim());
+  KvCache* one[] = {&cache};
+  decode(tokens, one, static_cast<std::int64_t>(tokens.size()), params, logits);
+}
+
+void LlamaModel::forward_cached_batch(std::span<const std::int32_t> tokens, std::span<KvCache* const> caches,
+                                      ParamSource& params, std::vector<float>& logits) {
+  if (tokens.size() != caches.size()) {
+    fail("forward_cached_batch: {} tokens for {} sequences (one new token each)", tokens.size(), caches.size());
   }
-  const std::int64_t past = cache.length();
-  if (past + n > cache.capacity()) {
-    fail("the KV cache holds {} of its {} positions: {} more tokens do not fit", past, cache.capacity(), n);
+  decode(tokens, caches, 1, params, logits);
+}
+
+void LlamaModel::decode(std::span<const std::int32_t> tokens, std::span<KvCache* const> caches, std::int64_t rows,
+                        ParamSource& params, std::vector<float>& logits) {
+  const auto n = static_cast<std::int64_t>(tokens.size());
+  const auto count = static_cast<std::int64_t>(caches.size());
+  if (n == 0 || rows == 0) fail("forward_cached needs at least one new token");
+  ODC_CHECK(count > 0 && n == rows * count, "decode: {} tokens, {} sequences of {} rows", n, count, rows);
+  std::vector<detail::DecodeSequence> sequences;
+  for (std::int64_t i = 0; i < count; ++i) {
+    KvCache& cache = *caches[static_cast<std::size_t>(i)];
+    if (cache.backend() != backend_) fail("forward_cached: the KV cache was made for another backend");
+    if (cache.num_layers() != config_.num_hidden_layers || cache.kv_dim() != config_.kv_dim()) {
+      fail("forward_cached: the KV cache holds {} layers of width {}, the model has {} of width {}", cache.num_layers(),
+           cache.kv_dim(), config_.num_hidden_layers, config_.kv_dim());
+    }
+    if (cache.length() + rows > cache.capacity()) {
+      fail("the KV cache{} holds {} of its {} positions: {} more tokens do not fit",
+           count > 1 ? fmt::format(" of sequence {}", i) : std::string(), cache.length(), cache.capacity(), rows);
+    }
+    for (std::int64_t j = 0; j < i; ++j) {
+      if (caches[static_cast<std::size_t>(j)] == &cache) fail("forward_cached_batch: sequences {} and {} share a KV cache", j, i);
+    }
+    sequences.push_back({cache.length(), rows, {}, {}});
   }
   for (std::int64_t t = 0; t < n; ++t) {
     const std::int32_t id = tokens[static_cast<std::size_t>(t)];
     if (id < 0 || id >= config_.vocab_size) {
-      fail("token id {} at new position {} is out of range [0, {})", id, past + t, config_.vocab_size);
+      fail("token id {} at new position {} is out of range [0, {})", id, sequences[static_cast<std::size_t>(t / rows)].past + t % rows,
+           config_.vocab_size);
     }
   }
   backend::Backend& b = *backend_;
-  detail::DecodeBuffers& s = cache.buffers();
+  detail::DecodeBuffers& s = caches[0]->buffers();
   const detail::Dims d = detail::dims_of(config_, n);
   const detail::LayerSlices slices = detail::layer_slices(units_[1], config_);
 
-  // RoPE tables of the new positions.
-  s.host_positions.resize(static_cast<std::size_t>(n));
-  std::iota(s.host_positions.begin(), s.host_positions.end(), static_cast<std::int32_t>(past));
+  // RoPE tables of the new positions, each sequence's from its own length.
+  s.host_positions.clear();
+  for (const auto& seq : sequences) {
+    for (std::int64_t r = 0; r < rows; ++r) s.host_positions.push_back(static_cast<std::int32_t>(seq.past + r));
+  }
   const View cos = s.cos.get(n * d.head_dim / 2);
   const View sin = s.sin.get(n * d.head_dim / 2);
   b.rope_tables(b.upload(std::span<const std::int32_t>(s.host_positions), s.positions), n, inv_freq_, cos, sin);
@@ -90,13 +121,18 @@ void LlamaModel::forward_cached(std::span<const std::int32_t> tokens, KvCache& c
     const int unit = l + 1;
     params.prefetch(unit + 1);
     const float* w = params.acquire(unit);
-    detail::layer_decode(b, d, slices, b.weights(w, units_[static_cast<std::size_t>(unit)].numel), past, cos, sin,
-                         cache.keys(l), cache.values(l), x, s);
+    for (std::int64_t i = 0; i < count; ++i) {
+      auto& seq = sequences[static_cast<std::size_t>(i)];
+      seq.k_cache = caches[static_cast<std::size_t>(i)]->keys(l);
+      seq.v_cache = caches[static_cast<std::size_t>(i)]->values(l);
+    }
+    detail::layer_decode(b, d, slices, b.weights(w, units_[static_cast<std::size_t>(unit)].numel), sequences, cos, sin,
+                         x, s);
     b.release_weights(w);
     params.release(unit);
   }
 
-  // Head: the final norm and the logits of the last new token only.
+  // Head: the final norm and the logits of each sequence's last new token only.
   const int head = head_unit();
   const auto& head_layout = units_[static_cast<std::size_t>(head)];
   const float* head_weights = params.acquire(head);
@@ -106,12 +142,16 @@ void LlamaModel::forward_cached(std::span<const std::int32_t> tokens, KvCache& c
                               ? b.weights(embed, units_[0].numel)
                               : detail::part(wh, {head_layout.find("lm_head.weight").offset,
                                                   head_layout.find("lm_head.weight").numel});
-  const View xf = s.xf.get(d.c);
-  b.rmsnorm_forward(x.at((n - 1) * d.c, d.c), detail::part(wh, {norm.offset, norm.numel}), xf, s.rstd.get(1), 1, d.c,
-                    d.eps);
-  const View out = s.logits.get(d.v);
-  b.linear_forward(xf, table, ConstView{}, out, 1, d.c, d.v);
-  logits.resize(static_cast<std::size_t>(d.v));
+  const View xf = s.xf.get(count * d.c);
+  if (rows == 1) {
+    b.rmsnorm_forward(x, detail::part(wh, {norm.offset, norm.numel}), xf, s.rstd.get(count), count, d.c, d.eps);
+  } else {  // one sequence (count 1): its last row
+    b.rmsnorm_forward(x.at((n - 1) * d.c, d.c), detail::part(wh, {norm.offset, norm.numel}), xf, s.rstd.get(1), 1,
+                      d.c, d.eps);
+  }
+  const View out = s.logits.get(count * d.v);
+  b.linear_forward(xf, table, ConstView{}, out, count, d.c, d.v);
+  logits.resize(static_cast<std::size_t>(count * d.v));
   b.download(out, logits);
   b.release_weights(head_weights);
   params.release(head);
@@ -119,7 +159,7 @@ void LlamaModel::forward_cached(std::span<const std::int32_t> tokens, KvCache& c
     b.release_weights(embed);
     params.release(0);
   }
-  cache.advance(n);
+  for (auto* cache : caches) cache->advance(rows);
 }
 
 }  // namespace odc::model

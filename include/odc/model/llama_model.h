@@ -70,6 +70,12 @@ class LlamaModel {
   // or the cache belongs to another backend or model shape.
   void forward_cached(std::span<const std::int32_t> tokens, KvCache& cache, ParamSource& params,
                       std::vector<float>& logits);
+  // Many sequences at once (batched sampling): one new token per cache (caches[i] is sequence i's;
+  // distinct), the GEMMs over all of them together and attention per sequence over its own cache;
+  // `logits` [caches, vocab] gets each sequence's prediction. The same numbers as forward_cached
+  // per sequence up to the GEMMs' summation order over rows.
+  void forward_cached_batch(std::span<const std::int32_t> tokens, std::span<KvCache* const> caches,
+                            ParamSource& params, std::vector<float>& logits);
 
   // Activation recomputation (recompute.h; none by default). Gradients and losses do not depend on
   // it; the activation memory and the backward's compute do.
@@ -96,6 +102,9 @@ class LlamaModel {
   LlamaModel(const LlamaConfig& config, std::unique_ptr<backend::Backend> owned, backend::Backend* borrowed);
   // Checks the batch, uploads its index data and builds what every layer shares (acts_->context).
   void begin_microbatch(const PackedBatch& batch);
+  // forward_cached and forward_cached_batch: `rows` new tokens for each cache, sequence by sequence.
+  void decode(std::span<const std::int32_t> tokens, std::span<KvCache* const> caches, std::int64_t rows,
+              ParamSource& params, std::vector<float>& logits);
   LlamaConfig config_;
   std::unique_ptr<backend::Backend> owned_backend_;  // null when borrowed
   backend::Backend* backend_;  // owned_backend_ or the borrowed one; before acts_: the buffers release into its memory
