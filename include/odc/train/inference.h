@@ -39,6 +39,9 @@ class LoadedModel {
   // over it (model::LlamaModel::forward_cached): `logits` gets the prediction after the last token.
   model::KvCache make_cache(std::int64_t capacity);
   void forward_cached(std::span<const std::int32_t> tokens, model::KvCache& cache, std::vector<float>& logits);
+  // The model and its weights, for what runs the model itself (sample_rollouts).
+  model::LlamaModel& model() { return *model_; }
+  model::ParamSource& params() { return *comm_; }
 
  private:
   std::string dir_;

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# odc-rollout, GRPO's sampling and scoring step, on a small random model: G completions per prompt
+# as rollout records that odc-train's grpo objective then trains on (the offline loop end to end);
+# the records do not depend on how many sequences decode at once; a seed repeats them; an external
+# reward command scores them; bad input is an error naming what and where.
+# Usage: bash test_odc_rollout.sh BIN_DIR WORK_DIR
+set -euo pipefail
+
+bin_dir=${1:?usage: test_odc_rollout.sh BIN_DIR WORK_DIR}
+work_dir=${2:?usage: test_odc_rollout.sh BIN_DIR WORK_DIR}
+tool="$bin_dir/odc-rollout"
+# shellcheck source=cli_tool_checks.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cli_tool_checks.sh"
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+
+/usr/bin/python3 "$repo/tools/make_demo_chat.py" --out "$work_dir/chat" --num 200 --merges 40 --seed 1 >/dev/null
+"$bin_dir/odc-ckpt" init --out "$work_dir/model" --dtype f32 --seed 5 --set model.config.vocab_size=299 \
+  --set model.config.hidden_size=64 --set model.config.intermediate_size=128 --set model.config.num_hidden_layers=2 \
+  --set model.config.num_attention_heads=4 --set model.config.num_key_value_heads=2 \
+  --set model.config.max_position_embeddings=96 --set model.config.initializer_range=0.5 \
+  >"$work_dir/init.out" 2>&1 || fail "odc-ckpt init: $(cat "$work_dir/init.out")"
+cp "$work_dir/chat/tokenizer/tokenizer.json" "$work_dir/model/"
+printf '%s\n' '{"prompt": "reverse: apple ->", "answer": "elppa"}' '{"prompt": "add: 2 3 ->", "answer": "5"}' \
+  '{"prompt": "sort: lemon ->", "answer": "elmno"}' >"$work_dir/prompts.jsonl"
+roll=(--model "$work_dir/model" --prompts "$work_dir/prompts.jsonl" --group 4 --max-new-tokens 12 --seed 3)
+
+# 1. Records: 3 prompts x 4, each a valid rollout record with one log-probability per token.
+run_tool batched "${roll[@]}" --concurrency 5 --out "$work_dir/batched.jsonl"
+expect_rc batched 0
+expect_in batched out '"completions":12'
+/usr/bin/python3 - "$work_dir/batched.jsonl" <<'PY' || fail "records: $(cat "$work_dir/batched.jsonl" | head -3)"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+assert len(recs) == 12, len(recs)
+for i, r in enumerate(recs):
+    assert set(r) == {"prompt_ids", "completion_ids", "logprobs", "reward", "group"}, r.keys()
+    assert r["group"] == i // 4 and 1 <= len(r["completion_ids"]) <= 12
+    assert len(r["logprobs"]) == len(r["completion_ids"]) and all(x <= 0 for x in r["logprobs"])
+    assert r["reward"] in (0.0, 1.0)
+assert len({tuple(r["completion_ids"]) for r in recs[:4]}) > 1, "the samples of a prompt differ"
+PY
+
+# 2. One sequence at a time gives the same records; the seed repeats them, another does not.
+run_tool alone "${roll[@]}" --concurrency 1 --out "$work_dir/alone.jsonl"
+expect_rc alone 0
+# The same tokens and rewards; log-probabilities within 1e-4 (the batched forward's GEMMs add over
+# other row blocks: fp32 summation order, measured ~1e-5 on values around -5).
+/usr/bin/python3 - "$work_dir/batched.jsonl" "$work_dir/alone.jsonl" <<'PY' || fail "concurrency 5 and 1 wrote different records"
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == len(b)
+for x, y in zip(a, b):
+    assert (x["completion_ids"], x["reward"], x["group"]) == (y["completion_ids"], y["reward"], y["group"]), (x, y)
+    assert max(abs(p - q) for p, q in zip(x["logprobs"], y["logprobs"])) < 1e-4
+PY
+run_tool again "${roll[@]}" --concurrency 5 --out "$work_dir/again.jsonl"
+cmp -s "$work_dir/batched.jsonl" "$work_dir/again.jsonl" || fail "the same seed wrote different records"
+run_tool other --model "$work_dir/model" --prompts "$work_dir/prompts.jsonl" --group 4 --max-new-tokens 12 --seed 4 \
+  --concurrency 5 --out "$work_dir/other.jsonl"
+cmp -s "$work_dir/batched.jsonl" "$work_dir/other.jsonl" && fail "another seed wrote the same records"
+
+# 3. An external reward command: 1 for completions longer than 5 characters.
+run_tool command "${roll[@]}" --out "$work_dir/command.jsonl" \
+  --reward-command "/usr/bin/python3 -c 'import json,sys; [print(float(len(json.loads(l)[\"completion\"]) > 5)) for l in sys.stdin]'"
+expect_rc command 0
+/usr/bin/python3 -c 'import json,sys; rs={json.loads(l)["reward"] for l in open(sys.argv[1])}; assert rs <= {0.0, 1.0} and rs, rs' \
+  "$work_dir/command.jsonl" || fail "command rewards"
+
+# 4. The records train: two grpo steps from the same model (the offline loop).
+if ! out=$(timeout 120 "$bin_dir/odc-train" --set "model.checkpoint=$work_dir/model" --set "data.train=$work_dir/command.jsonl" \
+             --set data.format=rollouts --set train.objective=grpo --set data.global_batch_size=6 --set train.steps=2 \
+             --set train.log_level=warn --set "train.metrics_file=$work_dir/grpo.jsonl" 2>&1); then
+  fail "odc-train on the records: $out"
+elif [ "$(wc -l <"$work_dir/grpo.jsonl")" -ne 2 ]; then
+  fail "odc-train on the records: expected 2 metrics lines"
+fi
+
+# 5. Bad input.
+printf '%s\n' '{"prompt": "x"}' >"$work_dir/bad.jsonl"
+run_tool bad_prompts --model "$work_dir/model" --prompts "$work_dir/bad.jsonl" --out "$work_dir/x.jsonl"
+expect_rc bad_prompts 1
+expect_in bad_prompts err "bad.jsonl:1: expected {\"prompt\": TEXT, \"answer\": TEXT}"
+run_tool failing_command "${roll[@]}" --out "$work_dir/x.jsonl" --reward-command "exit 3"
+expect_rc failing_command 1
+expect_in failing_command err "--reward-command 'exit 3' failed"
+run_tool short_command "${roll[@]}" --out "$work_dir/x.jsonl" --reward-command "echo 1"
+expect_rc short_command 1
+expect_in short_command err "wrote 1 rewards for 12 completions"
+run_tool both "${roll[@]}" --out "$work_dir/x.jsonl" --verifier number --reward-command "echo 1"
+expect_rc both 2
+run_tool group0 "${roll[@]}" --out "$work_dir/x.jsonl" --group 0
+expect_rc group0 2
+run_tool hot "${roll[@]}" --out "$work_dir/x.jsonl" --temperature 0.7
+expect_rc hot 2
+expect_in hot err "computes the policy's log-probabilities at temperature 1"
+[ ! -e "$work_dir/x.jsonl" ] || fail "a failed run left $work_dir/x.jsonl"
+
+[ "$failures" -eq 0 ] || { echo "$failures failure(s)" >&2; exit 1; }
+echo "odc-rollout: all checks passed"

@@ -1,0 +1,243 @@
+// odc-rollout --model DIR --prompts FILE --out FILE [options]: GRPO's sampling and scoring step.
+// Samples G completions of every prompt with the model (batched: many sequences decode at once),
+// scores each against the prompt's answer with a verifier, and writes rollout records
+// (data.format rollouts) that odc-train's train.objective grpo trains on.
+// Exit codes: 0 ok, 1 bad input (odc::Error), 2 usage error.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/command_line.h"
+#include "cli/compute_threads.h"
+#include "cli/tool_main.h"
+#include "odc/core/atomic_file.h"
+#include "odc/core/error.h"
+#include "odc/core/logging.h"
+#include "odc/data/chat_format.h"
+#include "odc/data/tokenizer.h"
+#include "odc/train/inference.h"
+#include "odc/train/rewards.h"
+#include "odc/train/rollout_sampling.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: odc-rollout --model DIR --prompts FILE --out FILE [options]
+
+Reads prompts (JSONL, one {"prompt": TEXT, "answer": TEXT} per line), samples --group completions
+of each with the model in DIR (its tokenizer.json; --concurrency sequences decode at once over
+KV caches), scores every completion against its prompt's answer, and writes one rollout record
+per completion to FILE: {"prompt_ids", "completion_ids", "logprobs", "reward", "group"}, the
+format odc-train reads with data.format: rollouts and train.objective: grpo. logprobs are the
+sampling policy's: log softmax(logits) of each drawn token over the whole vocabulary (as TRL
+records them: --top-k and --top-p shape the draws, not these numbers). Prints a JSON line of statistics
+(reward mean, accuracy, completion lengths, tokens/s).
+
+options:
+  --model DIR            Hugging Face checkpoint directory with tokenizer.json (required)
+  --tokenizer PATH       tokenizer.json to use instead of DIR/tokenizer.json
+  --prompts FILE         prompts JSONL (required)
+  --out FILE             rollout records JSONL to write (required; replaced atomically)
+  --group G              completions per prompt (default 4)
+  --concurrency N        sequences decoded at once (default 16)
+  --max-new-tokens N     >= 1, default 64
+  --temperature T        1 only (default): the grpo objective computes log-probabilities at 1
+  --top-p P              nucleus mass in (0, 1] (default 1.0)
+  --top-k K              sample among the K most likely tokens (default 0 = off)
+  --seed N               sampling seed (>= 0, default 0); each completion's draws depend only on it,
+                         its prompt and its sample index
+  --verifier V           exact (default: the completion up to its end-of-turn marker, stripped,
+                         equals the answer) or number (the completion's last number equals the
+                         answer's)
+  --reward-command CMD   score with an external command instead: it reads JSONL {"prompt",
+                         "completion", "answer"} on stdin and writes one reward (a number) per line
+  --chat                 render each prompt as a user turn of the model's chat template
+  --chat-template T      auto (default), llama3 or chatml (with --chat)
+  --threads N            compute threads (default 1; at most 4 x the machine's hardware threads)
+  -h, --help             this text
+)";
+
+odc::cli::Command command() {
+  using odc::cli::Takes;
+  return {"odc-rollout", kUsage,
+          {{"--model"}, {"--tokenizer"}, {"--prompts"}, {"--out"}, {"--group"}, {"--concurrency"}, {"--max-new-tokens"},
+           {"--temperature"}, {"--top-p"}, {"--top-k"}, {"--seed"}, {"--verifier"}, {"--reward-command"},
+           {"--chat", Takes::nothing}, {"--chat-template"}, {"--threads"}}};
+}
+
+struct Prompt {
+  std::string text;
+  std::string answer;
+};
+
+std::vector<Prompt> read_prompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) odc::fail("{}: cannot open the prompts file", path);
+  std::vector<Prompt> out;
+  std::string line;
+  std::int64_t number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{}:{}", path, number);
+    nlohmann::json record;
+    try {
+      record = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      odc::fail("{}: malformed JSON ({})", where, e.what());
+    }
+    if (!record.is_object() || !record.contains("prompt") || !record.at("prompt").is_string() ||
+        !record.contains("answer") || !record.at("answer").is_string()) {
+      odc::fail("{}: expected {{\"prompt\": TEXT, \"answer\": TEXT}}", where);
+    }
+    out.push_back({record.at("prompt").get<std::string>(), record.at("answer").get<std::string>()});
+  }
+  if (out.empty()) odc::fail("{}: no prompts", path);
+  return out;
+}
+
+// Rewards from an external command: requests on its stdin, one number per line on its stdout.
+std::vector<double> command_rewards(const std::string& command, const std::vector<nlohmann::json>& requests,
+                                    const std::filesystem::path& scratch) {
+  const auto in_path = scratch / "requests.jsonl";
+  const auto out_path = scratch / "rewards.txt";
+  {
+    std::ofstream in(in_path);
+    for (const auto& r : requests) in << r.dump() << "\n";
+  }
+  const std::string shell = fmt::format("({}) < '{}' > '{}'", command, in_path.string(), out_path.string());
+  const int status = std::system(shell.c_str());
+  if (status != 0) odc::fail("--reward-command '{}' failed (status {})", command, status);
+  std::ifstream out(out_path);
+  std::vector<double> rewards;
+  std::string line;
+  while (std::getline(out, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      std::size_t used = 0;
+      rewards.push_back(std::stod(line, &used));
+    } catch (const std::exception&) {
+      odc::fail("--reward-command '{}': line {} of its output is not a number: '{}'", command, rewards.size() + 1, line);
+    }
+  }
+  if (rewards.size() != requests.size()) {
+    odc::fail("--reward-command '{}' wrote {} rewards for {} completions", command, rewards.size(), requests.size());
+  }
+  return rewards;
+}
+
+int run(const odc::cli::Arguments& args) {
+  const std::string model_dir = args.required("--model", "DIR");
+  const std::string prompts_path = args.required("--prompts", "FILE");
+  const std::string out_path = args.required("--out", "FILE");
+  odc::train::RolloutOptions options;
+  options.group_size = args.integer("--group", 4, odc::Range::at_least(1));
+  options.concurrency = args.integer("--concurrency", 16, odc::Range::at_least(1));
+  options.sampling.max_new_tokens = args.integer("--max-new-tokens", 64, odc::Range::at_least(1));
+  options.sampling.temperature = args.number("--temperature", 1.0, odc::Range::above(0));
+  if (options.sampling.temperature != 1.0) {
+    // The grpo objective computes log p at temperature 1: records drawn at another temperature would
+    // put every importance ratio off 1 on-policy, a silently different objective.
+    throw args.usage_error(fmt::format("--temperature {}: train.objective grpo computes the policy's log-probabilities "
+                                       "at temperature 1, so rollouts are sampled at 1 (shape the draws with --top-k "
+                                       "and --top-p)",
+                                       options.sampling.temperature));
+  }
+  options.sampling.top_p = args.number("--top-p", 1.0, odc::Range::above(0).and_at_most(1));
+  options.sampling.top_k = args.integer("--top-k", 0, odc::Range::at_least(0));
+  options.sampling.seed = static_cast<std::uint64_t>(args.integer("--seed", 0, odc::Range::at_least(0)));
+  const std::string verifier_name = args.choice("--verifier", {"exact", "number"}, "exact");
+  const auto reward_command = args.value("--reward-command");
+  if (reward_command && args.value("--verifier")) throw args.usage_error("give --verifier or --reward-command, not both");
+  const bool chat = args.flag("--chat");
+  const std::string chat_template = args.choice("--chat-template", {"auto", "llama3", "chatml"}, "auto");
+  const int threads = odc::cli::compute_threads(args);
+
+  std::string tokenizer_path = args.value_or("--tokenizer", "");
+  if (tokenizer_path.empty()) {
+    tokenizer_path = (std::filesystem::path(model_dir) / "tokenizer.json").string();
+    if (!std::filesystem::exists(tokenizer_path)) {
+      odc::fail("{} has no tokenizer.json: pass --tokenizer PATH, or copy the tokenizer files into it", model_dir);
+    }
+  }
+  const auto tokenizer = odc::data::Tokenizer::from_file(tokenizer_path);
+  const auto prompts = read_prompts(prompts_path);
+  odc::train::LoadedModel model(model_dir, threads);
+  options.eos = model.eos_token_ids();
+  std::vector<std::vector<std::int32_t>> prompt_ids;
+  std::optional<odc::data::ChatFormatter> formatter;
+  if (chat) {
+    formatter.emplace(tokenizer, odc::data::resolve_chat_template(chat_template, tokenizer, tokenizer_path),
+                      tokenizer_path);
+    // The template's end-of-turn marker ends a completion too.
+    for (const char* marker : {"<|im_end|>", "<|eot_id|>"}) {
+      if (const auto id = tokenizer.token_to_id(marker)) options.eos.push_back(*id);
+    }
+  }
+  for (const auto& p : prompts) {
+    prompt_ids.push_back(chat ? formatter->generation_prompt(p.text) : tokenizer.encode(p.text, true));
+    if (prompt_ids.back().empty()) odc::fail("{}: prompt '{}' encodes to no tokens", prompts_path, p.text);
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  const auto completions = odc::train::sample_rollouts(model.model(), model.params(), prompt_ids, options);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  std::vector<nlohmann::json> requests;
+  std::vector<std::string> texts;
+  for (const auto& c : completions) {
+    texts.push_back(tokenizer.decode(c.ids, false));
+    const auto& p = prompts[static_cast<std::size_t>(c.prompt)];
+    requests.push_back({{"prompt", p.text}, {"completion", texts.back()}, {"answer", p.answer}});
+  }
+  std::vector<double> rewards;
+  if (reward_command) {
+    rewards = command_rewards(*reward_command, requests, std::filesystem::path(out_path).parent_path().empty()
+                                                             ? std::filesystem::path(".")
+                                                             : std::filesystem::path(out_path).parent_path());
+  } else {
+    const auto verifier = odc::train::parse_verifier(verifier_name);
+    for (std::size_t i = 0; i < completions.size(); ++i) {
+      rewards.push_back(odc::train::reward_of(verifier, texts[i],
+                                              prompts[static_cast<std::size_t>(completions[i].prompt)].answer));
+    }
+  }
+  std::string records;
+  double reward_sum = 0.0, correct = 0.0, tokens = 0.0;
+  for (std::size_t i = 0; i < completions.size(); ++i) {
+    const auto& c = completions[i];
+    records += nlohmann::json{{"prompt_ids", prompt_ids[static_cast<std::size_t>(c.prompt)]},
+                              {"completion_ids", c.ids},
+                              {"logprobs", c.logprobs},
+                              {"reward", rewards[i]},
+                              {"group", c.prompt}}
+                   .dump() +
+               "\n";
+    reward_sum += rewards[i];
+    correct += rewards[i] >= 1.0 ? 1.0 : 0.0;
+    tokens += static_cast<double>(c.ids.size());
+  }
+  odc::write_file_atomically(out_path, records);
+  const auto n = static_cast<double>(completions.size());
+  const nlohmann::json stats = {{"prompts", prompts.size()},      {"completions", completions.size()},
+                                {"reward_mean", reward_sum / n},  {"accuracy", correct / n},
+                                {"completion_tokens_mean", tokens / n}, {"seconds", seconds},
+                                {"tokens_per_s", tokens / seconds}, {"out", out_path}};
+  std::puts(stats.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return odc::cli::run_tool("odc-rollout", [&] {
+    odc::setup_logging(0, 1, "warn");
+    return run(odc::cli::parse(command(), argc, argv));
+  });
+}
