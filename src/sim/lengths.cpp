@@ -162,14 +162,14 @@ LengthPool load_lengths(const LengthSource& source) {
   if (source.format == "lengths") {
     pool.lengths = read_length_file(source.path);
     pool.description = fmt::format("{} ({} lengths)", source.path, pool.lengths.size());
-  } else if (source.format == "tokens" || source.format == "bin") {
+  } else if (source.format == "tokens" || source.format == "bin" || source.format == "rollouts") {
     const auto dataset = data::open_dataset(source.path, source.format, source.vocab_size,
                                             data::TextDataOptions{"", "auto", source.ignore_extra_fields});
     for (std::int64_t i = 0; i < dataset->size(); ++i) pool.lengths.push_back(dataset->length(i));
     if (pool.lengths.empty()) fail("{}: the dataset holds no sequences", dataset->describe());
     pool.description = dataset->describe();
   } else {
-    fail("data.format must be text, tokens or bin, found '{}'", source.format);
+    fail("data.format must be lengths, tokens, bin or rollouts, found '{}'", source.format);
   }
   if (source.max_length > 0) {
     if (source.over_limit == OverLimit::drop) {

@@ -39,8 +39,8 @@ std::vector<TunableSpec> sim_tunables() {
               "(see data.format); empty = the synthetic distribution below"),
       tunable("data.format", K::string, "lengths",
               "format of data.lengths: lengths (a text file, one length per line), tokens (pre-tokenized JSONL), bin "
-              "(odc-data convert output)",
-              {"lengths", "tokens", "bin"}),
+              "(odc-data convert output), rollouts (an RL run's rollout records: prompt + completion lengths)",
+              {"lengths", "tokens", "bin", "rollouts"}),
       tunable("data.distribution", K::string, "lognormal", "synthetic length distribution (when data.lengths is empty)",
               {"lognormal"}),
       tunable("data.mean_length", K::number, "9000",
