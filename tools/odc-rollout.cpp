@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,9 @@ options:
   --verifier V           exact (default: the completion up to its end-of-turn marker, stripped,
                          equals the answer) or number (the completion's last number equals the
                          answer's)
+  --ref-model DIR        a frozen reference policy (a Hugging Face checkpoint of the same vocabulary):
+                         each record gets its log-probabilities of the completion, "ref_logprobs",
+                         for the grpo objective's KL penalty (rl.kl_beta)
   --reward-command CMD   score with an external command instead: it reads JSONL {"prompt",
                          "completion", "answer"} on stdin and writes one reward (a number) per line
   --chat                 render each prompt as a user turn of the model's chat template
@@ -67,7 +72,7 @@ odc::cli::Command command() {
   using odc::cli::Takes;
   return {"odc-rollout", kUsage,
           {{"--model"}, {"--tokenizer"}, {"--prompts"}, {"--out"}, {"--group"}, {"--concurrency"}, {"--max-new-tokens"},
-           {"--temperature"}, {"--top-p"}, {"--top-k"}, {"--seed"}, {"--verifier"}, {"--reward-command"},
+           {"--temperature"}, {"--top-p"}, {"--top-k"}, {"--seed"}, {"--verifier"}, {"--reward-command"}, {"--ref-model"},
            {"--chat", Takes::nothing}, {"--chat-template"}, {"--threads"}}};
 }
 
@@ -189,6 +194,33 @@ int run(const odc::cli::Arguments& args) {
   const auto completions = odc::train::sample_rollouts(model.model(), model.params(), prompt_ids, options);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
+  // The reference policy's log-probabilities of every completion token: one forward per completion
+  // over prompt + completion (its logits [tokens, vocab] on the host, one sequence at a time).
+  std::vector<std::vector<float>> ref_logprobs;
+  if (const auto ref_dir = args.value("--ref-model")) {
+    odc::train::LoadedModel reference(*ref_dir, threads);
+    if (reference.config().vocab_size != model.config().vocab_size) {
+      odc::fail("--ref-model {} has a vocabulary of {}, the model {} one of {}", *ref_dir, reference.config().vocab_size,
+                model_dir, model.config().vocab_size);
+    }
+    const auto vocab = static_cast<std::size_t>(reference.config().vocab_size);
+    std::vector<float> logits;
+    for (const auto& c : completions) {
+      std::vector<std::int32_t> seq = prompt_ids[static_cast<std::size_t>(c.prompt)];
+      const std::size_t prompt_length = seq.size();
+      seq.insert(seq.end(), c.ids.begin(), c.ids.end());
+      odc::model::PackedBatch batch;
+      batch.append(seq.data(), nullptr, static_cast<std::int64_t>(seq.size()), 0.0f);
+      reference.forward(batch, &logits);
+      std::vector<float> row_logprobs;
+      for (std::size_t j = 0; j < c.ids.size(); ++j) {
+        const std::span<const float> row(logits.data() + (prompt_length + j - 1) * vocab, vocab);
+        row_logprobs.push_back(static_cast<float>(odc::train::token_logprob(row, c.ids[j], 1.0)));
+      }
+      ref_logprobs.push_back(std::move(row_logprobs));
+    }
+  }
+
   std::vector<nlohmann::json> requests;
   std::vector<std::string> texts;
   for (const auto& c : completions) {
@@ -212,13 +244,13 @@ int run(const odc::cli::Arguments& args) {
   double reward_sum = 0.0, correct = 0.0, tokens = 0.0;
   for (std::size_t i = 0; i < completions.size(); ++i) {
     const auto& c = completions[i];
-    records += nlohmann::json{{"prompt_ids", prompt_ids[static_cast<std::size_t>(c.prompt)]},
-                              {"completion_ids", c.ids},
-                              {"logprobs", c.logprobs},
-                              {"reward", rewards[i]},
-                              {"group", c.prompt}}
-                   .dump() +
-               "\n";
+    nlohmann::json record = {{"prompt_ids", prompt_ids[static_cast<std::size_t>(c.prompt)]},
+                             {"completion_ids", c.ids},
+                             {"logprobs", c.logprobs},
+                             {"reward", rewards[i]},
+                             {"group", c.prompt}};
+    if (!ref_logprobs.empty()) record["ref_logprobs"] = ref_logprobs[i];
+    records += record.dump() + "\n";
     reward_sum += rewards[i];
     correct += rewards[i] >= 1.0 ? 1.0 : 0.0;
     tokens += static_cast<double>(c.ids.size());

@@ -18,6 +18,7 @@
 #include "odc/data/chat_format.h"
 #include "odc/data/rollouts.h"
 #include "odc/data/text_dataset.h"
+#include "jsonl_records.h"
 #include "record_fields.h"
 
 namespace odc::data {
@@ -25,11 +26,6 @@ namespace odc::data {
 namespace {
 
 using nlohmann::json;
-
-bool is_blank(const std::string& line) {
-  return std::all_of(line.begin(), line.end(),
-                     [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; });
-}
 
 // A value an error message shows: scalars as JSON, arrays and objects by kind only (dump() recurses
 // once per nesting level, so a line of 100k nested brackets would overflow the stack).
@@ -111,22 +107,8 @@ JsonlTokenDataset::JsonlTokenDataset(const std::string& path, std::int64_t vocab
     fail("{}: vocab size must be in [1, {}], got {}", path,
          std::numeric_limits<std::int32_t>::max(), vocab_size);
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open dataset file (expected a pre-tokenized JSONL file)", path);
-
-  std::string line;
-  std::int64_t line_number = 0;
-  while (std::getline(in, line)) {
-    ++line_number;
-    if (is_blank(line)) continue;
-    const std::string where = fmt::format("{}:{}", path, line_number);
-
-    json record;
-    try {
-      record = json::parse(line);
-    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
-      fail("{}: malformed JSON ({})", where, e.what());
-    }
+  read_jsonl_records(path, "cannot open dataset file (expected a pre-tokenized JSONL file)",
+                     [&](const nlohmann::json& record, const std::string& where, std::int64_t line_number) {
     if (!record.is_object()) {
       fail("{}: expected a JSON object with \"input_ids\", found {}", where, record.type_name());
     }
@@ -201,8 +183,7 @@ JsonlTokenDataset::JsonlTokenDataset(const std::string& path, std::int64_t vocab
     }
 
     end_sequence(line_number);
-  }
-  if (in.bad()) fail("{}: read error after line {}", path, line_number);
+    });
   if (size() == 0) fail("{}: dataset has no sequences (expected one JSON object per line)", path);
 }
 

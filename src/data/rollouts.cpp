@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/core/error.h"
+#include "jsonl_records.h"
 #include "record_fields.h"
 
 namespace odc::data {
@@ -34,8 +35,6 @@ struct Moments {
     return count > 1 ? std::sqrt(squares / static_cast<double>(count - 1)) : std::numeric_limits<double>::quiet_NaN();
   }
 };
-
-bool is_blank(const std::string& line) { return line.find_first_not_of(" \t\r\n") == std::string::npos; }
 
 std::vector<std::int32_t> token_array(const json& record, const char* key, std::int64_t vocab, const std::string& where) {
   const auto it = record.find(key);
@@ -110,26 +109,14 @@ RolloutDataset::RolloutDataset(const std::string& path, std::int64_t vocab_size,
   if (vocab_size <= 0 || vocab_size > std::numeric_limits<std::int32_t>::max()) {
     fail("{}: vocab size must be in [1, {}], got {}", path, std::numeric_limits<std::int32_t>::max(), vocab_size);
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open the rollouts file (data.format rollouts: JSONL rollout records)", path);
   const std::vector<std::string> known{"prompt_ids", "completion_ids", "logprobs", "ref_logprobs", "reward", "group",
                                        "advantage"};
   std::vector<double> rewards;
   std::vector<std::int64_t> groups;
   std::vector<float> given;  // per record: its own advantage
-  std::string line;
-  std::int64_t line_number = 0;
   std::optional<bool> with_reward;
-  while (std::getline(in, line)) {
-    ++line_number;
-    if (is_blank(line)) continue;
-    const std::string where = fmt::format("{}:{}", path, line_number);
-    json record;
-    try {
-      record = json::parse(line);
-    } catch (const json::exception& e) {
-      fail("{}: malformed JSON ({})", where, e.what());
-    }
+  read_jsonl_records(path, "cannot open the rollouts file (data.format rollouts: JSONL rollout records)",
+                     [&](const nlohmann::json& record, const std::string& where, std::int64_t line_number) {
     if (!record.is_object()) fail("{}: expected a JSON object (a rollout record), found {}", where, record.type_name());
     if (!ignore_extra_fields) refuse_unknown_fields(record, known, where, "a rollout record", kExtraFieldsHint);
     const auto prompt = token_array(record, "prompt_ids", vocab_size, where);
@@ -184,8 +171,7 @@ RolloutDataset::RolloutDataset(const std::string& path, std::int64_t vocab_size,
       ref_logprobs_.insert(ref_logprobs_.end(), r.begin(), r.end());
     }
     end_sequence(line_number);
-  }
-  if (in.bad()) fail("{}: read error after line {}", path, line_number);
+    });
   if (size() == 0) fail("{}: no rollout records", path);
   if (with_reward.value_or(false)) {
     advantages_ = group_advantages(rewards, groups, scale);

@@ -13,16 +13,12 @@
 
 #include "odc/core/config.h"
 #include "odc/core/error.h"
+#include "jsonl_records.h"
 #include "record_fields.h"
 
 namespace odc::data {
 
 namespace {
-
-bool is_blank(const std::string& line) {
-  return std::all_of(line.begin(), line.end(),
-                     [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; });
-}
 
 // Refuses a top-level field the record's kind does not define, as a tokens record does: a typo
 // ("promt") or a field of another kind (a "text" next to "messages") would otherwise be dropped
@@ -58,21 +54,8 @@ TextJsonlDataset::TextJsonlDataset(const std::string& path, Kind kind, const Cha
   if (vocab_size <= 0 || vocab_size > std::numeric_limits<std::int32_t>::max()) {
     fail("{}: vocab size must be in [1, {}], got {}", path, std::numeric_limits<std::int32_t>::max(), vocab_size);
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open dataset file (expected {} JSONL)", path, kind_name_);
-
-  std::string line;
-  std::int64_t line_number = 0;
-  while (std::getline(in, line)) {
-    ++line_number;
-    if (is_blank(line)) continue;
-    const std::string where = fmt::format("{}:{}", path, line_number);
-    nlohmann::json record;
-    try {
-      record = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
-      fail("{}: malformed JSON ({})", where, e.what());
-    }
+  read_jsonl_records(path, fmt::format("cannot open dataset file (expected {} JSONL)", kind_name_),
+                     [&](const nlohmann::json& record, const std::string& where, std::int64_t line_number) {
     if (!ignore_extra_fields) check_fields(record, kind, where);
     const TokenizedSample sample =
         kind == Kind::chat ? formatter.format_record(record, where) : formatter.format_text_record(record, where);
@@ -88,8 +71,7 @@ TextJsonlDataset::TextJsonlDataset(const std::string& path, Kind kind, const Cha
     tokens_.insert(tokens_.end(), sample.tokens.begin(), sample.tokens.end());
     masks_.insert(masks_.end(), sample.target_mask.begin(), sample.target_mask.end());
     end_sequence(line_number);
-  }
-  if (in.bad()) fail("{}: read error after line {}", path, line_number);
+    });
   if (size() == 0) fail("{}: dataset has no records (expected one JSON object per line)", path);
 }
 

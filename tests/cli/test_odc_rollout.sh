@@ -68,6 +68,27 @@ expect_rc command 0
 /usr/bin/python3 -c 'import json,sys; rs={json.loads(l)["reward"] for l in open(sys.argv[1])}; assert rs <= {0.0, 1.0} and rs, rs' \
   "$work_dir/command.jsonl" || fail "command rewards"
 
+# 3b. A reference model adds ref_logprobs; with the policy itself as the reference they are the
+# sampling log-probabilities (the same model: 1e-4, the full forward's summation order), so the KL
+# estimate of the first step is ~0.
+run_tool ref "${roll[@]}" --concurrency 5 --out "$work_dir/ref.jsonl" --ref-model "$work_dir/model"
+expect_rc ref 0
+/usr/bin/python3 - "$work_dir/ref.jsonl" <<'PY' || fail "ref_logprobs"
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    assert len(r["ref_logprobs"]) == len(r["completion_ids"])
+    assert max(abs(a - b) for a, b in zip(r["ref_logprobs"], r["logprobs"])) < 1e-4
+PY
+if ! out=$(timeout 120 "$bin_dir/odc-train" --set "model.checkpoint=$work_dir/model" --set "data.train=$work_dir/ref.jsonl" \
+             --set data.format=rollouts --set train.objective=grpo --set data.global_batch_size=12 --set train.steps=1 \
+             --set rl.kl_beta=0.1 --set train.log_level=warn --set "train.metrics_file=$work_dir/kl.jsonl" 2>&1); then
+  fail "odc-train with the KL penalty: $out"
+else
+  /usr/bin/python3 -c 'import json,sys; p=json.loads(open(sys.argv[1]).readline())["policy"]; assert abs(p["kl"]) < 1e-6 and abs(p["ratio_mean"] - 1) < 1e-4, p' \
+    "$work_dir/kl.jsonl" || fail "on-policy KL and ratio: $(cat "$work_dir/kl.jsonl")"
+fi
+
 # 4. The records train: two grpo steps from the same model (the offline loop).
 if ! out=$(timeout 120 "$bin_dir/odc-train" --set "model.checkpoint=$work_dir/model" --set "data.train=$work_dir/command.jsonl" \
              --set data.format=rollouts --set train.objective=grpo --set data.global_batch_size=6 --set train.steps=2 \
