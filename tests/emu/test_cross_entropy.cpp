@@ -45,7 +45,7 @@ RowRef row_reference(const std::vector<double>& logits, std::int64_t row, std::i
 
 }  // namespace
 
-TEST_CASE("emu cross entropy: rows with weights, weight 0 and a bad target; both load paths", "[emu][cross_entropy]") {
+TEST_CASE("emu cross entropy: rows with weights, weight 0 and a bad target, both load paths", "[emu][cross_entropy]") {
   for (const std::int64_t vocab : {1000, 1001}) {  // 16-byte vector loads / scalar loads
     const std::int64_t rows = 6;
     const Bf16Data logits = random_bf16(rows * vocab, 8.0f, 30);

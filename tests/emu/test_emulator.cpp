@@ -125,7 +125,7 @@ TEST_CASE("emu: shuffle masks and divergence are checked", "[emu]") {
                     Catch::Contains("diverged"));
 }
 
-TEST_CASE("emu: cp.async destinations are poisoned until the wait; invalid copies zero-fill", "[emu]") {
+TEST_CASE("emu: cp.async destinations are poisoned until the wait, invalid copies zero-fill", "[emu]") {
   const int n = 64;
   std::vector<float> in(n), before(n), after(n), neighbour(n);
   for (int i = 0; i < n; ++i) in[i] = static_cast<float>(i) + 0.5f;

@@ -84,7 +84,7 @@ TEST_CASE("the CPU backend refuses views of another dtype or device", "[backend]
   CHECK_THROWS_WITH(b.copy(ids.get(4), out.get(4)), Catch::Contains("copy of 4 int32 into 4 float32"));
 }
 
-TEST_CASE("CPU uploads alias host memory; downloads copy", "[backend]") {
+TEST_CASE("CPU uploads alias host memory, downloads copy", "[backend]") {
   backend::CpuBackend b(1);
   backend::Buffer staging(b.memory(), DType::i32);
   const std::vector<std::int32_t> host = {5, 6, 7};

@@ -29,7 +29,7 @@ TEST_CASE("process stats follow open descriptors and resident memory") {
   CHECK(after.peak_rss_bytes >= after.rss_bytes);
 }
 
-TEST_CASE("read_process_stat: name, state and start time of a process; an exited child is a zombie; none for a gone pid",
+TEST_CASE("read_process_stat: name, state and start time of a process, an exited child is a zombie, none for a gone pid",
           "[core]") {
   const auto self = odc::read_process_stat(static_cast<long>(getpid()));
   REQUIRE(self);

@@ -390,7 +390,7 @@ TEST_CASE("BinTokenDataset detects damage to the .bin payload, naming the file a
 
 // Version 1 pairs (no payload checksums) are read with a warning, and convert --format bin
 // rewrites them as version 2.
-TEST_CASE("BinTokenDataset reads a version 1 pair; rewriting it adds the payload checksums", "[data]") {
+TEST_CASE("BinTokenDataset reads a version 1 pair, rewriting it adds the payload checksums", "[data]") {
   TempDir dir;
   const JsonlTokenDataset source(dir.write("small.jsonl", kJsonl), 32);
   const std::string prefix = dir.file("v2");

@@ -14,7 +14,7 @@
 
 using namespace odc;
 
-TEST_CASE("directory lock: a second holder is refused naming the first; released on destruction", "[io][lock]") {
+TEST_CASE("directory lock: a second holder is refused naming the first, released on destruction", "[io][lock]") {
   const test::TempDir tmp("dirlock");
   const std::string dir = tmp.file("ckpt");  // created by the lock
   {

@@ -25,7 +25,7 @@ nlohmann::json load_json(const fs::path& p) { return nlohmann::json::parse(std::
 void store_json(const fs::path& p, const nlohmann::json& j) { std::ofstream(p) << j.dump(2); }
 }  // namespace
 
-TEST_CASE("manifest checksum: an edited value is damage, naming the file; no checksum reads", "[io][checkpoint]") {
+TEST_CASE("manifest checksum: an edited value is damage, naming the file, no checksum reads", "[io][checkpoint]") {
   const auto dir = (fs::temp_directory_path() / ("odc_manifest_sum_" + std::to_string(::getpid()))).string();
   fs::remove_all(dir);
   save(dir, 2);

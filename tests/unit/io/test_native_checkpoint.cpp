@@ -37,7 +37,7 @@ void save(const std::string& dir, std::int64_t step, int world, int keep) {
 
 }  // namespace
 
-TEST_CASE("a committed checkpoint reads back exactly; older ones are pruned", "[io][checkpoint]") {
+TEST_CASE("a committed checkpoint reads back exactly, older ones are pruned", "[io][checkpoint]") {
   const auto dir = (fs::temp_directory_path() / "odc_native_ckpt").string();
   fs::remove_all(dir);
   save(dir, 2, 2, 2);
@@ -106,7 +106,7 @@ TEST_CASE("damaged or mismatched checkpoints are errors naming the file", "[io][
   }
 }
 
-TEST_CASE("pruning keeps the newest K of the committing run only; retired checkpoints leave the search",
+TEST_CASE("pruning keeps the newest K of the committing run only, retired checkpoints leave the search",
           "[io][checkpoint]") {
   const auto dir = (fs::temp_directory_path() / ("odc_native_ckpt_runs_" + std::to_string(::getpid()))).string();
   fs::remove_all(dir);

@@ -158,7 +158,7 @@ TEST_CASE("forward_cached: the logits depend on the position (RoPE) and on the c
   CHECK(row_error(lc, la, 0) > 1e-3);
 }
 
-TEST_CASE("forward_cached acquires and releases units as forward does; the cache stops allocating",
+TEST_CASE("forward_cached acquires and releases units as forward does, the cache stops allocating",
           "[model][kv_cache]") {
   for (const bool tied : {false, true}) {
     const auto config = config_of(4, 2, tied);

@@ -87,7 +87,7 @@ double phi(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
 
 }  // namespace
 
-TEST_CASE("dropping truncates the log-normal; truncating piles sequences up at the limits", "[sim]") {
+TEST_CASE("dropping truncates the log-normal, truncating piles sequences up at the limits", "[sim]") {
   // Untruncated mean 9000, sigma 0.9, kept within [8192, 65536]: the truncated log-normal's mean is
   // exp(mu + s^2/2) * (Phi(b - s) - Phi(a - s)) / (Phi(b) - Phi(a)) with a, b the standardized log limits.
   const double sigma = 0.9;

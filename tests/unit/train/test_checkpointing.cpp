@@ -271,7 +271,7 @@ TEST_CASE("checkpointer: a second job on the directory is refused on every rank,
   CHECK(run_job(ckpt, {}, {}).error.empty());
 }
 
-TEST_CASE("checkpointer: resume never into another run's directory is an error; keep prunes this run only",
+TEST_CASE("checkpointer: resume never into another run's directory is an error, keep prunes this run only",
           "[train][runs]") {
   const test::TempDir dir("checkpointer_runs");
   const std::string ckpt = dir.file("ckpt");

@@ -7,7 +7,7 @@
 
 using namespace odc;
 
-TEST_CASE("config diff: changed keys with old and new values; per-job keys and unknown keys left out",
+TEST_CASE("config diff: changed keys with old and new values, per-job keys and unknown keys left out",
           "[train][checkpoint]") {
   Config saved(train::trainer_tunables());
   saved.apply_assignment("train.lr=1e-3");

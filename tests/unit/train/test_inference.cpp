@@ -98,7 +98,7 @@ TEST_CASE("generate: seeded top-k/top-p sampling draws the same tokens with and 
   CHECK(train::generate(model, kPrompts[2], options).ids != cached.ids);
 }
 
-TEST_CASE("generate: stop strings cut the text before the earliest one; eos and the context end it too",
+TEST_CASE("generate: stop strings cut the text before the earliest one, eos and the context end it too",
           "[train][inference]") {
   test::TempDir dir("generate_stop");
   write_model(dir.file("model"), small_config(4, 2));

@@ -68,7 +68,7 @@ TEST_CASE("mfu_above_peak_warning: only above 100%, naming the peak and the fix"
                         "achieves") != std::string::npos);
 }
 
-TEST_CASE("run report: an MFU above 100% warns once, on rank 0; below it nothing", "[train][peak]") {
+TEST_CASE("run report: an MFU above 100% warns once, on rank 0, below it nothing", "[train][peak]") {
   const std::string above = log_of_run(report_config({}), 1e9, 1.2);
   CHECK(count(above, "[warning] MFU ") == 1);  // two progress lines and the summary above 100%: once
   CHECK(count(above, "is above 100%: the measured peak of 1.0 GFLOP/s per rank was underestimated") == 1);

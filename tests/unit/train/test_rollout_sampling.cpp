@@ -76,7 +76,7 @@ TEST_CASE("sample_rollouts: batched equals one at a time, log-probabilities are 
   CHECK(distinct >= 6);  // the samples of a prompt differ (their seeds do)
 }
 
-TEST_CASE("sample_rollouts: an eos id ends a completion; bad prompts are errors", "[train][rl]") {
+TEST_CASE("sample_rollouts: an eos id ends a completion, bad prompts are errors", "[train][rl]") {
   const auto config = tiny();
   model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
   model::ResidentWeights weights(m.units(), config, 9);

@@ -56,7 +56,7 @@ constexpr distributed::TransportKind kTransports[] = {distributed::TransportKind
 
 }  // namespace
 
-TEST_CASE("ODC: gathers give every owner's shard; chunked pushes through few slots sum on the owners",
+TEST_CASE("ODC: gathers give every owner's shard, chunked pushes through few slots sum on the owners",
           "[distributed][ipc][ucx]") {
   const auto config = test::tiny_model(3);
   const auto units = model::build_unit_layouts(config);

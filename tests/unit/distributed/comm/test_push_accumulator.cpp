@@ -125,7 +125,7 @@ TEST_CASE("an early push is held until its predecessors arrive", "[dist][determi
   CHECK(std::all_of(grads.begin(), grads.end(), [](float g) { return g == 0.0f; }));
 }
 
-TEST_CASE("plain accumulation adds each chunk into the accumulator as it comes; nothing is held", "[dist]") {
+TEST_CASE("plain accumulation adds each chunk into the accumulator as it comes, nothing is held", "[dist]") {
   const auto units = model::build_unit_layouts(config());
   const distributed::ShardLayout layout(units, 3, 2);
   std::vector<float> grads(static_cast<std::size_t>(layout.owned_elements()), 0.0f);

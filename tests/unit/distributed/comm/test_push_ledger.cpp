@@ -14,7 +14,7 @@
 
 using namespace odc;
 
-TEST_CASE("the count exchange gives each owner what every client sent it; the wait ends once all is applied",
+TEST_CASE("the count exchange gives each owner what every client sent it, the wait ends once all is applied",
           "[distributed]") {
   constexpr int world = 3;
   std::vector<std::string> seen(world);

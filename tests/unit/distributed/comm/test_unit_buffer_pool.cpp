@@ -83,7 +83,7 @@ TEST_CASE("unit buffer pool: a prefetched unit is gathered once, waited for at a
   CHECK(f.transport.log.size() == 2);
 }
 
-TEST_CASE("unit buffer pool: prefetch only uses a free buffer; with all held, acquire gathers on demand", "[distributed]") {
+TEST_CASE("unit buffer pool: prefetch only uses a free buffer, with all held, acquire gathers on demand", "[distributed]") {
   Fixture f;
   f.pool.acquire(0);
   f.pool.acquire(1);
