@@ -15,7 +15,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${ODC_BUILD_DIR:-$root/build}"
 out="${ODC_DEMO_RL_DIR:-$root/demo-rl-out}"
 iterations="${1:-20}"
-sft_steps="${ODC_DEMO_RL_SFT_STEPS:-150}"
+sft_steps="${ODC_DEMO_RL_SFT_STEPS:-300}"
+lr="${ODC_DEMO_RL_LR:-1e-4}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 [ -x "$build/bin/odc-rollout" ] || "$root/scripts/build.sh"
@@ -42,7 +43,9 @@ PY
 echo "== SFT for $sft_steps steps (part of the way) =="
 "$build/bin/odc-run" -np 2 --oversubscribe --bind-to none "$build/bin/odc-train" "$root/configs/demo-chat.yaml" \
   --set model.checkpoint="$out/base" --set data.train="$out/chat.jsonl" --set train.steps="$sft_steps" \
-  --set train.log_every=50 --set checkpoint.export_hf="$out/policy-0" --set checkpoint.export_dtype=float32 >/dev/null
+  --set train.log_every=50 --set checkpoint.export_hf="$out/policy-0" --set checkpoint.export_dtype=float32 \
+  >"$out/sft.log" 2>&1 || { cat "$out/sft.log"; exit 1; }
+grep -h "done:" "$out/sft.log" | sed 's/.*done: /SFT: /' | cut -c1-100
 
 accuracy() {  # MODEL_DIR -> the held-out accuracy (sampled, 4 completions per prompt)
   "$build/bin/odc-rollout" --model "$1" --prompts "$out/prompts-heldout.jsonl" --out "$out/heldout.jsonl" --chat \
@@ -62,13 +65,14 @@ for ((i = 0; i < iterations; i++)); do
   "$build/bin/odc-run" -np 2 --oversubscribe --bind-to none "$build/bin/odc-train" \
     --set model.checkpoint="$out/policy-$i" --set data.train="$out/rollouts-$i.jsonl" --set data.format=rollouts \
     --set train.objective=grpo --set train.comm=odc --set data.balance=lb_mini_equal --set data.global_batch_size=64 \
-    --set train.steps=4 --set data.shuffle=true --set data.seed="$i" --set train.lr=1e-3 --set train.schedule=constant \
+    --set train.steps=4 --set data.shuffle=true --set data.seed="$i" --set train.lr="$lr" --set train.schedule=constant \
     --set train.warmup_steps=0 --set train.grad_clip=1.0 --set train.log_level=warn \
-    --set checkpoint.export_hf="$out/policy-$((i + 1))" --set checkpoint.export_dtype=float32 >/dev/null
+    --set checkpoint.export_hf="$out/policy-$((i + 1))" --set checkpoint.export_dtype=float32 \
+    >"$out/grpo-$i.log" 2>&1 || { cat "$out/grpo-$i.log"; exit 1; }
   rm -rf "$out/policy-$i"
   /usr/bin/python3 -c 'import json,sys,time; s = json.loads(sys.argv[1]); s.update(iteration=int(sys.argv[2]), seconds=round(time.time() - float(sys.argv[3]), 2)); print(json.dumps(s))' \
     "$stats" "$i" "$t0" | tee -a "$out/rl-curve.jsonl" |
-    /usr/bin/python3 -c 'import json,sys; s = json.loads(sys.stdin.read()); print(f"iteration {s[\"iteration\"]:>3}: reward {s[\"reward_mean\"]:.3f}, completion {s[\"completion_tokens_mean\"]:.1f} tokens, {s[\"seconds\"]:.1f} s")'
+    /usr/bin/python3 -c 'import json,sys; s = json.loads(sys.stdin.read()); print("iteration {:>3}: reward {:.3f}, completion {:.1f} tokens, {:.1f} s".format(s["iteration"], s["reward_mean"], s["completion_tokens_mean"], s["seconds"]))'
 done
 after=$(accuracy "$out/policy-$iterations")
 echo "held-out accuracy: $before after SFT -> $after after $iterations GRPO iterations ($(( $(date +%s) - start )) s in all)"

@@ -36,9 +36,9 @@ Reads prompts (JSONL, one {"prompt": TEXT, "answer": TEXT} per line), samples --
 of each with the model in DIR (its tokenizer.json; --concurrency sequences decode at once over
 KV caches), scores every completion against its prompt's answer, and writes one rollout record
 per completion to FILE: {"prompt_ids", "completion_ids", "logprobs", "reward", "group"}, the
-format odc-train reads with data.format: rollouts and train.objective: grpo. logprobs are the
-sampling policy's: log softmax(logits) of each drawn token over the whole vocabulary (as TRL
-records them: --top-k and --top-p shape the draws, not these numbers). Prints a JSON line of statistics
+format odc-train reads with data.format: rollouts and train.objective: grpo, plus the sampling
+"temperature". logprobs are the sampling policy's: log softmax(logits / T) of each drawn token over
+the whole vocabulary (as TRL records them: --top-k and --top-p shape the draws, not these numbers). Prints a JSON line of statistics
 (reward mean, accuracy, completion lengths, tokens/s).
 
 options:
@@ -49,7 +49,8 @@ options:
   --group G              completions per prompt (default 4)
   --concurrency N        sequences decoded at once (default 16)
   --max-new-tokens N     >= 1, default 64
-  --temperature T        1 only (default): the grpo objective computes log-probabilities at 1
+  --temperature T        > 0, default 1.0: the softmax temperature of the draws and of the records'
+                         logprobs (train them with rl.temperature T; the records say it)
   --top-p P              nucleus mass in (0, 1] (default 1.0)
   --top-k K              sample among the K most likely tokens (default 0 = off)
   --seed N               sampling seed (>= 0, default 0); each completion's draws depend only on it,
@@ -146,14 +147,6 @@ int run(const odc::cli::Arguments& args) {
   options.concurrency = args.integer("--concurrency", 16, odc::Range::at_least(1));
   options.sampling.max_new_tokens = args.integer("--max-new-tokens", 64, odc::Range::at_least(1));
   options.sampling.temperature = args.number("--temperature", 1.0, odc::Range::above(0));
-  if (options.sampling.temperature != 1.0) {
-    // The grpo objective computes log p at temperature 1: records drawn at another temperature would
-    // put every importance ratio off 1 on-policy, a silently different objective.
-    throw args.usage_error(fmt::format("--temperature {}: train.objective grpo computes the policy's log-probabilities "
-                                       "at temperature 1, so rollouts are sampled at 1 (shape the draws with --top-k "
-                                       "and --top-p)",
-                                       options.sampling.temperature));
-  }
   options.sampling.top_p = args.number("--top-p", 1.0, odc::Range::above(0).and_at_most(1));
   options.sampling.top_k = args.integer("--top-k", 0, odc::Range::at_least(0));
   options.sampling.seed = static_cast<std::uint64_t>(args.integer("--seed", 0, odc::Range::at_least(0)));
@@ -215,7 +208,8 @@ int run(const odc::cli::Arguments& args) {
       std::vector<float> row_logprobs;
       for (std::size_t j = 0; j < c.ids.size(); ++j) {
         const std::span<const float> row(logits.data() + (prompt_length + j - 1) * vocab, vocab);
-        row_logprobs.push_back(static_cast<float>(odc::train::token_logprob(row, c.ids[j], 1.0)));
+        row_logprobs.push_back(
+            static_cast<float>(odc::train::token_logprob(row, c.ids[j], options.sampling.temperature)));
       }
       ref_logprobs.push_back(std::move(row_logprobs));
     }
@@ -248,7 +242,8 @@ int run(const odc::cli::Arguments& args) {
                              {"completion_ids", c.ids},
                              {"logprobs", c.logprobs},
                              {"reward", rewards[i]},
-                             {"group", c.prompt}};
+                             {"group", c.prompt},
+                             {"temperature", options.sampling.temperature}};
     if (!ref_logprobs.empty()) record["ref_logprobs"] = ref_logprobs[i];
     records += record.dump() + "\n";
     reward_sum += rewards[i];

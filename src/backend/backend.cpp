@@ -51,6 +51,14 @@ std::int64_t Backend::memory_capacity(int ranks_on_host) {
 
 std::int64_t Backend::head_chunk_rows(std::int64_t vocab) const { return head_chunk_rows_of(DeviceKind::cpu, vocab); }
 
+void Backend::scale(View x, double alpha) {
+  ODC_CHECK(x.device.kind == DeviceKind::cpu && (x.empty() || x.dtype == DType::f32),
+            "scale: the default (host) implementation takes host f32, got {}", dtype_name(x.dtype));
+  auto* data = static_cast<float*>(x.data);
+  const auto a = static_cast<float>(alpha);
+  for (std::int64_t i = 0; i < x.count; ++i) data[i] *= a;
+}
+
 void Backend::row_entropy(ConstView logits, std::int64_t rows, std::int64_t vocab, std::span<float> host) {
   ODC_CHECK(static_cast<std::int64_t>(host.size()) >= rows && logits.count >= rows * vocab,
             "row_entropy: {} rows of {} into {} values from a view of {}", rows, vocab, host.size(), logits.count);

@@ -327,6 +327,11 @@ void CpuBackend::embedding_backward(ConstView token_ids, ConstView dout, View dt
   k::embedding_backward<float>(ids(token_ids), f(dout), f(dtable), tokens, dim);
 }
 
+void CpuBackend::scale(View x, double alpha) {
+  Backend::scale(x, alpha);
+  if (rounds()) round_bf16(x, x.count);
+}
+
 void CpuBackend::cross_entropy(ConstView logits, ConstView targets, ConstView weights, std::int64_t rows,
                                std::int64_t vocab, View dlogits, View nll, LossSums& sums) {
   float* row_nll = f(nll);

@@ -202,6 +202,11 @@ void CudaBackend::embedding_backward(ConstView ids, ConstView dout, View dtable,
                          f32_out(dtable, "embedding_backward"), tokens, dim, impl_->s());
 }
 
+void CudaBackend::scale(View x, double alpha) {
+  if (x.empty() || x.count == 0) return;
+  cu::scale_bf16(bf16_out(x, "scale"), x.count, static_cast<float>(alpha), impl_->s());
+}
+
 void CudaBackend::cross_entropy(ConstView logits, ConstView targets, ConstView weights, std::int64_t rows,
                                 std::int64_t vocab, View dlogits, View nll, LossSums& sums) {
   (void)sums;  // the chunk's sums stay on the device until resolve_loss

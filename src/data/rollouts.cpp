@@ -110,7 +110,7 @@ RolloutDataset::RolloutDataset(const std::string& path, std::int64_t vocab_size,
     fail("{}: vocab size must be in [1, {}], got {}", path, std::numeric_limits<std::int32_t>::max(), vocab_size);
   }
   const std::vector<std::string> known{"prompt_ids", "completion_ids", "logprobs", "ref_logprobs", "reward", "group",
-                                       "advantage"};
+                                       "advantage", "temperature"};
   std::vector<double> rewards;
   std::vector<std::int64_t> groups;
   std::vector<float> given;  // per record: its own advantage
@@ -153,6 +153,15 @@ RolloutDataset::RolloutDataset(const std::string& path, std::int64_t vocab_size,
       }
       given.push_back(static_cast<float>(finite_number(record, "advantage", where)));
     }
+    if (record.contains("temperature")) {
+      const double t = finite_number(record, "temperature", where);
+      if (!(t > 0)) fail("{}: \"temperature\" must be > 0, found {}", where, t);
+      if (temperature_ && *temperature_ != t) {
+        fail("{}: \"temperature\" is {} here but {} on the records before: one file, one sampling temperature", where,
+             t, *temperature_);
+      }
+      temperature_ = t;
+    }
     const auto start = total_tokens();
     starts_.push_back(start);
     for (const auto t : prompt) {
@@ -194,6 +203,7 @@ std::optional<PolicyView> RolloutDataset::policy(std::int64_t index) const {
   view.logprobs = std::span<const float>(logprobs_).subspan(start, count);
   if (has_ref_) view.ref_logprobs = std::span<const float>(ref_logprobs_).subspan(start, count);
   view.advantage = advantages_[i];
+  view.temperature = temperature_;
   return view;
 }
 

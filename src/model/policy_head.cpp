@@ -34,6 +34,11 @@ void PolicyHead::chunk(backend::Backend& b, backend::View logits, backend::Const
   const auto begin = static_cast<std::size_t>(r0);
   const auto n = static_cast<std::size_t>(count);
   ODC_CHECK(begin + n <= weights_.size(), "policy head: rows [{}, {}) of {}", r0, r0 + count, weights_.size());
+  ODC_CHECK(params_.temperature > 0, "policy head: temperature {}", params_.temperature);
+  // At temperature T the head's distribution is softmax(logits / T): the logits are scaled in
+  // place, and the gradient by the raw logits is 1/T times the one by the scaled logits.
+  const double temperature = params_.temperature;
+  if (temperature != 1.0) b.scale(logits, 1.0 / temperature);
   // The sums of these cross-entropy calls are not the objective's: kept apart and dropped.
   backend::LossSums unused;
   b.cross_entropy(logits, targets, weights, count, vocab, backend::View{}, nll, unused);
@@ -53,6 +58,9 @@ void PolicyHead::chunk(backend::Backend& b, backend::View logits, backend::Const
                                     params_, coef_.data(), chunk_sums);
   for (std::size_t i = 0; i < n; ++i) {
     if (weights_[begin + i] != 0.0f) nll_sum_ += nll_[i];
+  }
+  if (temperature != 1.0) {
+    for (auto& c : coef_) c = static_cast<float>(c / temperature);
   }
   const backend::ConstView coef = b.upload(std::span<const float>(coef_), coef_staging);
   b.cross_entropy(logits, targets, coef, count, vocab, logits, nll, unused);

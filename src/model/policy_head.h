@@ -1,11 +1,13 @@
 #pragma once
 // The head's policy-gradient objective (train.objective grpo; kernels/policy_loss.h for the math),
 // chunk by chunk inside the fused head of LlamaModel::train_microbatch. Per chunk of logits rows:
+//   0. at a temperature T other than 1, the logits scaled by 1/T in place (Backend::scale);
 //   1. cross_entropy without a gradient: each row's nll = -log p(target) under the current weights;
 //   2. (optionally) each row's softmax entropy, a metric;
 //   3. on the host: the rows' coefficients from nll, the sampling policy's log-probabilities, the
 //      advantages, the reference log-probabilities and the aggregation weights;
-//   4. cross_entropy again with the coefficients as weights, writing d loss / d logits in place.
+//   4. cross_entropy again with the coefficients (divided by T) as weights, writing d loss / d logits
+//      in place.
 // Steps 1 and 4 are the backend's own cross-entropy; only `rows` floats cross to the host and back
 // per chunk (nll down, coefficients up).
 #include <cstdint>

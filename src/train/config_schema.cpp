@@ -253,6 +253,10 @@ std::vector<TunableSpec> trainer_tunables() {
               "grpo with rl.kl_beta: the penalty's k3 estimate weighted by the importance ratio r (the unbiased "
               "reverse-KL gradient of DeepSeek-V3.2; TRL's use_bias_correction_kl, on by default there too); false "
               "= plain k3"),
+      tunable("rl.temperature", K::number, "1",
+              "grpo: the policy's softmax temperature: log-probabilities, entropy and gradient of softmax(logits / T), "
+              "as the rollouts were sampled (records that say their temperature must match it)",
+              Range::above(0)),
       tunable("rl.loss_aggregation", K::string, "dapo",
               "grpo: how token losses add up over the global minibatch: grpo = mean over sequences of each "
               "sequence's mean; dapo = mean over all completion tokens; dr_grpo = sum over tokens / (sequences x "

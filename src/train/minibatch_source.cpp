@@ -108,6 +108,12 @@ MinibatchSource::MinibatchSource(const RunSettings& settings, const Config& conf
       longest = std::max(longest, dataset_->target_count(i));
     }
     if (completion_length_ == 0) completion_length_ = std::max<std::int64_t>(longest, 1);
+    const auto sampled_at = dataset_->policy(0)->temperature;
+    if (sampled_at && *sampled_at != settings.objective.policy.temperature) {
+      fail("{}: the rollouts were sampled at temperature {} but rl.temperature is {}: their log-probabilities and the "
+           "policy's would be of different distributions; set rl.temperature: {}",
+           settings.data.train, *sampled_at, settings.objective.policy.temperature, *sampled_at);
+    }
     if (settings.objective.policy.kl_beta > 0 && dataset_->policy(0)->ref_logprobs.empty()) {
       fail("rl.kl_beta = {} penalises the KL to the reference policy, but the records of {} carry no "
            "\"ref_logprobs\"; add them (the reference model's log-probability of each completion token) or set "

@@ -46,6 +46,7 @@ ObjectiveSettings read_objective(const Config& config) {
                                                               : objective.policy.clip_low;
   objective.policy.kl_beta = config.get_double("rl.kl_beta");
   objective.policy.kl_ratio_weighted = config.get_bool("rl.kl_ratio_weighted");
+  objective.policy.temperature = config.get_double("rl.temperature");
   objective.aggregation = config.get_string("rl.loss_aggregation");
   objective.max_completion_length = config.get_int("rl.max_completion_length");
   objective.scale_rewards = config.get_string("rl.scale_rewards");

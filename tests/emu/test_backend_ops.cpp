@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "emu_block.h"
+#include "emu_test_support.h"
 #include "odc/kernels/cuda_backend_ops.h"
 #include "odc/kernels/rope.h"
 
@@ -113,4 +114,22 @@ TEST_CASE("emu backend ops: sum_of_squares and sum_f32 against double, bitwise r
   CHECK(out == double(x[0]));
   kc::sum_of_squares(x.data(), 1, scratch.data(), &out, nullptr);
   CHECK(out == double(x[0]) * x[0]);
+}
+
+TEST_CASE("emu backend ops: scale_bf16 rounds float(x) * alpha to nearest even, in place", "[emu][backend_ops]") {
+  // The policy head's logits / temperature: every element is the bf16 rounding of the exact fp32
+  // product (bitwise), across more elements than one block and a tail.
+  const std::int64_t n = 70001;
+  const auto data = odc_emu_test::random_bf16(static_cast<std::size_t>(n), 6.0f, 41);
+  for (const float alpha : {1.0f / 0.7f, 0.5f, 1.0f}) {
+    std::vector<std::uint16_t> x = data.bits;
+    kc::scale_bf16(x.data(), n, alpha, nullptr);
+    std::int64_t bad = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::uint16_t want = odc_emu_test::to_bf16(odc_emu_test::from_bf16(data.bits[i]) * alpha);
+      bad += x[i] != want;
+    }
+    INFO("alpha " << alpha);
+    CHECK(bad == 0);
+  }
 }

@@ -19,8 +19,9 @@ per tensor) compares the gradients themselves through the whole trainer (packing
 
 Cases: each rl.loss_aggregation (TRL's loss_type grpo, dapo and dr_grpo; TRL's bnpo equals dapo on
 one batch and is checked as dapo's peer), with and without the KL penalty (ratio-weighted, TRL's
-default use_bias_correction_kl, and plain k3), with DAPO's clip-higher (epsilon_high > epsilon), and
-one on 2 ranks under ODC (mpirun). A control run (ours with
+default use_bias_correction_kl, and plain k3), with DAPO's clip-higher (epsilon_high > epsilon), at a
+softmax temperature of 0.7 (TRL's temperature, our rl.temperature), and one on 2 ranks under ODC
+(mpirun). A control run (ours with
 rl.loss_aggregation grpo against TRL's dapo) must miss the tolerance.
 
 Tolerances (fp32 on both sides; only the summation order differs: GEMMs, attention, the
@@ -58,6 +59,8 @@ CASES = [
      "ranks": 1},
     {"name": "grpo + plain k3 KL (use_bias_correction_kl off)", "loss_type": "grpo", "beta": 0.04, "epsilon": 0.2,
      "epsilon_high": 0.2, "ranks": 1, "kl_ratio_weighted": False},
+    {"name": "grpo + KL at temperature 0.7", "loss_type": "grpo", "beta": 0.04, "epsilon": 0.2, "epsilon_high": 0.2,
+     "ranks": 1, "temperature": 0.7},
     {"name": "dr_grpo + KL, 2 ranks ODC", "loss_type": "dr_grpo", "beta": 0.04, "epsilon": 0.2, "epsilon_high": 0.2,
      "ranks": 2},
 ]
@@ -144,7 +147,7 @@ def run_trl(model_dir, data, case, out):
                       use_bias_correction_kl=case.get("kl_ratio_weighted", True),
                       max_completion_length=MAX_COMPLETION, num_generations=GENERATIONS,
                       per_device_train_batch_size=batch, gradient_accumulation_steps=1, steps_per_generation=1,
-                      temperature=1.0, learning_rate=LR, adam_epsilon=ADAM_EPS, weight_decay=0.0,
+                      temperature=case.get("temperature", 1.0), learning_rate=LR, adam_epsilon=ADAM_EPS, weight_decay=0.0,
                       bf16=False, use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True)
     trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=args,
                           train_dataset=datasets.Dataset.from_dict({"prompt": ["t4"] * batch}),
@@ -189,6 +192,7 @@ def run_ours(binaries, mpirun, model_dir, rollouts, case, out, name):
             "train.objective": "grpo", "rl.loss_aggregation": case.get("ours", case["loss_type"]),
             "rl.epsilon": case["epsilon"], "rl.epsilon_high": case["epsilon_high"], "rl.kl_beta": case["beta"],
             "rl.kl_ratio_weighted": str(case.get("kl_ratio_weighted", True)).lower(),
+            "rl.temperature": case.get("temperature", 1.0),
             "rl.max_completion_length": MAX_COMPLETION, "train.steps": 1, "train.lr": LR, "train.min_lr": 0,
             "train.schedule": "constant", "train.warmup_steps": 0, "train.eps": ADAM_EPS, "train.beta2": 0.95,
             "train.weight_decay": 0.0, "train.grad_clip": 0.0, "train.comm": "odc",

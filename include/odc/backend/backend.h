@@ -217,6 +217,8 @@ class Backend {
   // chunk's sums are added into `sums`.
   virtual void cross_entropy(ConstView logits, ConstView targets, ConstView weights, std::int64_t rows,
                              std::int64_t vocab, View dlogits, View nll, LossSums& sums) = 0;
+  // x *= alpha, in place, in x's dtype (the policy head's logits / temperature). Default: host f32.
+  virtual void scale(View x, double alpha);
   // The softmax entropy of each of `rows` logits rows into `host` (a metric of the policy objective,
   // kernels/policy_loss.h). Default: the rows are downloaded and the CPU kernel runs on the host.
   virtual void row_entropy(ConstView logits, std::int64_t rows, std::int64_t vocab, std::span<float> host);

@@ -93,6 +93,7 @@ class CudaBackend final : public Backend {
   void swiglu_backward(ConstView dh, ConstView gate_up, View dgate_up, std::int64_t rows, std::int64_t width) override;
   void embedding_forward(ConstView ids, ConstView table, View out, std::int64_t tokens, std::int64_t dim) override;
   void embedding_backward(ConstView ids, ConstView dout, View dtable, std::int64_t tokens, std::int64_t dim) override;
+  void scale(View x, double alpha) override;  // bf16 activations, in place on the stream
   void cross_entropy(ConstView logits, ConstView targets, ConstView weights, std::int64_t rows, std::int64_t vocab,
                      View dlogits, View nll, LossSums& sums) override;
 

@@ -23,6 +23,7 @@ struct PolicyView {
   std::span<const float> logprobs;
   std::span<const float> ref_logprobs;
   float advantage = 0.0f;
+  std::optional<double> temperature;  // the sampling temperature, when the records say it
 };
 
 class TokenDataset {

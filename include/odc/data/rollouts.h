@@ -1,12 +1,13 @@
 #pragma once
 // RL rollouts (data.format rollouts): one JSONL record per sampled completion,
 //   {"prompt_ids": [...], "completion_ids": [...], "logprobs": [...], "ref_logprobs": [...],
-//    "reward": 1.0, "group": 7}                      or "advantage": 0.53 instead of reward/group
+//    "reward": 1.0, "group": 7, "temperature": 1.0}  or "advantage": 0.53 instead of reward/group
 // prompt_ids (at least one token) and completion_ids are token ids; logprobs holds, per completion
 // token, the log-probability with which the sampling policy drew it (the "old" policy of the
 // clipped objective); ref_logprobs (optional: on every record or none) the frozen reference
-// policy's, for the KL penalty. The sequence trained is prompt + completion, with the completion's
-// tokens as the only targets.
+// policy's, for the KL penalty; temperature (optional: the same on every record) the softmax
+// temperature the completions were sampled and logprobs computed at. The sequence trained is
+// prompt + completion, with the completion's tokens as the only targets.
 //
 // Advantages: a record gives its own, or a reward and a group id (a prompt's G completions share
 // one); then A = (reward - mean of its group) / (std + 1e-4) with `scale` group (std of the group,
@@ -38,6 +39,8 @@ class RolloutDataset final : public InMemoryTokenDataset {
   // Reward statistics of the file (0 when the records carry advantages).
   double reward_mean() const { return reward_mean_; }
   bool has_ref_logprobs() const { return has_ref_; }
+  // The records' sampling temperature, when they say it.
+  std::optional<double> temperature() const { return temperature_; }
 
  private:
   std::vector<std::int64_t> starts_;  // per record: its first token in tokens_ (and in logprobs_)
@@ -46,6 +49,7 @@ class RolloutDataset final : public InMemoryTokenDataset {
   std::vector<float> advantages_;     // per record
   bool has_ref_ = false;
   double reward_mean_ = 0.0;
+  std::optional<double> temperature_;
 };
 
 }  // namespace odc::data

@@ -17,6 +17,9 @@ void gather_rows(const void* source, const std::int32_t* rows, std::int64_t n_ro
 void scatter_rows(const void* source, const std::int32_t* rows, std::int64_t n_rows, std::int64_t row_bytes,
                   void* target, void* stream);
 
+// x[i] = bf16(float(x[i]) * alpha) for n bf16 elements, in place (the policy head's logits / T).
+void scale_bf16(void* x, std::int64_t n, float alpha, void* stream);
+
 // cos/sin [tokens, half] (fp32) of angle positions[t] * inv_freq[i], computed in double like
 // cpu::rope_tables. inv_freq: `half` doubles on the device.
 void rope_tables(const std::int32_t* positions, std::int64_t tokens, const double* inv_freq, std::int64_t half,

@@ -25,6 +25,10 @@ struct PolicyLossParams {
   double clip_high = 0.2;  // epsilon_high (upper bound 1 + clip_high)
   double kl_beta = 0.0;    // weight of the KL penalty to the reference policy (0: none)
   bool kl_ratio_weighted = true;  // the penalty's k3 times the ratio r (rl.kl_ratio_weighted)
+  // The head's softmax temperature (rl.temperature): log p, entropy and the gradient are those of
+  // softmax(logits / temperature), as the rollouts were sampled (model/policy_head.h applies it;
+  // the coefficients here see only nll at that temperature).
+  double temperature = 1.0;
 };
 
 // Sums over the rows with weight != 0 (added to, so chunks and microbatches accumulate).

@@ -1,4 +1,5 @@
 // The CUDA backend's helper kernels (cuda_backend_ops.h).
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,6 +32,13 @@ __global__ void scatter_rows_kernel(const std::uint16_t* source, const std::int3
   const std::uint16_t* from = source + i * units;
   std::uint16_t* to = target + static_cast<std::int64_t>(rows[i]) * units;
   for (std::int64_t j = threadIdx.x; j < units; j += blockDim.x) to[j] = from[j];
+}
+
+__global__ void scale_bf16_kernel(__nv_bfloat16* x, std::int64_t n, float alpha) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    x[i] = __float2bfloat16_rn(__bfloat162float(x[i]) * alpha);
+  }
 }
 
 __global__ void rope_tables_kernel(const std::int32_t* positions, std::int64_t tokens, const double* inv_freq,
@@ -106,6 +114,14 @@ void scatter_rows(const void* source, const std::int32_t* rows, std::int64_t n_r
   scatter_rows_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, as_stream(stream)>>>(
       static_cast<const std::uint16_t*>(source), rows, row_bytes / 2, static_cast<std::uint16_t*>(target));
   check_last_launch("scatter_rows_kernel");
+}
+
+void scale_bf16(void* x, std::int64_t n, float alpha, void* stream) {
+  ODC_CHECK(n >= 0, "cuda scale_bf16: negative count {}", n);
+  if (n == 0) return;
+  const auto blocks = static_cast<unsigned>(std::min<std::int64_t>((n + kThreads - 1) / kThreads, 4096));
+  scale_bf16_kernel<<<blocks, kThreads, 0, as_stream(stream)>>>(static_cast<__nv_bfloat16*>(x), n, alpha);
+  check_last_launch("scale_bf16_kernel");
 }
 
 void rope_tables(const std::int32_t* positions, std::int64_t tokens, const double* inv_freq, std::int64_t half,
