@@ -19,6 +19,7 @@
 #include "odc/kernels/attention.h"
 #include "odc/kernels/attention_cache.h"
 #include "odc/kernels/cross_entropy.h"
+#include "odc/kernels/policy_loss.h"
 #include "odc/kernels/embedding.h"
 #include "odc/kernels/matmul.h"
 #include "odc/kernels/rmsnorm.h"
@@ -330,6 +331,12 @@ void CpuBackend::embedding_backward(ConstView token_ids, ConstView dout, View dt
 void CpuBackend::scale(View x, double alpha) {
   Backend::scale(x, alpha);
   if (rounds()) round_bf16(x, x.count);
+}
+
+void CpuBackend::row_entropy(ConstView logits, std::int64_t rows, std::int64_t vocab, std::span<float> host) {
+  ODC_CHECK(static_cast<std::int64_t>(host.size()) >= rows && logits.count >= rows * vocab,
+            "row_entropy: {} rows of {} into {} values from a view of {}", rows, vocab, host.size(), logits.count);
+  k::row_entropy(f(logits), rows, vocab, host.data());
 }
 
 void CpuBackend::cross_entropy(ConstView logits, ConstView targets, ConstView weights, std::int64_t rows,

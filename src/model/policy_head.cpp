@@ -48,16 +48,15 @@ void PolicyHead::chunk(backend::Backend& b, backend::View logits, backend::Const
   if (entropy_) {
     entropies_.resize(n);
     b.row_entropy(logits, count, vocab, entropies_);
-    for (std::size_t i = 0; i < n; ++i) {
-      if (weights_[begin + i] != 0.0f) chunk_sums.entropy += entropies_[i];
-    }
   }
   coef_.resize(n);
   kernels::cpu::policy_coefficients(nll_.data(), old_.data() + begin, advantages_.data() + begin,
                                     ref_.empty() ? nullptr : ref_.data() + begin, weights_.data() + begin, count,
                                     params_, coef_.data(), chunk_sums);
   for (std::size_t i = 0; i < n; ++i) {
-    if (weights_[begin + i] != 0.0f) nll_sum_ += nll_[i];
+    if (weights_[begin + i] == 0.0f) continue;
+    nll_sum_ += nll_[i];
+    if (entropy_) chunk_sums.entropy += entropies_[i];
   }
   if (temperature != 1.0) {
     for (auto& c : coef_) c = static_cast<float>(c / temperature);

@@ -91,6 +91,8 @@ class CpuBackend final : public Backend {
   void embedding_forward(ConstView ids, ConstView table, View out, std::int64_t tokens, std::int64_t dim) override;
   void embedding_backward(ConstView ids, ConstView dout, View dtable, std::int64_t tokens, std::int64_t dim) override;
   void scale(View x, double alpha) override;  // rounds to bf16 in bf16 mode, as the CUDA path stores bf16
+  // From the logits in place (host memory): no copy of the chunk as the download default makes.
+  void row_entropy(ConstView logits, std::int64_t rows, std::int64_t vocab, std::span<float> host) override;
   void cross_entropy(ConstView logits, ConstView targets, ConstView weights, std::int64_t rows, std::int64_t vocab,
                      View dlogits, View nll, LossSums& sums) override;
 
