@@ -22,8 +22,7 @@
 #include "odc/core/atomic_file.h"
 #include "odc/core/error.h"
 #include "odc/core/logging.h"
-#include "odc/data/chat_format.h"
-#include "odc/data/tokenizer.h"
+#include "odc/data/prompts.h"
 #include "odc/train/inference.h"
 #include "odc/train/rewards.h"
 #include "odc/train/rollout_sampling.h"
@@ -77,67 +76,6 @@ odc::cli::Command command() {
            {"--chat", Takes::nothing}, {"--chat-template"}, {"--threads"}}};
 }
 
-struct Prompt {
-  std::string text;
-  std::string answer;
-};
-
-std::vector<Prompt> read_prompts(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) odc::fail("{}: cannot open the prompts file", path);
-  std::vector<Prompt> out;
-  std::string line;
-  std::int64_t number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = fmt::format("{}:{}", path, number);
-    nlohmann::json record;
-    try {
-      record = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      odc::fail("{}: malformed JSON ({})", where, e.what());
-    }
-    if (!record.is_object() || !record.contains("prompt") || !record.at("prompt").is_string() ||
-        !record.contains("answer") || !record.at("answer").is_string()) {
-      odc::fail("{}: expected {{\"prompt\": TEXT, \"answer\": TEXT}}", where);
-    }
-    out.push_back({record.at("prompt").get<std::string>(), record.at("answer").get<std::string>()});
-  }
-  if (out.empty()) odc::fail("{}: no prompts", path);
-  return out;
-}
-
-// Rewards from an external command: requests on its stdin, one number per line on its stdout.
-std::vector<double> command_rewards(const std::string& command, const std::vector<nlohmann::json>& requests,
-                                    const std::filesystem::path& scratch) {
-  const auto in_path = scratch / "requests.jsonl";
-  const auto out_path = scratch / "rewards.txt";
-  {
-    std::ofstream in(in_path);
-    for (const auto& r : requests) in << r.dump() << "\n";
-  }
-  const std::string shell = fmt::format("({}) < '{}' > '{}'", command, in_path.string(), out_path.string());
-  const int status = std::system(shell.c_str());
-  if (status != 0) odc::fail("--reward-command '{}' failed (status {})", command, status);
-  std::ifstream out(out_path);
-  std::vector<double> rewards;
-  std::string line;
-  while (std::getline(out, line)) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    try {
-      std::size_t used = 0;
-      rewards.push_back(std::stod(line, &used));
-    } catch (const std::exception&) {
-      odc::fail("--reward-command '{}': line {} of its output is not a number: '{}'", command, rewards.size() + 1, line);
-    }
-  }
-  if (rewards.size() != requests.size()) {
-    odc::fail("--reward-command '{}' wrote {} rewards for {} completions", command, rewards.size(), requests.size());
-  }
-  return rewards;
-}
-
 int run(const odc::cli::Arguments& args) {
   const std::string model_dir = args.required("--model", "DIR");
   const std::string prompts_path = args.required("--prompts", "FILE");
@@ -164,24 +102,15 @@ int run(const odc::cli::Arguments& args) {
       odc::fail("{} has no tokenizer.json: pass --tokenizer PATH, or copy the tokenizer files into it", model_dir);
     }
   }
-  const auto tokenizer = odc::data::Tokenizer::from_file(tokenizer_path);
-  const auto prompts = read_prompts(prompts_path);
+  const odc::data::PromptSet prompt_set(prompts_path, tokenizer_path,
+                                         chat ? chat_template : std::string());
+  const auto& prompts = prompt_set.prompts();
+  const auto& tokenizer = prompt_set.tokenizer();
   odc::train::LoadedModel model(model_dir, threads);
   options.eos = model.eos_token_ids();
+  for (const auto id : prompt_set.end_of_turn()) options.eos.push_back(id);
   std::vector<std::vector<std::int32_t>> prompt_ids;
-  std::optional<odc::data::ChatFormatter> formatter;
-  if (chat) {
-    formatter.emplace(tokenizer, odc::data::resolve_chat_template(chat_template, tokenizer, tokenizer_path),
-                      tokenizer_path);
-    // The template's end-of-turn marker ends a completion too.
-    for (const char* marker : {"<|im_end|>", "<|eot_id|>"}) {
-      if (const auto id = tokenizer.token_to_id(marker)) options.eos.push_back(*id);
-    }
-  }
-  for (const auto& p : prompts) {
-    prompt_ids.push_back(chat ? formatter->generation_prompt(p.text) : tokenizer.encode(p.text, true));
-    if (prompt_ids.back().empty()) odc::fail("{}: prompt '{}' encodes to no tokens", prompts_path, p.text);
-  }
+  for (const auto& p : prompts) prompt_ids.push_back(p.ids);
 
   const auto start = std::chrono::steady_clock::now();
   const auto completions = odc::train::sample_rollouts(model.model(), model.params(), prompt_ids, options);
@@ -224,7 +153,7 @@ int run(const odc::cli::Arguments& args) {
   }
   std::vector<double> rewards;
   if (reward_command) {
-    rewards = command_rewards(*reward_command, requests, std::filesystem::path(out_path).parent_path().empty()
+    rewards = odc::train::command_rewards(*reward_command, requests, std::filesystem::path(out_path).parent_path().empty()
                                                              ? std::filesystem::path(".")
                                                              : std::filesystem::path(out_path).parent_path());
   } else {

@@ -127,7 +127,9 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
     }
     return 0;
   }
-  config.validate();
+  // The online RL loop samples its own rollouts from rl.prompts: it reads no data.train.
+  const bool online_rl = !config.get_string("rl.prompts").empty();
+  config.validate(online_rl ? std::vector<std::string>{"data.train"} : std::vector<std::string>{});
   odc::setup_logging(rank, world_size, config.get_string("train.log_level"));
   if (local) {
     odc::train::Trainer trainer(config, *local);

@@ -3,7 +3,8 @@
 
 usage: plot_metrics.py METRICS.jsonl [METRICS2.jsonl ...] --out metrics.png [--check-decrease] [--smooth N]
 
-Panels: loss, learning rate, gradient norm, eval loss (only when some file has eval lines) and
+Panels: loss, learning rate, gradient norm, eval loss and rollout reward (each only when some file has
+eval lines, or the online RL loop's rollout lines) and
 tokens/s. Noisy series (loss, gradient norm, tokens/s) are drawn raw (thin) and as a trailing moving
 average (thick; the legend says over how many steps: N = --smooth, default 1/20 of the steps, at
 least 1); lr and eval loss are drawn as they are. With several files the curves are overlaid
@@ -23,6 +24,7 @@ PANELS = [
     ("lr", "lr", "learning rate", False),
     ("grad_norm", "grad_norm", "gradient norm (before clipping)", True),
     ("eval_loss", "eval_loss", "eval loss", False),
+    ("reward_mean", "reward_mean", "rollout reward (online RL)", False),
     ("tokens_per_s", "tokens_per_s", "tokens/s", True),
 ]
 
@@ -71,7 +73,9 @@ def main():
         sys.exit("plot_metrics.py: --smooth must be >= 0")
 
     data = [(path, load(path)) for path in args.metrics]
-    panels = [p for p in PANELS if p[0] != "eval_loss" or any(s["eval_loss"][0] for _, s in data)]
+    # Panels of lines only some runs have (evaluations, online RL iterations) appear when present.
+    optional = ("eval_loss", "reward_mean")
+    panels = [p for p in PANELS if p[0] not in optional or any(s[p[0]][0] for _, s in data)]
 
     import matplotlib
     matplotlib.use("Agg")
@@ -96,7 +100,7 @@ def main():
                             label=f"{name} (moving average of {w} steps)")
             else:
                 line, = ax.plot(steps, values, color=color, linewidth=1.4,
-                                marker="o" if panel == "eval_loss" else None, markersize=3, label=name)
+                                marker="o" if panel in optional else None, markersize=3, label=name)
                 color = line.get_color()
             ax.set_ylabel(ylabel)
         losses = series["loss"][1]

@@ -377,9 +377,10 @@ void Config::apply_assignment(const std::string& assignment) {
   set_value(*target, yaml_text::nested(parts, 2, value), std::string(kSetSource));
 }
 
-void Config::validate() const {
+void Config::validate(const std::vector<std::string>& not_needed) const {
   std::vector<std::string> missing;
   for (const auto& declared : specs_) {
+    if (std::find(not_needed.begin(), not_needed.end(), declared.path) != not_needed.end()) continue;
     if (declared.required && !values_.contains(declared.path)) {
       missing.push_back(fmt::format("'{}' ({}; --set {}=... or {})", declared.path, declared.doc,
                                     declared.path, environment_variable(declared.path)));

@@ -106,6 +106,19 @@ std::vector<float> group_advantages(const std::vector<double>& rewards, const st
 RolloutDataset::RolloutDataset(const std::string& path, std::int64_t vocab_size, RewardScale scale,
                                bool ignore_extra_fields)
     : InMemoryTokenDataset(path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open the rollouts file (data.format rollouts: JSONL rollout records)", path);
+  read(in, vocab_size, scale, ignore_extra_fields);
+}
+
+RolloutDataset::RolloutDataset(const std::string& name, std::istream& records, std::int64_t vocab_size,
+                               RewardScale scale, bool ignore_extra_fields)
+    : InMemoryTokenDataset(name) {
+  read(records, vocab_size, scale, ignore_extra_fields);
+}
+
+void RolloutDataset::read(std::istream& in, std::int64_t vocab_size, RewardScale scale, bool ignore_extra_fields) {
+  const std::string& path = this->path();
   if (vocab_size <= 0 || vocab_size > std::numeric_limits<std::int32_t>::max()) {
     fail("{}: vocab size must be in [1, {}], got {}", path, std::numeric_limits<std::int32_t>::max(), vocab_size);
   }
@@ -115,8 +128,7 @@ RolloutDataset::RolloutDataset(const std::string& path, std::int64_t vocab_size,
   std::vector<std::int64_t> groups;
   std::vector<float> given;  // per record: its own advantage
   std::optional<bool> with_reward;
-  read_jsonl_records(path, "cannot open the rollouts file (data.format rollouts: JSONL rollout records)",
-                     [&](const nlohmann::json& record, const std::string& where, std::int64_t line_number) {
+  read_jsonl_stream(in, path, [&](const nlohmann::json& record, const std::string& where, std::int64_t line_number) {
     if (!record.is_object()) fail("{}: expected a JSON object (a rollout record), found {}", where, record.type_name());
     if (!ignore_extra_fields) refuse_unknown_fields(record, known, where, "a rollout record", kExtraFieldsHint);
     const auto prompt = token_array(record, "prompt_ids", vocab_size, where);

@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "odc/core/atomic_file.h"
 #include "odc/core/error.h"
 #include "odc/core/hash.h"
 #include "odc/io/hf_checkpoint.h"
@@ -51,7 +52,7 @@ ModelSource resumed_source(const std::string& base, const TrainingManifest& mani
 
 // Every rank reads only its shard of every unit of the Hugging Face checkpoint `base`.
 ModelSource load_base_weights(const std::string& base, distributed::ShardStore& store,
-                              const model::LlamaConfig& model) {
+                              const model::LlamaConfig& model, bool log = true) {
   const io::HfCheckpoint checkpoint(base);
   const std::span<float> masters = store.host_masters();
   const distributed::ShardLayout& layout = store.layout();
@@ -60,12 +61,21 @@ ModelSource load_base_weights(const std::string& base, distributed::ShardStore& 
                                masters.data() + store.offset(u));
   }
   store.push_to_device();
-  spdlog::info("model: loaded {} ({}, {}) from {}", checkpoint.architecture(), dtype_name(checkpoint.dtype()),
+  if (log) spdlog::info("model: loaded {} ({}, {}) from {}", checkpoint.architecture(), dtype_name(checkpoint.dtype()),
                fmt::format("{:.2f}M parameters", static_cast<double>(model.num_parameters()) / 1e6), base);
   return {checkpoint.architecture(), checkpoint.dtype()};
 }
 
 }  // namespace
+
+std::vector<float> starting_weights(const distributed::ShardLayout& layout, const std::vector<model::UnitLayout>& units,
+                                    const model::LlamaConfig& model, std::uint64_t seed, const std::string& base) {
+  distributed::ShardStore store(layout, units, model, seed, {}, nullptr, distributed::StoreContents::weights);
+  if (!base.empty()) load_base_weights(base, store, model, /*log=*/false);
+  const auto masters = store.host_masters();
+  return {masters.begin(), masters.end()};
+}
+
 
 std::string fingerprint_hex(std::uint64_t fingerprint) { return fmt::format("{:016x}", fingerprint); }
 
@@ -82,6 +92,7 @@ nlohmann::json TrainingManifest::to_json() const {
   if (!identity.run_id.empty()) out.update(identity.to_json());
   if (global_minibatch > 0) out["global_minibatch"] = global_minibatch;
   if (!source_architecture.empty()) out["source"] = {{"architecture", source_architecture}, {"dtype", source_dtype}};
+  if (!rollouts_fingerprint.empty()) out["rollouts"] = {{"file", kRolloutsFile}, {"fingerprint", rollouts_fingerprint}};
   return out;
 }
 
@@ -101,6 +112,9 @@ TrainingManifest TrainingManifest::from_json(const nlohmann::json& manifest, con
   if (const auto source = manifest.find("source"); source != manifest.end() && source->is_object()) {
     m.source_architecture = source->value("architecture", std::string());
     m.source_dtype = source->value("dtype", std::string());
+  }
+  if (const auto rollouts = manifest.find("rollouts"); rollouts != manifest.end()) {
+    m.rollouts_fingerprint = field<std::string>(*rollouts, "fingerprint", where);
   }
   if (!m.imported()) {
     const auto s = field<nlohmann::json>(manifest, "sampler", where);
@@ -298,7 +312,8 @@ void Checkpointer::set_shards(int shard_rank, int shard_world, bool writes) {
   writes_shards_ = writes;
 }
 
-void Checkpointer::save(std::int64_t step, const TrainingManifest& manifest, distributed::ShardStore& store) {
+void Checkpointer::save(std::int64_t step, const TrainingManifest& manifest, distributed::ShardStore& store,
+                        const std::vector<std::pair<std::string, std::string>>& files) {
   ODC_CHECK(start_.has_value(), "Checkpointer::save before begin_run");
   const auto start = std::chrono::steady_clock::now();
   const auto owned = static_cast<std::size_t>(store.layout().owned_elements());
@@ -316,6 +331,9 @@ void Checkpointer::save(std::int64_t step, const TrainingManifest& manifest, dis
   group_.barrier("the checkpoint barrier (every rank's shards written)");
   if (group_.is_root()) {
     group_.announce(fmt::format("step {}: checkpoint commit", step));
+    for (const auto& [name, content] : files) {
+      write_file_atomically((std::filesystem::path(io::staging_path(dir_, step)) / name).string(), content);
+    }
     TrainingManifest ours = manifest;
     ours.identity = identity();
     const std::string path = io::commit_checkpoint(dir_, step, shard_world_, ours.to_json(), keep_,

@@ -273,6 +273,40 @@ std::vector<TunableSpec> trainer_tunables() {
       tunable("rl.entropy", K::boolean, "true",
               "grpo: measure the policy's mean token entropy on the completions every step (a metric; on a GPU the "
               "logits rows cross to the host for it)"),
+      // the online RL loop (rl.prompts)
+      tunable("rl.prompts", K::string, "\"\"",
+              "grpo's online loop: a prompts JSONL ({\"prompt\": TEXT, \"answer\": TEXT} per line) that the policy "
+              "samples from every iteration with its current weights (no data.train); empty = offline, rollout records "
+              "from data.train"),
+      tunable("rl.iterations", K::integer, "1",
+              "online loop: iterations of sample, score, train (the run's length: iterations x "
+              "rl.epochs_per_iteration x rollouts / data.global_batch_size steps)",
+              Range::at_least(1)),
+      tunable("rl.prompts_per_iteration", K::integer, "8",
+              "online loop: prompts sampled per iteration (the next ones of rl.prompts in data.seed's order)",
+              Range::at_least(1)),
+      tunable("rl.group_size", K::integer, "4", "online loop: completions per prompt (GRPO's G)", Range::at_least(1)),
+      tunable("rl.epochs_per_iteration", K::integer, "1",
+              "online loop: passes over each iteration's rollouts (TRL's num_iterations)", Range::at_least(1)),
+      tunable("rl.max_new_tokens", K::integer, "64", "online loop: the most tokens of a completion", Range::at_least(1)),
+      tunable("rl.top_p", K::number, "1", "online loop: nucleus sampling mass", Range::above(0).and_at_most(1)),
+      tunable("rl.top_k", K::integer, "0", "online loop: sample among the k most likely tokens (0 = all)",
+              Range::at_least(0)),
+      tunable("rl.seed", K::integer, "0",
+              "online loop: sampling seed; a completion's draws depend only on it, the iteration, its prompt's "
+              "position and its sample index",
+              Range::at_least(0)),
+      tunable("rl.concurrency", K::integer, "16", "online loop: sequences each rank decodes at once",
+              Range::at_least(1)),
+      tunable("rl.verifier", K::string, "exact",
+              "online loop: how a completion is scored against its prompt's answer (rewards.h): exact = the "
+              "completion up to its end-of-turn marker, stripped, equals the answer; number = its last number does",
+              {"exact", "number"}),
+      tunable("rl.reward_command", K::string, "\"\"",
+              "online loop: score with this shell command instead of rl.verifier: JSONL {\"prompt\", \"completion\", "
+              "\"answer\"} on its stdin, one reward per line on its stdout (run by rank 0)"),
+      tunable("rl.chat", K::boolean, "false",
+              "online loop: render each prompt as a user turn of data.chat_template for generation"),
       // debug
       tunable("debug.checkpoint_delay_ms", K::number, "0",
               "sleep after writing this rank's checkpoint shards, before the commit (crash-safety tests)",
@@ -320,7 +354,34 @@ void check_relations(const Config& config) {
   // The objective and its data: rollouts carry what grpo needs, and grpo needs rollouts.
   const bool grpo = config.get_string("train.objective") == "grpo";
   const bool rollouts = config.get_string("data.format") == "rollouts";
-  if (grpo && !rollouts) {
+  const bool online = !config.get_string("rl.prompts").empty();
+  if (online) {
+    // The online loop makes its own rollouts: data.train and a run length of steps do not apply.
+    for (const char* key : {"data.train", "train.steps", "train.epochs"}) {
+      if (config.has(key)) {
+        fail("{} (from {}) does not apply to the online RL loop (rl.prompts): it samples its own rollouts, and its "
+             "length is rl.iterations; drop {}", key, config.source_of(key), key);
+      }
+    }
+    if (config.source_of("data.format") != "default" && !rollouts) {
+      fail("data.format {} (from {}): the online RL loop (rl.prompts) trains on the rollouts it samples; drop "
+           "data.format", config.get_string("data.format"), config.source_of("data.format"));
+    }
+    if (!config.get_string("rl.reward_command").empty() && config.source_of("rl.verifier") != "default") {
+      fail("rl.verifier (from {}) and rl.reward_command (from {}) both score completions: give one",
+           config.source_of("rl.verifier"), config.source_of("rl.reward_command"));
+    }
+  } else {
+    for (const char* key : {"rl.iterations", "rl.prompts_per_iteration", "rl.group_size", "rl.epochs_per_iteration",
+                            "rl.max_new_tokens", "rl.top_p", "rl.top_k", "rl.seed", "rl.concurrency", "rl.verifier",
+                            "rl.reward_command", "rl.chat"}) {
+      if (grpo && config.source_of(key) != "default") {
+        fail("{} (from {}) shapes only the online RL loop, and rl.prompts is not set (the rollouts come from "
+             "data.train); drop it or set rl.prompts", key, config.source_of(key));
+      }
+    }
+  }
+  if (grpo && !rollouts && !online) {
     fail("train.objective grpo trains on rollouts (their sampling log-probabilities and advantages), but "
          "data.format is {}; set data.format: rollouts",
          config.get_string("data.format"));

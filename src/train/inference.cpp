@@ -55,6 +55,13 @@ void collect_bos(const std::filesystem::path& file, std::optional<std::int32_t>&
 
 }  // namespace
 
+std::vector<std::int32_t> eos_token_ids(const std::string& dir) {
+  std::vector<std::int32_t> eos;
+  collect_eos(std::filesystem::path(dir) / "config.json", eos);
+  collect_eos(std::filesystem::path(dir) / "generation_config.json", eos);
+  return eos;
+}
+
 LoadedModel::LoadedModel(const std::string& dir, int threads) : dir_(dir) {
   const io::HfCheckpoint checkpoint(dir);
   architecture_ = checkpoint.architecture();
@@ -63,8 +70,7 @@ LoadedModel::LoadedModel(const std::string& dir, int threads) : dir_(dir) {
   store_ = std::make_unique<distributed::ShardStore>(layout, model_->units(), checkpoint.config(), 0);
   for (int u = 0; u < layout.num_units(); ++u) checkpoint.read_unit_range(u, 0, layout.unit(u).shard, store_->master(u));
   comm_ = std::make_unique<distributed::LocalComm>(*store_);
-  collect_eos(std::filesystem::path(dir) / "config.json", eos_);
-  collect_eos(std::filesystem::path(dir) / "generation_config.json", eos_);
+  eos_ = train::eos_token_ids(dir);
   collect_bos(std::filesystem::path(dir) / "config.json", bos_);
   collect_bos(std::filesystem::path(dir) / "generation_config.json", bos_);
 }

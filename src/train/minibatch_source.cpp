@@ -42,7 +42,8 @@ void check_attention_window(const data::TokenDataset& dataset, std::int64_t coun
 }
 
 MinibatchSource::MinibatchSource(const RunSettings& settings, const Config& config, const model::LlamaConfig& model,
-                                 int rank, int world_size, distributed::CommKind comm, std::int64_t auto_token_cap)
+                                 int rank, int world_size, distributed::CommKind comm, std::int64_t auto_token_cap,
+                                 std::int64_t online_max_length)
     : rank_(rank), world_size_(world_size) {
   const DataSettings& data = settings.data;
   global_batch_ = train::global_batch_size(config, world_size_, &global_batch_origin_);
@@ -61,6 +62,30 @@ MinibatchSource::MinibatchSource(const RunSettings& settings, const Config& conf
          "collective: equal sequence and microbatch counts)");
   }
   check_batch_split(global_batch_, world_size_, balance_, global_batch_origin_);
+  sequence_reduction_ = settings.train.sequence_loss;
+  policy_ = settings.objective.grpo;
+  aggregation_ = settings.objective.aggregation;
+  completion_length_ = settings.objective.max_completion_length;
+  temperature_ = settings.objective.policy.temperature;
+  kl_beta_ = settings.objective.policy.kl_beta;
+  shuffle_ = data.shuffle;
+  cost_model_ = data::cost_model(config, model.linear_flops_per_token(), model.attention_flops_per_pair());
+  if (settings.rl.online()) {
+    // The online RL loop: each iteration's rollouts arrive through set_rollouts; none is longer
+    // than the longest prompt plus rl.max_new_tokens.
+    ODC_CHECK(online_max_length > 0, "MinibatchSource: the online loop without its longest sequence");
+    online_ = true;
+    within_epochs_ = false;
+    token_cap_ = data::token_cap(config, online_max_length, auto_token_cap);
+    if (online_max_length > token_cap_) {
+      fail("the online RL loop's rollouts can be {} tokens long (the longest prompt of rl.prompts + rl.max_new_tokens "
+           "{}), more than the microbatch cap data.max_tokens_per_microbatch = {}{}; raise the cap or lower "
+           "rl.max_new_tokens", online_max_length, settings.rl.max_new_tokens, token_cap_,
+           auto_token_cap > 0 ? " (auto: the most the memory plan fits)" : "");
+    }
+    if (completion_length_ == 0) completion_length_ = settings.rl.max_new_tokens;  // dr_grpo's constant, as TRL's
+    return;
+  }
   dataset_ = open_limited(settings, model.vocab_size);
   if (global_batch_ > dataset_->size()) {
     fail("the global batch is {} sequences per step ({}), but {} holds only {}", global_batch_, global_batch_origin_,
@@ -97,42 +122,51 @@ MinibatchSource::MinibatchSource(const RunSettings& settings, const Config& conf
                  dataset_->max_length(), model.max_position_embeddings);
   }
   sampler_ = std::make_unique<data::Sampler>(dataset_->size(), data.seed, data.shuffle);
-  sequence_reduction_ = settings.train.sequence_loss;
-  policy_ = settings.objective.grpo;
-  aggregation_ = settings.objective.aggregation;
-  completion_length_ = settings.objective.max_completion_length;
-  if (policy_) {
-    std::int64_t longest = 0;
-    for (std::int64_t i = 0; i < dataset_->size(); ++i) {
-      if (!dataset_->policy(i)) fail("{}: train.objective grpo needs rollout records (data.format rollouts)", dataset_->record(i));
-      longest = std::max(longest, dataset_->target_count(i));
-    }
-    if (completion_length_ == 0) completion_length_ = std::max<std::int64_t>(longest, 1);
-    const auto sampled_at = dataset_->policy(0)->temperature;
-    if (sampled_at && *sampled_at != settings.objective.policy.temperature) {
-      fail("{}: the rollouts were sampled at temperature {} but rl.temperature is {}: their log-probabilities and the "
-           "policy's would be of different distributions; set rl.temperature: {}",
-           settings.data.train, *sampled_at, settings.objective.policy.temperature, *sampled_at);
-    }
-    if (settings.objective.policy.kl_beta > 0 && dataset_->policy(0)->ref_logprobs.empty()) {
-      fail("rl.kl_beta = {} penalises the KL to the reference policy, but the records of {} carry no "
-           "\"ref_logprobs\"; add them (the reference model's log-probability of each completion token) or set "
-           "rl.kl_beta: 0",
-           settings.objective.policy.kl_beta, settings.data.train);
-    }
-    if (longest > completion_length_ && aggregation_ == "dr_grpo") {
-      fail("rl.max_completion_length = {} is shorter than the longest completion of {} ({} tokens): dr_grpo's "
-           "normaliser would not bound the loss; raise it or leave it 0 (the longest completion)",
-           completion_length_, dataset_->describe(), longest);
-    }
-  }
-
+  if (policy_) check_policy_records(settings.data.train);
   if (within_epochs_ && equal_sequence_counts(balance_) && dataset_->size() % global_batch_ % world_size_ != 0) {
     spdlog::info("data.balance {}: each epoch's last step ({} sequences) does not divide over {} ranks; that "
                  "step is planned with local_sort (every sequence trains)",
                  data::balance_name(balance_), dataset_->size() % global_batch_, world_size_);
   }
-  cost_model_ = data::cost_model(config, model.linear_flops_per_token(), model.attention_flops_per_pair());
+}
+
+void MinibatchSource::check_policy_records(const std::string& name) {
+  std::int64_t longest = 0;
+  for (std::int64_t i = 0; i < dataset_->size(); ++i) {
+    if (!dataset_->policy(i)) fail("{}: train.objective grpo needs rollout records (data.format rollouts)", dataset_->record(i));
+    longest = std::max(longest, dataset_->target_count(i));
+  }
+  if (completion_length_ == 0) completion_length_ = std::max<std::int64_t>(longest, 1);
+  const auto sampled_at = dataset_->policy(0)->temperature;
+  if (sampled_at && *sampled_at != temperature_) {
+    fail("{}: the rollouts were sampled at temperature {} but rl.temperature is {}: their log-probabilities and the "
+         "policy's would be of different distributions; set rl.temperature: {}",
+         name, *sampled_at, temperature_, *sampled_at);
+  }
+  if (kl_beta_ > 0 && dataset_->policy(0)->ref_logprobs.empty()) {
+    fail("rl.kl_beta = {} penalises the KL to the reference policy, but the records of {} carry no "
+         "\"ref_logprobs\"; add them (the reference model's log-probability of each completion token) or set "
+         "rl.kl_beta: 0",
+         kl_beta_, name);
+  }
+  if (longest > completion_length_ && aggregation_ == "dr_grpo") {
+    fail("rl.max_completion_length = {} is shorter than the longest completion of {} ({} tokens): dr_grpo's "
+         "normaliser would not bound the loss; raise it or leave it 0 (the longest completion)",
+         completion_length_, dataset_->describe(), longest);
+  }
+}
+
+void MinibatchSource::set_rollouts(std::unique_ptr<data::TokenDataset> rollouts, std::uint64_t order_seed) {
+  ODC_CHECK(online_ && rollouts && rollouts->size() > 0, "MinibatchSource::set_rollouts outside the online loop");
+  for (std::int64_t i = 0; i < rollouts->size(); ++i) {
+    if (rollouts->length(i) > token_cap_) {
+      fail("{}: rollout {} has length {}, more than the microbatch cap of {} tokens", rollouts->record(i), i,
+           rollouts->length(i), token_cap_);
+    }
+  }
+  dataset_ = std::move(rollouts);
+  check_policy_records(dataset_->describe());
+  sampler_ = std::make_unique<data::Sampler>(dataset_->size(), order_seed, shuffle_);
 }
 
 std::unique_ptr<data::TokenDataset> MinibatchSource::open_limited(const RunSettings& settings, std::int64_t vocab_size) {

@@ -3,7 +3,12 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <string>
+#include <unistd.h>
+
+#include <fmt/format.h>
 
 #include "odc/core/error.h"
 
@@ -74,6 +79,49 @@ double number_match_reward(std::string_view completion, std::string_view answer)
 
 double reward_of(Verifier verifier, std::string_view completion, std::string_view answer) {
   return verifier == Verifier::exact ? exact_match_reward(completion, answer) : number_match_reward(completion, answer);
+}
+
+std::vector<double> command_rewards(const std::string& command, const std::vector<nlohmann::json>& requests,
+                                    const std::filesystem::path& scratch) {
+  const std::string stem = fmt::format("odc-rewards-{}", ::getpid());
+  const auto in_path = scratch / (stem + ".requests.jsonl");
+  const auto out_path = scratch / (stem + ".rewards.txt");
+  struct Cleanup {
+    std::filesystem::path a, b;
+    ~Cleanup() {
+      std::error_code ignored;
+      std::filesystem::remove(a, ignored);
+      std::filesystem::remove(b, ignored);
+    }
+  } cleanup{in_path, out_path};
+  {
+    std::ofstream in(in_path);
+    if (!in) fail("reward command '{}': cannot write its input file {}", command, in_path.string());
+    for (const auto& r : requests) in << r.dump() << "\n";
+  }
+  const std::string shell = fmt::format("({}) < '{}' > '{}'", command, in_path.string(), out_path.string());
+  const int status = std::system(shell.c_str());
+  if (status != 0) fail("reward command '{}' failed (status {})", command, status);
+  std::ifstream out(out_path);
+  std::vector<double> rewards;
+  std::string line;
+  while (std::getline(out, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    double value = 0.0;
+    try {
+      value = std::stod(line);
+    } catch (const std::exception&) {
+      fail("reward command '{}': line {} of its output is not a number: '{}'", command, rewards.size() + 1, line);
+    }
+    if (!std::isfinite(value)) {
+      fail("reward command '{}': line {} of its output is not a finite number: '{}'", command, rewards.size() + 1, line);
+    }
+    rewards.push_back(value);
+  }
+  if (rewards.size() != requests.size()) {
+    fail("reward command '{}' wrote {} rewards for {} completions", command, rewards.size(), requests.size());
+  }
+  return rewards;
 }
 
 }  // namespace odc::train

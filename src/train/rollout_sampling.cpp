@@ -41,6 +41,9 @@ std::vector<SampledCompletion> sample_rollouts(model::LlamaModel& model, model::
   if (options.group_size < 1 || options.concurrency < 1) {
     fail("sample_rollouts: group size {} and concurrency {} must be at least 1", options.group_size, options.concurrency);
   }
+  if (!options.prompt_keys.empty() && options.prompt_keys.size() != prompts.size()) {
+    fail("sample_rollouts: {} prompt keys for {} prompts", options.prompt_keys.size(), prompts.size());
+  }
   const auto& config = model.config();
   const std::int64_t vocab = config.vocab_size;
   std::int64_t capacity = 1;
@@ -95,7 +98,9 @@ std::vector<SampledCompletion> sample_rollouts(model::LlamaModel& model, model::
       a.out.sample = pending % options.group_size;
       ++pending;
       GenerateOptions mine = options.sampling;
-      mine.seed = substream_seed(substream_seed(options.sampling.seed, static_cast<std::uint64_t>(a.out.prompt)),
+      const auto key = options.prompt_keys.empty() ? static_cast<std::uint64_t>(a.out.prompt)
+                                                   : options.prompt_keys[static_cast<std::size_t>(a.out.prompt)];
+      mine.seed = substream_seed(substream_seed(options.sampling.seed, key),
                                  static_cast<std::uint64_t>(a.out.sample));
       a.sampler = std::make_unique<TokenSampler>(mine, vocab);
       const auto& prompt = prompts[static_cast<std::size_t>(a.out.prompt)];

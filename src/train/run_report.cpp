@@ -113,6 +113,24 @@ void RunReport::record_eval(const EvalSummary& eval, double seconds) {
                   {"world_size", group_.size()}});
 }
 
+void RunReport::record_rollouts(const nlohmann::json& stats) {
+  if (group_.is_root()) {
+    spdlog::info("iteration {}: {} rollouts, reward {:.4f} (std {:.4f}), accuracy {:.4f}, completions {:.1f} tokens "
+                 "({}-{}, {:.0f}% ended), sampled in {:.2f} s ({:.0f} tokens/s)",
+                 stats.at("iteration").get<std::int64_t>(), stats.at("rollouts").get<std::int64_t>(),
+                 stats.at("reward_mean").get<double>(), stats.at("reward_std").get<double>(),
+                 stats.at("accuracy").get<double>(), stats.at("completion_tokens_mean").get<double>(),
+                 stats.at("completion_tokens_min").get<std::int64_t>(),
+                 stats.at("completion_tokens_max").get<std::int64_t>(), 100.0 * stats.at("eos_fraction").get<double>(),
+                 stats.at("rollout_s").get<double>(), stats.at("completion_tokens_per_s").get<double>());
+  }
+  if (!metrics_.enabled()) return;
+  nlohmann::json line = stats;
+  line["rank"] = group_.rank();
+  line["world_size"] = group_.size();
+  metrics_.write(line);
+}
+
 void RunReport::record(const StepResult& r, const StepContext& context) {
   if (steps_ == 0) first_loss_ = r.loss;
   last_loss_ = r.loss;

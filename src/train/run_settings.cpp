@@ -54,6 +54,24 @@ ObjectiveSettings read_objective(const Config& config) {
   return objective;
 }
 
+RlLoopSettings read_rl_loop(const Config& config) {
+  RlLoopSettings rl;
+  rl.prompts = config.get_string("rl.prompts");
+  rl.iterations = config.get_int("rl.iterations");
+  rl.prompts_per_iteration = config.get_int("rl.prompts_per_iteration");
+  rl.group_size = config.get_int("rl.group_size");
+  rl.epochs = config.get_int("rl.epochs_per_iteration");
+  rl.max_new_tokens = config.get_int("rl.max_new_tokens");
+  rl.top_p = config.get_double("rl.top_p");
+  rl.top_k = config.get_int("rl.top_k");
+  rl.seed = static_cast<std::uint64_t>(config.get_int("rl.seed"));
+  rl.concurrency = config.get_int("rl.concurrency");
+  rl.verifier = config.get_string("rl.verifier");
+  rl.reward_command = config.get_string("rl.reward_command");
+  rl.chat = config.get_bool("rl.chat");
+  return rl;
+}
+
 TrainSettings read_train(const Config& config) {
   TrainSettings train;
   train.threads = static_cast<int>(config.get_int("train.threads"));
@@ -127,6 +145,7 @@ RunSettings resolve_run_settings(const Config& config, bool for_run) {
   RunSettings settings;
   settings.train = read_train(config);
   settings.objective = read_objective(config);
+  settings.rl = read_rl_loop(config);
   if (for_run && settings.train.threads > max_compute_threads()) {
     fail("train.threads = {} is more than 4 x the {} hardware threads of this machine (at most {}): that many "
          "threads would only slow training down",

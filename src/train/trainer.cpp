@@ -148,8 +148,9 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   const RunMemory memory = plan_run_memory(settings, model_config_, sharding_.shard_world,
                                            backend_->memory_capacity(group_.ranks_on_host()),
                                            group_.ranks_on_host(), group_.over_mpi());
+  if (settings.rl.online()) online_ = std::make_unique<OnlineRollouts>(settings, model_config_, rank, world);
   data_ = std::make_unique<MinibatchSource>(settings, config, model_config_, rank, world, settings.comm.kind,
-                                            memory.auto_token_cap);
+                                            memory.auto_token_cap, online_ ? online_->max_sequence_length() : 0);
   if (Evaluator::configured(settings)) {
     evaluator_ = std::make_unique<Evaluator>(settings, model_config_, rank, world, data_->token_cap());
   }
@@ -164,13 +165,17 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   model_->set_recompute(memory_plan_.inputs.recompute);  // train.recompute, as planned
   if (settings.objective.grpo) model_->set_policy_objective(settings.objective.policy, settings.objective.entropy);
   // Only a checkpoint (or another rank) can need the fingerprint: it reads the whole dataset.
-  if (world > 1 || checkpointer_->in_use()) data_fingerprint_ = data_->fingerprint();
+  if (online_) {
+    data_fingerprint_ = online_->fingerprint();
+  } else if (world > 1 || checkpointer_->in_use()) {
+    data_fingerprint_ = data_->fingerprint();
+  }
   if (world > 1) {
     // Every rank must train the same thing: compare fingerprints before any collective that
     // would otherwise hang or silently mix different inputs.
     distributed::check_identical_across_ranks(group_, {{"the configuration", fnv1a64(config.canonical())},
                                                        {"the model config", fnv1a64(model_config_.to_json().dump())},
-                                                       {"the dataset " + data_->dataset().describe(), data_fingerprint_}});
+                                                       {"the data " + data_description(), data_fingerprint_}});
   }
   if (world > 1) check_world_size(model_->units(), sharding_.shard_world);
   if (sharding_.kind == distributed::Sharding::hybrid) {
@@ -197,21 +202,28 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   adam.eps = settings.train.eps;
   adam.weight_decay = settings.train.weight_decay;
   optimizer_ = std::make_unique<optim::ShardedAdamW>(adam);
-  length_ = run_length(config, data_->dataset().size(), data_->global_batch_size());
+  if (online_) {
+    steps_per_iteration_ = online_->steps_per_iteration(data_->global_batch_size(), data_->global_batch_origin());
+    length_.steps = settings.rl.iterations * steps_per_iteration_;
+  } else {
+    length_ = run_length(config, data_->dataset().size(), data_->global_batch_size());
+  }
   schedule_ = lr_schedule(config, length_.steps);
 
   // The initial weights, whatever their source: the checkpoint resumed, model.checkpoint's
   // Hugging Face weights, or the store's random initialization.
   const InitialState initial = checkpointer_->initial_state(
       store(), settings.model.checkpoint,
-      {model_config_, data_fingerprint_, data_->dataset().describe(), data_->global_batch_size()});
+      {model_config_, data_fingerprint_, data_description(), data_->global_batch_size()});
   source_ = initial.source;
   if (const auto& manifest = initial.resumed) {
-    if (manifest->sampler) data_->sampler().restore(*manifest->sampler);
+    if (online_) resume_iteration(resume, *manifest);  // mid-iteration: its rollouts (else the next samples anew)
+    if (manifest->sampler && data_->has_data()) data_->sampler().restore(*manifest->sampler);
     optimizer_->set_steps_taken(manifest->optimizer_steps);
     step_ = manifest->step;
     resumed_from_ = resume;
   }
+  if (online_ && settings.objective.policy.kl_beta > 0) keep_reference(initial);
   checkpointer_->retire_abandoned();  // a rollback's abandoned branch, once the resume succeeded
 
   if (!settings.train.trace_file.empty()) tracer_ = std::make_unique<Tracer>(rank);
@@ -249,7 +261,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
                    : fmt::format("; activation recomputation {} (train.recompute)", model::recompute_name(model_->recompute())));
   const std::int64_t global = data_->global_batch_size();
   spdlog::info("data: {}, global batch {} sequences per step ({}), microbatch cap {} tokens",
-               data_->dataset().describe(), global, data_->global_batch_origin(), data_->token_cap());
+               data_description(), global, data_->global_batch_origin(), data_->token_cap());
   if (length_.epochs > 0) {
     spdlog::info("train.epochs {}: {} steps per epoch{}, {} steps", length_.epochs, length_.steps_per_epoch,
                  length_.last_step_sequences < global
@@ -284,6 +296,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
 Trainer::~Trainer() = default;
 
 StepResult Trainer::step() {
+  if (online_ && step_ % steps_per_iteration_ == 0) begin_iteration();  // outside the step's time
   const auto start = Clock::now();
   distributed::Comm& comm = comm_->comm();
   StepResult r;
@@ -536,13 +549,20 @@ void Trainer::save_checkpoint() {
   manifest.optimizer_steps = optimizer_->steps_taken();
   manifest.sampler = data_->sampler().state();
   manifest.data_fingerprint = fingerprint_hex(data_fingerprint_);
-  manifest.dataset = data_->dataset().describe();
+  manifest.dataset = data_description();
   manifest.model_config = model_config_.to_json();
   manifest.config = config_.dump();
   manifest.global_minibatch = data_->global_batch_size();
   manifest.source_architecture = source_.architecture;
   if (source_.dtype) manifest.source_dtype = std::string(dtype_name(*source_.dtype));
-  checkpointer_->save(step_, manifest, store());
+  std::vector<std::pair<std::string, std::string>> files;
+  if (online_ && step_ % steps_per_iteration_ != 0) {
+    // In the middle of an iteration: its rollouts, which a resume trains on (they cannot be sampled again:
+    // the weights that sampled them are gone).
+    manifest.rollouts_fingerprint = fingerprint_hex(fnv1a64(rollouts_));
+    files.emplace_back(kRolloutsFile, rollouts_);
+  }
+  checkpointer_->save(step_, manifest, store(), files);
 }
 
 nlohmann::json Trainer::trace_metadata() const {

@@ -126,7 +126,7 @@ expect_rc bad_prompts 1
 expect_in bad_prompts err "bad.jsonl:1: expected {\"prompt\": TEXT, \"answer\": TEXT}"
 run_tool failing_command "${roll[@]}" --out "$work_dir/x.jsonl" --reward-command "exit 3"
 expect_rc failing_command 1
-expect_in failing_command err "--reward-command 'exit 3' failed"
+expect_in failing_command err "reward command 'exit 3' failed"
 run_tool short_command "${roll[@]}" --out "$work_dir/x.jsonl" --reward-command "echo 1"
 expect_rc short_command 1
 expect_in short_command err "wrote 1 rewards for 12 completions"

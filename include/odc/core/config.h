@@ -88,7 +88,8 @@ class Config {
   std::vector<std::string> apply_environment();
   void apply_assignment(const std::string& assignment);  // "a.b=value" from --set
   // Checks required keys are present (call after all layers are applied).
-  void validate() const;
+  // `not_needed`: required keys this run does without (the online RL loop has no data.train).
+  void validate(const std::vector<std::string>& not_needed = {}) const;
 
   bool has(const std::string& path) const;     // set (by default or by the user)
   std::int64_t get_int(const std::string& path) const;  // odc::Error when the key holds one of its words

@@ -15,6 +15,7 @@
 // or none (A = reward - group mean, unscaled), as TRL's GRPOTrainer computes them (scale_rewards).
 // Every problem is an odc::Error naming "file:line".
 #include <cstdint>
+#include <istream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,6 +35,9 @@ class RolloutDataset final : public InMemoryTokenDataset {
  public:
   RolloutDataset(const std::string& path, std::int64_t vocab_size, RewardScale scale = RewardScale::group,
                  bool ignore_extra_fields = false);
+  // The same records from a stream (the online loop's, in memory), named `name` in messages.
+  RolloutDataset(const std::string& name, std::istream& records, std::int64_t vocab_size,
+                 RewardScale scale = RewardScale::group, bool ignore_extra_fields = false);
   std::string describe() const override;
   std::optional<PolicyView> policy(std::int64_t index) const override;
   // Reward statistics of the file (0 when the records carry advantages).
@@ -43,6 +47,7 @@ class RolloutDataset final : public InMemoryTokenDataset {
   std::optional<double> temperature() const { return temperature_; }
 
  private:
+  void read(std::istream& in, std::int64_t vocab_size, RewardScale scale, bool ignore_extra_fields);
   std::vector<std::int64_t> starts_;  // per record: its first token in tokens_ (and in logprobs_)
   std::vector<float> logprobs_;       // per token (0 on prompt tokens)
   std::vector<float> ref_logprobs_;   // per token, or empty

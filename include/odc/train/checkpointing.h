@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -49,6 +50,9 @@ struct TrainingManifest {
   // (architecture, dtype); empty when it started from random weights.
   std::string source_architecture;
   std::string source_dtype;
+  // The online RL loop, saved in the middle of an iteration: the fingerprint (16 hex digits) of the
+  // iteration's rollout records, kept beside the manifest as kRolloutsFile (empty otherwise).
+  std::string rollouts_fingerprint;
   // Read back from io's fields.
   std::int64_t step = 0;
   int world_size = 0;
@@ -60,6 +64,9 @@ struct TrainingManifest {
 };
 
 std::string fingerprint_hex(std::uint64_t fingerprint);
+
+// The online RL loop's current rollouts, in a checkpoint saved in the middle of an iteration.
+inline constexpr const char* kRolloutsFile = "rollouts.jsonl";
 
 // What a run's state starts from (Checkpointer::initial_state).
 struct InitialState {
@@ -78,6 +85,12 @@ struct RunDescription {
   std::string dataset;                 // the data's description ("train.jsonl (1000 sequences)")
   std::int64_t global_minibatch = 0;   // sequences per step, all ranks
 };
+
+// The weights a run starts from before any training, this rank's shard of every unit of `layout`
+// (host memory): model.checkpoint's (`base`), else the random initialization of model.seed
+// (`seed`). The online RL loop's frozen reference policy (rl.kl_beta).
+std::vector<float> starting_weights(const distributed::ShardLayout& layout, const std::vector<model::UnitLayout>& units,
+                                    const model::LlamaConfig& model, std::uint64_t seed, const std::string& base);
 
 class Checkpointer {
  public:
@@ -120,8 +133,9 @@ class Checkpointer {
   void set_shards(int shard_rank, int shard_world, bool writes);
 
   // Collective: writes this rank's shards, rank 0 commits `manifest` (with this run's identity)
-  // as step `step`.
-  void save(std::int64_t step, const TrainingManifest& manifest, distributed::ShardStore& store);
+  // as step `step`, with `files` (name, content) beside it.
+  void save(std::int64_t step, const TrainingManifest& manifest, distributed::ShardStore& store,
+            const std::vector<std::pair<std::string, std::string>>& files = {});
 
   // The best checkpoint so far (lowest eval loss; best_checkpoint.h): continued from best.json on
   // a resume, the same on every rank. checkpoint.keep's pruning never removes it.

@@ -18,6 +18,10 @@
 
 namespace odc::train {
 
+// The eos ids of a Hugging Face directory: "eos_token_id" (an int or a list) of config.json, which
+// generation_config.json overrides; empty when neither says.
+std::vector<std::int32_t> eos_token_ids(const std::string& dir);
+
 // A whole model in one process: full fp32 weights behind a LocalComm.
 class LoadedModel {
  public:

@@ -50,8 +50,19 @@ class MinibatchSource {
   // what data.max_tokens_per_microbatch: auto resolves to (the memory plan's; 0 when not planned).
   // `settings`: the run's data.*, model.checkpoint and train.* values; `config`: the cost model's,
   // token cap's and batch schedule's keys (read by their own functions, which name their origins).
+  // With rl.prompts (the online RL loop) no data is read: `online_max_length` (the longest rollout
+  // the loop can sample) sizes the token cap, and each iteration's rollouts arrive through
+  // set_rollouts.
   MinibatchSource(const RunSettings& settings, const Config& config, const model::LlamaConfig& model, int rank,
-                  int world_size, distributed::CommKind comm, std::int64_t auto_token_cap = 0);
+                  int world_size, distributed::CommKind comm, std::int64_t auto_token_cap = 0,
+                  std::int64_t online_max_length = 0);
+
+  // The online loop: the next iteration's rollouts (every rank the same), drawn from in the order of
+  // a sampler seeded with `order_seed` (data.shuffle). odc::Error for a rollout over the token cap
+  // or records the objective cannot train (as for data.train's).
+  void set_rollouts(std::unique_ptr<data::TokenDataset> rollouts, std::uint64_t order_seed);
+  // Whether there is data to draw from (the online loop has none before its first iteration).
+  bool has_data() const { return dataset_ != nullptr; }
 
   // The next global minibatch and its plan: global_batch_size() sequences, or with train.epochs
   // no more than the current epoch has left (its last step trains the remainder). A step whose
@@ -77,6 +88,9 @@ class MinibatchSource {
   std::uint64_t fingerprint() const;
 
  private:
+  // train.objective grpo: every record a rollout, of rl.temperature, with ref_logprobs for
+  // rl.kl_beta, within dr_grpo's length; `name` is the data's in messages.
+  void check_policy_records(const std::string& name);
   // data.train opened in data.format, data.max_length applied (what it dropped or cut is logged).
   static std::unique_ptr<data::TokenDataset> open_limited(const RunSettings& settings, std::int64_t vocab_size);
   int rank_;
@@ -92,6 +106,10 @@ class MinibatchSource {
   // train.objective grpo: rl.loss_aggregation and the dr_grpo length (rl.max_completion_length, or
   // the data's longest completion).
   bool policy_ = false;
+  bool online_ = false;        // rl.prompts: the rollouts come through set_rollouts
+  double temperature_ = 1.0;   // rl.temperature
+  double kl_beta_ = 0.0;       // rl.kl_beta
+  bool shuffle_ = true;        // data.shuffle
   std::string aggregation_;
   std::int64_t completion_length_ = 0;
   data::Balance balance_ = data::Balance::lb_mini;

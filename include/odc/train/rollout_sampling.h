@@ -7,7 +7,7 @@
 // softmax(logits / T) of the full vocabulary (T = 1 for greedy): what the clipped objective's
 // "old" policy is (as TRL records it; top-k and top-p shape the draw, not this number).
 //
-// Draws are reproducible per (seed, prompt, sample): every completion has its own sampler seeded
+// Draws are reproducible per (seed, prompt key, sample): every completion has its own sampler seeded
 // from them, so a completion does not depend on which others share its batch (up to the GEMMs'
 // summation order over rows, which can flip a near-tie).
 #include <cstdint>
@@ -24,6 +24,9 @@ struct RolloutOptions {
   std::int64_t group_size = 4;          // completions per prompt (GRPO's G)
   std::int64_t concurrency = 16;        // sequences decoded at once
   std::vector<std::int32_t> eos;        // ids that end a completion (kept as its last token)
+  // Per prompt, the number its completions' draws are seeded with (empty: its index), so that a
+  // prompt sampled on any rank, among any others, draws the same completions.
+  std::vector<std::uint64_t> prompt_keys;
 };
 
 struct SampledCompletion {

@@ -65,6 +65,10 @@ class RunReport {
   // After every evaluation: the log line (rank 0) and a metrics line with "eval_loss",
   // "eval_perplexity", "eval_tokens", "eval_sequences", "eval_s" and the step it followed.
   void record_eval(const EvalSummary& eval, double seconds);
+  // After every online RL iteration's sampling: the log line (rank 0) and a metrics line of
+  // `stats` (OnlineRollouts: reward mean and std, accuracy, completion lengths, times; its "step"
+  // is the first step that trains on them).
+  void record_rollouts(const nlohmann::json& stats);
   // The progress line, every train.log_every steps and at the last: step, loss, lr, gradient norm,
   // the global batch (sequences and tokens of this step), tokens/s, MFU, bubbles, ETA. An MFU above
   // 100% (here or in the summary) comes with a warning, once: the peak was underestimated.

@@ -100,9 +100,31 @@ struct ObjectiveSettings {
   bool entropy = true;                      // rl.entropy
 };
 
+// The online RL loop (rl.prompts set): every iteration samples rl.group_size completions of
+// rl.prompts_per_iteration prompts with the current weights, scores them, and trains
+// rl.epochs_per_iteration passes over those rollouts (online_rollouts.h).
+struct RlLoopSettings {
+  std::string prompts;                     // rl.prompts (empty: offline, rollout records from data.train)
+  std::int64_t iterations = 1;             // rl.iterations
+  std::int64_t prompts_per_iteration = 8;  // rl.prompts_per_iteration
+  std::int64_t group_size = 4;             // rl.group_size
+  std::int64_t epochs = 1;                 // rl.epochs_per_iteration
+  std::int64_t max_new_tokens = 64;        // rl.max_new_tokens
+  double top_p = 1.0;                      // rl.top_p
+  std::int64_t top_k = 0;                  // rl.top_k
+  std::uint64_t seed = 0;                  // rl.seed
+  std::int64_t concurrency = 16;           // rl.concurrency
+  std::string verifier = "exact";          // rl.verifier
+  std::string reward_command;              // rl.reward_command (empty: rl.verifier)
+  bool chat = false;                       // rl.chat: prompts as user turns of data.chat_template
+
+  bool online() const { return !prompts.empty(); }
+};
+
 struct RunSettings {
   ModelSettings model;
   ObjectiveSettings objective;
+  RlLoopSettings rl;
   TrainSettings train;
   DataSettings data;
   // train.comm, comm.* and debug.host_staging: the options the comm is made with.

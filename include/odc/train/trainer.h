@@ -28,6 +28,7 @@
 #include "odc/train/memory_plan.h"
 #include "odc/train/minibatch_source.h"
 #include "odc/train/model_export.h"
+#include "odc/train/online_rollouts.h"
 #include "odc/train/run_report.h"
 #include "odc/train/run_settings.h"
 #include "odc/train/step_result.h"
@@ -84,6 +85,21 @@ class Trainer {
   void record_metrics(const std::function<void()>& write);
   [[noreturn]] void end_on_metrics_failure(double failed_ranks, bool saved);
   nlohmann::json trace_metadata() const;
+  // The online RL loop (trainer_rl.cpp): the rollouts of the iteration that starts at step_,
+  // sampled with the current weights (a WeightSnapshot through the comm) and handed to the data.
+  void begin_iteration();
+  // A resume in the middle of an iteration: its rollouts, as the checkpoint kept them.
+  void resume_iteration(const std::string& checkpoint, const TrainingManifest& manifest);
+  // rl.kl_beta in the online loop: the KL penalty's frozen reference, the weights the run started
+  // from (model.checkpoint's or model.seed's), this rank's shard of them.
+  void keep_reference(const InitialState& initial);
+  // Collective: `weights` (this rank's shard of every unit) into the store's masters, where the
+  // comm serves them from; returns the masters that were there.
+  std::vector<float> swap_masters(std::vector<float> weights);
+  // Hands an iteration's records to the data (the sampler seeded for the iteration).
+  void use_rollouts(std::int64_t iteration, std::string records);
+  // What this run trains on: the dataset, or the online loop's prompts.
+  std::string data_description() const;
 
   const Config config_;  // a copy: the trainer must not depend on the caller keeping it alive
   std::unique_ptr<distributed::HostGroup> own_group_;  // the single-rank constructor's
@@ -93,6 +109,10 @@ class Trainer {
   // The compute backend, made before the model and lent to it, the comm, the optimizer (through
   // the store) and the evaluator; declared before them, so it outlives them.
   std::unique_ptr<backend::Backend> backend_;
+  std::unique_ptr<OnlineRollouts> online_;  // rl.prompts: the online loop's sampling
+  std::int64_t steps_per_iteration_ = 0;     // the online loop's
+  std::string rollouts_;                     // the current iteration's records (kept by a checkpoint mid-iteration)
+  std::vector<float> reference_;             // rl.kl_beta online: this rank's shard of the frozen reference
   std::unique_ptr<MinibatchSource> data_;
   std::unique_ptr<Evaluator> evaluator_;  // null unless data.eval is set
   std::optional<EvalSummary> last_eval_;

@@ -1,0 +1,272 @@
+#include "odc/train/online_rollouts.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+
+#include "odc/core/error.h"
+#include "odc/core/random.h"
+#include "odc/data/packing.h"
+#include "odc/data/text_dataset.h"
+#include "odc/train/inference.h"
+#include "odc/train/rewards.h"
+#include "odc/train/rollout_sampling.h"
+
+namespace odc::train {
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// A tokenizer for the prompts, or an error saying where one would be.
+std::string prompts_tokenizer(const RunSettings& settings) {
+  const std::string path = data::resolve_tokenizer_path(settings.data.tokenizer, settings.model.checkpoint);
+  if (path.empty() || !std::filesystem::exists(path)) {
+    fail("rl.prompts: the prompts are tokenized with data.tokenizer or model.checkpoint's tokenizer.json, but {}; "
+         "set data.tokenizer",
+         path.empty() ? std::string("neither is set") : fmt::format("'{}' does not exist", path));
+  }
+  return path;
+}
+
+}  // namespace
+
+OnlineRollouts::OnlineRollouts(const RunSettings& settings, const model::LlamaConfig& model, int rank, int world_size)
+    : rl_(settings.rl),
+      temperature_(settings.objective.policy.temperature),
+      order_seed_(settings.data.seed),
+      shuffle_(settings.data.shuffle),
+      rank_(rank),
+      world_(world_size),
+      prompts_per_iteration_(settings.rl.prompts_per_iteration),
+      group_size_(settings.rl.group_size),
+      context_(model.max_position_embeddings),
+      prompts_(settings.rl.prompts, prompts_tokenizer(settings),
+               settings.rl.chat ? settings.data.chat_template : std::string()) {
+  if (!settings.model.checkpoint.empty()) eos_ = eos_token_ids(settings.model.checkpoint);
+  for (const auto id : prompts_.end_of_turn()) eos_.push_back(id);
+  for (const auto id : eos_) {
+    if (id < 0 || id >= model.vocab_size) fail("rl.prompts: eos id {} is outside the vocabulary of {}", id, model.vocab_size);
+  }
+  for (const auto& p : prompts_.prompts()) {
+    for (const auto id : p.ids) {
+      if (id < 0 || id >= model.vocab_size) {
+        fail("{}: the prompt encodes to token {}, outside the model's vocabulary of {} (is data.tokenizer the model's?)",
+             p.where, id, model.vocab_size);
+      }
+    }
+    if (static_cast<std::int64_t>(p.ids.size()) >= context_) {
+      fail("{}: the prompt has {} tokens, leaving no room to generate within max_position_embeddings = {}", p.where,
+           p.ids.size(), context_);
+    }
+  }
+  scratch_ = std::filesystem::temp_directory_path().string();
+  if (rank == 0 && eos_.empty()) {
+    spdlog::warn("rl.prompts: no eos id (model.checkpoint's config.json or generation_config.json, or rl.chat's end of "
+                 "turn): every completion runs to rl.max_new_tokens = {}", rl_.max_new_tokens);
+  }
+}
+
+std::int64_t OnlineRollouts::steps_per_iteration(std::int64_t global_batch, const std::string& origin) const {
+  const std::int64_t rollouts = rollouts_per_iteration();
+  if (global_batch <= 0 || rollouts % global_batch != 0) {
+    fail("the online RL loop samples rl.prompts_per_iteration x rl.group_size = {} x {} = {} rollouts per iteration, "
+         "which do not divide into global batches of {} sequences ({}); make the global batch a divisor of {}",
+         prompts_per_iteration_, group_size_, rollouts, global_batch, origin, rollouts);
+  }
+  return rl_.epochs * (rollouts / global_batch);
+}
+
+std::int64_t OnlineRollouts::max_sequence_length() const {
+  return std::min(prompts_.longest() + rl_.max_new_tokens, context_);
+}
+
+std::string OnlineRollouts::describe() const {
+  return fmt::format("{}, {} prompts x {} completions per iteration, at most {} new tokens", prompts_.describe(),
+                     prompts_per_iteration_, group_size_, rl_.max_new_tokens);
+}
+
+std::vector<std::int64_t> OnlineRollouts::iteration_prompts(std::int64_t iteration) const {
+  data::Sampler sampler(prompts_.size(), order_seed_, shuffle_);
+  std::vector<std::int64_t> chosen;
+  for (std::int64_t i = 0; i <= iteration; ++i) chosen = sampler.next(prompts_per_iteration_);
+  return chosen;
+}
+
+DrawnRollouts OnlineRollouts::draw(std::int64_t iteration, model::LlamaModel& model, model::ParamSource& params) const {
+  const auto start = Clock::now();
+  DrawnRollouts drawn;
+  drawn.iteration = iteration;
+  drawn.chosen = iteration_prompts(iteration);
+  // This rank's prompts: positions rank, rank + world, ...
+  std::vector<std::vector<std::int32_t>> mine;
+  RolloutOptions options;
+  for (std::int64_t j = rank_; j < prompts_per_iteration_; j += world_) {
+    mine.push_back(prompts_.prompts()[static_cast<std::size_t>(drawn.chosen[static_cast<std::size_t>(j)])].ids);
+    drawn.positions.push_back(j);
+    options.prompt_keys.push_back(static_cast<std::uint64_t>(j));
+  }
+  options.sampling.max_new_tokens = rl_.max_new_tokens;
+  options.sampling.temperature = temperature_;
+  options.sampling.top_p = rl_.top_p;
+  options.sampling.top_k = rl_.top_k;
+  options.sampling.seed = substream_seed(rl_.seed, static_cast<std::uint64_t>(iteration));
+  options.group_size = group_size_;
+  options.concurrency = rl_.concurrency;
+  options.eos = eos_;
+  if (!mine.empty()) drawn.completions = sample_rollouts(model, params, mine, options);
+  drawn.sample_s = seconds_since(start);
+  return drawn;
+}
+
+void OnlineRollouts::add_reference(DrawnRollouts& drawn, model::LlamaModel& model, model::ParamSource& reference,
+                                   std::int64_t token_cap) const {
+  const auto start = Clock::now();
+  const auto vocab = static_cast<std::size_t>(model.config().vocab_size);
+  drawn.ref_logprobs.assign(drawn.completions.size(), {});
+  model::PackedBatch batch;
+  std::vector<std::size_t> members;  // completions in the batch
+  std::vector<float> logits;
+  const auto prompt_ids = [&](const SampledCompletion& c) -> const std::vector<std::int32_t>& {
+    const auto j = drawn.positions[static_cast<std::size_t>(c.prompt)];
+    return prompts_.prompts()[static_cast<std::size_t>(drawn.chosen[static_cast<std::size_t>(j)])].ids;
+  };
+  const auto run = [&] {
+    if (members.empty()) return;
+    model.forward(batch, reference, &logits);
+    std::size_t offset = 0;
+    for (const std::size_t i : members) {
+      const auto& c = drawn.completions[i];
+      const std::size_t prompt = prompt_ids(c).size();
+      auto& out = drawn.ref_logprobs[i];
+      for (std::size_t t = 0; t < c.ids.size(); ++t) {
+        const std::span<const float> row(logits.data() + (offset + prompt + t - 1) * vocab, vocab);
+        out.push_back(static_cast<float>(token_logprob(row, c.ids[t], temperature_)));
+      }
+      offset += prompt + c.ids.size();
+    }
+    batch.clear();
+    members.clear();
+  };
+  std::vector<std::int32_t> sequence;
+  for (std::size_t i = 0; i < drawn.completions.size(); ++i) {
+    const auto& c = drawn.completions[i];
+    sequence = prompt_ids(c);
+    sequence.insert(sequence.end(), c.ids.begin(), c.ids.end());
+    if (batch.num_tokens() + static_cast<std::int64_t>(sequence.size()) > token_cap) run();
+    batch.append(sequence.data(), nullptr, static_cast<std::int64_t>(sequence.size()), 0.0f);
+    members.push_back(i);
+  }
+  run();
+  drawn.reference_s = seconds_since(start);
+}
+
+RolloutIteration OnlineRollouts::gather(DrawnRollouts drawn, distributed::HostGroup& group) const {
+  const auto start = Clock::now();
+  const std::int64_t iteration = drawn.iteration;
+  const auto& completions = drawn.completions;
+  const auto& positions = drawn.positions;
+  const auto& prompts = prompts_.prompts();
+  const auto prompt_of = [&](std::int64_t position) -> const data::Prompt& {
+    return prompts[static_cast<std::size_t>(drawn.chosen[static_cast<std::size_t>(position)])];
+  };
+  // This rank's completions, scored by the verifier here (the reward command runs on rank 0).
+  const bool by_command = !rl_.reward_command.empty();
+  const Verifier verifier = parse_verifier(rl_.verifier);
+  json part = json::array();
+  for (std::size_t i = 0; i < completions.size(); ++i) {
+    const auto& c = completions[i];
+    const std::int64_t j = positions[static_cast<std::size_t>(c.prompt)];
+    json item = {{"position", j}, {"sample", c.sample}, {"ids", c.ids}, {"logprobs", c.logprobs}, {"eos", c.eos}};
+    if (!drawn.ref_logprobs.empty()) item["ref_logprobs"] = drawn.ref_logprobs[i];
+    const std::string text = prompts_.tokenizer().decode(c.ids, false);
+    if (by_command) {
+      item["text"] = text;
+    } else {
+      item["reward"] = reward_of(verifier, text, prompt_of(j).answer);
+    }
+    part.push_back(std::move(item));
+  }
+  const auto parts = group.all_gather_text(part.dump(), "the iteration's sampled completions");
+  const auto total = static_cast<std::size_t>(rollouts_per_iteration());
+  std::vector<json> items(total);
+  for (const auto& text : parts) {
+    for (auto& item : json::parse(text)) {
+      const auto at = static_cast<std::size_t>(item.at("position").get<std::int64_t>() * group_size_ +
+                                               item.at("sample").get<std::int64_t>());
+      items[at] = std::move(item);
+    }
+  }
+  if (by_command) {
+    // Rank 0 runs the command; every rank learns its rewards, or its error.
+    std::string answer;
+    if (group.is_root()) {
+      std::vector<json> requests;
+      for (const auto& item : items) {
+        const auto& p = prompt_of(item.at("position").get<std::int64_t>());
+        requests.push_back({{"prompt", p.text}, {"completion", item.at("text")}, {"answer", p.answer}});
+      }
+      try {
+        answer = json{{"rewards", command_rewards(rl_.reward_command, requests, scratch_)}}.dump();
+      } catch (const Error& e) {
+        answer = json{{"error", e.what()}}.dump();
+      }
+    }
+    group.broadcast(answer, "the reward command's rewards");
+    const json reply = json::parse(answer);
+    if (reply.contains("error")) fail("rl.reward_command, iteration {}: {}", iteration + 1, reply.at("error").get<std::string>());
+    const auto& rewards = reply.at("rewards");
+    for (std::size_t i = 0; i < total; ++i) items[i]["reward"] = rewards.at(i);
+  }
+
+  RolloutIteration out;
+  out.iteration = iteration;
+  double reward_sum = 0.0, correct = 0.0, tokens = 0.0, ended = 0.0;
+  std::size_t shortest = static_cast<std::size_t>(-1), longest = 0;
+  for (const auto& item : items) {
+    const std::int64_t j = item.at("position").get<std::int64_t>();
+    const double reward = item.at("reward").get<double>();
+    json record = {{"prompt_ids", prompt_of(j).ids}, {"completion_ids", item.at("ids")},
+                   {"logprobs", item.at("logprobs")}, {"reward", reward},
+                   {"group", j},                     {"temperature", temperature_}};
+    if (item.contains("ref_logprobs")) record["ref_logprobs"] = item.at("ref_logprobs");
+    out.records += record.dump();
+    out.records += '\n';
+    reward_sum += reward;
+    correct += reward >= 1.0 ? 1.0 : 0.0;
+    const std::size_t length = item.at("ids").size();
+    tokens += static_cast<double>(length);
+    shortest = std::min(shortest, length);
+    longest = std::max(longest, length);
+    ended += item.at("eos").get<bool>() ? 1.0 : 0.0;
+  }
+  const auto n = static_cast<double>(total);
+  const double mean = reward_sum / n;
+  double squares = 0.0;
+  for (const auto& item : items) squares += std::pow(item.at("reward").get<double>() - mean, 2);
+  const double seconds = drawn.sample_s + drawn.reference_s + seconds_since(start);
+  out.stats = {{"iteration", iteration + 1},
+               {"prompts", prompts_per_iteration_},
+               {"rollouts", total},
+               {"reward_mean", mean},
+               {"reward_std", std::sqrt(squares / n)},
+               {"accuracy", correct / n},
+               {"completion_tokens_mean", tokens / n},
+               {"completion_tokens_min", shortest},
+               {"completion_tokens_max", longest},
+               {"eos_fraction", ended / n},
+               {"sample_s", drawn.sample_s},
+               {"reference_s", drawn.reference_s},
+               {"score_s", seconds_since(start)},
+               {"rollout_s", seconds},
+               {"completion_tokens_per_s", tokens / seconds}};
+  return out;
+}
+
+}  // namespace odc::train

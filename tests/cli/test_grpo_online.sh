@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# The online RL loop (odc-train with rl.prompts): every iteration samples completions of the next
+# prompts with the ranks' current weights, scores them (here an external reward command, so that
+# rewards vary on a random model), and trains on them. Proves: a run stopped in the middle of an
+# iteration and resumed gives the same rewards, losses and final weights as the straight run,
+# bitwise (ODC with comm.deterministic); the collective baseline samples the same first iteration;
+# the KL penalty's reference (the starting model, sharded like the policy) is 0 away at first and
+# then grows; the rollout metrics are there; misconfigurations and a damaged checkpoint are refused with
+# messages naming what is wrong. Usage: test_grpo_online.sh BIN_DIR WORK_DIR
+set -uo pipefail
+bin_dir=${1:?usage: test_grpo_online.sh BIN_DIR WORK_DIR}
+work_dir=${2:?usage: test_grpo_online.sh BIN_DIR WORK_DIR}
+tool="$bin_dir/odc-train"
+# shellcheck source=cli_tool_checks.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cli_tool_checks.sh"
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+
+/usr/bin/python3 "$repo/tools/make_demo_chat.py" --out "$work_dir/chat" --num 200 --merges 40 --seed 1 >/dev/null
+"$bin_dir/odc-ckpt" init --out "$work_dir/model" --dtype f32 --seed 5 --set model.config.vocab_size=299 \
+  --set model.config.hidden_size=64 --set model.config.intermediate_size=128 --set model.config.num_hidden_layers=2 \
+  --set model.config.num_attention_heads=4 --set model.config.num_key_value_heads=2 \
+  --set model.config.max_position_embeddings=96 --set model.config.initializer_range=0.5 \
+  >"$work_dir/init.out" 2>&1 || fail "odc-ckpt init: $(cat "$work_dir/init.out")"
+cp "$work_dir/chat/tokenizer/"* "$work_dir/model/"
+printf '%s\n' '{"prompt": "reverse: apple ->", "answer": "elppa"}' '{"prompt": "add: 2 3 ->", "answer": "5"}' \
+  '{"prompt": "sort: lemon ->", "answer": "elmno"}' '{"prompt": "repeat: ab 2 ->", "answer": "abab"}' \
+  '{"prompt": "reverse: kiwi ->", "answer": "iwik"}' '{"prompt": "add: 4 4 ->", "answer": "8"}' \
+  '{"prompt": "sort: grape ->", "answer": "aegpr"}' '{"prompt": "repeat: x 3 ->", "answer": "xxx"}' \
+  >"$work_dir/prompts.jsonl"
+# Rewards that vary on a random model: the completion's length in characters, mod 3.
+cat >"$work_dir/reward.py" <<'PY'
+import json, sys
+for line in sys.stdin:
+    print(len(json.loads(line)["completion"]) % 3)
+PY
+# 3 iterations of 4 prompts x 4 completions, 2 steps of 8 rollouts each: 6 steps.
+loop=(--set "model.checkpoint=$work_dir/model" --set train.objective=grpo --set "rl.prompts=$work_dir/prompts.jsonl"
+      --set rl.iterations=3 --set rl.prompts_per_iteration=4 --set rl.group_size=4 --set rl.max_new_tokens=12
+      --set rl.chat=true --set rl.concurrency=6 --set rl.seed=11
+      --set "rl.reward_command=/usr/bin/python3 $work_dir/reward.py" --set data.global_batch_size=8
+      --set rl.kl_beta=0.05 --set train.lr=3e-3 --set train.warmup_steps=0 --set train.schedule=constant
+      --set comm.deterministic=true
+      --set train.log_level=info)
+odc=(--set train.comm=odc --set data.balance=lb_mini_equal)
+
+train() {  # NAME RANKS ARGS...: odc-train under mpirun, output in NAME.{out,err}
+  local name=$1 ranks=$2
+  shift 2
+  rc=0
+  timeout 300 mpirun --oversubscribe --bind-to none -np "$ranks" "$tool" "${loop[@]}" "$@" \
+    >"$work_dir/$name.out" 2>"$work_dir/$name.err" || rc=$?
+}
+
+# 1. Straight, stopped in the middle of iteration 2 (after step 3) and resumed, and the collective baseline.
+train straight 2 "${odc[@]}" --set "checkpoint.dir=$work_dir/ck-straight" --set "train.metrics_file=$work_dir/straight.jsonl"
+expect_rc straight 0
+train stopped 2 "${odc[@]}" --set "checkpoint.dir=$work_dir/ck-resumed" --set "train.metrics_file=$work_dir/resumed.jsonl" \
+  --set train.stop_at_step=3
+expect_rc stopped 0
+[ -f "$work_dir/ck-resumed/step-00000003/rollouts.jsonl" ] || fail "the mid-iteration checkpoint step-3 holds no rollouts.jsonl"
+cp -r "$work_dir/ck-resumed/step-00000003" "$work_dir/step-3-copy"
+train resumed 2 "${odc[@]}" --set "checkpoint.dir=$work_dir/ck-resumed" --set "train.metrics_file=$work_dir/resumed.jsonl"
+expect_rc resumed 0
+expect_in resumed err "in the middle of iteration 2"
+train collective 2 --set train.comm=collective --set data.balance=lb_micro --set "train.metrics_file=$work_dir/collective.jsonl"
+expect_rc collective 0
+expect_in straight err "iteration 3: 16 rollouts, reward"
+
+if [ -f "$work_dir/straight.jsonl" ] && [ -f "$work_dir/resumed.jsonl" ] && [ -f "$work_dir/collective.jsonl" ]; then
+  if ! out=$(/usr/bin/python3 - "$work_dir" <<'PY'
+import json, sys
+work = sys.argv[1]
+def lines(name):
+    return [json.loads(l) for l in open(f"{work}/{name}.jsonl")]
+straight, resumed, collective = lines("straight"), lines("resumed"), lines("collective")
+bad = []
+steps = [r for r in straight if "loss" in r]
+rollouts = [r for r in straight if "reward_mean" in r]
+if [r["step"] for r in steps] != [1, 2, 3, 4, 5, 6]:
+    bad.append(f"straight steps {[r['step'] for r in steps]}, expected 1..6")
+if [(r["iteration"], r["step"], r["rollouts"]) for r in rollouts] != [(1, 1, 16), (2, 3, 16), (3, 5, 16)]:
+    bad.append(f"rollout lines {[(r['iteration'], r['step'], r['rollouts']) for r in rollouts]}")
+for r in rollouts:
+    for key in ("reward_mean", "reward_std", "accuracy", "completion_tokens_mean", "eos_fraction", "sample_s"):
+        if key not in r:
+            bad.append(f"iteration {r['iteration']}: no {key}")
+    if not 1 <= r["completion_tokens_min"] <= r["completion_tokens_max"] <= 12:
+        bad.append(f"iteration {r['iteration']}: completion lengths {r['completion_tokens_min']}..{r['completion_tokens_max']}")
+if not any(r["reward_std"] > 0 for r in rollouts):
+    bad.append("no iteration's rewards vary: nothing to learn from")
+if all(r["loss"] == 0 for r in steps):
+    bad.append("every loss is 0")
+# The KL penalty's reference is the starting model, gathered like the policy: 0 on the first step
+# (the policy is the reference; only the forwards' summation order differs), then positive.
+if abs(steps[0]["policy"]["kl"]) > 1e-6:
+    bad.append(f"step 1 KL {steps[0]['policy']['kl']}: the policy is the reference there")
+if not any(r["policy"]["kl"] > 1e-6 for r in steps[2:]):
+    bad.append(f"KL never grows: {[r['policy']['kl'] for r in steps]}")
+# Stop and resume: bitwise the same rewards, losses and gradient norms.
+def key(r):
+    if "loss" in r:
+        return ("step", r["step"], r["loss"], r["grad_norm"], r["policy"]["kl"], r["policy"]["ratio_mean"])
+    return ("rollouts", r["iteration"], r["reward_mean"], r["reward_std"], r["completion_tokens_mean"])
+a = [key(r) for r in straight if "loss" in r or "reward_mean" in r]
+b = [key(r) for r in resumed if "loss" in r or "reward_mean" in r]
+if a != b:
+    bad.append("resumed run differs from the straight run:\n  " + "\n  ".join(f"{x} | {y}" for x, y in zip(a, b) if x != y)
+               + (f"\n  lengths {len(a)} vs {len(b)}" if len(a) != len(b) else ""))
+# The collective baseline samples iteration 1 with the same weights, prompts and seeds.
+first = [r for r in collective if "reward_mean" in r][0]
+if (first["reward_mean"], first["completion_tokens_mean"]) != (rollouts[0]["reward_mean"], rollouts[0]["completion_tokens_mean"]):
+    bad.append(f"collective iteration 1 {first['reward_mean']}, {first['completion_tokens_mean']} vs odc "
+               f"{rollouts[0]['reward_mean']}, {rollouts[0]['completion_tokens_mean']}")
+c1 = [r for r in collective if "loss" in r][0]
+if abs(c1["loss"] - steps[0]["loss"]) > 1e-5 * max(1e-3, abs(steps[0]["loss"])):
+    bad.append(f"collective step 1 loss {c1['loss']} vs odc {steps[0]['loss']}")
+print("\n".join(bad))
+print(f"rewards per iteration {[round(r['reward_mean'], 4) for r in rollouts]}, losses {[round(r['loss'], 6) for r in steps]}",
+      file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
+  ); then
+    fail "metrics: $out"
+  fi
+  # The final weights and optimizer state: bitwise.
+  for f in "$work_dir"/ck-straight/step-00000006/rank-*.safetensors; do
+    cmp -s "$f" "$work_dir/ck-resumed/step-00000006/$(basename "$f")" || fail "final checkpoint file $(basename "$f") differs"
+  done
+  ls "$work_dir"/ck-straight/step-00000006/rank-*.safetensors >/dev/null 2>&1 || fail "no shard files in ck-straight/step-00000006"
+else
+  fail "a metrics file is missing"
+fi
+
+# 2. A damaged mid-iteration checkpoint is refused.
+mkdir -p "$work_dir/ck-damaged" && cp -r "$work_dir/step-3-copy" "$work_dir/ck-damaged/step-00000003"
+sed -i '1s/"reward":[-0-9.e]*/"reward":9/' "$work_dir/ck-damaged/step-00000003/rollouts.jsonl"
+train damaged 2 "${odc[@]}" --set "checkpoint.dir=$work_dir/ck-damaged-run" \
+  --set "checkpoint.resume=$work_dir/ck-damaged/step-00000003"
+expect_rc damaged 1
+expect_in damaged err "does not match the fingerprint its manifest recorded"
+
+# 3. Misconfigurations, refused before anything runs.
+train steps 1 --set train.steps=4
+expect_rc steps 1
+expect_in steps err "train.steps (from --set) does not apply to the online RL loop (rl.prompts)"
+train batch 1 --set data.global_batch_size=5
+expect_rc batch 1
+expect_in batch err "= 16 rollouts per iteration, which do not divide into global batches of 5 sequences"
+rc=0
+"$tool" --set train.objective=grpo --set data.format=rollouts --set data.train=x.jsonl --set rl.group_size=2 \
+  >"$work_dir/offline.out" 2>"$work_dir/offline.err" || rc=$?
+expect_rc offline 1
+expect_in offline err "rl.group_size (from --set) shapes only the online RL loop, and rl.prompts is not set"
+
+if [ "$failures" -gt 0 ]; then
+  echo "test_grpo_online: $failures failure(s)" >&2
+  exit 1
+fi
+echo "test_grpo_online: OK"
