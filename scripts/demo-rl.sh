@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # RL after SFT on the demo's verifiable string tasks (reverse, repeat, sort, add), on the CPU: a small
 # LLaMA-style model is fine-tuned only part of the way (scripts/demo.sh's data and config, fewer
-# steps), then GRPO iterations raise its held-out accuracy. Each iteration is the offline loop:
-#   odc-rollout   G completions of a slice of the training prompts with the current weights,
-#                 scored by exact match against the answer (rollout records with log-probabilities)
-#   odc-train     train.objective grpo over those records on 2 ranks with ODC (lb_mini_equal, the
-#                 paper's RL balance), exporting the next weights
+# steps), then GRPO iterations raise its held-out accuracy: one odc-train run of the online loop
+# (rl.prompts) on 2 ranks with ODC (lb_mini_equal, the paper's RL balance). Each iteration samples G
+# completions of the next training prompts with the ranks' current weights, scores them by exact
+# match against the answer, and trains on them; odc-rollout measures the held-out accuracy.
 # Prints the held-out accuracy before and after (sampled completions, 4 per prompt, at temperature
-# 1), writes OUT/rl-curve.jsonl (per iteration: reward mean, accuracy, completion length, seconds)
+# 1), writes OUT/rl-curve.jsonl (per iteration: reward mean, accuracy, completion length, seconds;
+# from the run's metrics, OUT/rl-metrics.jsonl)
 # and OUT/rl-curve.png.
 # Usage: scripts/demo-rl.sh [ITERATIONS]   (env: ODC_DEMO_RL_DIR, ODC_BUILD_DIR, ODC_DEMO_RL_SFT_STEPS)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${ODC_BUILD_DIR:-$root/build}"
 out="${ODC_DEMO_RL_DIR:-$root/demo-rl-out}"
-iterations="${1:-20}"
+iterations="${1:-30}"
 sft_steps="${ODC_DEMO_RL_SFT_STEPS:-300}"
 lr="${ODC_DEMO_RL_LR:-1e-4}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -54,27 +54,27 @@ accuracy() {  # MODEL_DIR -> the held-out accuracy (sampled, 4 completions per p
 before=$(accuracy "$out/policy-0")
 echo "held-out accuracy after SFT: $before"
 
-echo "== GRPO: $iterations iterations of 32 prompts x 8 completions =="
-: >"$out/rl-curve.jsonl"
-for ((i = 0; i < iterations; i++)); do
-  t0=$(date +%s.%N)
-  /usr/bin/python3 -c 'import sys; lines = open(sys.argv[1]).readlines(); i = int(sys.argv[2]); sys.stdout.write("".join(lines[32 * i:32 * i + 32]))' \
-    "$out/prompts-train.jsonl" "$i" >"$out/prompts-$i.jsonl"
-  stats=$("$build/bin/odc-rollout" --model "$out/policy-$i" --prompts "$out/prompts-$i.jsonl" --out "$out/rollouts-$i.jsonl" \
-            --chat --group 8 --concurrency 64 --max-new-tokens 12 --seed "$i")
-  "$build/bin/odc-run" -np 2 --oversubscribe --bind-to none "$build/bin/odc-train" \
-    --set model.checkpoint="$out/policy-$i" --set data.train="$out/rollouts-$i.jsonl" --set data.format=rollouts \
-    --set train.objective=grpo --set train.comm=odc --set data.balance=lb_mini_equal --set data.global_batch_size=64 \
-    --set train.steps=4 --set data.shuffle=true --set data.seed="$i" --set train.lr="$lr" --set train.schedule=constant \
-    --set train.warmup_steps=0 --set train.grad_clip=1.0 --set train.log_level=warn \
-    --set checkpoint.export_hf="$out/policy-$((i + 1))" --set checkpoint.export_dtype=float32 \
-    >"$out/grpo-$i.log" 2>&1 || { cat "$out/grpo-$i.log"; exit 1; }
-  rm -rf "$out/policy-$i"
-  /usr/bin/python3 -c 'import json,sys,time; s = json.loads(sys.argv[1]); s.update(iteration=int(sys.argv[2]), seconds=round(time.time() - float(sys.argv[3]), 2)); print(json.dumps(s))' \
-    "$stats" "$i" "$t0" | tee -a "$out/rl-curve.jsonl" |
-    /usr/bin/python3 -c 'import json,sys; s = json.loads(sys.stdin.read()); print("iteration {:>3}: reward {:.3f}, completion {:.1f} tokens, {:.1f} s".format(s["iteration"], s["reward_mean"], s["completion_tokens_mean"], s["seconds"]))'
-done
-after=$(accuracy "$out/policy-$iterations")
+echo "== GRPO: $iterations iterations of 32 prompts x 8 completions, online in one odc-train run =="
+# The online loop: every iteration samples with the ranks' current weights, scores by exact match,
+# and trains 4 steps of 64 rollouts; AdamW's state carries over from iteration to iteration.
+"$build/bin/odc-run" -np 2 --oversubscribe --bind-to none "$build/bin/odc-train" \
+  --set model.checkpoint="$out/policy-0" --set train.objective=grpo --set rl.prompts="$out/prompts-train.jsonl" \
+  --set rl.iterations="$iterations" --set rl.prompts_per_iteration=32 --set rl.group_size=8 --set rl.chat=true \
+  --set rl.max_new_tokens=12 --set rl.concurrency=64 --set rl.verifier=exact --set train.comm=odc \
+  --set data.balance=lb_mini_equal --set data.global_batch_size=64 --set data.seed=1 --set train.lr="$lr" \
+  --set train.schedule=constant --set train.warmup_steps=0 --set train.grad_clip=1.0 --set train.log_every=20 \
+  --set train.metrics_file="$out/rl-metrics.jsonl" --set checkpoint.export_hf="$out/policy-rl" \
+  --set checkpoint.export_dtype=float32 >"$out/grpo.log" 2>&1 || { cat "$out/grpo.log"; exit 1; }
+grep -h "\] iteration " "$out/grpo.log" | sed 's/.*\] iteration/iteration/' | cut -c1-90
+/usr/bin/python3 -c '
+import json, sys
+with open(sys.argv[2], "w") as f:
+    for line in open(sys.argv[1]):
+        r = json.loads(line)
+        if "reward_mean" in r:
+            f.write(json.dumps({k: r[k] for k in ("iteration", "reward_mean", "accuracy", "completion_tokens_mean", "rollout_s")}) + "\n")
+' "$out/rl-metrics.jsonl" "$out/rl-curve.jsonl"
+after=$(accuracy "$out/policy-rl")
 echo "held-out accuracy: $before after SFT -> $after after $iterations GRPO iterations ($(( $(date +%s) - start )) s in all)"
 /usr/bin/python3 - "$out" "$before" "$after" <<'PY'
 import json, sys

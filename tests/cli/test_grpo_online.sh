@@ -140,7 +140,25 @@ train damaged 2 "${odc[@]}" --set "checkpoint.dir=$work_dir/ck-damaged-run" \
 expect_rc damaged 1
 expect_in damaged err "does not match the fingerprint its manifest recorded"
 
-# 3. Misconfigurations, refused before anything runs.
+rm -rf "$work_dir/ck-missing" && mkdir -p "$work_dir/ck-missing" && cp -r "$work_dir/step-3-copy" "$work_dir/ck-missing/step-00000003"
+rm -f "$work_dir/ck-missing/step-00000003/rollouts.jsonl"
+train missing 2 "${odc[@]}" --set "checkpoint.dir=$work_dir/ck-missing-run" \
+  --set "checkpoint.resume=$work_dir/ck-missing/step-00000003"
+expect_rc missing 1
+expect_in missing err "in the middle of the online RL loop's iteration 2 (2 steps each), but holds no rollouts.jsonl"
+
+# 3. A reward command that fails stops every rank with its message.
+train reward_fails 2 "${odc[@]}" --set "rl.reward_command=exit 3"
+expect_rc reward_fails 1
+expect_in reward_fails err "rl.reward_command, iteration 1: reward command 'exit 3' failed"
+
+# 4. Misconfigurations, refused before anything runs.
+train both_scores 1 --set rl.verifier=number
+expect_rc both_scores 1
+expect_in both_scores err "rl.verifier (from --set) and rl.reward_command (from --set) both score completions: give one"
+train no_tokenizer 1 --set data.tokenizer=/nonexistent/tokenizer.json
+expect_rc no_tokenizer 1
+expect_in no_tokenizer err "rl.prompts: the prompts are tokenized with data.tokenizer or model.checkpoint's tokenizer.json, but '/nonexistent/tokenizer.json' does not exist"
 train steps 1 --set train.steps=4
 expect_rc steps 1
 expect_in steps err "train.steps (from --set) does not apply to the online RL loop (rl.prompts)"

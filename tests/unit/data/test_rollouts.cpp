@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -106,4 +107,26 @@ TEST_CASE("rollouts: every bad record is an error naming file:line", "[data][rl]
         "give it on every record or on none");
   fails(record("1", "2", "-1", "\"advantage\": 1, \"rewrd\": 2"), "did you mean \"reward\"?");
   fails("{\"prompt_ids\": [1]\n", "malformed JSON");
+}
+
+TEST_CASE("rollouts: records from a stream read as from a file, named by the stream's name", "[data][rl]") {
+  TempDir dir;
+  const std::string text = record("1, 2", "3, 4", "-0.5, -1.5", "\"reward\": 1, \"group\": 0") +
+                           record("1, 2", "5", "-2", "\"reward\": 0, \"group\": 0") +
+                           record("6", "7, 8", "-1, -1", "\"reward\": 1, \"group\": 1");
+  const std::string path = dir.write("r.jsonl", text);
+  const RolloutDataset from_file(path, 16);
+  std::istringstream in(text);
+  const RolloutDataset from_stream("iteration 3's rollouts", in, 16);
+  REQUIRE(from_stream.size() == from_file.size());
+  for (std::int64_t i = 0; i < from_file.size(); ++i) {
+    const auto a = from_file.get(i), b = from_stream.get(i);
+    CHECK(std::vector<int>(a.tokens.begin(), a.tokens.end()) == std::vector<int>(b.tokens.begin(), b.tokens.end()));
+    CHECK(from_file.policy(i)->advantage == from_stream.policy(i)->advantage);
+    CHECK(std::vector<float>(from_file.policy(i)->logprobs.begin(), from_file.policy(i)->logprobs.end()) ==
+          std::vector<float>(from_stream.policy(i)->logprobs.begin(), from_stream.policy(i)->logprobs.end()));
+  }
+  CHECK(from_stream.record(2) == "iteration 3's rollouts:3");
+  std::istringstream bad(record("1", "99", "-1", "\"advantage\": 1"));
+  CHECK_THROWS_WITH(RolloutDataset("stream", bad, 16), Catch::Contains("stream:1: completion_ids[0] = 99 is not a token id"));
 }
