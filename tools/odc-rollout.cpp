@@ -52,6 +52,8 @@ options:
                          logprobs (train them with rl.temperature T; the records say it)
   --top-p P              nucleus mass in (0, 1] (default 1.0)
   --top-k K              sample among the K most likely tokens (default 0 = off)
+  --stop STRING          a completion also ends once its text contains STRING (repeatable; the token
+                         that completes it is kept, as an eos token is)
   --seed N               sampling seed (>= 0, default 0); each completion's draws depend only on it,
                          its prompt and its sample index
   --verifier V           exact (default: the completion up to its end-of-turn marker, stripped,
@@ -72,7 +74,7 @@ odc::cli::Command command() {
   using odc::cli::Takes;
   return {"odc-rollout", kUsage,
           {{"--model"}, {"--tokenizer"}, {"--prompts"}, {"--out"}, {"--group"}, {"--concurrency"}, {"--max-new-tokens"},
-           {"--temperature"}, {"--top-p"}, {"--top-k"}, {"--seed"}, {"--verifier"}, {"--reward-command"}, {"--ref-model"},
+           {"--temperature"}, {"--top-p"}, {"--top-k"}, {"--stop", Takes::values}, {"--seed"}, {"--verifier"}, {"--reward-command"}, {"--ref-model"},
            {"--chat", Takes::nothing}, {"--chat-template"}, {"--threads"}}};
 }
 
@@ -109,6 +111,11 @@ int run(const odc::cli::Arguments& args) {
   odc::train::LoadedModel model(model_dir, threads);
   options.eos = model.eos_token_ids();
   for (const auto id : prompt_set.end_of_turn()) options.eos.push_back(id);
+  options.stop = args.values("--stop");
+  for (const auto& stop : options.stop) {
+    if (stop.empty()) throw args.usage_error("--stop expects a non-empty string, got ''");
+  }
+  options.decode = [&tokenizer](std::span<const std::int32_t> ids) { return tokenizer.decode(ids, false); };
   std::vector<std::vector<std::int32_t>> prompt_ids;
   for (const auto& p : prompts) prompt_ids.push_back(p.ids);
 

@@ -292,6 +292,9 @@ std::vector<TunableSpec> trainer_tunables() {
       tunable("rl.top_p", K::number, "1", "online loop: nucleus sampling mass", Range::above(0).and_at_most(1)),
       tunable("rl.top_k", K::integer, "0", "online loop: sample among the k most likely tokens (0 = all)",
               Range::at_least(0)),
+      tunable("rl.stop", K::string, "\"\"",
+              "online loop: a completion also ends once its text contains this string (the token that completes it "
+              "is kept); empty = eos ids and rl.max_new_tokens only"),
       tunable("rl.seed", K::integer, "0",
               "online loop: sampling seed; a completion's draws depend only on it, the iteration, its prompt's "
               "position and its sample index",
@@ -373,7 +376,7 @@ void check_relations(const Config& config) {
     }
   } else {
     for (const char* key : {"rl.iterations", "rl.prompts_per_iteration", "rl.group_size", "rl.epochs_per_iteration",
-                            "rl.max_new_tokens", "rl.top_p", "rl.top_k", "rl.seed", "rl.concurrency", "rl.verifier",
+                            "rl.max_new_tokens", "rl.top_p", "rl.top_k", "rl.stop", "rl.seed", "rl.concurrency", "rl.verifier",
                             "rl.reward_command", "rl.chat"}) {
       if (grpo && config.source_of(key) != "default") {
         fail("{} (from {}) shapes only the online RL loop, and rl.prompts is not set (the rollouts come from "

@@ -120,6 +120,10 @@ DrawnRollouts OnlineRollouts::draw(std::int64_t iteration, model::LlamaModel& mo
   options.group_size = group_size_;
   options.concurrency = rl_.concurrency;
   options.eos = eos_;
+  if (!rl_.stop.empty()) {
+    options.stop = {rl_.stop};
+    options.decode = [this](std::span<const std::int32_t> ids) { return prompts_.tokenizer().decode(ids, false); };
+  }
   if (!mine.empty()) drawn.completions = sample_rollouts(model, params, mine, options);
   drawn.sample_s = seconds_since(start);
   return drawn;
@@ -183,7 +187,8 @@ RolloutIteration OnlineRollouts::gather(DrawnRollouts drawn, distributed::HostGr
   for (std::size_t i = 0; i < completions.size(); ++i) {
     const auto& c = completions[i];
     const std::int64_t j = positions[static_cast<std::size_t>(c.prompt)];
-    json item = {{"position", j}, {"sample", c.sample}, {"ids", c.ids}, {"logprobs", c.logprobs}, {"eos", c.eos}};
+    json item = {{"position", j},         {"sample", c.sample}, {"ids", c.ids},
+                 {"logprobs", c.logprobs}, {"eos", c.eos},       {"stopped", c.stopped}};
     if (!drawn.ref_logprobs.empty()) item["ref_logprobs"] = drawn.ref_logprobs[i];
     const std::string text = prompts_.tokenizer().decode(c.ids, false);
     if (by_command) {
@@ -227,7 +232,7 @@ RolloutIteration OnlineRollouts::gather(DrawnRollouts drawn, distributed::HostGr
 
   RolloutIteration out;
   out.iteration = iteration;
-  double reward_sum = 0.0, correct = 0.0, tokens = 0.0, ended = 0.0;
+  double reward_sum = 0.0, correct = 0.0, tokens = 0.0, ended = 0.0, stopped = 0.0;
   std::size_t shortest = static_cast<std::size_t>(-1), longest = 0;
   for (const auto& item : items) {
     const std::int64_t j = item.at("position").get<std::int64_t>();
@@ -245,6 +250,7 @@ RolloutIteration OnlineRollouts::gather(DrawnRollouts drawn, distributed::HostGr
     shortest = std::min(shortest, length);
     longest = std::max(longest, length);
     ended += item.at("eos").get<bool>() ? 1.0 : 0.0;
+    stopped += item.at("stopped").get<bool>() ? 1.0 : 0.0;
   }
   const auto n = static_cast<double>(total);
   const double mean = reward_sum / n;
@@ -261,6 +267,7 @@ RolloutIteration OnlineRollouts::gather(DrawnRollouts drawn, distributed::HostGr
                {"completion_tokens_min", shortest},
                {"completion_tokens_max", longest},
                {"eos_fraction", ended / n},
+               {"stop_fraction", stopped / n},
                {"sample_s", drawn.sample_s},
                {"reference_s", drawn.reference_s},
                {"score_s", seconds_since(start)},

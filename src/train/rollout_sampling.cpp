@@ -4,6 +4,7 @@
 #include <cmath>
 #include <deque>
 #include <memory>
+#include <string>
 
 #include "odc/core/error.h"
 #include "odc/core/random.h"
@@ -37,7 +38,13 @@ std::vector<SampledCompletion> sample_rollouts(model::LlamaModel& model, model::
                                                std::span<const std::vector<std::int32_t>> prompts,
                                                const RolloutOptions& options) {
   check_generate_options(options.sampling);
-  if (!options.sampling.stop.empty()) fail("sample_rollouts: stop strings are not supported (eos ids end a completion)");
+  if (!options.sampling.stop.empty()) fail("sample_rollouts: give stop strings in RolloutOptions::stop, with a decoder");
+  std::size_t longest_stop = 0;
+  for (const auto& stop : options.stop) {
+    if (stop.empty()) fail("sample_rollouts: an empty stop string would end every completion at once");
+    longest_stop = std::max(longest_stop, stop.size());
+  }
+  if (!options.stop.empty() && !options.decode) fail("sample_rollouts: stop strings need a decoder of the drawn ids");
   if (options.group_size < 1 || options.concurrency < 1) {
     fail("sample_rollouts: group size {} and concurrency {} must be at least 1", options.group_size, options.concurrency);
   }
@@ -79,8 +86,15 @@ std::vector<SampledCompletion> sample_rollouts(model::LlamaModel& model, model::
     a.next = id;
     const auto& eos = options.eos;
     a.out.eos = std::find(eos.begin(), eos.end(), id) != eos.end();
+    if (!a.out.eos && longest_stop > 0) {
+      // A stop string of n bytes lies within the last n tokens (each decodes to at least one byte)
+      // when the token just drawn completes it; earlier ones were looked for at their own draws.
+      const std::size_t window = std::min(a.out.ids.size(), longest_stop + 1);
+      const std::string tail = options.decode(std::span<const std::int32_t>(a.out.ids).last(window));
+      for (const auto& stop : options.stop) a.out.stopped = a.out.stopped || tail.find(stop) != std::string::npos;
+    }
     const auto length = static_cast<std::int64_t>(prompts[static_cast<std::size_t>(a.out.prompt)].size() + a.out.ids.size());
-    return a.out.eos || static_cast<std::int64_t>(a.out.ids.size()) >= options.sampling.max_new_tokens ||
+    return a.out.eos || a.out.stopped || static_cast<std::int64_t>(a.out.ids.size()) >= options.sampling.max_new_tokens ||
            length >= caches[a.slot].capacity();
   };
   const auto finish = [&](Active& a) {

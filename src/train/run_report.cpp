@@ -121,7 +121,7 @@ void RunReport::record_rollouts(const nlohmann::json& stats) {
                  stats.at("reward_mean").get<double>(), stats.at("reward_std").get<double>(),
                  stats.at("accuracy").get<double>(), stats.at("completion_tokens_mean").get<double>(),
                  stats.at("completion_tokens_min").get<std::int64_t>(),
-                 stats.at("completion_tokens_max").get<std::int64_t>(), 100.0 * stats.at("eos_fraction").get<double>(),
+                 stats.at("completion_tokens_max").get<std::int64_t>(), 100.0 * (stats.at("eos_fraction").get<double>() + stats.value("stop_fraction", 0.0)),
                  stats.at("rollout_s").get<double>(), stats.at("completion_tokens_per_s").get<double>());
   }
   if (!metrics_.enabled()) return;

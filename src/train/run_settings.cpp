@@ -64,6 +64,7 @@ RlLoopSettings read_rl_loop(const Config& config) {
   rl.max_new_tokens = config.get_int("rl.max_new_tokens");
   rl.top_p = config.get_double("rl.top_p");
   rl.top_k = config.get_int("rl.top_k");
+  rl.stop = config.get_string("rl.stop");
   rl.seed = static_cast<std::uint64_t>(config.get_int("rl.seed"));
   rl.concurrency = config.get_int("rl.concurrency");
   rl.verifier = config.get_string("rl.verifier");

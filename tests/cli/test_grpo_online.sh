@@ -28,7 +28,7 @@ printf '%s\n' '{"prompt": "reverse: apple ->", "answer": "elppa"}' '{"prompt": "
   '{"prompt": "reverse: kiwi ->", "answer": "iwik"}' '{"prompt": "add: 4 4 ->", "answer": "8"}' \
   '{"prompt": "sort: grape ->", "answer": "aegpr"}' '{"prompt": "repeat: x 3 ->", "answer": "xxx"}' \
   >"$work_dir/prompts.jsonl"
-# Rewards that vary on a random model: the completion's length in characters, mod 3.
+# Rewards that vary on a random model (completions also end at an "e", rl.stop): the completion's length in characters, mod 3.
 cat >"$work_dir/reward.py" <<'PY'
 import json, sys
 for line in sys.stdin:
@@ -37,7 +37,7 @@ PY
 # 3 iterations of 4 prompts x 4 completions, 2 steps of 8 rollouts each: 6 steps.
 loop=(--set "model.checkpoint=$work_dir/model" --set train.objective=grpo --set "rl.prompts=$work_dir/prompts.jsonl"
       --set rl.iterations=3 --set rl.prompts_per_iteration=4 --set rl.group_size=4 --set rl.max_new_tokens=12
-      --set rl.chat=true --set rl.concurrency=6 --set rl.seed=11
+      --set rl.chat=true --set rl.concurrency=6 --set rl.seed=11 --set rl.stop=e
       --set "rl.reward_command=/usr/bin/python3 $work_dir/reward.py" --set data.global_batch_size=8
       --set rl.kl_beta=0.05 --set train.lr=3e-3 --set train.warmup_steps=0 --set train.schedule=constant
       --set comm.deterministic=true
@@ -87,6 +87,8 @@ for r in rollouts:
             bad.append(f"iteration {r['iteration']}: no {key}")
     if not 1 <= r["completion_tokens_min"] <= r["completion_tokens_max"] <= 12:
         bad.append(f"iteration {r['iteration']}: completion lengths {r['completion_tokens_min']}..{r['completion_tokens_max']}")
+if not any(r["stop_fraction"] > 0 for r in rollouts):
+    bad.append("rl.stop ended no completion")
 if not any(r["reward_std"] > 0 for r in rollouts):
     bad.append("no iteration's rewards vary: nothing to learn from")
 if all(r["loss"] == 0 for r in steps):

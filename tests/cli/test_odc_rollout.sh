@@ -62,6 +62,41 @@ run_tool other --model "$work_dir/model" --prompts "$work_dir/prompts.jsonl" --g
   --concurrency 5 --out "$work_dir/other.jsonl"
 cmp -s "$work_dir/batched.jsonl" "$work_dir/other.jsonl" && fail "another seed wrote the same records"
 
+# 2b. A stop string: the same draws, each completion cut at the token that completes it. The stop
+# is a token's text from the middle of the first completion (the tokenizer's vocab, read here).
+stop=$(/usr/bin/python3 - "$work_dir/batched.jsonl" "$work_dir/model/tokenizer.json" <<'PY'
+import json, sys
+rec = json.loads(open(sys.argv[1]).readline())
+vocab = {i: t for t, i in json.load(open(sys.argv[2]))["model"]["vocab"].items()}
+ids = rec["completion_ids"]
+# A plain printable token (byte-level BPE spells a space as "Ġ"; skip those and specials).
+for i in ids[len(ids) // 2:] + ids:
+    t = vocab.get(i, "")
+    if t and t.isprintable() and t.isascii() and " " not in t:
+        print(t)
+        break
+PY
+)
+if [ -z "$stop" ]; then
+  fail "no printable token in the first completion to stop at"
+else
+  run_tool stopped "${roll[@]}" --concurrency 5 --stop "$stop" --out "$work_dir/stopped.jsonl"
+  expect_rc stopped 0
+  /usr/bin/python3 - "$work_dir/batched.jsonl" "$work_dir/stopped.jsonl" <<'PY' || fail "--stop '$stop': the records are not the free ones cut"
+import json, sys
+free = [json.loads(l) for l in open(sys.argv[1])]
+cut = [json.loads(l) for l in open(sys.argv[2])]
+assert len(free) == len(cut)
+shorter = 0
+for f, c in zip(free, cut):
+    n = len(c["completion_ids"])
+    assert 1 <= n <= len(f["completion_ids"]) and c["completion_ids"] == f["completion_ids"][:n], (f, c)
+    assert len(c["logprobs"]) == n
+    shorter += n < len(f["completion_ids"])
+assert shorter >= 1, "no completion was cut"
+PY
+fi
+
 # 3. An external reward command: 1 for completions longer than 5 characters.
 run_tool command "${roll[@]}" --out "$work_dir/command.jsonl" \
   --reward-command "/usr/bin/python3 -c 'import json,sys; [print(float(len(json.loads(l)[\"completion\"]) > 5)) for l in sys.stdin]'"

@@ -29,7 +29,7 @@ struct RolloutIteration {
   std::int64_t iteration = 0;
   std::string records;  // rollout records (JSONL), prompt position by prompt position, samples in order
   // reward_mean, reward_std, accuracy (reward >= 1), completion_tokens_mean/min/max, eos_fraction
-  // (completions that ended with an eos id), sample_s (this rank's sampling), reference_s (its
+  // (completions that ended with an eos id), stop_fraction (with rl.stop), sample_s (this rank's sampling), reference_s (its
   // reference log-probabilities), score_s (scoring and gathering), rollout_s, completion_tokens_per_s
   nlohmann::json stats;
 };

@@ -112,6 +112,7 @@ struct RlLoopSettings {
   std::int64_t max_new_tokens = 64;        // rl.max_new_tokens
   double top_p = 1.0;                      // rl.top_p
   std::int64_t top_k = 0;                  // rl.top_k
+  std::string stop;                        // rl.stop (empty: none)
   std::uint64_t seed = 0;                  // rl.seed
   std::int64_t concurrency = 16;           // rl.concurrency
   std::string verifier = "exact";          // rl.verifier

@@ -4,6 +4,8 @@
 // forward over prompt + completion at that position (1e-5: fp32 summation order), an eos id ends
 // a completion, and bad prompts and options are errors.
 #include <cmath>
+#include <span>
+#include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -107,4 +109,53 @@ TEST_CASE("token_logprob is log softmax(logits / T), T = 1 for greedy", "[train]
   double z1 = 0.0;
   for (const float l : logits) z1 += std::exp(l);
   CHECK(train::token_logprob(logits, 2, 0.0) == Approx(-0.5 - std::log(z1)));
+}
+
+TEST_CASE("sample_rollouts: a stop string ends a completion at the token that completes it", "[train][rl]") {
+  const auto config = tiny();
+  model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
+  model::ResidentWeights weights(m.units(), config, 9);
+  // Tokens of 1 to 3 bytes, so a stop string spans several of them.
+  const auto decode = [](std::span<const std::int32_t> ids) {
+    std::string text;
+    for (const auto id : ids) text += std::string(static_cast<std::size_t>(id % 3 + 1), static_cast<char>('a' + id % 26));
+    return text;
+  };
+  train::RolloutOptions options;
+  options.sampling.temperature = 1.0;
+  options.sampling.max_new_tokens = 12;
+  options.sampling.seed = 2;
+  options.concurrency = 3;
+  const std::vector<std::vector<std::int32_t>> prompts{{1, 2}, {3}};
+  const auto free = train::sample_rollouts(m, weights, prompts, options);
+  // A stop string of 4 bytes from the middle of the first completion's text.
+  const std::string text = decode(free[0].ids);
+  REQUIRE(text.size() >= 10);
+  const std::string stop = text.substr(text.size() / 2, 4);
+  options.stop = {stop};
+  options.decode = decode;
+  const auto stopped = train::sample_rollouts(m, weights, prompts, options);
+  REQUIRE(stopped.size() == free.size());
+  int ended = 0;
+  for (std::size_t i = 0; i < free.size(); ++i) {
+    // The same draws, cut at the first token whose text completes the stop string.
+    std::size_t cut = free[i].ids.size();
+    for (std::size_t k = 1; k <= free[i].ids.size(); ++k) {
+      if (decode(std::span<const std::int32_t>(free[i].ids).first(k)).find(stop) != std::string::npos) {
+        cut = k;
+        break;
+      }
+    }
+    CAPTURE(i, stop);
+    CHECK(stopped[i].ids == std::vector<std::int32_t>(free[i].ids.begin(), free[i].ids.begin() + static_cast<std::ptrdiff_t>(cut)));
+    CHECK(stopped[i].logprobs.size() == stopped[i].ids.size());
+    CHECK(stopped[i].stopped == (cut < free[i].ids.size() || decode(free[i].ids).find(stop) != std::string::npos));
+    ended += stopped[i].stopped ? 1 : 0;
+  }
+  CHECK(ended >= 1);
+  options.decode = nullptr;
+  CHECK_THROWS_WITH(train::sample_rollouts(m, weights, prompts, options), Catch::Contains("stop strings need a decoder"));
+  options.decode = decode;
+  options.stop = {""};
+  CHECK_THROWS_WITH(train::sample_rollouts(m, weights, prompts, options), Catch::Contains("empty stop string"));
 }
