@@ -251,6 +251,23 @@ MemoryPlan plan_memory(const MemoryInputs& in) {
           false);
     b.add("CUDA runtime and libraries (estimate)", kCudaRuntimeBytes, "context, handles, NCCL channels", true, false);
   }
+  if (in.rollout_sequences > 0) {
+    b.add("rollout weights (online RL)", s.total_numel * kF32,
+          fmt::format("every unit's full weights while sampling ({} elements) x 4 B", count_text(s.total_numel)));
+    const std::int64_t kv_dim = static_cast<std::int64_t>(in.model.num_key_value_heads) * in.model.head_dim;
+    const std::int64_t kv_bytes = dtype_size(act);
+    b.add("rollout KV caches (online RL)",
+          in.rollout_sequences * in.rollout_length * in.model.num_hidden_layers * 2 * kv_dim * kv_bytes,
+          fmt::format("rl.concurrency {} x {} positions x {} layers x 2 x {} x {} B", in.rollout_sequences,
+                      in.rollout_length, in.model.num_hidden_layers, kv_dim, kv_bytes));
+    if (in.rollout_reference) {
+      b.add("reference shard (rl.kl_beta)", 2 * s.owned * kF32,
+            fmt::format("this rank's shard of the reference, and the policy's while they swap: 2 x {} x 4 B",
+                        count_text(s.owned)),
+            false);
+    }
+    b.note("online RL: the decode buffers and logits of rl.concurrency sequences are not sized");
+  }
   if (in.sharding != "full") {
     b.note(fmt::format("train.sharding {}: the replica (hybrid) or host-level copy (hpz) comm's buffers are not sized",
                        in.sharding));
@@ -300,6 +317,13 @@ MemoryInputs memory_inputs(const RunSettings& settings, const model::LlamaConfig
   in.max_inflight = comm.transport.max_inflight;
   in.direct_load = comm.transport.direct_load;
   in.sharding = std::string(distributed::sharding_name(settings.train.sharding));
+  if (settings.rl.online()) {
+    // This rank samples ceil(prompts / world) prompts' completions, rl.concurrency at a time.
+    const std::int64_t mine = (settings.rl.prompts_per_iteration + world - 1) / world * settings.rl.group_size;
+    in.rollout_sequences = std::min(settings.rl.concurrency, mine);
+    in.rollout_length = model.max_position_embeddings;
+    in.rollout_reference = settings.objective.policy.kl_beta > 0;
+  }
   return in;
 }
 
@@ -323,9 +347,11 @@ void check_fits(const MemoryPlan& plan, std::int64_t budget_bytes, std::string_v
 }
 
 RunMemory plan_run_memory(const RunSettings& settings, const model::LlamaConfig& model, int shard_world,
-                          std::int64_t capacity_bytes, int ranks_sharing, bool launched_with_mpi) {
+                          std::int64_t capacity_bytes, int ranks_sharing, bool launched_with_mpi,
+                          std::int64_t rollout_length) {
   RunMemory run;
   run.inputs = memory_inputs(settings, model, shard_world, 0, launched_with_mpi);
+  if (rollout_length > 0 && run.inputs.rollout_sequences > 0) run.inputs.rollout_length = rollout_length;
   run.inputs.ranks_on_host = ranks_sharing;
   run.budget = memory_budget(settings, capacity_bytes);
   run.budget_origin = settings.train.memory_budget_gib > 0

@@ -145,10 +145,11 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   sharding_ = sharding_plan(settings, group_);
   // The memory plan (memory_plan.h): data.max_tokens_per_microbatch: auto resolves from it, and a
   // run it does not fit is refused below, before anything is trained.
+  if (settings.rl.online()) online_ = std::make_unique<OnlineRollouts>(settings, model_config_, rank, world);
   const RunMemory memory = plan_run_memory(settings, model_config_, sharding_.shard_world,
                                            backend_->memory_capacity(group_.ranks_on_host()),
-                                           group_.ranks_on_host(), group_.over_mpi());
-  if (settings.rl.online()) online_ = std::make_unique<OnlineRollouts>(settings, model_config_, rank, world);
+                                           group_.ranks_on_host(), group_.over_mpi(),
+                                           online_ ? online_->max_sequence_length() : 0);
   data_ = std::make_unique<MinibatchSource>(settings, config, model_config_, rank, world, settings.comm.kind,
                                             memory.auto_token_cap, online_ ? online_->max_sequence_length() : 0);
   if (Evaluator::configured(settings)) {

@@ -48,6 +48,12 @@ struct MemoryInputs {
   // keep_weight_copies), or makes them at every acquire; settle_memory_plan drops it when only
   // that makes the plan fit.
   bool keep_weight_copies = true;
+  // The online RL loop (rl.prompts): while sampling, every unit's full fp32 weights
+  // (model::WeightSnapshot) and `rollout_sequences` KV caches of `rollout_length` positions;
+  // with rl.kl_beta, this rank's shard of the reference in host memory. 0 sequences: no loop.
+  std::int64_t rollout_sequences = 0;
+  std::int64_t rollout_length = 0;
+  bool rollout_reference = false;
 };
 
 struct MemoryItem {
@@ -105,8 +111,11 @@ struct RunMemory {
   std::int64_t auto_token_cap = 0;
 };
 // `capacity_bytes`: this rank's share (Backend::memory_capacity); `ranks_sharing`: the ranks of this host.
+// `rollout_length`: the online RL loop's longest sequence (prompt + rl.max_new_tokens; 0 bounds it
+// by the model's context).
 RunMemory plan_run_memory(const RunSettings& settings, const model::LlamaConfig& model, int shard_world,
-                          std::int64_t capacity_bytes, int ranks_sharing, bool launched_with_mpi);
+                          std::int64_t capacity_bytes, int ranks_sharing, bool launched_with_mpi,
+                          std::int64_t rollout_length = 0);
 
 // The run's plan at its token cap: refused (check_fits) when over the budget, else returned (one
 // rank: without kept weight copies when only that fits; inputs.keep_weight_copies says), and with
