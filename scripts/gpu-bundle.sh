@@ -63,9 +63,21 @@ done
 for f in "${python_peers[@]}"; do cp "$root/$f" "$b/py/"; done
 cp "$root/scripts/gpu-check.sh" "$b/gpu-check.sh"
 # The trainer step's job: its config and synthetic SFT data (long-tailed lengths, 4 tasks).
-cp "$root/configs/gpu-check-train.yaml" "$root/configs/gpu-check-ipc.yaml" "$b/configs/"
+cp "$root/configs/gpu-check-train.yaml" "$root/configs/gpu-check-ipc.yaml" "$root/configs/gpu-check-rl.yaml" "$b/configs/"
 "$build/bin/odc-data" synth --out "$b/data/gpu-train.jsonl" --num 512 --vocab 32 --min-length 16 \
   --max-length 512 --mean-length 96 --seed 7 >/dev/null || die "odc-data synth failed"
+
+# The rl step's prompts and tokenizer: the demo's tasks with their answers, its chat tokenizer.
+/usr/bin/python3 "$root/tools/make_demo_chat.py" --out "$stage/chat" --num 64 --merges 40 --seed 1 >/dev/null ||
+  die "tools/make_demo_chat.py failed"
+mkdir -p "$b/data/tokenizer" && cp "$stage/chat/tokenizer/"* "$b/data/tokenizer/"
+/usr/bin/python3 - "$stage/chat/chat.jsonl" "$b/data/rl-prompts.jsonl" <<'PY' || die "the rl prompts"
+import json, sys
+with open(sys.argv[2], "w") as out:
+    for line in open(sys.argv[1]):
+        m = json.loads(line)["messages"]
+        out.write(json.dumps({"prompt": m[-2]["content"], "answer": m[-1]["content"]}) + "\n")
+PY
 
 # Shared libraries: everything ldd resolves except the glibc family and CUDA's own.
 host_provided='^(linux-vdso|ld-linux|libc\.|libm\.|libpthread\.|libdl\.|librt\.|libresolv\.|libutil\.|libcuda\.|libcudart\.|libcublas|libnccl\.|libcudnn|libnvrtc|libnvJitLink|libcufile)'

@@ -90,6 +90,7 @@ torch_recompute=full
 plan=(
   "tests 35 120 odc_cuda_tests, one pass ([cudnn] included)"
   "trainer 10 60 odc-train rerun and resume bit for bit"
+  "rl 10 60 the online GRPO loop on the GPU, rerun and resume bit for bit"
   "throughput 15 45 1B shape, ours"
   "throughput-torch 15 60 1B shape, torch eager"
   "model-parity 5 30 GPU bf16 vs CPU bf16 vs fp32"
@@ -280,6 +281,14 @@ if [ "$dry_run" -eq 1 ]; then
     --set model.config.num_attention_heads=2 --set model.config.num_key_value_heads=1 \
     --set data.minibatch_size=4 --set train.steps=4 "${@:5}" >"$4"' trainer "$b" "$bin" "$work" "$logs/trainer.jsonl" \
     "${set_args[@]+"${set_args[@]}"}"
+  # The rl step: the online GRPO loop, on the CPU backend's bf16 mode at a smaller shape.
+  step rl 120 bash -c 'python3 "$1/py/gpu_check_train.py" "$2/odc-train" "$1/configs/gpu-check-rl.yaml" - \
+    "$3/rl" --steps 6 --name gpu_check_rl --set "rl.prompts=$1/data/rl-prompts.jsonl" \
+    --set "data.tokenizer=$1/data/tokenizer/tokenizer.json" --set model.device=cpu \
+    --set model.config.hidden_size=128 --set model.config.intermediate_size=256 \
+    --set model.config.num_hidden_layers=2 --set model.config.num_attention_heads=2 \
+    --set model.config.num_key_value_heads=1 "${@:5}" >"$4"' rl "$b" "$bin" "$work" "$logs/rl.jsonl" \
+    "${set_args[@]+"${set_args[@]}"}"
   # Several ranks without MPI (odc-run --local), ODC over the IPC transport: here host shared
   # memory, on the GPU CUDA IPC; and the comms' bandwidth bench, tiny.
   step ipc-train 120 bash -c 'python3 "$1/py/gpu_check_ipc.py" "$2/odc-run" "$2/odc-train" \
@@ -305,6 +314,10 @@ tests_args=(--durations yes)
 step tests "$(lim tests)" "$bin/odc_cuda_tests" "${tests_args[@]}"
 step trainer "$(lim trainer)" bash -c 'python3 "$1/py/gpu_check_train.py" "$2/odc-train" "$1/configs/gpu-check-train.yaml" \
   "$1/data/gpu-train.jsonl" "$3/train" "${@:5}" >"$4"' trainer "$b" "$bin" "$work" "$logs/trainer.jsonl" \
+  "${set_args[@]+"${set_args[@]}"}"
+step rl "$(lim rl)" bash -c 'python3 "$1/py/gpu_check_train.py" "$2/odc-train" "$1/configs/gpu-check-rl.yaml" - \
+  "$3/rl" --steps 6 --name gpu_check_rl --set "rl.prompts=$1/data/rl-prompts.jsonl" \
+  --set "data.tokenizer=$1/data/tokenizer/tokenizer.json" "${@:5}" >"$4"' rl "$b" "$bin" "$work" "$logs/rl.jsonl" \
   "${set_args[@]+"${set_args[@]}"}"
 step throughput "$(lim throughput)" bash -c '"$1" --attention "$3" >"$2"' throughput "$bin/gpu_model_throughput" \
   "$logs/throughput.jsonl" "$attention"

@@ -5,7 +5,7 @@
 
 Reads LOGS_DIR/steps.tsv (name, exit code, seconds per step), COMMIT, tests.log (the Catch2
 totals and the "[cuda]" parity lines of odc_cuda_tests), the sanitizer logs, and the JSON lines of
-trainer.jsonl, ipc-train.jsonl, comm-bandwidth.jsonl, ceilings.jsonl, nccl.jsonl, attention*.jsonl,
+trainer.jsonl, rl.jsonl, ipc-train.jsonl, comm-bandwidth.jsonl, ceilings.jsonl, nccl.jsonl, attention*.jsonl,
 model-parity.jsonl, throughput*.jsonl, long-context*.jsonl, and switches.txt (the switches set away
 from their defaults). Missing results are reported as missing, never invented. Standard library only
 (it runs on the lent machine too).
@@ -217,6 +217,19 @@ def trainer_lines(logs):
             f"resume bitwise {yes(r.get('resume_bitwise'))}{rate}"]
 
 
+def rl_lines(logs):
+    """The online GRPO loop on the GPU: rewards, losses, and its rerun and resume bits."""
+    r = next(iter(jsonl(os.path.join(logs, "rl.jsonl"))), None)
+    if r is None:
+        return ["rl: no result"]
+    yes = lambda v: "yes" if v else "NO"
+    fmt = lambda a, b, what: (f"{what} {r[a]:.4f} -> {r[b]:.4f}" if r.get(a) is not None and r.get(b) is not None
+                              else f"{what} n/a")
+    return [f"rl (online GRPO loop): {r.get('iterations')} iterations, {r.get('steps')} steps, "
+            f"{fmt('reward_first', 'reward_last', 'reward')}, {fmt('loss_first', 'loss_last', 'loss')}; "
+            f"rerun bitwise {yes(r.get('repeat_bitwise'))}, resume bitwise {yes(r.get('resume_bitwise'))}"]
+
+
 def ipc_train_lines(logs):
     """The multi-process run: each rank count's agreement with one rank, and bf16 gathers' bits."""
     r = next(iter(jsonl(os.path.join(logs, "ipc-train.jsonl"))), None)
@@ -321,6 +334,7 @@ def main():
     lines += switches_line(logs)
     if dry:
         lines += trainer_lines(logs)
+        lines += rl_lines(logs)
         lines += long_context_lines(logs, dry)
         lines += ipc_train_lines(logs)
         lines += comm_bandwidth_lines(logs)
@@ -329,6 +343,7 @@ def main():
         ceil, ceiling_tflops = ceiling_lines(logs)
         lines += tests_lines(logs)
         lines += trainer_lines(logs)
+        lines += rl_lines(logs)
         lines += throughput_lines(logs, ceiling_tflops)
         lines += parity_lines(logs)
         lines += long_context_lines(logs, dry)

@@ -2,7 +2,7 @@
 """The GPU check's trainer step (scripts/gpu-check.sh): odc-train itself, started directly (one
 process, no MPI), proves that a run is reproducible bit for bit and resumes exactly.
 
-  gpu_check_train.py ODC_TRAIN CONFIG DATA WORK [--set key=value]...
+  gpu_check_train.py ODC_TRAIN CONFIG DATA WORK [--steps N] [--name NAME] [--set key=value]...
 
 Runs CONFIG on DATA four times under WORK:
   straight   all train.steps steps, exporting the final weights (float32 safetensors)
@@ -11,8 +11,8 @@ Runs CONFIG on DATA four times under WORK:
   part2      the same command resumed from that checkpoint (checkpoint.resume: auto) to the end
 and requires every step's loss and gradient norm, and the exported weights' sha256, of `again`
 and of part1 + part2 to equal `straight`'s exactly. Prints one JSON line
-{"bench":"gpu_check_train","ok":...,"steps":...,"loss_first":...,"loss_last":...,
- "repeat_bitwise":...,"resume_bitwise":...,"tokens_per_s":...} and exits 0 when both hold, 1
+{"bench":NAME,"ok":...,"steps":...,"loss_first":...,"loss_last":...,"reward_first":...,
+ "reward_last":...,"repeat_bitwise":...,"resume_bitwise":...,"tokens_per_s":...} and exits 0 when both hold, 1
 otherwise (with what differed on stderr). Standard library only.
 """
 import hashlib
@@ -25,8 +25,9 @@ import sys
 def run(odc_train, config, data, work, name, extra, sets):
     folder = os.path.join(work, name)
     os.makedirs(folder, exist_ok=True)
-    cmd = [odc_train, config, "--set", f"data.train={data}", "--set",
-           f"train.metrics_file={os.path.join(folder, 'metrics.jsonl')}"]
+    cmd = [odc_train, config, "--set", f"train.metrics_file={os.path.join(folder, 'metrics.jsonl')}"]
+    if data != "-":
+        cmd += ["--set", f"data.train={data}"]
     for s in sets + extra:
         cmd += ["--set", s]
     with open(os.path.join(work, name + ".log"), "w") as log:
@@ -47,6 +48,17 @@ def steps_of(folder):
     return rows
 
 
+def iterations_of(folder):
+    """The online RL loop's rollout lines, by iteration."""
+    rows = {}
+    with open(os.path.join(folder, "metrics.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            if "reward_mean" in r:
+                rows[r["iteration"]] = r
+    return rows
+
+
 def weights_sha(folder):
     h = hashlib.sha256()
     export = os.path.join(folder, "export")
@@ -57,12 +69,12 @@ def weights_sha(folder):
     return h.hexdigest()
 
 
-def differences(a, b, steps):
+def differences(a, b, steps, keys=("loss", "grad_norm"), what="step"):
     out = []
     for s in steps:
-        for key in ("loss", "grad_norm"):
+        for key in keys:
             if a.get(s, {}).get(key) != b.get(s, {}).get(key):
-                out.append(f"step {s} {key}: {a.get(s, {}).get(key)!r} vs {b.get(s, {}).get(key)!r}")
+                out.append(f"{what} {s} {key}: {a.get(s, {}).get(key)!r} vs {b.get(s, {}).get(key)!r}")
     return out
 
 
@@ -72,12 +84,19 @@ def main():
         return 2
     odc_train, config, data, work = sys.argv[1:5]
     sets = []
+    steps = None
+    name = "gpu_check_train"
     rest = sys.argv[5:]
     while rest:
-        if rest[0] != "--set" or len(rest) < 2:
+        if rest[0] not in ("--set", "--steps", "--name") or len(rest) < 2:
             print(f"gpu_check_train: unexpected argument {rest[0]!r}", file=sys.stderr)
             return 2
-        sets.append(rest[1])
+        if rest[0] == "--set":
+            sets.append(rest[1])
+        elif rest[0] == "--steps":
+            steps = int(rest[1])
+        else:
+            name = rest[1]
         rest = rest[2:]
     os.makedirs(work, exist_ok=True)
     dump = subprocess.run([odc_train, config, "--dump-config"] + [x for s in sets for x in ("--set", s)],
@@ -85,7 +104,8 @@ def main():
     if dump.returncode != 0:
         print(f"gpu_check_train: {config}: {dump.stderr.strip()}", file=sys.stderr)
         return 1
-    steps = next(int(l.split(":")[1].split("#")[0]) for l in dump.stdout.splitlines() if l.strip().startswith("steps:"))
+    if steps is None:
+        steps = next(int(l.split(":")[1].split("#")[0]) for l in dump.stdout.splitlines() if l.strip().startswith("steps:"))
     half = max(1, steps // 2)
     export = lambda folder: [f"checkpoint.export_hf={os.path.join(work, folder, 'export')}",
                              "checkpoint.export_dtype=float32"]
@@ -103,6 +123,13 @@ def main():
     all_steps = range(1, steps + 1)
     repeat = differences(a, b, all_steps)
     resume = differences(a, resumed, all_steps)
+    ia, ib = iterations_of(straight), iterations_of(again)
+    iresumed = {**iterations_of(part1), **iterations_of(part2)}
+    if len(ia) != len(iresumed) or len(ia) != len(ib):
+        resume.append(f"rollout lines: {len(ia)} straight, {len(ib)} again, {len(iresumed)} resumed")
+    rollout_keys = ("reward_mean", "reward_std", "completion_tokens_mean", "completion_tokens_max")
+    repeat += differences(ia, ib, sorted(ia), rollout_keys, "iteration")
+    resume += differences(ia, iresumed, sorted(ia), rollout_keys, "iteration")
     if weights_sha(straight) != weights_sha(again):
         repeat.append("the exported weights differ")
     if weights_sha(straight) != weights_sha(part2):
@@ -111,8 +138,11 @@ def main():
         for d in diffs[:5]:
             print(f"gpu_check_train: {what}: {d}", file=sys.stderr)
     rates = sorted(r.get("tokens_per_s", 0.0) for r in a.values())
-    print(json.dumps({"bench": "gpu_check_train", "ok": not repeat and not resume, "steps": steps,
+    rewards = [ia[i]["reward_mean"] for i in sorted(ia)]
+    print(json.dumps({"bench": name, "ok": not repeat and not resume, "steps": steps,
                       "loss_first": a.get(1, {}).get("loss"), "loss_last": a.get(steps, {}).get("loss"),
+                      "iterations": len(ia), "reward_first": rewards[0] if rewards else None,
+                      "reward_last": rewards[-1] if rewards else None,
                       "repeat_bitwise": not repeat, "resume_bitwise": not resume,
                       "tokens_per_s": rates[len(rates) // 2] if rates else None}))
     return 0 if not repeat and not resume else 1

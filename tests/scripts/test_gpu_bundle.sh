@@ -29,7 +29,8 @@ for p in odc_cuda_tests gpu_ceilings gpu_nccl gpu_gemm gpu_attention gpu_model_p
   [ -x "$b/bin/$p" ] || fail "the bundle lacks bin/$p"
 done
 for f in gpu-check.sh COMMIT BUNDLE.json MANIFEST.sha256 py/gpu_model_torch.py py/gpu_attention_torch.py \
-         py/gpu_check_summary.py py/gpu_check_train.py py/gpu_check_ipc.py configs/gpu-check-train.yaml configs/gpu-check-ipc.yaml data/gpu-train.jsonl; do
+         py/gpu_check_summary.py py/gpu_check_train.py py/gpu_check_ipc.py configs/gpu-check-train.yaml configs/gpu-check-ipc.yaml configs/gpu-check-rl.yaml data/gpu-train.jsonl \
+         data/rl-prompts.jsonl data/tokenizer/tokenizer.json; do
   [ -f "$b/$f" ] || fail "the bundle lacks $f"
 done
 if ls "$b/lib" | grep -E '^(libc\.|libm\.|libpthread|libdl\.|ld-linux|libcuda\.|libcudart|libcublas)'; then
@@ -51,6 +52,8 @@ grep -q "rerun bitwise yes, resume bitwise yes" "$work/out/summary.txt" \
   || { cat "$work/out/summary.txt"; fail "the trainer step did not rerun and resume bit for bit"; }
 # Several ranks through odc-run --local over the IPC transport (shared memory here, CUDA IPC on
 # the GPU), and the bandwidth bench under the same launcher.
+grep -Eq "^rl \(online GRPO loop\): 3 iterations, 6 steps, reward .*rerun bitwise yes, resume bitwise yes" "$work/out/summary.txt" \
+  || { cat "$work/out/summary.txt"; fail "the rl step did not rerun and resume the online loop bit for bit"; }
 grep -q "ipc training ok" "$work/out/summary.txt" && grep -q "bf16 gathers equal fp32 gathers bitwise: yes" "$work/out/summary.txt" \
   || { cat "$work/out/summary.txt"; fail "the ipc-train step did not give the 1-rank losses and bitwise bf16 gathers"; }
 grep -Eq "^comm ipc x2 .*gather [0-9]+ GB/s" "$work/out/summary.txt" || { cat "$work/out/summary.txt"; fail "no comm-bandwidth figures"; }
