@@ -176,7 +176,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
     // would otherwise hang or silently mix different inputs.
     distributed::check_identical_across_ranks(group_, {{"the configuration", fnv1a64(config.canonical())},
                                                        {"the model config", fnv1a64(model_config_.to_json().dump())},
-                                                       {"the data " + data_description(), data_fingerprint_}});
+                                                       {(online_ ? "the prompts " : "the dataset ") + data_description(), data_fingerprint_}});
   }
   if (world > 1) check_world_size(model_->units(), sharding_.shard_world);
   if (sharding_.kind == distributed::Sharding::hybrid) {

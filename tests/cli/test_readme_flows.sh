@@ -6,7 +6,8 @@
 # odc-eval, odc-generate, odc-ckpt export). Each block runs with `bash -euo pipefail`, so every
 # command must exit 0; then the files each flow promises must exist.
 # Only the run length is shortened, through the environment the config engine reads (YAML <
-# environment < --set): 100 steps (the checkpoint.every of the block) of 2 sequences per rank.
+# environment < --set): 30 steps of 2 sequences per rank (the checkpoint block's run then saves its
+# checkpoint at its end, step 30, which its export reads).
 # Usage: test_readme_flows.sh BIN_DIR WORK_DIR
 set -uo pipefail
 bin="$(cd "$1" && pwd)"
@@ -21,7 +22,7 @@ ln -s "$root/tools" "$clone/tools"
 # (ctest's environment has it; the blocks run in one shell each, so the later block gets it here).
 unset OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
 export OMP_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export ODC_TRAIN_STEPS=100 ODC_DATA_MINIBATCH_SIZE=2 ODC_TRAIN_LOG_EVERY=50
+export ODC_TRAIN_STEPS=30 ODC_DATA_MINIBATCH_SIZE=2 ODC_TRAIN_LOG_EVERY=10
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
@@ -47,7 +48,7 @@ fi
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if run_block checkpoints "## Checkpoints, evaluation and generation"; then
   for f in data/chat/chat.jsonl data/chat/tokenizer/tokenizer.json models/tiny/config.json models/tiny/tokenizer.json \
-           ckpt/step-00000100/manifest.json models/tiny-sft/config.json models/tiny-sft/tokenizer.json \
+           ckpt/step-00000030/manifest.json models/tiny-sft/config.json models/tiny-sft/tokenizer.json \
            models/from-ckpt/config.json models/from-ckpt/tokenizer.json; do
     [ -e "$clone/$f" ] || fail "checkpoints: no $f"
   done

@@ -30,10 +30,8 @@
 
 #include "cudnn_graphs.h"
 
-// The dynamic-loading mode's library handle (declared by the frontend, defined by its user).
-namespace cudnn_frontend {
-void* cudnn_dlhandle = nullptr;
-}
+// The dynamic-loading mode's library handle is defined in cudnn_graphs.cpp (declared by the
+// frontend, defined by its user).
 #endif
 
 namespace odc::kernels::cuda {

@@ -1,6 +1,6 @@
 #pragma once
 // The cuDNN attention's graphs and ragged batch tables (internal to cudnn_attention.cu and
-// cudnn_graphs.cu; include after <cudnn_frontend.h>, built only with ODC_HAVE_CUDNN_FRONTEND).
+// cudnn_graphs.cpp; include after <cudnn_frontend.h>, built only with ODC_HAVE_CUDNN_FRONTEND).
 //
 // A graph is one shape class: forward or backward, heads, head_dim, the padded batch B and the
 // sequence bucket S (cuda_cudnn_attention.h), and whether the backward is deterministic. Every

@@ -22,6 +22,14 @@
 #include "odc/core/error.h"
 #include "odc/kernels/cudnn_ragged.h"
 
+// The dynamic-loading mode's library handle (declared by the frontend, defined by its user; set by
+// cudnn_attention.cu's loader). Here, not beside the loader: this host-compiled object can be
+// pulled into a link for a weak template instantiation it also defines (the CPU emulator's tests
+// link the emulated cudnn_attention instead), and must then bring nothing that clashes with it.
+namespace cudnn_frontend {
+void* cudnn_dlhandle = nullptr;
+}
+
 namespace odc::kernels::cuda::cudnn_graphs {
 namespace {
 
