@@ -195,13 +195,15 @@ struct Entry {
   }
 };
 
-// A change between a heavier part `hi` and a lighter part `lo` that moves `delta` of cost from hi
-// to lo, with 0 < delta <= gap/2: the pair's gap strictly shrinks and does not invert. Then the
-// sum of squared part costs drops by 2*delta*(gap - delta) > 0, so the search cannot cycle; and
-// neither the maximum part cost can grow (hi shrinks, lo grows to at most hi's new cost) nor the
-// minimum shrink.
+// A change between a heavier part `hi` and a lighter part `lo` (gap = cost(hi) - cost(lo) > 0)
+// that moves `delta` of cost from hi to lo, with 0 < delta < gap. Any such change strictly lowers
+// the sum of squared part costs, by 2*delta*(gap - delta) > 0, so the search cannot cycle (a
+// transfer past half the gap inverts the pair, and still lowers it); and neither the maximum part
+// cost can grow (both new costs lie strictly between the old two) nor the minimum shrink. Of the
+// admissible changes of a pair the one that lowers the sum the most is taken: delta nearest gap/2.
 struct Change {
   double delta = 0.0;
+  double gain = 0.0;  // delta * (gap - delta), half the drop of the sum of squares
   std::size_t hi_pos = 0;  // position in hi's sorted entries
   std::size_t lo_pos = 0;  // position in lo's sorted entries (swaps only)
   bool is_move = false;
@@ -306,34 +308,37 @@ class Refiner {
 
   bool try_pair(std::size_t hi, std::size_t lo) {
     ++pair_checks_;
-    const double half = (sums_[hi] - sums_[lo]) / 2.0;
+    const double gap = sums_[hi] - sums_[lo];
+    const double half = gap / 2.0;
     Change best;
+    const auto consider = [&](double delta, std::size_t hi_pos, std::size_t lo_pos, bool is_move) {
+      if (!(delta > 0.0 && delta < gap)) return;
+      const double gain = delta * (gap - delta);
+      if (gain > best.gain) best = {delta, gain, hi_pos, lo_pos, is_move};
+    };
     const auto& h = entries_[hi];
     const auto& l = entries_[lo];
-    // Swap: for each x in hi (ascending), the cheapest y in lo with cost(x) - cost(y) <= half gives
-    // that x's largest admissible delta; the threshold rises with x, so one forward pointer does.
+    // Swap: for each x in hi (ascending), the y in lo nearest cost(x) - gap/2 from either side:
+    // j is the first y with cost(x) - cost(y) <= gap/2 (delta at most half the gap), j - 1 the
+    // last one above it; the threshold rises with x, so one forward pointer does.
     std::size_t j = 0;
     for (std::size_t i = 0; i < h.size(); ++i) {
       const double threshold = h[i].cost - half;
       while (j < l.size() && l[j].cost < threshold) ++j;
+      if (j > 0) consider(h[i].cost - l[j - 1].cost, i, j - 1, false);
       for (std::size_t jj = j; jj < l.size() && jj <= j + 1; ++jj) {  // +1: rounding at threshold
-        const double delta = h[i].cost - l[jj].cost;
-        if (delta > 0.0 && delta <= half && delta > best.delta) best = {delta, i, jj, false};
-        if (delta <= half) break;
+        consider(h[i].cost - l[jj].cost, i, jj, false);
       }
     }
     if (!equal_size_) {
-      // Move: the costliest item of hi that is at most half the gap.
-      auto it = std::upper_bound(h.begin(), h.end(), half,
-                                 [](double value, const Entry& e) { return value < e.cost; });
-      if (it != h.begin()) {
-        --it;
-        if (it->cost > best.delta) {
-          best = {it->cost, static_cast<std::size_t>(it - h.begin()), 0, true};
-        }
-      }
+      // Move: the items of hi nearest half the gap, from below and from above.
+      const auto it = std::upper_bound(h.begin(), h.end(), half,
+                                       [](double value, const Entry& e) { return value < e.cost; });
+      const auto at = static_cast<std::size_t>(it - h.begin());
+      if (at > 0) consider(h[at - 1].cost, at - 1, 0, true);
+      if (at < h.size()) consider(h[at].cost, at, 0, true);
     }
-    if (!(best.delta > 0.0)) return false;
+    if (!(best.gain > 0.0)) return false;
     apply(hi, lo, best);
     return true;
   }

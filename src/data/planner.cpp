@@ -143,6 +143,121 @@ std::string balance_name(Balance balance) {
   fail("unknown Balance value {}", static_cast<int>(balance));
 }
 
+namespace {
+
+// lb_micro's barrier schedule, improved without touching the ranks' sequences: a rank's sequence
+// moves from a later microbatch into an earlier one when the earlier one stays within that step's
+// slowest microbatch (of any rank) and the cap, and the later one keeps a sequence. No step's
+// maximum rises and the later step's may fall; each rank's microbatches are then sorted again by
+// decreasing cost, which (the steps' maxima decreasing too) cannot raise the sum of the maxima:
+// the collective makespan never grows, the ranks' costs (ODC's) do not change. A bounded number
+// of passes.
+void align_to_steps(Plan& plan, const std::vector<double>& costs, const std::vector<std::int64_t>& lengths,
+                    std::int64_t cap) {
+  for (int pass = 0; pass < 4; ++pass) {
+    std::size_t steps = 0;
+    for (const auto& rank : plan.ranks) steps = std::max(steps, rank.microbatches.size());
+    std::vector<double> slowest(steps, 0.0);
+    for (const auto& rank : plan.ranks) {
+      for (std::size_t m = 0; m < rank.microbatch_costs.size(); ++m) slowest[m] = std::max(slowest[m], rank.microbatch_costs[m]);
+    }
+    bool moved = false;
+    for (auto& rank : plan.ranks) {
+      auto& mbs = rank.microbatches;
+      std::vector<std::int64_t> tokens(mbs.size(), 0);
+      for (std::size_t m = 0; m < mbs.size(); ++m) {
+        for (const Index i : mbs[m]) tokens[m] += lengths[planner_detail::as_size(i)];
+      }
+      for (std::size_t later = mbs.size(); later-- > 1;) {
+        for (std::size_t k = 0; k < mbs[later].size() && mbs[later].size() > 1;) {
+          const Index item = mbs[later][k];
+          const double c = costs[planner_detail::as_size(item)];
+          const std::int64_t length = lengths[planner_detail::as_size(item)];
+          std::size_t to = later;
+          for (std::size_t earlier = 0; earlier < later; ++earlier) {
+            if (rank.microbatch_costs[earlier] + c <= slowest[earlier] && tokens[earlier] + length <= cap) {
+              to = earlier;
+              break;
+            }
+          }
+          if (to == later) {
+            ++k;
+            continue;
+          }
+          mbs[later].erase(mbs[later].begin() + static_cast<std::ptrdiff_t>(k));
+          mbs[to].push_back(item);
+          rank.microbatch_costs[later] -= c;
+          rank.microbatch_costs[to] += c;
+          tokens[later] -= length;
+          tokens[to] += length;
+          moved = true;
+        }
+      }
+    }
+    if (!moved) return;
+    for (auto& rank : plan.ranks) {
+      std::vector<Index> items;
+      for (const auto& mb : rank.microbatches) items.insert(items.end(), mb.begin(), mb.end());
+      const double total = rank.cost;  // the same sequences: their cost summed as the split's
+      rank = finish_rank(costs, items, std::move(rank.microbatches));
+      rank.cost = total;
+    }
+  }
+}
+
+// A split's plan: each rank's minimal microbatches; with lb_micro the common count of each group,
+// or for one group the reference's common count when its barrier schedule is faster.
+Plan packed_plan(const PlanInput& input, const std::vector<double>& costs, const Parts& split, bool refined = true) {
+  const std::size_t ranks = split.size();
+  Plan plan;
+  plan.ranks.reserve(ranks);
+  std::vector<Parts> packed(ranks);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    const RankItems rank{split[r], input.lengths, costs, input.token_cap};
+    packed[r] = planner_detail::minimal_microbatches(rank, refined);
+  }
+  if (input.balance == Balance::lb_micro) {
+    // Collectives need the same count among the ranks that run them together: the largest minimal
+    // count of the rank's group (all ranks unless group_of_rank says otherwise).
+    const auto group = [&](std::size_t r) { return input.group_of_rank.empty() ? 0 : input.group_of_rank[r]; };
+    std::map<int, std::size_t> common_of;
+    for (std::size_t r = 0; r < ranks; ++r) common_of[group(r)] = std::max(common_of[group(r)], packed[r].size());
+    for (std::size_t r = 0; r < ranks; ++r) {
+      const std::size_t common = common_of[group(r)];
+      if (packed[r].size() == common) continue;
+      packed[r] = planner_detail::exact_microbatches(
+          RankItems{split[r], input.lengths, costs, input.token_cap}, common, std::move(packed[r]));
+    }
+  }
+  for (std::size_t r = 0; r < ranks; ++r) {
+    plan.ranks.push_back(finish_rank(costs, split[r], std::move(packed[r])));
+  }
+  // The ranks run their collectives in one group (no groups, or all in the same one).
+  const bool one_group = input.group_of_rank.empty() ||
+                         std::all_of(input.group_of_rank.begin(), input.group_of_rank.end(),
+                                     [&](int g) { return g == input.group_of_rank.front(); });
+  if (input.balance == Balance::lb_micro && one_group) {
+    // The reference's way to a common count (the smallest at which every rank's balanced split
+    // fits, rather than the largest rank's own and the others split up to it): kept when its
+    // barrier schedule is faster. Neither wins every minibatch; the better of the two is never
+    // slower than either.
+    std::vector<RankItems> items;
+    for (std::size_t r = 0; r < ranks; ++r) items.push_back({split[r], input.lengths, costs, input.token_cap});
+    auto common = planner_detail::common_count_microbatches(items);
+    // Never more microbatches than the rank's own way gives: each has a fixed cost the cost model
+    // does not see.
+    if (!common.empty() && common.front().size() <= plan.ranks.front().microbatches.size()) {
+      Plan other;
+      for (std::size_t r = 0; r < ranks; ++r) other.ranks.push_back(finish_rank(costs, split[r], std::move(common[r])));
+      if (other.makespan_collective() < plan.makespan_collective()) plan = std::move(other);
+    }
+  }
+  if (input.balance == Balance::lb_micro && one_group) align_to_steps(plan, costs, input.lengths, input.token_cap);
+  return plan;
+}
+
+}  // namespace
+
 Plan make_plan(const PlanInput& input) {
   validate(input);
   const auto n = input.lengths.size();
@@ -165,31 +280,18 @@ Plan make_plan(const PlanInput& input) {
   }
 
   // lb_mini_equal: lb_micro's equal-count split, each rank keeping its own minimal count below.
-  const Parts split = input.balance == Balance::lb_mini
-                          ? planner_detail::free_count_split(costs, ranks)
-                          : planner_detail::equal_count_split(costs, ranks);
-  std::vector<Parts> packed(ranks);
-  for (std::size_t r = 0; r < ranks; ++r) {
-    const RankItems rank{split[r], input.lengths, costs, input.token_cap};
-    packed[r] = planner_detail::minimal_microbatches(rank);
+  if (input.balance != Balance::lb_micro) {
+    const Parts split = input.balance == Balance::lb_mini ? planner_detail::free_count_split(costs, ranks)
+                                                          : planner_detail::equal_count_split(costs, ranks);
+    return packed_plan(input, costs, split);
   }
-  if (input.balance == Balance::lb_micro) {
-    // Collectives need the same count among the ranks that run them together: the largest minimal
-    // count of the rank's group (all ranks unless group_of_rank says otherwise).
-    const auto group = [&](std::size_t r) { return input.group_of_rank.empty() ? 0 : input.group_of_rank[r]; };
-    std::map<int, std::size_t> common_of;
-    for (std::size_t r = 0; r < ranks; ++r) common_of[group(r)] = std::max(common_of[group(r)], packed[r].size());
-    for (std::size_t r = 0; r < ranks; ++r) {
-      const std::size_t common = common_of[group(r)];
-      if (packed[r].size() == common) continue;
-      packed[r] = planner_detail::exact_microbatches(
-          RankItems{split[r], input.lengths, costs, input.token_cap}, common, std::move(packed[r]));
-    }
-  }
-  for (std::size_t r = 0; r < ranks; ++r) {
-    plan.ranks.push_back(finish_rank(costs, split[r], std::move(packed[r])));
-  }
-  return plan;
+  // lb_micro: the split packed with refined and with plain microbatch splits (neither wins every
+  // minibatch under barriers); the faster barrier schedule kept (the refined one on a tie).
+  const Parts split = planner_detail::equal_count_split(costs, ranks);
+  Plan refined = packed_plan(input, costs, split, true);
+  Plan plain = packed_plan(input, costs, split, false);
+  const bool fewer_or_same = plain.ranks.front().microbatches.size() <= refined.ranks.front().microbatches.size();
+  return fewer_or_same && plain.makespan_collective() < refined.makespan_collective() ? plain : refined;
 }
 
 // Both bubbles are computed as 1 - S / (D * X) from the same S = sum_d C_d, with X = max_d C_d

@@ -49,15 +49,21 @@ struct RankItems {
 
   std::int64_t tokens(const std::vector<Index>& microbatch) const;
   bool fits(const Parts& microbatches) const;
-  // KK by cost over the given global indices into m parts; empty parts dropped.
-  Parts kk(const std::vector<Index>& subset, std::size_t m) const;
+  // KK by cost over the given global indices into m parts, refined (refine) unless !refined;
+  // empty parts dropped.
+  Parts kk(const std::vector<Index>& subset, std::size_t m, bool refined = true) const;
 };
 
-// The rank's sequences in the fewest microbatches found that respect the cap.
-Parts minimal_microbatches(const RankItems& rank);
+// The rank's sequences in the fewest microbatches found that respect the cap (the refined KK split
+// at each count tried, else the plain one; with !refined the plain one only).
+Parts minimal_microbatches(const RankItems& rank, bool refined = true);
 // Exactly m microbatches under the cap, given the rank's minimal packing (m between its size and
 // the number of sequences).
 Parts exact_microbatches(const RankItems& rank, std::size_t m, Parts minimal);
+// The reference's common count: the smallest m, from the largest of the ranks' token bounds, at
+// which every rank's cost-balanced split into exactly m microbatches respects the cap (a bounded
+// number of counts tried); empty when none was found.
+std::vector<Parts> common_count_microbatches(const std::vector<RankItems>& ranks);
 // In the items' order, each microbatch filled until the next sequence would exceed the cap
 // (pack_in_order): round_robin's packing, no balancing.
 Parts in_order_microbatches(const RankItems& rank);

@@ -11,10 +11,12 @@ namespace odc::data {
 // decreasing cost; costs must be finite and >= 0.
 std::vector<std::vector<std::int64_t>> karmarkar_karp(const std::vector<double>& costs, int k, bool equal_size);
 // Swap refinement: repeatedly tries moving/swapping single items between the most (or least)
-// loaded part and another part, accepting changes that strictly shrink that pair's gap without
-// inverting it (so the largest part cost never rises and the smallest never falls), until none
-// applies or a work bound proportional to items + parts is reached; moves only when !equal_size,
-// so part sizes are preserved when equal_size. Each part is returned ascending.
+// loaded part and another part, accepting a change that moves less cost than the pair's gap (both
+// new costs lie strictly between the old two: the largest part cost never rises, the smallest
+// never falls, and the sum of squared part costs strictly falls, so it cannot cycle), the one
+// nearest half the gap, until none applies or a work bound proportional to items + parts is
+// reached; moves only when !equal_size, so part sizes are preserved when equal_size. Each part is
+// returned ascending.
 void refine_partition(const std::vector<double>& costs, std::vector<std::vector<std::int64_t>>& parts,
                       bool equal_size);
 

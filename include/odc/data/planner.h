@@ -7,11 +7,17 @@
 //                sequence per microbatch (the paper's LocalSort).
 //   lb_micro   : Karmarkar-Karp (largest differencing) split into N parts with EQUAL sequence counts
 //                (or a longest-first greedy split when that starts better), swap refinement; per
-//                rank the smallest microbatch count that respects the cap;
-//                the maximum of those counts is used by every rank (collectives need equal counts);
-//                a rank's sequences are KK-partitioned by cost into that many microbatches (growing
-//                the count while any microbatch exceeds the cap); microbatches sorted by decreasing
-//                cost.
+//                rank the smallest microbatch count whose cost-balanced split (KK, refined)
+//                respects the cap; the maximum of those counts is used by every rank of a
+//                collective group (collectives need equal counts): a rank with fewer gets its KK
+//                split into that many if it fits, else its own microbatches split up (the
+//                costliest halved by a 2-way KK) until it has that many. For one group, the
+//                reference's common count (the smallest at which every rank's balanced split fits)
+//                is kept instead when it needs no more microbatches and its barrier schedule is
+//                faster, and so are plain (unrefined) microbatch splits; then sequences move to
+//                earlier microbatches of their rank that stay within that step's slowest
+//                microbatch (align_to_steps: the collective makespan never grows). Microbatches
+//                sorted by decreasing cost.
 //   lb_mini    : as lb_micro but balancing TOTAL cost per rank (counts may differ) and each rank
 //                keeps its own minimal microbatch count (ODC only: ranks run different counts).
 //   lb_mini_equal: LB-Mini constrained to equal sequence counts per rank (what RL frameworks such

@@ -136,7 +136,9 @@ TEST_CASE("planner: lb_mini_equal on random long-tailed minibatches", "[planner]
       REQUIRE(static_cast<std::int64_t>(rank.microbatches.size()) >= (tokens + input.token_cap - 1) / input.token_cap);
       REQUIRE(rank.microbatches.size() <= common);
       if (rank.microbatches.size() == common) {
-        REQUIRE(rank.microbatches == micro.ranks[r].microbatches);
+        // The same count; lb_micro may then have moved sequences between the rank's microbatches
+        // to fit the steps of its barrier schedule (align_to_steps), never across ranks.
+        REQUIRE(rank.microbatches.size() == micro.ranks[r].microbatches.size());
       } else {
         ++fewer;
       }

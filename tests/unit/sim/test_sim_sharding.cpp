@@ -39,7 +39,9 @@ struct RecordedRun {
   std::vector<Figures> figures;
 };
 
-// Recorded with the simulator of commit a193321 (before sim.sharding), from this very setup code:
+// Recorded with the simulator of commit a193321 (before sim.sharding), from this very setup code,
+// and recorded again when the planners changed (partition refinement, refined microbatch splits,
+// lb_micro's steps aligned):
 // the 7B SWE-Smith setting on 2 nodes of 8 (fit compute, fp32 ODC gathers, contention,
 // accumulation), the default 1.5B golden setting on 2 nodes with independent channels and
 // prefetch depth 2, and the golden setting on one node.
@@ -48,29 +50,29 @@ const std::vector<RecordedRun>& recorded_runs() {
     {kSweSmith7b,
      {"sim.devices=16", "sim.minibatches=3"},
      {
-         {"collective+local_sort", 0x1.7d64297b41314p+6, 0x1.cabe3db5363f2p-2, 0x1.5c4a8105bf1cbp-1, 0x1.529c7503890e3p+5, 0x0p+0, 0x0p+0, 0x1.4f8b589p-16},
-         {"collective+lb_micro", 0x1.036f4cd1197d7p+6, 0x1.aa07cc839e4c8p-3, 0x1p+0, 0x1.a239c11caf8d7p+3, 0x0p+0, 0x0p+0, 0x1.4f8b588f55555p-16},
-         {"odc+local_sort", 0x1.6b43653c06e1bp+6, 0x1.ae885e560b5a4p-2, 0x1.71cd75cef2828p-1, 0x1.083e4806120b7p+0, 0x0p+0, 0x1.6f29c11290e3fp-3, 0x1.57df19082868p-3},
-         {"odc+lb_micro", 0x1.a61d5cf4e1cfbp+5, 0x1.b19725577b145p-6, 0x1.3ee0fe7ba986dp+0, 0x1.1417c13b82904p-1, 0x0p+0, 0x1.e98d016e16983p-4, 0x1.a7df94bd2b4ap-4},
-         {"odc+lb_mini", 0x1.a346a8e27ad4p+5, 0x1.a8b25e5e7e5fdp-6, 0x1.40f1180b6d454p+0, 0x1.d1c711e2c1e93p-2, 0x0p+0, 0x1.ac5b614053c8p-4, 0x1.6d4e57a1192ap-4},
+         {"collective+local_sort", 0x1.7d64297b41314p+6, 0x1.cabe3db5363f2p-2, 0x1.5496cb85c5c4dp-1, 0x1.529c7503890e3p+5, 0x0p+0, 0x0p+0, 0x1.4f8b589p-16},
+         {"collective+lb_micro", 0x1.fb6a9bf8e4c78p+5, 0x1.856a8302d3317p-3, 0x1p+0, 0x1.74df74097d1e5p+3, 0x0p+0, 0x0p+0, 0x1.4f8b588f55555p-16},
+         {"odc+local_sort", 0x1.6b43653c06e1bp+6, 0x1.ae885e560b5a4p-2, 0x1.699ff8e685ea5p-1, 0x1.083e4806120b7p+0, 0x0p+0, 0x1.6f29c11290e3fp-3, 0x1.57df19082868p-3},
+         {"odc+lb_micro", 0x1.a3d44fdfed5cfp+5, 0x1.5ac05e04f87d8p-6, 0x1.3a39aa4efda9bp+0, 0x1.20c81e8c9b195p-1, 0x0p+0, 0x1.e98d016e16983p-4, 0x1.a08bc1971a7b5p-4},
+         {"odc+lb_mini", 0x1.a25cccab3f0d3p+5, 0x1.9877d4aa82e32p-6, 0x1.3a85de3ad22bdp+0, 0x1.c1dba2058a4b7p-2, 0x0p+0, 0x1.a0e21337bf404p-4, 0x1.57aadf9c79135p-4},
      }},
     {"",
      {"sim.devices=16", "sim.minibatches=3", "sim.link_contention=false", "sim.prefetch_depth=2"},
      {
-         {"collective+local_sort", 0x1.3072986d9693fp+4, 0x1.2a163e9bd4a59p-1, 0x1.6fc3544cad237p-1, 0x1.5f701d5cc2f9cp+3, 0x0p+0, 0x0p+0, 0x1.4f8b588ep-16},
-         {"collective+lb_micro", 0x1.b579c2746c4e5p+3, 0x1.ac980267adbb2p-2, 0x1p+0, 0x1.6006365cc4a38p+2, 0x0p+0, 0x0p+0, 0x1.4f8b588e15555p-16},
-         {"odc+local_sort", 0x1.0acec96a00cc9p+4, 0x1.0be7ed8a32956p-1, 0x1.a645aeb2a8abap-1, 0x1.42eaff530b02fp-5, 0x0p+0, 0x1.56b4f9844ac1p-5, 0x1.40cad60892d5p-5},
-         {"odc+lb_micro", 0x1.947fbd9e61b71p+3, 0x1.7c0bfbe0c2262p-2, 0x1.16735ef754c86p+0, 0x1.90add0434cb8p-6, 0x0p+0, 0x1.1d96cfee3e466p-6, 0x1.0abfbb2873e35p-6},
-         {"odc+lb_mini", 0x1.610d6ee576199p+3, 0x1.1e33e6f5a1745p-2, 0x1.3f3b90c368991p+0, 0x1.87a6bf70f4f3bp-6, 0x0p+0, 0x1.0107bb23380dep-6, 0x1.dff32f543bfabp-7},
+         {"collective+local_sort", 0x1.3072986d9693fp+4, 0x1.2a163e9bd4a59p-1, 0x1.6c2688a7a945p-1, 0x1.5f701d5cc2f9cp+3, 0x0p+0, 0x0p+0, 0x1.4f8b588ep-16},
+         {"collective+lb_micro", 0x1.b12eef21372efp+3, 0x1.a6b17d788eeefp-2, 0x1p+0, 0x1.573a3ea36e0bdp+2, 0x0p+0, 0x0p+0, 0x1.4f8b588e15555p-16},
+         {"odc+local_sort", 0x1.0acec96a00cc9p+4, 0x1.0be7ed8a32956p-1, 0x1.a21fd0bada2cap-1, 0x1.42eaff530b02fp-5, 0x0p+0, 0x1.56b4f9844ac1p-5, 0x1.40cad60892d5p-5},
+         {"odc+lb_micro", 0x1.93dd794ca9f74p+3, 0x1.7b0937b1b7c69p-2, 0x1.1426b572caee6p+0, 0x1.994f6744d9654p-6, 0x0p+0, 0x1.1d96cfee3e46dp-6, 0x1.0abfbb2873e35p-6},
+         {"odc+lb_mini", 0x1.6135363700308p+3, 0x1.1e8701b7460a3p-2, 0x1.3bf4f05e38416p+0, 0x1.87a6bf70f4f3bp-6, 0x0p+0, 0x1.0107bb23380dfp-6, 0x1.dff32f543bfabp-7},
      }},
     {"",
      {"sim.devices=8", "sim.minibatches=2"},
      {
-         {"collective+local_sort", 0x1.042576324ca8dp+4, 0x1.2fb348f44df45p-1, 0x1.9ae69ed8a5bbcp-1, 0x1.33b5a0328be52p+3, 0x0p+0, 0x0p+0, 0x1.4f8b588ep-16},
-         {"collective+lb_micro", 0x1.a161cef22f02bp+3, 0x1.f8ba3cedd8296p-2, 0x1p+0, 0x1.97a410a4630ecp+2, 0x0p+0, 0x0p+0, 0x1.4f8b588ep-16},
-         {"odc+local_sort", 0x1.cfdb40d416cccp+3, 0x1.1659d83448766p-1, 0x1.ce4a3d549a471p-1, 0x1.edd9f5cf1d0c9p-7, 0x0p+0, 0x1.56b4f9844ab9fp-5, 0x1.2acd41d6ebe4p-5},
-         {"odc+lb_micro", 0x1.8b32bf312063ep+3, 0x1.db921a3109afcp-2, 0x1.0ed681a6f3e09p+0, 0x1.8a9404d4d9498p-8, 0x0p+0, 0x1.56b4f9844abbbp-6, 0x1.29bc295a166p-6},
-         {"odc+lb_mini", 0x1.4713d953ff42p+3, 0x1.695b174c4bc31p-2, 0x1.46ee5cd72ad75p+0, 0x1.881045c0a3375p-10, 0x0p+0, 0x1.56b4f9844ab8fp-7, 0x1.2799f8606b76p-7},
+         {"collective+local_sort", 0x1.042576324ca8dp+4, 0x1.2fb348f44df45p-1, 0x1.93b4e3a7fafcp-1, 0x1.33b5a0328be52p+3, 0x0p+0, 0x0p+0, 0x1.4f8b588ep-16},
+         {"collective+lb_micro", 0x1.9a144e5088a08p+3, 0x1.ef7a4aeebaa3dp-2, 0x1p+0, 0x1.88fc2ab3658bdp+2, 0x0p+0, 0x0p+0, 0x1.4f8b588ep-16},
+         {"odc+local_sort", 0x1.cfdb40d416cccp+3, 0x1.1659d83448766p-1, 0x1.c6322c4d022ep-1, 0x1.edd9f5cf1d0c9p-7, 0x0p+0, 0x1.56b4f9844ab9fp-5, 0x1.2acd41d6ebe4p-5},
+         {"odc+lb_micro", 0x1.8b32bf312063ep+3, 0x1.db921a3109afbp-2, 0x1.0a188ffbc01ecp+0, 0x1.8a9404d4d9221p-8, 0x0p+0, 0x1.56b4f9844abbbp-6, 0x1.29bc295a166p-6},
+         {"odc+lb_mini", 0x1.4677a3c7672d5p+3, 0x1.681deb1f20c94p-2, 0x1.41cf25145c59ep+0, 0x1.881045c0a3375p-10, 0x0p+0, 0x1.56b4f9844ab8fp-7, 0x1.2799f8606b76p-7},
      }},
   };
   return runs;

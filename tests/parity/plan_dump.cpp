@@ -1,0 +1,43 @@
+// odc_plan_dump: our planner (data::make_plan) over global minibatches read as JSON lines on
+// stdin, one plan per line on stdout, for tests/parity/test_planner_reference.py, which runs the
+// reference implementation's packing (re-derived in Python) on the same minibatches.
+//   in:  {"lengths": [...], "world": 8, "cap": 65536, "balance": "lb_mini", "a": .., "b": ..}
+//        (cost = a*s^2 + b*s per sequence of s tokens)
+//   out: {"makespan_odc": .., "makespan_collective": .., "ranks": [{"cost": .., "microbatches":
+//        [[indices], ...], "microbatch_costs": [...]}, ...]}
+// Exit 1 with the message for a bad line (odc::Error).
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "odc/core/error.h"
+#include "odc/data/planner.h"
+
+int main() {
+  std::string line;
+  try {
+    while (std::getline(std::cin, line)) {
+      if (line.empty()) continue;
+      const auto in = nlohmann::json::parse(line);
+      odc::data::PlanInput input;
+      input.lengths = in.at("lengths").get<std::vector<std::int64_t>>();
+      input.world_size = in.at("world").get<int>();
+      input.token_cap = in.at("cap").get<std::int64_t>();
+      input.balance = odc::data::parse_balance(in.at("balance").get<std::string>());
+      input.cost = odc::data::CostModel::quadratic(in.at("a").get<double>(), in.at("b").get<double>());
+      const odc::data::Plan plan = odc::data::make_plan(input);
+      nlohmann::json out = {{"makespan_odc", plan.makespan_odc()}, {"makespan_collective", plan.makespan_collective()}};
+      for (const auto& rank : plan.ranks) {
+        out["ranks"].push_back({{"cost", rank.cost}, {"microbatches", rank.microbatches},
+                                {"microbatch_costs", rank.microbatch_costs}});
+      }
+      std::cout << out.dump() << "\n";
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "odc_plan_dump: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""Our planners against the paper's reference packing, run side by side on the same minibatches.
+
+The reference implementation's planning (its `packing.py`: `DynamicSameMicro` = LB-Micro,
+`DynamicDiffMicro` = LB-Mini) is re-derived here from its description (../shared/PAPER.md, section
+2.2), not copied:
+  * Karmarkar-Karp largest differencing into k parts (with equal part sizes: the sorted items taken
+    k at a time, one per part), then a local search of single-item swaps between the costliest part
+    and any other, or the cheapest and any other, each swap strictly narrowing that pair's gap
+    without inverting it, until none applies;
+  * LB-Micro: an equal-count split over the devices; the common microbatch count starts at the
+    largest over devices of min(sequences, ceil(tokens / cap)) and grows while any device's
+    cost-balanced split overfills a microbatch in tokens;
+  * LB-Mini: a split balancing total cost (counts may differ; when they can be equal, the equal
+    split is kept if its max - min spread is smaller); each device its own smallest count whose
+    cost-balanced split respects the cap;
+  * microbatches sorted by decreasing cost.
+Planned makespans, in cost units: ODC = max over devices of (its microbatches x c + its cost);
+collective = sum over microbatch steps of the slowest device's microbatch (c per step). c is the
+fit's per-microbatch constant: our cost model has none, so c = 0 on both sides.
+
+Minibatches: LongAlign-like lengths (log-normal, sigma 1, mean about a quarter of 64K before
+clipping to [64, 65536]), cap 65536, the reference's fitted 7B cost (a s'^2 + b s', s' = s/32000);
+8 and 16 devices, 1, 2, 4 and 8 sequences per device, 24 seeded minibatches per setting.
+Requires, per setting: our mean makespan <= the reference's (LB-Mini under ODC's makespan, LB-Micro
+under the collective's); per minibatch: ours <= the reference's x (1 + tolerance), tolerance 2% for
+LB-Mini and 12% for LB-Micro (a common microbatch count one apart moves a single minibatch's
+collective makespan by 10-17% either way; the means must still not lose). Prints the side-by-side
+table (mean makespans, microbatches per device, imbalance = max/mean device cost - 1).
+
+  test_planner_reference.py --dump PATH/odc_parity_dump --workdir DIR   (odc_plan_dump is found beside it)
+"""
+import argparse
+import heapq
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+
+CAP = 65536
+A, B = 4.348357 / 32000.0 ** 2, 8.768377 / 32000.0  # the reference's 7B fit, per raw token
+SEEDS = 24
+TOLERANCE = {"lb_mini": 0.02, "lb_micro": 0.12}
+
+
+def cost(length):
+    return A * length * length + B * length
+
+
+# ---- the reference's packing, re-derived ----------------------------------------------------------
+
+class _State:
+    """Largest differencing's partial solution: k sets of (items, sum), by decreasing sum."""
+
+    def __init__(self, items, k):
+        self.sets = [([], 0.0) for _ in range(k)]
+        for i, (index, c) in enumerate(items):
+            self.sets[i] = ([index], c)
+        self._sort()
+
+    def _sort(self):
+        self.sets.sort(key=lambda s: (-s[1], s[0][:1]))
+
+    def spread(self):
+        return self.sets[0][1] - self.sets[-1][1]
+
+    def merge(self, other):
+        k = len(self.sets)
+        self.sets = [(self.sets[i][0] + other.sets[k - 1 - i][0], self.sets[i][1] + other.sets[k - 1 - i][1])
+                     for i in range(k)]
+        self._sort()
+
+
+def karmarkar_karp(costs, k, equal_size):
+    items = sorted((c, i) for i, c in enumerate(costs))
+    heap, tie = [], 0
+    if equal_size:
+        assert len(items) % k == 0
+        groups = [items[o:o + k] for o in range(0, len(items), k)]
+    else:
+        groups = [[item] for item in items]
+    for group in groups:
+        state = _State([(i, c) for c, i in group], k)
+        heapq.heappush(heap, (-state.spread(), tie, state))
+        tie += 1
+    while len(heap) > 1:
+        _, _, s0 = heapq.heappop(heap)
+        _, _, s1 = heapq.heappop(heap)
+        s0.merge(s1)
+        heapq.heappush(heap, (-s0.spread(), tie, s0))
+        tie += 1
+    return [sorted(s[0]) for s in heap[0][2].sets]
+
+
+def refine(parts, costs):
+    """Single-item swaps between the costliest (or cheapest) part and another that strictly narrow
+    the pair's gap without inverting it; the largest such change per pair, until none applies."""
+    for _ in range(10 * (sum(len(p) for p in parts) + len(parts))):
+        sums = [sum(costs[i] for i in p) for p in parts]
+        order = sorted(range(len(parts)), key=lambda p: sums[p])
+        pairs = [(order[-1], lo) for lo in order[:-1]] + [(hi, order[0]) for hi in reversed(order[1:])]
+        done = False
+        for hi, lo in pairs:
+            gap = sums[hi] - sums[lo]
+            if gap <= 0:
+                continue
+            best = None
+            for x in parts[hi]:
+                for y in parts[lo]:
+                    d = costs[x] - costs[y]
+                    if 0 < d <= gap / 2 and (best is None or d > best[0]):
+                        best = (d, x, y)
+            if best:
+                _, x, y = best
+                parts[hi].remove(x); parts[hi].append(y); parts[hi].sort()
+                parts[lo].remove(y); parts[lo].append(x); parts[lo].sort()
+                done = True
+                break
+        if not done:
+            return parts
+    return parts
+
+
+def partition(indices, k, equal_size):
+    local = [cost_of[i] for i in indices]
+    parts = refine(karmarkar_karp(local, k, equal_size), local)
+    return [[indices[i] for i in p] for p in parts]
+
+
+def fits(parts):
+    return all(sum(lengths_of[i] for i in p) <= CAP for p in parts)
+
+
+def min_count(indices):
+    return max(1, min(len(indices), math.ceil(sum(lengths_of[i] for i in indices) / CAP)))
+
+
+def reference_plan(lengths, world, balance):
+    global cost_of, lengths_of
+    lengths_of = lengths
+    cost_of = [cost(s) for s in lengths]
+    everything = list(range(len(lengths)))
+    spread = lambda split: (max(sum(cost_of[i] for i in p) for p in split)
+                            - min(sum(cost_of[i] for i in p) for p in split))
+    if balance == "lb_micro":
+        split = partition(everything, world, True)
+        m = max(min_count(p) for p in split)
+        while True:
+            micro = [partition(p, m, False) for p in split]
+            if all(fits(mb) for mb in micro) or m >= min(len(p) for p in split):
+                break
+            m += 1
+    else:
+        split = partition(everything, world, False)
+        if len(lengths) % world == 0:
+            equal = partition(everything, world, True)
+            if spread(equal) < spread(split):
+                split = equal
+        micro = []
+        for p in split:
+            m = min_count(p)
+            while True:
+                mb = partition(p, m, False)
+                if fits(mb) or m >= len(p):
+                    break
+                m += 1
+            micro.append(mb)
+    plan = []
+    for mbs in micro:
+        mbs = [mb for mb in mbs if mb]
+        costs = sorted((sum(cost_of[i] for i in mb) for mb in mbs), reverse=True)
+        plan.append(costs)
+    return plan
+
+
+# ---- measures -------------------------------------------------------------------------------------
+
+def makespans(plan, c=0.0):
+    """plan: per device, its microbatch costs by decreasing cost."""
+    odc = max(len(mbs) * c + sum(mbs) for mbs in plan)
+    steps = max(len(mbs) for mbs in plan)
+    collective = sum(c + max((mbs[m] if m < len(mbs) else 0.0) for mbs in plan) for m in range(steps))
+    totals = [sum(mbs) for mbs in plan]
+    imbalance = max(totals) / (sum(totals) / len(totals)) - 1.0
+    return odc, collective, sum(len(mbs) for mbs in plan) / len(plan), imbalance
+
+
+def longalign_like(rng, count):
+    mu = math.log(CAP / 4.0) - 0.5
+    return [min(max(int(round(math.exp(rng.gauss(mu, 1.0)))), 64), CAP) for _ in range(count)]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dump", required=True, help="path to odc_parity_dump (its directory holds odc_plan_dump)")
+    parser.add_argument("--workdir", required=True)
+    args = parser.parse_args()
+    tool = os.path.join(os.path.dirname(os.path.abspath(args.dump)), "odc_plan_dump")
+    cases = []
+    for world in (8, 16):
+        for per_device in (1, 2, 4, 8):
+            for seed in range(SEEDS):
+                rng = random.Random(1000 * world + 100 * per_device + seed)
+                lengths = longalign_like(rng, world * per_device)
+                for balance in ("lb_mini", "lb_micro"):
+                    cases.append({"lengths": lengths, "world": world, "cap": CAP, "balance": balance, "a": A, "b": B})
+    proc = subprocess.run([tool], input="".join(json.dumps(c) + "\n" for c in cases), capture_output=True,
+                          text=True, check=False)
+    if proc.returncode != 0:
+        print(f"FAIL: odc_plan_dump exited {proc.returncode}: {proc.stderr.strip()}")
+        return 1
+    ours_all = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(ours_all) == len(cases)
+    rows, failures = {}, []
+    for case, ours in zip(cases, ours_all):
+        balance = case["balance"]
+        key = (balance, case["world"], len(case["lengths"]) // case["world"])
+        ref = makespans(reference_plan(case["lengths"], case["world"], balance))
+        our_plan = [sorted(r["microbatch_costs"], reverse=True) for r in ours["ranks"]]
+        mine = makespans(our_plan)
+        which = 0 if balance == "lb_mini" else 1
+        rows.setdefault(key, []).append((ref, mine))
+        if mine[which] > ref[which] * (1 + TOLERANCE[balance]):
+            failures.append(f"{balance} world {case['world']} x {key[2]}: a minibatch's makespan {mine[which]:.4f} "
+                            f"> reference {ref[which]:.4f} x (1 + {TOLERANCE[balance]})")
+    print("| planner | devices | seqs/device | makespan (ref) | makespan (ours) | ours/ref | worst single | "
+          "microbatches/device (ref / ours) | imbalance (ref / ours) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for key in sorted(rows):
+        balance, world, per = key
+        which = 0 if balance == "lb_mini" else 1
+        pairs = rows[key]
+        mean = lambda xs: sum(xs) / len(xs)
+        ref_m, our_m = mean([r[which] for r, _ in pairs]), mean([o[which] for _, o in pairs])
+        worst = max(o[which] / r[which] for r, o in pairs)
+        print(f"| {balance} ({'odc' if which == 0 else 'collective'}) | {world} | {per} | {ref_m:.3f} | {our_m:.3f} | "
+              f"{our_m / ref_m:.4f} | {worst:.4f} | {mean([r[2] for r, _ in pairs]):.2f} / "
+              f"{mean([o[2] for _, o in pairs]):.2f} | {mean([r[3] for r, _ in pairs]):.4f} / "
+              f"{mean([o[3] for _, o in pairs]):.4f} |")
+        if our_m > ref_m * (1 + 1e-9):
+            failures.append(f"{balance} world {world} x {per}: mean makespan {our_m:.4f} > reference {ref_m:.4f}")
+    for f in failures:
+        print("FAIL:", f)
+    print(f"planner vs reference: {len(cases)} plans, {len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
