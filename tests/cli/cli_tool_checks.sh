@@ -32,3 +32,15 @@ expect_in() {  # NAME STREAM(out|err) TEXT
 }
 
 [ -x "$tool" ] || { echo "FAIL: $tool is not an executable" >&2; exit 1; }
+
+# make_tiny_chat_model: the demo's byte-level BPE tokenizer (299 ids) in $work_dir/chat and a random
+# GQA model of that vocabulary in $work_dir/model (f32; a wide initialization, so that continuations
+# vary; no eos id). Needs $repo and $bin_dir.
+make_tiny_chat_model() {
+  /usr/bin/python3 "$repo/tools/make_demo_chat.py" --out "$work_dir/chat" --num 200 --merges 40 --seed 1 >/dev/null
+  "$bin_dir/odc-ckpt" init --out "$work_dir/model" --dtype f32 --seed 5 --set model.config.vocab_size=299 \
+    --set model.config.hidden_size=64 --set model.config.intermediate_size=128 --set model.config.num_hidden_layers=2 \
+    --set model.config.num_attention_heads=4 --set model.config.num_key_value_heads=2 \
+    --set model.config.max_position_embeddings=96 --set model.config.initializer_range=0.5 \
+    >"$work_dir/init.out" 2>&1 || fail "odc-ckpt init: $(cat "$work_dir/init.out")"
+}

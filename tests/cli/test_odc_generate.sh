@@ -15,12 +15,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 # A byte-level BPE tokenizer (299 ids) and a random GQA model of that vocabulary; a wide initialization so
 # that greedy continuations vary. No eos id: only the options under test end generation.
-/usr/bin/python3 "$repo/tools/make_demo_chat.py" --out "$work_dir/chat" --num 200 --merges 40 --seed 1 >/dev/null
-"$bin_dir/odc-ckpt" init --out "$work_dir/model" --dtype f32 --seed 5 --set model.config.vocab_size=299 \
-  --set model.config.hidden_size=64 --set model.config.intermediate_size=128 --set model.config.num_hidden_layers=2 \
-  --set model.config.num_attention_heads=4 --set model.config.num_key_value_heads=2 \
-  --set model.config.max_position_embeddings=96 --set model.config.initializer_range=0.5 \
-  >"$work_dir/init.out" 2>&1 || fail "odc-ckpt init: $(cat "$work_dir/init.out")"
+make_tiny_chat_model
 gen=(--model "$work_dir/model" --tokenizer "$work_dir/chat/tokenizer/tokenizer.json" --json)
 
 # field NAME KEY: a field of the JSON line in NAME.out.

@@ -14,12 +14,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/cli_tool_checks.sh"
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
-/usr/bin/python3 "$repo/tools/make_demo_chat.py" --out "$work_dir/chat" --num 200 --merges 40 --seed 1 >/dev/null
-"$bin_dir/odc-ckpt" init --out "$work_dir/model" --dtype f32 --seed 5 --set model.config.vocab_size=299 \
-  --set model.config.hidden_size=64 --set model.config.intermediate_size=128 --set model.config.num_hidden_layers=2 \
-  --set model.config.num_attention_heads=4 --set model.config.num_key_value_heads=2 \
-  --set model.config.max_position_embeddings=96 --set model.config.initializer_range=0.5 \
-  >"$work_dir/init.out" 2>&1 || fail "odc-ckpt init: $(cat "$work_dir/init.out")"
+make_tiny_chat_model
 cp "$work_dir/chat/tokenizer/tokenizer.json" "$work_dir/model/"
 printf '%s\n' '{"prompt": "reverse: apple ->", "answer": "elppa"}' '{"prompt": "add: 2 3 ->", "answer": "5"}' \
   '{"prompt": "sort: lemon ->", "answer": "elmno"}' >"$work_dir/prompts.jsonl"
