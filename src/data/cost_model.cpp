@@ -9,7 +9,7 @@
 
 namespace odc::data {
 
-CostModel CostModel::linear() { return CostModel{"linear", 0.0, 1.0, {}, {}}; }
+CostModel CostModel::linear() { return CostModel{"linear", 0.0, 1.0, 0.0, {}, {}}; }
 
 CostModel CostModel::measured(const std::vector<std::int64_t>& lengths, const std::vector<double>& seconds) {
   if (lengths.size() != seconds.size()) {
@@ -17,7 +17,7 @@ CostModel CostModel::measured(const std::vector<std::int64_t>& lengths, const st
          seconds.size());
   }
   if (lengths.size() < 2) fail("measured cost model needs at least 2 (length, seconds) points, got {}", lengths.size());
-  CostModel model{"measured", 0.0, 1.0, {}, {}};
+  CostModel model{"measured", 0.0, 1.0, 0.0, {}, {}};
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     if (lengths[i] < 1 || (i > 0 && lengths[i] <= lengths[i - 1])) {
       fail("measured cost model: point {} has length {}; lengths must be >= 1 and increasing", i, lengths[i]);
@@ -51,7 +51,7 @@ CostModel CostModel::quadratic(double a, double b) {
   if (!std::isfinite(a) || !std::isfinite(b) || a < 0.0 || b < 0.0 || (a == 0.0 && b == 0.0)) {
     fail("quadratic cost model needs finite a, b >= 0, not both 0; got a = {}, b = {}", a, b);
   }
-  return CostModel{"quadratic", a, b, {}, {}};
+  return CostModel{"quadratic", a, b, 0.0, {}, {}};
 }
 
 // Training FLOPs of one sequence of s tokens (model FLOPs, as in MFU; forward + backward):
@@ -78,7 +78,7 @@ CostModel CostModel::flops(double linear_flops_per_token, double attention_flops
         linear_flops_per_token, attention_flops_per_pair);
   }
   const double half_ratio = attention_flops_per_pair / (2.0 * linear_flops_per_token);
-  return CostModel{"flops", half_ratio, 1.0 + half_ratio, {}, {}};
+  return CostModel{"flops", half_ratio, 1.0 + half_ratio, 0.0, {}, {}};
 }
 
 // Minimizes sum (a*s^2 + b*s - y)^2 subject to a, b >= 0. With u = s / s_max (for conditioning:
@@ -129,7 +129,7 @@ CostModel fit_quadratic(const std::vector<std::int64_t>& lengths,
         "fit_quadratic: no positive cost fits the timings (best fit a = b = 0); are the times "
         "positive?");
   }
-  return CostModel{"quadratic", a / (scale * scale), b / scale, {}, {}};
+  return CostModel{"quadratic", a / (scale * scale), b / scale, 0.0, {}, {}};
 }
 
 }  // namespace odc::data

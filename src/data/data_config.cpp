@@ -28,6 +28,10 @@ std::vector<TunableSpec> data_tunables() {
       tunable("data.cost_a", K::number, "0.0",
               "quadratic cost model: coefficient of s^2 (odc-train --calibrate-cost fits it)", Range::at_least(0)),
       tunable("data.cost_b", K::number, "1.0", "quadratic cost model: coefficient of s", Range::at_least(0)),
+      tunable("data.cost_c", K::number, "0.0",
+              "any cost model: the fixed cost of one microbatch, in the cost's units (the reference's fit's c); the "
+              "planners weigh it when they choose microbatch counts and splits",
+              Range::at_least(0)),
       tunable("data.shuffle", K::boolean, "true",
               "draw minibatches from a seeded shuffle of the data, reshuffled every epoch (false: in file order)"),
       tunable("data.seed", K::integer, "0", "seed of the data order (odc-sim: also of its synthetic lengths)"),
@@ -86,10 +90,18 @@ CostModel measured_cost_model(const std::string& points) {
 
 CostModel cost_model(const Config& config, double linear_flops_per_token, double attention_flops_per_pair) {
   const std::string kind = config.get_string("data.cost_model");
-  if (kind == "linear") return CostModel::linear();
-  if (kind == "quadratic") return CostModel::quadratic(config.get_double("data.cost_a"), config.get_double("data.cost_b"));
-  if (kind == "measured") return measured_cost_model(config.get_string("data.cost_points"));
-  return CostModel::flops(linear_flops_per_token, attention_flops_per_pair);
+  CostModel model;
+  if (kind == "linear") {
+    model = CostModel::linear();
+  } else if (kind == "quadratic") {
+    model = CostModel::quadratic(config.get_double("data.cost_a"), config.get_double("data.cost_b"));
+  } else if (kind == "measured") {
+    model = measured_cost_model(config.get_string("data.cost_points"));
+  } else {
+    model = CostModel::flops(linear_flops_per_token, attention_flops_per_pair);
+  }
+  model.per_microbatch = config.get_double("data.cost_c");
+  return model;
 }
 
 std::int64_t token_cap(const Config& config, std::int64_t longest, std::int64_t auto_cap) {

@@ -455,9 +455,14 @@ Parts equal_count_split(const std::vector<double>& costs, std::size_t ranks) {
 }
 
 // LB-Mini's split: total cost balanced, counts free; LB-Micro's split kept when it is better.
-Parts free_count_split(const std::vector<double>& costs, std::size_t ranks) {
+Parts free_kk_split(const std::vector<double>& costs, std::size_t ranks) {
   Parts kk = karmarkar_karp_impl(costs, ranks, false);
   refine(costs, kk, false);
+  return kk;
+}
+
+Parts free_count_split(const std::vector<double>& costs, std::size_t ranks) {
+  Parts kk = free_kk_split(costs, ranks);
   if (costs.size() % ranks == 0) {
     Parts equal = equal_count_split(costs, ranks);
     if (max_set_cost(costs, equal) < max_set_cost(costs, kk)) return equal;

@@ -210,6 +210,7 @@ void align_to_steps(Plan& plan, const std::vector<double>& costs, const std::vec
 Plan packed_plan(const PlanInput& input, const std::vector<double>& costs, const Parts& split, bool refined = true) {
   const std::size_t ranks = split.size();
   Plan plan;
+  plan.per_microbatch = input.cost.per_microbatch;
   plan.ranks.reserve(ranks);
   std::vector<Parts> packed(ranks);
   for (std::size_t r = 0; r < ranks; ++r) {
@@ -248,6 +249,7 @@ Plan packed_plan(const PlanInput& input, const std::vector<double>& costs, const
     // does not see.
     if (!common.empty() && common.front().size() <= plan.ranks.front().microbatches.size()) {
       Plan other;
+      other.per_microbatch = plan.per_microbatch;
       for (std::size_t r = 0; r < ranks; ++r) other.ranks.push_back(finish_rank(costs, split[r], std::move(common[r])));
       if (other.makespan_collective() < plan.makespan_collective()) plan = std::move(other);
     }
@@ -266,6 +268,7 @@ Plan make_plan(const PlanInput& input) {
   for (std::size_t i = 0; i < n; ++i) costs[i] = input.cost.cost(input.lengths[i]);
 
   Plan plan;
+  plan.per_microbatch = input.cost.per_microbatch;
   plan.ranks.reserve(ranks);
   if (input.balance == Balance::local_sort || input.balance == Balance::round_robin) {
     for (const auto& items : planner_detail::round_robin(n, ranks)) {
@@ -283,7 +286,18 @@ Plan make_plan(const PlanInput& input) {
   if (input.balance != Balance::lb_micro) {
     const Parts split = input.balance == Balance::lb_mini ? planner_detail::free_count_split(costs, ranks)
                                                           : planner_detail::equal_count_split(costs, ranks);
-    return packed_plan(input, costs, split);
+    Plan chosen = packed_plan(input, costs, split);
+    if (input.balance == Balance::lb_mini && input.cost.per_microbatch > 0.0) {
+      // With a fixed cost per microbatch, a rank's time is its sequences' cost plus its count's:
+      // the free split and the equal-count one, each packed, compared by ODC's makespan with it.
+      std::vector<Parts> others{planner_detail::free_kk_split(costs, ranks)};
+      if (n % ranks == 0) others.push_back(planner_detail::equal_count_split(costs, ranks));
+      for (const Parts& other : others) {
+        Plan candidate = packed_plan(input, costs, other);
+        if (candidate.makespan_odc() < chosen.makespan_odc()) chosen = std::move(candidate);
+      }
+    }
+    return chosen;
   }
   // lb_micro: the split packed with refined and with plain microbatch splits (neither wins every
   // minibatch under barriers); the faster barrier schedule kept (the refined one on a tie).
@@ -294,14 +308,18 @@ Plan make_plan(const PlanInput& input) {
   return fewer_or_same && plain.makespan_collective() < refined.makespan_collective() ? plain : refined;
 }
 
-// Both bubbles are computed as 1 - S / (D * X) from the same S = sum_d C_d, with X = max_d C_d
-// (odc) or sum_m max_d c_{m,d} (collective). Mathematically the latter X is >= the former; taking
+// Both bubbles are computed as 1 - S / (D * X) from the same S = sum_d (C_d + n_d c), with X =
+// max_d (C_d + n_d c) (odc) or sum_m (c + max_d c_{m,d}) (collective); c = per_microbatch. Mathematically the latter X is >= the former; taking
 // the max of the two guards the rounding of the differently ordered sums, so that the computed
 // bubble_collective >= bubble_odc holds exactly (rounding is monotone).
 double Plan::makespan_odc() const {
   double worst = 0.0;
-  for (const auto& rank : ranks) worst = std::max(worst, rank.cost);
+  for (const auto& rank : ranks) worst = std::max(worst, busy(rank));
   return worst;
+}
+
+double Plan::busy(const RankPlan& rank) const {
+  return rank.cost + static_cast<double>(rank.microbatches.size()) * per_microbatch;
 }
 
 double Plan::makespan_collective() const {
@@ -317,24 +335,22 @@ double Plan::makespan_collective() const {
     for (const auto& rank : ranks) {
       if (m < rank.microbatch_costs.size()) slowest = std::max(slowest, rank.microbatch_costs[m]);
     }
-    barriers += slowest;
+    barriers += slowest + per_microbatch;  // some rank runs an m-th microbatch
   }
   // Round-off in the sums must not make a barrier schedule look faster than the slowest rank.
   return std::max(barriers, makespan_odc());
 }
 
-namespace {
-double bubble_of(const std::vector<RankPlan>& ranks, double makespan) {
+double Plan::bubble_of(double makespan) const {
   if (!(makespan > 0.0)) return 0.0;
   double total = 0.0;
-  for (const auto& rank : ranks) total += rank.cost;
+  for (const auto& rank : ranks) total += busy(rank);
   return 1.0 - total / (static_cast<double>(ranks.size()) * makespan);
 }
-}  // namespace
 
-double Plan::bubble_odc() const { return bubble_of(ranks, makespan_odc()); }
+double Plan::bubble_odc() const { return bubble_of(makespan_odc()); }
 
-double Plan::bubble_collective() const { return bubble_of(ranks, makespan_collective()); }
+double Plan::bubble_collective() const { return bubble_of(makespan_collective()); }
 
 std::int64_t Plan::max_microbatches() const {
   std::size_t most = 0;

@@ -36,6 +36,8 @@ Parts round_robin(std::size_t n, std::size_t ranks);
 // LB-Micro's split: equal counts per rank, the lowest max cost found.
 Parts equal_count_split(const std::vector<double>& costs, std::size_t ranks);
 // LB-Mini's split: total cost balanced, counts free; never a higher max cost than LB-Micro's.
+// Total cost balanced, counts free: KK refined (free_count_split's first candidate).
+Parts free_kk_split(const std::vector<double>& costs, std::size_t ranks);
 Parts free_count_split(const std::vector<double>& costs, std::size_t ranks);
 
 // ---- microbatches.cpp ---------------------------------------------------------------------------

@@ -144,6 +144,7 @@ data::CostModel planner_cost_from_fit(const CostFit& fit) {
   const double k = kFitTokensPerUnit;
   data::CostModel cost = data::CostModel::quadratic(fit.a / (k * k), fit.b / k);
   cost.kind = "fit";
+  cost.per_microbatch = fit.c;
   return cost;
 }
 

@@ -80,6 +80,7 @@ std::vector<TunableSpec> sim_tunables() {
               {"linear", "quadratic", "flops", "measured", "fit"}),
       data::data_tunable("data.cost_a"),
       data::data_tunable("data.cost_b"),
+      data::data_tunable("data.cost_c"),
       data::data_tunable("data.cost_points"),
       // sim
       tunable("sim.label", K::string, "\"\"", "name of this setting in the output (empty = the config file's name)"),

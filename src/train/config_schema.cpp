@@ -97,6 +97,7 @@ std::vector<TunableSpec> trainer_tunables() {
       data::data_tunable("data.cost_model"),
       data::data_tunable("data.cost_a"),
       data::data_tunable("data.cost_b"),
+      data::data_tunable("data.cost_c"),
       data::data_tunable("data.cost_points"),
       data::data_tunable("data.shuffle"),
       data::data_tunable("data.seed"),

@@ -1,8 +1,8 @@
 // odc_plan_dump: our planner (data::make_plan) over global minibatches read as JSON lines on
 // stdin, one plan per line on stdout, for tests/parity/test_planner_reference.py, which runs the
 // reference implementation's packing (re-derived in Python) on the same minibatches.
-//   in:  {"lengths": [...], "world": 8, "cap": 65536, "balance": "lb_mini", "a": .., "b": ..}
-//        (cost = a*s^2 + b*s per sequence of s tokens)
+//   in:  {"lengths": [...], "world": 8, "cap": 65536, "balance": "lb_mini", "a": .., "b": .., "c": ..}
+//        (cost = a*s^2 + b*s per sequence of s tokens, c per microbatch; c optional, default 0)
 //   out: {"makespan_odc": .., "makespan_collective": .., "ranks": [{"cost": .., "microbatches":
 //        [[indices], ...], "microbatch_costs": [...]}, ...]}
 // Exit 1 with the message for a bad line (odc::Error).
@@ -27,6 +27,7 @@ int main() {
       input.token_cap = in.at("cap").get<std::int64_t>();
       input.balance = odc::data::parse_balance(in.at("balance").get<std::string>());
       input.cost = odc::data::CostModel::quadratic(in.at("a").get<double>(), in.at("b").get<double>());
+      input.cost.per_microbatch = in.value("c", 0.0);
       const odc::data::Plan plan = odc::data::make_plan(input);
       nlohmann::json out = {{"makespan_odc", plan.makespan_odc()}, {"makespan_collective", plan.makespan_collective()}};
       for (const auto& rank : plan.ranks) {

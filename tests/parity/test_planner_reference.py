@@ -16,8 +16,9 @@ The reference implementation's planning (its `packing.py`: `DynamicSameMicro` = 
     cost-balanced split respects the cap;
   * microbatches sorted by decreasing cost.
 Planned makespans, in cost units: ODC = max over devices of (its microbatches x c + its cost);
-collective = sum over microbatch steps of the slowest device's microbatch (c per step). c is the
-fit's per-microbatch constant: our cost model has none, so c = 0 on both sides.
+collective = sum over microbatch steps of (c + the slowest device's microbatch), with c the fit's
+per-microbatch constant (0.951 s for 7B). Ours is told c (CostModel::per_microbatch) and weighs it
+when it chooses LB-Mini's split; the reference's packing cannot (it never sees c).
 
 Minibatches: LongAlign-like lengths (log-normal, sigma 1, mean about a quarter of 64K before
 clipping to [64, 65536]), cap 65536, the reference's fitted 7B cost (a s'^2 + b s', s' = s/32000);
@@ -41,6 +42,7 @@ import sys
 
 CAP = 65536
 A, B = 4.348357 / 32000.0 ** 2, 8.768377 / 32000.0  # the reference's 7B fit, per raw token
+C = 0.951  # its fixed cost per microbatch (seconds, as A and B)
 SEEDS = 24
 TOLERANCE = {"lb_mini": 0.02, "lb_micro": 0.12}
 
@@ -205,7 +207,8 @@ def main():
                 rng = random.Random(1000 * world + 100 * per_device + seed)
                 lengths = longalign_like(rng, world * per_device)
                 for balance in ("lb_mini", "lb_micro"):
-                    cases.append({"lengths": lengths, "world": world, "cap": CAP, "balance": balance, "a": A, "b": B})
+                    cases.append({"lengths": lengths, "world": world, "cap": CAP, "balance": balance, "a": A, "b": B,
+                                  "c": C})
     proc = subprocess.run([tool], input="".join(json.dumps(c) + "\n" for c in cases), capture_output=True,
                           text=True, check=False)
     if proc.returncode != 0:
@@ -217,9 +220,13 @@ def main():
     for case, ours in zip(cases, ours_all):
         balance = case["balance"]
         key = (balance, case["world"], len(case["lengths"]) // case["world"])
-        ref = makespans(reference_plan(case["lengths"], case["world"], balance))
+        ref = makespans(reference_plan(case["lengths"], case["world"], balance), C)
         our_plan = [sorted(r["microbatch_costs"], reverse=True) for r in ours["ranks"]]
-        mine = makespans(our_plan)
+        mine = makespans(our_plan, C)
+        # Our planner's own makespans (with c) agree with the ones computed here.
+        which_key = "makespan_odc" if balance == "lb_mini" else "makespan_collective"
+        if abs(ours[which_key] - mine[0 if balance == "lb_mini" else 1]) > 1e-9 * max(1.0, mine[0]):
+            failures.append(f"{balance}: odc_plan_dump's {which_key} {ours[which_key]} vs {mine}")
         which = 0 if balance == "lb_mini" else 1
         rows.setdefault(key, []).append((ref, mine))
         if mine[which] > ref[which] * (1 + TOLERANCE[balance]):

@@ -13,6 +13,10 @@ struct CostModel {
   std::string kind = "linear";
   double a = 0.0;
   double b = 1.0;
+  // The fixed cost of running one microbatch beyond its sequences' (the reference's fit's c;
+  // data.cost_c). Never part of a sequence's cost(): the planners add it per microbatch when they
+  // weigh microbatch counts and splits, and the plan's makespans and bubbles count it.
+  double per_microbatch = 0.0;
   // kind "measured": per-token seconds at increasing lengths (odc-train --calibrate-cost).
   std::vector<std::int64_t> lengths;
   std::vector<double> per_token;

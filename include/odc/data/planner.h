@@ -72,22 +72,29 @@ struct RankPlan {
 
 struct Plan {
   std::vector<RankPlan> ranks;
+  // The cost model's fixed cost per microbatch (CostModel::per_microbatch; 0 for most models).
+  double per_microbatch = 0.0;
   // Estimated bubble rate (idle fraction) under each comm's barrier model, from planned costs:
-  //   odc:        1 - mean_d(C_d) / max_d(C_d),           C_d = sum of rank d's microbatch costs
-  //   collective: 1 - sum_d C_d / (D * sum_m max_d c_{m,d})  (barrier at every microbatch; a rank
-  //               without an m-th microbatch contributes 0 to it); always >= bubble_odc, since
-  //               sum_m max_d c_{m,d} >= max_d sum_m c_{m,d}
-  // C_d is RankPlan::cost and c_{m,d} RankPlan::microbatch_costs; an empty plan has bubble 0.
+  //   odc:        1 - mean_d(B_d) / max_d(B_d),      B_d = C_d + n_d c, the time rank d is busy
+  //   collective: 1 - sum_d B_d / (D * sum_m (c + max_d c_{m,d}))  (barrier at every microbatch; a
+  //               rank without an m-th microbatch contributes 0 to it); always >= bubble_odc
+  // C_d is RankPlan::cost, n_d its microbatches, c_{m,d} RankPlan::microbatch_costs and c
+  // per_microbatch; an empty plan has bubble 0.
   double bubble_odc() const;
   double bubble_collective() const;
-  // The planned minibatch time (in cost units) with free communication: max_d C_d under ODC (one
-  // barrier), sum_m max_d c_{m,d} under collectives (a barrier per microbatch). The ratio of two
-  // plans' makespans is the speedup their schedules allow: the zero-overhead bound.
+  // The planned minibatch time (in cost units) with free communication: max_d B_d under ODC (one
+  // barrier), sum_m (c + max_d c_{m,d}) under collectives (a barrier per microbatch). The ratio of
+  // two plans' makespans is the speedup their schedules allow: the zero-overhead bound.
   double makespan_odc() const;
   double makespan_collective() const;
+  // B_d: the rank's sequences' cost and its microbatches' fixed cost.
+  double busy(const RankPlan& rank) const;
   std::int64_t max_microbatches() const;
   // Fingerprint of the structure (ranks, microbatches, indices) for cross-rank comparison.
   std::uint64_t hash() const;
+
+ private:
+  double bubble_of(double makespan) const;
 };
 
 // Throws odc::Error for a sequence longer than the cap (naming length and cap), an empty

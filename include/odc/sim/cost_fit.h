@@ -7,7 +7,8 @@
 //     c + sum over its sequences of (a*u^2 + b*u), split over the steps in the proportions of the
 //     named-device FLOP model (so forward/backward, per-unit and prefetch behaviour keep their shape);
 //   - a planner cost model (data.cost_model: fit): a*u^2 + b*u per sequence, as the reference's
-//     packing code offers it (the per-microbatch c is not part of a sequence's cost).
+//     packing code offers it, and c per microbatch (CostModel::per_microbatch: not part of a
+//     sequence's cost; the planners weigh it when they choose counts and splits).
 // Other shapes are scaled by FLOPs: a by attention FLOPs per pair and b by linear FLOPs per token,
 // from the published fit nearest in linear FLOPs; c by linear interpolation (extrapolation beyond)
 // in linear FLOPs per token through the two published fits. That is an assumption, stated as such
@@ -51,7 +52,7 @@ CostFit parse_fit(const std::string& text, const std::string& key);
 // optimizer time is kept from `shape`.
 ComputeModel compute_model_from_fit(const CostFit& fit, const ComputeModel& shape);
 
-// The planner's per-sequence cost a*u^2 + b*u (kind "fit").
+// The planner's per-sequence cost a*u^2 + b*u and per-microbatch c (kind "fit").
 data::CostModel planner_cost_from_fit(const CostFit& fit);
 
 }  // namespace odc::sim

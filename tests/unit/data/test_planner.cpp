@@ -164,3 +164,45 @@ TEST_CASE("planner: bubble closed forms", "[planner]") {
     REQUIRE(plan.max_microbatches() == 2);
   }
 }
+
+TEST_CASE("planner: a fixed cost per microbatch counts in the makespans and bubbles, and in LB-Mini's choice",
+          "[planner]") {
+  // Rank 0: two microbatches of 3 and 1; rank 1: one of 4. c = 0.5 per microbatch.
+  Plan plan;
+  plan.per_microbatch = 0.5;
+  RankPlan a;
+  a.microbatches = {{0}, {1}};
+  a.microbatch_costs = {3.0, 1.0};
+  a.cost = 4.0;
+  RankPlan b;
+  b.microbatches = {{2}};
+  b.microbatch_costs = {4.0};
+  b.cost = 4.0;
+  plan.ranks = {a, b};
+  CHECK(plan.makespan_odc() == 5.0);                    // 4 + 2 x 0.5 on rank 0
+  CHECK(plan.makespan_collective() == (4.0 + 0.5) + (1.0 + 0.5));  // steps: max 4, then 1
+  CHECK(plan.bubble_odc() == Approx(1.0 - (5.0 + 4.5) / (2 * 5.0)));
+  CHECK(plan.bubble_collective() == Approx(1.0 - (5.0 + 4.5) / (2 * 6.0)));
+  // make_plan carries the cost model's c into the plan, and with it LB-Mini never plans a slower
+  // ODC makespan than without weighing it (the same seeded minibatches).
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    odc::data::PlanInput input;
+    input.world_size = 4;
+    input.token_cap = 4096;
+    std::uint64_t state = seed;
+    for (int i = 0; i < 24; ++i) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      input.lengths.push_back(64 + static_cast<std::int64_t>((state >> 33) % 4000));
+    }
+    input.cost = odc::data::CostModel::quadratic(1e-4, 1.0);
+    input.balance = Balance::lb_mini;
+    const Plan blind = odc::data::make_plan(input);  // c = 0: the split chosen by cost alone
+    input.cost.per_microbatch = 2000.0;              // about two sequences' worth per microbatch
+    const Plan weighed = odc::data::make_plan(input);
+    require_valid_plan(weighed, input);
+    CHECK(weighed.per_microbatch == 2000.0);
+    Plan blind_with_c = blind;
+    blind_with_c.per_microbatch = 2000.0;
+    CHECK(weighed.makespan_odc() <= blind_with_c.makespan_odc());
+  }
+}
