@@ -454,20 +454,16 @@ Parts equal_count_split(const std::vector<double>& costs, std::size_t ranks) {
   return best;
 }
 
-// LB-Mini's split: total cost balanced, counts free; LB-Micro's split kept when it is better.
-Parts free_kk_split(const std::vector<double>& costs, std::size_t ranks) {
-  Parts kk = karmarkar_karp_impl(costs, ranks, false);
-  refine(costs, kk, false);
-  return kk;
+// LB-Mini's split candidates (planner_parts.h).
+std::vector<Parts> free_count_candidates(const std::vector<double>& costs, std::size_t ranks) {
+  std::vector<Parts> out(1, karmarkar_karp_impl(costs, ranks, false));
+  refine(costs, out.front(), false);
+  if (costs.size() % ranks == 0) out.push_back(equal_count_split(costs, ranks));
+  return out;
 }
 
-Parts free_count_split(const std::vector<double>& costs, std::size_t ranks) {
-  Parts kk = free_kk_split(costs, ranks);
-  if (costs.size() % ranks == 0) {
-    Parts equal = equal_count_split(costs, ranks);
-    if (max_set_cost(costs, equal) < max_set_cost(costs, kk)) return equal;
-  }
-  return kk;
+std::size_t preferred_free_count(const std::vector<double>& costs, const std::vector<Parts>& candidates) {
+  return candidates.size() > 1 && max_set_cost(costs, candidates[1]) < max_set_cost(costs, candidates[0]) ? 1 : 0;
 }
 
 }  // namespace odc::data::planner_detail

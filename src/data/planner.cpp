@@ -283,17 +283,17 @@ Plan make_plan(const PlanInput& input) {
   }
 
   // lb_mini_equal: lb_micro's equal-count split, each rank keeping its own minimal count below.
-  if (input.balance != Balance::lb_micro) {
-    const Parts split = input.balance == Balance::lb_mini ? planner_detail::free_count_split(costs, ranks)
-                                                          : planner_detail::equal_count_split(costs, ranks);
-    Plan chosen = packed_plan(input, costs, split);
-    if (input.balance == Balance::lb_mini && input.cost.per_microbatch > 0.0) {
+  if (input.balance == Balance::lb_mini_equal) return packed_plan(input, costs, planner_detail::equal_count_split(costs, ranks));
+  if (input.balance == Balance::lb_mini) {
+    const std::vector<Parts> candidates = planner_detail::free_count_candidates(costs, ranks);
+    const std::size_t preferred = planner_detail::preferred_free_count(costs, candidates);
+    Plan chosen = packed_plan(input, costs, candidates[preferred]);
+    if (input.cost.per_microbatch > 0.0) {
       // With a fixed cost per microbatch, a rank's time is its sequences' cost plus its count's:
-      // the free split and the equal-count one, each packed, compared by ODC's makespan with it.
-      std::vector<Parts> others{planner_detail::free_kk_split(costs, ranks)};
-      if (n % ranks == 0) others.push_back(planner_detail::equal_count_split(costs, ranks));
-      for (const Parts& other : others) {
-        Plan candidate = packed_plan(input, costs, other);
+      // the other candidate packed too, and the lower ODC makespan with it kept.
+      for (std::size_t k = 0; k < candidates.size(); ++k) {
+        if (k == preferred) continue;
+        Plan candidate = packed_plan(input, costs, candidates[k]);
         if (candidate.makespan_odc() < chosen.makespan_odc()) chosen = std::move(candidate);
       }
     }

@@ -35,10 +35,11 @@ void refine(const std::vector<double>& costs, Parts& parts, bool equal_size);
 Parts round_robin(std::size_t n, std::size_t ranks);
 // LB-Micro's split: equal counts per rank, the lowest max cost found.
 Parts equal_count_split(const std::vector<double>& costs, std::size_t ranks);
-// LB-Mini's split: total cost balanced, counts free; never a higher max cost than LB-Micro's.
-// Total cost balanced, counts free: KK refined (free_count_split's first candidate).
-Parts free_kk_split(const std::vector<double>& costs, std::size_t ranks);
-Parts free_count_split(const std::vector<double>& costs, std::size_t ranks);
+// LB-Mini's split candidates: KK refined (total cost balanced, counts free), then, when the items
+// divide over the ranks, equal_count_split's; and which of them to take by cost alone (the lower
+// maximum part cost, so never higher than LB-Micro's; the first on a tie).
+std::vector<Parts> free_count_candidates(const std::vector<double>& costs, std::size_t ranks);
+std::size_t preferred_free_count(const std::vector<double>& costs, const std::vector<Parts>& candidates);
 
 // ---- microbatches.cpp ---------------------------------------------------------------------------
 

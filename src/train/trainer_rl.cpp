@@ -36,17 +36,18 @@ void Trainer::begin_iteration() {
     group_.announce(fmt::format("iteration {}: sampling rollouts", iteration + 1));
     drawn = online_->draw(iteration, *model_, *policy);
   }
-  backend_->weights_changed();  // compute copies of the snapshot's weights went with it
+  backend_->weights_changed();  // compute copies made of a snapshot's weights go with it
   if (!reference_.empty()) {
     // The frozen reference is sharded like the policy: its shards take the masters' place while
     // the comm gathers them, then the policy's return.
     reference_ = swap_masters(std::move(reference_));
-    const auto reference = snapshot("reference");
+    auto reference = snapshot("reference");
     reference_ = swap_masters(std::move(reference_));
     group_.announce(fmt::format("iteration {}: reference log-probabilities", iteration + 1));
     online_->add_reference(drawn, *model_, *reference, data_->token_cap());
+    reference.reset();
+    backend_->weights_changed();
   }
-  backend_->weights_changed();
   group_.announce(fmt::format("iteration {}: scoring and gathering the rollouts", iteration + 1));
   RolloutIteration sampled = online_->gather(std::move(drawn), group_);
   sampled.stats["step"] = step_ + 1;  // the first step that trains on them
