@@ -3,6 +3,7 @@
 #include "odc/backend/backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "odc/core/error.h"
@@ -59,13 +60,84 @@ void Backend::scale(View x, double alpha) {
   for (std::int64_t i = 0; i < x.count; ++i) data[i] *= a;
 }
 
-void Backend::row_entropy(ConstView logits, std::int64_t rows, std::int64_t vocab, std::span<float> host) {
-  ODC_CHECK(static_cast<std::int64_t>(host.size()) >= rows && logits.count >= rows * vocab,
-            "row_entropy: {} rows of {} into {} values from a view of {}", rows, vocab, host.size(), logits.count);
+void Backend::row_entropy(ConstView logits, std::int64_t rows, std::int64_t vocab, View out) {
+  ODC_CHECK(out.count >= rows && logits.count >= rows * vocab && out.dtype == DType::f32,
+            "row_entropy: {} rows of {} into {} {} values from a view of {}", rows, vocab, out.count,
+            dtype_name(out.dtype), logits.count);
   std::vector<float> values(static_cast<std::size_t>(rows * vocab));
   download(logits.at(0, rows * vocab), values);
-  kernels::cpu::row_entropy(values.data(), rows, vocab, host.data());
+  std::vector<float> entropies(static_cast<std::size_t>(rows));
+  kernels::cpu::row_entropy(values.data(), rows, vocab, entropies.data());
+  Buffer staging(memory(), DType::f32);
+  copy(upload(std::span<const float>(entropies), staging), out.at(0, rows));
 }
+
+void Backend::policy_coefficients(ConstView nll, ConstView old_logp, ConstView advantages, ConstView ref_logp,
+                                  ConstView weights, ConstView entropy, std::int64_t rows,
+                                  const kernels::PolicyLossParams& params, View coef, kernels::PolicyLossSums& sums) {
+  const auto n = static_cast<std::size_t>(rows);
+  // Each input on the host (a device view downloaded; an empty one stays empty).
+  const auto host = [&](ConstView v, const char* what, bool optional) {
+    std::vector<float> values;
+    if (optional && v.empty()) return values;
+    ODC_CHECK(v.count >= rows && v.dtype == DType::f32, "policy_coefficients: {} holds {} {} values for {} rows", what,
+              v.count, dtype_name(v.dtype), rows);
+    values.resize(n);
+    download(v.at(0, rows), values);
+    return values;
+  };
+  const std::vector<float> n_ = host(nll, "nll", false), o = host(old_logp, "old_logp", false),
+                           a = host(advantages, "advantages", false), r = host(ref_logp, "ref_logp", true),
+                           w = host(weights, "weights", false), e = host(entropy, "entropy", true);
+  ODC_CHECK(coef.count >= rows && coef.dtype == DType::f32, "policy_coefficients: coef holds {} {} values for {} rows",
+            coef.count, dtype_name(coef.dtype), rows);
+  std::vector<float> c(n);
+  kernels::cpu::policy_coefficients(n_.data(), o.data(), a.data(), r.empty() ? nullptr : r.data(), w.data(),
+                                    e.empty() ? nullptr : e.data(), rows, params, c.data(), sums);
+  Buffer staging(memory(), DType::f32);
+  copy(upload(std::span<const float>(c), staging), coef.at(0, rows));
+}
+
+void Backend::attention_decode_batch(const DecodeAttentionShape& shape, ConstView q, ConstView k_new, ConstView v_new,
+                                     std::span<const View> k_caches, std::span<const View> v_caches, View out) {
+  const auto count = static_cast<std::int64_t>(shape.past.size());
+  ODC_CHECK(static_cast<std::int64_t>(k_caches.size()) == count && static_cast<std::int64_t>(v_caches.size()) == count,
+            "attention_decode_batch: {} sequences, {} key and {} value caches", count, k_caches.size(), v_caches.size());
+  const std::int64_t kv = std::int64_t{shape.n_kv_heads} * shape.head_dim;
+  const std::int64_t qd = std::int64_t{shape.n_heads} * shape.head_dim;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const auto s = static_cast<std::size_t>(i);
+    const std::int64_t past = shape.past[s];
+    copy(k_new.at(i * kv, kv), k_caches[s].at(past * kv, kv));
+    copy(v_new.at(i * kv, kv), v_caches[s].at(past * kv, kv));
+    attention_cached({1, past, shape.n_heads, shape.n_kv_heads, shape.head_dim}, q.at(i * qd, qd),
+                     k_caches[s].at(0, (past + 1) * kv), v_caches[s].at(0, (past + 1) * kv), out.at(i * qd, qd));
+  }
+}
+
+namespace {
+// The host's clock: a mark is taken once every op issued so far has finished.
+class HostTimeline final : public OpTimeline {
+ public:
+  explicit HostTimeline(Backend& backend) : backend_(backend) {}
+  std::size_t mark() override {
+    backend_.synchronize();
+    marks_.push_back(std::chrono::steady_clock::now());
+    return marks_.size() - 1;
+  }
+  double seconds(std::size_t a, std::size_t b) override {
+    ODC_CHECK(a <= b && b < marks_.size(), "OpTimeline: marks {} and {} of {}", a, b, marks_.size());
+    return std::chrono::duration<double>(marks_[b] - marks_[a]).count();
+  }
+  void reset() override { marks_.clear(); }
+
+ private:
+  Backend& backend_;
+  std::vector<std::chrono::steady_clock::time_point> marks_;
+};
+}  // namespace
+
+std::unique_ptr<OpTimeline> Backend::make_timeline() { return std::make_unique<HostTimeline>(*this); }
 
 double Backend::sum_of_squares(ConstView x) {
   return kernels::cpu::sum_of_squares(host_f32(x, "sum_of_squares"), x.count);

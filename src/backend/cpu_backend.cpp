@@ -169,6 +169,7 @@ ConstView CpuBackend::weights(const float* unit, std::int64_t count) {
 void CpuBackend::release_weights(const float* unit) { weight_copies_.release(unit); }
 void CpuBackend::keep_weight_copies(bool keep) { weight_copies_.set_keep(keep); }
 void CpuBackend::weights_changed() { weight_copies_.invalidate(); }
+void CpuBackend::forget_weight_copies() { weight_copies_.forget(); }
 
 ConstView CpuBackend::upload(std::span<const std::int32_t> host, Buffer&) {
   return {host.data(), DType::i32, Device::cpu(), static_cast<std::int64_t>(host.size())};
@@ -333,10 +334,23 @@ void CpuBackend::scale(View x, double alpha) {
   if (rounds()) round_bf16(x, x.count);
 }
 
-void CpuBackend::row_entropy(ConstView logits, std::int64_t rows, std::int64_t vocab, std::span<float> host) {
-  ODC_CHECK(static_cast<std::int64_t>(host.size()) >= rows && logits.count >= rows * vocab,
-            "row_entropy: {} rows of {} into {} values from a view of {}", rows, vocab, host.size(), logits.count);
-  k::row_entropy(f(logits), rows, vocab, host.data());
+void CpuBackend::row_entropy(ConstView logits, std::int64_t rows, std::int64_t vocab, View out) {
+  ODC_CHECK(out.count >= rows && logits.count >= rows * vocab,
+            "row_entropy: {} rows of {} into {} values from a view of {}", rows, vocab, out.count, logits.count);
+  k::row_entropy(f(logits), rows, vocab, f(out));
+}
+
+void CpuBackend::policy_coefficients(ConstView nll, ConstView old_logp, ConstView advantages, ConstView ref_logp,
+                                     ConstView weights, ConstView entropy, std::int64_t rows,
+                                     const kernels::PolicyLossParams& params, View coef, kernels::PolicyLossSums& sums) {
+  for (const ConstView v : {nll, old_logp, advantages, weights, ConstView(coef)}) {
+    ODC_CHECK(v.count >= rows, "policy_coefficients: a view of {} values for {} rows", v.count, rows);
+  }
+  ODC_CHECK((ref_logp.empty() || ref_logp.count >= rows) && (entropy.empty() || entropy.count >= rows),
+            "policy_coefficients: reference ({}) or entropy ({}) values short of {} rows", ref_logp.count, entropy.count,
+            rows);
+  k::policy_coefficients(f(nll), f(old_logp), f(advantages), ref_logp.empty() ? nullptr : f(ref_logp), f(weights),
+                         entropy.empty() ? nullptr : f(entropy), rows, params, f(coef), sums);
 }
 
 void CpuBackend::cross_entropy(ConstView logits, ConstView targets, ConstView weights, std::int64_t rows,

@@ -120,6 +120,7 @@ ConstView CudaBackend::weights(const float* unit, std::int64_t count) {
 void CudaBackend::release_weights(const float* unit) { impl_->live_weights.release(unit); }
 void CudaBackend::keep_weight_copies(bool keep) { impl_->live_weights.set_keep(keep); }
 void CudaBackend::weights_changed() { impl_->live_weights.invalidate(); }
+void CudaBackend::forget_weight_copies() { impl_->live_weights.forget(); }
 
 void* PinnedStaging::stage(const void* host, std::size_t bytes) {
   constexpr std::size_t kAlign = 256;

@@ -114,13 +114,18 @@ Scratch::Scratch(backend::Backend& b)
       rows(b.memory(), DType::i32),
       chunk_targets(b.memory(), DType::i32),
       chunk_weights(b.memory(), DType::f32),
-      chunk_coef(b.memory(), DType::f32) {}
+      policy_old(b.memory(), DType::f32),
+      policy_ref(b.memory(), DType::f32),
+      policy_advantages(b.memory(), DType::f32),
+      chunk_coef(b.memory(), DType::f32),
+      chunk_entropy(b.memory(), DType::f32) {}
 
 std::int64_t Scratch::bytes() const {
   std::int64_t n = 0;
   for (const auto* w : {&h, &dh, &dgate_up, &dq, &dk, &dv, &dattn, &dxn, &dx, &cos, &sin, &xf, &rstd_f, &dxf,
                         &chunk_in, &chunk_logits, &chunk_dx, &chunk_nll, &tokens, &positions, &cu_seqlens, &targets,
-                        &weights, &rows, &chunk_targets, &chunk_weights, &chunk_coef}) {
+                        &weights, &rows, &chunk_targets, &chunk_weights, &policy_old, &policy_ref, &policy_advantages,
+                        &chunk_coef, &chunk_entropy}) {
     n += w->capacity_bytes();
   }
   return n;

@@ -70,7 +70,10 @@ struct Scratch {
   backend::Buffer h, dh, dgate_up, dq, dk, dv, dattn, dxn, dx, cos, sin;
   backend::Buffer xf, rstd_f, dxf, chunk_in, chunk_logits, chunk_dx, chunk_nll;
   backend::Buffer tokens, positions, cu_seqlens, targets, weights, rows, chunk_targets, chunk_weights;
-  backend::Buffer chunk_coef;  // the policy objective's per-row coefficients (policy_head.h)
+  // The policy objective (policy_head.h): per head row the sampling policy's and the reference's
+  // log-probabilities and the advantages (uploaded once per head), per chunk row the coefficients
+  // and entropies.
+  backend::Buffer policy_old, policy_ref, policy_advantages, chunk_coef, chunk_entropy;
   std::int64_t bytes() const;
 };
 

@@ -226,15 +226,14 @@ MicrobatchResult LlamaModel::train_microbatch(const PackedBatch& batch, ParamSou
     const ConstView all_targets = b.upload(std::span<const std::int32_t>(a.chunk_targets), s.chunk_targets);
     const ConstView all_weights = b.upload(std::span<const float>(a.chunk_weights), s.chunk_weights);
     std::optional<detail::PolicyHead> policy;
-    if (policy_) policy.emplace(batch, a.rows, *policy_, policy_entropy_);
+    if (policy_) policy.emplace(b, batch, a.rows, *policy_, policy_entropy_, s);
     for (std::int64_t r0 = 0; r0 < n_rows; r0 += chunk) {
       const std::int64_t r = std::min(chunk, n_rows - r0);
       const ConstView rows = all_rows.at(r0, r);
       b.gather_rows(xf, rows, d.c, in.at(0, r * d.c));
       b.linear_forward(in.at(0, r * d.c), table, ConstView{}, logits.at(0, r * d.v), r, d.c, d.v);
       if (policy) {
-        policy->chunk(b, logits.at(0, r * d.v), all_targets.at(r0, r), all_weights.at(r0, r), nll.at(0, r), s.chunk_coef,
-                      r0, r, d.v);
+        policy->chunk(logits.at(0, r * d.v), all_targets.at(r0, r), all_weights.at(r0, r), nll.at(0, r), r0, r, d.v);
       } else {
         b.cross_entropy(logits.at(0, r * d.v), all_targets.at(r0, r), all_weights.at(r0, r), r, d.v,
                         logits.at(0, r * d.v), nll.at(0, r), sums);
@@ -247,9 +246,9 @@ MicrobatchResult LlamaModel::train_microbatch(const PackedBatch& batch, ParamSou
     result.weighted_loss = sums.weighted;
     result.nll_sum = sums.nll;
     if (policy) {
-      result.policy = policy->sums();
+      result.policy = policy->finish();
       result.weighted_loss = result.policy.loss;
-      result.nll_sum = policy->nll_sum();
+      result.nll_sum = result.policy.nll;
     }
     result.target_tokens = static_cast<double>(n_rows);
     b.rmsnorm_backward(dxf, x_last, detail::part(wh, norm_slice), rstd_f, dx, detail::part(gh, norm_slice), d.t, d.c,

@@ -4,9 +4,9 @@
 
 namespace odc::model::detail {
 
-PolicyHead::PolicyHead(const PackedBatch& batch, std::span<const std::int32_t> rows,
-                       const kernels::PolicyLossParams& params, bool entropy)
-    : params_(params), entropy_(entropy) {
+PolicyHead::PolicyHead(backend::Backend& b, const PackedBatch& batch, std::span<const std::int32_t> rows,
+                       const kernels::PolicyLossParams& params, bool entropy, Scratch& s)
+    : b_(b), s_(s), params_(params), entropy_(entropy) {
   const auto n = batch.tokens.size();
   if (batch.advantages.size() != n || batch.old_logprobs.size() != n ||
       (!batch.ref_logprobs.empty() && batch.ref_logprobs.size() != n)) {
@@ -17,54 +17,51 @@ PolicyHead::PolicyHead(const PackedBatch& batch, std::span<const std::int32_t> r
     fail("the policy objective has a KL penalty (rl.kl_beta = {}) but the batch holds no reference "
          "log-probabilities", params_.kl_beta);
   }
+  if (!(params_.temperature > 0)) fail("the policy objective's temperature must be positive, got {}", params_.temperature);
   const bool with_ref = !batch.ref_logprobs.empty();
+  std::vector<float> old, advantages, ref;
+  old.reserve(rows.size());
+  advantages.reserve(rows.size());
+  if (with_ref) ref.reserve(rows.size());
   for (const auto t32 : rows) {
     const auto t = static_cast<std::size_t>(t32);
-    old_.push_back(batch.old_logprobs[t]);
-    advantages_.push_back(batch.advantages[t]);
-    weights_.push_back(batch.loss_weights[t]);
-    if (with_ref) ref_.push_back(batch.ref_logprobs[t]);
+    old.push_back(batch.old_logprobs[t]);
+    advantages.push_back(batch.advantages[t]);
+    if (with_ref) ref.push_back(batch.ref_logprobs[t]);
   }
+  old_ = b.upload(std::span<const float>(old), s.policy_old);
+  advantages_ = b.upload(std::span<const float>(advantages), s.policy_advantages);
+  if (with_ref) ref_ = b.upload(std::span<const float>(ref), s.policy_ref);
 }
 
-void PolicyHead::chunk(backend::Backend& b, backend::View logits, backend::ConstView targets,
-                       backend::ConstView weights, backend::View nll, backend::Buffer& coef_staging, std::int64_t r0,
-                       std::int64_t count, std::int64_t vocab) {
+void PolicyHead::chunk(backend::View logits, backend::ConstView targets, backend::ConstView weights, backend::View nll,
+                       std::int64_t r0, std::int64_t count, std::int64_t vocab) {
   if (count == 0) return;
-  const auto begin = static_cast<std::size_t>(r0);
-  const auto n = static_cast<std::size_t>(count);
-  ODC_CHECK(begin + n <= weights_.size(), "policy head: rows [{}, {}) of {}", r0, r0 + count, weights_.size());
-  ODC_CHECK(params_.temperature > 0, "policy head: temperature {}", params_.temperature);
+  ODC_CHECK(r0 >= 0 && r0 + count <= old_.count, "policy head: rows [{}, {}) of {}", r0, r0 + count, old_.count);
+  backend::Backend& b = b_;
   // At temperature T the head's distribution is softmax(logits / T): the logits are scaled in
-  // place, and the gradient by the raw logits is 1/T times the one by the scaled logits.
-  const double temperature = params_.temperature;
-  if (temperature != 1.0) b.scale(logits, 1.0 / temperature);
-  // The sums of these cross-entropy calls are not the objective's: kept apart and dropped.
+  // place, and the gradient by the raw logits is 1/T times the one by the scaled logits (the
+  // coefficients carry the 1/T).
+  if (params_.temperature != 1.0) b.scale(logits, 1.0 / params_.temperature);
+  // The sums of these cross-entropy calls are not the objective's: the model's final resolve_loss
+  // collects them with nothing else in them, and the objective's sums replace them.
   backend::LossSums unused;
   b.cross_entropy(logits, targets, weights, count, vocab, backend::View{}, nll, unused);
-  nll_.resize(n);
-  b.download(nll, nll_);
-  kernels::PolicyLossSums chunk_sums;
+  backend::View entropy;
   if (entropy_) {
-    entropies_.resize(n);
-    b.row_entropy(logits, count, vocab, entropies_);
+    entropy = s_.chunk_entropy.get(count);
+    b.row_entropy(logits, count, vocab, entropy);
   }
-  coef_.resize(n);
-  kernels::cpu::policy_coefficients(nll_.data(), old_.data() + begin, advantages_.data() + begin,
-                                    ref_.empty() ? nullptr : ref_.data() + begin, weights_.data() + begin, count,
-                                    params_, coef_.data(), chunk_sums);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (weights_[begin + i] == 0.0f) continue;
-    nll_sum_ += nll_[i];
-    if (entropy_) chunk_sums.entropy += entropies_[i];
-  }
-  if (temperature != 1.0) {
-    for (auto& c : coef_) c = static_cast<float>(c / temperature);
-  }
-  const backend::ConstView coef = b.upload(std::span<const float>(coef_), coef_staging);
+  const backend::View coef = s_.chunk_coef.get(count);
+  b.policy_coefficients(nll, old_.at(r0, count), advantages_.at(r0, count),
+                        ref_.empty() ? backend::ConstView{} : ref_.at(r0, count), weights, entropy, count, params_,
+                        coef, sums_);
   b.cross_entropy(logits, targets, coef, count, vocab, logits, nll, unused);
-  b.resolve_loss(unused);
-  sums_.add(chunk_sums);
+}
+
+const kernels::PolicyLossSums& PolicyHead::finish() {
+  b_.resolve_policy(sums_);
+  return sums_;
 }
 
 }  // namespace odc::model::detail

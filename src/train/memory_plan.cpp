@@ -230,8 +230,12 @@ MemoryPlan plan_memory(const MemoryInputs& in) {
   const std::int64_t copy_bytes = backend::weight_copy_element_bytes(in.device, in.compute);
   if (in.world == 1 && in.keep_weight_copies) {
     // One rank computes on the masters: the copies are kept, every unit's, made once per step.
+    // The online loop's snapshot is computed on through copies in the same storage: the kept set
+    // is dropped when a snapshot comes and goes (Backend::forget_weight_copies), never doubled.
     b.add("weight copies", s.total_numel * copy_bytes,
-          fmt::format("every unit, kept through the step ({} elements) x {} B", count_text(s.total_numel), copy_bytes));
+          fmt::format("every unit, kept through the step{} ({} elements) x {} B",
+                      in.rollout_sequences > 0 ? " and, in the same storage, the rollout snapshot's" : "",
+                      count_text(s.total_numel), copy_bytes));
   } else {
     const int copies = in.model.tie_word_embeddings ? 2 : 1;
     b.add("weight copies", copies * s.largest_numel * copy_bytes,

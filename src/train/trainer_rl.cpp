@@ -23,7 +23,11 @@ void Trainer::begin_iteration() {
   comm.set_tracer(nullptr);
   // Every unit's full weights, once, through the comm (the same acquires on every rank, so a
   // collective comm's lockstep holds); then thousands of decode forwards fetch nothing.
+  // The compute copies a one-rank backend keeps are keyed by the pointers it computed on: dropped
+  // when a snapshot comes and when it goes, so its copies reuse the masters' storage and none are
+  // left keyed by a freed snapshot's addresses (Backend::forget_weight_copies).
   const auto snapshot = [&](const char* what) {
+    backend_->forget_weight_copies();
     group_.announce(fmt::format("iteration {}: gathering the {} weights", iteration + 1, what));
     comm.begin_minibatch();
     auto weights = std::make_unique<model::WeightSnapshot>(*backend_, model_->units(), comm);
@@ -36,7 +40,7 @@ void Trainer::begin_iteration() {
     group_.announce(fmt::format("iteration {}: sampling rollouts", iteration + 1));
     drawn = online_->draw(iteration, *model_, *policy);
   }
-  backend_->weights_changed();  // compute copies made of a snapshot's weights go with it
+  backend_->forget_weight_copies();  // compute copies made of a snapshot's weights go with it
   if (!reference_.empty()) {
     // The frozen reference is sharded like the policy: its shards take the masters' place while
     // the comm gathers them, then the policy's return.
@@ -46,7 +50,7 @@ void Trainer::begin_iteration() {
     group_.announce(fmt::format("iteration {}: reference log-probabilities", iteration + 1));
     online_->add_reference(drawn, *model_, *reference, data_->token_cap());
     reference.reset();
-    backend_->weights_changed();
+    backend_->forget_weight_copies();
   }
   group_.announce(fmt::format("iteration {}: scoring and gathering the rollouts", iteration + 1));
   RolloutIteration sampled = online_->gather(std::move(drawn), group_);

@@ -11,6 +11,7 @@
 // losses) and RoPE tables are fp32; token ids, positions, targets and row indices are int32.
 // Optional arguments are empty views.
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -18,6 +19,7 @@
 
 #include "odc/backend/buffer.h"
 #include "odc/kernels/adamw.h"
+#include "odc/kernels/policy_loss.h"
 
 namespace odc::backend {
 
@@ -42,6 +44,28 @@ struct CachedAttentionShape {
   int n_heads = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
+};
+
+// Batched decoding (Backend::attention_decode_batch): one new row for each of past.size()
+// sequences, sequence i's at position past[i], each with its own key/value caches.
+struct DecodeAttentionShape {
+  std::span<const std::int64_t> past;  // per sequence: its cached rows before the new one
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+};
+
+// Points in a backend's queue of ops, for timing ops where they run (Backend::make_timeline;
+// backend/op_profiler.h). Marks are placed in issue order; reading a time waits for its marks.
+class OpTimeline {
+ public:
+  virtual ~OpTimeline() = default;
+  // A point after every op issued so far; returns its index (0, 1, ... since the last reset).
+  virtual std::size_t mark() = 0;
+  // Seconds of the backend's time between marks a <= b (waits until b is reached).
+  virtual double seconds(std::size_t a, std::size_t b) = 0;
+  // Forgets every mark (its storage is reused).
+  virtual void reset() = 0;
 };
 
 // Running sums of a loss over row chunks (cross_entropy adds each chunk's rows in order).
@@ -130,6 +154,10 @@ class Backend {
   // step: the copies are then made once per step, not at every acquire. Defaults: nothing to keep.
   virtual void keep_weight_copies(bool keep) { (void)keep; }
   virtual void weights_changed() {}
+  // The kept copies' units are gone or name other weights now (a WeightSnapshot made or freed):
+  // every kept copy is dropped, its storage left for the next units' copies, so copies keyed by a
+  // freed snapshot's pointers never pile up beside the masters'. Default: nothing kept.
+  virtual void forget_weight_copies() {}
   // The fp32 gradient accumulator of a unit (GradSink), in this backend's memory: weight
   // gradients are always added in fp32, whatever the compute dtype.
   View gradients(float* unit, std::int64_t count) { return {unit, DType::f32, device(), count}; }
@@ -171,6 +199,9 @@ class Backend {
   // for comms and transports that order their own work against the model's; null where ops run
   // on the calling thread (the CPU backends). Valid for the backend's lifetime.
   virtual void* native_stream() const { return nullptr; }
+  // A timeline of this backend's queue (OpTimeline). Default: the host's steady clock after
+  // synchronize(), for backends whose ops have finished when they return.
+  virtual std::unique_ptr<OpTimeline> make_timeline();
 
   // ---- ops (kernels/*.h for the math) ----
   virtual void rmsnorm_forward(ConstView x, ConstView weight, View y, View rstd, std::int64_t rows, std::int64_t dim,
@@ -204,6 +235,14 @@ class Backend {
   // post-RoPE keys and values already written at rows [past, past + queries).
   virtual void attention_cached(const CachedAttentionShape& shape, ConstView q, ConstView k_cache, ConstView v_cache,
                                 View out) = 0;
+  // Batched decoding, inference only: writes sequence i's new post-RoPE key and value rows (row i
+  // of k_new, v_new: [sequences, n_kv_heads * head_dim]) at row past[i] of k_caches[i] and
+  // v_caches[i] (each [>= past[i] + 1, n_kv_heads * head_dim], activation_dtype()), then attends
+  // its query row (row i of q, out: [sequences, n_heads * head_dim]) to its cache rows
+  // [0, past[i]]. Default: per sequence, the two copies and attention_cached (a launch each); a
+  // backend may serve every sequence at once.
+  virtual void attention_decode_batch(const DecodeAttentionShape& shape, ConstView q, ConstView k_new, ConstView v_new,
+                                      std::span<const View> k_caches, std::span<const View> v_caches, View out);
   // SwiGLU over the fused gate/up projection: gate_up [rows, 2 * width] holds each row's gate,
   // then its up; h [rows, width] = silu(gate) * up. The backward writes dgate_up in gate_up's
   // layout (each row's d gate, then d up), from dh [rows, width]; it must not alias the inputs.
@@ -219,9 +258,24 @@ class Backend {
                              std::int64_t vocab, View dlogits, View nll, LossSums& sums) = 0;
   // x *= alpha, in place, in x's dtype (the policy head's logits / temperature). Default: host f32.
   virtual void scale(View x, double alpha);
-  // The softmax entropy of each of `rows` logits rows into `host` (a metric of the policy objective,
-  // kernels/policy_loss.h). Default: the rows are downloaded and the CPU kernel runs on the host.
-  virtual void row_entropy(ConstView logits, std::int64_t rows, std::int64_t vocab, std::span<float> host);
+  // The softmax entropy of each of `rows` logits rows into `out` (fp32, this backend's memory): a
+  // metric of the policy objective (kernels/policy_loss.h). Default: on the host (a device
+  // backend's rows are downloaded, the entropies uploaded).
+  virtual void row_entropy(ConstView logits, std::int64_t rows, std::int64_t vocab, View out);
+  // The clipped policy objective's per-row coefficients (kernels/policy_loss.h) of `rows` head
+  // rows, each divided by params.temperature (the gradient by the raw logits, the head having
+  // scaled them by 1/T): from `nll` (cross_entropy's, at that temperature), the rows'
+  // sampling-policy log-probabilities, advantages, reference log-probabilities (empty: none) and
+  // aggregation weights; `entropy` (empty: none) the rows' entropies, whose sum over the weighted
+  // rows goes into the sums' entropy. All fp32 in this backend's memory; `coef` receives `rows`
+  // floats. The rows' sums (kernels::PolicyLossSums, nll included) are added into `sums` at once,
+  // or, where a backend keeps them in its memory, at the next resolve_policy (one read per head,
+  // none per chunk). Default: on the host, as the CPU kernel (downloads and an upload on a device).
+  virtual void policy_coefficients(ConstView nll, ConstView old_logp, ConstView advantages, ConstView ref_logp,
+                                   ConstView weights, ConstView entropy, std::int64_t rows,
+                                   const kernels::PolicyLossParams& params, View coef, kernels::PolicyLossSums& sums);
+  // Adds the sums policy_coefficients kept since the last resolve_policy into `sums`. Default: none kept.
+  virtual void resolve_policy(kernels::PolicyLossSums& sums) { (void)sums; }
 };
 
 }  // namespace odc::backend

@@ -55,6 +55,7 @@ class CpuBackend final : public Backend {
   void release_weights(const float* unit) override;
   void keep_weight_copies(bool keep) override;
   void weights_changed() override;
+  void forget_weight_copies() override;
   // Units with a live bf16 copy (0 in f32 mode): for tests of the acquire/release pairing.
   std::size_t live_weight_copies() const { return weight_copies_.live(); }
 
@@ -92,7 +93,11 @@ class CpuBackend final : public Backend {
   void embedding_backward(ConstView ids, ConstView dout, View dtable, std::int64_t tokens, std::int64_t dim) override;
   void scale(View x, double alpha) override;  // rounds to bf16 in bf16 mode, as the CUDA path stores bf16
   // From the logits in place (host memory): no copy of the chunk as the download default makes.
-  void row_entropy(ConstView logits, std::int64_t rows, std::int64_t vocab, std::span<float> host) override;
+  void row_entropy(ConstView logits, std::int64_t rows, std::int64_t vocab, View out) override;
+  // The CPU kernel on the views in place.
+  void policy_coefficients(ConstView nll, ConstView old_logp, ConstView advantages, ConstView ref_logp,
+                           ConstView weights, ConstView entropy, std::int64_t rows,
+                           const kernels::PolicyLossParams& params, View coef, kernels::PolicyLossSums& sums) override;
   void cross_entropy(ConstView logits, ConstView targets, ConstView weights, std::int64_t rows, std::int64_t vocab,
                      View dlogits, View nll, LossSums& sums) override;
 

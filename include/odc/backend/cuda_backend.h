@@ -52,6 +52,7 @@ class CudaBackend final : public Backend {
   void release_weights(const float* unit) override;
   void keep_weight_copies(bool keep) override;
   void weights_changed() override;
+  void forget_weight_copies() override;
   ConstView upload(std::span<const std::int32_t> host, Buffer& staging) override;
   ConstView upload(std::span<const float> host, Buffer& staging) override;
   void download(ConstView source, std::span<float> host) override;

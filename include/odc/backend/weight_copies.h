@@ -9,6 +9,9 @@
 // the masters themselves), a released copy stays with its unit and the next acquire reuses it
 // without redoing it, until invalidate() (Backend::weights_changed, once per step): the copies are
 // then made once per step instead of at every acquire, at the price of one copy of every unit.
+// forget() (Backend::forget_weight_copies) drops the kept copies when their pointers stop naming
+// those units (a weight snapshot made or freed): their storages become spares, so however many
+// pointer sets come and go, no more storages exist than units were kept or live at once.
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -46,9 +49,7 @@ class WeightCopies {
   // Keeping off returns every kept copy's storage to the spares.
   void set_keep(bool keep) {
     keep_ = keep;
-    if (keep_) return;
-    for (auto& [unit, copy] : kept_) spare_.push_back(std::move(copy.first));
-    kept_.clear();
+    if (!keep_) forget();
   }
   bool keep() const { return keep_; }
   // The units' contents changed: every kept copy is redone at its next acquire (live copies are
@@ -56,6 +57,13 @@ class WeightCopies {
   void invalidate() {
     for (auto& [unit, copy] : kept_) copy.second = true;
   }
+  // The kept copies' pointers no longer name their units: their storages become spares (live
+  // copies stay the caller's).
+  void forget() {
+    for (auto& [unit, copy] : kept_) spare_.push_back(std::move(copy.first));
+    kept_.clear();
+  }
+  std::size_t spares() const { return spare_.size(); }
   std::size_t live() const { return live_.size(); }
   std::size_t kept() const { return kept_.size(); }
   void clear() {

@@ -41,18 +41,21 @@ struct PolicyLossSums {
   double ratio_max = -std::numeric_limits<double>::infinity();
   double clipped_low = 0.0;   // rows with r < 1 - clip_low and A < 0 (their gradient is cut)
   double clipped_high = 0.0;  // rows with r > 1 + clip_high and A > 0
-  double entropy = 0.0;       // sum of the rows' softmax entropies (filled by the caller, row_entropy)
+  double entropy = 0.0;       // sum of the rows' softmax entropies (when the entropies are given)
+  double nll = 0.0;           // sum of the rows' nll (-log p of the target at the temperature)
 
   void add(const PolicyLossSums& other);
 };
 
 namespace cpu {
 
-// One coefficient per row (see above); ref may be null when kl_beta == 0. Rows are independent and
-// the sums are added in row order (run to run the same).
+// One coefficient per row (see above), divided by params.temperature (the gradient by the raw
+// logits: coef is rounded to float, then divided in double and rounded again); ref may be null
+// when kl_beta == 0, entropy null when not measured. Rows are independent and the sums are added
+// in row order (run to run the same).
 void policy_coefficients(const float* nll, const float* old_logp, const float* advantages, const float* ref_logp,
-                         const float* weights, std::int64_t rows, const PolicyLossParams& params, float* coef,
-                         PolicyLossSums& sums);
+                         const float* weights, const float* entropy, std::int64_t rows, const PolicyLossParams& params,
+                         float* coef, PolicyLossSums& sums);
 
 // Entropy of softmax(logits[r, :]) per row, -sum p log p = logsumexp - sum p z, in double per row.
 void row_entropy(const float* logits, std::int64_t rows, std::int64_t vocab, float* out);

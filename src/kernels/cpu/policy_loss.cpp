@@ -17,16 +17,18 @@ void PolicyLossSums::add(const PolicyLossSums& other) {
   clipped_low += other.clipped_low;
   clipped_high += other.clipped_high;
   entropy += other.entropy;
+  nll += other.nll;
 }
 
 namespace cpu {
 
 void policy_coefficients(const float* nll, const float* old_logp, const float* advantages, const float* ref_logp,
-                         const float* weights, std::int64_t rows, const PolicyLossParams& params, float* coef,
-                         PolicyLossSums& sums) {
+                         const float* weights, const float* entropy, std::int64_t rows, const PolicyLossParams& params,
+                         float* coef, PolicyLossSums& sums) {
   ODC_CHECK(params.clip_low >= 0 && params.clip_low < 1 && params.clip_high >= 0,
             "policy_coefficients: clip range [1 - {}, 1 + {}]", params.clip_low, params.clip_high);
   ODC_CHECK(params.kl_beta == 0.0 || ref_logp != nullptr, "policy_coefficients: a KL penalty without reference log-probabilities");
+  ODC_CHECK(params.temperature > 0, "policy_coefficients: temperature {}", params.temperature);
   const double low = 1.0 - params.clip_low;
   const double high = 1.0 + params.clip_high;
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -56,6 +58,9 @@ void policy_coefficients(const float* nll, const float* old_logp, const float* a
       slope += params.kl_beta * (params.kl_ratio_weighted ? ratio * (k3 + dk3) : dk3);
     }
     coef[r] = static_cast<float>(-w * slope);
+    if (params.temperature != 1.0) coef[r] = static_cast<float>(coef[r] / params.temperature);
+    sums.nll += nll[r];
+    if (entropy != nullptr) sums.entropy += entropy[r];
     sums.loss += w * loss;
     sums.tokens += 1.0;
     sums.ratio += ratio;

@@ -46,7 +46,7 @@ TEST_CASE("policy coefficients are minus the weighted slope of the clipped objec
     w[r] = r % 7 == 3 ? 0.0f : 0.01f * static_cast<float>(1 + r % 5);
   }
   PolicyLossSums sums;
-  policy_coefficients(nll.data(), old.data(), a.data(), ref.data(), w.data(), rows, params, coef.data(), sums);
+  policy_coefficients(nll.data(), old.data(), a.data(), ref.data(), w.data(), nullptr, rows, params, coef.data(), sums);
   double loss = 0.0, tokens = 0.0, low = 0.0, high = 0.0, kl = 0.0;
   int clipped_rows = 0;
   for (int r = 0; r < rows; ++r) {
@@ -92,7 +92,7 @@ TEST_CASE("policy coefficients: at the sampling policy the ratio is 1 and the co
       w{0.25f, 0.5f, 1.0f};
   std::vector<float> coef(3);
   PolicyLossSums sums;
-  policy_coefficients(nll.data(), old.data(), a.data(), nullptr, w.data(), 3, PolicyLossParams{}, coef.data(), sums);
+  policy_coefficients(nll.data(), old.data(), a.data(), nullptr, w.data(), nullptr, 3, PolicyLossParams{}, coef.data(), sums);
   CHECK(coef[0] == Approx(0.25 * 1.5));
   CHECK(coef[1] == Approx(0.5 * -0.75));
   CHECK(coef[2] == 0.0f);
