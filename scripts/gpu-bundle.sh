@@ -36,7 +36,7 @@ done
 
 # The programs of the check (bench/ and tests/cuda/ describe each).
 programs=(odc_cuda_tests gpu_ceilings gpu_nccl gpu_gemm gpu_attention gpu_model_parity gpu_model_throughput odc-train
-          odc-run comm_bandwidth)
+          odc-run comm_bandwidth rollout_throughput)
 python_peers=(bench/gpu_attention_torch.py bench/gpu_model_torch.py scripts/gpu_check_summary.py
               scripts/gpu_check_train.py scripts/gpu_check_ipc.py)
 

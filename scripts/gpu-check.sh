@@ -2,31 +2,42 @@
 # The one prepared check for a lent GPU machine, run from the bundle that scripts/gpu-bundle.sh
 # made here (that machine cannot build this project: it lacks MPI, UCX, yaml-cpp, ICU, ...).
 #
-#   scripts/gpu-check.sh [--dry-run] [--deadline S] [--only STEPS] BUNDLE OUT_DIR
+#   scripts/gpu-check.sh [--dry-run] [--deadline S | --budget S [--rerun]] [--only STEPS] BUNDLE OUT_DIR
+#   scripts/gpu-check.sh --size BUDGET [--rerun]
 #
 #   BUNDLE      gpu-bundle/odc-gpu-bundle.tar.xz (or an unpacked odc-gpu/ folder)
-#   OUT_DIR     receives exactly two files: summary.txt (also printed last, at most 40 lines) and
-#               gpu-check.tar.gz (every log and JSON result)
-#   --deadline  seconds for the whole check (default 270): a step runs only when its expected
-#               seconds (the plan printed first) are left, and is cut to what is left; one that
-#               does not fit is deferred (not run, not failed) and the summary names the --only
-#               that runs it. 270 s leaves a second call room in 15 minutes of device time.
-#   --only      a comma-separated list of step names (below) to run, e.g. the failed or deferred
+#   OUT_DIR     what comes back, kept current after EVERY step (a call cut at any moment leaves
+#               the steps that finished), at most 7 files: summary.txt (also printed last, at most
+#               50 lines), steps.tsv (one row per step: status passed|failed|cut|deferred, exit
+#               code, seconds, estimate, limit, the --only that reruns it), tails.txt (the plan,
+#               then each finished step's last log lines), results.jsonl (each finished step's JSON
+#               lines, tagged with "check_step"), profile.json (the profile step's), current.log
+#               (the output of the step in progress; gone when it ends) and gpu-check.tar.gz (every
+#               log so far)
+#   --deadline  seconds for the whole check (default 270). A step starts only when min(its
+#               limit, twice its estimate) is left; it runs with its limit cut to what is left;
+#               one that does not fit is deferred, one killed by a cut limit is "cut" (neither is
+#               failed) and both are named with the --only that reruns them.
+#   --budget    the device seconds left (the device tool's status: budget_left_s) before this
+#               call: the deadline is sized from it as --size prints (with --rerun: the last call)
+#   --size      prints the --deadline and the timeout_s to pass for a call with BUDGET device
+#               seconds left (docs/GPU_CHECK.md, "Sizing the calls"), needs no bundle
+#   --only      a comma-separated list of step names to run, e.g. the failed, cut or deferred
 #               steps of an earlier call: "--only ipc-train,throughput"; manifest, libraries and
 #               env always run
 #   --dry-run   everything except the GPU work, on any machine: prints the GPU run's plan,
 #               unpacks and verifies the bundle, resolves every program's libraries and starts
-#               each one, runs the trainer step on the CPU backend's bf16 mode, plans the
-#               long-context cases' memory, compiles the Python peers, and writes the summary and
-#               the archive from whatever results exist (tested in CI)
+#               each one, runs the trainer, rl, ipc and profile steps on the CPU backend's bf16 mode
+#               at tiny shapes, plans the long-context cases' memory, compiles the Python peers,
+#               and writes OUT_DIR the same way (tested in CI)
 #
-# Steps, most important first (the plan at the start gives each one's expected seconds): tests
-# (odc_cuda_tests, one pass, [cudnn] included), trainer (odc-train on the GPU: rerun and resume
-# bit for bit), throughput and throughput-torch (1B shape, ours and torch eager), model-parity,
-# long-context and long-context-torch (Qwen2-1.5B shape, one 32K and one 64K sequence with
-# recomputation: tokens/s, MFU, the allocator's peak against the memory plan), attention and
-# attention-torch (native and cuDNN, torch SDPA), ipc-train, comm-bandwidth, nccl, ceilings,
-# memcheck, racecheck, synccheck.
+# Steps, riskiest first (code that has never run on a GPU before what has): trainer (odc-train:
+# cuDNN attention, selective recomputation, kept weight copies; rerun and resume bit for bit, and
+# against the native kernels), rl (the online GRPO loop on the device), rollout (batched decode
+# throughput), ipc-train (1/2/4 processes over CUDA IPC), tests (odc_cuda_tests), comm-bandwidth,
+# model-parity, throughput, long-context, attention, profile (per-op device time of a 1B step),
+# then the torch peers (throughput-torch, long-context-torch, attention-torch), nccl, ceilings and
+# the sanitizers (memcheck, racecheck, synccheck).
 #
 # Switches (environment; docs/GPU_CHECK.md): ODC_CHECK_SET ("key=value ..." appended as --set to
 # every odc-train run), ODC_CHECK_ATTENTION (model benches' attention: auto|native|cudnn),
@@ -34,27 +45,65 @@
 # (long-context, default selective), ODC_CHECK_LONG_TOKENS (default 32768,65536),
 # ODC_CHECK_TORCH_SDPA (the torch long-context peer's SDPA backend, default auto),
 # ODC_CHECK_TESTS (a Catch2 test spec for odc_cuda_tests, e.g. "~[cudnn]"); passed through to the
-# programs: CUDNN_FRONTEND_ATTN_DP_WORKSPACE_LIMIT, ODC_CUDNN_LIBRARY.
+# programs: CUDNN_FRONTEND_ATTN_DP_WORKSPACE_LIMIT, CUDNN_FRONTEND_CUDART_LIB_NAME,
+# ODC_CUDNN_LIBRARY. ODC_CHECK_SIMULATE_SLOW="STEP=SECONDS" (dry run only) makes that step sleep
+# first: how CI proves that a step cut by the deadline is reported as cut.
 #
 # Exit: 0 when every step ran and passed; 1 when one failed; 3 when none failed but some were
-# deferred; 2 on a usage error.
+# deferred or cut; 2 on a usage error.
 set -uo pipefail
 dry_run=0
 deadline=270
+budget=""
+rerun=0
+size=""
 only=""
-usage() { echo "usage: scripts/gpu-check.sh [--dry-run] [--deadline S] [--only STEPS] BUNDLE OUT_DIR" >&2; exit 2; }
+usage() {
+  echo "usage: scripts/gpu-check.sh [--dry-run] [--deadline S | --budget S [--rerun]] [--only STEPS] BUNDLE OUT_DIR" >&2
+  echo "       scripts/gpu-check.sh --size BUDGET [--rerun]" >&2
+  exit 2
+}
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry_run=1; shift ;;
     --deadline) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; deadline="$2"; shift 2 ;;
+    --budget) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; budget="$2"; shift 2 ;;
+    --size) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; size="$2"; shift 2 ;;
+    --rerun) rerun=1; shift ;;
     --only) [ $# -ge 2 ] && [[ "$2" =~ ^[a-z0-9_,-]+$ ]] || usage; only=",$2,"; shift 2 ;;
-    -h|--help) sed -n '2,40p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,51p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu-check: unknown option '$1'" >&2; usage ;;
     *) args+=("$1"); shift ;;
   esac
 done
+
+# ---- sizing a call from the device time left (docs/GPU_CHECK.md, "Sizing the calls") ----
+# A lent machine's start costs up to about 120 s of device time and it is held 30 s after a call.
+# A first call takes 60% of what is left after one start and release, keeping the rest for one
+# rerun (which may need a fresh start); the rerun takes everything after a start and release.
+# The caller's timeout_s is the deadline plus 30 s: the check ends itself inside it.
+size_call() {  # BUDGET RERUN -> "DEADLINE TIMEOUT"
+  local b=$1 r=$2 d
+  if [ "$r" -eq 1 ]; then d=$((b - 180)); else d=$(((b - 150) * 6 / 10)); fi
+  [ "$d" -gt 540 ] && d=540
+  if [ "$d" -lt 60 ]; then echo "0 0"; else echo "$d $((d + 30))"; fi
+}
+if [ -n "$size" ]; then
+  [ ${#args[@]} -eq 0 ] || usage
+  read -r d t <<<"$(size_call "$size" "$rerun")"
+  if [ "$d" -eq 0 ]; then
+    echo "gpu-check: $size s of device time leave no room for a$([ "$rerun" -eq 1 ] && echo ' rerun' || echo ' call') (a start, 60 s of checks and the release)" >&2
+    exit 1
+  fi
+  echo "--deadline $d timeout_s $t"
+  exit 0
+fi
 [ ${#args[@]} -eq 2 ] || usage
+if [ -n "$budget" ]; then
+  read -r deadline _ <<<"$(size_call "$budget" "$rerun")"
+  [ "$deadline" -gt 0 ] || { echo "gpu-check: error: --budget $budget leaves no room for a call" >&2; exit 2; }
+fi
 bundle="${args[0]}"
 out="${args[1]}"
 start_s=$SECONDS
@@ -73,55 +122,69 @@ recompute="${ODC_CHECK_RECOMPUTE:-selective}"
 long_tokens="${ODC_CHECK_LONG_TOKENS:-32768,65536}"
 torch_sdpa="${ODC_CHECK_TORCH_SDPA:-auto}"
 tests_spec="${ODC_CHECK_TESTS:-}"
+slow="${ODC_CHECK_SIMULATE_SLOW:-}"
 [[ "$attention" =~ ^(auto|native|cudnn)$ ]] || { echo "gpu-check: error: ODC_CHECK_ATTENTION='$attention': expected auto, native or cudnn" >&2; exit 2; }
 [[ "$attention_impls" =~ ^(native|cudnn)(,(native|cudnn))*$ ]] || { echo "gpu-check: error: ODC_CHECK_ATTENTION_IMPLS='$attention_impls': expected native, cudnn or native,cudnn" >&2; exit 2; }
 [[ "$recompute" =~ ^(none|selective|full)$ ]] || { echo "gpu-check: error: ODC_CHECK_RECOMPUTE='$recompute': expected none, selective or full" >&2; exit 2; }
 [[ "$long_tokens" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "gpu-check: error: ODC_CHECK_LONG_TOKENS='$long_tokens': expected comma-separated token counts, e.g. 32768,65536" >&2; exit 2; }
 [[ "$torch_sdpa" =~ ^(auto|flash|cudnn|efficient|math)$ ]] || { echo "gpu-check: error: ODC_CHECK_TORCH_SDPA='$torch_sdpa': expected auto, flash, cudnn, efficient or math" >&2; exit 2; }
+[ -z "$slow" ] || [[ "$dry_run" -eq 1 && "$slow" =~ ^[a-z-]+=[0-9]+$ ]] \
+  || { echo "gpu-check: error: ODC_CHECK_SIMULATE_SLOW='$slow': STEP=SECONDS, with --dry-run only" >&2; exit 2; }
 # The torch peer has no selective recomputation: it checkpoints whole layers whenever ours recomputes.
 torch_recompute=full
 [ "$recompute" = none ] && torch_recompute=none
 
-# ---- the plan: name, expected seconds, limit seconds, what it runs ----
-# Expected seconds are estimates (the H200 runs of 2026-12-04 recorded only the whole check's time:
-# its 17 steps, before the cuDNN and long-context additions, took 147-151 s; these split that total
-# and estimate the new work) until the next run's steps.tsv replaces them. A step runs when its
-# expected seconds are left.
+# ---- the plan: name, expected seconds on a GPU, limit seconds, expected seconds of the dry run, what ----
+# The H200 runs of 2026-12-04 recorded only the whole check's time (17 steps, before cuDNN and
+# long-context: 147-151 s); the steps below are that total split, plus estimates of what changed:
+# the trainer now runs five odc-train processes with cuDNN graph builds, rl four plus the reference
+# scoring, tests 25 more cases ([cudnn] with ~18 graph builds, the policy and decode kernels). The
+# next run's steps.tsv (seconds per step) replaces them.
 plan=(
-  "tests 35 120 odc_cuda_tests, one pass ([cudnn] included)"
-  "trainer 10 60 odc-train rerun and resume bit for bit"
-  "rl 10 60 the online GRPO loop on the GPU, rerun and resume bit for bit"
-  "throughput 15 45 1B shape, ours"
-  "throughput-torch 15 60 1B shape, torch eager"
-  "model-parity 5 30 GPU bf16 vs CPU bf16 vs fp32"
-  "long-context 45 90 Qwen2-1.5B, one sequence of each of ${long_tokens} tokens, recompute ${recompute}"
-  "long-context-torch 30 75 the same, torch SDPA (${torch_sdpa}) + checkpoint"
-  "attention 30 60 native and cuDNN (${attention_impls}), cuDNN graph builds"
-  "attention-torch 15 40 torch SDPA flash / cuDNN / varlen"
-  "ipc-train 20 90 1, 2, 4 processes over CUDA IPC"
-  "comm-bandwidth 8 45 IPC gather / scatter-accumulate"
-  "nccl 3 20 NCCL on one rank"
-  "ceilings 3 30 cuBLASLt 8192^3, device copy"
-  "memcheck 12 45 compute-sanitizer [sanitize]"
-  "racecheck 10 45 compute-sanitizer [sanitize]"
-  "synccheck 6 45 compute-sanitizer [sanitize]"
+  "trainer 25 120 6 odc-train: cuDNN, recompute, kept copies; rerun, resume, vs native"
+  "rl 15 90 6 the online GRPO loop on the GPU, rerun and resume bit for bit"
+  "rollout 20 60 4 sample_rollouts tok/s at 8, 64, 256 sequences, batched vs per-sequence"
+  "ipc-train 25 120 6 1, 2, 4 processes over CUDA IPC"
+  "tests 45 150 3 odc_cuda_tests, one pass ([cudnn] included)"
+  "comm-bandwidth 10 45 3 IPC gather / scatter-accumulate"
+  "model-parity 5 30 3 GPU bf16 vs CPU bf16 vs fp32"
+  "throughput 15 45 3 1B shape, ours"
+  "long-context 45 90 4 Qwen2-1.5B, one sequence of each of ${long_tokens} tokens, recompute ${recompute}"
+  "attention 30 60 3 native and cuDNN (${attention_impls}), cuDNN graph builds"
+  "profile 15 60 4 per-op device time of one 1B step (8x1024 tokens)"
+  "throughput-torch 15 60 2 1B shape, torch eager"
+  "long-context-torch 30 75 2 the same, torch SDPA (${torch_sdpa}) + checkpoint"
+  "attention-torch 15 40 2 torch SDPA flash / cuDNN / varlen"
+  "nccl 3 20 2 NCCL on one rank"
+  "ceilings 3 30 2 cuBLASLt 8192^3, device copy"
+  "memcheck 12 45 2 compute-sanitizer [sanitize]"
+  "racecheck 10 45 2 compute-sanitizer [sanitize]"
+  "synccheck 6 45 2 compute-sanitizer [sanitize]"
 )
 declare -A expected=() limit_of=()
+for row in "${plan[@]}"; do
+  read -r name exp lim dry_exp _ <<<"$row"
+  if [ "$dry_run" -eq 1 ]; then expected[$name]=$dry_exp; else expected[$name]=$exp; fi
+  limit_of[$name]=$lim
+done
 selected() { [ -z "$only" ] || [[ "$only" == *",$1,"* ]]; }
+need_of() {  # a step starts only when min(limit, 2 x estimate) is left
+  local e=$((2 * ${expected[$1]:-5})) l=${limit_of[$1]:-60}
+  [ "$e" -lt "$l" ] && echo "$e" || echo "$l"
+}
 print_plan() {
   local total=8 first=8 fits=() deferred=() row name exp lim what
-  printf 'gpu-check plan%s: deadline %ss (%ss kept for the summary); expected seconds are estimates\n' \
+  printf 'gpu-check plan%s: deadline %ss (%ss kept for the summary); a step starts when min(limit, 2 x est.) is left\n' \
     "$([ "$dry_run" -eq 1 ] && echo ' of the GPU run (this dry run does the CPU steps instead)')" "$deadline" "$reserve"
   printf '  %-20s %5s %5s %6s  %s\n' step est.s limit cumul. what
-  printf '  %-20s %5s %5s %6s  %s\n' "manifest+env" 8 90 8 "bundle manifest, libraries, nvidia-smi, torch"
+  printf '  %-20s %5s %5s %6s  %s\n' "manifest+env" 8 90 8 "bundle manifest, libraries, nvidia-smi, torch, cuDNN's runtime"
   for row in "${plan[@]}"; do
-    read -r name exp lim what <<<"$row"
-    expected[$name]=$exp
-    limit_of[$name]=$lim
+    read -r name exp lim _ what <<<"$row"
     selected "$name" || continue
     total=$((total + exp))
-    # As step() decides: a step runs when its expected seconds are left after those that ran.
-    if [ $((first + exp)) -le $((deadline - reserve)) ]; then
+    # As step() decides, with every earlier step taking its estimate.
+    local need=$((2 * exp < lim ? 2 * exp : lim))
+    if [ $((first + need)) -le $((deadline - reserve)) ]; then
       fits+=("$name")
       first=$((first + exp))
     else
@@ -139,11 +202,6 @@ print_plan() {
   fi
 }
 plan_text="$(print_plan)"
-for row in "${plan[@]}"; do  # print_plan ran in a subshell: fill the tables here
-  read -r name exp lim _ <<<"$row"
-  expected[$name]=$exp
-  limit_of[$name]=$lim
-done
 echo "$plan_text" >&2
 if [ -n "$only" ]; then  # a misspelt name would run nothing and pass: say so
   IFS=, read -r -a wanted <<<"${only//,,/,}"
@@ -153,19 +211,26 @@ if [ -n "$only" ]; then  # a misspelt name would run nothing and pass: say so
   done
 fi
 
-# This machine's own library path, for python3 (torch), nvidia-smi and the summary; the bundle's
-# programs get theirs through the wrappers below.
+# ---- OUT_DIR, kept current (publish after every step) ----
 mkdir -p "$out" || { echo "gpu-check: error: cannot create $out" >&2; exit 1; }
 out="$(cd "$out" && pwd)"
+rm -f "$out"/{summary.txt,steps.tsv,tails.txt,results.jsonl,profile.json,current.log,gpu-check.tar.gz} "$out"/.*.part
 work="$(mktemp -d "${TMPDIR:-/tmp}/odc-gpu-check.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 logs="$work/logs"
 mkdir -p "$logs"
 echo "$plan_text" >"$logs/plan.txt"
 status_file="$logs/steps.tsv"
-: >"$status_file"
+printf 'step\tstatus\trc\tseconds\testimate\tlimit\trerun\n' >"$status_file"
+{ echo "$plan_text"; echo; } >"$logs/tails.txt"
+: >"$logs/results.jsonl"
+printf 'ODC GPU check%s: started, no step finished yet (plan in tails.txt)\n' \
+  "$([ "$dry_run" -eq 1 ] && echo ' (dry run: no GPU work)')" >"$logs/summary.txt"
+for f in steps.tsv tails.txt results.jsonl summary.txt; do cp "$logs/$f" "$out/$f"; done
 failed=0
-deferred=0
+incomplete=0
+b=""
+step_pid=""
 {
   echo "ODC_CHECK_SET=${ODC_CHECK_SET:-}"
   echo "ODC_CHECK_ATTENTION=$attention"
@@ -175,52 +240,129 @@ deferred=0
   echo "ODC_CHECK_TORCH_SDPA=$torch_sdpa"
   echo "ODC_CHECK_TESTS=$tests_spec"
   echo "CUDNN_FRONTEND_ATTN_DP_WORKSPACE_LIMIT=${CUDNN_FRONTEND_ATTN_DP_WORKSPACE_LIMIT:-}"
+  echo "CUDNN_FRONTEND_CUDART_LIB_NAME=${CUDNN_FRONTEND_CUDART_LIB_NAME:-}"
   echo "ODC_CUDNN_LIBRARY=${ODC_CUDNN_LIBRARY:-}"
 } >"$logs/switches.txt"
 
-# step NAME LIMIT_S CMD...: runs CMD (output in logs/NAME.log) cut to the time left; records
-# NAME, exit code and seconds in steps.tsv. A step whose expected seconds are not left is
-# deferred: recorded as "deadline", not run.
+# Writes what a cut call must leave: steps.tsv, the summary, the step's tail and JSON lines, the
+# archive. They are kept in logs/ and every file of OUT is replaced by a rename (a kill leaves the
+# old or the new, never half of one).
+put() {  # FILE NAME: logs/FILE -> OUT/NAME
+  cp "$1" "$out/.$2.part" && mv -f "$out/.$2.part" "$out/$2"
+}
+publish() {  # [STEP]
+  local name=${1:-}
+  if [ -n "$name" ]; then
+    { printf '== %s\n' "$(tail -n 1 "$status_file" | cut -f1-4 | tr '\t' ' ')"
+      tail -n 30 "$logs/$name.log" 2>/dev/null; echo; } >>"$logs/tails.txt"
+    if [ -f "$logs/$name.jsonl" ]; then
+      python3 -c 'import json,sys
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if not line.startswith("{"): continue
+    try: row = json.loads(line)
+    except ValueError: continue
+    print(json.dumps({"check_step": sys.argv[2], **row}))' "$logs/$name.jsonl" "$name" >>"$logs/results.jsonl" 2>/dev/null
+    fi
+  fi
+  put "$status_file" steps.tsv
+  put "$logs/tails.txt" tails.txt
+  put "$logs/results.jsonl" results.jsonl
+  if [ -n "$b" ] && [ -f "$b/py/gpu_check_summary.py" ]; then
+    if timeout 30 python3 "$b/py/gpu_check_summary.py" "$logs" "$dry_run" >"$logs/summary.txt" 2>>"$logs/summary-errors.log"; then
+      put "$logs/summary.txt" summary.txt
+    else
+      { echo "ODC GPU check: the summary failed (logs/summary-errors.log); steps:"; cat "$status_file"; } >"$logs/summary.txt"
+      put "$logs/summary.txt" summary.txt
+    fi
+  fi
+  tar -C "$work" -czf "$out/.gpu-check.tar.gz.part" logs 2>/dev/null && mv -f "$out/.gpu-check.tar.gz.part" "$out/gpu-check.tar.gz"
+}
+
+# step NAME LIMIT CMD...: runs CMD (its output in OUT/current.log while it runs, then
+# logs/NAME.log) with LIMIT cut to what is left of the deadline, records the row and publishes.
 step() {
   local name=$1 limit=$2
   shift 2
-  local left=$((deadline - (SECONDS - start_s) - reserve))
-  local rc took t0=$SECONDS need=${expected[$name]:-5}
+  local always=0
   case "$name" in
-    manifest|libraries|env) need=0; [ "$left" -lt "$limit" ] && left=$limit ;;  # always run, seconds each
+    manifest|libraries|env) always=1 ;;
     *) selected "$name" || return 0 ;;
   esac
-  [ "$dry_run" -eq 1 ] && [ "$need" -gt 5 ] && need=5
-  if [ "$left" -lt "$need" ]; then
-    printf '%s\t%s\t%s\n' "$name" "deadline" 0 >>"$status_file"
-    deferred=1
-    echo "gpu-check: $name deferred (expected ${need}s, ${left}s left)" >&2
+  local left=$((deadline - (SECONDS - start_s) - reserve)) need rc took status run_limit=$limit t0=$SECONDS
+  local est=${expected[$name]:-0}
+  need=$(need_of "$name")
+  if [ "$always" -eq 0 ] && [ "$left" -lt "$need" ]; then
+    printf '%s\tdeferred\t-\t0\t%s\t%s\t--only %s\n' "$name" "$est" "$limit" "$name" >>"$status_file"
+    incomplete=1
+    echo "gpu-check: $name deferred (needs ${need}s, ${left}s left)" >&2
+    publish
     return 1
   fi
-  [ "$limit" -gt "$left" ] && limit=$left
-  echo "== $name (limit ${limit}s): $*" >>"$logs/$name.log"
-  timeout --kill-after=5 "$limit" "$@" >>"$logs/$name.log" 2>&1
+  local cut_limit=0
+  if [ "$always" -eq 0 ] && [ "$limit" -gt "$left" ]; then run_limit=$left; cut_limit=1; fi
+  echo "== $name (limit ${run_limit}s of its ${limit}s, started at +$((SECONDS - start_s))s): $*" >"$out/current.log"
+  # In the background, so that a caller's SIGTERM reaches on_term at once (bash runs a trap only
+  # between commands, and `wait` is one it interrupts).
+  if [ -n "$slow" ] && [ "${slow%%=*}" = "$name" ]; then
+    timeout --kill-after=5 "$run_limit" bash -c 'sleep "$1" && shift && exec "$@"' slow "${slow#*=}" "$@" >>"$out/current.log" 2>&1 &
+  else
+    timeout --kill-after=5 "$run_limit" "$@" >>"$out/current.log" 2>&1 &
+  fi
+  step_pid=$!
+  wait "$step_pid"
   rc=$?
+  step_pid=
   took=$((SECONDS - t0))
-  printf '%s\t%s\t%s\n' "$name" "$rc" "$took" >>"$status_file"
-  [ "$rc" -ne 0 ] && failed=1
-  echo "gpu-check: $name rc=$rc ${took}s" >&2
-  return $rc
+  cat "$out/current.log" >>"$logs/$name.log"
+  rm -f "$out/current.log"
+  local rerun_hint=-
+  if [ "$rc" -eq 0 ]; then
+    status=passed
+  elif [ "$cut_limit" -eq 1 ] && { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; }; then
+    status=cut  # the deadline's limit, not the step's own: no verdict on it
+    rerun_hint="--only $name"
+    incomplete=1
+  else
+    status=failed  # (rc 124/137 at its own limit: a hang)
+    rerun_hint="--only $name"
+    failed=1
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$status" "$rc" "$took" "$est" "$run_limit" "$rerun_hint" >>"$status_file"
+  echo "gpu-check: $name $status rc=$rc ${took}s" >&2
+  publish "$name"
+  [ "$rc" -eq 0 ]
 }
 lim() { echo "${limit_of[$1]}"; }
 
 finish() {
-  local summary="$out/summary.txt" cut
-  python3 "$b/py/gpu_check_summary.py" "$logs" "$dry_run" >"$summary" 2>>"$logs/summary-errors.log" \
-    || { echo "summary failed; steps:" >"$summary"; cat "$status_file" >>"$summary"; failed=1; }
-  tar -C "$work" -czf "$out/gpu-check.tar.gz" logs
-  cat "$summary"
-  cut="$(awk -F'\t' '$2 == "deadline" {print $1}' "$status_file" | paste -sd, -)"
-  [ -n "$cut" ] && echo "gpu-check: deferred: scripts/gpu-check.sh --only $cut BUNDLE OUT" >&2
+  publish
+  cat "$out/summary.txt"
+  local again
+  again="$(awk -F'\t' 'NR > 1 && ($2 == "deferred" || $2 == "cut" || $2 == "failed") {print $1}' "$status_file" | paste -sd, -)"
+  [ -n "$again" ] && echo "gpu-check: to rerun what did not pass: scripts/gpu-check.sh --only $again BUNDLE OUT" >&2
   [ "$failed" -ne 0 ] && exit 1
-  [ "$deferred" -ne 0 ] && exit 3
+  [ "$incomplete" -ne 0 ] && exit 3
   exit 0
 }
+# A caller's kill (SIGTERM, e.g. the device tool's limit): the step in progress is cut; OUT is
+# published once more. (SIGKILL leaves what the last publish wrote.)
+on_term() {
+  trap - TERM INT
+  [ -n "$step_pid" ] && kill -TERM "$step_pid" 2>/dev/null
+  if [ -f "$out/current.log" ]; then
+    local name
+    name="$(head -n 1 "$out/current.log" | awk '{print $2}')"
+    cat "$out/current.log" >>"$logs/$name.log" 2>/dev/null
+    printf '%s\tcut\tterm\t-\t%s\t-\t--only %s\n' "$name" "${expected[$name]:-0}" "$name" >>"$status_file"
+    rm -f "$out/current.log"
+    publish "$name"
+  else
+    publish
+  fi
+  exit 3
+}
+trap on_term TERM INT
 
 # ---- the bundle ----
 if [ -d "$bundle" ]; then
@@ -231,8 +373,8 @@ else
   b="$work/odc-gpu"
 fi
 [ -f "$b/MANIFEST.sha256" ] || { echo "gpu-check: error: $b has no MANIFEST.sha256: not a gpu-bundle.sh bundle" >&2; exit 1; }
+cp "$b/COMMIT" "$b/BUNDLE.json" "$logs/" 2>/dev/null
 step manifest 30 bash -c 'cd "$1" && sha256sum --quiet -c MANIFEST.sha256' manifest "$b" || finish
-cp "$b/COMMIT" "$b/BUNDLE.json" "$logs/"
 
 # CUDA's libraries come from this machine: the toolkit, else PyTorch's nvidia-* wheels (cuDNN).
 cuda_libs="$(python3 - 2>/dev/null <<'PY'
@@ -261,88 +403,96 @@ done
 step libraries 30 "${bundle_env[@]}" bash -c 'for p in "$1"/*; do if ldd "$p" | grep "not found"; then echo "$p: unresolved"; exit 1; fi; done; echo all resolved' \
   libraries "$b/bin" || finish
 
-# nvidia-smi and python3 with this machine's environment (the log shows the library path they see).
+# nvidia-smi and python3 with this machine's environment (the log shows the library path they
+# see); the CUDA runtime the cuDNN frontend will load in our programs (pinned by them).
 step env 30 bash -c 'nvidia-smi || echo "nvidia-smi: none"; echo "machine LD_LIBRARY_PATH=${LD_LIBRARY_PATH-}";
   python3 -c "import torch; print(\"torch\", torch.__version__, torch.version.cuda, torch.cuda.is_available(), \"cudnn\", torch.backends.cudnn.version())" || echo "torch: none"
-  cat "$1/COMMIT" "$2"' env "$b" "$logs/switches.txt"
+  "$3/gpu_attention" --runtime-info; echo "gpu_attention --runtime-info rc=$?"
+  cat "$1/COMMIT" "$2"' env "$b" "$logs/switches.txt" "$bin"
 
+# The shape and switches the dry run puts on the CPU backend's bf16 mode instead of the GPU.
+tiny=(--set model.device=cpu --set model.config.hidden_size=128 --set model.config.intermediate_size=256
+      --set model.config.num_hidden_layers=2 --set model.config.num_attention_heads=2
+      --set model.config.num_key_value_heads=1)
 long_args=(--shape qwen2-1.5b --tokens "$long_tokens" --recompute "$recompute" --attention "$attention")
+train_cmd() {  # the trainer step: cuDNN + selective recomputation, bit for bit, then against native + none
+  step trainer "$(lim trainer)" bash -c 'python3 "$1/py/gpu_check_train.py" "$2/odc-train" "$1/configs/gpu-check-train.yaml" \
+    "$1/data/gpu-train.jsonl" "$3/train" --compare-set model.attention=native --compare-set train.recompute=none \
+    "${@:5}" >"$4"' trainer "$b" "$bin" "$work" "$logs/trainer.jsonl" "$@"
+}
+rl_cmd() {
+  step rl "$(lim rl)" bash -c 'python3 "$1/py/gpu_check_train.py" "$2/odc-train" "$1/configs/gpu-check-rl.yaml" - \
+    "$3/rl" --steps 6 --name gpu_check_rl --set "rl.prompts=$1/data/rl-prompts.jsonl" \
+    --set "data.tokenizer=$1/data/tokenizer/tokenizer.json" "${@:5}" >"$4"' rl "$b" "$bin" "$work" "$logs/rl.jsonl" "$@"
+}
+ipc_cmd() {
+  step ipc-train "$(lim ipc-train)" bash -c 'python3 "$1/py/gpu_check_ipc.py" "$2/odc-run" "$2/odc-train" \
+    "$1/configs/gpu-check-ipc.yaml" "$1/data/gpu-train.jsonl" "$3/ipc" "${@:5}" >"$4"' ipc-train "$b" "$bin" "$work" \
+    "$logs/ipc-train.jsonl" "$@"
+}
 if [ "$dry_run" -eq 1 ]; then
   # Each program starts with the bundle's libraries: without a device it exits 77 (SKIP) or, asked
   # for --help, 0.
-  for p in gpu_ceilings gpu_nccl gpu_gemm gpu_attention gpu_model_parity gpu_model_throughput odc_cuda_tests; do
+  for p in gpu_ceilings gpu_nccl gpu_gemm gpu_attention gpu_model_parity gpu_model_throughput odc_cuda_tests rollout_throughput; do
+    expected[start-$p]=1
     step "start-$p" 20 bash -c '"$1"; rc=$?; [ $rc -eq 77 ] || [ $rc -eq 0 ]' start "$bin/$p"
   done
+  expected[start-odc-train]=1
   step start-odc-train 20 "$bin/odc-train" --help
-  # The trainer step itself, on the CPU backend's bf16 mode at a smaller shape.
-  step trainer 120 bash -c 'python3 "$1/py/gpu_check_train.py" "$2/odc-train" "$1/configs/gpu-check-train.yaml" \
-    "$1/data/gpu-train.jsonl" "$3/train" --set model.device=cpu --set model.config.hidden_size=128 \
-    --set model.config.intermediate_size=256 --set model.config.num_hidden_layers=2 \
-    --set model.config.num_attention_heads=2 --set model.config.num_key_value_heads=1 \
-    --set data.minibatch_size=4 --set train.steps=4 "${@:5}" >"$4"' trainer "$b" "$bin" "$work" "$logs/trainer.jsonl" \
+  train_cmd "${tiny[@]}" --set model.attention=auto --set data.minibatch_size=4 --set train.steps=4 \
     "${set_args[@]+"${set_args[@]}"}"
-  # The rl step: the online GRPO loop, on the CPU backend's bf16 mode at a smaller shape.
-  step rl 120 bash -c 'python3 "$1/py/gpu_check_train.py" "$2/odc-train" "$1/configs/gpu-check-rl.yaml" - \
-    "$3/rl" --steps 6 --name gpu_check_rl --set "rl.prompts=$1/data/rl-prompts.jsonl" \
-    --set "data.tokenizer=$1/data/tokenizer/tokenizer.json" --set model.device=cpu \
-    --set model.config.hidden_size=128 --set model.config.intermediate_size=256 \
-    --set model.config.num_hidden_layers=2 --set model.config.num_attention_heads=2 \
-    --set model.config.num_key_value_heads=1 "${@:5}" >"$4"' rl "$b" "$bin" "$work" "$logs/rl.jsonl" \
-    "${set_args[@]+"${set_args[@]}"}"
+  rl_cmd "${tiny[@]}" "${set_args[@]+"${set_args[@]}"}"
+  step rollout "$(lim rollout)" bash -c '"$1/rollout_throughput" --device cpu --concurrency 8,64 --new-tokens 4 >"$2"' \
+    rollout "$bin" "$logs/rollout.jsonl"
   # Several ranks without MPI (odc-run --local), ODC over the IPC transport: here host shared
   # memory, on the GPU CUDA IPC; and the comms' bandwidth bench, tiny.
-  step ipc-train 120 bash -c 'python3 "$1/py/gpu_check_ipc.py" "$2/odc-run" "$2/odc-train" \
-    "$1/configs/gpu-check-ipc.yaml" "$1/data/gpu-train.jsonl" "$3/ipc" --ranks 1,2 --set model.device=cpu \
-    --set model.config.hidden_size=128 --set model.config.intermediate_size=256 \
-    --set model.config.num_hidden_layers=2 --set model.config.num_attention_heads=2 \
-    --set model.config.num_key_value_heads=1 --set train.steps=4 --set train.threads=1 "${@:5}" >"$4"' \
-    ipc-train "$b" "$bin" "$work" "$logs/ipc-train.jsonl" "${set_args[@]+"${set_args[@]}"}"
-  step comm-bandwidth 60 bash -c '"$1/odc-run" --local 2 "$1/comm_bandwidth" --device cpu --unit-mib 1 \
+  ipc_cmd --ranks 1,2 "${tiny[@]}" --set train.steps=4 --set train.threads=1 "${set_args[@]+"${set_args[@]}"}"
+  step comm-bandwidth "$(lim comm-bandwidth)" bash -c '"$1/odc-run" --local 2 "$1/comm_bandwidth" --device cpu --unit-mib 1 \
     --units 2 --reps 1 --comms ipc,ipc-bf16 >"$2"' comm-bandwidth "$bin" "$logs/comm-bandwidth.jsonl"
   # The long-context step's cases as the GPU run gives them: their memory plans (a 139.8 GiB
   # H200), and the same arguments on a tiny CPU shape (the program's whole path, not its speed).
-  step long-context 60 bash -c '"$1/gpu_model_throughput" "${@:4}" --plan-only --device-gib 139.8 >"$2" &&
+  step long-context "$(lim long-context)" bash -c '"$1/gpu_model_throughput" "${@:4}" --plan-only --device-gib 139.8 >"$2" &&
     "$1/gpu_model_throughput" --cpu-tiny --shape qwen2-1.5b --tokens 256,512 --recompute "$3" --steps 2 --warmup 1' \
     long-context "$bin" "$logs/long-context.jsonl" "$recompute" "${long_args[@]}"
+  step profile "$(lim profile)" bash -c '"$1/gpu_model_throughput" --cpu-tiny --steps 2 --warmup 1 --profile "$3" >"$2" &&
+    cp "$3" "$4"' profile "$bin" "$logs/profile.jsonl" "$logs/profile.json" "$out/profile.json"
+  expected[python-peers]=1
   step python-peers 30 python3 -m py_compile "$b"/py/*.py
   finish
 fi
 
-# In the plan's order, so that the deadline defers the least important.
+# In the plan's order: what has never run on a GPU first, so that the deadline defers the rest.
+train_cmd "${set_args[@]+"${set_args[@]}"}"
+rl_cmd "${set_args[@]+"${set_args[@]}"}"
+step rollout "$(lim rollout)" bash -c '"$1/rollout_throughput" --device cuda --shape llama-1b --concurrency 8,64,256 >"$2"' \
+  rollout "$bin" "$logs/rollout.jsonl"
+# 1, 2 and 4 processes on the one GPU (odc-run --local: the machine has no MPI), ODC over CUDA IPC:
+# the 1-rank losses within bf16 rounding, bf16 gathers bit for bit.
+ipc_cmd "${set_args[@]+"${set_args[@]}"}"
 tests_args=(--durations yes)
 [ -n "$tests_spec" ] && tests_args+=("$tests_spec")
 step tests "$(lim tests)" "$bin/odc_cuda_tests" "${tests_args[@]}"
-step trainer "$(lim trainer)" bash -c 'python3 "$1/py/gpu_check_train.py" "$2/odc-train" "$1/configs/gpu-check-train.yaml" \
-  "$1/data/gpu-train.jsonl" "$3/train" "${@:5}" >"$4"' trainer "$b" "$bin" "$work" "$logs/trainer.jsonl" \
-  "${set_args[@]+"${set_args[@]}"}"
-step rl "$(lim rl)" bash -c 'python3 "$1/py/gpu_check_train.py" "$2/odc-train" "$1/configs/gpu-check-rl.yaml" - \
-  "$3/rl" --steps 6 --name gpu_check_rl --set "rl.prompts=$1/data/rl-prompts.jsonl" \
-  --set "data.tokenizer=$1/data/tokenizer/tokenizer.json" "${@:5}" >"$4"' rl "$b" "$bin" "$work" "$logs/rl.jsonl" \
-  "${set_args[@]+"${set_args[@]}"}"
+step comm-bandwidth "$(lim comm-bandwidth)" bash -c 'for n in 2 4; do "$1/odc-run" --local $n "$1/comm_bandwidth" --device cuda \
+  --unit-mib 256 --units 4 --reps 5 --comms ipc,ipc-bf16 || exit 1; done >"$2"' comm-bandwidth "$bin" "$logs/comm-bandwidth.jsonl"
+step model-parity "$(lim model-parity)" bash -c '"$1" >"$2"' model-parity "$bin/gpu_model_parity" "$logs/model-parity.jsonl"
 step throughput "$(lim throughput)" bash -c '"$1" --attention "$3" >"$2"' throughput "$bin/gpu_model_throughput" \
   "$logs/throughput.jsonl" "$attention"
-step throughput-torch "$(lim throughput-torch)" bash -c 'python3 "$1" >"$2"; rc=$?; [ $rc -eq 77 ] && exit 0; exit $rc' \
-  throughput-torch "$b/py/gpu_model_torch.py" "$logs/throughput-torch.jsonl"
-step model-parity "$(lim model-parity)" bash -c '"$1" >"$2"' model-parity "$bin/gpu_model_parity" "$logs/model-parity.jsonl"
 # Qwen2-1.5B, world 1, one sequence of each count, a few steps each (one JSON line per case as it
-# ends, so a cut keeps the finished cases); then torch on the same shape and tokens.
+# ends, so a cut keeps the finished cases).
 step long-context "$(lim long-context)" bash -c '"$1" "${@:3}" --steps 2 --warmup 1 >"$2"' long-context \
   "$bin/gpu_model_throughput" "$logs/long-context.jsonl" "${long_args[@]}"
+step attention "$(lim attention)" bash -c '"$1" --impl "$3" >"$2"' attention "$bin/gpu_attention" "$logs/attention.jsonl" \
+  "$attention_impls"
+# Per-op device time of one 1B training step (CUDA events around every backend op).
+step profile "$(lim profile)" bash -c '"$1/gpu_model_throughput" --attention "$5" --steps 3 --warmup 2 --profile "$3" >"$2" &&
+  cp "$3" "$4"' profile "$bin" "$logs/profile.jsonl" "$logs/profile.json" "$out/profile.json" "$attention"
+step throughput-torch "$(lim throughput-torch)" bash -c 'python3 "$1" >"$2"; rc=$?; [ $rc -eq 77 ] && exit 0; exit $rc' \
+  throughput-torch "$b/py/gpu_model_torch.py" "$logs/throughput-torch.jsonl"
 step long-context-torch "$(lim long-context-torch)" bash -c 'python3 "$1" "${@:3}" >"$2"; rc=$?; [ $rc -eq 77 ] && exit 0; exit $rc' \
   long-context-torch "$b/py/gpu_model_torch.py" "$logs/long-context-torch.jsonl" --shape qwen2-1.5b \
   --tokens "$long_tokens" --recompute "$torch_recompute" --sdpa "$torch_sdpa" --steps 2 --warmup 1
-step attention "$(lim attention)" bash -c '"$1" --impl "$3" >"$2"' attention "$bin/gpu_attention" "$logs/attention.jsonl" \
-  "$attention_impls"
 step attention-torch "$(lim attention-torch)" bash -c 'python3 "$1" >"$2"; rc=$?; [ $rc -eq 77 ] && exit 0; exit $rc' \
   attention-torch "$b/py/gpu_attention_torch.py" "$logs/attention-torch.jsonl"
-# 1, 2 and 4 processes on the one GPU (odc-run --local: the machine has no MPI), ODC over CUDA IPC:
-# the 1-rank losses within bf16 rounding, bf16 gathers bit for bit; then the IPC gather and
-# scatter-accumulate bandwidth against a device copy, with 2 and 4 processes.
-step ipc-train "$(lim ipc-train)" bash -c 'python3 "$1/py/gpu_check_ipc.py" "$2/odc-run" "$2/odc-train" \
-  "$1/configs/gpu-check-ipc.yaml" "$1/data/gpu-train.jsonl" "$3/ipc" "${@:5}" >"$4"' ipc-train "$b" "$bin" "$work" \
-  "$logs/ipc-train.jsonl" "${set_args[@]+"${set_args[@]}"}"
-step comm-bandwidth "$(lim comm-bandwidth)" bash -c 'for n in 2 4; do "$1/odc-run" --local $n "$1/comm_bandwidth" --device cuda \
-  --unit-mib 256 --units 4 --reps 5 --comms ipc,ipc-bf16 || exit 1; done >"$2"' comm-bandwidth "$bin" "$logs/comm-bandwidth.jsonl"
 step nccl "$(lim nccl)" bash -c '"$1" >"$2"' nccl "$bin/gpu_nccl" "$logs/nccl.jsonl"
 step ceilings "$(lim ceilings)" bash -c '"$1" >"$2"' ceilings "$bin/gpu_ceilings" "$logs/ceilings.jsonl"
 # compute-sanitizer starts the real program (not its wrapper), with the bundle's library path.

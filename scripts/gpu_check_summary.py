@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""The GPU check's summary (scripts/gpu-check.sh): at most 40 lines from the logs folder.
+"""The GPU check's summary (scripts/gpu-check.sh): at most 50 lines from the logs folder.
 
   gpu_check_summary.py LOGS_DIR DRY_RUN(0|1)
 
-Reads LOGS_DIR/steps.tsv (name, exit code, seconds per step), COMMIT, tests.log (the Catch2
+Reads LOGS_DIR/steps.tsv (a header, then per step: name, status, exit code, seconds, estimate,
+limit, the --only that reruns it), COMMIT, env.log, tests.log (the Catch2
 totals and the "[cuda]" parity lines of odc_cuda_tests), the sanitizer logs, and the JSON lines of
-trainer.jsonl, rl.jsonl, ipc-train.jsonl, comm-bandwidth.jsonl, ceilings.jsonl, nccl.jsonl, attention*.jsonl,
+trainer.jsonl, rl.jsonl, rollout.jsonl, ipc-train.jsonl, profile.json, comm-bandwidth.jsonl, ceilings.jsonl, nccl.jsonl, attention*.jsonl,
 model-parity.jsonl, throughput*.jsonl, long-context*.jsonl, and switches.txt (the switches set away
 from their defaults). Missing results are reported as missing, never invented. Standard library only
 (it runs on the lent machine too).
@@ -15,7 +16,7 @@ import os
 import re
 import sys
 
-MAX_LINES = 40
+MAX_LINES = 50
 # NVIDIA H200 SXM dense bf16 tensor-core peak (datasheet: 989.5 TFLOP/s without sparsity).
 H200_BF16_DENSE_TFLOPS = 989.5
 # The targets on an H200 (docs/GPU_CHECK.md, "Targets"): reported against, not failed on.
@@ -52,24 +53,45 @@ def jsonl(path):
 
 
 def steps_lines(logs):
-    """One line for the steps: all passed with the total time, or the failed ones with exit codes."""
+    """The steps: passed, failed (with exit codes), cut by the deadline and deferred, the last two
+    with the --only that reruns them (neither is a failure, but the check is not complete)."""
     rows = []
-    for line in (read(os.path.join(logs, "steps.tsv")) or "").splitlines():
+    for line in (read(os.path.join(logs, "steps.tsv")) or "").splitlines()[1:]:
         parts = line.split("\t")
-        if len(parts) == 3:
-            rows.append(parts)
-    total = sum(int(s) for _, _, s in rows if s.isdigit())
-    # A step the deadline cut was not run: it is no failure, but the check is not complete either.
-    not_run = [n for n, rc, _ in rows if rc == "deadline"]
-    failed = [f"{n} (rc={rc}, {s}s)" for n, rc, s in rows if rc not in ("0", "deadline")]
+        if len(parts) == 7:
+            rows.append(dict(zip(("step", "status", "rc", "seconds", "estimate", "limit", "rerun"), parts)))
     if not rows:
-        return "steps: none recorded"
-    ran = len(rows) - len(not_run)
-    cut = f"; not run (deadline; rerun with --only {','.join(not_run)})" if not_run else ""
-    if not failed:
-        return f"steps: all {ran} run passed in {total}s{cut}"
-    shown = ", ".join(failed[:8]) + (f" and {len(failed) - 8} more" if len(failed) > 8 else "")
-    return f"steps: FAILED {shown}; {ran - len(failed)} of {ran} run passed, {total}s in all{cut}"
+        return ["steps: none finished"]
+    total = sum(int(r["seconds"]) for r in rows if r["seconds"].isdigit())
+    ran = [r for r in rows if r["status"] in ("passed", "failed")]
+    failed = [f"{r['step']} (rc={r['rc']}, {r['seconds']}s)" for r in rows if r["status"] == "failed"]
+    cut = [r["step"] for r in rows if r["status"] == "cut"]
+    deferred = [r["step"] for r in rows if r["status"] == "deferred"]
+    if failed:
+        shown = ", ".join(failed[:8]) + (f" and {len(failed) - 8} more" if len(failed) > 8 else "")
+        line = f"steps: FAILED {shown}; {len(ran) - len(failed)} of {len(ran)} run passed, {total}s in all"
+    else:
+        line = f"steps: all {len(ran)} run passed in {total}s"
+    if cut:
+        line += f"; cut by the deadline: {','.join(cut)}"
+    if deferred:
+        line += f"; not run (deadline): {','.join(deferred)}"
+    out = [line]
+    again = [r["step"] for r in rows if r["status"] in ("failed", "cut", "deferred")]
+    if again:
+        out.append(f"  rerun: --only {','.join(again)}")
+    return out
+
+
+def env_lines(logs):
+    """What the env step found: the GPU, and the CUDA runtime our programs pin for cuDNN."""
+    text = read(os.path.join(logs, "env.log")) or ""
+    gpu = re.search(r"\|\s+\d+\s+(NVIDIA [^|]*?)\s{2,}", text)
+    pin = re.search(r"^cudnn frontend cudart: (.*)$", text, re.M)
+    if not gpu and not pin:
+        return []
+    return [f"env: {gpu.group(1).strip() if gpu else 'no GPU named'}; cuDNN frontend's CUDA runtime: "
+            f"{pin.group(1).strip() if pin else 'not reported'}"]
 
 
 def tests_lines(logs):
@@ -213,8 +235,61 @@ def trainer_lines(logs):
     loss = (f"loss {r['loss_first']:.4f} -> {r['loss_last']:.4f}" if r.get("loss_first") is not None
             and r.get("loss_last") is not None else "loss n/a")
     rate = f", {r['tokens_per_s']:.0f} tok/s" if r.get("tokens_per_s") else ""
-    return [f"trainer (odc-train): {r.get('steps')} steps, {loss}; rerun bitwise {yes(r.get('repeat_bitwise'))}, "
-            f"resume bitwise {yes(r.get('resume_bitwise'))}{rate}"]
+    out = [f"trainer (odc-train): {r.get('steps')} steps, {loss}; rerun bitwise {yes(r.get('repeat_bitwise'))}, "
+           f"resume bitwise {yes(r.get('resume_bitwise'))}{rate}"]
+    if r.get("compare_sets"):
+        diff = r.get("compare_max_rel_diff")
+        out.append(f"  against {' '.join(r['compare_sets'])}: losses within "
+                   + (f"{diff:.2e}" if isinstance(diff, (int, float)) else "n/a")
+                   + f" ({'ok' if r.get('compare_ok') else 'OVER the tolerance'})")
+    return out
+
+
+def rollout_lines(logs):
+    """Batched decoding throughput: tokens/s per concurrency, batched against per-sequence attention."""
+    rows = [r for r in jsonl(os.path.join(logs, "rollout.jsonl")) if "tokens_per_s" in r]
+    if not rows:
+        return ["rollout throughput: no results"]
+    by = {}
+    for r in rows:
+        by.setdefault(r.get("concurrency"), {})[r.get("path")] = r
+    cells = []
+    for c in sorted(k for k in by if k is not None):
+        batched, single = by[c].get("batched"), by[c].get("per_sequence")
+        cell = f"{c}: {batched['tokens_per_s']:.0f}" if batched else f"{c}: n/a"
+        if batched and single and single.get("tokens_per_s"):
+            cell += f" ({batched['tokens_per_s'] / single['tokens_per_s']:.2f}x per-sequence)"
+        cells.append(cell)
+    return [f"rollout tok/s ({rows[0].get('shape', '?')}, {rows[0].get('device', '?')}), batched decode attention, "
+            "by concurrent sequences: " + "; ".join(cells)]
+
+
+def profile_lines(logs):
+    """The per-op profile of one training step: the largest categories, GEMM roles with their rate."""
+    p = None
+    try:
+        with open(os.path.join(logs, "profile.json"), encoding="utf-8") as f:
+            p = json.load(f)
+    except (OSError, ValueError):
+        pass
+    if not p or not p.get("ops"):
+        return ["profile: no result"]
+    step = p.get("step_seconds") or 0.0
+    ops = sorted(p["ops"], key=lambda o: -o.get("seconds", 0.0))
+    total = sum(o.get("seconds", 0.0) for o in ops)
+    out = [f"profile ({p.get('shape', '?')}, {p.get('tokens')} tokens, attention {p.get('attention', '?')}): "
+           f"step {1e3 * step:.1f} ms, ops {1e3 * total:.1f} ms"]
+    cells = []
+    for o in ops[:10]:
+        name = o.get("name", "?") + (f"/{o['role']}" if o.get("role") else "")
+        cell = f"{name} {1e3 * o.get('seconds', 0.0):.1f}"
+        if o.get("flops") and o.get("seconds"):
+            cell += f" ({o['flops'] / o['seconds'] / 1e12:.0f} TF/s)"
+        cells.append(cell)
+    out.append("  ms: " + ", ".join(cells[:5]))
+    if len(cells) > 5:
+        out.append("      " + ", ".join(cells[5:]))
+    return out
 
 
 def rl_lines(logs):
@@ -330,26 +405,31 @@ def main():
         return 2
     logs, dry = sys.argv[1], sys.argv[2] == "1"
     commit = (read(os.path.join(logs, "COMMIT")) or "unknown\n").strip()
-    lines = [f"ODC GPU check{' (dry run: no GPU work)' if dry else ''}: commit {commit}", steps_lines(logs)]
+    lines = [f"ODC GPU check{' (dry run: no GPU work)' if dry else ''}: commit {commit}"] + steps_lines(logs)
     lines += switches_line(logs)
+    lines += env_lines(logs)
     if dry:
         lines += trainer_lines(logs)
         lines += rl_lines(logs)
-        lines += long_context_lines(logs, dry)
+        lines += rollout_lines(logs)
         lines += ipc_train_lines(logs)
         lines += comm_bandwidth_lines(logs)
+        lines += long_context_lines(logs, dry)
+        lines += profile_lines(logs)
     else:
-        # In the order of the check's steps (what matters most first, should the 40 lines cut).
+        # In the order of the check's steps (what matters most first, should the 50 lines cut).
         ceil, ceiling_tflops = ceiling_lines(logs)
-        lines += tests_lines(logs)
         lines += trainer_lines(logs)
         lines += rl_lines(logs)
-        lines += throughput_lines(logs, ceiling_tflops)
+        lines += rollout_lines(logs)
+        lines += ipc_train_lines(logs)
+        lines += tests_lines(logs)
+        lines += comm_bandwidth_lines(logs)
         lines += parity_lines(logs)
+        lines += throughput_lines(logs, ceiling_tflops)
         lines += long_context_lines(logs, dry)
         lines += attention_lines(logs)
-        lines += ipc_train_lines(logs)
-        lines += comm_bandwidth_lines(logs)
+        lines += profile_lines(logs)
         lines += nccl_lines(logs)
         lines += ceil
         lines += sanitizer_lines(logs)

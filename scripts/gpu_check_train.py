@@ -3,6 +3,7 @@
 process, no MPI), proves that a run is reproducible bit for bit and resumes exactly.
 
   gpu_check_train.py ODC_TRAIN CONFIG DATA WORK [--steps N] [--name NAME] [--set key=value]...
+                     [--compare-set key=value]... [--compare-tolerance X]
 
 Runs CONFIG on DATA four times under WORK:
   straight   all train.steps steps, exporting the final weights (float32 safetensors)
@@ -10,9 +11,14 @@ Runs CONFIG on DATA four times under WORK:
   part1      stopped at step steps/2 (train.stop_at_step), a checkpoint at that step
   part2      the same command resumed from that checkpoint (checkpoint.resume: auto) to the end
 and requires every step's loss and gradient norm, and the exported weights' sha256, of `again`
-and of part1 + part2 to equal `straight`'s exactly. Prints one JSON line
+and of part1 + part2 to equal `straight`'s exactly. With --compare-set, a fifth run (`compare`: the
+same with those settings on top, e.g. the native attention kernels and no recomputation beside a
+cuDNN + recomputation run) must give every step's loss within --compare-tolerance (relative,
+default 0.02: bf16 attention kernels that round differently drift apart a little over the steps;
+a wrong kernel is off by far more) of `straight`'s. Prints one JSON line
 {"bench":NAME,"ok":...,"steps":...,"loss_first":...,"loss_last":...,"reward_first":...,
- "reward_last":...,"repeat_bitwise":...,"resume_bitwise":...,"tokens_per_s":...} and exits 0 when both hold, 1
+ "reward_last":...,"repeat_bitwise":...,"resume_bitwise":...,"tokens_per_s":...,"compare_max_rel_diff":...}
+and exits 0 when all hold, 1
 otherwise (with what differed on stderr). Standard library only.
 """
 import hashlib
@@ -84,15 +90,21 @@ def main():
         return 2
     odc_train, config, data, work = sys.argv[1:5]
     sets = []
+    compare_sets = []
+    tolerance = 0.02
     steps = None
     name = "gpu_check_train"
     rest = sys.argv[5:]
     while rest:
-        if rest[0] not in ("--set", "--steps", "--name") or len(rest) < 2:
+        if rest[0] not in ("--set", "--steps", "--name", "--compare-set", "--compare-tolerance") or len(rest) < 2:
             print(f"gpu_check_train: unexpected argument {rest[0]!r}", file=sys.stderr)
             return 2
         if rest[0] == "--set":
             sets.append(rest[1])
+        elif rest[0] == "--compare-set":
+            compare_sets.append(rest[1])
+        elif rest[0] == "--compare-tolerance":
+            tolerance = float(rest[1])
         elif rest[0] == "--steps":
             steps = int(rest[1])
         else:
@@ -134,7 +146,23 @@ def main():
         repeat.append("the exported weights differ")
     if weights_sha(straight) != weights_sha(part2):
         resume.append("the exported weights differ")
-    for what, diffs in (("repeat", repeat), ("resume", resume)):
+    compare, compare_max = [], None
+    if compare_sets:
+        # Settings given later win: the compare run is the straight run with these on top.
+        other = steps_of(run(odc_train, config, data, work, "compare",
+                             [f"checkpoint.dir={os.path.join(work, 'compare', 'ckpt')}"] + compare_sets, sets))
+        rel = []
+        for s in all_steps:
+            x, y = a.get(s, {}).get("loss"), other.get(s, {}).get("loss")
+            if x is None or y is None:
+                compare.append(f"step {s}: loss {x!r} vs {y!r} with {' '.join(compare_sets)}")
+                continue
+            rel.append(abs(x - y) / max(abs(y), 1e-12))
+        compare_max = max(rel) if rel else None
+        if compare_max is not None and compare_max > tolerance:
+            compare.append(f"losses differ by up to {compare_max:.3e} (relative) from the run with "
+                           f"{' '.join(compare_sets)}, over the tolerance {tolerance}")
+    for what, diffs in (("repeat", repeat), ("resume", resume), ("compare", compare)):
         for d in diffs[:5]:
             print(f"gpu_check_train: {what}: {d}", file=sys.stderr)
     rates = sorted(r.get("tokens_per_s", 0.0) for r in a.values())
@@ -144,8 +172,10 @@ def main():
                       "iterations": len(ia), "reward_first": rewards[0] if rewards else None,
                       "reward_last": rewards[-1] if rewards else None,
                       "repeat_bitwise": not repeat, "resume_bitwise": not resume,
-                      "tokens_per_s": rates[len(rates) // 2] if rates else None}))
-    return 0 if not repeat and not resume else 1
+                      "tokens_per_s": rates[len(rates) // 2] if rates else None,
+                      "compare_sets": compare_sets, "compare_max_rel_diff": compare_max,
+                      "compare_ok": not compare}))
+    return 0 if not repeat and not resume and not compare else 1
 
 
 if __name__ == "__main__":

@@ -38,7 +38,10 @@ class PolicyHead {
   Scratch& s_;
   kernels::PolicyLossParams params_;
   bool entropy_;
-  backend::ConstView old_, ref_, advantages_;  // per head row, in the backend's memory
+  // Per head row: on the host, and as the backend sees them (on the CPU the views alias the host
+  // vectors, so those live as long as the head).
+  std::vector<float> old_host_, ref_host_, advantages_host_;
+  backend::ConstView old_, ref_, advantages_;
   kernels::PolicyLossSums sums_;
 };
 

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """scripts/gpu_check_summary.py on made-up GPU check logs: the figures it prints are the ones the
 logs hold (worst parity line, sanitizer counts, MFU against the dense bf16 peak and the measured
-GEMM ceiling, the ratio to torch), failures are named, missing results are said to be missing,
-and the summary never exceeds 40 lines.
+GEMM ceiling, the ratio to torch, the profile's largest ops, the rollout throughput), failures are
+named, steps cut by the deadline or deferred are neither failed nor hidden (with the --only that
+reruns them), missing results are said to be missing, and the summary never exceeds 50 lines.
 
     /usr/bin/python3 test_gpu_check_summary.py [--script scripts/gpu_check_summary.py]
 """
@@ -36,10 +37,20 @@ def expect(lines, fragment):
     assert any(fragment in l for l in lines), f"no line holds {fragment!r}:\n" + "\n".join(lines)
 
 
+HEADER = "step\tstatus\trc\tseconds\testimate\tlimit\trerun\n"
+
+
+def steps(rows):
+    """steps.tsv as gpu-check.sh writes it: (name, status, rc, seconds) per row."""
+    return HEADER + "".join(f"{n}\t{st}\t{rc}\t{sec}\t10\t60\t{'-' if st == 'passed' else '--only ' + n}\n"
+                            for n, st, rc, sec in rows)
+
+
 def full_logs(folder):
     write(folder, "COMMIT", "abc123\n")
-    write(folder, "steps.tsv", "manifest\t0\t1\ntests\t0\t50\nmemcheck\t9\t40\nracecheck\t0\t30\n"
-                               "throughput\t0\t20\n")
+    write(folder, "steps.tsv", steps([("manifest", "passed", 0, 1), ("tests", "passed", 0, 50),
+                                      ("memcheck", "failed", 9, 40), ("racecheck", "passed", 0, 30),
+                                      ("throughput", "passed", 0, 20)]))
     write(folder, "tests.log",
           "[cuda] rmsnorm dx                         n=4096 cosine=0.99991000 max_abs_err=1.0e-03 (ref rms 1.0e+00)\n"
           "[cuda] attention dq d128                  n=8192 cosine=0.99950000 rel_err=4.100e-03 max_abs_err=2e-03\n"
@@ -75,7 +86,23 @@ def full_logs(folder):
     jsonl(folder, "throughput-torch.jsonl", [{"impl": "torch_eager", "tokens_per_s": 32000.0}])
     jsonl(folder, "trainer.jsonl", [{"bench": "gpu_check_train", "ok": False, "steps": 12, "loss_first": 3.5,
                                      "loss_last": 2.25, "repeat_bitwise": True, "resume_bitwise": False,
-                                     "tokens_per_s": 91000.0}])
+                                     "tokens_per_s": 91000.0,
+                                     "compare_sets": ["model.attention=native", "train.recompute=none"],
+                                     "compare_max_rel_diff": 3.2e-3, "compare_ok": True}])
+    jsonl(folder, "rollout.jsonl", [
+        {"bench": "rollout_throughput", "shape": "llama-1b", "device": "cuda", "path": p, "concurrency": c,
+         "tokens_per_s": t} for p, c, t in (("per_sequence", 8, 800.0), ("batched", 8, 1000.0),
+                                            ("per_sequence", 64, 2000.0), ("batched", 64, 6000.0))])
+    # 3 GEMM roles and attention; 14 ms of ops in a 16 ms step.
+    with open(os.path.join(folder, "profile.json"), "w", encoding="utf-8") as f:
+        json.dump({"bench": "op_profile", "shape": "llama-1b", "tokens": 8192, "attention": "native",
+                   "step_seconds": 0.016, "ops": [
+                       {"name": "linear", "role": "gate_up", "calls": 32, "seconds": 0.005, "flops": 2.0e15 * 0.005},
+                       {"name": "attention_backward", "role": "", "calls": 16, "seconds": 0.004, "flops": 0},
+                       {"name": "linear", "role": "qkv", "calls": 96, "seconds": 0.003, "flops": 1.5e15 * 0.003},
+                       {"name": "rmsnorm_forward", "role": "", "calls": 33, "seconds": 0.002}]}, f)
+    write(folder, "env.log", "|   0  NVIDIA H100 80GB HBM3          On  |   00000000:00:00.0 Off |\n"
+                             "cudnn frontend cudart: libcudart.so.13 (the loaded runtime)\n")
 
 
 def main():
@@ -85,7 +112,7 @@ def main():
     with tempfile.TemporaryDirectory() as folder:
         full_logs(folder)
         lines = summarize(script, folder)
-        assert len(lines) <= 40, len(lines)
+        assert len(lines) <= 50, len(lines)
         expect(lines, "commit abc123")
         expect(lines, "FAILED memcheck")
         expect(lines, "test cases: 20 | 19 passed | 1 failed")
@@ -105,13 +132,22 @@ def main():
         expect(lines, "ours / torch = 1.25x (target >= 1.2x: met)")
         expect(lines, "trainer (odc-train): 12 steps, loss 3.5000 -> 2.2500; rerun bitwise yes, resume bitwise NO, "
                       "91000 tok/s")
+        expect(lines, "against model.attention=native train.recompute=none: losses within 3.20e-03 (ok)")
+        expect(lines, "rollout tok/s (llama-1b, cuda), batched decode attention, by concurrent sequences: "
+                      "8: 1000 (1.25x per-sequence); 64: 6000 (3.00x per-sequence)")
+        expect(lines, "profile (llama-1b, 8192 tokens, attention native): step 16.0 ms, ops 14.0 ms")
+        expect(lines, "ms: linear/gate_up 5.0 (2000 TF/s), attention_backward 4.0, linear/qkv 3.0 (1500 TF/s), "
+                      "rmsnorm_forward 2.0")
+        expect(lines, "env: NVIDIA H100 80GB HBM3; cuDNN frontend's CUDA runtime: libcudart.so.13 (the loaded runtime)")
+        expect(lines, "rerun: --only memcheck")
     with tempfile.TemporaryDirectory() as folder:
-        # 200 steps, 30 of them failed, and 60 parity-failing model checks: still 40 lines at most.
-        write(folder, "steps.tsv", "".join(f"step{i}\t{1 if i % 7 == 0 else 0}\t1\n" for i in range(200)))
+        # 200 steps, 30 of them failed, and 60 parity-failing model checks: still 50 lines at most.
+        write(folder, "steps.tsv", steps([(f"step{i}", "failed" if i % 7 == 0 else "passed", 1 if i % 7 == 0 else 0, 1)
+                                          for i in range(200)]))
         jsonl(folder, "model-parity.jsonl", [{"check": f"c{i}", "value": 1.0, "bound": 0.1, "ok": False}
                                              for i in range(60)])
         lines = summarize(script, folder)
-        assert len(lines) <= 40, len(lines)
+        assert len(lines) <= 50, len(lines)
         expect(lines, "FAILED step0 (rc=1, 1s)")
         expect(lines, "and 21 more; 171 of 200 run passed, 200s in all")
         expect(lines, "model parity: 0/60 within bounds")
@@ -119,18 +155,29 @@ def main():
         expect(lines, "throughput: no results")
         expect(lines, "nccl: no results")
         expect(lines, "trainer: no result")
+        expect(lines, "profile: no result")
+        expect(lines, "rollout throughput: no results")
     with tempfile.TemporaryDirectory() as folder:
-        write(folder, "steps.tsv", "manifest\t0\t1\nlibraries\t0\t1\n")
+        write(folder, "steps.tsv", steps([("manifest", "passed", 0, 1), ("libraries", "passed", 0, 1)]))
         lines = summarize(script, folder, dry="1")
         expect(lines, "dry run")
         expect(lines, "steps: all 2 run passed in 2s")
-        assert not any("throughput" in l for l in lines), lines
+        assert not any(l.startswith("throughput") for l in lines), lines
     with tempfile.TemporaryDirectory() as folder:
-        # Steps the deadline cut are listed as not run, with the --only that reruns them.
-        write(folder, "steps.tsv", "tests\t0\t9\nnccl\t1\t2\nthroughput\tdeadline\t0\nattention\tdeadline\t0\n")
+        # A step killed by the deadline's limit is cut, one that did not fit deferred: neither failed,
+        # both named with the --only that reruns them (after the failed one).
+        write(folder, "steps.tsv", steps([("tests", "passed", 0, 9), ("nccl", "failed", 1, 2),
+                                          ("long-context", "cut", 124, 30), ("throughput", "deferred", "-", 0),
+                                          ("attention", "deferred", "-", 0)]))
         lines = summarize(script, folder)
-        expect(lines, "steps: FAILED nccl (rc=1, 2s); 1 of 2 run passed, 11s in all; "
-                      "not run (deadline; rerun with --only throughput,attention)")
+        expect(lines, "steps: FAILED nccl (rc=1, 2s); 1 of 2 run passed, 41s in all; cut by the deadline: "
+                      "long-context; not run (deadline): throughput,attention")
+        expect(lines, "rerun: --only nccl,long-context,throughput,attention")
+    with tempfile.TemporaryDirectory() as folder:
+        # Nothing finished yet (a call cut in its first step): said, not invented.
+        write(folder, "steps.tsv", HEADER)
+        lines = summarize(script, folder)
+        expect(lines, "steps: none finished")
     with tempfile.TemporaryDirectory() as folder:
         # The long-context step: ours against the memory plan and torch per token count, a case the
         # plan skipped, the switches set away from their defaults, the allocator's measured line.
