@@ -4,12 +4,16 @@
 // (cuda::CudnnAttention, "impl":"cudnn", with "vs_odc_fwd" / "vs_odc_fwdbwd": its TFLOP/s over
 // the native kernels'). Prints one JSON line per shape and implementation
 // (bench/gpu_attention_torch.py prints the same fields for PyTorch's SDPA); where cuDNN cannot
-// run, its line carries "error" with the reason. Exits 77 when no CUDA device is visible, 2 on a
-// usage error.
+// run (or refuses a shape for its workspace bound), its line carries "error" with the reason. Exits
+// 77 when no CUDA device is visible, 2 on a usage error.
 //
 //   gpu_attention [ITERS] [--impl native,cudnn]
 //       ITERS: timed iterations after 3 warm-ups (default 20; the median is reported)
 //       --impl: the implementations, comma-separated (default native,cudnn)
+//   gpu_attention --runtime-info
+//       one JSON line of what cuDNN's attention would run on, and nothing timed: the libcudart the
+//       cuDNN frontend is pinned to (CUDNN_FRONTEND_CUDART_LIB_NAME) and why, the CUDA runtime,
+//       the cuDNN library loaded (or why none), whether the build has the frontend
 //
 // FLOPs are causal: forward 4 * sum_i s_i (s_i + 1) / 2 * head_dim * n_heads; the backward is
 // counted as 2.5x the forward (the convention of FlashAttention's benchmarks), so fwdbwd = 3.5x.
@@ -23,6 +27,7 @@
 
 #include "gpu_main.h"
 #include "odc/core/dtype.h"
+#include "odc/core/error.h"
 #include "odc/kernels/attention_choice.h"
 #include "odc/kernels/cuda_attention.h"
 #include "odc/kernels/cuda_cudnn_attention.h"
@@ -109,17 +114,23 @@ struct Options {
   int iters = 20;
   bool run_native = true;
   bool run_cudnn = true;
+  bool runtime_info = false;
 };
 
 constexpr const char* kUsage =
     "usage: gpu_attention [ITERS] [--impl native,cudnn]\n"
+    "       gpu_attention --runtime-info\n"
     "  ITERS: timed iterations after 3 warm-ups (default 20; the median is reported)\n"
-    "  --impl: the implementations, comma-separated (default native,cudnn)\n";
+    "  --impl: the implementations, comma-separated (default native,cudnn)\n"
+    "  --runtime-info: one JSON line: the libcudart the cuDNN frontend is pinned to and why, the CUDA\n"
+    "                  runtime, the cuDNN loaded; nothing is timed\n";
 
 Options parse(int argc, char** argv) {
-  const odc::cli::Command command{"gpu_attention", kUsage, {{"--impl"}}, "iteration count", 1};
+  const odc::cli::Command command{
+      "gpu_attention", kUsage, {{"--impl"}, {"--runtime-info", odc::cli::Takes::nothing}}, "iteration count", 1};
   const auto args = odc::cli::parse(command, argc, argv);
   Options o;
+  o.runtime_info = args.flag("--runtime-info");
   o.iters = static_cast<int>(args.positional_integer(0, o.iters, odc::Range::at_least(1).and_at_most(1 << 20)));
   const auto impls = args.list("--impl", {"native", "cudnn"});
   for (const auto& impl : impls) {
@@ -133,7 +144,24 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+// What cuDNN's attention runs on in this process, for the GPU check's log (--runtime-info).
+void print_runtime_info() {
+  const odc::kernels::CudartChoice& cudart = cu::pin_frontend_cudart();
+  std::string cudnn_error;
+  const int cudnn = cu::cudnn_runtime_version(&cudnn_error);
+  std::printf("{\"runtime_info\":\"gpu_attention\",\"cudnn_frontend_cudart\":\"%s\",\"cudnn_frontend_cudart_why\":\"%s\","
+              "\"cudnn_frontend_cudart_from_environment\":%s,\"cuda_runtime_version\":%d,\"cudnn_frontend_built\":%s,"
+              "\"cudnn_version\":\"%s\",\"cudnn_load_error\":\"%s\"}\n",
+              json_escape(cudart.name).c_str(), json_escape(cudart.why).c_str(),
+              cudart.from_environment ? "true" : "false", cu::cuda_runtime_version(), cu::cudnn_frontend_built() ? "true" : "false",
+              odc::kernels::cudnn_version_text(cudnn).c_str(), json_escape(cudnn_error).c_str());
+}
+
 void run(const Options& o) {
+  if (o.runtime_info) {
+    print_runtime_info();
+    return;
+  }
   const int iters = o.iters;
   const bool run_native = o.run_native, run_cudnn = o.run_cudnn;
   // 16 ragged sequences, 4096 tokens in all.
@@ -216,13 +244,18 @@ void run(const Options& o) {
         continue;
       }
       // Deterministic backward, as training runs it; the graphs are built in the warm-ups.
+      // A shape over the workspace bound is not run by cuDNN: its line carries the refusal.
       auto forward = [&] {
-        cudnn.forward(shape, qp, kp, vp, out.as<std::uint16_t>(), lse.as<float>(), alloc, stream.handle());
+        if (!cudnn.forward(shape, qp, kp, vp, out.as<std::uint16_t>(), lse.as<float>(), alloc, stream.handle())) {
+          odc::fail("{}", cudnn.refusal());
+        }
       };
       auto backward = [&] {
-        cudnn.backward(shape, qp, kp, vp, out.as<std::uint16_t>(), lse.as<float>(), dout.as<std::uint16_t>(),
-                       dq.as<std::uint16_t>(), dk.as<std::uint16_t>(), dv.as<std::uint16_t>(), alloc,
-                       stream.handle());
+        if (!cudnn.backward(shape, qp, kp, vp, out.as<std::uint16_t>(), lse.as<float>(), dout.as<std::uint16_t>(),
+                            dq.as<std::uint16_t>(), dk.as<std::uint16_t>(), dv.as<std::uint16_t>(), alloc,
+                            stream.handle())) {
+          odc::fail("{}", cudnn.refusal());
+        }
       };
       try {
         const double fwd_ms = median_ms(3, iters, stream, forward);

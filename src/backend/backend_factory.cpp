@@ -28,7 +28,8 @@ std::unique_ptr<Backend> make_cpu(DType dtype, int threads) {
   fail("model.dtype={} on model.device=cpu: the CPU backend computes in float32 or bfloat16", dtype_name(dtype));
 }
 
-std::unique_ptr<Backend> make_cuda(DType dtype, int local_rank, kernels::AttentionMode attention) {
+std::unique_ptr<Backend> make_cuda(DType dtype, int local_rank, kernels::AttentionMode attention,
+                                   std::int64_t cudnn_workspace_mib) {
   if (dtype != DType::bf16) {
     fail("model.dtype={} on model.device=cuda: the CUDA kernels compute in bfloat16 (fp32 masters and "
          "gradients); set model.dtype: bfloat16",
@@ -40,9 +41,9 @@ std::unique_ptr<Backend> make_cuda(DType dtype, int local_rank, kernels::Attenti
   if (count < 1) {
     fail("model.device=cuda: no usable CUDA device ({}); use model.device: cpu", why.empty() ? "none visible" : why);
   }
-  return std::make_unique<CudaBackend>(local_rank % count, attention);
+  return std::make_unique<CudaBackend>(local_rank % count, attention, cudnn_workspace_mib << 20);
 #else
-  (void)local_rank, (void)attention;
+  (void)local_rank, (void)attention, (void)cudnn_workspace_mib;
   fail("model.device=cuda: this build has no CUDA backend (configure with nvcc present, -DODC_CUDA=ON); use "
        "model.device: cpu");
 #endif
@@ -51,7 +52,7 @@ std::unique_ptr<Backend> make_cuda(DType dtype, int local_rank, kernels::Attenti
 }  // namespace
 
 std::unique_ptr<Backend> make_backend(std::string_view device, DType dtype, int threads, int local_rank,
-                                      std::string_view attention) {
+                                      std::string_view attention, std::int64_t cudnn_workspace_mib) {
   const kernels::AttentionMode mode = kernels::parse_attention_mode(attention);
   if (device == "cpu") {
     if (mode == kernels::AttentionMode::cudnn) {
@@ -60,7 +61,7 @@ std::unique_ptr<Backend> make_backend(std::string_view device, DType dtype, int 
     }
     return make_cpu(dtype, threads);
   }
-  if (device == "cuda") return make_cuda(dtype, local_rank < 0 ? 0 : local_rank, mode);
+  if (device == "cuda") return make_cuda(dtype, local_rank < 0 ? 0 : local_rank, mode, cudnn_workspace_mib);
   fail("model.device: unknown device '{}': expected cpu or cuda", device);
 }
 

@@ -50,8 +50,10 @@ CudaBackend::Impl::~Impl() {
   live_weights.clear();
 }
 
-CudaBackend::CudaBackend(int device, kernels::AttentionMode attention) : impl_(std::make_unique<Impl>(device)) {
+CudaBackend::CudaBackend(int device, kernels::AttentionMode attention, std::int64_t cudnn_workspace_bytes)
+    : impl_(std::make_unique<Impl>(device)) {
   impl_->attention_mode = attention;
+  impl_->cudnn_workspace_bytes = cudnn_workspace_bytes;
 }
 CudaBackend::~CudaBackend() = default;
 

@@ -1,5 +1,7 @@
 // CudaBackend: which attention kernels run (model.attention; kernels/attention_choice.h) and the
 // fallback from cuDNN to the native kernels under auto.
+#include <mutex>
+
 #include <spdlog/spdlog.h>
 
 #include "cuda_backend_impl.h"
@@ -21,7 +23,9 @@ const kernels::AttentionChoice& CudaBackend::Impl::select_attention(int n_heads,
   facts.mode = attention_mode;
   kernels::AttentionChoice choice = kernels::choose_attention(facts);  // odc::Error for an impossible cudnn
   if (choice.impl == kernels::AttentionImpl::cudnn && !cudnn_attention) {
-    cudnn_attention = std::make_unique<cu::CudnnAttention>(facts.deterministic);
+    cudnn_attention = std::make_unique<cu::CudnnAttention>(facts.deterministic, 16, cudnn_workspace_bytes);
+    const kernels::CudartChoice& cudart = cu::pin_frontend_cudart();
+    spdlog::info("attention: the cuDNN frontend's CUDA runtime: {} ({})", cudart.name, cudart.why);
   }
   attention_selection = AttentionSelection{n_heads, n_kv_heads, head_dim, std::move(choice)};
   return attention_selection->choice;
@@ -38,6 +42,13 @@ void CudaBackend::Impl::cudnn_failed(const Error& error, const char* what) {
   attention_selection->choice = {kernels::AttentionImpl::native,
                                  std::string("native kernels (model.attention: auto; cuDNN failed: ") + error.what() +
                                      ")"};
+}
+
+void CudaBackend::Impl::cudnn_declined() const {
+  // Once per process: a run meets the same shape classes microbatch after microbatch, and the
+  // choice is the shape class's alone (CudnnAttentionStats::fallbacks counts the calls).
+  static std::once_flag logged;
+  std::call_once(logged, [&] { spdlog::warn("{} (logged once)", cudnn_attention->refusal()); });
 }
 
 std::string CudaBackend::select_attention(int n_heads, int n_kv_heads, int head_dim) {

@@ -79,6 +79,7 @@ struct CudaBackend::Impl {
   // model.attention and what it settled for the model's head shape (cuda_backend_attention.cpp);
   // cuDNN's graphs and tables, created with the first cuDNN selection.
   kernels::AttentionMode attention_mode = kernels::AttentionMode::native;
+  std::int64_t cudnn_workspace_bytes = 0;  // model.cudnn_workspace_mib
   struct AttentionSelection {
     int n_heads = 0, n_kv_heads = 0, head_dim = 0;
     kernels::AttentionChoice choice;
@@ -91,6 +92,8 @@ struct CudaBackend::Impl {
   // A cuDNN failure in `what`: rethrown under model.attention=cudnn; under auto, logged and the
   // native kernels selected for the rest of the run.
   void cudnn_failed(const Error& error, const char* what);
+  // A cuDNN call refused for its workspace (the native kernels run it): logged once per process.
+  void cudnn_declined() const;
 
   void* s() const { return stream.handle(); }
   // `count` elements of `target` filled from `bytes` of host data, through the pinned staging.

@@ -125,8 +125,8 @@ void CudaBackend::attention_forward(const AttentionShape& shape, ConstView q, Co
   float* lse_ = f32_out(lse, "attention_forward");
   if (impl_->use_cudnn(s)) {
     try {
-      impl_->cudnn_attention->forward(s, q_, k_, v_, o_, lse_, impl_->allocator, impl_->s());
-      return;
+      if (impl_->cudnn_attention->forward(s, q_, k_, v_, o_, lse_, impl_->allocator, impl_->s())) return;
+      impl_->cudnn_declined();
     } catch (const Error& e) {
       impl_->cudnn_failed(e, "attention forward");  // rethrows under model.attention=cudnn
     }
@@ -152,8 +152,11 @@ void CudaBackend::attention_backward(const AttentionShape& shape, ConstView q, C
   auto* dv_ = bf16_out(dv, "attention_backward");
   if (impl_->use_cudnn(s)) {  // lse has the same layout from either forward
     try {
-      impl_->cudnn_attention->backward(s, q_, k_, v_, o_, lse_, do_, dq_, dk_, dv_, impl_->allocator, impl_->s());
-      return;
+      if (impl_->cudnn_attention->backward(s, q_, k_, v_, o_, lse_, do_, dq_, dk_, dv_, impl_->allocator,
+                                           impl_->s())) {
+        return;
+      }
+      impl_->cudnn_declined();
     } catch (const Error& e) {
       impl_->cudnn_failed(e, "attention backward");
     }

@@ -21,6 +21,29 @@ std::int64_t cudnn_seqlen_bucket(std::int64_t max_seqlen) {
   return next_power_of_two(std::max<std::int64_t>(max_seqlen, 64));
 }
 
+std::int64_t cudnn_token_bucket(std::int64_t tokens, std::int64_t b, std::int64_t s) {
+  return std::min(next_power_of_two(std::max<std::int64_t>(tokens, 1)), b * s);
+}
+
+std::int64_t cudnn_backward_workspace_estimate(std::int64_t token_cap, int n_heads, int n_kv_heads, int head_dim) {
+  if (token_cap <= 0) return 0;
+  // In double: the dP term of a large cap exceeds int64 (it only has to compare with the bound).
+  const double h = n_heads, d = head_dim;
+  double dp = 0;
+  for (std::int64_t s = 64; s <= cudnn_seqlen_bucket(token_cap); s *= 2) {
+    // The longest sequence falls in bucket s; the rest of the cap makes as many 1-token sequences.
+    const std::int64_t longest = s == 64 ? 1 : s / 2 + 1;
+    if (longest > token_cap) break;
+    const std::int64_t seqs = 1 + (token_cap - longest);
+    const double b = static_cast<double>(cudnn_batch_bucket(static_cast<int>(std::min<std::int64_t>(seqs, 1 << 30))));
+    dp = std::max(dp, b * h * static_cast<double>(s) * static_cast<double>(std::max<std::int64_t>(s, 128)) * 2.0);
+  }
+  const double per_token = h * 4.0 + h * d * 4.0 * (n_heads != n_kv_heads ? 3.0 : 1.0);
+  const double total = dp + static_cast<double>(next_power_of_two(token_cap)) * per_token;
+  constexpr double kMax = static_cast<double>(std::numeric_limits<std::int64_t>::max());
+  return total >= kMax ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(total);
+}
+
 CudnnRaggedTables cudnn_ragged_tables(const std::int32_t* cu_seqlens, int num_seqs, int n_heads, int n_kv_heads,
                                       int head_dim) {
   if (cu_seqlens == nullptr || num_seqs < 0) fail("cuDNN attention: the host cu_seqlens are missing ({} sequences)", num_seqs);
@@ -48,6 +71,7 @@ CudnnRaggedTables cudnn_ragged_tables(const std::int32_t* cu_seqlens, int num_se
   CudnnRaggedTables t;
   t.b = cudnn_batch_bucket(n);
   t.s = cudnn_seqlen_bucket(longest);
+  t.t = cudnn_token_bucket(tokens, t.b, t.s);
   const std::int64_t q_row = std::int64_t{n_heads} * head_dim, kv_row = std::int64_t{n_kv_heads} * head_dim;
   for (std::int64_t i = 0; i <= t.b; ++i) {
     const std::int64_t start = cu_seqlens[static_cast<std::size_t>(std::min<std::int64_t>(i, n))];

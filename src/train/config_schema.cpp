@@ -13,6 +13,7 @@
 #include "odc/core/thread_limit.h"
 #include "odc/data/data_config.h"
 #include "odc/io/hf_checkpoint.h"
+#include "odc/kernels/cudnn_ragged.h"
 #include "odc/train/batch_schedule.h"
 
 namespace odc::train {
@@ -43,6 +44,11 @@ std::vector<TunableSpec> trainer_tunables() {
               "sequences, causal, GQA); native = this project's kernel; auto = cudnn where the installed cuDNN "
               "supports the shape, else native with the reason logged (model.device=cpu: always the CPU kernel)",
               {"auto", "cudnn", "native"}),
+      tunable("model.cudnn_workspace_mib", K::integer, std::to_string(kernels::kCudnnWorkspaceLimitMiB),
+              "the most workspace (MiB) one cuDNN attention call may take; a call whose graph needs more (cuDNN "
+              "below 9.25 sizes the deterministic backward's scratch over the padded batch: B x heads x S x S x 2 "
+              "bytes) runs on the native kernels instead, logged once; the memory plan counts this bound",
+              Range::at_least(1)),
       // data: the trainer's own keys, then the ones odc-sim shares (data::data_tunable), in this order
       tunable("data.train", K::string, "", "training data file", {}, true),
       tunable("data.eval", K::string, "\"\"",

@@ -13,7 +13,9 @@
 #include "odc/core/process_stats.h"
 #include "odc/distributed/shard/shard_layout.h"
 #include "odc/distributed/comm/unit_buffer_pool.h"
+#include "odc/kernels/attention_choice.h"
 #include "odc/kernels/cuda_gemm.h"
+#include "odc/kernels/cudnn_ragged.h"
 #include "odc/model/units.h"
 #include "odc/train/config_schema.h"
 
@@ -149,6 +151,26 @@ void plan_comm(const MemoryInputs& in, const Sizes& s, Builder& b) {
   }
 }
 
+// cuDNN's workspace for one attention call (CudnnAttention, from the backend's allocator): at most
+// the bound, since a call that needs more runs on the native kernels; less where the token cap's
+// worst case (kernels::cudnn_backward_workspace_estimate, an estimate) is smaller.
+void plan_cudnn_workspace(const MemoryInputs& in, Builder& b) {
+  const model::LlamaConfig& m = in.model;
+  const std::int64_t estimate =
+      kernels::cudnn_backward_workspace_estimate(in.tokens, m.num_attention_heads, m.num_key_value_heads, m.head_dim);
+  if (estimate > in.cudnn_workspace_limit) {
+    b.add("cuDNN attention workspace", in.cudnn_workspace_limit,
+          fmt::format("model.cudnn_workspace_mib, the most a call takes (the deterministic backward's worst case at {} "
+                      "tokens, an estimate: {})",
+                      in.tokens, mib_text(estimate)));
+  } else {
+    b.add("cuDNN attention workspace", estimate,
+          fmt::format("the deterministic backward's worst case at {} tokens, {}/{} heads (an estimate: dP scratch over "
+                      "the padded batch + per-token tensors)",
+                      in.tokens, m.num_attention_heads, m.num_key_value_heads));
+  }
+}
+
 }  // namespace
 
 std::int64_t MemoryPlan::device_bytes() const {
@@ -251,6 +273,7 @@ MemoryPlan plan_memory(const MemoryInputs& in) {
   if (gpu) {
     b.add("attention backward scratch", in.tokens * in.model.num_attention_heads * kF32,
           fmt::format("{} tokens x {} heads x 4 B", in.tokens, in.model.num_attention_heads));
+    if (in.cudnn_attention) plan_cudnn_workspace(in, b);
     b.add("cuBLASLt workspace", static_cast<std::int64_t>(kernels::cuda::Blas::kDefaultWorkspaceBytes), "fixed", true,
           false);
     b.add("CUDA runtime and libraries (estimate)", kCudaRuntimeBytes, "context, handles, NCCL channels", true, false);
@@ -320,6 +343,10 @@ MemoryInputs memory_inputs(const RunSettings& settings, const model::LlamaConfig
   in.chunk_bytes = comm.transport.chunk_bytes;
   in.max_inflight = comm.transport.max_inflight;
   in.direct_load = comm.transport.direct_load;
+  const std::string& attention = settings.model.attention;
+  in.cudnn_attention = in.device == DeviceKind::cuda &&
+                       (attention == "cudnn" || (attention == "auto" && kernels::kAutoTakesCudnn));
+  in.cudnn_workspace_limit = settings.model.cudnn_workspace_mib << 20;
   in.sharding = std::string(distributed::sharding_name(settings.train.sharding));
   if (settings.rl.online()) {
     // This rank samples ceil(prompts / world) prompts' completions, rl.concurrency at a time.

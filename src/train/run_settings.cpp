@@ -33,6 +33,7 @@ ModelSettings read_model(const Config& config) {
   model.device = config.get_string("model.device");
   model.dtype = parse_dtype(config.get_string("model.dtype"));
   model.attention = config.get_string("model.attention");
+  model.cudnn_workspace_mib = config.get_int("model.cudnn_workspace_mib");
   model.seed = static_cast<std::uint64_t>(config.get_int("model.seed"));
   model.config_origin = config.source_of("model.config");
   return model;
@@ -167,7 +168,8 @@ std::unique_ptr<backend::Backend> training_backend(const RunSettings& settings, 
          "set model.dtype: bfloat16, or comm.gather_dtype: fp32",
          dtype_name(model.dtype));
   }
-  return backend::make_backend(model.device, model.dtype, settings.train.threads, local_rank, model.attention);
+  return backend::make_backend(model.device, model.dtype, settings.train.threads, local_rank, model.attention,
+                               model.cudnn_workspace_mib);
 }
 
 }  // namespace odc::train

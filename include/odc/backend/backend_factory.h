@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "odc/backend/backend.h"
+#include "odc/kernels/cudnn_ragged.h"
 
 namespace odc::backend {
 
@@ -21,7 +22,10 @@ bool cuda_backend_built();
 // local_rank % (visible GPUs), so ranks spread over a node's GPUs and may share one.
 // `attention`: model.attention (auto | cudnn | native; kernels/attention_choice.h): which attention
 // kernels the CUDA backend runs; on the CPU, cudnn is an odc::Error and the others the CPU kernels.
+// `cudnn_workspace_mib`: model.cudnn_workspace_mib, the most workspace a cuDNN attention call may
+// take (kernels/cudnn_ragged.h); the CPU ignores it.
 std::unique_ptr<Backend> make_backend(std::string_view device, DType dtype, int threads, int local_rank = 0,
-                                      std::string_view attention = "auto");
+                                      std::string_view attention = "auto",
+                                      std::int64_t cudnn_workspace_mib = kernels::kCudnnWorkspaceLimitMiB);
 
 }  // namespace odc::backend

@@ -18,6 +18,7 @@
 
 #include "odc/backend/backend.h"
 #include "odc/kernels/attention_choice.h"
+#include "odc/kernels/cudnn_ragged.h"
 
 namespace odc::backend {
 
@@ -26,7 +27,10 @@ class CudaBackend final : public Backend {
   // Runs on CUDA device `device` (cudaSetDevice); odc::Error when it cannot be used. `attention`:
   // model.attention, settled per head shape by select_attention (or at the first attention call);
   // native when constructed directly, make_backend passes the config's (auto by default).
-  explicit CudaBackend(int device = 0, kernels::AttentionMode attention = kernels::AttentionMode::native);
+  // `cudnn_workspace_bytes`: model.cudnn_workspace_mib, the most workspace a cuDNN attention call
+  // may take; a call that needs more runs on the native kernels (logged once per process).
+  explicit CudaBackend(int device = 0, kernels::AttentionMode attention = kernels::AttentionMode::native,
+                       std::int64_t cudnn_workspace_bytes = kernels::kCudnnWorkspaceLimitMiB << 20);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;

@@ -43,6 +43,11 @@ struct MemoryInputs {
   int max_inflight = 0;             // comm.max_inflight
   std::string sharding = "full";    // train.sharding: hybrid and hpz add what the plan names but does not size
   bool direct_load = true;          // comm.direct_load
+  // The attention may run on cuDNN (model.device cuda with model.attention cudnn, or auto once
+  // auto takes cuDNN: kernels::kAutoTakesCudnn; the device's facts are not known here, so auto is
+  // counted as cuDNN): its workspace is an item, at most the bound (model.cudnn_workspace_mib).
+  bool cudnn_attention = false;
+  std::int64_t cudnn_workspace_limit = 0;  // bytes
   int ranks_on_host = 1;            // ranks of this host (shared-memory transports map their peers' regions)
   // One rank: the backend keeps every unit's compute copy through the step (Backend::
   // keep_weight_copies), or makes them at every acquire; settle_memory_plan drops it when only

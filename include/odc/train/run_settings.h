@@ -20,6 +20,7 @@
 #include "odc/core/dtype.h"
 #include "odc/distributed/comm/comm_factory.h"
 #include "odc/distributed/shard/sharding.h"
+#include "odc/kernels/cudnn_ragged.h"
 #include "odc/kernels/policy_loss.h"
 #include "odc/model/recompute.h"
 
@@ -30,6 +31,7 @@ struct ModelSettings {
   std::string device = "cpu";       // model.device: cpu | cuda
   DType dtype = DType::f32;         // model.dtype
   std::string attention = "auto";   // model.attention
+  std::int64_t cudnn_workspace_mib = kernels::kCudnnWorkspaceLimitMiB;  // model.cudnn_workspace_mib
   std::uint64_t seed = 0;           // model.seed
   std::string config_origin;        // where model.config came from (its attention window's origin)
 

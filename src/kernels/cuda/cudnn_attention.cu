@@ -5,6 +5,7 @@
 // dlopens, so nothing links libcudnn.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+#include <link.h>
 
 #include <algorithm>
 #include <cmath>
@@ -29,6 +30,7 @@
 #include <cudnn_frontend.h>
 
 #include "cudnn_graphs.h"
+#include "odc/kernels/cudnn_lifetime.h"
 
 // The dynamic-loading mode's library handle is defined in cudnn_graphs.cpp (declared by the
 // frontend, defined by its user).
@@ -79,6 +81,21 @@ const CudnnLibrary& cudnn_library() {
   return library;
 }
 
+// The paths of the libcudart objects loaded in this process, in load order.
+std::vector<std::string> loaded_cudart_paths() {
+  std::vector<std::string> paths;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* out) {
+        const std::string path = info->dlpi_name != nullptr ? info->dlpi_name : "";
+        const std::size_t slash = path.find_last_of('/');
+        const std::string file = slash == std::string::npos ? path : path.substr(slash + 1);
+        if (file.rfind("libcudart.so", 0) == 0) static_cast<std::vector<std::string>*>(out)->push_back(path);
+        return 0;
+      },
+      &paths);
+  return paths;
+}
+
 // ---- the stats transpose: dst[c * rows + r] = src[r * cols + c] ----
 
 __global__ void transpose_f32_kernel(const float* src, float* dst, std::int64_t rows, std::int64_t cols) {
@@ -123,6 +140,29 @@ int compute_capability(int device) {
 #endif
 }
 
+const CudartChoice& pin_frontend_cudart() {
+  static const CudartChoice choice = [] {
+#if defined(CUDART_VERSION)
+    const int built = CUDART_VERSION;
+#else
+    const int built = 0;  // the CPU emulator: no CUDA runtime
+#endif
+    CudartChoice c = choose_frontend_cudart(std::getenv("CUDNN_FRONTEND_CUDART_LIB_NAME"), loaded_cudart_paths(), built);
+    if (!c.from_environment) setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", c.name.c_str(), 1);
+    return c;
+  }();
+  return choice;
+}
+
+int cuda_runtime_version() {
+#if defined(ODC_CUDA_EMULATION)
+  return 0;
+#else
+  int version = 0;
+  return cudaRuntimeGetVersion(&version) == cudaSuccess ? version : 0;
+#endif
+}
+
 void transpose_f32(const float* src, float* dst, std::int64_t rows, std::int64_t cols, void* stream) {
   const std::int64_t n = rows * cols;
   if (n == 0) return;
@@ -133,53 +173,67 @@ void transpose_f32(const float* src, float* dst, std::int64_t rows, std::int64_t
 
 #if defined(ODC_HAVE_CUDNN_FRONTEND)
 
-struct CudnnAttention::Impl {
-  Impl(bool det, std::size_t capacity) : graphs(det, capacity) {}
-  ~Impl() {
-    if (handle != nullptr) cudnn_frontend::detail::destroy_handle(handle);
-  }
+namespace {
 
-  cudnnHandle_t cudnn(void* stream) {
-    if (handle == nullptr) {
-      std::string why;
-      if (cudnn_runtime_version(&why) == 0) {
-        fail("model.attention=cudnn: no cuDNN library could be loaded ({}); put libcudnn.so.9 on LD_LIBRARY_PATH "
-             "or name it in ODC_CUDNN_LIBRARY, or set model.attention: native",
-             why);
-      }
-      const cudnnStatus_t status = cudnn_frontend::detail::create_handle(&handle);
-      if (status != CUDNN_STATUS_SUCCESS) {
-        handle = nullptr;
-        fail("cuDNN attention: cudnnCreate failed (status {}); set model.attention: native",
-             static_cast<int>(status));
-      }
+// The cuDNN handle's life, through the dynamic-loading frontend (LazyHandle's Api).
+struct CudnnHandleApi {
+  using Handle = cudnnHandle_t;
+  static Handle create() {
+    std::string why;
+    if (cudnn_runtime_version(&why) == 0) {
+      fail("model.attention=cudnn: no cuDNN library could be loaded ({}); put libcudnn.so.9 on LD_LIBRARY_PATH "
+           "or name it in ODC_CUDNN_LIBRARY, or set model.attention: native",
+           why);
     }
-    const cudnnStatus_t status = cudnn_frontend::detail::set_stream(handle, static_cast<cudaStream_t>(stream));
+    cudnnHandle_t handle = nullptr;
+    const cudnnStatus_t status = cudnn_frontend::detail::create_handle(&handle);
     if (status != CUDNN_STATUS_SUCCESS) {
-      fail("cuDNN attention: cudnnSetStream failed (status {})", static_cast<int>(status));
+      fail("cuDNN attention: cudnnCreate failed (status {}); set model.attention: native", static_cast<int>(status));
     }
     return handle;
   }
+  static void destroy(Handle handle) { cudnn_frontend::detail::destroy_handle(handle); }
+};
+
+// The handle, the graphs built with it, the batch tables: torn down in the reverse order
+// (cudnn_lifetime.h; tests/unit/kernels/test_cudnn_lifetime.cpp).
+using CudnnAttentionParts =
+    CudnnParts<LazyHandle<CudnnHandleApi>, cudnn_graphs::GraphCache, cudnn_graphs::RaggedBatch>;
+
+}  // namespace
+
+// Adds behaviour only: what it holds and the order it is torn down in are CudnnAttentionParts'.
+struct CudnnAttention::Impl : CudnnAttentionParts {
+  using CudnnAttentionParts::CudnnAttentionParts;
+
+  cudnnHandle_t cudnn(void* stream) {
+    const cudnnHandle_t h = handle.get();
+    const cudnnStatus_t status = cudnn_frontend::detail::set_stream(h, static_cast<cudaStream_t>(stream));
+    if (status != CUDNN_STATUS_SUCCESS) {
+      fail("cuDNN attention: cudnnSetStream failed (status {})", static_cast<int>(status));
+    }
+    return h;
+  }
 
   // What a forward or backward call starts from: the batch's tables for `shape` (uploaded when
-  // new), the handle on `stream`, the shape class's graph.
+  // new), the handle on `stream`, the shape class's graph (null: its workspace is over the bound).
   struct Call {
     cudnnHandle_t handle;
-    const cudnn_graphs::CachedGraph& graph;
+    const cudnn_graphs::CachedGraph* graph;
   };
   Call begin(const CudaAttentionShape& shape, bool backward, DeviceAllocator& allocator, void* stream) {
     batch.prepare(shape, allocator, stream);
-    cudnnHandle_t h = cudnn(stream);
-    return {h, graphs.get(batch.key(backward), h)};
+    const cudnnHandle_t h = cudnn(stream);
+    const cudnn_graphs::CachedGraph& graph = graphs.get(batch.key(backward), h);
+    return {h, graphs.admit(graph) ? &graph : nullptr};
   }
-
-  cudnnHandle_t handle = nullptr;
-  cudnn_graphs::GraphCache graphs;
-  cudnn_graphs::RaggedBatch batch;
 };
 
-CudnnAttention::CudnnAttention(bool deterministic, std::size_t cache_capacity)
-    : impl_(std::make_unique<Impl>(deterministic, std::max<std::size_t>(cache_capacity, 2))) {
+CudnnAttention::CudnnAttention(bool deterministic, std::size_t cache_capacity, std::int64_t workspace_limit)
+    : impl_(std::make_unique<Impl>(deterministic, std::max<std::size_t>(cache_capacity, 2), workspace_limit)) {
+  static_assert(sizeof(Impl) == sizeof(CudnnAttentionParts), "CudnnAttention::Impl holds nothing beyond its parts");
+  // Before any frontend call can load a CUDA runtime of its own (cudnn_runtime.h).
+  pin_frontend_cudart();
   // cuDNN's deterministic backward on Hopper defaults to a dP workspace of B * n_heads * S * S * 2
   // bytes over the padded batch (17 GB for one 16k sequence of 32 heads); since cuDNN 9.25 the
   // frontend takes the ordered-dQ engine (workspace linear in the tokens) where that would exceed
@@ -192,11 +246,12 @@ void CudnnAttention::prepare(const CudaAttentionShape& shape, DeviceAllocator& a
   impl_->batch.prepare(shape, allocator, stream);
 }
 
-void CudnnAttention::forward(const CudaAttentionShape& shape, const std::uint16_t* q, const std::uint16_t* k,
+bool CudnnAttention::forward(const CudaAttentionShape& shape, const std::uint16_t* q, const std::uint16_t* k,
                              const std::uint16_t* v, std::uint16_t* out, float* lse, DeviceAllocator& allocator,
                              void* stream) {
-  if (shape.tokens == 0) return;
+  if (shape.tokens == 0) return true;
   const Impl::Call call = impl_->begin(shape, false, allocator, stream);
+  if (call.graph == nullptr) return false;
   // cuDNN's stats, token-major: transposed into lse after the graph.
   const std::size_t stats_count = static_cast<std::size_t>(shape.tokens) * shape.n_heads;
   DeviceBuffer stats(allocator, stats_count * sizeof(float), stream);
@@ -206,16 +261,18 @@ void CudnnAttention::forward(const CudaAttentionShape& shape, const std::uint16_
   p.v = v;
   p.o = out;
   p.stats = stats.get();
-  impl_->graphs.execute(call.graph, impl_->batch, p, call.handle, allocator, stream);
+  impl_->graphs.execute(*call.graph, impl_->batch, p, call.handle, allocator, stream);
   transpose_f32(stats.as<float>(), lse, shape.tokens, shape.n_heads, stream);
+  return true;
 }
 
-void CudnnAttention::backward(const CudaAttentionShape& shape, const std::uint16_t* q, const std::uint16_t* k,
+bool CudnnAttention::backward(const CudaAttentionShape& shape, const std::uint16_t* q, const std::uint16_t* k,
                               const std::uint16_t* v, const std::uint16_t* out, const float* lse,
                               const std::uint16_t* dout, std::uint16_t* dq, std::uint16_t* dk, std::uint16_t* dv,
                               DeviceAllocator& allocator, void* stream) {
-  if (shape.tokens == 0) return;
+  if (shape.tokens == 0) return true;
   const Impl::Call call = impl_->begin(shape, true, allocator, stream);
+  if (call.graph == nullptr) return false;
   const std::size_t stats_count = static_cast<std::size_t>(shape.tokens) * shape.n_heads;
   DeviceBuffer stats(allocator, stats_count * sizeof(float), stream);
   transpose_f32(lse, stats.as<float>(), shape.n_heads, shape.tokens, stream);
@@ -229,10 +286,12 @@ void CudnnAttention::backward(const CudaAttentionShape& shape, const std::uint16
   p.dq = dq;
   p.dk = dk;
   p.dv = dv;
-  impl_->graphs.execute(call.graph, impl_->batch, p, call.handle, allocator, stream);
+  impl_->graphs.execute(*call.graph, impl_->batch, p, call.handle, allocator, stream);
+  return true;
 }
 
 CudnnAttentionStats CudnnAttention::stats() const { return impl_->graphs.stats(); }
+std::string CudnnAttention::refusal() const { return impl_->graphs.refusal(); }
 
 #else  // built without the cuDNN frontend: the queries above work, the attention itself refuses
 
@@ -246,19 +305,20 @@ namespace {
 }
 }  // namespace
 
-CudnnAttention::CudnnAttention(bool, std::size_t) : impl_(std::make_unique<Impl>()) {}
+CudnnAttention::CudnnAttention(bool, std::size_t, std::int64_t) : impl_(std::make_unique<Impl>()) {}
 CudnnAttention::~CudnnAttention() = default;
 void CudnnAttention::prepare(const CudaAttentionShape&, DeviceAllocator&, void*) { no_frontend(); }
-void CudnnAttention::forward(const CudaAttentionShape&, const std::uint16_t*, const std::uint16_t*,
+bool CudnnAttention::forward(const CudaAttentionShape&, const std::uint16_t*, const std::uint16_t*,
                              const std::uint16_t*, std::uint16_t*, float*, DeviceAllocator&, void*) {
   no_frontend();
 }
-void CudnnAttention::backward(const CudaAttentionShape&, const std::uint16_t*, const std::uint16_t*,
+bool CudnnAttention::backward(const CudaAttentionShape&, const std::uint16_t*, const std::uint16_t*,
                               const std::uint16_t*, const std::uint16_t*, const float*, const std::uint16_t*,
                               std::uint16_t*, std::uint16_t*, std::uint16_t*, DeviceAllocator&, void*) {
   no_frontend();
 }
 CudnnAttentionStats CudnnAttention::stats() const { return {}; }
+std::string CudnnAttention::refusal() const { return {}; }
 
 #endif
 

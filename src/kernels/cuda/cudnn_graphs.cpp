@@ -117,7 +117,11 @@ std::shared_ptr<fe::graph::Graph> build_graph(const GraphKey& k, cudnnHandle_t h
                        .set_seq_len_kv(seq_kv)
                        .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
                        .set_diagonal_band_right_bound(0)
-                       .set_deterministic_algorithm(k.deterministic);
+                       .set_deterministic_algorithm(k.deterministic)
+                       // The per-token workspace (softmax sums, dQ accumulator, GQA's full-head
+                       // dK/dV) sized by the token bucket, not by the padded B x S view.
+                       .set_max_total_seq_len_q(k.t)
+                       .set_max_total_seq_len_kv(k.t);
     auto [dq, dk, dv] = g->sdpa_backward(q, kk, v, o, dout, stats, options);
     thd_attributes(dq->set_output(true), "dq", kDq, k.h_q, index("dq_offsets", kOffDq, b + 1));
     thd_attributes(dk->set_output(true), "dk", kDk, k.h_kv, index("dk_offsets", kOffDk, b + 1));
@@ -157,6 +161,7 @@ void RaggedBatch::prepare(const CudaAttentionShape& shape, DeviceAllocator& allo
   d_ = shape.head_dim;
   b_ = t.b;
   s_ = t.s;
+  t_ = t.t;
   stride_ = (b_ + 1 + kTableAlign - 1) / kTableAlign * kTableAlign;
   host_.assign(static_cast<std::size_t>(4 * stride_), 0);
   std::copy(t.seq_len.begin(), t.seq_len.end(), host_.begin());
@@ -184,6 +189,7 @@ GraphKey RaggedBatch::key(bool backward) const {
   k.d = d_;
   k.b = b_;
   k.s = s_;
+  k.t = backward ? t_ : 0;  // the forward has no per-token workspace: one graph for every total
   return k;
 }
 
@@ -202,9 +208,9 @@ const CachedGraph& GraphCache::get(GraphKey key, cudnnHandle_t handle) {
   std::string why;
   auto graph = build_graph(key, handle, why);
   if (graph == nullptr) {
-    fail("cuDNN attention: no {} plan for {} heads over {} kv heads, head_dim {}, padded batch {} x {} ({}); set "
-         "model.attention: native",
-         direction(key), key.h_q, key.h_kv, key.d, key.b, key.s, why);
+    fail("cuDNN attention: no {} plan for {} heads over {} kv heads, head_dim {}, padded batch {} x {}, token bucket "
+         "{} ({}); set model.attention: native",
+         direction(key), key.h_q, key.h_kv, key.d, key.b, key.s, key.t, why);
   }
   std::int64_t workspace = 0;
   if (fe::error_t status = graph->get_workspace_size(workspace); status.is_bad()) {
@@ -217,6 +223,22 @@ const CachedGraph& GraphCache::get(GraphKey key, cudnnHandle_t handle) {
     ++stats_.evictions;
   }
   return lru_.front();
+}
+
+bool GraphCache::admit(const CachedGraph& graph) {
+  const GraphKey& k = graph.key;
+  if (graph.workspace <= workspace_limit_) {
+    stats_.largest_workspace = std::max(stats_.largest_workspace, graph.workspace);
+    return true;
+  }
+  ++stats_.fallbacks;
+  refusal_ = fmt::format(
+      "cuDNN attention: the {} graph of a padded batch {} x {} ({} heads over {} kv heads, head_dim {}, token bucket "
+      "{}) needs {:.1f} MiB of workspace, over the bound of {:.1f} MiB (model.cudnn_workspace_mib): the native "
+      "attention kernels run such calls",
+      direction(k), k.b, k.s, k.h_q, k.h_kv, k.d, k.t, static_cast<double>(graph.workspace) / 1048576.0,
+      static_cast<double>(workspace_limit_) / 1048576.0);
+  return false;
 }
 
 void GraphCache::execute(const CachedGraph& graph, const RaggedBatch& batch, const Pointers& p, cudnnHandle_t handle,

@@ -2,9 +2,9 @@
 // The cuDNN attention's graphs and ragged batch tables (internal to cudnn_attention.cu and
 // cudnn_graphs.cpp; include after <cudnn_frontend.h>, built only with ODC_HAVE_CUDNN_FRONTEND).
 //
-// A graph is one shape class: forward or backward, heads, head_dim, the padded batch B and the
-// sequence bucket S (cuda_cudnn_attention.h), and whether the backward is deterministic. Every
-// graph views the packed tensors the same way:
+// A graph is one shape class: forward or backward, heads, head_dim, the padded batch B, the
+// sequence bucket S and, for the backward, the token bucket T (kernels/cudnn_ragged.h), and
+// whether the backward is deterministic. Every graph views the packed tensors the same way:
 //   q/o/dout/dq  dims [B, n_heads, S, d], strides [S*n_heads*d, d, n_heads*d, 1], ragged offset
 //                cu_seqlens[b] * n_heads * d (elements)
 //   k/v/dk/dv    the same with n_kv_heads
@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "odc/kernels/cuda_cudnn_attention.h"
@@ -24,10 +25,11 @@ struct GraphKey {
   bool backward = false;
   int h_q = 0, h_kv = 0, d = 0;
   std::int64_t b = 0, s = 0;
+  std::int64_t t = 0;  // the backward's token bucket (max_total_seq_len_q/kv); 0 in the forward
   bool deterministic = true;
   bool operator==(const GraphKey& o) const {
     return backward == o.backward && h_q == o.h_q && h_kv == o.h_kv && d == o.d && b == o.b && s == o.s &&
-           deterministic == o.deterministic;
+           t == o.t && deterministic == o.deterministic;
   }
 };
 
@@ -80,7 +82,7 @@ class RaggedBatch {
 
   std::vector<std::int32_t> cu_seqlens_;
   int h_q_ = 0, h_kv_ = 0, d_ = 0;
-  std::int64_t b_ = 0, s_ = 0, stride_ = 0;  // stride_: int32 elements between tables
+  std::int64_t b_ = 0, s_ = 0, t_ = 0, stride_ = 0;  // stride_: int32 elements between tables
   bool ready_ = false;
   std::vector<std::int32_t> host_;
   PinnedBuffer pinned_;  // the upload's source
@@ -89,13 +91,18 @@ class RaggedBatch {
   DeviceBuffer device_;
 };
 
-// Built graphs, least recently used dropped beyond the capacity.
+// Built graphs, least recently used dropped beyond the capacity, and the workspace bound.
 class GraphCache {
  public:
-  GraphCache(bool deterministic, std::size_t capacity) : deterministic_(deterministic), capacity_(capacity) {}
+  GraphCache(bool deterministic, std::size_t capacity, std::int64_t workspace_limit)
+      : deterministic_(deterministic), capacity_(capacity), workspace_limit_(workspace_limit) {}
   // The graph of `key` (its deterministic flag is the cache's), built on a miss: odc::Error with
   // cuDNN's message when cuDNN has no plan for it.
   const CachedGraph& get(GraphKey key, cudnnHandle_t handle);
+  // Whether `graph` may run: its workspace within the bound. When not, the call is counted as a
+  // fallback and refusal() says why.
+  bool admit(const CachedGraph& graph);
+  const std::string& refusal() const { return refusal_; }
   void execute(const CachedGraph& graph, const RaggedBatch& batch, const Pointers& p, cudnnHandle_t handle,
                DeviceAllocator& allocator, void* stream) const;
   CudnnAttentionStats stats() const {
@@ -107,8 +114,10 @@ class GraphCache {
  private:
   bool deterministic_;
   std::size_t capacity_;
-  std::list<CachedGraph> lru_;  // most recently used first
+  std::int64_t workspace_limit_;  // bytes
+  std::list<CachedGraph> lru_;    // most recently used first
   CudnnAttentionStats stats_;
+  std::string refusal_;  // why the last refused call was refused
 };
 
 }  // namespace odc::kernels::cuda::cudnn_graphs

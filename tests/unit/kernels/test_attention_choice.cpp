@@ -225,6 +225,7 @@ TEST_CASE("cuDNN shape classes and ragged tables: padded batch, sequence bucket,
   const CudnnRaggedTables t = cudnn_ragged_tables(cu.data(), 3, 4, 2, 64);
   CHECK(t.b == 4);
   CHECK(t.s == 128);
+  CHECK(t.t == 128);  // 101 tokens: the backward's token bucket
   CHECK(t.seq_len == std::vector<std::int32_t>{100, 0, 1, 0});
   CHECK(t.q_offsets == std::vector<std::int32_t>{0, 100 * 256, 100 * 256, 101 * 256, 101 * 256});
   CHECK(t.kv_offsets == std::vector<std::int32_t>{0, 100 * 128, 100 * 128, 101 * 128, 101 * 128});

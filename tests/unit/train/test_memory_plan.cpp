@@ -11,6 +11,8 @@
 #include "odc/data/data_config.h"
 #include "odc/distributed/shard/shard_layout.h"
 #include "odc/distributed/comm/unit_buffer_pool.h"
+#include "odc/kernels/attention_choice.h"
+#include "odc/kernels/cudnn_ragged.h"
 #include "odc/model/units.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/memory_plan.h"
@@ -141,6 +143,44 @@ TEST_CASE("memory plan: a GPU rank's state is on the device, its staging on the 
   REQUIRE(plan.peak_bytes() == plan.device_bytes());
   REQUIRE(plan.pooled_bytes() < plan.device_bytes());
   REQUIRE(plan.host_bytes() == 3 * 4 * distributed::ShardLayout(model::build_unit_layouts(in.model), 2, 0).owned_elements());
+}
+
+TEST_CASE("memory plan: cuDNN attention's workspace, up to model.cudnn_workspace_mib", "[train][memory]") {
+  const auto inputs = [](std::vector<std::string> assignments) {
+    assignments.insert(assignments.end(), {"model.device=cuda", "model.dtype=bfloat16"});
+    return train::memory_inputs(settings_with(assignments), small_model(), 1, 4096, false);
+  };
+  // Counted where the run may take cuDNN: model.attention cudnn, or auto once auto takes it.
+  CHECK(inputs({"model.attention=cudnn"}).cudnn_attention);
+  CHECK_FALSE(inputs({"model.attention=native"}).cudnn_attention);
+  CHECK(inputs({}).cudnn_attention == kernels::kAutoTakesCudnn);
+  CHECK_FALSE(train::memory_inputs(settings_with({"model.attention=cudnn"}), small_model(), 1, 4096, false)
+                  .cudnn_attention);  // model.device cpu
+  CHECK(inputs({}).cudnn_workspace_limit == kernels::kCudnnWorkspaceLimitMiB << 20);
+  CHECK(inputs({"model.cudnn_workspace_mib=512"}).cudnn_workspace_limit == std::int64_t{512} << 20);
+
+  train::MemoryInputs in = inputs({"model.attention=cudnn", "model.cudnn_workspace_mib=512"});
+  // 4096 tokens of 4/2 heads: the worst class (a 2049-token sequence beside 2047 one-token ones,
+  // B 2048 x S 4096) is far over the bound: a call takes at most the bound.
+  const auto bounded = train::plan_memory(in);
+  const train::MemoryItem* item = find(bounded, "cuDNN attention workspace");
+  REQUIRE(item != nullptr);
+  CHECK(item->bytes == std::int64_t{512} << 20);
+  CHECK((item->on_device && item->pooled));  // from the backend's allocator
+  CHECK_THAT(item->rule, Contains("model.cudnn_workspace_mib") && Contains("an estimate"));
+  // 64 tokens: the estimate is below the bound, and is the item.
+  in.tokens = 64;
+  const std::int64_t estimate = kernels::cudnn_backward_workspace_estimate(64, 4, 2, 32);
+  REQUIRE(estimate < in.cudnn_workspace_limit);
+  CHECK(find(train::plan_memory(in), "cuDNN attention workspace")->bytes == estimate);
+  // The item is all the attention choice adds.
+  train::MemoryInputs native = in;
+  native.cudnn_attention = false;
+  CHECK(find(train::plan_memory(native), "cuDNN attention workspace") == nullptr);
+  CHECK(train::plan_memory(in).peak_bytes() - train::plan_memory(native).peak_bytes() == estimate);
+  // Never on the CPU.
+  in.device = DeviceKind::cpu;
+  CHECK(find(train::plan_memory(in), "cuDNN attention workspace") == nullptr);
 }
 
 TEST_CASE("memory plan: the largest cap that fits is a multiple of the granule at the boundary", "[train][memory]") {

@@ -82,6 +82,7 @@ TEST_CASE("run settings: the declared defaults", "[train][settings]") {
   CHECK(s.model.device_kind() == DeviceKind::cpu);
   CHECK(s.model.dtype == DType::f32);
   CHECK(s.model.attention == "auto");
+  CHECK(s.model.cudnn_workspace_mib == kernels::kCudnnWorkspaceLimitMiB);
   CHECK(s.model.seed == 0);
   // train
   CHECK(s.train.threads == 1);
@@ -126,7 +127,7 @@ TEST_CASE("run settings: the declared defaults", "[train][settings]") {
 TEST_CASE("run settings: overrides reach every section", "[train][settings]") {
   const auto s = train::resolve_run_settings(config_with(
       {"model.checkpoint=/models/base", "model.device=cuda", "model.dtype=bfloat16", "model.attention=native",
-       "model.seed=42", "train.threads=2", "train.sharding=hybrid", "train.recompute=selective", "train.beta1=0.8",
+       "model.cudnn_workspace_mib=4096", "model.seed=42", "train.threads=2", "train.sharding=hybrid", "train.recompute=selective", "train.beta1=0.8",
        "train.beta2=0.99", "train.eps=1e-6", "train.weight_decay=0.1", "train.grad_clip=0.5", "train.peak_flops=1e12",
        "train.memory_budget_gib=3", "train.trace_file=/tmp/t.json", "train.trace_steps=5", "train.stop_at_step=7",
        "data.format=chat", "data.tokenizer=/tok.json", "data.max_tokens_per_microbatch=512", "train.comm=collective",
@@ -138,6 +139,7 @@ TEST_CASE("run settings: overrides reach every section", "[train][settings]") {
   CHECK(s.model.device_kind() == DeviceKind::cuda);
   CHECK(s.model.dtype == DType::bf16);
   CHECK(s.model.attention == "native");
+  CHECK(s.model.cudnn_workspace_mib == 4096);
   CHECK(s.model.seed == 42);
   CHECK(s.train.threads == 2);
   CHECK(s.train.sharding == distributed::Sharding::hybrid);
