@@ -14,10 +14,10 @@
 #               lines, tagged with "check_step"), profile.json (the profile step's), current.log
 #               (the output of the step in progress; gone when it ends) and gpu-check.tar.gz (every
 #               log so far)
-#   --deadline  seconds for the whole check (default 270). A step starts only when min(its
-#               limit, twice its estimate) is left; it runs with its limit cut to what is left;
-#               one that does not fit is deferred, one killed by a cut limit is "cut" (neither is
-#               failed) and both are named with the --only that reruns them.
+#   --deadline  seconds for the whole check (default 450: the first call of 15 minutes). A step
+#               starts only when min(its limit, twice its estimate) is left; it runs with its limit
+#               cut to what is left; one that does not fit is deferred, one killed by a cut limit
+#               is "cut" (neither is failed) and both are named with the --only that reruns them.
 #   --budget    the device seconds left (the device tool's status: budget_left_s) before this
 #               call: the deadline is sized from it as --size prints (with --rerun: the last call)
 #   --size      prints the --deadline and the timeout_s to pass for a call with BUDGET device
@@ -53,7 +53,7 @@
 # deferred or cut; 2 on a usage error.
 set -uo pipefail
 dry_run=0
-deadline=270
+deadline=450
 budget=""
 rerun=0
 size=""

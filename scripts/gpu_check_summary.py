@@ -84,14 +84,20 @@ def steps_lines(logs):
 
 
 def env_lines(logs):
-    """What the env step found: the GPU, and the CUDA runtime our programs pin for cuDNN."""
+    """What the env step found: the GPU, cuDNN, and the CUDA runtime our programs pin for cuDNN's
+    frontend (gpu_attention --runtime-info)."""
     text = read(os.path.join(logs, "env.log")) or ""
     gpu = re.search(r"\|\s+\d+\s+(NVIDIA [^|]*?)\s{2,}", text)
-    pin = re.search(r"^cudnn frontend cudart: (.*)$", text, re.M)
-    if not gpu and not pin:
+    info = next((r for r in jsonl(os.path.join(logs, "env.log")) if "runtime_info" in r), None)
+    if not gpu and not info:
         return []
-    return [f"env: {gpu.group(1).strip() if gpu else 'no GPU named'}; cuDNN frontend's CUDA runtime: "
-            f"{pin.group(1).strip() if pin else 'not reported'}"]
+    if info:
+        why = info.get("cudnn_frontend_cudart_why", "")
+        runtime = (f"cuDNN {info.get('cudnn_version', '?')}; cuDNN frontend's CUDA runtime: "
+                   f"{info.get('cudnn_frontend_cudart', '?')}" + (f" ({why})" if why else ""))
+    else:
+        runtime = "cuDNN frontend's CUDA runtime: not reported"
+    return [f"env: {gpu.group(1).strip() if gpu else 'no GPU named'}; {runtime}"]
 
 
 def tests_lines(logs):

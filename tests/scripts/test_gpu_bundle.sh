@@ -93,7 +93,7 @@ grep -Eq "^profile \(.*\): step [0-9.]+ ms, ops [0-9.]+ ms" "$work/out/summary.t
 
 # The plan of the GPU run comes first, riskiest first, with each step's expected seconds.
 grep -q "gpu-check plan of the GPU run" "$work/dry.log" && grep -Eq "^  long-context +[0-9]+ +[0-9]+ +[0-9]+ " "$work/dry.log" \
-  && grep -Eq "first call: [0-9]+ steps in about [0-9]+s of 270s" "$work/dry.log" || { cat "$work/dry.log"; fail "no plan printed"; }
+  && grep -Eq "first call: [0-9]+ steps in about [0-9]+s of 450s" "$work/dry.log" || { cat "$work/dry.log"; fail "no plan printed"; }
 order="$(awk '/^  [a-z-]+ +[0-9]+ +[0-9]+ +[0-9]+ / {print $1}' "$work/dry.log" | paste -sd, -)"
 [ "$order" = "trainer,rl,rollout,ipc-train,tests,comm-bandwidth,model-parity,throughput,long-context,attention,profile,throughput-torch,long-context-torch,attention-torch,nccl,ceilings,memcheck,racecheck,synccheck" ] \
   || fail "the plan's order is $order"
@@ -107,7 +107,8 @@ grep -q "^machine LD_LIBRARY_PATH=" "$work/archive/logs/env.log" || fail "env.lo
 if grep -q "^machine LD_LIBRARY_PATH=.*odc-gpu/lib" "$work/archive/logs/env.log"; then
   fail "the bundle's lib directory is on the library path of python3 / nvidia-smi"
 fi
-grep -q "^cudnn frontend cudart: " "$work/archive/logs/env.log" || fail "env.log does not name the CUDA runtime cuDNN loads"
+# gpu_attention --runtime-info names the CUDA runtime cuDNN's frontend loads (without a device: 77).
+grep -q "^gpu_attention --runtime-info rc=" "$work/archive/logs/env.log" || fail "env.log lacks gpu_attention --runtime-info"
 
 # A deadline that leaves no time after the bundle's own steps defers every other step: exit 3 (none
 # failed), each named with the --only that runs it.

@@ -102,7 +102,8 @@ def full_logs(folder):
                        {"name": "linear", "role": "qkv", "calls": 96, "seconds": 0.003, "flops": 1.5e15 * 0.003},
                        {"name": "rmsnorm_forward", "role": "", "calls": 33, "seconds": 0.002}]}, f)
     write(folder, "env.log", "|   0  NVIDIA H100 80GB HBM3          On  |   00000000:00:00.0 Off |\n"
-                             "cudnn frontend cudart: libcudart.so.13 (the loaded runtime)\n")
+                             '{"runtime_info":"gpu_attention","cudnn_frontend_cudart":"/x/libcudart.so.13",'
+                             '"cudnn_frontend_cudart_why":"the libcudart this process has loaded","cudnn_version":"9.19.0"}\n')
 
 
 def main():
@@ -138,7 +139,8 @@ def main():
         expect(lines, "profile (llama-1b, 8192 tokens, attention native): step 16.0 ms, ops 14.0 ms")
         expect(lines, "ms: linear/gate_up 5.0 (2000 TF/s), attention_backward 4.0, linear/qkv 3.0 (1500 TF/s), "
                       "rmsnorm_forward 2.0")
-        expect(lines, "env: NVIDIA H100 80GB HBM3; cuDNN frontend's CUDA runtime: libcudart.so.13 (the loaded runtime)")
+        expect(lines, "env: NVIDIA H100 80GB HBM3; cuDNN 9.19.0; cuDNN frontend's CUDA runtime: /x/libcudart.so.13 "
+                      "(the libcudart this process has loaded)")
         expect(lines, "rerun: --only memcheck")
     with tempfile.TemporaryDirectory() as folder:
         # 200 steps, 30 of them failed, and 60 parity-failing model checks: still 50 lines at most.
