@@ -19,19 +19,18 @@ PolicyHead::PolicyHead(backend::Backend& b, const PackedBatch& batch, std::span<
   }
   if (!(params_.temperature > 0)) fail("the policy objective's temperature must be positive, got {}", params_.temperature);
   const bool with_ref = !batch.ref_logprobs.empty();
-  std::vector<float> old, advantages, ref;
-  old.reserve(rows.size());
-  advantages.reserve(rows.size());
-  if (with_ref) ref.reserve(rows.size());
+  old_host_.reserve(rows.size());
+  advantages_host_.reserve(rows.size());
+  if (with_ref) ref_host_.reserve(rows.size());
   for (const auto t32 : rows) {
     const auto t = static_cast<std::size_t>(t32);
-    old.push_back(batch.old_logprobs[t]);
-    advantages.push_back(batch.advantages[t]);
-    if (with_ref) ref.push_back(batch.ref_logprobs[t]);
+    old_host_.push_back(batch.old_logprobs[t]);
+    advantages_host_.push_back(batch.advantages[t]);
+    if (with_ref) ref_host_.push_back(batch.ref_logprobs[t]);
   }
-  old_ = b.upload(std::span<const float>(old), s.policy_old);
-  advantages_ = b.upload(std::span<const float>(advantages), s.policy_advantages);
-  if (with_ref) ref_ = b.upload(std::span<const float>(ref), s.policy_ref);
+  old_ = b.upload(std::span<const float>(old_host_), s.policy_old);
+  advantages_ = b.upload(std::span<const float>(advantages_host_), s.policy_advantages);
+  if (with_ref) ref_ = b.upload(std::span<const float>(ref_host_), s.policy_ref);
 }
 
 void PolicyHead::chunk(backend::View logits, backend::ConstView targets, backend::ConstView weights, backend::View nll,

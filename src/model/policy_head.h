@@ -38,7 +38,10 @@ class PolicyHead {
   Scratch& s_;
   kernels::PolicyLossParams params_;
   bool entropy_;
-  backend::ConstView old_, ref_, advantages_;  // per head row, in the backend's memory
+  // Per head row: the uploads' host data, which a host backend's views point into (an upload is
+  // valid while its source lives), and the views in the backend's memory.
+  std::vector<float> old_host_, ref_host_, advantages_host_;
+  backend::ConstView old_, ref_, advantages_;
   kernels::PolicyLossSums sums_;
 };
 
