@@ -10,6 +10,7 @@
 #include "odc/kernels/cuda_backend_ops.h"
 #include "odc/kernels/cuda_cast.h"
 #include "odc/kernels/cuda_ops.h"
+#include "odc/kernels/cuda_policy_loss.h"
 
 namespace odc::backend {
 
@@ -37,8 +38,11 @@ CudaBackend::Impl::Impl(int device_index)
       row_loss(memory, DType::f64),
       chunk_nll(memory, DType::f32),
       reduce(memory, DType::f64),
+      policy_sums(memory, DType::f64),
+      policy_partials(memory, DType::f64),
       inv_freq(memory, DType::f64) {
   loss_sums.get(2);  // zero-filled: no pending sums
+  policy_sums.get(cu::kPolicySumFields);
 }
 
 CudaBackend::Impl::~Impl() {

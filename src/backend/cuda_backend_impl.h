@@ -70,6 +70,8 @@ struct CudaBackend::Impl {
   Buffer row_loss;     // f64 per row of a cross-entropy chunk
   Buffer chunk_nll;    // f32 per row, where the caller passes no nll view
   Buffer reduce;       // f64: sum_of_squares partials and result
+  Buffer policy_sums;      // f64 [kPolicySumFields]: pending policy sums (until resolve_policy)
+  Buffer policy_partials;  // f64: policy_coefficients' per-block partials
   Buffer inv_freq;     // f64 RoPE inverse frequencies on the device
   PinnedStaging staging;  // the uploads' page-locked sources
   std::vector<double> inv_freq_host;  // what inv_freq holds

@@ -38,8 +38,8 @@ class PolicyHead {
   Scratch& s_;
   kernels::PolicyLossParams params_;
   bool entropy_;
-  // Per head row: on the host, and as the backend sees them (on the CPU the views alias the host
-  // vectors, so those live as long as the head).
+  // Per head row: the uploads' host data, which a host backend's views point into (an upload is
+  // valid while its source lives), and the views in the backend's memory.
   std::vector<float> old_host_, ref_host_, advantages_host_;
   backend::ConstView old_, ref_, advantages_;
   kernels::PolicyLossSums sums_;

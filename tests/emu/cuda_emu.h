@@ -97,6 +97,10 @@ inline float __fdividef(float a, float b) { return a / b; }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+// Round-to-nearest double operations the device compiler never fuses into a multiply-add; the
+// host compiler here targets no FMA instructions and fuses none either.
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __dadd_rn(double a, double b) { return a + b; }
 
 // ---- synchronization ----
 

@@ -8,7 +8,8 @@
 //   weights      weights(unit) casts the fp32 unit (master or gathered) to a bf16 copy kept until
 //                release_weights(unit); gradients are added into the fp32 unit accumulators
 //   GEMMs        cuBLASLt, bf16 inputs with fp32 accumulation (kernels/cuda_gemm.h)
-//   loss sums    accumulated on the device and read once per head (resolve_loss)
+//   loss sums    accumulated on the device and read once per head (resolve_loss; the policy
+//                objective's: resolve_policy)
 //   optimizer    deterministic sum of squares and multi-segment AdamW on fp32 device state
 //
 // upload() copies host index data into the staging buffer in stream order; the host vector may
@@ -101,6 +102,14 @@ class CudaBackend final : public Backend {
   void scale(View x, double alpha) override;  // bf16 activations, in place on the stream
   void cross_entropy(ConstView logits, ConstView targets, ConstView weights, std::int64_t rows, std::int64_t vocab,
                      View dlogits, View nll, LossSums& sums) override;
+  // The policy objective on the stream (cuda_backend_policy.cpp): entropies of the bf16 logits
+  // rows; the coefficients, whose sums accumulate on the device across a head's chunks until
+  // resolve_policy reads them (one copy and synchronization per head).
+  void row_entropy(ConstView logits, std::int64_t rows, std::int64_t vocab, View out) override;
+  void policy_coefficients(ConstView nll, ConstView old_logp, ConstView advantages, ConstView ref_logp,
+                           ConstView weights, ConstView entropy, std::int64_t rows,
+                           const kernels::PolicyLossParams& params, View coef, kernels::PolicyLossSums& sums) override;
+  void resolve_policy(kernels::PolicyLossSums& sums) override;
 
   // The stream every op runs on (a cudaStream_t): the comms order their work against it.
   void* native_stream() const override;
