@@ -3,7 +3,7 @@
 //   gpu_model_throughput [--shape llama-1b|qwen2-1.5b] [--layers N] [--seqs N] [--seq-len N]
 //                        [--tokens N,N,...] [--recompute none|selective|full]
 //                        [--attention auto|native|cudnn] [--steps N] [--warmup N]
-//                        [--peak-tflops X] [--cpu-tiny]
+//                        [--peak-tflops X] [--cpu-tiny] [--profile FILE]
 //
 // Shapes: llama-1b (LLaMA-3.2-1B: 16 layers, hidden 2048, ffn 8192, 32/8 heads of 64, vocab
 // 128256, tied embeddings; the default) and qwen2-1.5b (DeepSeek-R1-Distill-Qwen-1.5B, the paper
@@ -40,6 +40,12 @@
 // shape on the CPU backend's bf16 mode instead (what CI can run: it proves the program, not the
 // speed; the CPU has no allocator peak). Exits 77 without a device, 2 on a usage error, 1 when a
 // case failed.
+//
+// --profile FILE (one case): after the timed steps, one more step under the op profiler
+// (backend/op_profiler.h: each op timed where it runs, CUDA events on the GPU, the host clock on
+// the CPU; the GEMMs by role), plus the trainer's gradient norm the timed steps leave out; its
+// table goes to stderr and its document (backend/op_profile.h) to FILE, and the case's line gets
+// "profile_step_ms" and "profile_op_ms" (docs/performance.md, "Per-op profile").
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -47,6 +53,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +62,7 @@
 
 #include "cli/command_line.h"
 #include "cli/tool_main.h"
+#include "gpu_model_profile.h"
 #include "odc/backend/backend_factory.h"
 #include "odc/core/error.h"
 #include "odc/core/random.h"
@@ -80,13 +88,14 @@ struct Options {
   bool cpu_tiny = false;
   bool plan_only = false;  // --plan-only: each case's memory plan, no device needed
   double device_gib = 0;   // --device-gib: the device's memory for --plan-only's verdict (0: none)
+  std::string profile;     // --profile: the op profile's file ("": none)
 };
 
 constexpr const char* kUsage =
     "usage: gpu_model_throughput [--shape llama-1b|qwen2-1.5b] [--layers N] [--seqs N] [--seq-len N]\n"
     "                            [--tokens N,N,...] [--recompute none|selective|full]\n"
     "                            [--attention auto|native|cudnn] [--steps N] [--warmup N] [--peak-tflops X]\n"
-    "                            [--cpu-tiny] [--plan-only [--device-gib G]]\n";
+    "                            [--cpu-tiny] [--plan-only [--device-gib G]] [--profile FILE]\n";
 
 Options parse(int argc, char** argv) {
   using odc::Range;
@@ -95,7 +104,7 @@ Options parse(int argc, char** argv) {
       "gpu_model_throughput", kUsage,
       {{"--shape"}, {"--layers"}, {"--seqs"}, {"--seq-len"}, {"--tokens"}, {"--recompute"}, {"--attention"},
        {"--steps"}, {"--warmup"}, {"--peak-tflops"}, {"--cpu-tiny", Takes::nothing}, {"--plan-only", Takes::nothing},
-       {"--device-gib"}}};
+       {"--device-gib"}, {"--profile"}}};
   const auto args = odc::cli::parse(command, argc, argv);
   Options o;
   o.shape = args.choice("--shape", {"llama-1b", "qwen2-1.5b"}, o.shape);
@@ -117,6 +126,10 @@ Options parse(int argc, char** argv) {
   o.device_gib = args.number("--device-gib", o.device_gib, Range::above(0));
   o.cpu_tiny = args.flag("--cpu-tiny");
   o.plan_only = args.flag("--plan-only");
+  o.profile = args.value_or("--profile", "");
+  if (!o.profile.empty() && (o.plan_only || o.tokens.size() > 1)) {
+    throw args.usage_error("--profile profiles one case on a device: not with --plan-only or several --tokens");
+  }
   return o;
 }
 
@@ -320,6 +333,21 @@ nlohmann::json run_case(const Options& o, const Case& k, odc::model::LlamaModel&
   return line;
 }
 
+// --profile: the profiled step after the timed ones; its table on stderr, its document in the file.
+void profile_case(const Options& o, const Case& k, odc::model::LlamaModel& model, odc::model::ResidentWeights& weights,
+                  odc::backend::ProfilingBackend& profiler, const std::string& attention, nlohmann::json& line) {
+  const odc::backend::ProfileDocument doc =
+      odc::bench::profile_step(model, weights, profiler, batch_for(k.seqs, k.seq_len, model.config()),
+                               line["shape"].get<std::string>(), attention, o.steps + 1);
+  std::ofstream out(o.profile);
+  out << doc.to_json().dump(1) << "\n";
+  if (!out.flush()) odc::fail("--profile: cannot write {}", o.profile);
+  std::fputs(doc.table().c_str(), stderr);
+  line["profile"] = o.profile;
+  line["profile_step_ms"] = doc.step_seconds * 1e3;
+  line["profile_op_ms"] = doc.profile.seconds() * 1e3;
+}
+
 int run(const Options& o) {
   std::vector<Case> cases;
   if (o.tokens.empty()) {
@@ -348,11 +376,21 @@ int run(const Options& o) {
   const odc::model::LlamaConfig config = shape(o);
   const std::string attention =
       backend->select_attention(config.num_attention_heads, config.num_key_value_heads, config.head_dim);
+  // --profile: the model runs on the profiler, which only forwards until its step.
+  odc::backend::ProfilingBackend* profiler = nullptr;
+  if (!o.profile.empty()) {
+    auto wrapped = std::make_unique<odc::backend::ProfilingBackend>(std::move(backend), odc::bench::gemm_classifier(config));
+    profiler = wrapped.get();
+    backend = std::move(wrapped);
+  }
   odc::model::LlamaModel model(config, std::move(backend));
   model.set_recompute(o.recompute);
   odc::model::ResidentWeights weights(model.backend(), model.units(), weights_for(model));
   for (const Case& k : cases) {
-    const nlohmann::json line = run_case(o, k, model, weights, attention);
+    nlohmann::json line = run_case(o, k, model, weights, attention);
+    if (profiler != nullptr && !line.contains("error") && !line.contains("skipped")) {
+      profile_case(o, k, model, weights, *profiler, attention, line);
+    }
     std::printf("%s\n", line.dump().c_str());
     std::fflush(stdout);
     if (line.contains("error")) {
