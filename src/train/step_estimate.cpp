@@ -222,11 +222,14 @@ StepRates nominal_gpu_rates(const std::string& device_name) {
                                         spec.name, spec.peak_bf16_flops / 1e12, spec.memory_bandwidth / 1e12));
 }
 
-StepRates nominal_cpu_rates(double peak_flops, int threads, const std::string& peak_source) {
-  return StepRates::nominal(0.6 * peak_flops, 0.15 * peak_flops, 2e9 * threads, 1e-6,
-                            fmt::format("nominal: this CPU's peak {:.1f} GFLOP/s ({}) at 60% for GEMMs, 15% for "
-                                        "attention; 2 GB/s per thread for element-wise ops; 1 us per call",
-                                        peak_flops / 1e9, peak_source));
+StepRates nominal_cpu_rates(double peak_flops, int threads, DType compute, const std::string& peak_source) {
+  const bool rounds = compute == DType::bf16;
+  const double gemm = rounds ? 0.3 : 0.6, attention = rounds ? 0.002 : 0.15, bytes = rounds ? 0.5e9 : 2e9;
+  return StepRates::nominal(gemm * peak_flops, attention * peak_flops, bytes * threads, 1e-6,
+                            fmt::format("nominal: this CPU's peak {:.1f} GFLOP/s ({}) at {:g}% for GEMMs, {:g}% for "
+                                        "attention ({} mode); {:g} GB/s per thread for element-wise ops; 1 us per call",
+                                        peak_flops / 1e9, peak_source, gemm * 100, attention * 100,
+                                        rounds ? "bf16" : "fp32", bytes / 1e9));
 }
 
 double StepEstimate::seconds(StepPhase phase) const {
@@ -317,10 +320,10 @@ StepEstimate plan_step_estimate(const MemoryInputs& inputs, const RunSettings& s
   }
   const int threads = settings.train.threads;
   if (settings.train.peak_flops > 0) {
-    return estimate_step(shape, nominal_cpu_rates(settings.train.peak_flops, threads, "train.peak_flops"));
+    return estimate_step(shape, nominal_cpu_rates(settings.train.peak_flops, threads, inputs.compute, "train.peak_flops"));
   }
   const CachedPeak peak = cpu_peak_flops(threads);
-  return estimate_step(shape, nominal_cpu_rates(peak.flops, threads, peak.describe()));
+  return estimate_step(shape, nominal_cpu_rates(peak.flops, threads, inputs.compute, peak.describe()));
 }
 
 }  // namespace odc::train

@@ -85,10 +85,14 @@ class StepRates {
 // attention at 35% (the flash kernels: 35-50% forward, less backward), element-wise ops at 60% of
 // the HBM bandwidth, 20 us per latency-bound call (a launch and a host round trip).
 StepRates nominal_gpu_rates(const std::string& device_name);
-// This CPU at `peak_flops` (its measured FMA peak over the compute threads, core/peak_cache.h):
-// GEMMs at 60% of it (oneDNN's sgemm, docs/performance.md), attention at 15%, element-wise ops at
-// 2 GB/s per thread, 1 us per call.
-StepRates nominal_cpu_rates(double peak_flops, int threads, const std::string& peak_source);
+// This CPU at `peak_flops` (its measured FMA peak over the compute threads, core/peak_cache.h),
+// 1 us per call. fp32: GEMMs at 60% of it (oneDNN's sgemm), attention at 15%, element-wise ops at
+// 2 GB/s per thread. The bf16 mode (`compute` bf16: every output rounded, attention in the GPU's
+// rounding order) is far slower outside the GEMMs: GEMMs at 30%, attention at 0.2%, element-wise
+// ops at 0.5 GB/s per thread. The low ends of a 4-layer, hidden-256, 2 x 1024-token step profiled
+// on one core of a shared 2-core EPYC (peak 77 GFLOP/s): fp32 GEMMs 36-60 GFLOP/s, attention
+// 23-25, element-wise 1.7-15 GB/s; bf16 mode GEMMs 24-39, attention 0.2-0.3, element-wise 0.6-1.7.
+StepRates nominal_cpu_rates(double peak_flops, int threads, DType compute, const std::string& peak_source);
 
 struct EstimateLine {
   StepPhase phase;
