@@ -14,10 +14,12 @@ namespace odc::bench {
 // The classifier of the model's GEMM roles (the LLaMA classifier at its dimensions).
 backend::GemmClassifier gemm_classifier(const model::LlamaConfig& config);
 
-// One step (the timed steps' microbatch forward, loss and backward, then the trainer's gradient
+// A step (the timed steps' microbatch forward, loss and backward, then the trainer's gradient
 // norm, Backend::sum_of_squares over every unit's gradients, which the timed steps leave out as
-// the PyTorch peer does, and AdamW) with `profiler` recording. `profiler` is the model's backend.
-// The step's wall seconds run from the first op's issue to the device's end of the last op.
+// the PyTorch peer does, and AdamW) with `profiler` recording, twice: the second is returned (the
+// first warms the profiler's timeline). `profiler` is the model's backend. The step's wall seconds
+// run from the first op's issue to the device's end of the last op; AdamW takes step numbers
+// `adamw_step` and `adamw_step + 1`.
 backend::ProfileDocument profile_step(model::LlamaModel& model, model::ResidentWeights& weights,
                                       backend::ProfilingBackend& profiler, const model::PackedBatch& batch,
                                       const std::string& shape, const std::string& attention, int adamw_step);

@@ -41,11 +41,12 @@
 // speed; the CPU has no allocator peak). Exits 77 without a device, 2 on a usage error, 1 when a
 // case failed.
 //
-// --profile FILE (one case): after the timed steps, one more step under the op profiler
+// --profile FILE (one case): after the timed steps, two more under the op profiler
 // (backend/op_profiler.h: each op timed where it runs, CUDA events on the GPU, the host clock on
-// the CPU; the GEMMs by role), plus the trainer's gradient norm the timed steps leave out; its
-// table goes to stderr and its document (backend/op_profile.h) to FILE, and the case's line gets
-// "profile_step_ms" and "profile_op_ms" (docs/performance.md, "Per-op profile").
+// the CPU; the GEMMs by role), the first warming its timeline, the second kept, each with the
+// trainer's gradient norm the timed steps leave out; its table goes to stderr and its document
+// (backend/op_profile.h) to FILE, and the case's line gets "profile_step_ms" and "profile_op_ms"
+// (docs/performance.md, "Per-op profile").
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
