@@ -3,7 +3,7 @@
 //   gpu_model_throughput [--shape llama-1b|qwen2-1.5b] [--layers N] [--seqs N] [--seq-len N]
 //                        [--tokens N,N,...] [--recompute none|selective|full]
 //                        [--attention auto|native|cudnn] [--steps N] [--warmup N]
-//                        [--peak-tflops X] [--cpu-tiny]
+//                        [--peak-tflops X] [--cpu-tiny] [--profile FILE]
 //
 // Shapes: llama-1b (LLaMA-3.2-1B: 16 layers, hidden 2048, ffn 8192, 32/8 heads of 64, vocab
 // 128256, tied embeddings; the default) and qwen2-1.5b (DeepSeek-R1-Distill-Qwen-1.5B, the paper
@@ -40,6 +40,13 @@
 // shape on the CPU backend's bf16 mode instead (what CI can run: it proves the program, not the
 // speed; the CPU has no allocator peak). Exits 77 without a device, 2 on a usage error, 1 when a
 // case failed.
+//
+// --profile FILE (one case): after the timed steps, two more under the op profiler
+// (backend/op_profiler.h: each op timed where it runs, CUDA events on the GPU, the host clock on
+// the CPU; the GEMMs by role), the first warming its timeline, the second kept, each with the
+// trainer's gradient norm the timed steps leave out; its table goes to stderr and its document
+// (backend/op_profile.h) to FILE, and the case's line gets "profile_step_ms" and "profile_op_ms"
+// (docs/performance.md, "Per-op profile").
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -47,8 +54,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -56,6 +65,8 @@
 #include "cli/command_line.h"
 #include "cli/tool_main.h"
 #include "odc/backend/backend_factory.h"
+#include "odc/backend/op_profile.h"
+#include "odc/backend/op_profiler.h"
 #include "odc/core/error.h"
 #include "odc/core/random.h"
 #include "odc/kernels/adamw.h"
@@ -80,13 +91,14 @@ struct Options {
   bool cpu_tiny = false;
   bool plan_only = false;  // --plan-only: each case's memory plan, no device needed
   double device_gib = 0;   // --device-gib: the device's memory for --plan-only's verdict (0: none)
+  std::string profile;     // --profile: the op profile's file ("": none)
 };
 
 constexpr const char* kUsage =
     "usage: gpu_model_throughput [--shape llama-1b|qwen2-1.5b] [--layers N] [--seqs N] [--seq-len N]\n"
     "                            [--tokens N,N,...] [--recompute none|selective|full]\n"
     "                            [--attention auto|native|cudnn] [--steps N] [--warmup N] [--peak-tflops X]\n"
-    "                            [--cpu-tiny] [--plan-only [--device-gib G]]\n";
+    "                            [--cpu-tiny] [--plan-only [--device-gib G]] [--profile FILE]\n";
 
 Options parse(int argc, char** argv) {
   using odc::Range;
@@ -95,7 +107,7 @@ Options parse(int argc, char** argv) {
       "gpu_model_throughput", kUsage,
       {{"--shape"}, {"--layers"}, {"--seqs"}, {"--seq-len"}, {"--tokens"}, {"--recompute"}, {"--attention"},
        {"--steps"}, {"--warmup"}, {"--peak-tflops"}, {"--cpu-tiny", Takes::nothing}, {"--plan-only", Takes::nothing},
-       {"--device-gib"}}};
+       {"--device-gib"}, {"--profile"}}};
   const auto args = odc::cli::parse(command, argc, argv);
   Options o;
   o.shape = args.choice("--shape", {"llama-1b", "qwen2-1.5b"}, o.shape);
@@ -117,6 +129,10 @@ Options parse(int argc, char** argv) {
   o.device_gib = args.number("--device-gib", o.device_gib, Range::above(0));
   o.cpu_tiny = args.flag("--cpu-tiny");
   o.plan_only = args.flag("--plan-only");
+  o.profile = args.value_or("--profile", "");
+  if (!o.profile.empty() && (o.plan_only || o.tokens.size() > 1)) {
+    throw args.usage_error("--profile profiles one case on a device: not with --plan-only or several --tokens");
+  }
   return o;
 }
 
@@ -320,6 +336,60 @@ nlohmann::json run_case(const Options& o, const Case& k, odc::model::LlamaModel&
   return line;
 }
 
+// --profile: a step (the timed steps' microbatch, then the trainer's gradient norm, which the
+// timed steps leave out as the PyTorch peer does, and AdamW) with the profiler recording, twice,
+// the second kept: the first fills the timeline's pool of events (creating an event is host work,
+// which mid-step would open gaps the device idles in). Its table goes to stderr, its document to
+// the file. The step's wall seconds run from the first op's issue to the device's end of the last.
+void profile_case(const Options& o, const Case& k, odc::model::LlamaModel& model, odc::model::ResidentWeights& weights,
+                  odc::backend::ProfilingBackend& profiler, const std::string& attention, nlohmann::json& line) {
+  odc::backend::Backend& b = model.backend();
+  const odc::model::LlamaConfig& c = model.config();
+  const odc::model::PackedBatch batch = batch_for(k.seqs, k.seq_len, c);
+  const auto step = [&](int number) {
+    weights.zero_gradients();
+    b.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    profiler.start();
+    model.train_microbatch(batch, weights, weights);
+    for (int u = 0; u < weights.num_units(); ++u) {  // the norm's value is not the point: its time is
+      b.sum_of_squares(b.gradients(weights.grad_buffer(u), model.units()[static_cast<std::size_t>(u)].numel));
+    }
+    odc::kernels::AdamWParams p;
+    p.lr = 1e-4;
+    p.step = number;
+    weights.adamw_step(p);
+    b.synchronize();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return std::make_pair(profiler.stop(), seconds);
+  };
+  step(o.steps + 1);
+  auto [profile, seconds] = step(o.steps + 2);
+  odc::backend::ProfileDocument doc;
+  doc.profile = std::move(profile);
+  doc.shape = line["shape"].get<std::string>();
+  doc.tokens = batch.num_tokens();
+  doc.sequences = batch.num_seqs();
+  doc.layers = c.num_hidden_layers;
+  doc.hidden = c.hidden_size;
+  doc.q_dim = c.q_dim();
+  doc.kv_dim = c.kv_dim();
+  doc.intermediate = c.intermediate_size;
+  doc.vocab = c.vocab_size;
+  doc.recompute = std::string(odc::model::recompute_name(o.recompute));
+  doc.attention = attention;
+  doc.device = b.device().kind == odc::DeviceKind::cuda ? "cuda" : "cpu";
+  doc.device_description = b.describe().text;
+  doc.step_seconds = seconds;
+  std::ofstream out(o.profile);
+  out << doc.to_json().dump(1) << "\n";
+  if (!out.flush()) odc::fail("--profile: cannot write {}", o.profile);
+  std::fputs(doc.table().c_str(), stderr);
+  line["profile"] = o.profile;
+  line["profile_step_ms"] = doc.step_seconds * 1e3;
+  line["profile_op_ms"] = doc.profile.seconds() * 1e3;
+}
+
 int run(const Options& o) {
   std::vector<Case> cases;
   if (o.tokens.empty()) {
@@ -348,11 +418,23 @@ int run(const Options& o) {
   const odc::model::LlamaConfig config = shape(o);
   const std::string attention =
       backend->select_attention(config.num_attention_heads, config.num_key_value_heads, config.head_dim);
+  // --profile: the model runs on the profiler, which only forwards until its step.
+  odc::backend::ProfilingBackend* profiler = nullptr;
+  if (!o.profile.empty()) {
+    auto wrapped = std::make_unique<odc::backend::ProfilingBackend>(
+        std::move(backend), odc::backend::llama_gemm_classifier({config.hidden_size, config.q_dim(), config.kv_dim(),
+                                                                config.intermediate_size, config.vocab_size}));
+    profiler = wrapped.get();
+    backend = std::move(wrapped);
+  }
   odc::model::LlamaModel model(config, std::move(backend));
   model.set_recompute(o.recompute);
   odc::model::ResidentWeights weights(model.backend(), model.units(), weights_for(model));
   for (const Case& k : cases) {
-    const nlohmann::json line = run_case(o, k, model, weights, attention);
+    nlohmann::json line = run_case(o, k, model, weights, attention);
+    if (profiler != nullptr && !line.contains("error") && !line.contains("skipped")) {
+      profile_case(o, k, model, weights, *profiler, attention, line);
+    }
     std::printf("%s\n", line.dump().c_str());
     std::fflush(stdout);
     if (line.contains("error")) {

@@ -23,12 +23,13 @@
 #include "odc/train/calibrate.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/memory_plan.h"
+#include "odc/train/step_estimate.h"
 #include "odc/train/trainer.h"
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: odc-train [CONFIG.yaml] [--set key.path=value]... [--dump-config] [--plan-memory [--plan-ranks N]]
-                 [--calibrate-cost]
+constexpr const char* kUsage = R"(usage: odc-train [CONFIG.yaml] [--set key.path=value]... [--dump-config] [--plan-memory [--plan-ranks N]
+                 [--device-profile FILE] [--plan-device NAME]] [--calibrate-cost]
 
 Trains (fine-tunes) a LLaMA-style decoder, from random weights or a Hugging Face checkpoint
 (model.checkpoint), on token ids (JSONL or the binary format) or on chat, prompt/completion or
@@ -48,7 +49,13 @@ variables, then --set assignments (e.g. --set train.lr=1e-3 --set model.config.n
                   (1 when the plan does not fit). Plans for this many ranks on this machine's
                   memory, or --plan-ranks N and train.memory_budget_gib (e.g. a GPU node planned
                   from anywhere); the token count is data.max_tokens_per_microbatch (a number or auto)
+                  Then the estimated seconds of one microbatch (forward, backward, recompute) and
+                  of the optimizer step at that shape, with where its rates come from
   --plan-ranks N  the world size --plan-memory plans for (default: the ranks started)
+  --device-profile FILE  the estimate's rates measured per op category, from the file that
+                  gpu_model_throughput --profile writes (same device kind as model.device);
+                  without it, nominal rates: this CPU's measured peak, or a GPU's datasheet
+  --plan-device NAME  the GPU of the nominal rates (a100-80gb, h100-sxm, h200; default h100-sxm)
   --calibrate-cost  time forward+backward of sequences of 64..4096 tokens on this model and
                   machine and print the points and the quadratic fit (JSON), then the --set
                   lines of the measured model (data.cost_model=measured, data.cost_points: it
@@ -65,6 +72,8 @@ odc::cli::Command command() {
            {"--dump-config", Takes::nothing},
            {"--plan-memory", Takes::nothing},
            {"--plan-ranks", Takes::value},
+           {"--device-profile", Takes::value},
+           {"--plan-device", Takes::value},
            {"--calibrate-cost", Takes::nothing}},
           "config file", 1};
 }
@@ -107,7 +116,8 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
     const auto ranks = static_cast<int>(args.integer("--plan-ranks", world_size, odc::Range::at_least(1)));
     // Started alone, it plans for --plan-ranks ranks of this host.
     const int on_host = local ? local->size() : mpi.initialized() ? mpi.world_size() : ranks;
-    const bool fits = odc::train::print_memory_plan(config, ranks, mpi.initialized(), on_host);
+    const odc::train::EstimateOptions estimate{args.value_or("--device-profile", ""), args.value_or("--plan-device", "")};
+    const bool fits = odc::train::print_memory_plan(config, ranks, mpi.initialized(), on_host, estimate);
     return fits ? 0 : 1;
   }
   if (args.flag("--calibrate-cost")) {

@@ -65,6 +65,39 @@ DeviceMemory& CudaBackend::memory() { return impl_->memory; }
 void* CudaBackend::native_stream() const { return impl_->s(); }
 void CudaBackend::synchronize() { impl_->stream.synchronize(); }
 
+namespace {
+
+// Timing events on one stream. Events are created in batches as marks outrun the pool (creating
+// one is a host call that touches no stream) and live until the timeline does.
+class EventTimeline final : public OpTimeline {
+ public:
+  explicit EventTimeline(const cu::Stream& stream) : stream_(stream) {}
+  std::size_t mark() override {
+    if (used_ == events_.size()) {
+      const std::size_t grow = std::max<std::size_t>(events_.size(), 256);
+      events_.reserve(events_.size() + grow);
+      for (std::size_t i = 0; i < grow; ++i) events_.emplace_back(true);
+    }
+    events_[used_].record(stream_);
+    return used_++;
+  }
+  double seconds(std::size_t a, std::size_t b) override {
+    ODC_CHECK(a <= b && b < used_, "OpTimeline: marks {} and {} of {}", a, b, used_);
+    events_[b].synchronize();
+    return static_cast<double>(events_[a].elapsed_ms(events_[b])) / 1e3;
+  }
+  void reset() override { used_ = 0; }
+
+ private:
+  const cu::Stream& stream_;
+  std::vector<cu::Event> events_;
+  std::size_t used_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<OpTimeline> CudaBackend::make_timeline() { return std::make_unique<EventTimeline>(impl_->stream); }
+
 PeakFlops CudaBackend::measure_peak_flops() {
   constexpr std::int64_t n = 8192;
   Buffer a(impl_->memory, DType::bf16), b(impl_->memory, DType::bf16), c(impl_->memory, DType::bf16);

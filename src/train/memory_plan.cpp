@@ -18,6 +18,7 @@
 #include "odc/kernels/cudnn_ragged.h"
 #include "odc/model/units.h"
 #include "odc/train/config_schema.h"
+#include "odc/train/step_estimate.h"
 
 namespace odc::train {
 
@@ -472,16 +473,21 @@ std::optional<ShownPlan> plan_to_show(const Config& config, int world, bool laun
 
 }  // namespace
 
-bool print_memory_plan(const Config& config, int world, bool launched_with_mpi, int ranks_on_host) {
+bool print_memory_plan(const Config& config, int world, bool launched_with_mpi, int ranks_on_host,
+                       const EstimateOptions& estimate_options) {
   const auto shown = plan_to_show(config, world, launched_with_mpi, ranks_on_host);
   if (!shown) {
     fail("--plan-memory: data.max_tokens_per_microbatch is 0 (the longest sequence of the data): set the number of "
          "tokens to plan for (--set data.max_tokens_per_microbatch=N) or auto");
   }
+  const StepEstimate estimate =
+      plan_step_estimate(shown->plan.inputs, resolve_run_settings(config, false), estimate_options);
   nlohmann::json json = shown->plan.to_json();
   json["budget_bytes"] = shown->budget;
   json["fits"] = shown->fits;
-  std::fputs(fmt::format("{}{}\n{}\n", shown->plan.table(), shown->verdict, json.dump()).c_str(), stdout);
+  json["step_estimate"] = estimate.to_json();
+  std::fputs(fmt::format("{}{}\n{}{}\n", shown->plan.table(), shown->verdict, estimate.text(), json.dump()).c_str(),
+             stdout);
   return shown->fits;
 }
 

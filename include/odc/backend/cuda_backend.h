@@ -72,6 +72,10 @@ class CudaBackend final : public Backend {
   double sum_of_squares(ConstView x) override;
   void adamw_step(std::span<const AdamWSegment> segments, const kernels::AdamWParams& params) override;
   void synchronize() override;
+  // CUDA events recorded on the backend's stream (a pool that grows as marks are placed and is
+  // reused after reset): a mark costs the stream nothing and waits for nothing; reading a time
+  // waits for its later event only.
+  std::unique_ptr<OpTimeline> make_timeline() override;
 
   void rmsnorm_forward(ConstView x, ConstView weight, View y, View rstd, std::int64_t rows, std::int64_t dim,
                        double eps) override;
