@@ -454,7 +454,8 @@ if [ "$dry_run" -eq 1 ]; then
   step long-context "$(lim long-context)" bash -c '"$1/gpu_model_throughput" "${@:4}" --plan-only --device-gib 139.8 >"$2" &&
     "$1/gpu_model_throughput" --cpu-tiny --shape qwen2-1.5b --tokens 256,512 --recompute "$3" --steps 2 --warmup 1' \
     long-context "$bin" "$logs/long-context.jsonl" "$recompute" "${long_args[@]}"
-  step profile "$(lim profile)" bash -c '"$1/gpu_model_throughput" --cpu-tiny --steps 2 --warmup 1 --profile "$3" >"$2" &&
+  step profile "$(lim profile)" bash -c '"$1/gpu_model_throughput" --cpu-tiny --layers 2 --seqs 2 --seq-len 128 --steps 2 \
+    --warmup 1 --profile "$3" >"$2" &&
     cp "$3" "$4"' profile "$bin" "$logs/profile.jsonl" "$logs/profile.json" "$out/profile.json"
   expected[python-peers]=1
   step python-peers 30 python3 -m py_compile "$b"/py/*.py

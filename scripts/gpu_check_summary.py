@@ -295,6 +295,12 @@ def profile_lines(logs):
     out.append("  ms: " + ", ".join(cells[:5]))
     if len(cells) > 5:
         out.append("      " + ", ".join(cells[5:]))
+    # The three projections' GEMMs together: what one fused QKV GEMM would replace.
+    qkv = [x for x in p.get("sums", []) if x.get("role") == "qkv" and x.get("seconds")]
+    if qkv:
+        out.append("  q+k+v GEMMs: " + ", ".join(
+            f"{x.get('name', '?')} {1e3 * x['seconds']:.2f} ms"
+            + (f" ({x['flops'] / x['seconds'] / 1e12:.0f} TF/s)" if x.get("flops") else "") for x in qkv))
     return out
 
 

@@ -100,7 +100,9 @@ def full_logs(folder):
                        {"name": "linear", "role": "gate_up", "calls": 32, "seconds": 0.005, "flops": 2.0e15 * 0.005},
                        {"name": "attention_backward", "role": "", "calls": 16, "seconds": 0.004, "flops": 0},
                        {"name": "linear", "role": "qkv", "calls": 96, "seconds": 0.003, "flops": 1.5e15 * 0.003},
-                       {"name": "rmsnorm_forward", "role": "", "calls": 33, "seconds": 0.002}]}, f)
+                       {"name": "rmsnorm_forward", "role": "", "calls": 33, "seconds": 0.002}],
+                   "sums": [{"name": "linear_forward", "role": "qkv", "of": ["q", "k", "v"], "calls": 48,
+                             "seconds": 0.001, "flops": 1.0e12}]}, f)
     write(folder, "env.log", "|   0  NVIDIA H100 80GB HBM3          On  |   00000000:00:00.0 Off |\n"
                              '{"runtime_info":"gpu_attention","cudnn_frontend_cudart":"/x/libcudart.so.13",'
                              '"cudnn_frontend_cudart_why":"the libcudart this process has loaded","cudnn_version":"9.19.0"}\n')
@@ -139,6 +141,7 @@ def main():
         expect(lines, "profile (llama-1b, 8192 tokens, attention native): step 16.0 ms, ops 14.0 ms")
         expect(lines, "ms: linear/gate_up 5.0 (2000 TF/s), attention_backward 4.0, linear/qkv 3.0 (1500 TF/s), "
                       "rmsnorm_forward 2.0")
+        expect(lines, "q+k+v GEMMs: linear_forward 1.00 ms (1000 TF/s)")
         expect(lines, "env: NVIDIA H100 80GB HBM3; cuDNN 9.19.0; cuDNN frontend's CUDA runtime: /x/libcudart.so.13 "
                       "(the libcudart this process has loaded)")
         expect(lines, "rerun: --only memcheck")
