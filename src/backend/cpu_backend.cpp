@@ -299,6 +299,35 @@ void CpuBackend::attention_cached(const CachedAttentionShape& shape, ConstView q
   if (rounds()) round_bf16(o, q_elems);
 }
 
+void CpuBackend::attention_decode_batch(const DecodeAttentionShape& shape, ConstView q, ConstView k_new,
+                                        ConstView v_new, std::span<const View> k_caches,
+                                        std::span<const View> v_caches, View o) {
+  if (per_sequence_decode()) {
+    Backend::attention_decode_batch(shape, q, k_new, v_new, k_caches, v_caches, o);
+    return;
+  }
+  const auto count = static_cast<std::int64_t>(shape.past.size());
+  const std::int64_t kv = std::int64_t{shape.n_kv_heads} * shape.head_dim;
+  const std::int64_t qd = std::int64_t{shape.n_heads} * shape.head_dim;
+  ODC_CHECK(static_cast<std::int64_t>(k_caches.size()) == count && static_cast<std::int64_t>(v_caches.size()) == count,
+            "attention_decode_batch: {} sequences, {} key and {} value caches", count, k_caches.size(),
+            v_caches.size());
+  ODC_CHECK(q.count >= count * qd && o.count >= count * qd && k_new.count >= count * kv && v_new.count >= count * kv,
+            "attention_decode_batch: {} sequences need {} query and {} new key/value elements, got q {}, out {}, "
+            "k {}, v {}", count, count * qd, count * kv, q.count, o.count, k_new.count, v_new.count);
+  std::vector<float*> keys(static_cast<std::size_t>(count)), values(static_cast<std::size_t>(count));
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const std::int64_t rows = shape.past[i] + 1;
+    ODC_CHECK(k_caches[i].count >= rows * kv && v_caches[i].count >= rows * kv,
+              "attention_decode_batch: sequence {} after {} cached rows needs caches of {} elements, got k {}, v {}", i,
+              shape.past[i], rows * kv, k_caches[i].count, v_caches[i].count);
+    keys[i] = f(k_caches[i]);
+    values[i] = f(v_caches[i]);
+  }
+  k::attention_decode_batch_forward<float>({shape.past, shape.n_heads, shape.n_kv_heads, shape.head_dim}, f(q),
+                                           f(k_new), f(v_new), keys.data(), values.data(), f(o), rounds());
+}
+
 void CpuBackend::swiglu_forward(ConstView gate_up, View h, std::int64_t rows, std::int64_t width) {
   const float* gu = f(gate_up);
   float* out = f(h);

@@ -40,7 +40,8 @@ CudaBackend::Impl::Impl(int device_index)
       reduce(memory, DType::f64),
       policy_sums(memory, DType::f64),
       policy_partials(memory, DType::f64),
-      inv_freq(memory, DType::f64) {
+      inv_freq(memory, DType::f64),
+      decode_table(memory, DType::i32) {
   loss_sums.get(2);  // zero-filled: no pending sums
   policy_sums.get(cu::kPolicySumFields);
 }

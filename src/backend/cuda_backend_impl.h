@@ -10,6 +10,7 @@
 #include "odc/core/error.h"
 #include "odc/kernels/attention_choice.h"
 #include "odc/kernels/cuda_attention.h"
+#include "odc/kernels/cuda_attention_cache.h"
 #include "odc/kernels/cuda_cudnn_attention.h"
 #include "odc/kernels/cuda_device.h"
 #include "odc/kernels/cuda_gemm.h"
@@ -74,6 +75,10 @@ struct CudaBackend::Impl {
   Buffer policy_partials;  // f64: policy_coefficients' per-block partials
   Buffer inv_freq;     // f64 RoPE inverse frequencies on the device
   PinnedStaging staging;  // the uploads' page-locked sources
+  // Batched decoding's table of the sequences' caches: built on the host per call, uploaded into
+  // decode_table (i32 words) through the staging.
+  std::vector<kernels::cuda::DecodeBatchEntry> decode_entries;
+  Buffer decode_table;
   std::vector<double> inv_freq_host;  // what inv_freq holds
   // The attention's tile tables of the current microbatch, built once in prepare_microbatch and
   // used by every layer's forward and backward.

@@ -183,6 +183,43 @@ void CudaBackend::attention_cached(const CachedAttentionShape& shape, ConstView 
                                impl_->allocator, impl_->s());
 }
 
+void CudaBackend::attention_decode_batch(const DecodeAttentionShape& shape, ConstView q, ConstView k_new,
+                                         ConstView v_new, std::span<const View> k_caches,
+                                         std::span<const View> v_caches, View out) {
+  if (per_sequence_decode()) {
+    Backend::attention_decode_batch(shape, q, k_new, v_new, k_caches, v_caches, out);
+    return;
+  }
+  const auto count = static_cast<std::int64_t>(shape.past.size());
+  const std::int64_t kv = std::int64_t{shape.n_kv_heads} * shape.head_dim;
+  const std::int64_t qd = std::int64_t{shape.n_heads} * shape.head_dim;
+  ODC_CHECK(static_cast<std::int64_t>(k_caches.size()) == count && static_cast<std::int64_t>(v_caches.size()) == count,
+            "attention_decode_batch: {} sequences, {} key and {} value caches", count, k_caches.size(),
+            v_caches.size());
+  ODC_CHECK(q.count >= count * qd && out.count >= count * qd && k_new.count >= count * kv && v_new.count >= count * kv,
+            "attention_decode_batch: {} sequences need {} query and {} new key/value elements, got q {}, out {}, "
+            "k {}, v {}", count, count * qd, count * kv, q.count, out.count, k_new.count, v_new.count);
+  if (count == 0) return;
+  auto& entries = impl_->decode_entries;
+  entries.clear();
+  for (std::size_t i = 0; i < shape.past.size(); ++i) {
+    const std::int64_t rows = shape.past[i] + 1;
+    ODC_CHECK(k_caches[i].count >= rows * kv && v_caches[i].count >= rows * kv,
+              "attention_decode_batch: sequence {} after {} cached rows needs caches of {} elements, got k {}, v {}", i,
+              shape.past[i], rows * kv, k_caches[i].count, v_caches[i].count);
+    entries.push_back({bf16_out(k_caches[i], "attention_decode_batch"), bf16_out(v_caches[i], "attention_decode_batch"),
+                       shape.past[i], 0});
+  }
+  const std::int64_t scratch = cu::decode_batch_scratch(entries, shape.n_heads);
+  const std::size_t bytes = entries.size() * sizeof(cu::DecodeBatchEntry);
+  const View table = impl_->upload(entries.data(), bytes, static_cast<std::int64_t>(bytes / 4), impl_->decode_table);
+  cu::attention_decode_batch({count, shape.n_heads, shape.n_kv_heads, shape.head_dim},
+                             static_cast<const cu::DecodeBatchEntry*>(table.data), scratch,
+                             bf16_in(q, "attention_decode_batch"), bf16_in(k_new, "attention_decode_batch"),
+                             bf16_in(v_new, "attention_decode_batch"), bf16_out(out, "attention_decode_batch"),
+                             impl_->allocator, impl_->s());
+}
+
 void CudaBackend::swiglu_forward(ConstView gate_up, View h, std::int64_t rows, std::int64_t width) {
   const auto* gu = bf16_in(gate_up, "swiglu_forward");
   cu::swiglu_forward(gu, gu + width, 2 * width, bf16_out(h, "swiglu_forward"), rows, width, impl_->s());

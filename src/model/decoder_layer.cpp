@@ -249,18 +249,26 @@ void layer_decode(backend::Backend& b, const Dims& d, const LayerSlices& o, Cons
   }
   b.rope_forward(q, cos, sin, t, d.heads, d.head_dim);
   b.rope_forward(k_new, cos, sin, t, d.kv_heads, d.head_dim);
-  std::int64_t row = 0;
-  for (const DecodeSequence& seq : sequences) {
-    if (!one) {
-      b.copy(k_new.at(row * d.kv, seq.rows * d.kv), seq.k_cache.at(seq.past * d.kv, seq.rows * d.kv));
-      b.copy(v_new.at(row * d.kv, seq.rows * d.kv), seq.v_cache.at(seq.past * d.kv, seq.rows * d.kv));
+  if (one) {
+    const DecodeSequence& seq = sequences[0];
+    ODC_CHECK(seq.rows == t, "layer_decode: the sequence holds {} rows, the step {}", seq.rows, t);
+    const std::int64_t keys = seq.past + t;
+    b.attention_cached({t, seq.past, d.heads, d.kv_heads, d.head_dim}, q, seq.k_cache.at(0, keys * d.kv),
+                       seq.v_cache.at(0, keys * d.kv), attn);
+  } else {
+    ODC_CHECK(static_cast<std::int64_t>(sequences.size()) == t,
+              "layer_decode: {} sequences of one row each in a step of {} rows", sequences.size(), t);
+    s.past.clear();
+    s.k_caches.clear();
+    s.v_caches.clear();
+    for (const DecodeSequence& seq : sequences) {
+      ODC_CHECK(seq.rows == 1, "layer_decode: a batched sequence has {} new rows, not 1", seq.rows);
+      s.past.push_back(seq.past);
+      s.k_caches.push_back(seq.k_cache);
+      s.v_caches.push_back(seq.v_cache);
     }
-    const std::int64_t keys = seq.past + seq.rows;
-    b.attention_cached({seq.rows, seq.past, d.heads, d.kv_heads, d.head_dim}, q.at(row * d.q, seq.rows * d.q),
-                       seq.k_cache.at(0, keys * d.kv), seq.v_cache.at(0, keys * d.kv), attn.at(row * d.q, seq.rows * d.q));
-    row += seq.rows;
+    b.attention_decode_batch({s.past, d.heads, d.kv_heads, d.head_dim}, q, k_new, v_new, s.k_caches, s.v_caches, attn);
   }
-  ODC_CHECK(row == t, "layer_decode: the sequences hold {} rows, the step {}", row, t);
   b.linear_forward_add(attn, part(w, o.wo), x, t, d.q, d.c);
   b.rmsnorm_forward(x, part(w, o.post_norm), xn, rstd, t, d.c, d.eps);
   b.linear_forward(xn, part(w, o.wgu), ConstView{}, gate_up, t, d.c, 2 * d.f);

@@ -92,6 +92,9 @@ struct DecodeBuffers {
   backend::Buffer q_raw, k_raw, head_rstd;  // qk_norm only
   backend::Buffer k_rows, v_rows;           // several sequences: the new keys and values before their caches
   std::vector<std::int32_t> host_positions;
+  // Several sequences: their cached rows and a layer's caches (Backend::attention_decode_batch).
+  std::vector<std::int64_t> past;
+  std::vector<backend::View> k_caches, v_caches;
   std::int64_t bytes() const;
 };
 
@@ -114,9 +117,11 @@ struct DecodeSequence {
 };
 
 // The layer over the d.t new rows of `sequences`: their keys and values (post-RoPE) are written
-// into rows [past, past + rows) of each sequence's caches (directly for one sequence, through a
-// scratch for several), each sequence's queries attend to its cache rows [0, past + rows), and x
-// [d.t, hidden] is updated in place (residuals). The GEMMs run over all d.t rows at once.
+// into rows [past, past + rows) of each sequence's caches, each sequence's queries attend to its
+// cache rows [0, past + rows), and x [d.t, hidden] is updated in place (residuals). The GEMMs run
+// over all d.t rows at once. One sequence: its keys and values go straight into its cache, then
+// attention_cached. Several (one row each): the new rows go through a scratch, and one
+// Backend::attention_decode_batch writes them into the caches and attends for every sequence.
 void layer_decode(backend::Backend& b, const Dims& d, const LayerSlices& o, backend::ConstView w,
                   std::span<const DecodeSequence> sequences, backend::ConstView cos, backend::ConstView sin,
                   backend::View x, DecodeBuffers& s);

@@ -89,6 +89,7 @@ void* initial_stack(unsigned char* top, void (*fn)(void*), void* arg) {
 struct LaunchLimits {
   std::mutex mutex;
   std::map<const void*, std::size_t> max_dynamic;  // raised by cudaFuncSetAttribute
+  std::map<std::string, std::uint64_t> launches;   // per kernel name (launch_count)
 };
 LaunchLimits& limits() {
   static LaunchLimits l;
@@ -363,6 +364,12 @@ void set_max_dynamic_smem(const void* kernel_id, std::size_t bytes) {
   limits().max_dynamic[kernel_id] = bytes;
 }
 
+std::uint64_t launch_count(const std::string& kernel) {
+  std::lock_guard<std::mutex> lock(limits().mutex);
+  const auto it = limits().launches.find(kernel);
+  return it == limits().launches.end() ? 0 : it->second;
+}
+
 void run_grid(const char* kernel, const void* kernel_id, Index3 grid, Index3 block,
               std::size_t dynamic_smem, BodyRef body) {
   const std::uint64_t threads = std::uint64_t(block.x) * block.y * block.z;
@@ -378,6 +385,7 @@ void run_grid(const char* kernel, const void* kernel_id, Index3 grid, Index3 blo
   std::size_t limit = kDefaultDynamicSmem;
   {
     std::lock_guard<std::mutex> lock(limits().mutex);
+    ++limits().launches[kernel];
     const auto it = limits().max_dynamic.find(kernel_id);
     if (it != limits().max_dynamic.end()) limit = std::max(limit, it->second);
   }

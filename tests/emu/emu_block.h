@@ -146,6 +146,10 @@ inline EmuThread& this_thread() { return *tl_thread; }
 void run_grid(const char* kernel, const void* kernel_id, Index3 grid, Index3 block,
               std::size_t dynamic_smem, BodyRef body);
 
+// Launches of the kernel of that name so far (the name as written at the launch): for tests
+// of how many launches a path makes.
+std::uint64_t launch_count(const std::string& kernel);
+
 // Largest dynamic shared memory a launch may ask for once cudaFuncSetAttribute raised the limit
 // (227 KiB, sm_90); without the attribute the limit is 48 KiB, as on the device.
 inline constexpr std::size_t kMaxDynamicSmem = 227 * 1024;

@@ -240,9 +240,14 @@ class Backend {
   // v_caches[i] (each [>= past[i] + 1, n_kv_heads * head_dim], activation_dtype()), then attends
   // its query row (row i of q, out: [sequences, n_heads * head_dim]) to its cache rows
   // [0, past[i]]. Default: per sequence, the two copies and attention_cached (a launch each); a
-  // backend may serve every sequence at once.
+  // backend may serve every sequence at once (CPU: one parallel region; CUDA: one launch), with
+  // results bitwise those of the default, unless per_sequence_decode() asks for the default.
   virtual void attention_decode_batch(const DecodeAttentionShape& shape, ConstView q, ConstView k_new, ConstView v_new,
                                       std::span<const View> k_caches, std::span<const View> v_caches, View out);
+  // Batched decoding through the per-sequence default even where the backend has its own: the
+  // baseline the rollout benchmark (bench/rollout_throughput.cpp) runs beside the batched path.
+  void set_per_sequence_decode(bool on) { per_sequence_decode_ = on; }
+  bool per_sequence_decode() const { return per_sequence_decode_; }
   // SwiGLU over the fused gate/up projection: gate_up [rows, 2 * width] holds each row's gate,
   // then its up; h [rows, width] = silu(gate) * up. The backward writes dgate_up in gate_up's
   // layout (each row's d gate, then d up), from dh [rows, width]; it must not alias the inputs.
@@ -276,6 +281,9 @@ class Backend {
                                    const kernels::PolicyLossParams& params, View coef, kernels::PolicyLossSums& sums);
   // Adds the sums policy_coefficients kept since the last resolve_policy into `sums`. Default: none kept.
   virtual void resolve_policy(kernels::PolicyLossSums& sums) { (void)sums; }
+
+ private:
+  bool per_sequence_decode_ = false;
 };
 
 }  // namespace odc::backend

@@ -87,6 +87,10 @@ class CpuBackend final : public Backend {
                           ConstView lse, ConstView dout, View dq, View dk, View dv) override;
   void attention_cached(const CachedAttentionShape& shape, ConstView q, ConstView k_cache, ConstView v_cache,
                         View out) override;
+  // Every sequence in one parallel region (kernels::cpu::attention_decode_batch_forward): bitwise
+  // the default's per-sequence copies and attention_cached, in both modes.
+  void attention_decode_batch(const DecodeAttentionShape& shape, ConstView q, ConstView k_new, ConstView v_new,
+                              std::span<const View> k_caches, std::span<const View> v_caches, View out) override;
   void swiglu_forward(ConstView gate_up, View h, std::int64_t rows, std::int64_t width) override;
   void swiglu_backward(ConstView dh, ConstView gate_up, View dgate_up, std::int64_t rows, std::int64_t width) override;
   void embedding_forward(ConstView ids, ConstView table, View out, std::int64_t tokens, std::int64_t dim) override;
