@@ -2,10 +2,11 @@
 // Rollouts from the policy (GRPO's sampling step): `group_size` completions of every prompt, drawn
 // with the model's current weights, many sequences at once: up to `concurrency` sequences decode
 // together, one token each per batched forward (LlamaModel::forward_cached_batch: the GEMMs over
-// all of them, attention per sequence over its own KV cache); a finished sequence's slot takes the
-// next pending one. Each completion keeps, per token, the log-probability of the drawn token under
-// softmax(logits / T) of the full vocabulary (T = 1 for greedy): what the clipped objective's
-// "old" policy is (as TRL records it; top-k and top-p shape the draw, not this number).
+// all of them, and per layer one Backend::attention_decode_batch in which each sequence attends to
+// its own KV cache); a finished sequence's slot takes the next pending one. Each completion keeps,
+// per token, the log-probability of the drawn token under softmax(logits / T) of the full
+// vocabulary (T = 1 for greedy): what the clipped objective's "old" policy is (as TRL records it;
+// top-k and top-p shape the draw, not this number).
 //
 // Draws are reproducible per (seed, prompt key, sample): every completion has its own sampler seeded
 // from them, so a completion does not depend on which others share its batch (up to the GEMMs'
