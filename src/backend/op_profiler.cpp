@@ -189,6 +189,10 @@ void ProfilingBackend::forget_weight_copies() {
   copies_.forget();
   inner_->forget_weight_copies();
 }
+void ProfilingBackend::set_per_sequence_decode(bool on) {
+  Backend::set_per_sequence_decode(on);
+  inner_->set_per_sequence_decode(on);
+}
 
 ConstView ProfilingBackend::upload(std::span<const std::int32_t> host, Buffer& staging) {
   return timed("upload", "", {}, [&] { return inner_->upload(host, staging); });

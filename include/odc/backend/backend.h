@@ -246,7 +246,8 @@ class Backend {
                                       std::span<const View> k_caches, std::span<const View> v_caches, View out);
   // Batched decoding through the per-sequence default even where the backend has its own: the
   // baseline the rollout benchmark (bench/rollout_throughput.cpp) runs beside the batched path.
-  void set_per_sequence_decode(bool on) { per_sequence_decode_ = on; }
+  // Virtual so that a wrapping backend passes it on to the backend it wraps.
+  virtual void set_per_sequence_decode(bool on) { per_sequence_decode_ = on; }
   bool per_sequence_decode() const { return per_sequence_decode_; }
   // SwiGLU over the fused gate/up projection: gate_up [rows, 2 * width] holds each row's gate,
   // then its up; h [rows, width] = silu(gate) * up. The backward writes dgate_up in gate_up's

@@ -91,6 +91,7 @@ class ProfilingBackend final : public Backend {
   void keep_weight_copies(bool keep) override;
   void weights_changed() override;
   void forget_weight_copies() override;
+  void set_per_sequence_decode(bool on) override;
   ConstView upload(std::span<const std::int32_t> host, Buffer& staging) override;
   ConstView upload(std::span<const float> host, Buffer& staging) override;
   void download(ConstView source, std::span<float> host) override;

@@ -4,18 +4,20 @@
 // fp32 and in the bf16 mode, for 1, 2 and 3 compute threads, over ragged cached lengths (none, one,
 // a long one), GQA and MHA, head_dim 64 and 128. Bitwise, not within a tolerance: each (sequence,
 // kv head) piece runs exactly the per-sequence kernel's arithmetic, and the pieces are fixed
-// whatever the thread count.
+// whatever the thread count. A profiler passes the setting on to the backend it wraps.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
 #include "odc/backend/cpu_backend.h"
+#include "odc/backend/op_profiler.h"
 #include "odc/core/dtype.h"
 #include "odc/core/error.h"
 
@@ -133,4 +135,12 @@ TEST_CASE("CpuBackend attention_decode_batch refuses mismatched caches and short
   CHECK_THROWS_WITH(b.attention_decode_batch({st.past, s.heads, s.kv_heads, s.head_dim}, cview(st.q), cview(st.k_new),
                                              cview(st.v_new), keys, values, view(st.out)),
                     Catch::Contains("sequence 1 after 4 cached rows needs caches of 80 elements"));
+}
+
+TEST_CASE("the per-sequence decode setting reaches the backend a profiler wraps", "[backend][decode]") {
+  backend::ProfilingBackend profiler(std::make_unique<CpuBackend>(1));
+  CHECK_FALSE(profiler.inner().per_sequence_decode());
+  profiler.set_per_sequence_decode(true);
+  CHECK(profiler.per_sequence_decode());
+  CHECK(profiler.inner().per_sequence_decode());
 }
