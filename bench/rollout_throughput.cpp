@@ -11,25 +11,27 @@
 //
 // Shapes: tiny (the default: 4 layers, hidden 256, 8/2 heads of 32, ffn 688, vocab 4096; seconds on
 // two CPU cores) and llama-1b (LLaMA-3.2-1B: 16 layers, hidden 2048, ffn 8192, 32/8 heads of 64,
-// vocab 128256, tied), each overridable by the flags. Weights: a 64K-value normal pattern (std
-// 0.02) tiled over each unit, norms 1, as gpu_model_throughput does (a 1B model's init would take
-// longer than the run; speed does not depend on the values).
+// vocab 128256, tied), each overridable by the flags. --dtype and --threads are the CPU backend's
+// (CUDA computes in bf16). Weights: a 64K-value normal pattern (std 0.02) tiled over each unit,
+// norms 1, as gpu_model_throughput does (a 1B model's init would take longer than the run; speed
+// does not depend on the values).
 //
 // Each case is CONCURRENCY prompts, one completion each (all decode together), of exactly NEW
 // tokens (default 32; no eos id), drawn at --temperature (default 1) among --top-k (default 0: the
 // whole vocabulary), rl.temperature's and rl.top_k's defaults; prompt lengths are drawn in
 // [PROMPT/2, 3 PROMPT/2] (default 16: ragged caches). Weight copies are kept across forwards, as a
 // one-rank trainer keeps them (Backend::keep_weight_copies). The time is sample_rollouts' wall
-// time, the best of REPS, prefills and the host's sampling included: what a GRPO step spends;
-// model_s is the part inside the model's forwards (from the embedding's acquire to the last
-// release, the logits' download included), the rest being the host's sampling and bookkeeping. A
-// short run per path warms up first. The two paths must draw the same completions (their
+// time, the best of REPS (the paths taking turns), prefills and the host's sampling included: what
+// a GRPO step spends; model_s is the part inside the model's forwards (from the embedding's
+// acquire to the last release, the logits' download included), the rest being the host's sampling
+// and bookkeeping. A short run per path warms up first. The two paths must draw the same completions (their
 // attention is bitwise the same): a difference is an error.
 //
 // One JSON line per (path, concurrency): {"bench":"rollout_throughput","path":"batched" |
 // "per_sequence","concurrency":C,"new_tokens":N,"tokens":C*N,"seconds":s,"tokens_per_s":...,
 // "model_s":...,"device":...,"threads":...,"model":...} and, with --compare,
-// "batched_over_per_sequence" (the ratio of the two paths' tokens_per_s) on both lines. Exits 77
+// "batched_over_per_sequence" (the ratio of the two paths' tokens_per_s) and
+// "model_batched_over_per_sequence" (the same of the time in the model alone) on both lines. Exits 77
 // when --device cuda finds no CUDA backend or device, 2 on a usage error, 1 on an error.
 #include <algorithm>
 #include <chrono>
@@ -227,12 +229,13 @@ class TimedParams final : public odc::model::ParamSource {
 
 struct Timed {
   double seconds = std::numeric_limits<double>::infinity();
-  double model_seconds = 0.0;  // of the fastest rep
+  double model_seconds = 0.0;
   std::vector<odc::train::SampledCompletion> completions;
 };
 
+// One sample_rollouts of `prompts`, timed.
 Timed time_rollouts(odc::model::LlamaModel& model, TimedParams& params, const Options& o,
-                    const std::vector<std::vector<std::int32_t>>& prompts, std::int64_t new_tokens, int reps) {
+                    const std::vector<std::vector<std::int32_t>>& prompts, std::int64_t new_tokens) {
   odc::train::RolloutOptions options;
   options.sampling.max_new_tokens = new_tokens;
   options.sampling.temperature = o.temperature;
@@ -241,17 +244,11 @@ Timed time_rollouts(odc::model::LlamaModel& model, TimedParams& params, const Op
   options.group_size = 1;
   options.concurrency = static_cast<std::int64_t>(prompts.size());
   Timed t;
-  for (int rep = 0; rep < reps; ++rep) {
-    params.take_seconds();
-    const auto start = Clock::now();
-    t.completions = odc::train::sample_rollouts(model, params, prompts, options);
-    const double took = std::chrono::duration<double>(Clock::now() - start).count();
-    const double in_model = params.take_seconds();
-    if (took < t.seconds) {
-      t.seconds = took;
-      t.model_seconds = in_model;
-    }
-  }
+  params.take_seconds();
+  const auto start = Clock::now();
+  t.completions = odc::train::sample_rollouts(model, params, prompts, options);
+  t.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  t.model_seconds = params.take_seconds();
   for (const auto& c : t.completions) {
     if (static_cast<std::int64_t>(c.ids.size()) != new_tokens) {
       odc::fail("a completion has {} tokens instead of {}", c.ids.size(), new_tokens);
@@ -283,25 +280,31 @@ int run(const Options& o) {
       o.compare ? std::vector<std::string>{"per_sequence", "batched"} : std::vector<std::string>{"batched"};
   for (const auto& path : paths) {  // warm-up: first allocations, kernel set-up, page faults
     b.set_per_sequence_decode(path == "per_sequence");
-    time_rollouts(model, params, o, prompts_for(4, o), 2, 1);
+    time_rollouts(model, params, o, prompts_for(4, o), 2);
   }
   for (const std::int64_t concurrency : o.concurrency) {
     const auto prompts = prompts_for(concurrency, o);
+    // The paths take turns rep by rep, so that a slow spell of the machine is shared out.
+    std::vector<Timed> runs(paths.size());
+    for (int rep = 0; rep < o.reps; ++rep) {
+      for (std::size_t p = 0; p < paths.size(); ++p) {
+        b.set_per_sequence_decode(paths[p] == "per_sequence");
+        Timed t = time_rollouts(model, params, o, prompts, o.new_tokens);
+        if (t.seconds < runs[p].seconds) runs[p] = std::move(t);
+      }
+    }
     std::vector<nlohmann::json> lines;
-    std::vector<Timed> runs;
-    for (const auto& path : paths) {
-      b.set_per_sequence_decode(path == "per_sequence");
-      runs.push_back(time_rollouts(model, params, o, prompts, o.new_tokens, o.reps));
+    for (std::size_t p = 0; p < paths.size(); ++p) {
       const double tokens = static_cast<double>(concurrency * o.new_tokens);
       lines.push_back({{"bench", "rollout_throughput"},
-                       {"path", path},
+                       {"path", paths[p]},
                        {"concurrency", concurrency},
                        {"new_tokens", o.new_tokens},
                        {"prompt_tokens", o.prompt},
                        {"tokens", concurrency * o.new_tokens},
-                       {"seconds", runs.back().seconds},
-                       {"tokens_per_s", tokens / runs.back().seconds},
-                       {"model_s", runs.back().model_seconds},
+                       {"seconds", runs[p].seconds},
+                       {"tokens_per_s", tokens / runs[p].seconds},
+                       {"model_s", runs[p].model_seconds},
                        {"temperature", o.temperature},
                        {"top_k", o.top_k},
                        {"reps", o.reps},
@@ -320,6 +323,7 @@ int run(const Options& o) {
       const double ratio = runs[0].seconds / runs[1].seconds;  // batched tokens/s over per-sequence tokens/s
       for (auto& line : lines) {
         line["batched_over_per_sequence"] = ratio;
+        line["model_batched_over_per_sequence"] = runs[0].model_seconds / runs[1].model_seconds;
         line["same_completions"] = true;
       }
     }
