@@ -13,9 +13,9 @@ namespace odc::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-// Query heads per kv head the batched decode serves: its inverse sums fit the default 48 KiB of
-// dynamic shared memory.
-constexpr int kMaxDecodeGroup = 12 * 1024;
+// Query heads per kv head the batched decode serves: its inverse sums (32 KiB at most) and the
+// reduction's 512 bytes fit the 48 KiB of shared memory a launch gets without opting in.
+constexpr int kMaxDecodeGroup = 8 * 1024;
 
 // The block's maximum (is_max) or sum of one value per thread: a fixed tree in shared memory.
 __device__ float block_reduce(float v, bool is_max) {
