@@ -1,13 +1,15 @@
 // rollout_throughput: new tokens per second of train::sample_rollouts (GRPO's sampling step) at
 // several concurrencies (sequences decoded together), with the batched decode attention
 // (Backend::attention_decode_batch: one parallel region on the CPU, one launch per layer on a
-// GPU) and, with --compare, the per-sequence path beside it in the same run (the Backend default:
-// two copies and one attention_cached per sequence and layer; Backend::set_per_sequence_decode).
+// GPU) and the per-sequence path beside it in the same run (the Backend default: two copies and
+// one attention_cached per sequence and layer; Backend::set_per_sequence_decode); --paths picks
+// one of them alone.
 //
 //   rollout_throughput [--shape tiny|llama-1b] [--layers N] [--hidden N] [--heads N] [--kv-heads N]
 //                      [--head-dim N] [--intermediate N] [--vocab N] [--device cpu|cuda]
-//                      [--dtype float32|bfloat16] [--threads N] [--concurrency 8,64,256] [--new N]
-//                      [--prompt N] [--temperature T] [--top-k K] [--reps N] [--compare]
+//                      [--dtype float32|bfloat16] [--threads N] [--concurrency 8,64,256]
+//                      [--new-tokens N] [--prompt N] [--temperature T] [--top-k K] [--reps N]
+//                      [--paths both|batched|per_sequence]
 //
 // Shapes: tiny (the default: 4 layers, hidden 256, 8/2 heads of 32, ffn 688, vocab 4096; seconds on
 // two CPU cores) and llama-1b (LLaMA-3.2-1B: 16 layers, hidden 2048, ffn 8192, 32/8 heads of 64,
@@ -24,15 +26,15 @@
 // time, the best of REPS (the paths taking turns), prefills and the host's sampling included: what
 // a GRPO step spends; model_s is the part inside the model's forwards (from the embedding's
 // acquire to the last release, the logits' download included), the rest being the host's sampling
-// and bookkeeping. A short run per path warms up first. The two paths must draw the same completions (their
-// attention is bitwise the same): a difference is an error.
+// and bookkeeping. A short run per path warms up first. The two paths must draw the same
+// completions (their attention is bitwise the same): a difference is an error.
 //
 // One JSON line per (path, concurrency): {"bench":"rollout_throughput","path":"batched" |
 // "per_sequence","concurrency":C,"new_tokens":N,"tokens":C*N,"seconds":s,"tokens_per_s":...,
-// "model_s":...,"device":...,"threads":...,"model":...} and, with --compare,
-// "batched_over_per_sequence" (the ratio of the two paths' tokens_per_s) and
-// "model_batched_over_per_sequence" (the same of the time in the model alone) on both lines. Exits 77
-// when --device cuda finds no CUDA backend or device, 2 on a usage error, 1 on an error.
+// "model_s":...,"device":...,"threads":...,"shape":"tiny"|"llama-1b","dims":...} and, with both
+// paths, "batched_over_per_sequence" (the ratio of their tokens_per_s) and
+// "model_batched_over_per_sequence" (the same of the time in the model alone) on both lines.
+// Exits 77 when --device cuda finds no CUDA backend or device, 2 on a usage error, 1 on an error.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -68,16 +70,17 @@ struct Options {
   double temperature = 1.0;
   std::int64_t top_k = 0;
   int reps = 1;
-  bool compare = false;
+  std::vector<std::string> paths = {"per_sequence", "batched"};
 };
 
 constexpr const char* kUsage =
     "usage: rollout_throughput [--shape tiny|llama-1b] [--layers N] [--hidden N] [--heads N] [--kv-heads N]\n"
     "                          [--head-dim N] [--intermediate N] [--vocab N] [--device cpu|cuda]\n"
-    "                          [--dtype float32|bfloat16] [--threads N] [--concurrency C1,C2,...] [--new N]\n"
-    "                          [--prompt N] [--temperature T] [--top-k K] [--reps N] [--compare]\n"
-    "New tokens per second of sample_rollouts at each concurrency; --compare also runs the per-sequence\n"
-    "decode attention (the Backend default) and prints the ratio. One JSON line per (path, concurrency).\n";
+    "                          [--dtype float32|bfloat16] [--threads N] [--concurrency C1,C2,...]\n"
+    "                          [--new-tokens N] [--prompt N] [--temperature T] [--top-k K] [--reps N]\n"
+    "                          [--paths both|batched|per_sequence]\n"
+    "New tokens per second of sample_rollouts at each concurrency, with the batched decode attention and\n"
+    "the per-sequence one (the Backend default), and their ratio. One JSON line per (path, concurrency).\n";
 
 odc::model::LlamaConfig base_shape(const std::string& shape) {
   odc::model::LlamaConfig c;
@@ -105,27 +108,11 @@ odc::model::LlamaConfig base_shape(const std::string& shape) {
 
 Options parse(int argc, char** argv) {
   using odc::Range;
-  using odc::cli::Takes;
-  const odc::cli::Command command{"rollout_throughput",
-                                  kUsage,
-                                  {{"--shape"},
-                                   {"--layers"},
-                                   {"--hidden"},
-                                   {"--heads"},
-                                   {"--kv-heads"},
-                                   {"--head-dim"},
-                                   {"--intermediate"},
-                                   {"--vocab"},
-                                   {"--device"},
-                                   {"--dtype"},
-                                   {"--threads"},
-                                   {"--concurrency"},
-                                   {"--new"},
-                                   {"--prompt"},
-                                   {"--temperature"},
-                                   {"--top-k"},
-                                   {"--reps"},
-                                   {"--compare", Takes::nothing}}};
+  const odc::cli::Command command{
+      "rollout_throughput", kUsage,
+      {{"--shape"}, {"--layers"}, {"--hidden"}, {"--heads"}, {"--kv-heads"}, {"--head-dim"}, {"--intermediate"},
+       {"--vocab"}, {"--device"}, {"--dtype"}, {"--threads"}, {"--concurrency"}, {"--new-tokens"}, {"--prompt"},
+       {"--temperature"}, {"--top-k"}, {"--reps"}, {"--paths"}}};
   const auto args = odc::cli::parse(command, argc, argv);
   Options o;
   o.shape = args.choice("--shape", {"tiny", "llama-1b"}, o.shape);
@@ -142,12 +129,13 @@ Options parse(int argc, char** argv) {
   o.dtype = odc::parse_dtype(args.choice("--dtype", {"float32", "bfloat16"}, "float32"));
   o.threads = static_cast<int>(args.integer("--threads", o.threads, Range::at_least(1).and_at_most(1024)));
   o.concurrency = args.integer_list("--concurrency", o.concurrency, positive);
-  o.new_tokens = args.integer("--new", o.new_tokens, positive);
+  o.new_tokens = args.integer("--new-tokens", o.new_tokens, positive);
   o.prompt = args.integer("--prompt", o.prompt, Range::at_least(2).and_at_most(1 << 20));
   o.temperature = args.number("--temperature", o.temperature, Range::at_least(0));
   o.top_k = args.integer("--top-k", o.top_k, Range::at_least(0));
   o.reps = static_cast<int>(args.integer("--reps", o.reps, positive));
-  o.compare = args.flag("--compare");
+  const std::string paths = args.choice("--paths", {"both", "batched", "per_sequence"}, "both");
+  if (paths != "both") o.paths = {paths};
   c.max_position_embeddings = o.prompt * 3 / 2 + o.new_tokens;
   c.validate("command line");
   return o;
@@ -276,8 +264,7 @@ int run(const Options& o) {
   TimedParams params(weights);
   odc::backend::Backend& b = model.backend();
   b.keep_weight_copies(true);
-  const std::vector<std::string> paths =
-      o.compare ? std::vector<std::string>{"per_sequence", "batched"} : std::vector<std::string>{"batched"};
+  const std::vector<std::string>& paths = o.paths;
   for (const auto& path : paths) {  // warm-up: first allocations, kernel set-up, page faults
     b.set_per_sequence_decode(path == "per_sequence");
     time_rollouts(model, params, o, prompts_for(4, o), 2);
@@ -310,10 +297,10 @@ int run(const Options& o) {
                        {"reps", o.reps},
                        {"device", device_name},
                        {"threads", o.device == "cpu" ? o.threads : 0},
-                       {"model", o.shape},
-                       {"shape", shape_text(o.config)}});
+                       {"shape", o.shape},
+                       {"dims", shape_text(o.config)}});
     }
-    if (o.compare) {
+    if (paths.size() == 2) {
       for (std::size_t i = 0; i < runs[0].completions.size(); ++i) {
         if (runs[0].completions[i].ids != runs[1].completions[i].ids) {
           odc::fail("concurrency {}: completion {} differs between the per-sequence and the batched path", concurrency,
