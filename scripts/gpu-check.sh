@@ -465,7 +465,8 @@ fi
 # In the plan's order: what has never run on a GPU first, so that the deadline defers the rest.
 train_cmd "${set_args[@]+"${set_args[@]}"}"
 rl_cmd "${set_args[@]+"${set_args[@]}"}"
-step rollout "$(lim rollout)" bash -c '"$1/rollout_throughput" --device cuda --shape llama-1b --concurrency 8,64,256 >"$2"' \
+step rollout "$(lim rollout)" bash -c '"$1/rollout_throughput" --device cuda --shape llama-1b --concurrency 8,64,256 \
+  --new-tokens 16 --temperature 0 >"$2"' \
   rollout "$bin" "$logs/rollout.jsonl"
 # 1, 2 and 4 processes on the one GPU (odc-run --local: the machine has no MPI), ODC over CUDA IPC:
 # the 1-rank losses within bf16 rounding, bf16 gathers bit for bit.

@@ -270,6 +270,12 @@ def rollout_lines(logs):
             "by concurrent sequences: " + "; ".join(cells)]
 
 
+def rate(flops, seconds):
+    """FLOP/s as TF/s, or GF/s below one TF/s (a CPU's profile)."""
+    r = flops / seconds
+    return f"{r / 1e12:.0f} TF/s" if r >= 1e12 else f"{r / 1e9:.1f} GF/s"
+
+
 def profile_lines(logs):
     """The per-op profile of one training step: the largest categories, GEMM roles with their rate."""
     p = None
@@ -290,7 +296,7 @@ def profile_lines(logs):
         name = o.get("name", "?") + (f"/{o['role']}" if o.get("role") else "")
         cell = f"{name} {1e3 * o.get('seconds', 0.0):.1f}"
         if o.get("flops") and o.get("seconds"):
-            cell += f" ({o['flops'] / o['seconds'] / 1e12:.0f} TF/s)"
+            cell += f" ({rate(o['flops'], o['seconds'])})"
         cells.append(cell)
     out.append("  ms: " + ", ".join(cells[:5]))
     if len(cells) > 5:
@@ -300,7 +306,7 @@ def profile_lines(logs):
     if qkv:
         out.append("  q+k+v GEMMs: " + ", ".join(
             f"{x.get('name', '?')} {1e3 * x['seconds']:.2f} ms"
-            + (f" ({x['flops'] / x['seconds'] / 1e12:.0f} TF/s)" if x.get("flops") else "") for x in qkv))
+            + (f" ({rate(x['flops'], x['seconds'])})" if x.get("flops") else "") for x in qkv))
     return out
 
 

@@ -133,7 +133,7 @@ set -e
 check_out "$work/out4" "the cut run"
 awk -F'\t' '$1 == "trainer" && $2 == "cut" && ($3 == 124 || $3 == 137) && $7 == "--only trainer" {found = 1} END {exit !found}' \
   "$work/out4/steps.tsv" || fail "the slow trainer is not reported as cut: $(cat "$work/out4/steps.tsv")"
-grep -q "steps: all 0 run passed in .*; cut by the deadline: trainer" "$work/out4/summary.txt" \
+grep -q "steps: all 3 run passed in .*; cut by the deadline: trainer" "$work/out4/summary.txt" \
   || { cat "$work/out4/summary.txt"; fail "the summary does not say the trainer was cut"; }
 
 # Killed with SIGKILL at three random moments of a dry run (nothing runs after the kill): OUT
