@@ -64,6 +64,7 @@
 
 #include "cli/command_line.h"
 #include "cli/tool_main.h"
+#include "model_shapes.h"
 #include "odc/backend/backend_factory.h"
 #include "odc/backend/op_profile.h"
 #include "odc/backend/op_profiler.h"
@@ -149,27 +150,9 @@ odc::model::LlamaConfig shape(const Options& o) {
     c.tie_word_embeddings = o.shape == "llama-1b";
     c.attention_bias = o.shape == "qwen2-1.5b";
   } else if (o.shape == "qwen2-1.5b") {
-    c.vocab_size = 151936;
-    c.hidden_size = 1536;
-    c.intermediate_size = 8960;
-    c.num_hidden_layers = 28;
-    c.num_attention_heads = 12;
-    c.num_key_value_heads = 2;
-    c.head_dim = 128;
-    c.rms_norm_eps = 1e-6;
-    c.rope_theta = 10000.0;
-    c.tie_word_embeddings = false;
-    c.attention_bias = true;
+    c = odc::bench::qwen2_1_5b_shape();
   } else {
-    c.vocab_size = 128256;
-    c.hidden_size = 2048;
-    c.intermediate_size = 8192;
-    c.num_hidden_layers = 16;
-    c.num_attention_heads = 32;
-    c.num_key_value_heads = 8;
-    c.head_dim = 64;
-    c.rope_theta = 500000.0;
-    c.tie_word_embeddings = true;
+    c = odc::bench::llama_1b_shape();
   }
   if (o.layers > 0) c.num_hidden_layers = o.layers;
   std::int64_t longest = o.seq_len;

@@ -49,6 +49,7 @@
 
 #include "cli/command_line.h"
 #include "cli/tool_main.h"
+#include "model_shapes.h"
 #include "odc/backend/backend_factory.h"
 #include "odc/core/error.h"
 #include "odc/core/random.h"
@@ -85,15 +86,7 @@ constexpr const char* kUsage =
 odc::model::LlamaConfig base_shape(const std::string& shape) {
   odc::model::LlamaConfig c;
   if (shape == "llama-1b") {
-    c.vocab_size = 128256;
-    c.hidden_size = 2048;
-    c.intermediate_size = 8192;
-    c.num_hidden_layers = 16;
-    c.num_attention_heads = 32;
-    c.num_key_value_heads = 8;
-    c.head_dim = 64;
-    c.rope_theta = 500000.0;
-    c.tie_word_embeddings = true;
+    c = odc::bench::llama_1b_shape();
   } else {
     c.vocab_size = 4096;
     c.hidden_size = 256;

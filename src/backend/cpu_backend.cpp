@@ -306,21 +306,9 @@ void CpuBackend::attention_decode_batch(const DecodeAttentionShape& shape, Const
     Backend::attention_decode_batch(shape, q, k_new, v_new, k_caches, v_caches, o);
     return;
   }
-  const auto count = static_cast<std::int64_t>(shape.past.size());
-  const std::int64_t kv = std::int64_t{shape.n_kv_heads} * shape.head_dim;
-  const std::int64_t qd = std::int64_t{shape.n_heads} * shape.head_dim;
-  ODC_CHECK(static_cast<std::int64_t>(k_caches.size()) == count && static_cast<std::int64_t>(v_caches.size()) == count,
-            "attention_decode_batch: {} sequences, {} key and {} value caches", count, k_caches.size(),
-            v_caches.size());
-  ODC_CHECK(q.count >= count * qd && o.count >= count * qd && k_new.count >= count * kv && v_new.count >= count * kv,
-            "attention_decode_batch: {} sequences need {} query and {} new key/value elements, got q {}, out {}, "
-            "k {}, v {}", count, count * qd, count * kv, q.count, o.count, k_new.count, v_new.count);
-  std::vector<float*> keys(static_cast<std::size_t>(count)), values(static_cast<std::size_t>(count));
+  check_decode_batch(shape, q, k_new, v_new, k_caches, v_caches, o);
+  std::vector<float*> keys(shape.past.size()), values(shape.past.size());
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    const std::int64_t rows = shape.past[i] + 1;
-    ODC_CHECK(k_caches[i].count >= rows * kv && v_caches[i].count >= rows * kv,
-              "attention_decode_batch: sequence {} after {} cached rows needs caches of {} elements, got k {}, v {}", i,
-              shape.past[i], rows * kv, k_caches[i].count, v_caches[i].count);
     keys[i] = f(k_caches[i]);
     values[i] = f(v_caches[i]);
   }

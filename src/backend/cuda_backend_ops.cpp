@@ -190,23 +190,12 @@ void CudaBackend::attention_decode_batch(const DecodeAttentionShape& shape, Cons
     Backend::attention_decode_batch(shape, q, k_new, v_new, k_caches, v_caches, out);
     return;
   }
+  check_decode_batch(shape, q, k_new, v_new, k_caches, v_caches, out);
   const auto count = static_cast<std::int64_t>(shape.past.size());
-  const std::int64_t kv = std::int64_t{shape.n_kv_heads} * shape.head_dim;
-  const std::int64_t qd = std::int64_t{shape.n_heads} * shape.head_dim;
-  ODC_CHECK(static_cast<std::int64_t>(k_caches.size()) == count && static_cast<std::int64_t>(v_caches.size()) == count,
-            "attention_decode_batch: {} sequences, {} key and {} value caches", count, k_caches.size(),
-            v_caches.size());
-  ODC_CHECK(q.count >= count * qd && out.count >= count * qd && k_new.count >= count * kv && v_new.count >= count * kv,
-            "attention_decode_batch: {} sequences need {} query and {} new key/value elements, got q {}, out {}, "
-            "k {}, v {}", count, count * qd, count * kv, q.count, out.count, k_new.count, v_new.count);
   if (count == 0) return;
   auto& entries = impl_->decode_entries;
   entries.clear();
   for (std::size_t i = 0; i < shape.past.size(); ++i) {
-    const std::int64_t rows = shape.past[i] + 1;
-    ODC_CHECK(k_caches[i].count >= rows * kv && v_caches[i].count >= rows * kv,
-              "attention_decode_batch: sequence {} after {} cached rows needs caches of {} elements, got k {}, v {}", i,
-              shape.past[i], rows * kv, k_caches[i].count, v_caches[i].count);
     entries.push_back({bf16_out(k_caches[i], "attention_decode_batch"), bf16_out(v_caches[i], "attention_decode_batch"),
                        shape.past[i], 0});
   }

@@ -1,7 +1,8 @@
 #pragma once
 // Shared by the CUDA tests that run the whole model or a comm (tests/cuda/test_cuda_backend.cpp,
-// test_nccl_comm.cpp, test_ipc_comm.cpp): a tiny LLaMA shape the CUDA kernels support, a packed
+// test_nccl_comm.cpp, test_ipc_comm.cpp) and the emulated CUDA backend's (tests/emu/backend): a tiny LLaMA shape the CUDA kernels support, a packed
 // microbatch of ragged sequences over it, and fp32 copies between host vectors and a backend.
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -42,6 +43,19 @@ inline model::PackedBatch tiny_batch(const model::LlamaConfig& c) {
     batch.append(tokens.data(), nullptr, s, 1.0f / 163.0f);
   }
   return batch;
+}
+
+// ||got - want|| / ||want|| (the absolute norm where want is 0; infinite when got is not finite):
+// the normwise relative error the model-level comparisons bound.
+inline double normwise(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0.0, den = 0.0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double d = double(got[i]) - want[i];
+    num += d * d;
+    den += double(want[i]) * want[i];
+  }
+  if (!std::isfinite(num)) return INFINITY;
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 // `count` fp32 elements of the backend's memory at `data`, on the host.

@@ -55,6 +55,12 @@ struct DecodeAttentionShape {
   int head_dim = 0;
 };
 
+// The checks every attention_decode_batch makes: as many caches as sequences, the query, new
+// key/value and output views long enough for them, each cache holding its row past[i]; odc::Error
+// naming the sequence otherwise.
+void check_decode_batch(const DecodeAttentionShape& shape, ConstView q, ConstView k_new, ConstView v_new,
+                        std::span<const View> k_caches, std::span<const View> v_caches, ConstView out);
+
 // Points in a backend's queue of ops, for timing ops where they run (Backend::make_timeline;
 // backend/op_profiler.h). Marks are placed in issue order; reading a time waits for its marks.
 class OpTimeline {

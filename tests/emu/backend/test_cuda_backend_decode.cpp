@@ -23,6 +23,7 @@
 
 #include "emu_block.h"
 #include "odc/backend/cpu_backend.h"
+#include "cuda/cuda_model_support.h"
 #include "odc/backend/cuda_backend.h"
 #include "odc/model/kv_cache.h"
 #include "odc/model/llama_model.h"
@@ -32,15 +33,11 @@ using namespace odc;
 
 namespace {
 
+// The GPU tests' tiny shape with two kv heads of two query heads each.
 model::LlamaConfig tiny_model() {
-  model::LlamaConfig c;
-  c.vocab_size = 256;
-  c.hidden_size = 128;
-  c.intermediate_size = 256;
-  c.num_hidden_layers = 2;
+  model::LlamaConfig c = test::cuda::gpu_tiny_model();
   c.num_attention_heads = 4;
   c.num_key_value_heads = 2;
-  c.head_dim = 64;
   c.max_position_embeddings = 128;
   return c;
 }
@@ -87,15 +84,6 @@ Decoded decode(backend::Backend& b, model::LlamaModel& m, bool per_sequence) {
   return out;
 }
 
-double normwise(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0.0, den = 0.0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::isfinite(num) ? std::sqrt(num / den) : INFINITY;
-}
-
 }  // namespace
 
 TEST_CASE(
@@ -119,7 +107,7 @@ TEST_CASE(
     INFO("step " << step);
     CHECK(std::memcmp(batched.steps[step].data(), looped.steps[step].data(),
                       batched.steps[step].size() * sizeof(float)) == 0);
-    const double e = normwise(batched.steps[step], reference.steps[step]);
+    const double e = test::cuda::normwise(batched.steps[step], reference.steps[step]);
     std::printf("[emu-cuda-decode] step %zu logits normwise vs cpu-bf16 %.3e\n", step, e);
     CHECK(e <= 2e-2);
   }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "odc/backend/cpu_backend.h"
+#include "cuda/cuda_model_support.h"
 #include "odc/backend/cuda_backend.h"
 #include "odc/distributed/comm/local_comm.h"
 #include "odc/distributed/shard/shard_store.h"
@@ -35,21 +36,7 @@ using namespace odc;
 namespace {
 
 model::LlamaConfig tiny_model(bool qwen3) {
-  model::LlamaConfig c;
-  c.vocab_size = 256;
-  c.hidden_size = 128;
-  c.intermediate_size = 256;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.num_key_value_heads = 1;
-  c.head_dim = 64;  // the CUDA attention supports 64 and 128
-  c.max_position_embeddings = 256;
-  if (qwen3) {
-    c.qk_norm = true;
-    c.hidden_size = 96;  // q_dim 2 x 64 = 128 != hidden_size
-    c.tie_word_embeddings = true;
-  }
-  return c;
+  return qwen3 ? test::cuda::gpu_tiny_qwen3_model() : test::cuda::gpu_tiny_model();
 }
 
 // Ragged sequences: 5, 64 (one full dQ tile), 1, 97 (crosses the 64-row tiles).
@@ -61,17 +48,6 @@ model::PackedBatch tiny_batch(const model::LlamaConfig& c) {
     batch.append(tokens.data(), nullptr, s, 1.0f / 163.0f);
   }
   return batch;
-}
-
-double normwise(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0.0, den = 0.0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    const double d = double(got[i]) - want[i];
-    num += d * d;
-    den += double(want[i]) * want[i];
-  }
-  if (!std::isfinite(num)) return INFINITY;
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 struct Step {
@@ -121,7 +97,7 @@ TEST_CASE("emu CudaBackend: a LlamaModel microbatch agrees with the CPU bf16 bac
   CHECK(loss_rel <= 1e-3);
   REQUIRE(gpu.grads.size() == cpu.grads.size());
   for (std::size_t u = 0; u < cpu.grads.size(); ++u) {
-    const double e = normwise(gpu.grads[u], cpu.grads[u]);
+    const double e = test::cuda::normwise(gpu.grads[u], cpu.grads[u]);
     std::printf("[emu-cuda-backend] %-24s n=%-7zu normwise %.3e\n", cpu.names[u].c_str(), cpu.grads[u].size(), e);
     INFO(cpu.names[u] << ": normwise " << e);
     CHECK(e <= 1e-2);
@@ -135,7 +111,7 @@ TEST_CASE("emu CudaBackend: a LlamaModel microbatch agrees with the CPU bf16 bac
       const auto slice = [&](const std::vector<float>& g) {
         return std::vector<float>(g.begin() + t.offset, g.begin() + t.offset + t.numel);
       };
-      const double e = normwise(slice(gpu.grads[u]), slice(cpu.grads[u]));
+      const double e = test::cuda::normwise(slice(gpu.grads[u]), slice(cpu.grads[u]));
       std::printf("[emu-cuda-backend] %-40s normwise %.3e\n", t.name.c_str(), e);
       INFO(t.name << ": normwise " << e);
       CHECK(e <= 1e-2);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "odc/backend/cpu_backend.h"
+#include "cuda/cuda_model_support.h"
 #include "odc/backend/cuda_backend.h"
 #include "odc/distributed/comm/local_comm.h"
 #include "odc/distributed/shard/shard_store.h"
@@ -32,19 +33,6 @@
 using namespace odc;
 
 namespace {
-
-model::LlamaConfig tiny_model() {
-  model::LlamaConfig c;
-  c.vocab_size = 256;
-  c.hidden_size = 128;
-  c.intermediate_size = 256;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.num_key_value_heads = 1;
-  c.head_dim = 64;
-  c.max_position_embeddings = 256;
-  return c;
-}
 
 kernels::PolicyLossParams policy_params() {
   kernels::PolicyLossParams p;
@@ -81,24 +69,13 @@ model::PackedBatch policy_batch(const std::vector<int>& lengths, std::uint32_t s
   return batch;
 }
 
-double normwise(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0.0, den = 0.0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    const double d = double(got[i]) - want[i];
-    num += d * d;
-    den += double(want[i]) * want[i];
-  }
-  if (!std::isfinite(num)) return INFINITY;
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
 struct Steps {
   std::vector<model::MicrobatchResult> results;  // per microbatch
   std::vector<float> grads;                      // summed over the microbatches, every unit
 };
 
 Steps run(std::unique_ptr<backend::Backend> be, bool device_store) {
-  const auto config = tiny_model();
+  const auto config = test::cuda::gpu_tiny_model();
   model::LlamaModel m(config, std::move(be));
   m.set_policy_objective(policy_params(), true);
   const distributed::ShardLayout layout(m.units(), 1, 0);
@@ -149,7 +126,7 @@ TEST_CASE("emu CudaBackend: GRPO microbatches agree with the CPU bf16 backend, s
     CHECK(gpu.results[k].weighted_loss == g.loss);
     CHECK(gpu.results[k].nll_sum == g.nll);
   }
-  const double e = normwise(gpu.grads, cpu.grads);
+  const double e = test::cuda::normwise(gpu.grads, cpu.grads);
   std::printf("[emu-cuda-policy] gradients normwise %.3e\n", e);
   CHECK(e <= 1e-2);
 }

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "cuda/cuda_model_support.h"
 #include "odc/backend/cuda_backend.h"
 #include "odc/backend/op_profiler.h"
 #include "odc/kernels/adamw.h"
@@ -21,24 +22,11 @@ using namespace odc;
 
 namespace {
 
-model::LlamaConfig tiny_model() {
-  model::LlamaConfig c;
-  c.vocab_size = 256;
-  c.hidden_size = 128;
-  c.intermediate_size = 256;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 2;
-  c.num_key_value_heads = 1;
-  c.head_dim = 64;  // the CUDA attention supports 64 and 128
-  c.max_position_embeddings = 256;
-  return c;
-}
-
 }  // namespace
 
 TEST_CASE("emu CudaBackend: the profiler's event timeline grows, is reused, and records the predicted calls",
           "[emu][cuda_backend][profile]") {
-  const auto c = tiny_model();
+  const auto c = test::cuda::gpu_tiny_model();
   auto wrapped = std::make_unique<backend::ProfilingBackend>(
       std::make_unique<backend::CudaBackend>(0),
       backend::llama_gemm_classifier({c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size, c.vocab_size}));

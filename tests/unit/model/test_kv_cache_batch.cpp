@@ -101,7 +101,7 @@ Decoded decode_greedy(model::LlamaModel& m, model::ParamSource& w,
 
 }  // namespace
 
-TEST_CASE("forward_cached_batch: batched attention is bitwise the per-sequence path; each sequence decodes as alone",
+TEST_CASE("forward_cached_batch: batched attention is bitwise the per-sequence path, each sequence decodes as alone",
           "[model][kv_cache]") {
   // Ragged: an empty cache (the first batched token at position 0), one prompt token, longer ones.
   const std::vector<std::int64_t> lengths{9, 0, 1, 20, 4, 13};
