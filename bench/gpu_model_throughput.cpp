@@ -64,7 +64,7 @@
 
 #include "cli/command_line.h"
 #include "cli/tool_main.h"
-#include "model_shapes.h"
+#include "bench_models.h"
 #include "odc/backend/backend_factory.h"
 #include "odc/backend/op_profile.h"
 #include "odc/backend/op_profiler.h"
@@ -167,26 +167,6 @@ std::string shape_text(const odc::model::LlamaConfig& c) {
          std::to_string(c.num_key_value_heads) + "x" + std::to_string(c.head_dim) + " v" +
          std::to_string(c.vocab_size) + (c.tie_word_embeddings ? " tied" : " untied") +
          (c.attention_bias ? " qkv-bias" : "");
-}
-
-// Weights of the right scale (std 0.02 matrices, unit norm weights) without the cost of drawing
-// 1.8e9 normals: a 64K-value normal pattern tiled over each unit. Speed does not depend on values.
-std::vector<std::vector<float>> weights_for(const odc::model::LlamaModel& model) {
-  std::vector<float> pattern(1 << 16);
-  odc::SplitMix64 rng(5);
-  for (auto& p : pattern) p = static_cast<float>(0.02 * odc::normal_from_bits(rng.next(), rng.next()));
-  std::vector<std::vector<float>> out;
-  for (const auto& unit : model.units()) {
-    std::vector<float> w(static_cast<std::size_t>(unit.numel));
-    for (std::size_t i = 0; i < w.size(); ++i) w[i] = pattern[i % pattern.size()];
-    for (const auto& t : unit.tensors) {
-      if (t.name.find("norm") != std::string::npos) {
-        std::fill_n(w.begin() + t.offset, t.numel, 1.0f);
-      }
-    }
-    out.push_back(std::move(w));
-  }
-  return out;
 }
 
 odc::model::PackedBatch batch_for(int seqs, std::int64_t seq_len, const odc::model::LlamaConfig& c) {
@@ -412,7 +392,7 @@ int run(const Options& o) {
   }
   odc::model::LlamaModel model(config, std::move(backend));
   model.set_recompute(o.recompute);
-  odc::model::ResidentWeights weights(model.backend(), model.units(), weights_for(model));
+  odc::model::ResidentWeights weights(model.backend(), model.units(), odc::bench::tiled_weights(model));
   for (const Case& k : cases) {
     nlohmann::json line = run_case(o, k, model, weights, attention);
     if (profiler != nullptr && !line.contains("error") && !line.contains("skipped")) {

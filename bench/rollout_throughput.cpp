@@ -49,7 +49,7 @@
 
 #include "cli/command_line.h"
 #include "cli/tool_main.h"
-#include "model_shapes.h"
+#include "bench_models.h"
 #include "odc/backend/backend_factory.h"
 #include "odc/core/error.h"
 #include "odc/core/random.h"
@@ -139,23 +139,6 @@ std::string shape_text(const odc::model::LlamaConfig& c) {
          std::to_string(c.intermediate_size) + " h" + std::to_string(c.num_attention_heads) + "/" +
          std::to_string(c.num_key_value_heads) + "x" + std::to_string(c.head_dim) + " v" +
          std::to_string(c.vocab_size) + (c.tie_word_embeddings ? " tied" : " untied");
-}
-
-// The tiled normal pattern (see the top of this file).
-std::vector<std::vector<float>> weights_for(const odc::model::LlamaModel& model) {
-  std::vector<float> pattern(1 << 16);
-  odc::SplitMix64 rng(5);
-  for (auto& p : pattern) p = static_cast<float>(0.02 * odc::normal_from_bits(rng.next(), rng.next()));
-  std::vector<std::vector<float>> out;
-  for (const auto& unit : model.units()) {
-    std::vector<float> w(static_cast<std::size_t>(unit.numel));
-    for (std::size_t i = 0; i < w.size(); ++i) w[i] = pattern[i % pattern.size()];
-    for (const auto& t : unit.tensors) {
-      if (t.name.find("norm") != std::string::npos) std::fill_n(w.begin() + t.offset, t.numel, 1.0f);
-    }
-    out.push_back(std::move(w));
-  }
-  return out;
 }
 
 std::vector<std::vector<std::int32_t>> prompts_for(std::int64_t count, const Options& o) {
@@ -253,7 +236,7 @@ int run(const Options& o) {
   }
   const std::string device_name(backend->name());
   odc::model::LlamaModel model(o.config, std::move(backend));
-  odc::model::ResidentWeights weights(model.backend(), model.units(), weights_for(model));
+  odc::model::ResidentWeights weights(model.backend(), model.units(), odc::bench::tiled_weights(model));
   TimedParams params(weights);
   odc::backend::Backend& b = model.backend();
   b.keep_weight_copies(true);
