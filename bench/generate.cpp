@@ -82,7 +82,7 @@ Options parse_options(int argc, char** argv) {
   o.threads = static_cast<int>(args.integer("--threads", o.threads, Range::at_least(1).and_at_most(1024)));
   o.reps = static_cast<int>(args.integer("--reps", o.reps, Range::at_least(1).and_at_most(1 << 20)));
   o.no_cache = args.integer("--cache-only", 0, Range::at_least(0).and_at_most(1)) == 0;
-  o.seed = static_cast<std::uint64_t>(args.integer("--seed", 0, Range::at_least(0)));
+  o.seed = args.integer<std::uint64_t>("--seed", 0);
   return o;
 }
 

@@ -99,7 +99,7 @@ Options parse_options(int argc, char** argv) {
   o.threads = static_cast<int>(args.integer("--threads", o.threads, count));
   o.iters = static_cast<int>(args.integer("--iters", o.iters, count));
   o.warmup = static_cast<int>(args.integer("--warmup", o.warmup, Range::at_least(0).and_at_most(1 << 20)));
-  o.seed = static_cast<std::uint64_t>(args.integer("--seed", 0, Range::at_least(0)));
+  o.seed = args.integer<std::uint64_t>("--seed", 0);
   o.step_microbatches = static_cast<int>(args.integer("--step-microbatches", o.step_microbatches, count));
   // The library's own parsers name what they accept; their mistakes are command-line mistakes here.
   try {

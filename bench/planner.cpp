@@ -73,7 +73,7 @@ int run(int argc, char** argv) {
                                   "one JSON line per cell.\n",
                                   {{"--seed"}}};
   const auto args = odc::cli::parse(command, argc, argv);
-  const auto seed = static_cast<std::uint64_t>(args.integer("--seed", 1, odc::Range::at_least(0)));
+  const auto seed = args.integer<std::uint64_t>("--seed", 1);
   // The reference's fit for a 7B model, cost = 4.348357 s'^2 + 8.768377 s' with s' = s / 32000.
   const auto cost =
       odc::data::CostModel::quadratic(4.348357 / (32000.0 * 32000.0), 8.768377 / 32000.0);

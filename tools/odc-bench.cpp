@@ -15,7 +15,6 @@
 #include <cstdlib>
 #include <functional>
 #include <iostream>
-#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -123,10 +122,8 @@ Options parse_options(const odc::cli::Arguments& args) {
       }
     }
   }
-  // The int options end at INT_MAX: larger counts are typos, not benchmarks.
   const auto int_option = [&](std::string_view name, int fallback, int minimum) {
-    const Range range = Range::at_least(minimum).and_at_most(std::numeric_limits<int>::max());
-    return static_cast<int>(args.integer(name, fallback, range));
+    return args.integer(name, fallback, Range::at_least(minimum));  // an int: beyond INT_MAX is a usage error
   };
   options.iters = int_option("--iters", options.iters, 0);
   options.min_time_s = args.number("--min-time-s", options.min_time_s, Range::at_least(0));
@@ -149,6 +146,18 @@ Options parse_options(const odc::cli::Arguments& args) {
   options.slot_pushes = args.choice("--push-protocol", {"slot", "message"}, "slot") == "slot";
   options.slots_per_client = int_option("--slots-per-client", options.slots_per_client, 1);
   options.timeout_s = args.number("--timeout-s", options.timeout_s, Range::at_least(1e-3));
+  // Options the others make meaningless would be ignored.
+  if (options.iters > 0 && (args.value("--min-time-s") || args.value("--max-iters"))) {
+    throw args.usage_error("--min-time-s and --max-iters adapt the iteration count, which --iters N > 0 fixes: "
+                           "give one or the other");
+  }
+  if (!options.gather && args.value("--gather-protocol")) {
+    throw args.usage_error("--gather-protocol applies to the gather op, which --ops leaves out");
+  }
+  if (!options.scatter && (args.value("--push-protocol") || args.value("--slots-per-client"))) {
+    throw args.usage_error("--push-protocol and --slots-per-client apply to the scatter_accumulate op, which --ops "
+                           "leaves out");
+  }
   return options;
 }
 

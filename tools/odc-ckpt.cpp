@@ -211,7 +211,7 @@ int run_init(const odc::cli::Arguments& args) {
   const std::string tokenizer = args.value_or("--tokenizer", "");
   const std::vector<std::string> assignments = args.assignments();
   const odc::DType dtype = checkpoint_dtype(args, "bf16");
-  const auto seed = static_cast<std::uint64_t>(args.integer("--seed", 0, odc::Range::at_least(0)));
+  const auto seed = args.integer<std::uint64_t>("--seed", 0);
   const std::int64_t max_shard_bytes = args.integer("--max-shard-bytes", 5'000'000'000, odc::Range::at_least(1));
 
   nlohmann::json fields = model_config_json(args, config_file, assignments);
@@ -357,8 +357,8 @@ int run_export(const odc::cli::Arguments& args) {
 int run_import(const odc::cli::Arguments& args) {
   const std::string from = args.required("--from", "DIR");
   const std::string out = args.required("--out", "CKPT_DIR");
-  const std::int64_t world = args.required_integer("--world-size", "N", odc::Range::at_least(1));
-  const auto path = odc::train::import_hf_to_native(from, out, static_cast<int>(world));
+  const int world = args.required_integer<int>("--world-size", "N", odc::Range::at_least(1));
+  const auto path = odc::train::import_hf_to_native(from, out, world);
   std::cout << nlohmann::json{{"from", from}, {"checkpoint", path}, {"world_size", world}}.dump() << '\n';
   return 0;
 }
@@ -367,8 +367,8 @@ int run_reshard(const odc::cli::Arguments& args) {
   const std::string in = args.positional(0);
   const std::string out = args.positional(1);
   if (in.empty() || out.empty()) throw args.usage_error("IN and OUT are required");
-  const std::int64_t world = args.required_integer("--world-size", "N", odc::Range::at_least(1));
-  const auto path = odc::train::reshard_native(in, out, static_cast<int>(world));
+  const int world = args.required_integer<int>("--world-size", "N", odc::Range::at_least(1));
+  const auto path = odc::train::reshard_native(in, out, world);
   std::cout << nlohmann::json{{"from", in}, {"checkpoint", path}, {"world_size", world}}.dump() << '\n';
   return 0;
 }

@@ -74,8 +74,9 @@ options:
   --in FILE            JSONL input (required)
   --out PREFIX         output prefix; a trailing .bin or .idx is ignored (required)
   --format F           tokens, chat, text or bin (default tokens)
-  --extra-fields E     error or ignore (default error): a field of a tokens record other than
-                       input_ids, loss_mask, labels, attention_mask (odc-train's data.extra_fields)
+  --extra-fields E     error or ignore (default error): a record field its format does not define
+                       (tokens: input_ids, loss_mask, labels, attention_mask; chat: messages, or
+                       prompt + completion, or text; text: text), as odc-train's data.extra_fields
   --tokenizer PATH     Hugging Face tokenizer.json (required for chat and text); BOS/EOS come from
                        tokenizer_config.json next to it when present
   --chat-template T    auto, llama3 or chatml (default auto: from tokenizer_config.json's
@@ -102,8 +103,7 @@ int run_synth(const odc::cli::Arguments& args) {
   options.mean_length = args.number("--mean-length", options.mean_length);
   options.sigma = args.number("--sigma", options.sigma);
   options.tasks = args.list("--tasks", options.tasks);
-  options.seed = static_cast<std::uint64_t>(args.integer("--seed", static_cast<std::int64_t>(options.seed),
-                                                         odc::Range::at_least(0)));
+  options.seed = args.integer("--seed", options.seed);
 
   odc::data::write_synth_jsonl(options, out_path);
 
@@ -161,8 +161,8 @@ int run_convert(const odc::cli::Arguments& args) {
   if (!text_format && (!text_options.tokenizer_path.empty() || text_options.chat_template != "auto")) {
     throw args.usage_error("--tokenizer and --chat-template apply to --format chat or text only");
   }
-  if (format != "tokens" && args.value("--extra-fields")) {
-    throw args.usage_error("--extra-fields applies to --format tokens only");
+  if (format == "bin" && args.value("--extra-fields")) {
+    throw args.usage_error("--extra-fields applies to JSONL input (--format tokens, chat or text), not --format bin");
   }
   std::int64_t vocab_size = std::numeric_limits<std::int32_t>::max();
   if (vocab_option) {

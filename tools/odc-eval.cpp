@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/command_line.h"
@@ -54,6 +55,11 @@ int run(const odc::cli::Arguments& args) {
   const int threads = odc::cli::compute_threads(args);
   const std::string tokenizer = args.value_or("--tokenizer", "");
   const std::string chat_template = args.choice("--chat-template", {"auto", "llama3", "chatml"}, "auto");
+  // Pre-tokenized data is not tokenized: either option would be ignored.
+  if (format != "chat" && format != "text" && (args.value("--tokenizer") || args.value("--chat-template"))) {
+    throw args.usage_error(fmt::format("--tokenizer and --chat-template apply to --format chat or text only, "
+                                       "not {} (pre-tokenized)", format));
+  }
 
   odc::train::LoadedModel model(model_dir, threads);
   const auto dataset = odc::data::open_dataset(

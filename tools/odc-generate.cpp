@@ -58,7 +58,7 @@ odc::cli::Command command() {
   return {"odc-generate", kUsage,
           {{"--model"}, {"--prompt"}, {"--tokenizer"}, {"--max-new-tokens"}, {"--temperature"}, {"--top-p"},
            {"--top-k"}, {"--repetition-penalty"}, {"--stop", Takes::values}, {"--no-cache", Takes::nothing},
-           {"--seed"}, {"--chat", Takes::nothing}, {"--chat-template"}, {"--json", Takes::nothing}, {"--threads"}}};
+           {"--seed"}, {"--chat", Takes::nothing}, {"--chat-template", Takes::value, "--chat"}, {"--json", Takes::nothing}, {"--threads"}}};
 }
 
 int run(const odc::cli::Arguments& args) {
@@ -76,6 +76,11 @@ int run(const odc::cli::Arguments& args) {
   options.top_p = args.number("--top-p", 1.0, odc::Range::above(0).and_at_most(1));
   options.top_k = args.integer("--top-k", 0);
   if (options.top_k < 0) throw args.usage_error(fmt::format("--top-k must be >= 0 (0 = off), got {}", options.top_k));
+  // Greedy decoding draws nothing: a nucleus or a top-k would be ignored.
+  if (options.temperature == 0.0 && (args.value("--top-p") || args.value("--top-k"))) {
+    throw args.usage_error("--top-p and --top-k apply only to sampling (--temperature > 0); at temperature 0 "
+                           "(greedy, the default) they would be ignored");
+  }
   options.repetition_penalty = args.number("--repetition-penalty", 1.0);  // NaN and infinity: not numbers
   if (!(options.repetition_penalty > 0)) {
     throw args.usage_error(
@@ -86,7 +91,7 @@ int run(const odc::cli::Arguments& args) {
     if (stop.empty()) throw args.usage_error("--stop expects a non-empty string, got ''");
   }
   options.use_cache = !args.flag("--no-cache");
-  options.seed = static_cast<std::uint64_t>(args.integer("--seed", 0, odc::Range::at_least(0)));
+  options.seed = args.integer<std::uint64_t>("--seed", 0);
   const bool json = args.flag("--json");
   const bool chat = args.flag("--chat");
   const std::string chat_template = args.choice("--chat-template", {"auto", "llama3", "chatml"}, "auto");

@@ -75,7 +75,7 @@ odc::cli::Command command() {
   return {"odc-rollout", kUsage,
           {{"--model"}, {"--tokenizer"}, {"--prompts"}, {"--out"}, {"--group"}, {"--concurrency"}, {"--max-new-tokens"},
            {"--temperature"}, {"--top-p"}, {"--top-k"}, {"--stop", Takes::values}, {"--seed"}, {"--verifier"}, {"--reward-command"}, {"--ref-model"},
-           {"--chat", Takes::nothing}, {"--chat-template"}, {"--threads"}}};
+           {"--chat", Takes::nothing}, {"--chat-template", Takes::value, "--chat"}, {"--threads"}}};
 }
 
 int run(const odc::cli::Arguments& args) {
@@ -89,7 +89,7 @@ int run(const odc::cli::Arguments& args) {
   options.sampling.temperature = args.number("--temperature", 1.0, odc::Range::above(0));
   options.sampling.top_p = args.number("--top-p", 1.0, odc::Range::above(0).and_at_most(1));
   options.sampling.top_k = args.integer("--top-k", 0, odc::Range::at_least(0));
-  options.sampling.seed = static_cast<std::uint64_t>(args.integer("--seed", 0, odc::Range::at_least(0)));
+  options.sampling.seed = args.integer<std::uint64_t>("--seed", 0);
   const std::string verifier_name = args.choice("--verifier", {"exact", "number"}, "exact");
   const auto reward_command = args.value("--reward-command");
   if (reward_command && args.value("--verifier")) throw args.usage_error("give --verifier or --reward-command, not both");

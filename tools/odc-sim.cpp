@@ -54,6 +54,9 @@ int run(const odc::cli::Arguments& args) {
   const std::string config_file = args.positional(0);
   const std::string out_dir = args.value_or("--out", "");
   if (args.value("--out") && out_dir.empty()) throw args.usage_error("--out needs a directory name");
+  if (args.value("--out") && args.flag("--dump-config")) {
+    throw args.usage_error("--out writes a simulation's results, which --dump-config does not run: give one");
+  }
   const auto config = odc::sim::load_sim_config(config_file, args.assignments());
   if (args.flag("--dump-config")) {
     std::fputs(config.dump().c_str(), stdout);

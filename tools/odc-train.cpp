@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -23,6 +24,7 @@
 #include "odc/train/calibrate.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/memory_plan.h"
+#include "odc/train/run_settings.h"
 #include "odc/train/step_estimate.h"
 #include "odc/train/trainer.h"
 
@@ -71,21 +73,31 @@ odc::cli::Command command() {
           {{"--set", Takes::values},
            {"--dump-config", Takes::nothing},
            {"--plan-memory", Takes::nothing},
-           {"--plan-ranks", Takes::value},
-           {"--device-profile", Takes::value},
-           {"--plan-device", Takes::value},
+           {"--plan-ranks", Takes::value, "--plan-memory"},
+           {"--device-profile", Takes::value, "--plan-memory"},
+           {"--plan-device", Takes::value, "--plan-memory"},
            {"--calibrate-cost", Takes::nothing}},
           "config file", 1};
 }
 
 int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi, const odc::train::StopSignals& signals) {
+  // Each of these prints its own answer instead of training: given together, all but one were ignored.
+  std::vector<std::string> modes;
+  for (const char* mode : {"--dump-config", "--plan-memory", "--calibrate-cost"}) {
+    if (args.flag(mode)) modes.emplace_back(mode);
+  }
+  if (modes.size() > 1) {
+    throw args.usage_error(fmt::format("{} each answer instead of training: give one", fmt::join(modes, " and ")));
+  }
   // The config's warnings (an ODC_* variable that names no key) are the same on every rank: only
   // rank 0 prints them (setup_logging below sets every rank's level for the run).
   const char* local_rank = std::getenv(odc::distributed::kLocalRankVariable);
   if (mpi.initialized() ? mpi.rank() != 0 : local_rank != nullptr && std::string_view(local_rank) != "0") {
     spdlog::set_level(spdlog::level::err);
   }
-  const auto config = odc::train::load_trainer_config(args.positional(0), args.assignments());
+  // Every rank reads the same config: its errors are printed once (cli::SameOnEveryRank).
+  const auto config = odc::cli::same_on_every_rank(
+      [&] { return odc::train::load_trainer_config(args.positional(0), args.assignments()); });
   // Started by `odc-run --local N` (no MPI): the ranks of this host meet in shared memory.
   std::unique_ptr<odc::distributed::ShmHostGroup> local;
   if (!mpi.initialized() && odc::distributed::launched_locally()) {
@@ -113,7 +125,7 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
     return 0;
   }
   if (args.flag("--plan-memory")) {
-    const auto ranks = static_cast<int>(args.integer("--plan-ranks", world_size, odc::Range::at_least(1)));
+    const int ranks = args.integer("--plan-ranks", world_size, odc::Range::at_least(1));
     // Started alone, it plans for --plan-ranks ranks of this host.
     const int on_host = local ? local->size() : mpi.initialized() ? mpi.world_size() : ranks;
     const odc::train::EstimateOptions estimate{args.value_or("--device-profile", ""), args.value_or("--plan-device", "")};
@@ -139,7 +151,10 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
   }
   // The online RL loop samples its own rollouts from rl.prompts: it reads no data.train.
   const bool online_rl = !config.get_string("rl.prompts").empty();
-  config.validate(online_rl ? std::vector<std::string>{"data.train"} : std::vector<std::string>{});
+  odc::cli::same_on_every_rank([&] {
+    config.validate(online_rl ? std::vector<std::string>{"data.train"} : std::vector<std::string>{});
+    odc::train::resolve_run_settings(config, false);  // the settings' own checks (train.trace_file's name)
+  });
   odc::setup_logging(rank, world_size, config.get_string("train.log_level"));
   if (local) {
     odc::train::Trainer trainer(config, *local);

@@ -8,9 +8,11 @@ eval lines, or the online RL loop's rollout lines) and
 tokens/s. Noisy series (loss, gradient norm, tokens/s) are drawn raw (thin) and as a trailing moving
 average (thick; the legend says over how many steps: N = --smooth, default 1/20 of the steps, at
 least 1); lr and eval loss are drawn as they are. With several files the curves are overlaid
-(labelled by file name). Prints one JSON line per file (steps, first/last loss) and a last line
-{"out": ..., "panels": [...]} naming the panels drawn. --check-decrease exits 1 unless the mean loss
-of the last 10% of steps is below the mean of the first 10% by at least 10%. Needs matplotlib
+(labelled by file name). Prints one JSON line per file: steps, loss_first and loss_last (the first and
+the last step's loss), loss_mean_first_10pct and loss_mean_last_10pct (the mean loss of the first and
+of the last 10% of the steps, at least one step each) and drop (1 - the second mean / the first); then
+a last line {"out": ..., "panels": [...]} naming the panels drawn. --check-decrease exits 1 unless
+drop >= 10% (the means, which one noisy step cannot decide). Needs matplotlib
 (Debian's /usr/bin/python3 with python3-matplotlib, as scripts/demo.sh runs it).
 """
 import argparse
@@ -106,10 +108,13 @@ def main():
         losses = series["loss"][1]
         k = max(1, len(losses) // 10)
         first, last = sum(losses[:k]) / k, sum(losses[-k:]) / k
-        print(json.dumps({"metrics": path, "steps": len(losses), "loss_first": round(first, 4),
-                          "loss_last": round(last, 4), "drop": round(1 - last / first, 4) if first else 0.0}))
+        print(json.dumps({"metrics": path, "steps": len(losses), "loss_first": round(losses[0], 4),
+                          "loss_last": round(losses[-1], 4), "loss_mean_first_10pct": round(first, 4),
+                          "loss_mean_last_10pct": round(last, 4),
+                          "drop": round(1 - last / first, 4) if first else 0.0}))
         if args.check_decrease and not last < 0.9 * first:
-            print(f"{path}: loss did not fall (first {first:.4f}, last {last:.4f})", file=sys.stderr)
+            print(f"{path}: loss did not fall by 10% (mean of the first {k} step(s) {first:.4f}, of the last {k} "
+                  f"{last:.4f})", file=sys.stderr)
             ok = False
     for ax, (panel, *_rest) in zip(axes, panels):
         ax.grid(alpha=0.3)

@@ -100,6 +100,22 @@ std::int64_t TokenDataset::max_length() const {
   return longest;
 }
 
+std::string TokenDataset::no_targets_reason(std::int64_t count) const {
+  std::int64_t single = 0;
+  std::int64_t first_single = -1;
+  for (std::int64_t i = 0; i < count; ++i) {
+    if (length(i) != 1) continue;
+    if (single++ == 0) first_single = i;
+  }
+  if (single == 0) return "every loss_mask is 0";
+  const std::string one_token = fmt::format(
+      "one token long (a one-token sequence has no target: nothing precedes its token, so it is never predicted; "
+      "the first is {})", record(first_single));
+  if (single == count) return fmt::format("every sequence is {}", one_token);
+  return fmt::format("{} of them are {}, and the other {} have loss_mask 0 on every token after the first", single,
+                     one_token, count - single);
+}
+
 JsonlTokenDataset::JsonlTokenDataset(const std::string& path, std::int64_t vocab_size, bool ignore_extra_fields)
     : InMemoryTokenDataset(path) {
   // Token ids are stored as int32, so a larger vocabulary could not be represented anyway.

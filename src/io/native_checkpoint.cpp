@@ -27,6 +27,16 @@ constexpr const char* kStepPrefix = "step-";
 constexpr const char* kPartialPrefix = ".partial-step-";
 constexpr const char* kTensorNames[3] = {"masters", "exp_avg", "exp_avg_sq"};
 
+// At most kExcerptChars of `text` (cut at a UTF-8 character boundary): a JSON parser's message
+// quotes what it read last, which for a manifest cut inside its config is thousands of characters.
+constexpr std::size_t kExcerptChars = 200;
+std::string excerpt(const std::string& text) {
+  if (text.size() <= kExcerptChars) return text;
+  std::size_t cut = kExcerptChars;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return fmt::format("{}... ({} more characters)", text.substr(0, cut), text.size() - cut);
+}
+
 std::string rank_file(int rank) { return fmt::format("rank-{:05}.safetensors", rank); }
 std::string rank_sidecar(int rank) { return fmt::format("rank-{:05}.json", rank); }
 
@@ -256,8 +266,8 @@ nlohmann::json read_manifest(const std::string& checkpoint) {
   try {
     manifest = nlohmann::json::parse(read_text(path));
   } catch (const nlohmann::json::exception& e) {
-    fail("checkpoint manifest '{}' is not valid JSON: {} (the manifest is damaged: truncated or edited)", path.string(),
-         e.what());
+    fail("checkpoint manifest '{}' is not valid JSON (it is damaged: truncated or edited): {}", path.string(),
+         excerpt(e.what()));
   }
   const auto damaged = [&](const std::string& what) {
     fail("checkpoint manifest '{}' is damaged: {}", path.string(), what);
@@ -270,22 +280,23 @@ nlohmann::json read_manifest(const std::string& checkpoint) {
     if (!manifest.contains(key)) fail("checkpoint manifest '{}': missing '{}'", path.string(), key);
   }
   if (!manifest["step"].is_number_integer() || manifest["step"].get<std::int64_t>() < 0) {
-    damaged(fmt::format("'step' must be an integer >= 0, found {}", manifest["step"].dump()));
+    damaged(fmt::format("'step' must be an integer >= 0, found {}", excerpt(manifest["step"].dump())));
   }
   if (!manifest["world_size"].is_number_integer() || manifest["world_size"].get<std::int64_t>() < 1) {
-    damaged(fmt::format("'world_size' must be an integer >= 1, found {}", manifest["world_size"].dump()));
+    damaged(fmt::format("'world_size' must be an integer >= 1, found {}", excerpt(manifest["world_size"].dump())));
   }
   const auto world = manifest["world_size"].get<std::int64_t>();
   if (!manifest["ranks"].is_array() || static_cast<std::int64_t>(manifest["ranks"].size()) != world) {
     damaged(fmt::format("'ranks' must list every one of the {} ranks of 'world_size', found {}", world,
                         manifest["ranks"].is_array() ? fmt::format("{} entries", manifest["ranks"].size())
-                                                     : manifest["ranks"].dump()));
+                                                     : excerpt(manifest["ranks"].dump())));
   }
   for (std::int64_t r = 0; r < world; ++r) {
     const auto& entry = manifest["ranks"][static_cast<std::size_t>(r)];
     if (!entry.is_object() || entry.value("rank", nlohmann::json()) != r || !entry.contains("file") ||
         !entry["file"].is_string() || !entry.contains("checksum") || !entry["checksum"].is_string()) {
-      damaged(fmt::format("'ranks' entry {} must be rank {} with its file and checksum, found {}", r, r, entry.dump()));
+      damaged(fmt::format("'ranks' entry {} must be rank {} with its file and checksum, found {}", r, r,
+                          excerpt(entry.dump())));
     }
   }
   const std::int64_t named = step_of(fs::path(checkpoint).lexically_normal().filename().string());
@@ -297,7 +308,7 @@ nlohmann::json read_manifest(const std::string& checkpoint) {
     const std::string actual = manifest_checksum(manifest);
     if (!recorded.is_string() || recorded.get<std::string>() != actual) {
       damaged(fmt::format("its content's checksum is {}, the manifest records {}: it was edited or corrupted after it "
-                          "was written", actual, recorded.dump()));
+                          "was written", actual, excerpt(recorded.dump())));
     }
   }
   return manifest;

@@ -1,6 +1,7 @@
 #include "odc/sim/sim_config.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 #include <fmt/format.h>
@@ -159,7 +160,8 @@ std::vector<TunableSpec> sim_tunables() {
               "gathers are issued this many steps (units) ahead of their use; 0 = no overlap of gathers with compute",
               Range::at_least(0).and_at_most(64)),
       tunable("sim.max_outstanding_reductions", K::integer, "3",
-              "gradient reductions/pushes in flight per device before backward waits", Range::at_least(1)),
+              "gradient reductions/pushes in flight per device before backward waits",
+              Range::at_least(1).and_at_most(std::numeric_limits<int>::max())),
       tunable("sim.collective_compute_factor", K::number, "1.0",
               "Collective's compute steps take this x their modeled time (CPU trainer: ranks busy-polling inside MPI "
               "collectives slow the computing ones; bench/e2e.py measures it from two traces of the same microbatches)",

@@ -1,8 +1,11 @@
 #include "odc/train/checkpointing.h"
 
+#include <charconv>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <span>
 #include <thread>
 
@@ -93,6 +96,7 @@ nlohmann::json TrainingManifest::to_json() const {
   if (global_minibatch > 0) out["global_minibatch"] = global_minibatch;
   if (!source_architecture.empty()) out["source"] = {{"architecture", source_architecture}, {"dtype", source_dtype}};
   if (!rollouts_fingerprint.empty()) out["rollouts"] = {{"file", kRolloutsFile}, {"fingerprint", rollouts_fingerprint}};
+  for (const auto& [rank, lines] : unwritten_metrics) out["unwritten_metrics"][std::to_string(rank)] = lines;
   return out;
 }
 
@@ -115,6 +119,21 @@ TrainingManifest TrainingManifest::from_json(const nlohmann::json& manifest, con
   }
   if (const auto rollouts = manifest.find("rollouts"); rollouts != manifest.end()) {
     m.rollouts_fingerprint = field<std::string>(*rollouts, "fingerprint", where);
+  }
+  if (const auto unwritten = manifest.find("unwritten_metrics"); unwritten != manifest.end()) {
+    if (!unwritten->is_object()) {
+      fail("checkpoint manifest '{}': 'unwritten_metrics' must map ranks to lines, found {}", where,
+           unwritten->type_name());
+    }
+    for (const auto& item : unwritten->items()) {
+      const std::string& rank = item.key();
+      int r = -1;
+      const auto [end, error] = std::from_chars(rank.data(), rank.data() + rank.size(), r);
+      if (error != std::errc() || end != rank.data() + rank.size() || r < 0) {
+        fail("checkpoint manifest '{}': 'unwritten_metrics' must be keyed by rank numbers, found '{}'", where, rank);
+      }
+      m.unwritten_metrics[r] = field<std::vector<std::string>>(*unwritten, rank.c_str(), where);
+    }
   }
   if (!m.imported()) {
     const auto s = field<nlohmann::json>(manifest, "sampler", where);
@@ -151,7 +170,8 @@ std::string decided_by_root(distributed::HostGroup& group, const std::string& wh
 }
 // checkpoint.resume: auto — the newest checkpoint of `dir`, which must not be damaged: passing over
 // a damaged newest one would continue from an older step without a word, and later write that
-// step again. The error names it and the setting that resumes the previous good one.
+// step again. The error says what is wrong and where on its first line, what to do on its second
+// (the setting that resumes the previous good one), then why and any other damaged ones.
 std::string newest_good_checkpoint(const std::string& dir) {
   const auto all = io::scan_checkpoints(dir);
   std::vector<const io::CheckpointStatus*> newer_damaged;
@@ -160,20 +180,26 @@ std::string newest_good_checkpoint(const std::string& dir) {
     newer_damaged.push_back(&*it);
   }
   if (newer_damaged.empty()) return all.empty() ? std::string() : all.back().path;
-  std::string what;
-  for (const auto* d : newer_damaged) what += fmt::format("{}{}: {}", what.empty() ? "" : "; ", d->path, d->damage);
+  std::string others;
+  for (std::size_t i = 1; i < newer_damaged.size(); ++i) {
+    others += fmt::format("\n  also damaged: {}: {}", newer_damaged[i]->path, newer_damaged[i]->damage);
+  }
   const std::size_t good = all.size() - newer_damaged.size();
   const std::string newest = newer_damaged.front()->path;
+  const std::string& what = newer_damaged.front()->damage;
   if (good == 0) {
-    fail("checkpoint.dir '{}': the newest checkpoint {} is damaged and there is no good checkpoint before it ({}). "
-         "checkpoint.resume: auto does not start over on its own: move the damaged step directories out of "
-         "checkpoint.dir (or set another checkpoint.dir) to start a new run", dir, newest, what);
+    fail("checkpoint.dir '{}': the newest checkpoint {} is damaged: {}\n"
+         "  there is no good checkpoint before it: move the damaged step directories out of checkpoint.dir (or set "
+         "another checkpoint.dir) to start a new run; checkpoint.resume: auto does not start over on its own{}",
+         dir, newest, what, others);
   }
   const std::string previous = all[good - 1].path;
-  fail("checkpoint.dir '{}': the newest checkpoint {} is damaged ({}). checkpoint.resume: auto does not pass over it "
-       "(the run would go on from an earlier step and later write that step again); to resume from the previous good "
-       "checkpoint, set --set checkpoint.resume={} (the damaged one is then moved to {}/retired/), or repair or "
-       "replace {} and run again", dir, newest, what, previous, dir, newest);
+  fail("checkpoint.dir '{}': the newest checkpoint {} is damaged: {}\n"
+       "  to resume from the previous good checkpoint: --set checkpoint.resume={} (the damaged {} then moved to "
+       "{}/retired/), or repair or replace {} and run again\n"
+       "  checkpoint.resume: auto does not pass over a damaged checkpoint: the run would go on from an earlier step "
+       "and later write that step again{}",
+       dir, newest, what, previous, newer_damaged.size() == 1 ? "one is" : "ones are", dir, newest, others);
 }
 
 }  // namespace
@@ -190,7 +216,8 @@ Checkpointer::Checkpointer(const RunSettings& settings, const Config& config, di
       data_(settings.data),
       debug_delay_ms_(settings.debug.checkpoint_delay_ms),
       debug_delay_rank_(settings.debug.checkpoint_delay_rank),
-      save_best_(settings.checkpoint.save_best) {
+      save_best_(settings.checkpoint.save_best),
+      accept_manifest_without_checksum_(settings.checkpoint.accept_manifest_without_checksum) {
   if (!enabled()) return;
   decided_by_root(group_, "the checkpoint directory's lock", [&] {
     lock_.emplace(dir_, io::this_process(""));
@@ -230,9 +257,23 @@ const Checkpointer::RunStart& Checkpointer::begin_run() {
       try {
         manifest = io::read_manifest(path);
       } catch (const Error& e) {
-        // checkpoint.resume names a damaged checkpoint: say which one to go back to.
+        // checkpoint.resume names a damaged checkpoint: say which one to go back to, before the detail.
         if (!std::filesystem::is_directory(path)) throw;
-        fail("checkpoint.resume '{}': {}{}", path, e.what(), io::previous_checkpoint_hint(path));
+        const auto previous = io::previous_checkpoint(path);
+        fail("checkpoint.resume '{}': the checkpoint is damaged\n  {}\n  what is wrong: {}", path,
+             previous ? fmt::format("to resume from the previous good checkpoint instead: --set checkpoint.resume={}",
+                                    *previous)
+                      : std::string("there is no earlier good checkpoint next to it to resume from"),
+             e.what());
+      }
+      // Without its checksum an edit of any value (a step, a sampler position, a shard's checksum)
+      // goes undetected, and format_version does not tell an old manifest from a stripped one.
+      if (!io::has_manifest_checksum(manifest) && !accept_manifest_without_checksum_) {
+        fail("checkpoint '{}': its manifest has no {}, so an edit of its values (a step, a sampler position, a "
+             "shard's checksum) would go undetected; it was written before manifests carried one, or the field "
+             "was deleted\n  to resume it anyway: --set checkpoint.accept_manifest_without_checksum=true (the "
+             "next checkpoint will have one){}",
+             path, io::kManifestChecksumKey, io::previous_checkpoint_hint(path));
       }
       identity = resumed_identity(path, manifest);
       step = manifest.at("step").get<std::int64_t>();
@@ -360,8 +401,9 @@ void Checkpointer::record_best(BestCheckpoint best) {
 void Checkpointer::report_config_changes(const std::string& path, const nlohmann::json& json,
                                          const TrainingManifest& manifest) const {
   if (!io::has_manifest_checksum(json)) {
-    spdlog::warn("checkpoint '{}': its manifest has no {} (written before manifests carried one): an edit of it "
-                 "cannot be detected; the next checkpoint will have one", path, io::kManifestChecksumKey);
+    spdlog::warn("checkpoint '{}': its manifest has no {} (accepted: checkpoint.accept_manifest_without_checksum): "
+                 "an edit of it cannot be detected; the next checkpoint will have one", path,
+                 io::kManifestChecksumKey);
   }
   if (manifest.config.empty()) return;  // an import, or a manifest without the config
   std::vector<std::string> skipped;
@@ -428,6 +470,22 @@ TrainingManifest Checkpointer::load(const std::string& path, distributed::ShardS
            manifest.sampler->shuffle);
     }
   }
+  // The online RL loop's rollouts of a mid-iteration checkpoint are part of it: damaged, the
+  // checkpoint is, and the hint is a damaged shard's.
+  if (!manifest.rollouts_fingerprint.empty()) {
+    const std::string file = (std::filesystem::path(path) / kRolloutsFile).string();
+    std::ifstream in(file, std::ios::binary);
+    if (!in) {
+      fail("checkpoint '{}': {} is missing (the rollouts of the online RL iteration it was saved in, recorded in its "
+           "manifest; they cannot be sampled again){}", path, file, io::previous_checkpoint_hint(path));
+    }
+    const std::string records{std::istreambuf_iterator<char>(in), {}};
+    if (fingerprint_hex(fnv1a64(records)) != manifest.rollouts_fingerprint) {
+      fail("checkpoint '{}': {} does not match the fingerprint its manifest recorded ({}): it was changed or damaged "
+           "after the checkpoint was saved{}", path, file, manifest.rollouts_fingerprint,
+           io::previous_checkpoint_hint(path));
+    }
+  }
   const auto owned = static_cast<std::size_t>(store.layout().owned_elements());
   const io::RankShardsOut out{store.host_masters().subspan(0, owned), store.host_exp_avg().subspan(0, owned),
                               store.host_exp_avg_sq().subspan(0, owned)};
@@ -439,12 +497,6 @@ TrainingManifest Checkpointer::load(const std::string& path, distributed::ShardS
     io::read_resharded_shards(path, json, units, store.layout(), out);
   }
   store.push_to_device();
-  if (manifest.world_size != shard_world_) {
-    spdlog::info("resumed from {} (step {}, written with comm {} by {} ranks, resharded onto {})", path, manifest.step,
-                 manifest.comm, manifest.world_size, shard_world_);
-  } else {
-    spdlog::info("resumed from {} (step {}, written with comm {})", path, manifest.step, manifest.comm);
-  }
   return manifest;
 }
 
@@ -459,6 +511,11 @@ InitialState Checkpointer::initial_state(distributed::ShardStore& store, const s
   }
   state.resumed = load(resume, store, run.model.to_json(), run.data_fingerprint, run.dataset, run.global_minibatch);
   state.source = resumed_source(base, *state.resumed);
+  const TrainingManifest& m = *state.resumed;
+  state.resumed_note = m.world_size != shard_world_
+                           ? fmt::format("resumed from {} (step {}, written with comm {} by {} ranks, resharded onto {})",
+                                         resume, m.step, m.comm, m.world_size, shard_world_)
+                           : fmt::format("resumed from {} (step {}, written with comm {})", resume, m.step, m.comm);
   return state;
 }
 

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "odc/io/hf_checkpoint.h"
 #include "odc/kernels/cudnn_ragged.h"
 #include "odc/train/batch_schedule.h"
+#include "odc/train/memory_plan.h"
 
 namespace odc::train {
 
@@ -48,7 +50,7 @@ std::vector<TunableSpec> trainer_tunables() {
               "the most workspace (MiB) one cuDNN attention call may take; a call whose graph needs more (cuDNN "
               "below 9.25 sizes the deterministic backward's scratch over the padded batch: B x heads x S x S x 2 "
               "bytes) runs on the native kernels instead, logged once; the memory plan counts this bound",
-              Range::at_least(1)),
+              Range::at_least(1).and_at_most(1 << 30)),  // MiB: 1 PiB, its bytes far inside int64
       // data: the trainer's own keys, then the ones odc-sim shares (data::data_tunable), in this order
       tunable("data.train", K::string, "", "training data file", {}, true),
       tunable("data.eval", K::string, "\"\"",
@@ -162,8 +164,9 @@ std::vector<TunableSpec> trainer_tunables() {
       tunable("train.memory_budget_gib", K::number, "0",
               "one rank's memory budget for the memory plan (odc-train --plan-memory): a run whose plan exceeds it "
               "is refused before training, and data.max_tokens_per_microbatch: auto fills it; 0 = what the "
-              "device has (a GPU's memory, the host's available memory) over the ranks sharing it, less 5%",
-              Range::at_least(0)),
+              "device has (a GPU's memory, the host's available memory) over the ranks sharing it, less 5%; at most "
+              "1048576 (1 PiB)",
+              Range::at_least(0).and_at_most(kMaxMemoryBudgetGib)),
       tunable("train.threads", K::integer, "1",
               "compute threads per rank (BLAS); at most 4 x the machine's hardware threads",
               Range::at_least(1).and_at_most(static_cast<double>(kMaxComputeThreads))),
@@ -188,7 +191,8 @@ std::vector<TunableSpec> trainer_tunables() {
               "bytes per gather request's answer or gradient push message to a peer reached over the network "
               "(ODC over UCX: TCP, RDMA)",
               Range::at_least(4096)),
-      tunable("comm.max_inflight", K::integer, "8", "ODC messages in flight per rank", Range::at_least(1)),
+      tunable("comm.max_inflight", K::integer, "8", "ODC messages in flight per rank",
+              Range::at_least(1).and_at_most(std::numeric_limits<int>::max())),
       tunable("comm.direct_load", K::boolean, "true",
               "ODC gathers copy straight from peers' shards where UCX maps them (shared memory); false forces "
               "ucp_get through the progress thread"),
@@ -222,10 +226,13 @@ std::vector<TunableSpec> trainer_tunables() {
       tunable("checkpoint.every", K::integer, "0", "save every N steps (0 = only at the end of the run)",
               Range::at_least(0)),
       tunable("checkpoint.keep", K::integer, "3", "keep the newest K checkpoints of this run (0 = all)",
-              Range::at_least(0)),
+              Range::at_least(0).and_at_most(std::numeric_limits<int>::max())),
       tunable("checkpoint.save_best", K::boolean, "false",
               "an evaluation with the lowest eval loss so far on a step that has no checkpoint saves one there "
               "(false: it is logged, and checkpoint.dir/best.json keeps naming the best evaluated checkpoint)"),
+      tunable("checkpoint.accept_manifest_without_checksum", K::boolean, "false",
+              "resume a checkpoint whose manifest has no manifest_checksum (written before manifests carried one, or "
+              "with the field deleted), whose values cannot be verified; false refuses it, naming this key"),
       tunable("checkpoint.resume", K::string, "auto",
               "auto = continue from the newest complete checkpoint in checkpoint.dir if there is one; never = a fresh "
               "run (checkpoint.dir must hold no checkpoints); or a checkpoint directory (step-N) to continue from: an "

@@ -58,8 +58,8 @@ Evaluator::Evaluator(const RunSettings& settings, const model::LlamaConfig& mode
   std::int64_t targets = 0;
   for (std::int64_t i = 0; i < count_; ++i) targets += dataset_->target_count(i);
   if (targets == 0) {
-    fail("data.eval: '{}' has no target tokens in its first {} sequences (every loss_mask is 0): nothing to "
-         "score", path, count_);
+    fail("data.eval: '{}' has no target tokens in its first {} sequences ({}): nothing to score", path, count_,
+         dataset_->no_targets_reason(count_));
   }
   for (int r = 0; r < world_size; ++r) {
     auto share = pack_share(*dataset_, count_, r, world_size, token_cap);

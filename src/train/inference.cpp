@@ -120,7 +120,10 @@ EvalResult evaluate(LoadedModel& model, const data::TokenDataset& dataset, std::
     ++result.sequences;
   }
   flush(count);
-  if (result.tokens == 0) fail("{}: no target tokens to score in the first {} sequences", dataset.describe(), count);
+  if (result.tokens == 0) {
+    fail("{}: no target tokens to score in the first {} sequences ({})", dataset.describe(), count,
+         dataset.no_targets_reason(count));
+  }
   result.loss /= result.tokens;
   result.perplexity = std::exp(result.loss);
   // JSON has no NaN: it was printed as a null loss with exit status 0.

@@ -361,7 +361,7 @@ MemoryInputs memory_inputs(const RunSettings& settings, const model::LlamaConfig
 
 std::int64_t memory_budget(const RunSettings& settings, std::int64_t capacity_bytes) {
   const double gib = settings.train.memory_budget_gib;
-  if (gib > 0) return static_cast<std::int64_t>(gib * 1073741824.0);
+  if (gib > 0) return static_cast<std::int64_t>(std::min(gib, kMaxMemoryBudgetGib) * 1073741824.0);
   if (capacity_bytes <= 0) return 0;
   return static_cast<std::int64_t>(static_cast<double>(capacity_bytes) * (1.0 - kBudgetMargin));
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -12,7 +13,9 @@
 
 namespace odc::train {
 
-MetricsWriter::MetricsWriter(const std::string& path, std::int64_t keep_through_step) : path_(path) {
+MetricsWriter::MetricsWriter(const std::string& path, std::int64_t keep_through_step,
+                             const std::vector<std::string>& unwritten)
+    : path_(path) {
   if (path.empty()) return;
   const auto parent = std::filesystem::path(path).parent_path();
   std::error_code ec;
@@ -20,6 +23,7 @@ MetricsWriter::MetricsWriter(const std::string& path, std::int64_t keep_through_
   std::string kept;
   std::int64_t kept_records = 0;
   if (keep_through_step > 0) {
+    std::set<std::string> lines;
     std::ifstream old(path);
     std::string line;
     while (std::getline(old, line)) {
@@ -29,10 +33,21 @@ MetricsWriter::MetricsWriter(const std::string& path, std::int64_t keep_through_
         kept += line;
         kept += '\n';
         ++kept_records;
+        lines.insert(line);
       }
     }
-    spdlog::info("train.metrics_file '{}': resumed after step {}: kept {} earlier records, appending", path,
-                 keep_through_step, kept_records);
+    std::int64_t restored = 0;
+    for (const auto& missing : unwritten) {
+      if (lines.contains(missing)) continue;
+      kept += missing;
+      kept += '\n';
+      ++restored;
+    }
+    spdlog::info("train.metrics_file '{}': resumed after step {}: kept {} earlier records{}, appending", path,
+                 keep_through_step, kept_records,
+                 restored > 0 ? fmt::format(" and wrote back {} that could not be written before (kept in the "
+                                            "checkpoint)", restored)
+                              : std::string());
   }
   out_.open(path, std::ios::out | std::ios::trunc);
   if (!out_) fail("train.metrics_file: cannot open '{}' for writing: {}", path, std::strerror(errno));
@@ -46,10 +61,12 @@ void MetricsWriter::write(const nlohmann::json& record) {
   if (!out_.is_open()) return;
   // errno of the failed write(2) under the flush says why (ENOSPC: "No space left on device").
   errno = 0;
-  out_ << record.dump() << '\n';
+  const std::string line = record.dump();
+  out_ << line << '\n';
   out_.flush();
   if (!out_) {
     const int error = errno;
+    unwritten_.push_back(line);
     throw MetricsWriteError(fmt::format("train.metrics_file: writing '{}' failed: {}", path_,
                                         error != 0 ? std::strerror(error) : "I/O error"));
   }

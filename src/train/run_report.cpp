@@ -48,10 +48,31 @@ std::string format_rank_table(const std::vector<RankTotals>& ranks) {
 }
 }  // namespace
 
+constexpr std::string_view kRankPlaceholder = "{rank}";
+
 std::string rank_output_path(const std::string& pattern, int rank) {
-  const auto at = pattern.find("{rank}");
-  if (at == std::string::npos) return rank == 0 ? pattern : std::string();
-  return pattern.substr(0, at) + std::to_string(rank) + pattern.substr(at + 6);
+  if (pattern.find(kRankPlaceholder) == std::string::npos) return rank == 0 ? pattern : std::string();
+  std::string out;
+  for (std::size_t at = 0;;) {
+    const std::size_t next = pattern.find(kRankPlaceholder, at);
+    out += pattern.substr(at, next == std::string::npos ? std::string::npos : next - at);
+    if (next == std::string::npos) return out;
+    out += std::to_string(rank);
+    at = next + kRankPlaceholder.size();
+  }
+}
+
+void check_output_pattern(std::string_view key, const std::string& pattern) {
+  for (std::size_t at = pattern.find_first_of("{}"); at != std::string::npos; at = pattern.find_first_of("{}", at)) {
+    if (pattern.compare(at, kRankPlaceholder.size(), kRankPlaceholder) == 0) {
+      at += kRankPlaceholder.size();
+      continue;
+    }
+    const std::size_t close = pattern[at] == '{' ? pattern.find('}', at) : std::string::npos;
+    const std::string found = close == std::string::npos ? pattern.substr(at, 1) : pattern.substr(at, close - at + 1);
+    fail("{} '{}': '{}' is not a placeholder: the one placeholder is {} (the rank's number; lower case), and no other "
+         "brace may appear in the path", key, pattern, found, kRankPlaceholder);
+  }
 }
 
 std::string mfu_above_peak_warning(double mfu, double peak_flops, bool from_config) {
@@ -72,15 +93,28 @@ std::string mfu_above_peak_warning(double mfu, double peak_flops, bool from_conf
 }
 
 RunReport::RunReport(const TrainSettings& train, distributed::HostGroup& group, double peak_flops, double gemm_flops,
-                     std::int64_t resumed_step)
+                     std::int64_t resumed_step, const std::vector<std::string>& unwritten_metrics)
     : group_(group),
-      metrics_(rank_output_path(train.metrics_file, group.rank()), resumed_step),
+      metrics_(rank_output_path(train.metrics_file, group.rank()), resumed_step, unwritten_metrics),
       // rank 0 writes the one trace: "tr-{rank}.json" is tr-0.json, as the metrics file would be
       trace_path_(rank_output_path(train.trace_file, 0)),
       peak_flops_(peak_flops),
       gemm_flops_(gemm_flops),
       peak_from_config_(train.peak_flops > 0),
       log_every_(train.log_every) {}
+
+std::map<int, std::vector<std::string>> RunReport::gather_unwritten_metrics() const {
+  std::string mine;
+  for (const auto& line : metrics_.unwritten()) mine += line + '\n';  // a JSON line holds no newline
+  const auto all = group_.gather_text(mine, "the metrics lines that could not be written");
+  std::map<int, std::vector<std::string>> out;
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    for (std::size_t at = 0, end; (end = all[r].find('\n', at)) != std::string::npos; at = end + 1) {
+      out[static_cast<int>(r)].push_back(all[r].substr(at, end - at));
+    }
+  }
+  return out;
+}
 
 void RunReport::check_mfu(double mfu) const {
   if (warned_mfu_ || !group_.is_root()) return;

@@ -5,6 +5,7 @@
 #include "odc/backend/backend_factory.h"
 #include "odc/core/error.h"
 #include "odc/core/thread_limit.h"
+#include "odc/train/run_report.h"
 
 namespace odc::train {
 
@@ -87,11 +88,13 @@ TrainSettings read_train(const Config& config) {
   train.peak_flops = config.get_double("train.peak_flops");
   train.memory_budget_gib = config.get_double("train.memory_budget_gib");
   train.trace_file = config.get_string("train.trace_file");
+  check_output_pattern("train.trace_file", train.trace_file);
   train.trace_steps = config.get_int("train.trace_steps");
   train.stop_at_step = config.get_int("train.stop_at_step");
   train.sequence_loss = config.get_string("train.loss_reduction") == "sequence";
   train.within_epochs = config.has("train.epochs");
   train.metrics_file = config.get_string("train.metrics_file");
+  check_output_pattern("train.metrics_file", train.metrics_file);
   train.log_every = config.get_int("train.log_every");
   train.eval_every = config.get_int("train.eval_every");
   return train;
@@ -128,6 +131,7 @@ CheckpointSettings read_checkpoint(const Config& config) {
   checkpoint.every = config.get_int("checkpoint.every");
   checkpoint.keep = static_cast<int>(config.get_int("checkpoint.keep"));
   checkpoint.save_best = config.get_bool("checkpoint.save_best");
+  checkpoint.accept_manifest_without_checksum = config.get_bool("checkpoint.accept_manifest_without_checksum");
   return checkpoint;
 }
 

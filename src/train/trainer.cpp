@@ -223,6 +223,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
     optimizer_->set_steps_taken(manifest->optimizer_steps);
     step_ = manifest->step;
     resumed_from_ = resume;
+    spdlog::info("{}", initial.resumed_note);  // every check of the checkpoint passed
   }
   if (online_ && settings.objective.policy.kl_beta > 0) keep_reference(initial);
   checkpointer_->retire_abandoned();  // a rollback's abandoned branch, once the resume succeeded
@@ -248,7 +249,10 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
     peak_flops_ = measured.device;
     gemm_flops_ = measured.gemm;
   }
-  report_ = std::make_unique<RunReport>(settings.train, group_, peak_flops_, gemm_flops_, resumed_from_.empty() ? 0 : step_);
+  report_ = std::make_unique<RunReport>(
+      settings.train, group_, peak_flops_, gemm_flops_, resumed_from_.empty() ? 0 : step_,
+      initial.resumed && initial.resumed->unwritten_metrics.contains(rank) ? initial.resumed->unwritten_metrics.at(rank)
+                                                                           : std::vector<std::string>{});
   // Every rank's clocks (traces) start together.
   if (world > 1) group_.barrier("the start-up barrier");
   if (tracer_) tracer_->set_origin(Tracer::Clock::now());
@@ -442,23 +446,30 @@ std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signa
     // Finishes here, checkpoints below and returns normally (exit 0).
     preempted = stop_ranks(fmt::format("after step {}", step_), step_ < last);
     if (metrics_failed_ranks > 0) end_on_metrics_failure(metrics_failed_ranks, false);
+    // A step's eval line comes before its checkpoint: a checkpoint holds every metrics line of its
+    // step, written or (end_on_metrics_failure) kept in it.
+    const bool eval_due = !preempted && evaluator_ && evaluator_->due(step_, last);
+    if (eval_due) {
+      evaluate();
+      stop_ranks(fmt::format("after the eval of step {}", step_), false);  // its metrics line
+      if (metrics_failed_ranks > 0) end_on_metrics_failure(metrics_failed_ranks, false);
+    }
     const bool saved = !preempted && checkpointer_->due(step_, last);
     if (saved) save_checkpoint();
-    if (!preempted && evaluator_ && evaluator_->due(step_, last)) {
-      evaluate_and_track(saved);
-      stop_ranks(fmt::format("after the eval of step {}", step_), false);  // its metrics line
-      if (metrics_failed_ranks > 0) end_on_metrics_failure(metrics_failed_ranks, saved);
-    }
+    if (eval_due) track_best(saved);
     report_->progress(r);
+  }
+  // The end of a finished run is evaluated (a preempted one is not finished: its resume will be).
+  const bool eval_at_end = !preempted && evaluator_ && (!last_eval_ || last_eval_->step != step_);
+  if (eval_at_end) {
+    evaluate();
+    stop_ranks(fmt::format("after the eval of step {}", step_), false);  // its metrics line
+    // Nothing trained: step_'s checkpoint is the one resumed (a resume evaluates it again).
+    if (metrics_failed_ranks > 0) end_on_metrics_failure(metrics_failed_ranks, step_ == first);
   }
   const bool saved_last = checkpointer_->enabled() && step_ > first;
   if (saved_last) save_checkpoint();
-  // The end of a finished run is evaluated (a preempted one is not finished: its resume will be).
-  if (!preempted && evaluator_ && (!last_eval_ || last_eval_->step != step_)) {
-    evaluate_and_track(checkpointer_->enabled() && (step_ > first || !resumed_from_.empty()));
-    stop_ranks(fmt::format("after the eval of step {}", step_), false);  // its metrics line
-    if (metrics_failed_ranks > 0) end_on_metrics_failure(metrics_failed_ranks, true);
-  }
+  if (eval_at_end) track_best(checkpointer_->enabled() && (step_ > first || !resumed_from_.empty()));
   group_.announce("finishing (export, summary, trace)");
   // A preempted run exports nothing: it is not finished (the checkpoint resumes it).
   if (!preempted && !settings_.checkpoint.export_hf.empty()) {
@@ -502,15 +513,16 @@ void Trainer::record_metrics(const std::function<void()>& write) {
 }
 
 // Every rank, after `failed_ranks` ranks could not write their metrics line: the state after
-// step_ is consistent (the optimizer step is done), so it is saved (unless `saved` already) before
-// the run ends with the failing rank's message (exit 1). A rollback would lose the steps since the
-// last checkpoint for a full disk the metrics file shares with nothing else.
+// step_ is consistent (the optimizer step is done), so it is saved (unless `saved` already), with
+// the lines not written (a resume writes them back), before the run ends with the failing rank's
+// message (exit 1). A rollback would lose the steps since the last checkpoint for a full disk the
+// metrics file shares with nothing else.
 void Trainer::end_on_metrics_failure(double failed_ranks, bool saved) {
   std::string outcome = "no checkpoint.dir is set, so nothing is saved";
   if (checkpointer_->enabled()) {
     if (!saved) {
       try {
-        save_checkpoint();
+        save_checkpoint(report_->gather_unwritten_metrics());
       } catch (const Error& e) {
         fail("{} after step {}; saving a checkpoint of step {} failed too: {}",
              metrics_error_.empty() ? "another rank's train.metrics_file could not be written" : metrics_error_, step_,
@@ -527,10 +539,10 @@ void Trainer::end_on_metrics_failure(double failed_ranks, bool saved) {
   fail("{} after step {}; {}", metrics_error_, step_, outcome);
 }
 
-// An evaluation after step_, and the best-checkpoint record (best_checkpoint.h): `checkpointed`
+// The best-checkpoint record (best_checkpoint.h) after the evaluation of step_: `checkpointed`
 // says whether a checkpoint of step_ exists.
-void Trainer::evaluate_and_track(bool checkpointed) {
-  const EvalSummary eval = evaluate();
+void Trainer::track_best(bool checkpointed) {
+  const EvalSummary& eval = *last_eval_;
   if (!checkpointer_->enabled() || !checkpointer_->is_new_best(eval.loss)) return;
   if (!checkpointed && checkpointer_->save_best()) {
     save_checkpoint();
@@ -544,8 +556,9 @@ void Trainer::evaluate_and_track(bool checkpointed) {
   }
 }
 
-void Trainer::save_checkpoint() {
+void Trainer::save_checkpoint(std::map<int, std::vector<std::string>> unwritten_metrics) {
   TrainingManifest manifest;
+  manifest.unwritten_metrics = std::move(unwritten_metrics);
   manifest.comm = std::string(comm_->comm().name());
   manifest.optimizer_steps = optimizer_->steps_taken();
   manifest.sampler = data_->sampler().state();

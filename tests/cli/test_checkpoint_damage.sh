@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Damaged checkpoints are named, never passed over (docs/checkpoints.md, "Damaged checkpoints"):
-#   "truncated manifest"      resume: auto stops (exit 1) naming step-4 and --set checkpoint.resume=.../step-2
+#   "truncated manifest"      resume: auto stops (exit 1) naming step-4 and --set checkpoint.resume=.../step-2;
+#                             cut inside its config, the error stays short (it was one line of ~12,000
+#                             characters), the setting on its second line
+#   "no checksum"             manifest_checksum deleted and a value edited: refused, naming
+#                             checkpoint.accept_manifest_without_checksum, which then resumes it
 #   "inconsistent manifest"   world_size edited: the same
 #   "sampler.position edited" one digit: the manifest's checksum names it
 #   "resume the previous"     with the suggested setting: resumes step-2, moves step-4 to retired/damaged-*
@@ -47,6 +51,32 @@ expect_refused() {
 d="$work/truncated"; fresh "$d"
 head -c 100 "$d/step-00000004/manifest.json" >"$work/t" && mv "$work/t" "$d/step-00000004/manifest.json"
 expect_refused "truncated manifest" "$d" "is not valid JSON"
+
+d="$work/truncated-long"; fresh "$d"
+size=$(wc -c <"$d/step-00000004/manifest.json")
+head -c $((size * 6 / 10)) "$d/step-00000004/manifest.json" >"$work/t" && mv "$work/t" "$d/step-00000004/manifest.json"
+expect_refused "truncated manifest (inside its config)" "$d" "is not valid JSON"
+error=$(train "$d" 2>&1 | sed -n '/error:/,$p')
+longest=$(awk '{ if (length > n) n = length } END { print n }' <<<"$error")
+# The first line: its paths (three spellings of $d), ~200 characters of text and the parser's 200.
+limit=$((450 + 3 * ${#d}))
+if [ "$(wc -l <<<"$error")" -ne 3 ] || [ "$longest" -gt "$limit" ] ||
+   ! sed -n 2p <<<"$error" | grep -q "^  to resume from the previous good checkpoint: --set checkpoint.resume=$d/step-00000002"; then
+  fail "truncated manifest (inside its config)" "want 3 lines of at most $limit characters, the setting on the second; got $(wc -l <<<"$error") lines, the longest $longest: $(head -c 600 <<<"$error")"
+else echo "ok   [truncated manifest (inside its config)] 3 lines, the longest $longest characters (manifest $size bytes)"; fi
+
+d="$work/no-checksum"; fresh "$d"
+edit "$d/step-00000004" "del m['manifest_checksum']; m['optimizer_steps']+=10"
+out=$(train "$d" 2>&1); rc=$?
+if [ $rc -ne 1 ]; then fail "no checksum" "exit $rc (expected 1): $(tail -3 <<<"$out")"
+elif ! grep -q "checkpoint '$d/step-00000004': its manifest has no manifest_checksum" <<<"$out" ||
+     ! grep -q -- "--set checkpoint.accept_manifest_without_checksum=true" <<<"$out"; then
+  fail "no checksum" "$(grep -A2 error <<<"$out")"
+elif grep -q "resumed from" <<<"$out"; then fail "no checksum" "'resumed from' before the refusal"
+else echo "ok   [no checksum] exit 1: $(grep -m1 error <<<"$out" | head -c 200)"; fi
+out=$(train "$d" --set checkpoint.accept_manifest_without_checksum=true 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -q "resumed from $d/step-00000004" <<<"$out" && grep -q "accepted: checkpoint.accept_manifest_without_checksum" <<<"$out" &&
+  echo "ok   [no checksum] accepted with the key, with a warning" || fail "no checksum" "with the key: exit $rc: $(tail -3 <<<"$out")"
 
 d="$work/inconsistent"; fresh "$d"
 edit "$d/step-00000004" "m['world_size']=2"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Edges of odc-data (issue rows 14, 19): a damaged .bin is an error naming the file and the byte
 # range (payload checksums, index version 2); convert creates a missing output directory as synth
-# does; convert honours odc-train's data.extra_fields as --extra-fields.
+# does; convert honours odc-train's data.extra_fields as --extra-fields, for tokens, chat and text records.
 # Usage: bash test_config_and_data_edges.sh BIN_DIR WORK_DIR
 set -euo pipefail
 
@@ -57,7 +57,23 @@ expect_rc extra_bad 2
 expect_in extra_bad err "skip"
 run_tool extra_bin convert --format bin --in "$work_dir/extra" --out "$work_dir/x" --extra-fields ignore
 expect_rc extra_bin 2
-expect_in extra_bin err "--extra-fields applies to --format tokens only"
+expect_in extra_bin err "--extra-fields applies to JSONL input (--format tokens, chat or text), not --format bin"
+# Chat and text records too: the hint names the option, and the option works (it exited 2 for chat).
+/usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/../../tools/make_demo_chat.py" --out "$work_dir/chat" --num 4 \
+  --merges 4 --seed 1 >/dev/null
+printf '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "id": 3}\n' \
+  >"$work_dir/chat-extra.jsonl"
+printf '{"text": "hello", "source": "web"}\n' >"$work_dir/text-extra.jsonl"
+for format in chat text; do
+  run_tool "extra_$format" convert --format "$format" --in "$work_dir/$format-extra.jsonl" --out "$work_dir/$format-x" \
+    --tokenizer "$work_dir/chat/tokenizer/tokenizer.json"
+  expect_rc "extra_$format" 1
+  expect_in "extra_$format" err "(odc-data convert: --extra-fields ignore)"
+  run_tool "extra_${format}_ignored" convert --format "$format" --in "$work_dir/$format-extra.jsonl" \
+    --out "$work_dir/$format-x" --tokenizer "$work_dir/chat/tokenizer/tokenizer.json" --extra-fields ignore
+  expect_rc "extra_${format}_ignored" 0
+  expect_in "extra_${format}_ignored" out '"sequences":1'
+done
 
 if [ "$failures" -ne 0 ]; then
   echo "test_config_and_data_edges: $failures check(s) failed" >&2

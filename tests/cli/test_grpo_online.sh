@@ -136,13 +136,18 @@ train damaged 2 "${odc[@]}" --set "checkpoint.dir=$work_dir/ck-damaged-run" \
   --set "checkpoint.resume=$work_dir/ck-damaged/step-00000003"
 expect_rc damaged 1
 expect_in damaged err "does not match the fingerprint its manifest recorded"
+# The hint a damaged shard gets (here: no earlier checkpoint), and no "resumed from" before the refusal.
+expect_in damaged err "after the checkpoint was saved; there is no earlier good checkpoint next to it to resume from"
+grep -q "resumed from" "$work_dir/damaged.err" && fail "damaged: 'resumed from' logged before the refusal"
 
 rm -rf "$work_dir/ck-missing" && mkdir -p "$work_dir/ck-missing" && cp -r "$work_dir/step-3-copy" "$work_dir/ck-missing/step-00000003"
 rm -f "$work_dir/ck-missing/step-00000003/rollouts.jsonl"
 train missing 2 "${odc[@]}" --set "checkpoint.dir=$work_dir/ck-missing-run" \
   --set "checkpoint.resume=$work_dir/ck-missing/step-00000003"
 expect_rc missing 1
-expect_in missing err "in the middle of the online RL loop's iteration 2 (2 steps each), but holds no rollouts.jsonl"
+expect_in missing err "step-00000003/rollouts.jsonl is missing (the rollouts of the online RL iteration it was saved in"
+expect_in missing err "there is no earlier good checkpoint next to it to resume from"
+grep -q "resumed from" "$work_dir/missing.err" && fail "missing: 'resumed from' logged before the refusal"
 
 # 3. A reward command that fails stops every rank with its message.
 train reward_fails 2 "${odc[@]}" --set "rl.reward_command=exit 3"

@@ -8,6 +8,7 @@
 #     killed mid-run ends the job; nothing hangs or is left running;
 #   * Ctrl-C (SIGINT to odc-run alone, and to its process group as a terminal sends it) commits a
 #     checkpoint of the last step and exits 0; two Ctrl-C stop at once;
+#   * a config error is printed once, not by every rank;
 #   * the environment every rank gets; a rank that fails (exit status or signal) makes odc-run
 #     stop the others and exit with its status, a rank that ignores SIGUSR2 is killed; a program
 #     that cannot be started is 127; bad --local values are usage errors (exit 2).
@@ -98,6 +99,16 @@ elif [ "$(losses "$work/det-ipc-0.jsonl")" != "$(losses "$work/det-ucx-0.jsonl")
   fail "local 2 deterministic: ipc and ucx" "$(losses "$work/det-ipc-0.jsonl") vs $(losses "$work/det-ucx-0.jsonl")"
 else
   ok "local 2 deterministic, up to $mbs microbatches a rank: ipc and ucx give the same losses, bit for bit"
+fi
+
+# A config error is the same on every rank of one host: printed once (it was once per rank), exit 1.
+timeout 60 "$bin/odc-run" --local 3 "$bin/odc-train" "${small[@]}" --set train.lr=abc >"$work/config-error.log" 2>&1
+rc=$?
+count=$(grep -c "odc-train: error: config key 'train.lr' in --set expects a number, found 'abc'" "$work/config-error.log")
+if [ "$rc" -ne 1 ] || [ "$count" -ne 1 ]; then
+  fail "local 3: a config error printed once" "exit $rc (want 1), printed $count times: $(cat "$work/config-error.log")"
+else
+  ok "local 3: a config error printed once, exit 1"
 fi
 
 # The collective baseline on host memory needs MPI: both ranks say so and exit 1, nothing hangs.

@@ -127,5 +127,29 @@ out="$("$bin/odc-train" "${common[@]}" --set data.max_tokens_per_microbatch=lots
 [ $? -eq 1 ] && echo "$out" | grep -q "expects an integer or auto, found 'lots'" \
   || fail "a word other than auto is refused" "$out"
 
+# --plan-ranks beyond an int was truncated (4294967297 planned one rank: "fits", exit 0); alone,
+# without --plan-memory, it and --plan-device / --device-profile were ignored and the job trained.
+out="$("$bin/odc-train" "${common[@]}" --set data.max_tokens_per_microbatch=2048 --set train.memory_budget_gib=80 \
+       --plan-memory --plan-ranks 4294967297 2>&1)"
+[ $? -eq 2 ] && echo "$out" | grep -qF -- "--plan-ranks must be <= 2147483647, got 4294967297" \
+  || fail "--plan-ranks beyond an int is a usage error" "$out"
+for option in "--plan-ranks 4" "--plan-device h200" "--device-profile p.json"; do
+  # shellcheck disable=SC2086  # the option and its value are two words
+  out="$("$bin/odc-train" "${common[@]}" $option 2>&1)"
+  [ $? -eq 2 ] && echo "$out" | grep -qF -- "${option%% *} applies only with --plan-memory, which is not given" \
+    || fail "$option without --plan-memory is a usage error" "$out"
+done
+# train.memory_budget_gib beyond any machine overflowed the bytes ("a budget of -8796093022208 MiB").
+for budget in 8.6e9 1e30; do
+  out="$("$bin/odc-train" "${common[@]}" --set data.max_tokens_per_microbatch=2048 \
+         --set "train.memory_budget_gib=$budget" --plan-memory 2>&1)"
+  [ $? -eq 1 ] && echo "$out" | grep -qF "train.memory_budget_gib" && echo "$out" | grep -qF "1048576" \
+    && ! echo "$out" | grep -q -- "-[0-9]* MiB" || fail "train.memory_budget_gib=$budget is refused naming the range" "$out"
+done
+out="$("$bin/odc-train" "${common[@]}" --set data.max_tokens_per_microbatch=2048 \
+       --set train.memory_budget_gib=1048576 --plan-memory 2>&1)"
+[ $? -eq 0 ] && echo "$out" | grep -qF "fits: " && echo "$out" | grep -qF "of a budget of 1073741824.0 MiB" \
+  || fail "the largest budget (1 PiB) is taken as it is" "$out"
+
 if [ $failures -gt 0 ]; then echo "$failures check(s) failed"; exit 1; fi
 echo "memory plan: all checks passed"

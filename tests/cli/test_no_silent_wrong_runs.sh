@@ -109,8 +109,17 @@ expect_error "odc-train: no targets" odc-train "data.train: '$work/masked.jsonl'
   --set "model.checkpoint=$work/good"
 expect_error "odc-train: max_length cuts every target" odc-train "or data.max_length 1 cut off every target" -- \
   "${train[@]}" --set "model.checkpoint=$work/good" --set data.max_length=1 --set data.over_length=truncate
-expect_error "odc-eval: no targets (as before)" odc-eval "no target tokens to score" -- \
+expect_error "odc-eval: no targets (as before)" odc-eval "no target tokens to score" "every loss_mask is 0" -- \
   --model "$work/good" --data "$work/masked.jsonl"
+# One-token sequences have no target (nothing precedes their token): said so, not "every loss_mask is 0".
+printf '{"input_ids": [5]}\n{"input_ids": [7], "loss_mask": [1]}\n' >"$work/one-token.jsonl"
+expect_error "odc-train: one-token sequences" odc-train "has no target tokens in its 2 sequences (every sequence is one token long" \
+  "a one-token sequence has no target" "the first is $work/one-token.jsonl:1" "give each sequence two tokens or more" -- \
+  "${train[@]}" --set "data.train=$work/one-token.jsonl" --set "model.checkpoint=$work/good" --set data.minibatch_size=1
+cat "$work/masked.jsonl" "$work/one-token.jsonl" >"$work/mixed.jsonl"
+expect_error "odc-eval: one-token and masked sequences" odc-eval "2 of them are one token long" \
+  "the first is $work/mixed.jsonl:9" "and the other 8 have loss_mask 0 on every token after the first" -- \
+  --model "$work/good" --data "$work/mixed.jsonl"
 
 # Row 10: checkpoint.export_hf naming model.checkpoint's directory, under several spellings.
 cp -r "$work/good" "$work/base"

@@ -117,7 +117,7 @@ expect_error "negative warmup" "config key 'train.warmup_steps' in --set must be
   "${base[@]}" --set train.warmup_steps=-2
 expect_error "negative checkpoint cadence" "config key 'checkpoint.every' in --set must be >= 0, found -1" -- \
   "${base[@]}" --set checkpoint.every=-1
-expect_error "negative checkpoints kept" "config key 'checkpoint.keep' in --set must be >= 0, found -1" -- \
+expect_error "negative checkpoints kept" "config key 'checkpoint.keep' in --set must be in [0, 2147483647], found -1" -- \
   "${base[@]}" --set checkpoint.keep=-1
 expect_error "negative trace steps" "config key 'train.trace_steps' in --set must be >= 0, found -1" -- \
   "${base[@]}" --set train.trace_steps=-1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # odc-train under mpirun: 2-rank collective training runs; ranks launched with different configs or
 # different data stop with an error naming the ranks, on every rank, with a non-zero exit and no
-# hang. Usage: test_odc_train_mpi.sh BIN_DIR WORK_DIR
+# hang; a config error is printed once. Usage: test_odc_train_mpi.sh BIN_DIR WORK_DIR
 set -uo pipefail
 bin="$(cd "$1" && pwd)"
 work="$2"
@@ -48,6 +48,25 @@ mkdir -p "$work/r0" "$work/r1" && cp "$work/a.jsonl" "$work/r0/a.jsonl" && cp "$
 expect_mismatch "different data on rank 1" "the dataset a.jsonl" -- \
   -np 1 -wdir "$work/r0" "$bin/odc-train" "${small[@]}" --set "data.train=a.jsonl" : \
   -np 1 -wdir "$work/r1" "$bin/odc-train" "${small[@]}" --set "data.train=a.jsonl"
+
+# A config error is printed once (rank 0; it was once per rank) and ends the job; one that only rank 1
+# meets (its input differs) is printed by rank 1 after it waited for rank 0 (kSameErrorWaitS, 5 s).
+config_error="odc-train: error: config key 'train.lr' in --set expects a number, found 'abc'"
+out=$(timeout 60 "${mpirun[@]}" -np 3 "$bin/odc-train" "${small[@]}" --set train.lr=abc 2>&1); rc=$?
+count=$(grep -cF "$config_error" <<<"$out")
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$count" -ne 1 ]; then
+  fail "a config error on every rank, printed once" "exit $rc, printed $count times:"$'\n'"$out"
+else
+  echo "ok   [a config error on every rank, printed once] exit $rc"
+fi
+out=$(timeout 60 "${mpirun[@]}" -np 1 "$bin/odc-train" "${small[@]}" --set "data.train=$work/a.jsonl" : \
+        -np 1 "$bin/odc-train" "${small[@]}" --set "data.train=$work/a.jsonl" --set train.lr=abc 2>&1); rc=$?
+count=$(grep -cF "$config_error" <<<"$out")
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$count" -ne 1 ]; then
+  fail "a config error on rank 1 alone, printed by it" "exit $rc, printed $count times:"$'\n'"$out"
+else
+  echo "ok   [a config error on rank 1 alone, printed by it] exit $rc"
+fi
 
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]

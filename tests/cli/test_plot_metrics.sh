@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/plot_metrics.py draws one panel per series a metrics file holds (loss, lr, gradient norm,
 # tokens/s; eval loss only when there are eval lines), says which, with the moving-average window
-# in the legend; a broken line is an error naming file and line. Usage: test_plot_metrics.sh BIN_DIR WORK_DIR
+# in the legend; prints the first and last step's loss and the 10% means under those names; a broken line
+# is an error naming file and line. Usage: test_plot_metrics.sh BIN_DIR WORK_DIR
 set -uo pipefail
 work="$2"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -32,6 +33,24 @@ out=$("$python" "$root/tools/plot_metrics.py" "$work/m.jsonl" --out "$work/m.png
 echo "$out" | grep -q '"panels": \["loss", "lr", "grad_norm", "eval_loss", "tokens_per_s"\]' \
   && echo "ok   [five panels with eval lines]" || fail "five panels with eval lines" "$out"
 [ -s "$work/m.png" ] || fail "the PNG is written" "$(ls -l "$work")"
+# loss = 4 - 0.05 s over steps 1..40: the first and last step's loss 3.95 and 2.0, the means of the
+# first and last 4 steps (10%) 3.875 and 2.075, drop 1 - 2.075 / 3.875 = 0.4645.
+echo "$out" | grep -qF '"steps": 40, "loss_first": 3.95, "loss_last": 2.0, "loss_mean_first_10pct": 3.875, "loss_mean_last_10pct": 2.075, "drop": 0.4645' \
+  && echo "ok   [loss_first/loss_last are the first and last step's, the 10% means named so]" \
+  || fail "loss_first/loss_last are the first and last step's, the 10% means named so" "$out"
+# --check-decrease compares the means: a last step back up at the first loss does not decide it.
+"$python" -c '
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for s in range(1, 41):
+        f.write(json.dumps({"step": s, "loss": 4.0 if s == 40 else 4.0 - s * 0.05}) + "\n")' "$work/spike.jsonl"
+out=$("$python" "$root/tools/plot_metrics.py" "$work/spike.jsonl" --out "$work/s.png" --check-decrease 2>&1) \
+  && echo "ok   [--check-decrease on the 10% means]" || fail "--check-decrease on the 10% means" "$out"
+printf '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.9}\n' >"$work/flat.jsonl"
+out=$("$python" "$root/tools/plot_metrics.py" "$work/flat.jsonl" --out "$work/f.png" --check-decrease 2>&1) \
+  && fail "a 5% fall fails --check-decrease" "$out"
+echo "$out" | grep -qF "loss did not fall by 10% (mean of the first 1 step(s) 2.0000, of the last 1 1.9000)" \
+  && echo "ok   [a 5% fall fails --check-decrease, naming the means]" || fail "a 5% fall fails --check-decrease, naming the means" "$out"
 
 out=$("$python" "$root/tools/plot_metrics.py" "$work/no-eval.jsonl" --out "$work/n.png" 2>&1) || fail "plot without eval" "$out"
 echo "$out" | grep -q '"panels": \["loss", "lr", "grad_norm", "tokens_per_s"\]' \

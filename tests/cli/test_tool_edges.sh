@@ -83,6 +83,32 @@ check "generate --temperature -1" odc-generate 2 "--temperature must be >= 0, go
 check "generate --max-new-tokens -1" odc-generate 2 "--max-new-tokens must be >= 0, got -1" -- "${gen[@]}" --prompt hi --max-new-tokens -1
 check "generate --threads 10000" odc-generate 2 "--threads must be" -- "${gen[@]}" --prompt hi --threads 10000
 check "generate no --prompt" odc-generate 2 "--prompt TEXT is required" -- "${gen[@]}"
+# Options that would be ignored are refused: greedy decoding draws nothing, pre-tokenized data is
+# not tokenized, a chat template needs --chat; a number beyond an int is not truncated.
+check "generate --top-k at temperature 0" odc-generate 2 \
+  "--top-p and --top-k apply only to sampling (--temperature > 0); at temperature 0 (greedy, the default) they would be ignored" \
+  -- "${gen[@]}" --prompt hi --top-k 5
+check "generate --chat-template without --chat" odc-generate 2 \
+  "--chat-template applies only with --chat, which is not given (alone it would be ignored)" -- \
+  "${gen[@]}" --prompt hi --chat-template chatml
+check "generate --max-new-tokens beyond an int" odc-generate 2 "--max-new-tokens must be <= 2147483647, got 4294967360" -- \
+  "${gen[@]}" --prompt hi --max-new-tokens 4294967360
+check "eval --tokenizer with tokens" odc-eval 2 \
+  "--tokenizer and --chat-template apply to --format chat or text only, not tokens (pre-tokenized)" -- \
+  "${model[@]}" "${data[@]}" --tokenizer "$work/tok.json"
+check "rollout --chat-template without --chat" odc-rollout 2 "--chat-template applies only with --chat" -- \
+  --model "$work/hf" --prompts p.jsonl --out o.jsonl --chat-template llama3
+check "bench --min-time-s with --iters" odc-bench 2 \
+  "--min-time-s and --max-iters adapt the iteration count, which --iters N > 0 fixes: give one or the other" -- \
+  --iters 5 --min-time-s 1
+check "bench --gather-protocol without gather" odc-bench 2 "--gather-protocol applies to the gather op, which --ops leaves out" -- \
+  --ops scatter_accumulate --gather-protocol get
+check "train --dump-config with --plan-memory" odc-train 2 "--dump-config and --plan-memory each answer instead of training: give one" -- \
+  --dump-config --plan-memory
+check "sim --out with --dump-config" odc-sim 2 "--out writes a simulation's results, which --dump-config does not run: give one" -- \
+  --dump-config --out "$work/sim-out"
+check "ckpt import --world-size beyond an int" odc-ckpt 2 "--world-size must be <= 2147483647, got 4294967297" -- \
+  import --from "$work/hf" --out "$work/imported" --world-size 4294967297
 
 # --- the other checkpoint format is recognized ---
 mkdir -p "$work/native/step-00000003" && echo '{}' >"$work/native/step-00000003/manifest.json"
@@ -104,13 +130,30 @@ if [ -f "$work/ck/step-00000001/manifest.json" ]; then
 else
   echo "FAIL [metrics write fails: no step-00000001 in $work/ck]: $(ls "$work/ck" 2>&1)"; failures=$((failures + 1))
 fi
+# Space freed (here: another file), the resume writes back step 1's line, which the checkpoint kept:
+# the metrics file holds steps 1..3, each once.
 check "metrics write fails: resume goes on" odc-train 0 "" -- \
   "${train[@]}" --set train.steps=3 --set "checkpoint.dir=$work/ck" --set "train.metrics_file=$work/m.jsonl"
-if ! grep -q '"step":3' "$work/m.jsonl" || grep -q '"step":1,' "$work/m.jsonl"; then
-  echo "FAIL [metrics write fails: the resumed run trains steps 2..3]: $(cut -c1-40 "$work/m.jsonl")"; failures=$((failures + 1))
+steps=$(grep -o '"step":[0-9]*' "$work/m.jsonl" | tr '\n' ' ')
+if [ "$steps" != '"step":1 "step":2 "step":3 ' ]; then
+  echo "FAIL [metrics write fails: the metrics file holds steps 1..3 after the resume]: $steps"; failures=$((failures + 1))
+elif ! grep -q "wrote back 1 that could not be written before" "$work/out" "$work/err"; then
+  echo "FAIL [metrics write fails: the write-back is logged]"; failures=$((failures + 1))
+else
+  echo "ok   [metrics write fails: the metrics file holds steps 1..3 after the resume, step 1 from the checkpoint]"
 fi
 check "metrics write fails: no checkpoint.dir" odc-train 1 "No space left on device" "no checkpoint.dir is set" -- \
   "${train[@]}" --set train.steps=2 --set train.metrics_file=/dev/full
+# A step's eval line is written before its checkpoint is saved, so the checkpoint holds every line of
+# its step (one the disk refused is kept in it); it was saved first, its eval line left to chance.
+check "eval before the checkpoint of its step" odc-train 0 "" -- "${train[@]}" --set train.steps=2 \
+  --set "data.eval=$work/data.jsonl" --set train.eval_every=1 --set checkpoint.every=1 --set "checkpoint.dir=$work/ck-eval"
+order=$(grep -o "eval after step 1\|checkpoint: step 1 saved" "$work/out" "$work/err" | cut -d: -f2- | tr '\n' '|')
+if [ "$order" != "eval after step 1|checkpoint: step 1 saved|" ]; then
+  echo "FAIL [eval before the checkpoint of its step]: $order"; failures=$((failures + 1))
+else
+  echo "ok   [eval before the checkpoint of its step]"
+fi
 
 # Warnings the same on every rank are printed once (rank 0), and they name steps 1-based as the
 # progress lines do: 2 ranks, the first global minibatch (records 1-4, no shuffle) without targets,

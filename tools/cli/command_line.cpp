@@ -12,17 +12,6 @@
 namespace odc::cli {
 namespace {
 
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t comma = text.find(',', start);
-    parts.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) return parts;
-    start = comma + 1;
-  }
-}
-
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
   const std::string nearest = closest_name(word, candidates);
   return nearest.empty() ? std::string() : fmt::format("; did you mean '{}'?", nearest);
@@ -72,6 +61,24 @@ Arguments::Arguments(Command command, const std::vector<std::string>& args) : co
     }
     positionals_.push_back(argument);
   }
+  // An option that only applies with another one would be ignored without it.
+  for (const auto& option : command_.options) {
+    if (!option.needs.empty() && given_.contains(option.name) && !given_.contains(option.needs)) {
+      throw usage_error(fmt::format("{} applies only with {}, which is not given (alone it would be ignored)",
+                                    option.name, option.needs));
+    }
+  }
+}
+
+std::vector<std::string> Arguments::split_list(const std::string& text) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = text.find(',', start);
+    parts.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return parts;
+    start = comma + 1;
+  }
 }
 
 const Option& Arguments::declared(std::string_view name, Takes takes) const {
@@ -109,29 +116,36 @@ void Arguments::check_range(std::string_view name, double value, const std::stri
   if (!range.contains(value)) throw usage_error(fmt::format("{} must be {}, got {}", name, range.text(), text));
 }
 
-std::int64_t Arguments::to_integer(std::string_view name, const std::string& text, const Range& range) const {
-  std::int64_t out = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), out);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
+std::uint64_t Arguments::integer_bits(std::string_view name, const std::string& text, const Range& range,
+                                      std::int64_t lowest, std::uint64_t highest) const {
+  const char* const end = text.data() + text.size();
+  // Parsed as the widest type of its sign, so that a value beyond the target type is reported as
+  // out of range rather than as no integer at all.
+  std::uint64_t bits = 0;
+  double value = 0.0;
+  std::from_chars_result parsed{};
+  if (!text.empty() && text.front() == '-') {
+    std::int64_t negative = 0;
+    parsed = std::from_chars(text.data(), end, negative);
+    const bool whole = parsed.ptr == end;
+    if (whole && (parsed.ec == std::errc::result_out_of_range || (parsed.ec == std::errc() && negative < lowest))) {
+      throw usage_error(fmt::format("{} must be >= {}, got {}", name, lowest, text));
+    }
+    bits = static_cast<std::uint64_t>(negative);
+    value = static_cast<double>(negative);
+  } else {
+    parsed = std::from_chars(text.data(), end, bits);
+    const bool whole = parsed.ptr == end;
+    if (whole && (parsed.ec == std::errc::result_out_of_range || (parsed.ec == std::errc() && bits > highest))) {
+      throw usage_error(fmt::format("{} must be <= {}, got {}", name, highest, text));
+    }
+    value = static_cast<double>(bits);
+  }
+  if (text.empty() || parsed.ec != std::errc() || parsed.ptr != end) {
     throw usage_error(fmt::format("{} expects an integer, got '{}'", name, text));
   }
-  check_range(name, static_cast<double>(out), text, range);
-  return out;
-}
-
-std::optional<std::int64_t> Arguments::optional_integer(std::string_view name, const Range& range) const {
-  const auto text = value(name);
-  if (!text) return std::nullopt;
-  return to_integer(name, *text, range);
-}
-
-std::int64_t Arguments::integer(std::string_view name, std::int64_t fallback, const Range& range) const {
-  return optional_integer(name, range).value_or(fallback);
-}
-
-std::int64_t Arguments::required_integer(std::string_view name, std::string_view placeholder,
-                                         const Range& range) const {
-  return to_integer(name, required(name, placeholder), range);
+  check_range(name, value, text, range);
+  return bits;
 }
 
 double Arguments::number(std::string_view name, double fallback, const Range& range) const {
@@ -158,16 +172,7 @@ std::string Arguments::choice(std::string_view name, const std::vector<std::stri
 
 std::vector<std::string> Arguments::list(std::string_view name, const std::vector<std::string>& fallback) const {
   const auto text = value(name);
-  return text ? split_commas(*text) : fallback;
-}
-
-std::vector<std::int64_t> Arguments::integer_list(std::string_view name, const std::vector<std::int64_t>& fallback,
-                                                  const Range& range) const {
-  const auto text = value(name);
-  if (!text) return fallback;
-  std::vector<std::int64_t> out;
-  for (const auto& part : split_commas(*text)) out.push_back(to_integer(name, part, range));
-  return out;
+  return text ? split_list(*text) : fallback;
 }
 
 const std::vector<std::string>& Arguments::values(std::string_view name) const {
@@ -191,10 +196,6 @@ std::vector<std::string> Arguments::assignments() const {
 
 std::string Arguments::positional(std::size_t index) const {
   return index < positionals_.size() ? positionals_[index] : std::string();
-}
-
-std::int64_t Arguments::positional_integer(std::size_t index, std::int64_t fallback, const Range& range) const {
-  return index < positionals_.size() ? to_integer(command_.positional, positionals_[index], range) : fallback;
 }
 
 UsageError Arguments::usage_error(const std::string& message) const {

@@ -1,10 +1,13 @@
 #pragma once
 // The command line of every odc tool: declared options taken as "--flag value" or "--flag=value",
 // flags, repeatable options (--set key=value), positional arguments, subcommands, typed lookups
-// whose mistakes are usage errors, unknown options reported with the nearest declared one, and
-// --help / -h. tool_main.h turns the outcomes into the tools' common exit codes.
+// whose mistakes are usage errors, unknown options reported with the nearest declared one, options
+// that only apply next to another one refused without it, and --help / -h. tool_main.h turns the
+// outcomes into the tools' common exit codes.
+#include <concepts>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -50,6 +53,9 @@ enum class Takes : std::uint8_t {
 struct Option {
   std::string name;  // "--model"
   Takes takes = Takes::value;
+  // The option this one only applies with ("--plan-ranks" needs "--plan-memory"): given without
+  // it, it would be ignored, so the command line is refused naming both.
+  std::string needs = {};
 };
 
 // What one command accepts.
@@ -73,16 +79,36 @@ class Arguments {
   std::string value_or(std::string_view name, const std::string& fallback) const;
   // The value, or a usage error "NAME PLACEHOLDER is required" (--model DIR is required).
   std::string required(std::string_view name, std::string_view placeholder) const;
-  std::int64_t integer(std::string_view name, std::int64_t fallback, const Range& range = {}) const;
-  std::optional<std::int64_t> optional_integer(std::string_view name, const Range& range = {}) const;
-  std::int64_t required_integer(std::string_view name, std::string_view placeholder, const Range& range = {}) const;
+  // Integer lookups read into T, by default the fallback's type: text that is no integer, a value T
+  // cannot hold (never truncated: "--plan-ranks must be <= 2147483647, got 4294967297") and a value
+  // outside `range` are usage errors naming the option.
+  template <std::integral T>
+  T integer(std::string_view name, T fallback, const Range& range = {}) const {
+    return optional_integer<T>(name, range).value_or(fallback);
+  }
+  template <std::integral T = std::int64_t>
+  std::optional<T> optional_integer(std::string_view name, const Range& range = {}) const {
+    const auto text = value(name);
+    if (!text) return std::nullopt;
+    return to_integer<T>(name, *text, range);
+  }
+  template <std::integral T = std::int64_t>
+  T required_integer(std::string_view name, std::string_view placeholder, const Range& range = {}) const {
+    return to_integer<T>(name, required(name, placeholder), range);
+  }
   double number(std::string_view name, double fallback, const Range& range = {}) const;
   // One of `choices` (the nearest one suggested for a typo).
   std::string choice(std::string_view name, const std::vector<std::string>& choices, const std::string& fallback) const;
   // A comma-separated value, split ("a,b" -> {"a", "b"}).
   std::vector<std::string> list(std::string_view name, const std::vector<std::string>& fallback) const;
-  std::vector<std::int64_t> integer_list(std::string_view name, const std::vector<std::int64_t>& fallback,
-                                         const Range& range = {}) const;
+  template <std::integral T = std::int64_t>
+  std::vector<T> integer_list(std::string_view name, const std::vector<T>& fallback, const Range& range = {}) const {
+    const auto text = value(name);
+    if (!text) return fallback;
+    std::vector<T> out;
+    for (const auto& part : split_list(*text)) out.push_back(to_integer<T>(name, part, range));
+    return out;
+  }
   const std::vector<std::string>& values(std::string_view name) const;  // a Takes::values option
   // The --set assignments, each checked to be key=value (odc::split_assignment).
   std::vector<std::string> assignments() const;
@@ -90,14 +116,25 @@ class Arguments {
   std::string positional(std::size_t index) const;  // empty when not given
   // Positional argument `index` as an integer (fallback when not given); bad text or a value
   // outside `range` is a usage error naming the positional ("iteration count expects ...").
-  std::int64_t positional_integer(std::size_t index, std::int64_t fallback, const Range& range = {}) const;
+  template <std::integral T>
+  T positional_integer(std::size_t index, T fallback, const Range& range = {}) const {
+    return index < positionals_.size() ? to_integer<T>(command_.positional, positionals_[index], range) : fallback;
+  }
 
   // A usage error of this command, for the checks only the tool can make.
   UsageError usage_error(const std::string& message) const;
 
  private:
   const Option& declared(std::string_view name, Takes takes) const;
-  std::int64_t to_integer(std::string_view name, const std::string& text, const Range& range) const;
+  static std::vector<std::string> split_list(const std::string& text);  // "a,b" -> {"a", "b"}
+  template <std::integral T>
+  T to_integer(std::string_view name, const std::string& text, const Range& range) const {
+    return static_cast<T>(integer_bits(name, text, range, std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
+  }
+  // `text` as an integer in [lowest, highest] (the limits of the type it is read into) and in
+  // `range`, returned as its two's-complement bits (casting them to that type restores the value).
+  std::uint64_t integer_bits(std::string_view name, const std::string& text, const Range& range, std::int64_t lowest,
+                             std::uint64_t highest) const;
   void check_range(std::string_view name, double value, const std::string& text, const Range& range) const;
 
   Command command_;

@@ -1,10 +1,12 @@
 #include "cli/tool_main.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "cli/command_line.h"
 #include "odc/core/error.h"
@@ -14,7 +16,7 @@ namespace odc::cli {
 namespace {
 
 // The exit code for the exception being handled, after printing what it says. `speaks` is false
-// on the MPI ranks that leave help and usage errors to rank 0.
+// on the MPI ranks that leave help, usage errors and errors met on every rank to rank 0.
 int exit_code_of_current_exception(std::string_view tool, bool speaks) {
   const std::string name(tool);
   try {
@@ -25,6 +27,8 @@ int exit_code_of_current_exception(std::string_view tool, bool speaks) {
   } catch (const UsageError& e) {
     if (speaks) std::fprintf(stderr, "%s: %s\n\n%s", e.command().c_str(), e.what(), e.usage().c_str());
     return kExitUsage;
+  } catch (const SameOnEveryRank& e) {
+    if (speaks) std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.what());
   } catch (const Error& e) {
     std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.what());
   } catch (const std::exception& e) {
@@ -63,7 +67,19 @@ int run_mpi_tool(std::string_view tool, int& argc, char**& argv,
     return body(*mpi);
   } catch (...) {
     const bool rank0 = mpi == nullptr || (mpi->initialized() ? mpi->rank() == 0 : !local_rank_other_than_0());
-    const int code = exit_code_of_current_exception(tool, rank0);
+    bool waited = false;
+    try {
+      throw;
+    } catch (const SameOnEveryRank&) {
+      if (!rank0 && mpi->initialized()) {
+        // Rank 0 read the same and ends the job (MPI_Abort) before this wait is over, unless its
+        // input differed: then this rank reports it, and ends the job itself.
+        std::this_thread::sleep_for(std::chrono::duration<double>(kSameErrorWaitS));
+        waited = true;
+      }
+    } catch (...) {
+    }
+    const int code = exit_code_of_current_exception(tool, rank0 || waited);
     if (code == kExitFailure) {
       std::fflush(stderr);
       if (mpi && mpi->world_size() > 1) mpi->abort(code);

@@ -45,6 +45,11 @@ class TokenDataset {
     return std::nullopt;
   }
   std::int64_t max_length() const;
+  // Why none of the first `count` sequences has a target (for the refusal of a dataset that would
+  // train or score nothing): a one-token sequence has none (nothing precedes its token, which is
+  // so never predicted), so "every loss_mask is 0" would blame the wrong thing. Names how many are
+  // one token long and the first of them, and how many others mask every token after the first.
+  std::string no_targets_reason(std::int64_t count) const;
 };
 
 // Pre-tokenized JSONL: one object per line, {"input_ids": [...], "loss_mask": [...]}.

@@ -13,6 +13,7 @@
 // run (model, data, global minibatch), then every rank reads its shards — re-sliced from the old
 // ranks' files when the world size changed (io/native_reshard.h).
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -53,6 +54,10 @@ struct TrainingManifest {
   // The online RL loop, saved in the middle of an iteration: the fingerprint (16 hex digits) of the
   // iteration's rollout records, kept beside the manifest as kRolloutsFile (empty otherwise).
   std::string rollouts_fingerprint;
+  // The metrics lines each rank could not write (a full disk) by the step this checkpoint holds,
+  // keyed by rank: a resume writes them back (MetricsWriter), so the metrics file holds every step
+  // the checkpoint holds. Empty for a checkpoint saved without a metrics failure.
+  std::map<int, std::vector<std::string>> unwritten_metrics;
   // Read back from io's fields.
   std::int64_t step = 0;
   int world_size = 0;
@@ -73,6 +78,9 @@ struct InitialState {
   // The manifest of the checkpoint the run resumes (begin_run().resume_path); empty for a fresh
   // start.
   std::optional<TrainingManifest> resumed;
+  // "resumed from PATH (step N, ...)": logged by the caller once its own checks of the checkpoint
+  // passed too (the online RL loop's), never before.
+  std::string resumed_note;
   // Where the model came from (what the export keeps): model.checkpoint's architecture and dtype,
   // as a resumed checkpoint recorded them; empty for random weights.
   ModelSource source;
@@ -107,7 +115,9 @@ class Checkpointer {
 
   // Collective, once, before save or load: the checkpoint to resume from (checkpoint.resume:
   // auto = the newest complete one in checkpoint.dir, never, or a path; empty = a fresh start),
-  // this run's identity, and this run's checkpoints that a rollback abandons. odc::Error on every
+  // this run's identity, and this run's checkpoints that a rollback abandons. A checkpoint whose
+  // manifest has no checksum is refused unless checkpoint.accept_manifest_without_checksum (its
+  // values could have been edited undetected). odc::Error on every
   // rank when checkpoint.dir holds another run's checkpoints, and with auto when its newest
   // checkpoint is damaged (naming it and the checkpoint.resume setting of the previous good one:
   // with that setting the damaged one is retired). Nothing is moved yet.
@@ -152,8 +162,9 @@ class Checkpointer {
   // same data (`data_fingerprint`, described by `dataset`), the same data order (data.seed,
   // data.shuffle) and the same global minibatch (sequences per step; 0 skips the check). Rank 0
   // first logs the keys whose values differ from the config the checkpoint saved (config_diff.h),
-  // and a manifest without a checksum (written before manifests had one). A checkpoint of another
-  // world size is resharded.
+  // and a manifest without a checksum (accepted by checkpoint.accept_manifest_without_checksum). A checkpoint of another
+  // world size is resharded. The online RL loop's rollouts saved with it (kRolloutsFile) must match
+  // the manifest's fingerprint: damage to them, as to a shard, names the previous good checkpoint.
   TrainingManifest load(const std::string& path, distributed::ShardStore& store, const nlohmann::json& model_config,
                         std::uint64_t data_fingerprint, const std::string& dataset, std::int64_t global_minibatch);
 
@@ -161,7 +172,8 @@ class Checkpointer {
   // state) into `store`, whatever their source — the resume point of begin_run (load, checked
   // against `run`), else the Hugging Face checkpoint `base` (model.checkpoint; every rank reads
   // only its shard of every unit from the safetensors files), else nothing: the store keeps its
-  // random initialization. The caller restores the sampler and the step from `resumed`.
+  // random initialization. The caller restores the sampler and the step from `resumed`, then logs
+  // `resumed_note`.
   InitialState initial_state(distributed::ShardStore& store, const std::string& base, const RunDescription& run);
 
  private:
@@ -185,6 +197,7 @@ class Checkpointer {
   std::optional<io::DirectoryLock> lock_;  // rank 0 with checkpoint.dir
   std::optional<RunStart> start_;
   bool save_best_ = false;
+  bool accept_manifest_without_checksum_ = false;
   std::optional<BestCheckpoint> best_;
 };
 

@@ -100,6 +100,10 @@ MemoryInputs memory_inputs(const RunSettings& settings, const model::LlamaConfig
 // what the device has: Backend::memory_capacity) less a margin (kBudgetMargin) for what no item
 // sizes (fragmentation, the runtime's own allocations); 0 (unknown) when neither is known.
 constexpr double kBudgetMargin = 0.05;
+// The largest train.memory_budget_gib (its schema's range): 1 PiB per rank is beyond any machine and
+// leaves the plan's byte counts (int64, 8 EiB at most) far from overflowing; a larger budget is
+// taken as this one.
+constexpr double kMaxMemoryBudgetGib = 1048576.0;
 std::int64_t memory_budget(const RunSettings& settings, std::int64_t capacity_bytes);
 
 // The refusal: odc::Error with the plan's table when the plan exceeds the budget (nothing when

@@ -5,7 +5,10 @@
 // every rank's timeline (gathered to rank 0). The summary and the trace are collective.
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +46,9 @@ struct StepContext {
 // file); without the placeholder only rank 0 writes it, and every other rank gets "". Used for
 // train.metrics_file (every rank) and train.trace_file (rank 0 writes the merged trace).
 std::string rank_output_path(const std::string& pattern, int rank);
+// odc::Error naming `key` for a brace in `pattern` that is not "{rank}" ("tr-{Rank}.json" was
+// written under that very name): {rank} is the one placeholder.
+void check_output_pattern(std::string_view key, const std::string& pattern);
 
 // The warning for an MFU above 100% (a fraction `mfu` > 1; "" otherwise): the peak of
 // `peak_flops` per rank was underestimated. `from_config`: it is train.peak_flops (raise it), else
@@ -55,9 +61,10 @@ class RunReport {
   // writes), train.log_every; `peak_flops` per rank
   // (the MFU denominator), `gemm_flops` the measured GEMM rate per rank (0: not measured; the
   // summary's GEMM fraction is then left out). resumed_step: the step a resumed run continues
-  // after (0 for a new run): the metrics file keeps its records up to that step and goes on.
+  // after (0 for a new run): the metrics file keeps its records up to that step, writes back
+  // `unwritten_metrics` (this rank's lines its checkpoint kept: MetricsWriter) and goes on.
   RunReport(const TrainSettings& train, distributed::HostGroup& group, double peak_flops, double gemm_flops = 0.0,
-            std::int64_t resumed_step = 0);
+            std::int64_t resumed_step = 0, const std::vector<std::string>& unwritten_metrics = {});
 
   void begin_run(std::int64_t first_step, std::int64_t last_step, std::int64_t total_steps);
   // After every step: the metrics line and this run's totals.
@@ -77,6 +84,9 @@ class RunReport {
   void summary(double param_state_bytes) const;
   // Collective: every rank's trace events into one Chrome trace (train.trace_file) by rank 0.
   void write_trace(const Tracer& tracer, const nlohmann::json& other) const;
+  // Collective: the metrics lines each rank could not write (MetricsWriter::unwritten), on rank 0
+  // keyed by rank (ranks without any left out), for the checkpoint saved after the failure.
+  std::map<int, std::vector<std::string>> gather_unwritten_metrics() const;
 
  private:
   distributed::HostGroup& group_;

@@ -82,6 +82,7 @@ struct CheckpointSettings {
   std::int64_t every = 0;  // checkpoint.every
   int keep = 0;            // checkpoint.keep
   bool save_best = false;  // checkpoint.save_best
+  bool accept_manifest_without_checksum = false;  // checkpoint.accept_manifest_without_checksum
 };
 
 struct DebugSettings {

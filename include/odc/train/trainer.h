@@ -10,6 +10,7 @@
 // summary, trace) and export_hf. Every exchange between ranks goes through the HostGroup.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -78,9 +79,11 @@ class Trainer {
  private:
   // `group`, or when null the group this trainer owns.
   Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> own_group, distributed::HostGroup* group);
-  void save_checkpoint();
+  // `unwritten_metrics`: the metrics lines the ranks could not write, kept in the checkpoint.
+  void save_checkpoint(std::map<int, std::vector<std::string>> unwritten_metrics = {});
   void log_memory_check();
-  void evaluate_and_track(bool checkpointed);
+  // After an evaluation of step_: the best-checkpoint record (`checkpointed`: step_ has a checkpoint).
+  void track_best(bool checkpointed);
   // A metrics line that could not be written (disk full) ends the run, after a checkpoint.
   void record_metrics(const std::function<void()>& write);
   [[noreturn]] void end_on_metrics_failure(double failed_ranks, bool saved);

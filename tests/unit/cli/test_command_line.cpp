@@ -210,6 +210,71 @@ TEST_CASE("cli: typed lookups turn bad text and values out of range into usage e
   CHECK_THROWS_WITH(parse({}).flag("--model"), Contains("internal check failed"));
 }
 
+TEST_CASE("cli: an integer is read into its type, a value beyond it a usage error, never truncated", "[cli]") {
+  // 4294967297 = 2^32 + 1 read into an int was 1 (odc-train --plan-ranks planned for one rank).
+  CHECK(lookup_error({"--threads", "4294967297"}, [](const Arguments& a) { a.integer("--threads", 1); }) ==
+        "--threads must be <= 2147483647, got 4294967297");
+  CHECK(lookup_error({"--threads", "4294967297"},
+                     [](const Arguments& a) { a.integer("--threads", 1, Range::at_least(1)); }) ==
+        "--threads must be <= 2147483647, got 4294967297");
+  CHECK(lookup_error({"--threads", "-2147483649"}, [](const Arguments& a) { a.integer("--threads", 1); }) ==
+        "--threads must be >= -2147483648, got -2147483649");
+  CHECK(parse({"--threads", "2147483647"}).integer("--threads", 1) == 2147483647);
+  CHECK(parse({"--threads", "-2147483648"}).integer("--threads", 1) == -2147483648);
+  // The fallback's type decides; an explicit type overrides it.
+  CHECK(parse({"--threads", "4294967297"}).integer("--threads", std::int64_t{1}) == 4294967297LL);
+  CHECK(lookup_error({"--threads", "9223372036854775808"},
+                     [](const Arguments& a) { a.integer("--threads", std::int64_t{1}); }) ==
+        "--threads must be <= 9223372036854775807, got 9223372036854775808");
+  CHECK(lookup_error({"--threads", "-9223372036854775809"},
+                     [](const Arguments& a) { a.integer("--threads", std::int64_t{1}); }) ==
+        "--threads must be >= -9223372036854775808, got -9223372036854775809");
+  // A seed takes every 64-bit value, and no negative one.
+  CHECK(parse({"--threads", "18446744073709551615"}).integer<std::uint64_t>("--threads", 0) ==
+        18446744073709551615ULL);
+  CHECK(lookup_error({"--threads", "18446744073709551616"},
+                     [](const Arguments& a) { a.integer<std::uint64_t>("--threads", 0); }) ==
+        "--threads must be <= 18446744073709551615, got 18446744073709551616");
+  CHECK(lookup_error({"--threads", "-1"}, [](const Arguments& a) { a.integer<std::uint64_t>("--threads", 0); }) ==
+        "--threads must be >= 0, got -1");
+  CHECK(lookup_error({"--threads", "-"}, [](const Arguments& a) { a.integer("--threads", 1); }) ==
+        "--threads expects an integer, got '-'");
+  CHECK(lookup_error({"--threads", "99999999999999999999x"}, [](const Arguments& a) { a.integer("--threads", 1); }) ==
+        "--threads expects an integer, got '99999999999999999999x'");
+  CHECK(lookup_error({"--threads", "300"}, [](const Arguments& a) { a.integer<std::uint8_t>("--threads", 0); }) ==
+        "--threads must be <= 255, got 300");
+  CHECK(lookup_error({"--threads", "70000"}, [](const Arguments& a) { a.optional_integer<std::int16_t>("--threads"); }) ==
+        "--threads must be <= 32767, got 70000");
+  CHECK(lookup_error({"--threads", "4294967297"},
+                     [](const Arguments& a) { a.required_integer<int>("--threads", "N", Range::at_least(1)); }) ==
+        "--threads must be <= 2147483647, got 4294967297");
+  CHECK(lookup_error({"--sizes", "1,4294967296"},
+                     [](const Arguments& a) { a.integer_list<int>("--sizes", {}, Range::at_least(1)); }) ==
+        "--sizes must be <= 2147483647, got 4294967296");
+  CHECK(parse({"--sizes", "1,4294967296"}).integer_list("--sizes", {}) == std::vector<std::int64_t>{1, 4294967296LL});
+  CHECK(lookup_error({"4294967297"}, [](const Arguments& a) { a.positional_integer(0, 5); }) ==
+        "config file must be <= 2147483647, got 4294967297");
+}
+
+TEST_CASE("cli: an option that applies only with another is refused without it", "[cli]") {
+  const Command command{"odc-plan",
+                        kUsage,
+                        {{"--plan-memory", Takes::nothing},
+                         {"--plan-ranks", Takes::value, "--plan-memory"},
+                         {"--chat", Takes::nothing},
+                         {"--template", Takes::values, "--chat"}}};
+  CHECK_THROWS_WITH(Arguments(command, {"--plan-ranks", "4"}),
+                    "--plan-ranks applies only with --plan-memory, which is not given (alone it would be ignored)");
+  CHECK_THROWS_WITH(Arguments(command, {"--template=a", "--plan-memory"}),
+                    "--template applies only with --chat, which is not given (alone it would be ignored)");
+  // Either order; the option it needs may come later.
+  CHECK(Arguments(command, {"--plan-ranks", "4", "--plan-memory"}).integer("--plan-ranks", 1) == 4);
+  CHECK(Arguments(command, {"--plan-memory"}).integer("--plan-ranks", 3) == 3);
+  CHECK(Arguments(command, {"--chat", "--template", "x"}).values("--template") == std::vector<std::string>{"x"});
+  // --help still wins over the missing option: it is answered where it is read.
+  CHECK_THROWS_AS(Arguments(command, {"--plan-ranks", "4", "--help"}), HelpRequested);
+}
+
 TEST_CASE("cli: --help and -h end parsing with the command's usage", "[cli]") {
   for (const std::string help : {"--help", "-h"}) {
     try {

@@ -92,12 +92,14 @@ TEST_CASE("schemas: every default lies in its range, and the checked keys have t
   const std::map<std::string, std::string> trainer_ranges = {
       {"train.threads", "in [1, 1024]"},  {"comm.timeout_s", "> 0"},       {"data.minibatch_size", ">= 1"},
       {"data.max_tokens_per_microbatch", ">= 0"}, {"data.packing_ratio", "> 0"}, {"checkpoint.every", ">= 0"},
-      {"checkpoint.keep", ">= 0"},        {"train.steps", ">= 0"},         {"train.warmup_steps", ">= 0"},
+      {"checkpoint.keep", "in [0, 2147483647]"}, {"train.steps", ">= 0"}, {"train.warmup_steps", ">= 0"},
       {"train.trace_steps", ">= 0"},      {"train.peak_flops", ">= 0"},    {"train.stop_at_step", ">= 0"},
       {"train.lr", "> 0"},                {"train.min_lr", ">= 0"},        {"train.beta1", "in [0, 1)"},
       {"train.beta2", "in [0, 1)"},       {"train.eps", "> 0"},            {"train.weight_decay", ">= 0"},
       {"train.grad_clip", ">= 0"},        {"train.log_every", ">= 1"},     {"comm.chunk_bytes", ">= 4096"},
-      {"comm.max_inflight", ">= 1"},      {"data.cost_a", ">= 0"},         {"data.cost_b", ">= 0"},
+      {"comm.max_inflight", "in [1, 2147483647]"}, {"data.cost_a", ">= 0"}, {"data.cost_b", ">= 0"},
+      // Read into an int, or converted to bytes: bounded so that nothing truncates or overflows.
+      {"train.memory_budget_gib", "in [0, 1048576]"}, {"model.cudnn_workspace_mib", "in [1, 1073741824]"},
   };
   const auto trainer_specs = by_path(trainer.specs());
   for (const auto& [path, range] : trainer_ranges) {
@@ -106,7 +108,8 @@ TEST_CASE("schemas: every default lies in its range, and the checked keys have t
   }
   const std::map<std::string, std::string> sim_ranges = {
       {"sim.devices", "in [1, 65536]"}, {"data.minibatch_size", ">= 1"}, {"sim.minibatches", ">= 1"},
-      {"sim.skip_minibatches", ">= 0"}, {"sim.prefetch_depth", "in [0, 64]"}, {"sim.max_outstanding_reductions", ">= 1"},
+      {"sim.skip_minibatches", ">= 0"}, {"sim.prefetch_depth", "in [0, 64]"},
+      {"sim.max_outstanding_reductions", "in [1, 2147483647]"},
       {"sim.devices_per_node", ">= 0"}, {"sim.intra_node_gbps", ">= 0"}, {"sim.odc_param_bytes", ">= 0"},
       {"data.num_sequences", ">= 0"},   {"data.max_tokens_per_microbatch", ">= 0"}, {"data.packing_ratio", "> 0"},
       {"sim.matmul_efficiency", "in (0, 1]"}, {"sim.odc_inter_node_efficiency", "in (0, 1]"},

@@ -128,6 +128,64 @@ TEST_CASE("metrics: a new run truncates the file, a resumed one keeps the steps 
   CHECK(lines_of() == std::vector<std::int64_t>{1});
 }
 
+// A full disk at step 3 once lost step 3's line for good, though the checkpoint saved then holds
+// step 3: the lines not written are kept (for that checkpoint) and written back on resume.
+TEST_CASE("metrics: lines a full disk refused are kept, and a resume writes them back once", "[train]") {
+  const test::TempDir dir("metrics_unwritten");
+  const std::string path = dir.file("m.jsonl");
+  std::vector<std::string> unwritten;
+  {
+    train::MetricsWriter full("/dev/full");  // every write fails with ENOSPC
+    CHECK_THROWS_WITH(full.write({{"step", 3}, {"loss", 0.5}}),
+                      "train.metrics_file: writing '/dev/full' failed: No space left on device");
+    CHECK_THROWS_AS(full.write({{"step", 3}, {"eval_loss", 0.75}}), train::MetricsWriteError);
+    unwritten = full.unwritten();
+  }
+  CHECK(unwritten == std::vector<std::string>{R"({"loss":0.5,"step":3})", R"({"eval_loss":0.75,"step":3})"});
+  {
+    train::MetricsWriter writer(path);
+    writer.write({{"step", 1}, {"loss", 1.0}});
+    writer.write({{"step", 2}, {"loss", 0.75}});
+  }
+  const auto read = [&] {
+    std::ifstream in(path);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  };
+  {
+    train::MetricsWriter resumed(path, 3, unwritten);
+    CHECK(resumed.unwritten().empty());
+    resumed.write({{"step", 4}, {"loss", 0.25}});
+  }
+  const std::vector<std::string> expected = {R"({"loss":1.0,"step":1})", R"({"loss":0.75,"step":2})",
+                                             R"({"loss":0.5,"step":3})", R"({"eval_loss":0.75,"step":3})",
+                                             R"({"loss":0.25,"step":4})"};
+  CHECK(read() == expected);
+  // Resumed again from the same checkpoint: the lines already there are not repeated, step 4 goes.
+  { train::MetricsWriter again(path, 3, unwritten); }
+  CHECK(read() == std::vector<std::string>(expected.begin(), expected.end() - 1));
+}
+
+// {rank} is the one placeholder: "tr-{Rank}.json" was written under that very name.
+TEST_CASE("run report: output paths expand every {rank}, and any other brace is refused", "[train]") {
+  CHECK(train::rank_output_path("m-{rank}/r{rank}.jsonl", 3) == "m-3/r3.jsonl");
+  CHECK_NOTHROW(train::check_output_pattern("train.metrics_file", "m-{rank}/r{rank}.jsonl"));
+  CHECK_NOTHROW(train::check_output_pattern("train.trace_file", ""));
+  CHECK_THROWS_WITH(train::check_output_pattern("train.trace_file", "tr-{Rank}.json"),
+                    "train.trace_file 'tr-{Rank}.json': '{Rank}' is not a placeholder: the one placeholder is {rank} "
+                    "(the rank's number; lower case), and no other brace may appear in the path");
+  CHECK_THROWS_WITH(train::check_output_pattern("train.metrics_file", "m-{rank}-{host}.jsonl"),
+                    Catch::Contains("'{host}' is not a placeholder"));
+  CHECK_THROWS_WITH(train::check_output_pattern("train.metrics_file", "m-{rank.jsonl"),
+                    Catch::Contains("'{' is not a placeholder"));
+  CHECK_THROWS_WITH(train::check_output_pattern("train.metrics_file", "m-rank}.jsonl"),
+                    Catch::Contains("'}' is not a placeholder"));
+  // Read with the settings: before anything runs.
+  CHECK_THROWS_WITH(train::resolve_run_settings(report_config({"train.trace_file=tr-{Rank}.json"}), false),
+                    Catch::StartsWith("train.trace_file 'tr-{Rank}.json': '{Rank}' is not a placeholder"));
+}
+
 TEST_CASE("export_hf: rank 0 writes the model from every rank's shards", "[train]") {
   const test::TempDir dir("export_hf");
   const auto model_config = test::tiny_model();
