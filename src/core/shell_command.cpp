@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,14 +24,29 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kPoll = std::chrono::milliseconds(20);
 
 // The command line ($1) runs under a wrapper shell that leads the group. A watcher in the group
-// blocks on fd 4, the read end of a pipe whose write end only the caller holds: when the caller
-// closes it (the command is done) or dies (even of SIGKILL, which no destructor sees), the read
-// returns and the watcher kills the whole group, so nothing the command started outlives it. The
-// command's stdin is saved on fd 3 first (an asynchronous list's would be /dev/null); its exit
-// status is the wrapper's (a signal's death there reads as 128 + N, as a shell reports it).
+// blocks on fd 4, one end of a socket pair whose other end only the caller holds: when the caller
+// is done it sends a line and closes it; when it dies (even of SIGKILL, which no destructor sees)
+// the watcher reads an end of file instead and removes the scratch files ($2, $3) the caller
+// cannot. Either way the watcher then kills the whole group: nothing the command started outlives
+// it. The command's stdin is saved on fd 3 first (an asynchronous list's would be /dev/null); its
+// exit status is the wrapper's (a signal's death there reads as 128 + N, as a shell reports it).
 constexpr const char* kWrapper =
     "exec 3<&0; sh -c \"$1\" <&3 3<&- 4<&- & command=$!; exec 3<&-; "
-    "{ read -r _ <&4; kill -KILL 0; } & exec 4<&-; wait \"$command\"";
+    "{ read -r _ <&4 || rm -f \"$2\" \"$3\"; kill -KILL 0; } & exec 4<&-; wait \"$command\"";
+
+// The caller's end of the watcher's socket: "done" (a line, then closed) on every way out of the
+// call, so that only the caller's death reads as one. A socket, not a pipe: a send to a watcher
+// already killed fails with EPIPE instead of raising SIGPIPE in the caller.
+class Lifeline {
+ public:
+  explicit Lifeline(int fd) : fd_(fd) {}
+  ~Lifeline() { ::send(fd_.get(), "\n", 1, MSG_NOSIGNAL); }
+  Lifeline(const Lifeline&) = delete;
+  Lifeline& operator=(const Lifeline&) = delete;
+
+ private:
+  FileDescriptor fd_;
+};
 
 // posix_spawn's attribute objects, destroyed on every path.
 struct SpawnSetup {
@@ -90,9 +106,11 @@ ShellCommandResult run_shell_command(const std::string& command, const std::stri
                                      const std::string& stdout_path, double timeout_s,
                                      const std::function<bool()>& stop_requested) {
   int ends[2] = {-1, -1};
-  if (pipe2(ends, O_CLOEXEC) != 0) fail("cannot start '{}': pipe: {}", command, std::strerror(errno));
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0) {
+    fail("cannot start '{}': socketpair: {}", command, std::strerror(errno));
+  }
   const FileDescriptor lifeline_read(ends[0]);
-  FileDescriptor lifeline(ends[1]);  // held open while the command runs; closing it ends the group
+  const Lifeline lifeline(ends[1]);  // held while the command runs; its end ends the group
   SpawnSetup setup;
   posix_spawn_file_actions_addopen(&setup.actions, STDIN_FILENO, stdin_path.c_str(), O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&setup.actions, STDOUT_FILENO, stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
@@ -108,7 +126,8 @@ ShellCommandResult run_shell_command(const std::string& command, const std::stri
   posix_spawnattr_setpgroup(&setup.attributes, 0);  // a group of its own, led by the shell
   posix_spawnattr_setflags(&setup.attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   std::string sh = "sh", dash_c = "-c", wrapper = kWrapper, name = "odc-shell-command", line = command;
-  char* argv[] = {sh.data(), dash_c.data(), wrapper.data(), name.data(), line.data(), nullptr};
+  std::string in = stdin_path, out = stdout_path;
+  char* argv[] = {sh.data(), dash_c.data(), wrapper.data(), name.data(), line.data(), in.data(), out.data(), nullptr};
   pid_t pid = 0;
   const auto start = Clock::now();
   if (const int error = posix_spawn(&pid, "/bin/sh", &setup.actions, &setup.attributes, argv, environ); error != 0) {

@@ -24,8 +24,9 @@ inline constexpr std::chrono::seconds kKillGrace{2};
 
 // Runs `command` with stdin read from `stdin_path` and stdout written to `stdout_path` (created or
 // truncated; stderr stays the caller's) until it ends, `timeout_s` seconds pass (<= 0: no limit)
-// or `stop_requested` (may be empty; asked every 20 ms) says true. odc::Error when the shell cannot
-// be started (a file that cannot be opened, no /bin/sh).
+// or `stop_requested` (may be empty; asked every 20 ms) says true. The two files are the caller's
+// scratch: should the caller die while the command runs, they are removed with the group. odc::Error
+// when the shell cannot be started (a file that cannot be opened, no /bin/sh).
 ShellCommandResult run_shell_command(const std::string& command, const std::string& stdin_path,
                                      const std::string& stdout_path, double timeout_s,
                                      const std::function<bool()>& stop_requested);
