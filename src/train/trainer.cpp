@@ -297,7 +297,8 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
 Trainer::~Trainer() = default;
 
 StepResult Trainer::step() {
-  if (online_ && step_ % steps_per_iteration_ == 0) begin_iteration();  // outside the step's time
+  // Outside the step's time; run() samples first, with its stop signals.
+  if (online_ && step_ % steps_per_iteration_ == 0 && sampled_for_ != step_) begin_iteration(nullptr);
   const auto start = Clock::now();
   distributed::Comm& comm = comm_->comm();
   StepResult r;
@@ -311,6 +312,7 @@ StepResult Trainer::step() {
   if (minibatch.normalizer == 0.0 && group_.is_root()) {
     spdlog::warn("step {}: the minibatch has no target tokens (all masked)", step_ + 1);
   }
+  if (minibatch.zero_advantages && group_.is_root()) spdlog::warn("step {}: {}", step_ + 1, kZeroAdvantages);
   const data::Plan& plan = minibatch.plan;
   last_plan_hash_ = plan.hash();
   r.bubble_planned = equal_counts ? plan.bubble_collective() : plan.bubble_odc();
@@ -435,7 +437,14 @@ std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signa
   };
   // A signal during set-up (loading, planning): stop before the first step.
   bool preempted = first < last && stop_ranks("before the first step");
+  std::int64_t saved_at = -1;
   for (std::int64_t s = first; s < last && !preempted; ++s) {
+    // A stop request while the online loop's reward command runs ends the run at the iteration's
+    // start (its rollouts dropped: a resume samples it anew), as a stop after a step does.
+    if (online_ && step_ % steps_per_iteration_ == 0 && !begin_iteration(signals)) {
+      preempted = true;
+      break;
+    }
     const StepResult r = step();
     if (keep_results) results.push_back(r);
     record_metrics([&] { report_->record(r, {data_->sampler().epoch(), comm_->state_bytes(), comm_->comm().resources()}); });
@@ -444,6 +453,7 @@ std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signa
     if (metrics_failed_ranks > 0) end_on_metrics_failure(metrics_failed_ranks, false);
     const bool saved = !preempted && checkpointer_->due(step_, last);
     if (saved) save_checkpoint();
+    if (saved) saved_at = step_;
     if (!preempted && evaluator_ && evaluator_->due(step_, last)) {
       evaluate_and_track(saved);
       stop_ranks(fmt::format("after the eval of step {}", step_), false);  // its metrics line
@@ -451,7 +461,7 @@ std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signa
     }
     report_->progress(r);
   }
-  const bool saved_last = checkpointer_->enabled() && step_ > first;
+  const bool saved_last = checkpointer_->enabled() && step_ > first && saved_at != step_;
   if (saved_last) save_checkpoint();
   // The end of a finished run is evaluated (a preempted one is not finished: its resume will be).
   if (!preempted && evaluator_ && (!last_eval_ || last_eval_->step != step_)) {
