@@ -2,14 +2,19 @@
 """The demo's chat data and tokenizer, generated (no model hub or dataset download is reachable).
 
 Writes OUT/chat.jsonl — conversations {"messages": [{"role": "system"|"user"|"assistant",
-"content": ...}]} where the user asks for a small string task (reverse, repeat, sort the letters,
-add two numbers) and the assistant answers — and OUT/tokenizer/ with a byte-level BPE
+"content": ...}]} where the user asks for a small string task on one of 24 words (reverse it,
+repeat it, sort its letters, count its letters) and the assistant answers — and OUT/tokenizer/ with a byte-level BPE
 tokenizer.json (the format of Qwen2 / LLaMA-3 tokenizers: GPT-2 byte alphabet, a Split
 pre-tokenizer regex, merges learned here from the corpus) plus tokenizer_config.json naming the
 ChatML template and its special tokens <|im_start|>, <|im_end|>, <|endoftext|>, and
 generation_config.json (eos = <|im_end|>).
 
-usage: make_demo_chat.py --out DIR [--num 8000] [--merges 200] [--seed 1]
+With --prompts N and --heldout M it also writes OUT/prompts-train.jsonl and OUT/prompts-heldout.jsonl:
+N and M prompts with their answers ({"prompt", "answer"}, what odc-rollout and rl.prompts read),
+drawn apart from the conversations and from each other (seeds 21 and 22): the held-out accuracy's
+prompts are fresh draws of the same tasks.
+
+usage: make_demo_chat.py --out DIR [--num 8000] [--merges 200] [--seed 1] [--prompts N] [--heldout M]
 """
 import argparse
 import collections
@@ -38,7 +43,7 @@ def byte_alphabet():
 
 def conversation(rng):
     word = rng.choice(WORDS)
-    task = rng.choice(["reverse", "repeat", "sort", "add"])
+    task = rng.choice(["reverse", "repeat", "sort", "length"])
     if task == "reverse":
         question, answer = f"reverse: {word}", word[::-1]
     elif task == "repeat":
@@ -46,8 +51,7 @@ def conversation(rng):
     elif task == "sort":
         question, answer = f"sort: {word}", "".join(sorted(word))
     else:
-        a, b = rng.randint(0, 99), rng.randint(0, 99)
-        question, answer = f"add: {a}+{b}", str(a + b)
+        question, answer = f"length: {word}", str(len(word))
     messages = []
     if rng.random() < 0.5:
         messages.append({"role": "system", "content": "You are a helpful assistant."})
@@ -105,6 +109,8 @@ def main():
     parser.add_argument("--num", type=int, default=8000)
     parser.add_argument("--merges", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--prompts", type=int, default=0, help="training prompts to write (prompts-train.jsonl)")
+    parser.add_argument("--heldout", type=int, default=0, help="held-out prompts to write (prompts-heldout.jsonl)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     os.makedirs(os.path.join(args.out, "tokenizer"), exist_ok=True)
@@ -150,6 +156,14 @@ def main():
     eos = vocab_size - 1  # <|im_end|> ends the assistant's turn
     with open(os.path.join(args.out, "tokenizer", "generation_config.json"), "w") as f:
         json.dump({"eos_token_id": eos, "pad_token_id": vocab_size - 3}, f, indent=2)
+    for name, seed, count in (("prompts-train", 21, args.prompts), ("prompts-heldout", 22, args.heldout)):
+        if count <= 0:
+            continue
+        prompt_rng = random.Random(seed)
+        with open(os.path.join(args.out, name + ".jsonl"), "w") as f:
+            for _ in range(count):
+                messages = conversation(prompt_rng)
+                f.write(json.dumps({"prompt": messages[-2]["content"], "answer": messages[-1]["content"]}) + "\n")
     print(json.dumps({"conversations": len(conversations), "vocab_size": vocab_size, "merges": len(merges),
                       "eos_token_id": eos, "out": args.out}))
 

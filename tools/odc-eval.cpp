@@ -20,7 +20,9 @@ constexpr const char* kUsage = R"(usage: odc-eval --model DIR --data PATH [optio
 
 Scores every sequence of PATH with the checkpoint in DIR (config.json + safetensors) and prints
 one JSON line: loss (token-weighted mean next-token cross-entropy over the target positions, in
-nats), perplexity (exp(loss)), tokens (target positions scored), sequences.
+nats), perplexity (exp(loss)), tokens (target positions scored), sequences, over_context (sequences
+longer than the model's max_position_embeddings: scored, with a warning on stderr naming the first,
+since their positions past it are outside the model's context).
 
 options:
   --model DIR          Hugging Face checkpoint directory (required)
@@ -69,7 +71,8 @@ int run(const odc::cli::Arguments& args) {
   const auto result = odc::train::evaluate(model, *dataset, max_tokens, max_sequences);
   const nlohmann::json out = {{"model", model_dir},       {"data", data},
                               {"loss", result.loss},      {"perplexity", result.perplexity},
-                              {"tokens", result.tokens},  {"sequences", result.sequences}};
+                              {"tokens", result.tokens},  {"sequences", result.sequences},
+                              {"over_context", result.over_context}};
   std::puts(out.dump().c_str());
   return 0;
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/command_line.h"
@@ -23,9 +24,11 @@
 #include "odc/core/error.h"
 #include "odc/core/logging.h"
 #include "odc/data/prompts.h"
+#include "odc/data/tokenizer.h"
 #include "odc/train/inference.h"
 #include "odc/train/rewards.h"
 #include "odc/train/rollout_sampling.h"
+#include "odc/train/stop_signals.h"
 
 namespace {
 
@@ -45,7 +48,9 @@ options:
   --tokenizer PATH       tokenizer.json to use instead of DIR/tokenizer.json
   --prompts FILE         prompts JSONL (required)
   --out FILE             rollout records JSONL to write (required; replaced atomically)
-  --group G              completions per prompt (default 4)
+  --group G              completions per prompt (default 4: GRPO compares each completion with the
+                         others of its prompt; --group 1 measures accuracy, but a lone completion has
+                         advantage 0, so odc-train's grpo refuses such records)
   --concurrency N        sequences decoded at once (default 16)
   --max-new-tokens N     >= 1, default 64
   --temperature T        > 0, default 1.0: the softmax temperature of the draws and of the records'
@@ -59,11 +64,14 @@ options:
   --verifier V           exact (default: the completion up to its end-of-turn marker, stripped,
                          equals the answer) or number (the completion's last number equals the
                          answer's)
-  --ref-model DIR        a frozen reference policy (a Hugging Face checkpoint of the same vocabulary):
-                         each record gets its log-probabilities of the completion, "ref_logprobs",
-                         for the grpo objective's KL penalty (rl.kl_beta)
+  --ref-model DIR        a frozen reference policy (a Hugging Face checkpoint of the same tokenizer:
+                         its tokenizer.json is compared with the policy's): each record gets its
+                         log-probabilities of the completion, "ref_logprobs", for the grpo objective's
+                         KL penalty (rl.kl_beta)
   --reward-command CMD   score with an external command instead: it reads JSONL {"prompt",
                          "completion", "answer"} on stdin and writes one reward (a number) per line
+  --reward-timeout S     the reward command's time limit in seconds (> 0, default 300): past it, it
+                         and every process it started are killed and nothing is written
   --chat                 render each prompt as a user turn of the model's chat template
   --chat-template T      auto (default), llama3 or chatml (with --chat)
   --threads N            compute threads (default 1; at most 4 x the machine's hardware threads)
@@ -74,16 +82,44 @@ odc::cli::Command command() {
   using odc::cli::Takes;
   return {"odc-rollout", kUsage,
           {{"--model"}, {"--tokenizer"}, {"--prompts"}, {"--out"}, {"--group"}, {"--concurrency"}, {"--max-new-tokens"},
-           {"--temperature"}, {"--top-p"}, {"--top-k"}, {"--stop", Takes::values}, {"--seed"}, {"--verifier"}, {"--reward-command"}, {"--ref-model"},
+           {"--temperature"}, {"--top-p"}, {"--top-k"}, {"--stop", Takes::values}, {"--seed"}, {"--verifier"}, {"--reward-command"}, {"--reward-timeout"}, {"--ref-model"},
            {"--chat", Takes::nothing}, {"--chat-template", Takes::value, "--chat"}, {"--threads"}}};
 }
 
-int run(const odc::cli::Arguments& args) {
+std::string window_origin(const std::string& dir) {
+  return fmt::format("sliding_window in {}", (std::filesystem::path(dir) / "config.json").string());
+}
+
+// The reference scores the policy's token ids: it must read them as the same text.
+void check_reference(const odc::train::LoadedModel& reference, const odc::train::LoadedModel& model,
+                     const std::string& tokenizer_path) {
+  if (reference.config().vocab_size != model.config().vocab_size) {
+    odc::fail("--ref-model {} has a vocabulary of {}, the model {} one of {}", reference.dir(),
+              reference.config().vocab_size, model.dir(), model.config().vocab_size);
+  }
+  const auto ref_tokenizer = (std::filesystem::path(reference.dir()) / "tokenizer.json").string();
+  if (!std::filesystem::exists(ref_tokenizer)) {
+    spdlog::warn("--ref-model {} has no tokenizer.json: whether it reads the policy's token ids as the same text "
+                 "({}) cannot be checked", reference.dir(), tokenizer_path);
+    return;
+  }
+  if (const auto difference = odc::data::tokenizer_difference(tokenizer_path, ref_tokenizer)) {
+    odc::fail("--ref-model {}: its tokenizer {} is not the policy's {} (first difference: {}): it would score the "
+              "policy's token ids as other text; give a reference with the policy's tokenizer",
+              reference.dir(), ref_tokenizer, tokenizer_path, *difference);
+  }
+}
+
+int run(const odc::cli::Arguments& args, const odc::train::StopSignals& signals) {
   const std::string model_dir = args.required("--model", "DIR");
   const std::string prompts_path = args.required("--prompts", "FILE");
   const std::string out_path = args.required("--out", "FILE");
   odc::train::RolloutOptions options;
   options.group_size = args.integer("--group", 4, odc::Range::at_least(1));
+  if (options.group_size == 1) {
+    std::fprintf(stderr, "odc-rollout: warning: --group 1: every completion stands alone, so these records measure "
+                         "accuracy but cannot train grpo (a lone completion's advantage is 0; odc-train refuses them)\n");
+  }
   options.concurrency = args.integer("--concurrency", 16, odc::Range::at_least(1));
   options.sampling.max_new_tokens = args.integer("--max-new-tokens", 64, odc::Range::at_least(1));
   options.sampling.temperature = args.number("--temperature", 1.0, odc::Range::above(0));
@@ -93,6 +129,8 @@ int run(const odc::cli::Arguments& args) {
   const std::string verifier_name = args.choice("--verifier", {"exact", "number"}, "exact");
   const auto reward_command = args.value("--reward-command");
   if (reward_command && args.value("--verifier")) throw args.usage_error("give --verifier or --reward-command, not both");
+  const double reward_timeout = args.number("--reward-timeout", 300.0, odc::Range::above(0));
+  if (!reward_command && args.value("--reward-timeout")) throw args.usage_error("--reward-timeout limits --reward-command, which is not given");
   const bool chat = args.flag("--chat");
   const std::string chat_template = args.choice("--chat-template", {"auto", "llama3", "chatml"}, "auto");
   const int threads = odc::cli::compute_threads(args);
@@ -116,8 +154,28 @@ int run(const odc::cli::Arguments& args) {
     if (stop.empty()) throw args.usage_error("--stop expects a non-empty string, got ''");
   }
   options.decode = [&tokenizer](std::span<const std::int32_t> ids) { return tokenizer.decode(ids, false); };
+  options.model_name = fmt::format("the model in {}", model_dir);
+  options.max_new_tokens_key = "--max-new-tokens";
+  options.window_origin = window_origin(model_dir);
+  options.stop_requested = [&signals] { return signals.requested(); };
   std::vector<std::vector<std::int32_t>> prompt_ids;
-  for (const auto& p : prompts) prompt_ids.push_back(p.ids);
+  for (const auto& p : prompts) {
+    prompt_ids.push_back(p.ids);
+    options.prompt_names.push_back(p.where);
+  }
+
+  // The reference (loaded first, so that a mismatch fails before any sampling): the policy's
+  // tokenizer, and every sequence within its attention window too.
+  std::optional<odc::train::LoadedModel> reference;
+  if (const auto ref_dir = args.value("--ref-model")) {
+    reference.emplace(*ref_dir, threads);
+    check_reference(*reference, model, tokenizer_path);
+    for (const auto& p : prompts) {
+      odc::train::check_rollout_window(reference->config(), static_cast<std::int64_t>(p.ids.size()),
+                                       options.sampling.max_new_tokens, p.where, "--max-new-tokens",
+                                       window_origin(*ref_dir));
+    }
+  }
 
   const auto start = std::chrono::steady_clock::now();
   const auto completions = odc::train::sample_rollouts(model.model(), model.params(), prompt_ids, options);
@@ -126,24 +184,26 @@ int run(const odc::cli::Arguments& args) {
   // The reference policy's log-probabilities of every completion token: one forward per completion
   // over prompt + completion (its logits [tokens, vocab] on the host, one sequence at a time).
   std::vector<std::vector<float>> ref_logprobs;
-  if (const auto ref_dir = args.value("--ref-model")) {
-    odc::train::LoadedModel reference(*ref_dir, threads);
-    if (reference.config().vocab_size != model.config().vocab_size) {
-      odc::fail("--ref-model {} has a vocabulary of {}, the model {} one of {}", *ref_dir, reference.config().vocab_size,
-                model_dir, model.config().vocab_size);
-    }
-    const auto vocab = static_cast<std::size_t>(reference.config().vocab_size);
+  if (reference) {
+    const auto vocab = static_cast<std::size_t>(reference->config().vocab_size);
     std::vector<float> logits;
     for (const auto& c : completions) {
+      if (signals.requested()) odc::fail("stopped by {} while the reference scored the completions: nothing written", signals.describe());
       std::vector<std::int32_t> seq = prompt_ids[static_cast<std::size_t>(c.prompt)];
       const std::size_t prompt_length = seq.size();
       seq.insert(seq.end(), c.ids.begin(), c.ids.end());
       odc::model::PackedBatch batch;
       batch.append(seq.data(), nullptr, static_cast<std::int64_t>(seq.size()), 0.0f);
-      reference.forward(batch, &logits);
+      reference->forward(batch, &logits);
       std::vector<float> row_logprobs;
       for (std::size_t j = 0; j < c.ids.size(); ++j) {
         const std::span<const float> row(logits.data() + (prompt_length + j - 1) * vocab, vocab);
+        if (const std::size_t bad = odc::train::first_non_finite(row); bad < vocab) {
+          odc::fail("the reference model in {} gives a logit that is not finite ({} for token {}) after position {} "
+                    "of {}'s completion {}: its activations overflow or its weights are damaged; nothing written",
+                    reference->dir(), row[bad], bad, prompt_length + j - 1,
+                    prompts[static_cast<std::size_t>(c.prompt)].where, c.sample);
+        }
         row_logprobs.push_back(
             static_cast<float>(odc::train::token_logprob(row, c.ids[j], options.sampling.temperature)));
       }
@@ -160,9 +220,16 @@ int run(const odc::cli::Arguments& args) {
   }
   std::vector<double> rewards;
   if (reward_command) {
-    rewards = odc::train::command_rewards(*reward_command, requests, std::filesystem::path(out_path).parent_path().empty()
-                                                             ? std::filesystem::path(".")
-                                                             : std::filesystem::path(out_path).parent_path());
+    const auto out_dir = std::filesystem::path(out_path).parent_path();
+    const odc::train::RewardCommand command{*reward_command, reward_timeout, "--reward-timeout",
+                                            out_dir.empty() ? std::filesystem::path(".") : out_dir,
+                                            [&signals] { return signals.requested(); }};
+    auto scored = odc::train::command_rewards(command, requests);
+    if (!scored) {
+      odc::fail("stopped by {} while the reward command ran: it was killed with every process it started; nothing "
+                "written", signals.describe());
+    }
+    rewards = std::move(*scored);
   } else {
     const auto verifier = odc::train::parse_verifier(verifier_name);
     for (std::size_t i = 0; i < completions.size(); ++i) {
@@ -199,8 +266,11 @@ int run(const odc::cli::Arguments& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // SIGINT/SIGTERM stop the sampling, the reference's scoring or the reward command (killed with
+  // what it started) at once, and exit 1 with nothing written; a second one ends the process.
+  const odc::train::StopSignals signals;
   return odc::cli::run_tool("odc-rollout", [&] {
     odc::setup_logging(0, 1, "warn");
-    return run(odc::cli::parse(command(), argc, argv));
+    return run(odc::cli::parse(command(), argc, argv), signals);
   });
 }

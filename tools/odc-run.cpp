@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "odc/core/wait_status.h"
 #include "odc/distributed/group/local_launch.h"
 
 namespace {
@@ -216,14 +217,8 @@ struct Rank {
   bool running = true;
 };
 
-// "exit status 3", "signal SIGKILL".
-std::string describe_status(int status) {
-  if (WIFSIGNALED(status)) {
-    const char* name = sigabbrev_np(WTERMSIG(status));
-    return name != nullptr ? std::string("signal SIG") + name : "signal " + std::to_string(WTERMSIG(status));
-  }
-  return "exit status " + std::to_string(exit_status(status));
-}
+// "exit status 3", "killed by SIGKILL" (wait_status.h, as every external command's status is told).
+std::string describe_status(int status) { return odc::describe_wait_status(status); }
 
 void signal_running(const std::vector<Rank>& ranks, int sig) {
   for (const auto& r : ranks) {

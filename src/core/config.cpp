@@ -522,6 +522,10 @@ const TunableSpec& Config::spec(const std::string& path) const {
 void Config::set_value(const TunableSpec& target, const YAML::Node& node,
                        const std::string& source) {
   const std::string where = location(source, node.Mark());
+  // An empty value (`--set rl.stop=`, `stop:`) of a string key whose default is the empty string is that.
+  if (node.IsNull() && target.kind == ValueKind::string && target.default_value == "\"\"") {
+    return set_value(target, YAML::Node(std::string()), source);
+  }
   if (node.IsNull()) {
     // Only a key without a default may be unset, so every key with a default always has a value.
     if (!target.default_value.empty()) {

@@ -25,16 +25,46 @@ RewardScale parse_reward_scale(const std::string& name) {
 
 namespace {
 
-struct Moments {
-  double sum = 0.0;
-  double squares = 0.0;  // about the mean, filled in a second pass
+// Mean and spread of rewards computed in units of their largest magnitude: no square overflows
+// (1e200 beside 0, or +-1e308, have a finite spread there; in plain units the squares were inf and
+// every advantage 0), and the scale is kept apart to undo it where the result is finite.
+struct Spread {
+  double scale = 0.0;  // max |reward|; 0: every reward 0
+  double mean = 0.0;   // of reward / scale
+  double std = 0.0;    // of reward / scale, Bessel-corrected; NaN for a single value
+  double population_std = 0.0;  // of reward / scale, over n
   std::int64_t count = 0;
-  double mean() const { return sum / static_cast<double>(count); }
-  // Bessel-corrected; NaN for a single value (no spread to measure).
-  double std() const {
-    return count > 1 ? std::sqrt(squares / static_cast<double>(count - 1)) : std::numeric_limits<double>::quiet_NaN();
-  }
 };
+
+template <typename Indices>
+Spread spread_of(const std::vector<double>& rewards, const Indices& indices) {
+  Spread s;
+  for (const auto i : indices) {
+    s.scale = std::max(s.scale, std::fabs(rewards[static_cast<std::size_t>(i)]));
+    ++s.count;
+  }
+  if (s.scale == 0.0) {
+    if (s.count < 2) s.std = std::numeric_limits<double>::quiet_NaN();
+    return s;
+  }
+  for (const auto i : indices) s.mean += rewards[static_cast<std::size_t>(i)] / s.scale;
+  s.mean /= static_cast<double>(s.count);
+  double squares = 0.0;  // two passes: about the mean, which no cancellation can spoil
+  for (const auto i : indices) {
+    const double d = rewards[static_cast<std::size_t>(i)] / s.scale - s.mean;
+    squares += d * d;
+  }
+  s.population_std = std::sqrt(squares / static_cast<double>(s.count));
+  s.std = s.count > 1 ? std::sqrt(squares / static_cast<double>(s.count - 1))
+                      : std::numeric_limits<double>::quiet_NaN();
+  return s;
+}
+
+std::map<std::int64_t, std::vector<std::size_t>> members_by_group(const std::vector<std::int64_t>& groups) {
+  std::map<std::int64_t, std::vector<std::size_t>> by_group;
+  for (std::size_t i = 0; i < groups.size(); ++i) by_group[groups[i]].push_back(i);
+  return by_group;
+}
 
 std::vector<std::int32_t> token_array(const json& record, const char* key, std::int64_t vocab, const std::string& where) {
   const auto it = record.find(key);
@@ -76,30 +106,49 @@ double finite_number(const json& record, const char* key, const std::string& whe
 
 }  // namespace
 
-std::vector<float> group_advantages(const std::vector<double>& rewards, const std::vector<std::int64_t>& groups,
-                                    RewardScale scale) {
+std::vector<double> group_advantages(const std::vector<double>& rewards, const std::vector<std::int64_t>& groups,
+                                     RewardScale scale) {
   ODC_CHECK(rewards.size() == groups.size(), "group_advantages: {} rewards, {} groups", rewards.size(), groups.size());
-  std::map<std::int64_t, Moments> by_group;
-  Moments all;
-  for (std::size_t i = 0; i < rewards.size(); ++i) {
-    auto& g = by_group[groups[i]];
-    g.sum += rewards[i];
-    ++g.count;
-    all.sum += rewards[i];
-    ++all.count;
+  std::vector<std::size_t> everyone(rewards.size());
+  for (std::size_t i = 0; i < everyone.size(); ++i) everyone[i] = i;
+  const Spread all = spread_of(rewards, everyone);
+  std::vector<double> out(rewards.size(), 0.0);
+  for (const auto& [group, members] : members_by_group(groups)) {
+    const Spread g = spread_of(rewards, members);
+    if (g.scale == 0.0) continue;  // every reward 0: no deviation
+    for (const std::size_t i : members) {
+      const double deviation = rewards[i] / g.scale - g.mean;  // in units of g.scale
+      double a = 0.0;
+      if (scale == RewardScale::none) {
+        a = deviation * g.scale;
+      } else if (scale == RewardScale::group) {
+        a = deviation / (g.std + 1e-4 / g.scale);  // (reward - mean) / (std + 1e-4), both sides over g.scale
+      } else {
+        a = (g.scale / all.scale) * deviation / (all.std + 1e-4 / all.scale);
+      }
+      out[i] = std::isnan(a) ? 0.0 : a;  // a lone sample: no spread, no signal
+    }
   }
-  for (std::size_t i = 0; i < rewards.size(); ++i) {
-    auto& g = by_group[groups[i]];
-    g.squares += (rewards[i] - g.mean()) * (rewards[i] - g.mean());
-    all.squares += (rewards[i] - all.mean()) * (rewards[i] - all.mean());
+  return out;
+}
+
+RewardSpread reward_spread(const std::vector<double>& rewards, const std::vector<std::int64_t>& groups) {
+  ODC_CHECK(rewards.size() == groups.size() && !rewards.empty(), "reward_spread: {} rewards, {} groups", rewards.size(),
+            groups.size());
+  std::vector<std::size_t> everyone(rewards.size());
+  for (std::size_t i = 0; i < everyone.size(); ++i) everyone[i] = i;
+  const Spread all = spread_of(rewards, everyone);
+  RewardSpread out;
+  out.mean = all.scale * all.mean;
+  out.std = all.scale * all.population_std;
+  for (const auto& [group, members] : members_by_group(groups)) {
+    const Spread g = spread_of(rewards, members);
+    ++out.groups;
+    const bool equal = g.count < 2 || g.scale == 0.0 || g.std == 0.0;
+    if (equal) ++out.equal_groups;
+    out.std_within_groups += equal ? 0.0 : g.scale * g.std;
   }
-  std::vector<float> out;
-  for (std::size_t i = 0; i < rewards.size(); ++i) {
-    const Moments& g = by_group[groups[i]];
-    double a = rewards[i] - g.mean();
-    if (scale != RewardScale::none) a /= (scale == RewardScale::group ? g.std() : all.std()) + 1e-4;
-    out.push_back(std::isnan(a) ? 0.0f : static_cast<float>(a));  // a lone sample: no spread, no signal
-  }
+  out.std_within_groups /= static_cast<double>(out.groups);
   return out;
 }
 
@@ -163,7 +212,12 @@ void RolloutDataset::read(std::istream& in, std::int64_t vocab_size, RewardScale
       if (record.contains("group") && !record.at("group").is_number_integer()) {
         fail("{}: \"group\" must be an integer id, found {}", where, record.at("group").dump());
       }
-      given.push_back(static_cast<float>(finite_number(record, "advantage", where)));
+      const double a = finite_number(record, "advantage", where);
+      if (std::fabs(a) > std::numeric_limits<float>::max()) {
+        fail("{}: \"advantage\" {} is beyond the range of a float (the objective computes in float); scale it down",
+             where, a);
+      }
+      given.push_back(static_cast<float>(a));
     }
     if (record.contains("temperature")) {
       const double t = finite_number(record, "temperature", where);
@@ -195,8 +249,26 @@ void RolloutDataset::read(std::istream& in, std::int64_t vocab_size, RewardScale
     });
   if (size() == 0) fail("{}: no rollout records", path);
   if (with_reward.value_or(false)) {
-    advantages_ = group_advantages(rewards, groups, scale);
-    for (const double r : rewards) reward_mean_ += r / static_cast<double>(rewards.size());
+    std::map<std::int64_t, std::int64_t> members;
+    for (const auto g : groups) ++members[g];
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      if (members[groups[i]] == 1) {
+        fail("{}: group {} has this record alone: GRPO's advantage compares a completion with the others of its "
+             "group (its reward minus their mean), so a lone completion gets 0 and trains nothing; sample at least "
+             "2 completions per prompt (odc-rollout --group, rl.group_size) or give each record its \"advantage\"",
+             record(static_cast<std::int64_t>(i)), groups[i]);
+      }
+    }
+    for (const double a : group_advantages(rewards, groups, scale)) {
+      const auto i = static_cast<std::int64_t>(advantages_.size());
+      if (std::fabs(a) > std::numeric_limits<float>::max()) {
+        fail("{}: the advantage of this record, {} (its reward minus its group's mean, unscaled: rl.scale_rewards "
+             "none), is beyond the range of a float (the objective computes in float); scale the rewards down or set "
+             "rl.scale_rewards: group", record(i), a);
+      }
+      advantages_.push_back(static_cast<float>(a));
+    }
+    reward_mean_ = reward_spread(rewards, groups).mean;
   } else {
     advantages_ = std::move(given);
   }

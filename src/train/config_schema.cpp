@@ -299,7 +299,9 @@ std::vector<TunableSpec> trainer_tunables() {
       tunable("rl.prompts_per_iteration", K::integer, "8",
               "online loop: prompts sampled per iteration (the next ones of rl.prompts in data.seed's order)",
               Range::at_least(1)),
-      tunable("rl.group_size", K::integer, "4", "online loop: completions per prompt (GRPO's G)", Range::at_least(1)),
+      tunable("rl.group_size", K::integer, "4",
+              "online loop: completions per prompt (GRPO's G; a group of one has no spread: advantage 0)",
+              Range::at_least(2)),
       tunable("rl.epochs_per_iteration", K::integer, "1",
               "online loop: passes over each iteration's rollouts (TRL's num_iterations)", Range::at_least(1)),
       tunable("rl.max_new_tokens", K::integer, "64", "online loop: the most tokens of a completion", Range::at_least(1)),
@@ -322,6 +324,10 @@ std::vector<TunableSpec> trainer_tunables() {
       tunable("rl.reward_command", K::string, "\"\"",
               "online loop: score with this shell command instead of rl.verifier: JSONL {\"prompt\", \"completion\", "
               "\"answer\"} on its stdin, one reward per line on its stdout (run by rank 0)"),
+      tunable("rl.reward_timeout_s", K::number, "300",
+              "online loop: rl.reward_command's time limit per iteration; past it the command and every process "
+              "it started are killed and the run fails naming it",
+              Range::above(0)),
       tunable("rl.chat", K::boolean, "false",
               "online loop: render each prompt as a user turn of data.chat_template for generation"),
       // debug
@@ -388,10 +394,14 @@ void check_relations(const Config& config) {
       fail("rl.verifier (from {}) and rl.reward_command (from {}) both score completions: give one",
            config.source_of("rl.verifier"), config.source_of("rl.reward_command"));
     }
+    if (config.get_string("rl.reward_command").empty() && config.source_of("rl.reward_timeout_s") != "default") {
+      fail("rl.reward_timeout_s (from {}) limits rl.reward_command, which is not set (rl.verifier scores the "
+           "completions); drop it or set rl.reward_command", config.source_of("rl.reward_timeout_s"));
+    }
   } else {
     for (const char* key : {"rl.iterations", "rl.prompts_per_iteration", "rl.group_size", "rl.epochs_per_iteration",
                             "rl.max_new_tokens", "rl.top_p", "rl.top_k", "rl.stop", "rl.seed", "rl.concurrency", "rl.verifier",
-                            "rl.reward_command", "rl.chat"}) {
+                            "rl.reward_command", "rl.reward_timeout_s", "rl.chat"}) {
       if (grpo && config.source_of(key) != "default") {
         fail("{} (from {}) shapes only the online RL loop, and rl.prompts is not set (the rollouts come from "
              "data.train); drop it or set rl.prompts", key, config.source_of(key));

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "odc/backend/backend_factory.h"
 #include "odc/core/error.h"
@@ -97,6 +98,21 @@ EvalResult evaluate(LoadedModel& model, const data::TokenDataset& dataset, std::
                          "its loss would not be the original model's",
                          fmt::format("score sequences of at most {} tokens", model.config().attention_window));
   EvalResult result;
+  // Past max_position_embeddings the model runs (rotary positions are computed for any position, as
+  // in transformers) but outside what it was trained on: scored, as odc-train trains such
+  // sequences, with a warning naming them and a count in the result.
+  const std::int64_t context = model.config().max_position_embeddings;
+  std::string first_over;
+  for (std::int64_t i = 0; i < count; ++i) {
+    if (dataset.length(i) <= context) continue;
+    if (result.over_context++ == 0) first_over = fmt::format("{} ({} tokens)", dataset.record(i), dataset.length(i));
+  }
+  if (result.over_context > 0) {
+    spdlog::warn("{} of the {} sequences scored are longer than max_position_embeddings = {} of the model in '{}' "
+                 "(the first: {}): their positions past it are outside the model's context, so the loss there does "
+                 "not measure the model within it; cut the sequences to the context "
+                 "to score only that", result.over_context, count, context, model.dir(), first_over);
+  }
   model::PackedBatch batch;
   std::int64_t batch_first = 0;               // the first sequence of `batch`
   std::int64_t bad_first = -1, bad_last = -1;  // the first microbatch whose loss is not finite
@@ -207,6 +223,12 @@ GenerateResult generate(LoadedModel& model, const std::vector<std::int32_t>& pro
       batch.append(sequence.data(), nullptr, static_cast<std::int64_t>(sequence.size()), 0.0f);
       model.forward(batch, &logits);
       logits.erase(logits.begin(), logits.end() - vocab);  // the last position's row
+    }
+    if (const std::size_t bad = first_non_finite(logits); bad < logits.size()) {
+      fail("the model in '{}' gives a logit that is not finite ({} for token {}) after position {} of the sequence "
+           "(the prompt's {} tokens and {} generated): its activations overflow or its weights are damaged; nothing "
+           "can be generated from it", model.dir(), logits[bad], bad, sequence.size() - 1, prompt.size(),
+           result.ids.size());
     }
     const std::int32_t next = sampler.next(logits);
     result.ids.push_back(next);

@@ -132,10 +132,14 @@ MinibatchSource::MinibatchSource(const RunSettings& settings, const Config& conf
 
 void MinibatchSource::check_policy_records(const std::string& name) {
   std::int64_t longest = 0;
+  all_advantages_zero_ = true;
   for (std::int64_t i = 0; i < dataset_->size(); ++i) {
-    if (!dataset_->policy(i)) fail("{}: train.objective grpo needs rollout records (data.format rollouts)", dataset_->record(i));
+    const auto policy = dataset_->policy(i);
+    if (!policy) fail("{}: train.objective grpo needs rollout records (data.format rollouts)", dataset_->record(i));
     longest = std::max(longest, dataset_->target_count(i));
+    all_advantages_zero_ = all_advantages_zero_ && policy->advantage == 0.0f;
   }
+  if (all_advantages_zero_ && rank_ == 0) spdlog::warn("{}: {}", name, kZeroAdvantages);
   if (completion_length_ == 0) completion_length_ = std::max<std::int64_t>(longest, 1);
   const auto sampled_at = dataset_->policy(0)->temperature;
   if (sampled_at && *sampled_at != temperature_) {
@@ -220,6 +224,9 @@ Minibatch MinibatchSource::next(bool equal_counts) {
     }
   }
   if (policy_ && aggregation_ == "dr_grpo") out.normalizer *= static_cast<double>(completion_length_);
+  out.zero_advantages = policy_ && !all_advantages_zero_ &&
+                        std::all_of(out.global.begin(), out.global.end(),
+                                    [&](std::int64_t i) { return dataset_->policy(i)->advantage == 0.0f; });
   data::PlanInput input;
   input.world_size = world_size_;
   input.token_cap = token_cap_;

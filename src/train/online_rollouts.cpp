@@ -10,8 +10,10 @@
 #include "odc/core/error.h"
 #include "odc/core/random.h"
 #include "odc/data/packing.h"
+#include "odc/data/rollouts.h"
 #include "odc/data/text_dataset.h"
 #include "odc/train/inference.h"
+#include "odc/train/minibatch_source.h"
 #include "odc/train/rewards.h"
 #include "odc/train/rollout_sampling.h"
 
@@ -66,6 +68,18 @@ OnlineRollouts::OnlineRollouts(const RunSettings& settings, const model::LlamaCo
            p.ids.size(), context_);
     }
   }
+  if (group_size_ < 2) {
+    fail("rl.group_size is {}: GRPO's advantage compares each completion with the others of its prompt's group (its "
+         "reward minus their mean), so a group of one has none and every advantage would be 0: nothing would train; "
+         "set rl.group_size to at least 2", group_size_);
+  }
+  // Known from the config: every prompt plus rl.max_new_tokens within the model's attention window.
+  const std::string window_origin = attention_window_origin(settings.model.checkpoint, settings.model.config_origin);
+  for (const auto& p : prompts_.prompts()) {
+    check_rollout_window(model, static_cast<std::int64_t>(p.ids.size()), rl_.max_new_tokens, p.where,
+                         "rl.max_new_tokens", window_origin);
+  }
+  window_origin_ = window_origin;
   scratch_ = std::filesystem::temp_directory_path().string();
   if (rank == 0 && eos_.empty()) {
     spdlog::warn("rl.prompts: no eos id (model.checkpoint's config.json or generation_config.json, or rl.chat's end of "
@@ -99,7 +113,8 @@ std::vector<std::int64_t> OnlineRollouts::iteration_prompts(std::int64_t iterati
   return chosen;
 }
 
-DrawnRollouts OnlineRollouts::draw(std::int64_t iteration, model::LlamaModel& model, model::ParamSource& params) const {
+DrawnRollouts OnlineRollouts::draw(std::int64_t iteration, model::LlamaModel& model, model::ParamSource& params,
+                                   const std::string& policy_name) const {
   const auto start = Clock::now();
   DrawnRollouts drawn;
   drawn.iteration = iteration;
@@ -111,7 +126,12 @@ DrawnRollouts OnlineRollouts::draw(std::int64_t iteration, model::LlamaModel& mo
     mine.push_back(prompts_.prompts()[static_cast<std::size_t>(drawn.chosen[static_cast<std::size_t>(j)])].ids);
     drawn.positions.push_back(j);
     options.prompt_keys.push_back(static_cast<std::uint64_t>(j));
+    options.prompt_names.push_back(
+        prompts_.prompts()[static_cast<std::size_t>(drawn.chosen[static_cast<std::size_t>(j)])].where);
   }
+  options.model_name = policy_name;
+  options.max_new_tokens_key = "rl.max_new_tokens";
+  options.window_origin = window_origin_;
   options.sampling.max_new_tokens = rl_.max_new_tokens;
   options.sampling.temperature = temperature_;
   options.sampling.top_p = rl_.top_p;
@@ -137,9 +157,12 @@ void OnlineRollouts::add_reference(DrawnRollouts& drawn, model::LlamaModel& mode
   model::PackedBatch batch;
   std::vector<std::size_t> members;  // completions in the batch
   std::vector<float> logits;
-  const auto prompt_ids = [&](const SampledCompletion& c) -> const std::vector<std::int32_t>& {
+  const auto prompt_of = [&](const SampledCompletion& c) -> const data::Prompt& {
     const auto j = drawn.positions[static_cast<std::size_t>(c.prompt)];
-    return prompts_.prompts()[static_cast<std::size_t>(drawn.chosen[static_cast<std::size_t>(j)])].ids;
+    return prompts_.prompts()[static_cast<std::size_t>(drawn.chosen[static_cast<std::size_t>(j)])];
+  };
+  const auto prompt_ids = [&](const SampledCompletion& c) -> const std::vector<std::int32_t>& {
+    return prompt_of(c).ids;
   };
   const auto run = [&] {
     if (members.empty()) return;
@@ -151,6 +174,11 @@ void OnlineRollouts::add_reference(DrawnRollouts& drawn, model::LlamaModel& mode
       auto& out = drawn.ref_logprobs[i];
       for (std::size_t t = 0; t < c.ids.size(); ++t) {
         const std::span<const float> row(logits.data() + (offset + prompt + t - 1) * vocab, vocab);
+        if (const std::size_t bad = first_non_finite(row); bad < vocab) {
+          fail("the reference policy (the weights the run started from) gives a logit that is not finite ({} for "
+               "token {}) after position {} of {}'s completion {} (iteration {}): its activations overflow",
+               row[bad], bad, prompt + t - 1, prompt_of(c).where, c.sample, drawn.iteration + 1);
+        }
         out.push_back(static_cast<float>(token_logprob(row, c.ids[t], temperature_)));
       }
       offset += prompt + c.ids.size();
@@ -171,7 +199,8 @@ void OnlineRollouts::add_reference(DrawnRollouts& drawn, model::LlamaModel& mode
   drawn.reference_s = seconds_since(start);
 }
 
-RolloutIteration OnlineRollouts::gather(DrawnRollouts drawn, distributed::HostGroup& group) const {
+std::optional<RolloutIteration> OnlineRollouts::gather(DrawnRollouts drawn, distributed::HostGroup& group,
+                                                      const std::function<bool()>& stop_requested) const {
   const auto start = Clock::now();
   const std::int64_t iteration = drawn.iteration;
   const auto& completions = drawn.completions;
@@ -218,7 +247,10 @@ RolloutIteration OnlineRollouts::gather(DrawnRollouts drawn, distributed::HostGr
         requests.push_back({{"prompt", p.text}, {"completion", item.at("text")}, {"answer", p.answer}});
       }
       try {
-        answer = json{{"rewards", command_rewards(rl_.reward_command, requests, scratch_)}}.dump();
+        const RewardCommand command{rl_.reward_command, rl_.reward_timeout_s, "rl.reward_timeout_s", scratch_,
+                                    stop_requested};
+        const auto rewards = command_rewards(command, requests);
+        answer = rewards ? json{{"rewards", *rewards}}.dump() : json{{"stopped", true}}.dump();
       } catch (const Error& e) {
         answer = json{{"error", e.what()}}.dump();
       }
@@ -226,13 +258,16 @@ RolloutIteration OnlineRollouts::gather(DrawnRollouts drawn, distributed::HostGr
     group.broadcast(answer, "the reward command's rewards");
     const json reply = json::parse(answer);
     if (reply.contains("error")) fail("rl.reward_command, iteration {}: {}", iteration + 1, reply.at("error").get<std::string>());
+    if (reply.contains("stopped")) return std::nullopt;  // a stop request on rank 0 killed it: every rank stops
     const auto& rewards = reply.at("rewards");
     for (std::size_t i = 0; i < total; ++i) items[i]["reward"] = rewards.at(i);
   }
 
   RolloutIteration out;
   out.iteration = iteration;
-  double reward_sum = 0.0, correct = 0.0, tokens = 0.0, ended = 0.0, stopped = 0.0;
+  double correct = 0.0, tokens = 0.0, ended = 0.0, stopped = 0.0;
+  std::vector<double> rewards;
+  std::vector<std::int64_t> groups;
   std::size_t shortest = static_cast<std::size_t>(-1), longest = 0;
   for (const auto& item : items) {
     const std::int64_t j = item.at("position").get<std::int64_t>();
@@ -243,7 +278,8 @@ RolloutIteration OnlineRollouts::gather(DrawnRollouts drawn, distributed::HostGr
     if (item.contains("ref_logprobs")) record["ref_logprobs"] = item.at("ref_logprobs");
     out.records += record.dump();
     out.records += '\n';
-    reward_sum += reward;
+    rewards.push_back(reward);
+    groups.push_back(j);
     correct += reward >= 1.0 ? 1.0 : 0.0;
     const std::size_t length = item.at("ids").size();
     tokens += static_cast<double>(length);
@@ -253,15 +289,15 @@ RolloutIteration OnlineRollouts::gather(DrawnRollouts drawn, distributed::HostGr
     stopped += item.at("stopped").get<bool>() ? 1.0 : 0.0;
   }
   const auto n = static_cast<double>(total);
-  const double mean = reward_sum / n;
-  double squares = 0.0;
-  for (const auto& item : items) squares += std::pow(item.at("reward").get<double>() - mean, 2);
+  const data::RewardSpread spread = data::reward_spread(rewards, groups);
   const double seconds = drawn.sample_s + drawn.reference_s + seconds_since(start);
   out.stats = {{"iteration", iteration + 1},
                {"prompts", prompts_per_iteration_},
                {"rollouts", total},
-               {"reward_mean", mean},
-               {"reward_std", std::sqrt(squares / n)},
+               {"reward_mean", spread.mean},
+               {"reward_std", spread.std},
+               {"reward_std_within_groups", spread.std_within_groups},
+               {"groups_equal_rewards", spread.equal_groups},
                {"accuracy", correct / n},
                {"completion_tokens_mean", tokens / n},
                {"completion_tokens_min", shortest},

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -11,6 +12,8 @@
 #include <fmt/format.h>
 
 #include "odc/core/error.h"
+#include "odc/core/shell_command.h"
+#include "odc/core/wait_status.h"
 
 namespace odc::train {
 
@@ -81,12 +84,23 @@ double reward_of(Verifier verifier, std::string_view completion, std::string_vie
   return verifier == Verifier::exact ? exact_match_reward(completion, answer) : number_match_reward(completion, answer);
 }
 
-std::vector<double> command_rewards(const std::string& command, const std::vector<nlohmann::json>& requests,
-                                    const std::filesystem::path& scratch) {
+std::optional<double> parse_reward(std::string_view line) {
+  std::string_view text = strip(line);
+  // from_chars takes a '-' only; a '+' before a digit or the point is a sign too ("+-1" is not).
+  if (text.size() > 1 && text.front() == '+' && (digit(text[1]) || text[1] == '.')) text.remove_prefix(1);
+  double value = 0.0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value, std::chars_format::general);
+  if (error != std::errc() || end != text.data() + text.size() || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+std::optional<std::vector<double>> command_rewards(const RewardCommand& reward,
+                                                   const std::vector<nlohmann::json>& requests) {
+  const std::string& command = reward.command;
   const std::string stem = fmt::format("odc-rewards-{}", ::getpid());
-  const auto in_path = scratch / (stem + ".requests.jsonl");
-  const auto out_path = scratch / (stem + ".rewards.txt");
-  struct Cleanup {
+  const auto in_path = reward.scratch / (stem + ".requests.jsonl");
+  const auto out_path = reward.scratch / (stem + ".rewards.txt");
+  struct Cleanup {  // on every way out, the error paths too
     std::filesystem::path a, b;
     ~Cleanup() {
       std::error_code ignored;
@@ -98,25 +112,27 @@ std::vector<double> command_rewards(const std::string& command, const std::vecto
     std::ofstream in(in_path);
     if (!in) fail("reward command '{}': cannot write its input file {}", command, in_path.string());
     for (const auto& r : requests) in << r.dump() << "\n";
+    if (!in.flush()) fail("reward command '{}': cannot write its input file {}", command, in_path.string());
   }
-  const std::string shell = fmt::format("({}) < '{}' > '{}'", command, in_path.string(), out_path.string());
-  const int status = std::system(shell.c_str());
-  if (status != 0) fail("reward command '{}' failed (status {})", command, status);
+  const ShellCommandResult run =
+      run_shell_command(command, in_path.string(), out_path.string(), reward.timeout_s, reward.stop_requested);
+  if (run.ended == ShellCommandResult::Ended::stopped) return std::nullopt;
+  if (run.ended == ShellCommandResult::Ended::timed_out) {
+    fail("reward command '{}' did not finish within {} s ({}): it was killed with every process it started; "
+         "raise the limit or make the command faster", command, reward.timeout_s, reward.timeout_origin);
+  }
+  if (run.wait_status != 0) fail("reward command '{}' failed ({})", command, describe_wait_status(run.wait_status));
   std::ifstream out(out_path);
   std::vector<double> rewards;
   std::string line;
-  while (std::getline(out, line)) {
+  for (std::int64_t number = 1; std::getline(out, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    double value = 0.0;
-    try {
-      value = std::stod(line);
-    } catch (const std::exception&) {
-      fail("reward command '{}': line {} of its output is not a number: '{}'", command, rewards.size() + 1, line);
+    const auto value = parse_reward(line);
+    if (!value) {
+      fail("reward command '{}': line {} of its output, '{}', is not one finite number (each line holds a reward "
+           "such as 1, 0.5 or -2e-3, and nothing else)", command, number, line);
     }
-    if (!std::isfinite(value)) {
-      fail("reward command '{}': line {} of its output is not a finite number: '{}'", command, rewards.size() + 1, line);
-    }
-    rewards.push_back(value);
+    rewards.push_back(*value);
   }
   if (rewards.size() != requests.size()) {
     fail("reward command '{}' wrote {} rewards for {} completions", command, rewards.size(), requests.size());

@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "odc/core/error.h"
 #include "odc/core/random.h"
 #include "odc/model/kv_cache.h"
@@ -20,6 +22,21 @@ double token_logprob(std::span<const float> logits, std::int32_t token, double t
   double sum = 0.0;
   for (const float l : logits) sum += std::exp((static_cast<double>(l) - top) / t);
   return (static_cast<double>(logits[static_cast<std::size_t>(token)]) - top) / t - std::log(sum);
+}
+
+void check_rollout_window(const model::LlamaConfig& model, std::int64_t prompt_tokens, std::int64_t max_new_tokens,
+                          const std::string& where, const std::string& max_new_tokens_key,
+                          const std::string& window_origin) {
+  const std::int64_t window = model.attention_window;
+  if (window <= 0 || prompt_tokens + max_new_tokens <= window) return;
+  fail("{}: the prompt has {} tokens and {} is {}: {} tokens, more than the model's attention window of {} ({}): the "
+       "original model attends only to the last {} tokens, attention here spans the whole sequence, so it would "
+       "sample, score and train sequences unlike the original's; keep the prompt plus {} within {}{}",
+       where, prompt_tokens, max_new_tokens_key, max_new_tokens, prompt_tokens + max_new_tokens, window, window_origin,
+       window, max_new_tokens_key, window,
+       prompt_tokens < window
+           ? fmt::format(" ({} at most {} for this prompt)", max_new_tokens_key, window - prompt_tokens)
+           : std::string(" (shorten the prompt)"));
 }
 
 namespace {
@@ -51,6 +68,12 @@ std::vector<SampledCompletion> sample_rollouts(model::LlamaModel& model, model::
   if (!options.prompt_keys.empty() && options.prompt_keys.size() != prompts.size()) {
     fail("sample_rollouts: {} prompt keys for {} prompts", options.prompt_keys.size(), prompts.size());
   }
+  if (!options.prompt_names.empty() && options.prompt_names.size() != prompts.size()) {
+    fail("sample_rollouts: {} prompt names for {} prompts", options.prompt_names.size(), prompts.size());
+  }
+  const auto prompt_name = [&](std::size_t p) {
+    return options.prompt_names.empty() ? fmt::format("prompt {}", p) : options.prompt_names[p];
+  };
   const auto& config = model.config();
   const std::int64_t vocab = config.vocab_size;
   std::int64_t capacity = 1;
@@ -58,9 +81,11 @@ std::vector<SampledCompletion> sample_rollouts(model::LlamaModel& model, model::
     const auto length = static_cast<std::int64_t>(prompts[p].size());
     if (length == 0) fail("prompt {} is empty: a completion is predicted from at least one token", p);
     if (length >= config.max_position_embeddings) {
-      fail("prompt {} has {} tokens: no room to generate within max_position_embeddings = {}", p, length,
+      fail("{} has {} tokens: no room to generate within max_position_embeddings = {}", prompt_name(p), length,
            config.max_position_embeddings);
     }
+    check_rollout_window(config, length, options.sampling.max_new_tokens, prompt_name(p), options.max_new_tokens_key,
+                         options.window_origin);
     capacity = std::max(capacity, std::min(length + options.sampling.max_new_tokens, config.max_position_embeddings));
   }
   const auto total = static_cast<std::int64_t>(prompts.size()) * options.group_size;
@@ -79,6 +104,13 @@ std::vector<SampledCompletion> sample_rollouts(model::LlamaModel& model, model::
   // Draws the next token of `a` from `row` (its logits; the repetition penalty applied in place)
   // and says whether the completion ends with it.
   const auto draw = [&](Active& a, std::span<float> row) {
+    const auto prompt_length = prompts[static_cast<std::size_t>(a.out.prompt)].size();
+    if (const std::size_t bad = first_non_finite(row); bad < row.size()) {
+      fail("{} gives a logit that is not finite ({} for token {}) after position {} of {}'s completion {} (its {} "
+           "tokens and {} drawn): its activations overflow or its weights are damaged; nothing can be sampled from "
+           "it", options.model_name, row[bad], bad, prompt_length + a.out.ids.size() - 1,
+           prompt_name(static_cast<std::size_t>(a.out.prompt)), a.out.sample, prompt_length, a.out.ids.size());
+    }
     const std::int32_t id = a.sampler->next(row);
     a.sampler->observe(id);
     a.out.ids.push_back(id);
@@ -103,6 +135,10 @@ std::vector<SampledCompletion> sample_rollouts(model::LlamaModel& model, model::
   };
 
   while (pending < total || !active.empty()) {
+    if (options.stop_requested && options.stop_requested()) {
+      fail("sampling stopped by a stop request after {} of {} completions", pending - static_cast<std::int64_t>(active.size()),
+           total);
+    }
     // Fill free slots: each new sequence's prompt runs once (prefill) and draws its first token.
     while (pending < total && !free_slots.empty()) {
       Active a;

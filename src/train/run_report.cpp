@@ -149,10 +149,15 @@ void RunReport::record_eval(const EvalSummary& eval, double seconds) {
 
 void RunReport::record_rollouts(const nlohmann::json& stats) {
   if (group_.is_root()) {
-    spdlog::info("iteration {}: {} rollouts, reward {:.4f} (std {:.4f}), accuracy {:.4f}, completions {:.1f} tokens "
+    // Two spreads: over all rewards, and within each prompt's group, which is all that advantages see
+    // (groups of equal rewards give advantage 0 whatever the spread over all).
+    spdlog::info("iteration {}: {} rollouts, reward {:.4f} (std {:.4f} over all rewards, {:.4f} within groups; {} of {} "
+                 "groups with equal rewards, advantage 0), accuracy {:.4f}, completions {:.1f} tokens "
                  "({}-{}, {:.0f}% ended), sampled in {:.2f} s ({:.0f} tokens/s)",
                  stats.at("iteration").get<std::int64_t>(), stats.at("rollouts").get<std::int64_t>(),
                  stats.at("reward_mean").get<double>(), stats.at("reward_std").get<double>(),
+                 stats.value("reward_std_within_groups", 0.0), stats.value("groups_equal_rewards", 0),
+                 stats.at("prompts").get<std::int64_t>(),
                  stats.at("accuracy").get<double>(), stats.at("completion_tokens_mean").get<double>(),
                  stats.at("completion_tokens_min").get<std::int64_t>(),
                  stats.at("completion_tokens_max").get<std::int64_t>(), 100.0 * (stats.at("eos_fraction").get<double>() + stats.value("stop_fraction", 0.0)),

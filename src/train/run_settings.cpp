@@ -71,6 +71,7 @@ RlLoopSettings read_rl_loop(const Config& config) {
   rl.concurrency = config.get_int("rl.concurrency");
   rl.verifier = config.get_string("rl.verifier");
   rl.reward_command = config.get_string("rl.reward_command");
+  rl.reward_timeout_s = config.get_double("rl.reward_timeout_s");
   rl.chat = config.get_bool("rl.chat");
   return rl;
 }

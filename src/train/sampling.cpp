@@ -24,6 +24,11 @@ void check_generate_options(const GenerateOptions& options) {
   }
 }
 
+std::size_t first_non_finite(std::span<const float> logits) {
+  const auto bad = std::find_if(logits.begin(), logits.end(), [](float l) { return !std::isfinite(l); });
+  return static_cast<std::size_t>(bad - logits.begin());
+}
+
 TokenSampler::TokenSampler(const GenerateOptions& options, std::int64_t vocab)
     : options_(options), vocab_(vocab), rng_(options.seed), seen_(static_cast<std::size_t>(vocab), 0),
       order_(static_cast<std::size_t>(vocab)), probs_(static_cast<std::size_t>(vocab)) {

@@ -301,7 +301,8 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
 Trainer::~Trainer() = default;
 
 StepResult Trainer::step() {
-  if (online_ && step_ % steps_per_iteration_ == 0) begin_iteration();  // outside the step's time
+  // Outside the step's time; run() samples first, with its stop signals.
+  if (online_ && step_ % steps_per_iteration_ == 0 && sampled_for_ != step_) begin_iteration(nullptr);
   const auto start = Clock::now();
   distributed::Comm& comm = comm_->comm();
   StepResult r;
@@ -315,6 +316,7 @@ StepResult Trainer::step() {
   if (minibatch.normalizer == 0.0 && group_.is_root()) {
     spdlog::warn("step {}: the minibatch has no target tokens (all masked)", step_ + 1);
   }
+  if (minibatch.zero_advantages && group_.is_root()) spdlog::warn("step {}: {}", step_ + 1, kZeroAdvantages);
   const data::Plan& plan = minibatch.plan;
   last_plan_hash_ = plan.hash();
   r.bubble_planned = equal_counts ? plan.bubble_collective() : plan.bubble_odc();
@@ -439,7 +441,14 @@ std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signa
   };
   // A signal during set-up (loading, planning): stop before the first step.
   bool preempted = first < last && stop_ranks("before the first step");
+  std::int64_t saved_at = -1;
   for (std::int64_t s = first; s < last && !preempted; ++s) {
+    // A stop request while the online loop's reward command runs ends the run at the iteration's
+    // start (its rollouts dropped: a resume samples it anew), as a stop after a step does.
+    if (online_ && step_ % steps_per_iteration_ == 0 && !begin_iteration(signals)) {
+      preempted = true;
+      break;
+    }
     const StepResult r = step();
     if (keep_results) results.push_back(r);
     record_metrics([&] { report_->record(r, {data_->sampler().epoch(), comm_->state_bytes(), comm_->comm().resources()}); });
@@ -456,6 +465,7 @@ std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signa
     }
     const bool saved = !preempted && checkpointer_->due(step_, last);
     if (saved) save_checkpoint();
+    if (saved) saved_at = step_;
     if (eval_due) track_best(saved);
     report_->progress(r);
   }
@@ -467,7 +477,8 @@ std::vector<StepResult> Trainer::run(bool keep_results, const StopSignals* signa
     // Nothing trained: step_'s checkpoint is the one resumed (a resume evaluates it again).
     if (metrics_failed_ranks > 0) end_on_metrics_failure(metrics_failed_ranks, step_ == first);
   }
-  const bool saved_last = checkpointer_->enabled() && step_ > first;
+  // (Saved already when the loop ended at an online iteration's start, its step checkpointed.)
+  const bool saved_last = checkpointer_->enabled() && step_ > first && saved_at != step_;
   if (saved_last) save_checkpoint();
   if (eval_at_end) track_best(checkpointer_->enabled() && (step_ > first || !resumed_from_.empty()));
   group_.announce("finishing (export, summary, trace)");
@@ -504,81 +515,6 @@ EvalSummary Trainer::evaluate() {
 
 // A failed metrics write is kept, not thrown: only the ranks with a metrics file see it, and
 // every rank must take part in the checkpoint that comes first (run() exchanges it).
-void Trainer::record_metrics(const std::function<void()>& write) {
-  try {
-    write();
-  } catch (const MetricsWriteError& e) {
-    if (metrics_error_.empty()) metrics_error_ = e.what();
-  }
-}
-
-// Every rank, after `failed_ranks` ranks could not write their metrics line: the state after
-// step_ is consistent (the optimizer step is done), so it is saved (unless `saved` already), with
-// the lines not written (a resume writes them back), before the run ends with the failing rank's
-// message (exit 1). A rollback would lose the steps since the last checkpoint for a full disk the
-// metrics file shares with nothing else.
-void Trainer::end_on_metrics_failure(double failed_ranks, bool saved) {
-  std::string outcome = "no checkpoint.dir is set, so nothing is saved";
-  if (checkpointer_->enabled()) {
-    if (!saved) {
-      try {
-        save_checkpoint(report_->gather_unwritten_metrics());
-      } catch (const Error& e) {
-        fail("{} after step {}; saving a checkpoint of step {} failed too: {}",
-             metrics_error_.empty() ? "another rank's train.metrics_file could not be written" : metrics_error_, step_,
-             step_, e.what());
-      }
-    }
-    outcome = fmt::format("a checkpoint of step {} is saved in checkpoint.dir '{}': free space, then resume with "
-                          "checkpoint.resume: auto", step_, settings_.checkpoint.dir);
-  }
-  if (metrics_error_.empty()) {
-    fail("the train.metrics_file of {} other rank(s) could not be written after step {} (see its error); {}",
-         failed_ranks, step_, outcome);
-  }
-  fail("{} after step {}; {}", metrics_error_, step_, outcome);
-}
-
-// The best-checkpoint record (best_checkpoint.h) after the evaluation of step_: `checkpointed`
-// says whether a checkpoint of step_ exists.
-void Trainer::track_best(bool checkpointed) {
-  const EvalSummary& eval = *last_eval_;
-  if (!checkpointer_->enabled() || !checkpointer_->is_new_best(eval.loss)) return;
-  if (!checkpointed && checkpointer_->save_best()) {
-    save_checkpoint();
-    checkpointed = true;
-  }
-  if (checkpointed) {
-    checkpointer_->record_best({"", eval.step, eval.loss, eval.perplexity, eval.tokens});
-  } else if (group_.is_root()) {
-    spdlog::info("eval after step {}: the lowest eval loss so far, but step {} has no checkpoint "
-                 "(checkpoint.save_best: false): the best-checkpoint record is unchanged", eval.step, eval.step);
-  }
-}
-
-void Trainer::save_checkpoint(std::map<int, std::vector<std::string>> unwritten_metrics) {
-  TrainingManifest manifest;
-  manifest.unwritten_metrics = std::move(unwritten_metrics);
-  manifest.comm = std::string(comm_->comm().name());
-  manifest.optimizer_steps = optimizer_->steps_taken();
-  manifest.sampler = data_->sampler().state();
-  manifest.data_fingerprint = fingerprint_hex(data_fingerprint_);
-  manifest.dataset = data_description();
-  manifest.model_config = model_config_.to_json();
-  manifest.config = config_.dump();
-  manifest.global_minibatch = data_->global_batch_size();
-  manifest.source_architecture = source_.architecture;
-  if (source_.dtype) manifest.source_dtype = std::string(dtype_name(*source_.dtype));
-  std::vector<std::pair<std::string, std::string>> files;
-  if (online_ && step_ % steps_per_iteration_ != 0) {
-    // In the middle of an iteration: its rollouts, which a resume trains on (they cannot be sampled again:
-    // the weights that sampled them are gone).
-    manifest.rollouts_fingerprint = fingerprint_hex(fnv1a64(rollouts_));
-    files.emplace_back(kRolloutsFile, rollouts_);
-  }
-  checkpointer_->save(step_, manifest, store(), files);
-}
-
 nlohmann::json Trainer::trace_metadata() const {
   const auto& cost = data_->cost_model();
   return {{"world_size", group_.size()},

@@ -16,8 +16,9 @@
 
 namespace odc::train {
 
-void Trainer::begin_iteration() {
+bool Trainer::begin_iteration(const StopSignals* signals) {
   const std::int64_t iteration = step_ / steps_per_iteration_;
+  sampled_for_ = step_;
   distributed::Comm& comm = comm_->comm();
   model_->set_tracer(nullptr);
   comm.set_tracer(nullptr);
@@ -38,7 +39,7 @@ void Trainer::begin_iteration() {
   {
     const auto policy = snapshot("policy");
     group_.announce(fmt::format("iteration {}: sampling rollouts", iteration + 1));
-    drawn = online_->draw(iteration, *model_, *policy);
+    drawn = online_->draw(iteration, *model_, *policy, fmt::format("the policy at step {}", step_));
   }
   backend_->forget_weight_copies();  // compute copies made of a snapshot's weights go with it
   if (!reference_.empty()) {
@@ -53,10 +54,19 @@ void Trainer::begin_iteration() {
     backend_->forget_weight_copies();
   }
   group_.announce(fmt::format("iteration {}: scoring and gathering the rollouts", iteration + 1));
-  RolloutIteration sampled = online_->gather(std::move(drawn), group_);
-  sampled.stats["step"] = step_ + 1;  // the first step that trains on them
-  record_metrics([&] { report_->record_rollouts(sampled.stats); });
-  use_rollouts(iteration, std::move(sampled.records));
+  auto sampled = online_->gather(std::move(drawn), group_, [signals] { return signals != nullptr && signals->requested(); });
+  if (!sampled) {
+    if (group_.is_root()) {
+      spdlog::warn("stop requested ({}) while rl.reward_command scored iteration {}: the command and every process it "
+                   "started were killed and the iteration's rollouts dropped (a resume samples it anew); the run ends "
+                   "as at a stop after a step", signals->describe(), iteration + 1);
+    }
+    return false;
+  }
+  sampled->stats["step"] = step_ + 1;  // the first step that trains on them
+  record_metrics([&] { report_->record_rollouts(sampled->stats); });
+  use_rollouts(iteration, std::move(sampled->records));
+  return true;
 }
 
 void Trainer::keep_reference(const InitialState& initial) {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # odc-train with train.objective grpo on rollout records (data.format rollouts): the same losses on
 # 1 rank, 2 ranks ODC and 2 ranks collective (the objective's weights are global, so the split does
-# not change the sum), the policy diagnostics in the metrics, and every misconfiguration refused
-# before training with a message naming the key. Usage: test_grpo.sh BIN_DIR WORK_DIR
+# not change the sum), the policy diagnostics in the metrics, every misconfiguration refused
+# before training with a message naming the key, and rewards that trained nothing (a group of one,
+# equal rewards, rewards whose squares overflow) refused, warned of or trained as scaled ones.
+# Usage: test_grpo.sh BIN_DIR WORK_DIR
 set -uo pipefail
 bin="$(cd "$1" && pwd)"
 work="$2"
@@ -96,6 +98,60 @@ refuse "dr_grpo with a short max_completion_length" "rl.max_completion_length = 
   --set rl.loss_aggregation=dr_grpo --set rl.max_completion_length=8
 refuse "loss_reduction under grpo" "under train.objective grpo the tokens are weighed by rl.loss_aggregation" \
   --set train.loss_reduction=sequence
+
+
+# Rewards that once trained nothing with exit 0: a group of one (advantage 0), every group's rewards
+# equal (every advantage 0: a warning, once), rewards whose squares overflow (std inf, advantages 0).
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+def write(name, rewards, groups):
+    with open(f"{sys.argv[1]}/{name}.jsonl", "w") as f:
+        for i, (r, g) in enumerate(zip(rewards, groups)):
+            f.write(json.dumps({"prompt_ids": [5, 6, 7], "completion_ids": [8 + i % 50, 9], "logprobs": [-4.0, -4.2],
+                                "ref_logprobs": [-4.1, -4.1], "reward": r, "group": g}) + "\n")
+write("lone", [1, 0] * 8, list(range(16)))
+write("equal", [g % 2 for g in range(16) for _ in range(4)][:16], [g for g in range(4) for _ in range(4)])
+write("mixed", [1] * 8 + [1, 0] * 4, [i // 4 for i in range(16)])  # groups 0-1 equal, 2-3 not
+write("huge", [1e200, 0] * 8, [i // 4 for i in range(16)])
+write("small", [1, 0] * 8, [i // 4 for i in range(16)])
+PY
+refuse "a group of one record" "lone.jsonl:1: group 0 has this record alone" --set "data.train=$work/lone.jsonl"
+if out=$(timeout 60 "$bin/odc-train" "${small[@]}" --set "data.train=$work/equal.jsonl" --set train.steps=2 2>&1) &&
+   [ "$(grep -c "every advantage is 0 (the rewards of each group are equal)" <<<"$out")" -eq 1 ]; then
+  echo "ok   [every advantage 0: warned once]"
+else
+  fail "every advantage 0: one warning" "$out"
+fi
+# Without shuffling, step 1's minibatch is groups 0-1 (equal rewards), step 2's groups 2-3.
+if out=$(timeout 60 "$bin/odc-train" "${small[@]}" --set "data.train=$work/mixed.jsonl" --set data.global_batch_size=8 \
+           --set data.shuffle=false --set train.steps=2 2>&1) &&
+   [ "$(grep -c "every advantage is 0" <<<"$out")" -eq 1 ] && grep -q "step 1: every advantage is 0" <<<"$out"; then
+  echo "ok   [one minibatch's advantages 0: step 1 warned]"
+else
+  fail "one minibatch's advantages 0" "$out"
+fi
+for name in huge small; do
+  run "$name" 1 --set "data.train=$work/$name.jsonl" --set train.steps=1 --set rl.kl_beta=0 || true
+done
+if [ -f "$work/huge-0.jsonl" ] && [ -f "$work/small-0.jsonl" ] &&
+   out=$(/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+huge, small = (json.loads(open(f"{sys.argv[1]}/{n}-0.jsonl").readline()) for n in ("huge", "small"))
+# Rewards 1e200 and 0 are rewards 1 and 0 scaled: advantages 0.5 / (std + 1e-4) on the small ones,
+# 0.5 / std on the huge (the 1e-4 vanishes beside 1e200), std = sqrt(1/3) in both groups of 1, 0, 1, 0;
+# with the KL off the loss is linear in the advantages, so the ratio is (std + 1e-4) / std, to fp32
+# summation (1e-6).
+s = (1 / 3) ** 0.5
+ratio = huge["loss"] / small["loss"]
+ok = abs(ratio - (s + 1e-4) / s) < 1e-6
+print(f"loss {huge['loss']} (rewards 1e200, 0) / {small['loss']} (1, 0) = {ratio:.7f}, expected {(s + 1e-4) / s:.7f}")
+sys.exit(0 if ok else 1)
+PY
+   ); then
+  echo "ok   [huge rewards: $out]"
+else
+  fail "huge rewards train as small ones" "${out:-a metrics file is missing}"
+fi
 
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "all grpo CLI checks passed"

@@ -5,7 +5,9 @@
 # iteration and resumed gives the same rewards, losses and final weights as the straight run,
 # bitwise (ODC with comm.deterministic); the collective baseline samples the same first iteration;
 # the KL penalty's reference (the starting model, sharded like the policy) is 0 away at first and
-# then grows; the rollout metrics are there; misconfigurations and a damaged checkpoint are refused with
+# then grows; the rollout metrics are there; a reward command that fails, hangs (rl.reward_timeout_s)
+# or is stopped by SIGTERM ends every rank (the stop gracefully); misconfigurations (a group of one,
+# a sliding window shorter than prompt + rl.max_new_tokens) and a damaged checkpoint are refused with
 # messages naming what is wrong. Usage: test_grpo_online.sh BIN_DIR WORK_DIR
 set -uo pipefail
 bin_dir=${1:?usage: test_grpo_online.sh BIN_DIR WORK_DIR}
@@ -77,7 +79,8 @@ if [r["step"] for r in steps] != [1, 2, 3, 4, 5, 6]:
 if [(r["iteration"], r["step"], r["rollouts"]) for r in rollouts] != [(1, 1, 16), (2, 3, 16), (3, 5, 16)]:
     bad.append(f"rollout lines {[(r['iteration'], r['step'], r['rollouts']) for r in rollouts]}")
 for r in rollouts:
-    for key in ("reward_mean", "reward_std", "accuracy", "completion_tokens_mean", "eos_fraction", "sample_s"):
+    for key in ("reward_mean", "reward_std", "reward_std_within_groups", "groups_equal_rewards", "accuracy",
+                "completion_tokens_mean", "eos_fraction", "sample_s"):
         if key not in r:
             bad.append(f"iteration {r['iteration']}: no {key}")
     if not 1 <= r["completion_tokens_min"] <= r["completion_tokens_max"] <= 12:
@@ -149,10 +152,43 @@ expect_in missing err "step-00000003/rollouts.jsonl is missing (the rollouts of 
 expect_in missing err "there is no earlier good checkpoint next to it to resume from"
 grep -q "resumed from" "$work_dir/missing.err" && fail "missing: 'resumed from' logged before the refusal"
 
-# 3. A reward command that fails stops every rank with its message.
+# 3. A reward command that fails stops every rank with its message (its status in words); one that
+# never returns is killed, with what it started, at rl.reward_timeout_s, and a stop request while
+# it runs (odc-run's, from SIGTERM) kills it at once and ends the run as a stop after a step does:
+# a checkpoint at the iteration's end, exit 0.
 train reward_fails 2 "${odc[@]}" --set "rl.reward_command=exit 3"
 expect_rc reward_fails 1
-expect_in reward_fails err "rl.reward_command, iteration 1: reward command 'exit 3' failed"
+expect_in reward_fails err "rl.reward_command, iteration 1: reward command 'exit 3' failed (exit status 3)"
+marker="grpo-online-test-sleep-$$"  # a copy of sleep: the command's processes are found by its name
+cp "$(command -v sleep)" "$work_dir/$marker"
+start=$(date +%s)
+train reward_hangs 2 "${odc[@]}" --set "rl.reward_command=$work_dir/$marker 60 & $work_dir/$marker 60" \
+  --set rl.reward_timeout_s=1 --set comm.timeout_s=5
+expect_rc reward_hangs 1
+expect_in reward_hangs err "rl.reward_command, iteration 1: reward command '$work_dir/$marker 60 & $work_dir/$marker 60' did not finish within 1 s (rl.reward_timeout_s): it was killed with every process it started"
+[ $(( $(date +%s) - start )) -le 60 ] || fail "reward_hangs: rl.reward_timeout_s 1 took $(( $(date +%s) - start )) s"
+cat >"$work_dir/second_hangs.sh" <<SH
+#!/bin/sh
+# Rewards as reward.py gives them; the second call (iteration 2) never returns.
+n=\$(cat "$work_dir/calls" 2>/dev/null || echo 0); n=\$((n + 1)); echo \$n >"$work_dir/calls"
+[ \$n -eq 2 ] && exec "$work_dir/$marker" 60
+exec /usr/bin/python3 "$work_dir/reward.py"
+SH
+chmod +x "$work_dir/second_hangs.sh"
+# (no timeout(1) in front: it would pass the test's SIGTERM on twice, and a second one stops at once)
+"$bin_dir/odc-run" --local 2 -- "$tool" "${loop[@]}" "${odc[@]}" --set "rl.reward_command=$work_dir/second_hangs.sh" \
+  --set "checkpoint.dir=$work_dir/ck-stopped" >"$work_dir/reward_stop.out" 2>"$work_dir/reward_stop.err" &
+pid=$!
+for _ in $(seq 1 600); do pgrep -f "^$work_dir/$marker" >/dev/null && break; sleep 0.1; done
+kill -TERM "$pid"
+rc=0
+wait "$pid" || rc=$?
+expect_rc reward_stop 0
+expect_in reward_stop err "while rl.reward_command scored iteration 2: the command and every process it started were killed"
+[ -d "$work_dir/ck-stopped/step-00000002" ] && [ ! -e "$work_dir/ck-stopped/step-00000002/rollouts.jsonl" ] ||
+  fail "reward_stop: no checkpoint at step 2, the end of iteration 1: $(ls "$work_dir/ck-stopped" 2>&1)"
+sleep 0.5
+! pgrep -f "$marker" >/dev/null || fail "a reward command outlived the run: $(pgrep -af "$marker")"
 
 # 4. Misconfigurations, refused before anything runs.
 train both_scores 1 --set rl.verifier=number
@@ -167,6 +203,32 @@ expect_in steps err "train.steps (from --set) does not apply to the online RL lo
 train batch 1 --set data.global_batch_size=5
 expect_rc batch 1
 expect_in batch err "= 16 rollouts per iteration, which do not divide into global batches of 5 sequences"
+solo() {  # NAME ARGS...: odc-train on one rank without mpirun (for refusals at start-up: no launch cost)
+  local name=$1
+  shift
+  rc=0
+  timeout 60 "$tool" "${loop[@]}" "$@" >"$work_dir/$name.out" 2>"$work_dir/$name.err" || rc=$?
+}
+solo lone --set rl.group_size=1
+expect_rc lone 1
+expect_in lone err "config key 'rl.group_size' in --set must be >= 2, found 1"
+solo timeout_without_command --set rl.reward_command= --set rl.reward_timeout_s=5
+expect_rc timeout_without_command 1
+expect_in timeout_without_command err "rl.reward_timeout_s (from --set) limits rl.reward_command, which is not set"
+solo empty_stop --set rl.stop= --dump-config
+expect_rc empty_stop 0  # the documented default is empty: an empty value is that
+expect_in empty_stop out 'stop: ""'
+cp -r "$work_dir/model" "$work_dir/mistral"
+/usr/bin/python3 - "$work_dir/mistral/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.update(architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=16)
+json.dump(c, open(sys.argv[1], "w"))
+PY
+solo window --set "model.checkpoint=$work_dir/mistral"
+expect_rc window 1
+expect_in window err "tokens and rl.max_new_tokens is 12:"
+expect_in window err "more than the model's attention window of 16 (sliding_window in $work_dir/mistral/config.json)"
 rc=0
 "$tool" --set train.objective=grpo --set data.format=rollouts --set data.train=x.jsonl --set rl.group_size=2 \
   >"$work_dir/offline.out" 2>"$work_dir/offline.err" || rc=$?

@@ -143,7 +143,7 @@ wait "$job"; rc=$?
 seconds=$(echo "$(date +%s.%N) - $t0" | bc)
 if [ -z "$victim" ]; then
   fail "rank killed mid-run" "no rank 1 found running: $(tail -4 "$work/killed.log")"
-elif [ "$rc" -ne 137 ] || ! grep -q "odc-run: rank 1 (pid $victim) failed (signal SIGKILL)" "$work/killed.log"; then
+elif [ "$rc" -ne 137 ] || ! grep -q "odc-run: rank 1 (pid $victim) failed (killed by SIGKILL)" "$work/killed.log"; then
   fail "rank killed mid-run" "exit status $rc, expected 137 and odc-run naming rank 1: $(grep -v '\] step ' "$work/killed.log" | tail -5)"
 elif [ -n "$(trainers)" ] || [ -n "$(leftovers "$job")" ]; then
   fail "rank killed mid-run" "left behind: processes $(trainers) segments $(leftovers "$job")"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # odc-generate's decoding options on a small random model: the KV cache gives the same greedy
 # (and seeded sampled) tokens as --no-cache, --stop cuts the text before the stop string,
-# generation ends at the model's context, and bad option values are usage errors (exit 2) naming
-# the option and the value.
+# generation ends at the model's context, logits that overflow are an error naming the model, and bad
+# option values are usage errors (exit 2) naming the option and the value.
 # Usage: bash test_odc_generate.sh BIN_DIR WORK_DIR
 set -euo pipefail
 
@@ -112,6 +112,22 @@ run_tool empty_bos --model "$work_dir/model_bos" --tokenizer "$work_dir/chat/tok
   --prompt "" --max-new-tokens 3
 expect_rc empty_bos 0
 [ "$(field empty_bos prompt_ids)" = "[7]" ] || fail "empty prompt: prompt_ids $(field empty_bos prompt_ids), expected [7]"
+# --- finite weights whose activations overflow: an error naming the model and the position (it
+# printed NUL characters, exit 0) ---
+cp -r "$work_dir/model" "$work_dir/huge"
+/usr/bin/python3 - "$work_dir/huge/model.safetensors" <<'PY'
+import json, struct, sys
+with open(sys.argv[1], "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    info = json.loads(f.read(n))["model.norm.weight"]
+    f.seek(8 + n + info["data_offsets"][0])
+    f.write(struct.pack("<64f", *[3e38] * 64))
+PY
+run_tool overflow --model "$work_dir/huge" --tokenizer "$work_dir/chat/tokenizer/tokenizer.json" --prompt "the river" \
+  --max-new-tokens 3
+expect_rc overflow 1
+expect_in overflow err "the model in '$work_dir/huge' gives a logit that is not finite"
+[ ! -s "$work_dir/overflow.out" ] || fail "overflow: printed $(od -c "$work_dir/overflow.out" | head -2)"
 expect_usage_error "top-p zero" "--top-p must be" --top-p 0
 expect_usage_error "temperature negative" "--temperature must be >= 0, got -0.5" --temperature -0.5
 expect_usage_error "seed negative" "--seed must be >= 0, got -1" --seed -1

@@ -2,7 +2,9 @@
 # odc-rollout, GRPO's sampling and scoring step, on a small random model: G completions per prompt
 # as rollout records that odc-train's grpo objective then trains on (the offline loop end to end);
 # the records do not depend on how many sequences decode at once; a seed repeats them; an external
-# reward command scores them; bad input is an error naming what and where.
+# reward command scores them (killed, with what it started, at its timeout or on SIGINT); bad input
+# (a lone completion per prompt, a reward that is not one number, a reference of another
+# tokenizer, a sliding window too short, logits that overflow) is an error naming what and where.
 # Usage: bash test_odc_rollout.sh BIN_DIR WORK_DIR
 set -euo pipefail
 
@@ -156,14 +158,104 @@ expect_rc bad_prompts 1
 expect_in bad_prompts err "bad.jsonl:1: expected {\"prompt\": TEXT, \"answer\": TEXT}"
 run_tool failing_command "${roll[@]}" --out "$work_dir/x.jsonl" --reward-command "exit 3"
 expect_rc failing_command 1
-expect_in failing_command err "reward command 'exit 3' failed"
+expect_in failing_command err "reward command 'exit 3' failed (exit status 3)"
+run_tool missing_command "${roll[@]}" --out "$work_dir/x.jsonl" --reward-command "/nonexistent/reward"
+expect_rc missing_command 1
+expect_in missing_command err "reward command '/nonexistent/reward' failed (not found (exit 127))"
+# A reward std::stod read as 0 (it stopped at the comma); every line must be one finite number.
+run_tool comma_reward "${roll[@]}" --out "$work_dir/x.jsonl" --reward-command "while read -r l; do echo 0,9; done"
+expect_rc comma_reward 1
+expect_in comma_reward err "line 1 of its output, '0,9', is not one finite number"
 run_tool short_command "${roll[@]}" --out "$work_dir/x.jsonl" --reward-command "echo 1"
 expect_rc short_command 1
 expect_in short_command err "wrote 1 rewards for 12 completions"
 run_tool both "${roll[@]}" --out "$work_dir/x.jsonl" --verifier number --reward-command "echo 1"
 expect_rc both 2
-run_tool group0 "${roll[@]}" --out "$work_dir/x.jsonl" --group 0
-expect_rc group0 2
+# A group of one measures accuracy; grpo refuses its records (tests/cli/test_grpo.sh).
+run_tool group1 "${roll[@]}" --out "$work_dir/x.jsonl" --group 1
+expect_rc group1 0
+expect_in group1 err "--group 1: every completion stands alone, so these records measure accuracy but cannot train grpo"
+[ -z "$(ls "$work_dir"/odc-rewards-* 2>/dev/null)" ] || fail "a reward command's files were left: $(ls "$work_dir"/odc-rewards-*)"
+
+# 6. A reward command that never returns: killed with what it started at --reward-timeout, or at
+# once on SIGINT; nothing written, nothing left running or on disk.
+marker="odc-rollout-test-sleep-$$"  # a copy of sleep: every process of the command is found by its name
+cp "$(command -v sleep)" "$work_dir/$marker"
+hang="$work_dir/$marker 60 & $work_dir/$marker 60"
+start=$(date +%s)
+run_tool hang "${roll[@]}" --out "$work_dir/x.jsonl" --reward-command "$hang" --reward-timeout 1
+expect_rc hang 1
+expect_in hang err "did not finish within 1 s (--reward-timeout): it was killed with every process it started"
+[ $(( $(date +%s) - start )) -le 20 ] || fail "hang: --reward-timeout 1 took $(( $(date +%s) - start )) s"
+sleep 0.5
+! pgrep -f "$marker" >/dev/null || fail "hang: the reward command outlived its timeout: $(pgrep -af "$marker")"
+"$tool" "${roll[@]}" --out "$work_dir/x.jsonl" --reward-command "$hang" >"$work_dir/sigint.out" 2>"$work_dir/sigint.err" &
+pid=$!
+for _ in $(seq 1 200); do pgrep -f "^$work_dir/$marker" >/dev/null && break; sleep 0.1; done  # the command runs
+kill -INT "$pid"
+rc=0
+wait "$pid" || rc=$?
+expect_rc sigint 1
+expect_in sigint err "stopped by SIGINT while the reward command ran: it was killed with every process it started"
+sleep 0.5
+! pgrep -f "$marker" >/dev/null || fail "a reward command outlived odc-rollout: $(pgrep -af "$marker")"
+[ -z "$(ls "$work_dir"/odc-rewards-* 2>/dev/null)" ] || fail "a reward command's files were left: $(ls "$work_dir"/odc-rewards-*)"
+# Even odc-rollout's SIGKILL, which nothing in it sees, takes the command and its files with it.
+"$tool" "${roll[@]}" --out "$work_dir/x.jsonl" --reward-command "$hang" >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 1 200); do pgrep -f "^$work_dir/$marker" >/dev/null && break; sleep 0.1; done
+kill -KILL "$pid"
+wait "$pid" || true
+sleep 0.5
+! pgrep -f "$marker" >/dev/null || fail "a reward command outlived odc-rollout's SIGKILL: $(pgrep -af "$marker")"
+[ -z "$(ls "$work_dir"/odc-rewards-* 2>/dev/null)" ] || fail "SIGKILL: a reward command's files were left: $(ls "$work_dir"/odc-rewards-*)"
+[ ! -e "$work_dir/x.jsonl" ] || fail "a failed run left $work_dir/x.jsonl"
+
+# 7. A reference of another tokenizer (the same vocabulary size, two ids swapped) is refused; a
+# sliding window shorter than prompt + --max-new-tokens is refused (the model's and the
+# reference's); logits that overflow in finite weights are refused, naming the model.
+cp -r "$work_dir/model" "$work_dir/swapped"
+/usr/bin/python3 - "$work_dir/swapped/tokenizer.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+vocab = t["model"]["vocab"]
+a, b = sorted(vocab, key=vocab.get)[100:102]
+vocab[a], vocab[b] = vocab[b], vocab[a]
+json.dump(t, open(sys.argv[1], "w"))
+PY
+run_tool other_tokenizer "${roll[@]}" --out "$work_dir/x.jsonl" --ref-model "$work_dir/swapped"
+expect_rc other_tokenizer 1
+expect_in other_tokenizer err "--ref-model $work_dir/swapped: its tokenizer $work_dir/swapped/tokenizer.json is not the policy's $work_dir/model/tokenizer.json (first difference: the vocabulary:"
+cp -r "$work_dir/model" "$work_dir/mistral"
+/usr/bin/python3 - "$work_dir/mistral/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.update(architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=16)
+json.dump(c, open(sys.argv[1], "w"))
+PY
+run_tool window "${roll[@]}" --model "$work_dir/mistral" --out "$work_dir/x.jsonl"
+expect_rc window 1
+expect_in window err "prompts.jsonl:1: the prompt has 12 tokens and --max-new-tokens is 12: 24 tokens, more than the model's attention window of 16 (sliding_window in $work_dir/mistral/config.json)"
+run_tool ref_window "${roll[@]}" --out "$work_dir/x.jsonl" --ref-model "$work_dir/mistral"
+expect_rc ref_window 1
+expect_in ref_window err "(--max-new-tokens at most 4 for this prompt)"
+cp -r "$work_dir/model" "$work_dir/huge"
+/usr/bin/python3 - "$work_dir/huge/model.safetensors" <<'PY'
+import json, struct, sys
+with open(sys.argv[1], "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    info = json.loads(f.read(n))["model.norm.weight"]
+    f.seek(8 + n + info["data_offsets"][0])
+    f.write(struct.pack("<64f", *[3e38] * 64))
+PY
+run_tool overflow "${roll[@]}" --model "$work_dir/huge" --out "$work_dir/x.jsonl"
+expect_rc overflow 1
+expect_in overflow err "the model in $work_dir/huge gives a logit that is not finite"
+expect_in overflow err "of $work_dir/prompts.jsonl:1's completion 0 (its 12 tokens and 0 drawn)"
+run_tool ref_overflow "${roll[@]}" --out "$work_dir/x.jsonl" --ref-model "$work_dir/huge"
+expect_rc ref_overflow 1
+expect_in ref_overflow err "the reference model in $work_dir/huge gives a logit that is not finite"
+[ ! -e "$work_dir/x.jsonl" ] || fail "a failed run left $work_dir/x.jsonl"
 [ ! -e "$work_dir/x.jsonl" ] || fail "a failed run left $work_dir/x.jsonl"
 
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)" >&2; exit 1; }

@@ -2,7 +2,8 @@
 # Tool edges (issue rows 13, 19 and row 1's leftovers): option values are usage errors (exit 2)
 # before any model is read, an empty --prompt generates from BOS, --threads is bounded, a dataset
 # path that is a directory or a checkpoint of the other format is named as such, unknown record
-# fields are refused by odc-eval and odc-sim too (data.extra_fields), and a metrics file that
+# fields are refused by odc-eval and odc-sim too (data.extra_fields), odc-eval warns of sequences past
+# the model's context (and counts them), and a metrics file that
 # cannot be written (disk full: /dev/full) ends the run only after a checkpoint of the step;
 # warnings the same on every rank are printed once, naming steps 1-based.
 # Usage: test_tool_edges.sh BIN_DIR WORK_DIR
@@ -68,6 +69,14 @@ head -1 "$work/data.jsonl" | sed 's/}$/, "id": 7}/' >"$work/extra.jsonl"
 check "eval extra field" odc-eval 1 "$work/extra.jsonl:1: unknown field \"id\" in a tokens record" -- \
   "${model[@]}" --data "$work/extra.jsonl"
 check "eval extra field ignored" odc-eval 0 '"sequences":1' -- "${model[@]}" --data "$work/extra.jsonl" --extra-fields ignore
+# Sequences past max_position_embeddings (16 here; the data's reach 32): scored as odc-train trains
+# them, but no longer without a word: a warning naming the first, and a count in the result.
+"$bin/odc-ckpt" init --out "$work/ctx16" --dtype f32 "${shape[@]}" --set model.config.max_position_embeddings=16 >/dev/null
+over=$(/usr/bin/python3 -c 'import json,sys; print(sum(len(json.loads(l)["input_ids"]) > 16 for l in open(sys.argv[1])))' "$work/data.jsonl")
+check "eval past the context" odc-eval 0 "\"over_context\":$over" -- --model "$work/ctx16" "${data[@]}"
+grep -qF "of the 8 sequences scored are longer than max_position_embeddings = 16 of the model in '$work/ctx16' (the first: $work/data.jsonl:" "$work/err" ||
+  { echo "FAIL [eval past the context]: no warning naming the first sequence: $(cat "$work/err")"; failures=$((failures + 1)); }
+[ "$over" -gt 0 ] || { echo "FAIL [eval past the context]: no sequence of the data is over 16 tokens"; failures=$((failures + 1)); }
 check "sim extra field" odc-sim 1 "$work/extra.jsonl:1: unknown field \"id\"" -- \
   --set "data.lengths=$work/extra.jsonl" --set data.format=tokens
 check "sim extra field ignored" odc-sim 0 "" -- \

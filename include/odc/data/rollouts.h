@@ -11,9 +11,10 @@
 //
 // Advantages: a record gives its own, or a reward and a group id (a prompt's G completions share
 // one); then A = (reward - mean of its group) / (std + 1e-4) with `scale` group (std of the group,
-// Bessel-corrected; a group of one has none and gets A = 0), batch (std of all rewards of the file)
-// or none (A = reward - group mean, unscaled), as TRL's GRPOTrainer computes them (scale_rewards).
-// Every problem is an odc::Error naming "file:line".
+// Bessel-corrected), batch (std of all rewards of the file) or none (A = reward - group mean,
+// unscaled), as TRL's GRPOTrainer computes them (scale_rewards). A group of one record is refused:
+// it has no spread, so its advantage would be 0 and it would train nothing. Every problem is an
+// odc::Error naming "file:line".
 #include <cstdint>
 #include <istream>
 #include <optional>
@@ -27,9 +28,22 @@ namespace odc::data {
 enum class RewardScale { group, batch, none };
 RewardScale parse_reward_scale(const std::string& name);  // odc::Error naming the choices
 
-// Group-relative advantages of `rewards` (groups[i]: record i's group), as described above.
-std::vector<float> group_advantages(const std::vector<double>& rewards, const std::vector<std::int64_t>& groups,
-                                    RewardScale scale);
+// Group-relative advantages of `rewards` (groups[i]: record i's group), as described above,
+// computed in units of each group's (and, for batch, the file's) largest |reward|, so that no square
+// overflows: rewards of 1e200 and 0, or +-1e308, get the advantages small ones in the same ratios
+// get (with `none` the unscaled difference, which may be beyond float: the reader refuses it).
+std::vector<double> group_advantages(const std::vector<double>& rewards, const std::vector<std::int64_t>& groups,
+                                     RewardScale scale);
+
+// How rewards spread, for the logs (computed as group_advantages does, without overflow).
+struct RewardSpread {
+  double mean = 0.0;
+  double std = 0.0;                // over all rewards (n in the denominator): not what advantages see
+  double std_within_groups = 0.0;  // the mean over groups of each group's std (Bessel; TRL's reward_std)
+  std::int64_t groups = 0;
+  std::int64_t equal_groups = 0;   // groups whose rewards are all equal: their advantages are 0
+};
+RewardSpread reward_spread(const std::vector<double>& rewards, const std::vector<std::int64_t>& groups);
 
 class RolloutDataset final : public InMemoryTokenDataset {
  public:

@@ -61,4 +61,11 @@ class Tokenizer {
   std::shared_ptr<const tokenizer_detail::TokenizerImpl> impl_;
 };
 
+// Whether the tokenizer.json files `first` and `second` give the same ids to the same text: their
+// model type, vocabulary, merges, other model options, added tokens (id and text), normalizer and
+// pre-tokenizer compared. The first difference in words ("the vocabulary: "ab" is id 5 in the
+// first, 7 in the second"), or std::nullopt when they agree. An odc::Error for a file that cannot
+// be read as JSON.
+std::optional<std::string> tokenizer_difference(const std::string& first, const std::string& second);
+
 }  // namespace odc::data

@@ -62,11 +62,13 @@ struct EvalResult {
   double perplexity = 0.0;  // exp(loss)
   double tokens = 0.0;      // target positions scored
   std::int64_t sequences = 0;
+  std::int64_t over_context = 0;  // sequences longer than max_position_embeddings (scored, with a warning)
 };
 
 // Scores every sequence of `dataset` (or the first max_sequences when > 0), packed in order into
 // batches of at most max_tokens tokens (a longer sequence gets a batch of its own). A model with an
-// attention window (a sliding window of the original model) refuses a longer sequence.
+// attention window (a sliding window of the original model) refuses a longer sequence; sequences
+// longer than max_position_embeddings are scored with a warning naming the first (and counted).
 EvalResult evaluate(LoadedModel& model, const data::TokenDataset& dataset, std::int64_t max_tokens,
                     std::int64_t max_sequences = 0);
 

@@ -29,7 +29,14 @@ struct Minibatch {
   // whose comm runs the same collectives (set_equal_count_ranks; all ranks unless set).
   std::vector<std::vector<std::int64_t>> mine;
   int padded = 0;                    // empty microbatches appended to `mine`
+  // grpo: every advantage of the minibatch is 0 (while the data has others; else one warning at load).
+  bool zero_advantages = false;
 };
+
+// Why a minibatch (or a whole set of rollouts) whose advantages are all 0 trains nothing, for warnings.
+inline constexpr const char* kZeroAdvantages =
+    "every advantage is 0 (the rewards of each group are equal): the policy-gradient term and its gradient are 0, "
+    "only rl.kl_beta's penalty, if set, has a gradient";
 
 // Where model.attention_window came from, for messages: "sliding_window in CKPT/config.json" with
 // model.checkpoint, else "model.config.attention_window, from SOURCE" (model.config's origin).
@@ -98,6 +105,7 @@ class MinibatchSource {
   std::vector<int> group_of_rank_;  // empty: one group
   std::unique_ptr<data::TokenDataset> dataset_;
   std::unique_ptr<data::Sampler> sampler_;
+  bool all_advantages_zero_ = false;  // grpo: the whole dataset's (warned once)
   std::int64_t global_batch_ = 0;
   std::string global_batch_origin_;
   bool within_epochs_ = false;  // train.epochs: no step crosses an epoch's end

@@ -12,6 +12,8 @@
 // the iteration and its sample index (rollout_sampling.h), so a resumed run samples what the
 // straight run did.
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,7 +30,9 @@ namespace odc::train {
 struct RolloutIteration {
   std::int64_t iteration = 0;
   std::string records;  // rollout records (JSONL), prompt position by prompt position, samples in order
-  // reward_mean, reward_std, accuracy (reward >= 1), completion_tokens_mean/min/max, eos_fraction
+  // reward_mean, reward_std (over all rewards), reward_std_within_groups (the mean of each prompt's
+  // group's std: the spread advantages see), groups_equal_rewards (groups whose rewards are all
+  // equal: advantage 0), accuracy (reward >= 1), completion_tokens_mean/min/max, eos_fraction
   // (completions that ended with an eos id), stop_fraction (with rl.stop), sample_s (this rank's sampling), reference_s (its
   // reference log-probabilities), score_s (scoring and gathering), rollout_s, completion_tokens_per_s
   nlohmann::json stats;
@@ -63,19 +67,25 @@ class OnlineRollouts {
   std::string describe() const;
 
   // This rank's share of iteration `iteration`: its prompts' completions, drawn with `params`
-  // (every unit's full weights, unchanged during the call: model::WeightSnapshot).
-  DrawnRollouts draw(std::int64_t iteration, model::LlamaModel& model, model::ParamSource& params) const;
+  // (every unit's full weights, unchanged during the call: model::WeightSnapshot), which messages
+  // call `policy_name` ("the policy at step 4").
+  DrawnRollouts draw(std::int64_t iteration, model::LlamaModel& model, model::ParamSource& params,
+                     const std::string& policy_name = "the policy") const;
   // The frozen reference policy's log-probabilities of every drawn completion token (for
   // rl.kl_beta), at rl.temperature, with `reference`'s full weights; sequences packed into forwards
   // of at most `token_cap` tokens.
   void add_reference(DrawnRollouts& drawn, model::LlamaModel& model, model::ParamSource& reference,
                      std::int64_t token_cap) const;
-  // Collective: every rank's share scored and gathered into the iteration's records.
-  RolloutIteration gather(DrawnRollouts drawn, distributed::HostGroup& group) const;
-  // draw, then gather (no reference).
+  // Collective: every rank's share scored and gathered into the iteration's records. rl.reward_command
+  // runs on rank 0 for at most rl.reward_timeout_s, and stops when rank 0's `stop_requested` says
+  // so: then every rank returns std::nullopt (the iteration's rollouts dropped); its failure is an
+  // odc::Error on every rank.
+  std::optional<RolloutIteration> gather(DrawnRollouts drawn, distributed::HostGroup& group,
+                                         const std::function<bool()>& stop_requested = {}) const;
+  // draw, then gather (no reference, no stop).
   RolloutIteration sample(std::int64_t iteration, model::LlamaModel& model, model::ParamSource& params,
                           distributed::HostGroup& group) const {
-    return gather(draw(iteration, model, params), group);
+    return *gather(draw(iteration, model, params), group);
   }
 
  private:
@@ -94,6 +104,7 @@ class OnlineRollouts {
   data::PromptSet prompts_;
   std::vector<std::int32_t> eos_;
   std::string scratch_;       // where rl.reward_command's files go
+  std::string window_origin_;  // where the model's attention window comes from, for messages
 };
 
 }  // namespace odc::train

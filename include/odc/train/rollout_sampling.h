@@ -34,6 +34,15 @@ struct RolloutOptions {
   // Per prompt, the number its completions' draws are seeded with (empty: its index), so that a
   // prompt sampled on any rank, among any others, draws the same completions.
   std::vector<std::uint64_t> prompt_keys;
+  // For messages: the model ("the model in DIR", "the policy at step 3"), each prompt's origin
+  // ("prompts.jsonl:3"; empty: "prompt i"), and what sets max_new_tokens ("rl.max_new_tokens").
+  std::string model_name = "the model";
+  std::vector<std::string> prompt_names;
+  std::string max_new_tokens_key = "max_new_tokens";
+  std::string window_origin = "the model's attention_window";
+  // Asked before every batched forward (may be empty): true ends sampling with an odc::Error (a
+  // single process's stop request; ranks that must agree on stopping do not pass one).
+  std::function<bool()> stop_requested;
 };
 
 struct SampledCompletion {
@@ -48,9 +57,21 @@ struct SampledCompletion {
 // log softmax(logits / T)[token] in double (T = 1 when temperature is 0).
 double token_logprob(std::span<const float> logits, std::int32_t token, double temperature);
 
+// A model with an attention window (the original model's sliding window; attention here spans the
+// whole sequence, which is the original's only within the window) samples, scores and trains only
+// sequences within it: a prompt of `prompt_tokens` plus `max_new_tokens` beyond it is an odc::Error
+// naming the prompt (`where`), the window and `window_origin`, and `max_new_tokens_key`. Refused,
+// as odc-generate refuses it, rather than cut short: a completion capped at the window would end
+// for a reason the original model does not have, and train as if it had.
+void check_rollout_window(const model::LlamaConfig& model, std::int64_t prompt_tokens, std::int64_t max_new_tokens,
+                          const std::string& where, const std::string& max_new_tokens_key,
+                          const std::string& window_origin);
+
 // Completions in (prompt, sample) order. odc::Error for an empty prompt, a prompt that leaves no
-// room in the model's context, or bad options (check_generate_options; stop strings go in
-// RolloutOptions::stop with a decoder, not in the sampling options).
+// room in the model's context or (check_rollout_window) in its attention window, a logit that is
+// not finite (activations that overflow: naming the model, the prompt, the sample and the
+// position), or bad options (check_generate_options; stop strings go in RolloutOptions::stop with
+// a decoder, not in the sampling options).
 std::vector<SampledCompletion> sample_rollouts(model::LlamaModel& model, model::ParamSource& params,
                                                std::span<const std::vector<std::int32_t>> prompts,
                                                const RolloutOptions& options);

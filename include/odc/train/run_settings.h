@@ -120,6 +120,7 @@ struct RlLoopSettings {
   std::int64_t concurrency = 16;           // rl.concurrency
   std::string verifier = "exact";          // rl.verifier
   std::string reward_command;              // rl.reward_command (empty: rl.verifier)
+  double reward_timeout_s = 300.0;         // rl.reward_timeout_s
   bool chat = false;                       // rl.chat: prompts as user turns of data.chat_template
 
   bool online() const { return !prompts.empty(); }

@@ -34,6 +34,10 @@ struct GenerateOptions {
 // odc::Error naming the option and the value when one is out of its range.
 void check_generate_options(const GenerateOptions& options);
 
+// The index of the first logit that is NaN or infinite (finite weights whose activations
+// overflow), or logits.size() when all are finite: what a sampler would otherwise pick from.
+std::size_t first_non_finite(std::span<const float> logits);
+
 // Picks tokens for one generation (the options checked, a vocabulary of `vocab` ids).
 class TokenSampler {
  public:

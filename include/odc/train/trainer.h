@@ -90,7 +90,8 @@ class Trainer {
   nlohmann::json trace_metadata() const;
   // The online RL loop (trainer_rl.cpp): the rollouts of the iteration that starts at step_,
   // sampled with the current weights (a WeightSnapshot through the comm) and handed to the data.
-  void begin_iteration();
+  // False, on every rank, when a stop request on rank 0 (`signals`) ended its reward command.
+  bool begin_iteration(const StopSignals* signals);
   // A resume in the middle of an iteration: its rollouts, as the checkpoint kept them.
   void resume_iteration(const std::string& checkpoint, const TrainingManifest& manifest);
   // rl.kl_beta in the online loop: the KL penalty's frozen reference, the weights the run started
@@ -114,6 +115,7 @@ class Trainer {
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<OnlineRollouts> online_;  // rl.prompts: the online loop's sampling
   std::int64_t steps_per_iteration_ = 0;     // the online loop's
+  std::int64_t sampled_for_ = -1;            // the step whose iteration was sampled last
   std::string rollouts_;                     // the current iteration's records (kept by a checkpoint mid-iteration)
   std::vector<float> reference_;             // rl.kl_beta online: this rank's shard of the frozen reference
   std::unique_ptr<MinibatchSource> data_;

@@ -153,6 +153,18 @@ TEST_CASE("config rejects values of the wrong type", "[config]") {
     config.apply_assignment("train.metrics_file=");
     CHECK_FALSE(config.has("train.metrics_file"));
   }
+  SECTION("an empty value of a string key whose default is the empty string is that string") {
+    // rl.stop's case: its documented default is empty, and `--set rl.stop=` was refused.
+    Config strings({odc::tunable("rl.stop", ValueKind::string, "\"\"", "stop string"),
+                    odc::tunable("rl.verifier", ValueKind::string, "exact", "verifier", {"exact", "number"})});
+    strings.apply_assignment("rl.stop=e");
+    strings.apply_assignment("rl.stop=");
+    CHECK(strings.get_string("rl.stop").empty());
+    CHECK(strings.source_of("rl.stop") == "--set");
+    strings.load_yaml_text("rl:\n  stop:\n", "s.yaml");
+    CHECK(strings.get_string("rl.stop").empty());
+    REQUIRE_THROWS_WITH(strings.apply_assignment("rl.verifier="), Contains("'rl.verifier'") && Contains("empty value"));
+  }
   SECTION("reading a key as the wrong kind is a clear error") {
     REQUIRE_THROWS_WITH(config.get_int("train.lr"), Contains("'train.lr'") && Contains("integer"));
     REQUIRE_THROWS_WITH(config.get_int("train.stepz"),

@@ -1,7 +1,8 @@
 // RolloutDataset (data.format rollouts): sequences are prompt + completion with the completion as
 // the only targets, the log-probabilities sit on the completion's tokens, advantages come from
 // rewards per group as TRL's GRPOTrainer computes them (worked out by hand here), and every bad
-// record is an odc::Error naming file:line.
+// record is an odc::Error naming file:line (a group of one record too); huge rewards do not overflow
+// the advantages.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -113,7 +114,8 @@ TEST_CASE("rollouts: records from a stream read as from a file, named by the str
   TempDir dir;
   const std::string text = record("1, 2", "3, 4", "-0.5, -1.5", "\"reward\": 1, \"group\": 0") +
                            record("1, 2", "5", "-2", "\"reward\": 0, \"group\": 0") +
-                           record("6", "7, 8", "-1, -1", "\"reward\": 1, \"group\": 1");
+                           record("6", "7, 8", "-1, -1", "\"reward\": 1, \"group\": 1") +
+                           record("6", "9", "-1", "\"reward\": 0, \"group\": 1");
   const std::string path = dir.write("r.jsonl", text);
   const RolloutDataset from_file(path, 16);
   std::istringstream in(text);
@@ -129,4 +131,66 @@ TEST_CASE("rollouts: records from a stream read as from a file, named by the str
   CHECK(from_stream.record(2) == "iteration 3's rollouts:3");
   std::istringstream bad(record("1", "99", "-1", "\"advantage\": 1"));
   CHECK_THROWS_WITH(RolloutDataset("stream", bad, 16), Catch::Contains("stream:1: completion_ids[0] = 99 is not a token id"));
+}
+
+TEST_CASE("rollouts: advantages of huge and tiny rewards are those of small ones in the same ratios", "[data][rl]") {
+  const std::vector<std::int64_t> groups{0, 0, 0, 0, 1, 1};
+  const auto small = odc::data::group_advantages({1, 0, 1, 0, 2, -1}, groups, RewardScale::group);
+  // The squares of 1e200 overflow a double: the std was inf and every advantage 0 (loss 0, exit 0).
+  // Scaled, each group's advantages are the small rewards' up to the 1e-4 in the denominator
+  // (relative to the std there: 1e-4 / std on the small ones, nothing on the big), so 2e-4.
+  for (const double big : {1e200, 1e308}) {
+    const auto a = odc::data::group_advantages({big, 0, big, 0, 2 * (big / 2), -(big / 2)}, groups, RewardScale::group);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      INFO(big << " " << i);
+      CHECK(std::isfinite(a[i]));
+      CHECK(a[i] == Approx(small[i]).epsilon(2e-4));
+    }
+    const auto b = odc::data::group_advantages({big, 0, big, 0, 2 * (big / 2), -(big / 2)}, groups, RewardScale::batch);
+    for (const double x : b) CHECK(std::isfinite(x));
+  }
+  // +-max double: the deviation is finite in the group's units.
+  const auto extreme = odc::data::group_advantages({1.7e308, -1.7e308}, {0, 0}, RewardScale::group);
+  CHECK(extreme[0] == Approx(1 / std::sqrt(2.0)));
+  CHECK(extreme[1] == Approx(-1 / std::sqrt(2.0)));
+  // Tiny rewards: the 1e-4 dominates, as it does in TRL's formula.
+  const auto tiny = odc::data::group_advantages({1e-300, 0}, {0, 0}, RewardScale::group);
+  CHECK(tiny[0] == Approx(5e-301 / 1e-4));
+
+  // Unscaled (rl.scale_rewards none), an advantage beyond a float is refused by name.
+  TempDir dir;
+  const std::string path = dir.write("big.jsonl", record("1", "2", "-1", "\"reward\": 1e200, \"group\": 0") +
+                                                      record("1", "3", "-1", "\"reward\": 0, \"group\": 0"));
+  CHECK(RolloutDataset(path, 8).policy(0)->advantage == Approx(1 / (std::sqrt(2.0) + 1e-204)));
+  CHECK_THROWS_WITH(RolloutDataset(path, 8, RewardScale::none),
+                    Catch::Contains("big.jsonl:1: the advantage of this record, 5e+199") &&
+                        Catch::Contains("beyond the range of a float"));
+  const std::string given = dir.write("given.jsonl", record("1", "2", "-1", "\"advantage\": 1e39"));
+  CHECK_THROWS_WITH(RolloutDataset(given, 8), Catch::Contains("given.jsonl:1: \"advantage\" 1e+39 is beyond the range of a float"));
+}
+
+TEST_CASE("rollouts: a group of one record is refused, naming it", "[data][rl]") {
+  TempDir dir;
+  const std::string path = dir.write("lone.jsonl", record("1", "2", "-1", "\"reward\": 1, \"group\": 0") +
+                                                       record("1", "3", "-1", "\"reward\": 0, \"group\": 0") +
+                                                       record("4", "5", "-1", "\"reward\": 1, \"group\": 7"));
+  CHECK_THROWS_WITH(RolloutDataset(path, 8), Catch::Contains("lone.jsonl:3: group 7 has this record alone") &&
+                                                 Catch::Contains("a lone completion gets 0 and trains nothing"));
+}
+
+TEST_CASE("rollouts: the spread of rewards over all and within groups", "[data][rl]") {
+  // Two groups of equal rewards: a spread over all (0.5), none within groups: no signal.
+  const auto equal = odc::data::reward_spread({0, 0, 1, 1}, {0, 0, 1, 1});
+  CHECK(equal.mean == 0.5);
+  CHECK(equal.std == 0.5);
+  CHECK(equal.std_within_groups == 0.0);
+  CHECK(equal.groups == 2);
+  CHECK(equal.equal_groups == 2);
+  // Group 0: 1, 0 (Bessel std sqrt(0.5)); group 1: 2, 2.
+  const auto mixed = odc::data::reward_spread({1, 0, 2, 2}, {0, 0, 1, 1});
+  CHECK(mixed.std_within_groups == Approx(std::sqrt(0.5) / 2));
+  CHECK(mixed.equal_groups == 1);
+  const auto huge = odc::data::reward_spread({1e308, -1e308}, {0, 0});
+  CHECK(huge.mean == 0.0);
+  CHECK(huge.std == Approx(1e308));
 }

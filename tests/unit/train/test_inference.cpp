@@ -183,3 +183,22 @@ TEST_CASE("generate: a prompt plus max_new_tokens beyond the model's attention w
                         Catch::Contains("sliding_window in " + dir.file("model") + "/config.json") &&
                         Catch::Contains("keep the prompt plus max_new_tokens within 8"));
 }
+
+TEST_CASE("generate: a logit that is not finite is an error naming the model and the position", "[train][inference]") {
+  test::TempDir dir("generate_overflow");
+  const auto config = small_config(4, 2);
+  const auto units = model::build_unit_layouts(config);
+  // Finite weights whose activations overflow: the last unit (final norm and head) at 3e38. Greedy
+  // decoding of such logits picked an arbitrary token (odc-generate printed NUL characters, exit 0).
+  io::write_hf_checkpoint(dir.path().string(), config, "LlamaForCausalLM", DType::f32, [&](int unit, float* out) {
+    const auto& layout = units[static_cast<std::size_t>(unit)];
+    model::init_unit_range(layout, config, 17, 0, layout.numel, out);
+    if (unit + 1 == static_cast<int>(units.size())) std::fill(out, out + layout.numel, 3e38f);
+  });
+  train::LoadedModel m(dir.path().string(), 1);
+  train::GenerateOptions options;
+  options.max_new_tokens = 3;
+  CHECK_THROWS_WITH(train::generate(m, {5, 9, 13}, options),
+                    Catch::Contains("the model in '" + dir.path().string() + "' gives a logit that is not finite") &&
+                        Catch::Contains("after position 2 of the sequence (the prompt's 3 tokens and 0 generated)"));
+}

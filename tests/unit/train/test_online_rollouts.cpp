@@ -3,8 +3,9 @@
 // records gathered in position order; bitwise with one sequence decoding at a time), iterations
 // walk through the prompts in data.seed's order, the records read back as rollouts whose
 // advantages come from the rewards, a reference equal to the policy gives ref_logprobs equal to
-// the sampling log-probabilities (1e-5: a full forward against the decode path's), and a global
-// batch that does not divide an iteration's rollouts is refused.
+// the sampling log-probabilities (1e-5: a full forward against the decode path's), a global
+// batch that does not divide an iteration's rollouts, a group of one and prompts beyond the model's
+// attention window are refused, and a stop request on rank 0 ends the reward command on every rank.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -119,7 +120,9 @@ TEST_CASE("online rollouts: a reference equal to the policy scores each token as
   }
   CHECK(worst < 1e-5);
   auto group = distributed::InProcessGroup::create(1);
-  const auto out = online.gather(std::move(drawn), *group.front());
+  const auto gathered = online.gather(std::move(drawn), *group.front());
+  REQUIRE(gathered.has_value());
+  const auto& out = *gathered;
   std::istringstream in(out.records);
   const data::RolloutDataset rollouts("iteration 1", in, config.vocab_size);
   CHECK(rollouts.has_ref_logprobs());
@@ -136,4 +139,32 @@ TEST_CASE("online rollouts: the global batch must divide an iteration's rollouts
                     Catch::Contains("3 x 2 = 6 rollouts per iteration, which do not divide into global batches of 4 "
                                     "sequences (data.global_batch_size)"));
   CHECK(online.max_sequence_length() == 4 + 5);  // "ghij" (4 byte tokens) + rl.max_new_tokens
+}
+
+TEST_CASE("online rollouts: a group of one, a window too short, a stopped reward command", "[train][rl]") {
+  Fixture f;
+  f.settings.rl.group_size = 1;
+  CHECK_THROWS_WITH(train::OnlineRollouts(f.settings, tiny(), 0, 1),
+                    Catch::Contains("rl.group_size is 1") && Catch::Contains("set rl.group_size to at least 2"));
+  f.settings.rl.group_size = 2;
+  auto windowed = tiny();
+  windowed.attention_window = 8;  // "ghij" (4 tokens) + rl.max_new_tokens 5 = 9
+  CHECK_THROWS_WITH(train::OnlineRollouts(f.settings, windowed, 0, 1),
+                    Catch::Contains("prompts.jsonl:4: the prompt has 4 tokens and rl.max_new_tokens is 5: 9 tokens, "
+                                    "more than the model's attention window of 8"));
+  // rank 0's stop request kills the reward command; every rank drops the iteration, none hangs.
+  f.settings.rl.reward_command = "sleep 60";
+  const auto config = tiny();
+  std::mutex mutex;
+  int stopped = 0;
+  const auto errors = test::on_every_rank(2, [&](distributed::HostGroup& group) {
+    model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
+    model::ResidentWeights weights(m.units(), config, 9);
+    const train::OnlineRollouts online(f.settings, config, group.rank(), group.size());
+    const auto out = online.gather(online.draw(0, m, weights), group, [] { return true; });
+    const std::lock_guard lock(mutex);
+    stopped += out.has_value() ? 0 : 1;
+  });
+  for (const auto& e : errors) CHECK(e.empty());
+  CHECK(stopped == 2);
 }

@@ -1,9 +1,17 @@
 // The built-in verifiers: exact match up to the end-of-turn marker and surrounding whitespace;
-// number match on the last number (sign, fraction, digit-group commas; values compared).
+// number match on the last number (sign, fraction, digit-group commas; values compared). An external
+// reward command: its lines read strictly, its failures and its timeout told in words, its files
+// removed on every path.
 #include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "odc/core/error.h"
 #include "odc/train/rewards.h"
+#include "unit/temp_dir.h"
 
 using namespace odc::train;
 
@@ -28,4 +36,60 @@ TEST_CASE("rewards: number match compares the completion's last number with the 
   CHECK(last_number("a 1.5b 2,000 c") == 2000.0);
   CHECK_FALSE(last_number("none").has_value());
   CHECK_THROWS_WITH(parse_verifier("regex"), Catch::Contains("choices: exact, number"));
+}
+
+TEST_CASE("rewards: a reward line is one finite number and nothing else", "[train][rl]") {
+  for (const auto& [text, value] : std::vector<std::pair<std::string, double>>{
+           {"1", 1.0}, {" 0.5 ", 0.5}, {"-2e-3", -2e-3}, {"+1", 1.0}, {"\t3\r", 3.0}, {".5", 0.5}, {"1.", 1.0}, {"1E2", 100.0}}) {
+    INFO(text);
+    CHECK(parse_reward(text) == value);
+  }
+  // Once read as 0, 90, 1.0, 16 (std::stod stops at the first character it cannot take).
+  for (const std::string text : {"0,9", "90%", "1.0 extra", "0x10", "nan", "inf", "-inf", "1e999", "", "+-1", "--1",
+                                 "1 2", "one", "+", "."}) {
+    INFO(text);
+    CHECK_FALSE(parse_reward(text).has_value());
+  }
+}
+
+namespace {
+
+std::vector<nlohmann::json> two_requests() {
+  return {{{"prompt", "p"}, {"completion", "a"}, {"answer", "x"}}, {{"prompt", "p"}, {"completion", "b"}, {"answer", "x"}}};
+}
+
+bool empty_dir(const std::filesystem::path& dir) { return std::filesystem::is_empty(dir); }
+
+}  // namespace
+
+TEST_CASE("rewards: a reward command's failures, in words, and no file left behind", "[train][rl]") {
+  const odc::test::TempDir dir("reward_command");
+  const std::string noexec = dir.write("noexec.sh", "echo 1\n");
+  const auto scratch = dir.path() / "scratch";
+  std::filesystem::create_directories(scratch);
+  const auto run = [&](const std::string& command, double timeout_s = 10.0) {
+    return command_rewards(RewardCommand{command, timeout_s, "--reward-timeout", scratch, {}}, two_requests());
+  };
+  CHECK(run("while read -r line; do echo 0.25; done") == std::vector<double>{0.25, 0.25});
+  CHECK(empty_dir(scratch));
+  const auto fails = [&](const std::string& command, const std::string& expected, double timeout_s = 10.0) {
+    INFO(command);
+    CHECK_THROWS_WITH(run(command, timeout_s), Catch::Contains(expected) && Catch::Contains("reward command '" + command + "'"));
+    CHECK(empty_dir(scratch));  // the input and output files are removed on the error paths too
+  };
+  fails("exit 3", "failed (exit status 3)");
+  fails("/nonexistent/reward", "failed (not found (exit 127))");
+  fails(noexec, "failed (not executable (exit 126))");
+  fails("kill -SEGV $$", "failed (exit status 139 (128 + SIGSEGV: a command the shell ran was killed by SIGSEGV))");
+  fails("printf '1\\n0,9\\n'", "line 2 of its output, '0,9', is not one finite number");
+  fails("printf '1\\n\\n90%%\\n'", "line 3 of its output, '90%', is not one finite number");  // blank lines count
+  fails("echo 1", "wrote 1 rewards for 2 completions");
+  fails("sleep 60", "did not finish within 0.2 s (--reward-timeout): it was killed", 0.2);
+  // A stop request: the command killed, no rewards, no error.
+  int asked = 0;
+  const auto stopped =
+      command_rewards(RewardCommand{"sleep 60", 300, "rl.reward_timeout_s", scratch, [&] { return ++asked > 2; }},
+                      two_requests());
+  CHECK_FALSE(stopped.has_value());
+  CHECK(empty_dir(scratch));
 }

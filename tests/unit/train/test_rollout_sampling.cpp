@@ -159,3 +159,40 @@ TEST_CASE("sample_rollouts: a stop string ends a completion at the token that co
   options.stop = {""};
   CHECK_THROWS_WITH(train::sample_rollouts(m, weights, prompts, options), Catch::Contains("empty stop string"));
 }
+
+TEST_CASE("sample_rollouts: logits that are not finite, an attention window, a stop request are errors naming them",
+          "[train][rl]") {
+  auto config = tiny();
+  model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
+  train::RolloutOptions options;
+  options.sampling.temperature = 1.0;
+  options.sampling.max_new_tokens = 4;
+  options.model_name = "the policy at step 7";
+  options.prompt_names = {"p.jsonl:1", "p.jsonl:2"};
+  const std::vector<std::vector<std::int32_t>> prompts{{1, 2}, {3, 4, 5}};
+  {
+    // Finite weights whose activations overflow: the last unit (final norm and head) at 3e38.
+    model::ResidentWeights weights(m.units(), config, 9);
+    const int last = weights.num_units() - 1;
+    for (float& w : weights.weights(last)) w = 3e38f;
+    CHECK_THROWS_WITH(train::sample_rollouts(m, weights, prompts, options),
+                      Catch::Contains("the policy at step 7 gives a logit that is not finite") &&
+                          Catch::Contains("after position 1 of p.jsonl:1's completion 0 (its 2 tokens and 0 drawn)"));
+  }
+  model::ResidentWeights weights(m.units(), config, 9);
+  // A window of 6: 3 + 4 tokens do not fit (the original model would attend to the last 6 only).
+  config.attention_window = 6;
+  model::LlamaModel windowed(config, std::make_unique<backend::CpuBackend>());
+  options.max_new_tokens_key = "rl.max_new_tokens";
+  options.window_origin = "sliding_window in m/config.json";
+  CHECK_THROWS_WITH(train::sample_rollouts(windowed, weights, prompts, options),
+                    Catch::Contains("p.jsonl:2: the prompt has 3 tokens and rl.max_new_tokens is 4: 7 tokens, more than "
+                                    "the model's attention window of 6 (sliding_window in m/config.json)") &&
+                        Catch::Contains("(rl.max_new_tokens at most 3 for this prompt)"));
+  options.sampling.max_new_tokens = 3;
+  CHECK(train::sample_rollouts(windowed, weights, prompts, options).size() == 8);
+  int asked = 0;
+  options.stop_requested = [&] { return ++asked > 1; };  // after the first round of forwards
+  CHECK_THROWS_WITH(train::sample_rollouts(m, weights, prompts, options),
+                    Catch::Contains("sampling stopped by a stop request"));
+}
