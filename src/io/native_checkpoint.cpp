@@ -25,7 +25,7 @@ namespace {
 
 constexpr const char* kStepPrefix = "step-";
 constexpr const char* kPartialPrefix = ".partial-step-";
-constexpr const char* kTensorNames[3] = {"masters", "exp_avg", "exp_avg_sq"};
+constexpr const auto& kTensorNames = kRankTensorNames;
 
 std::string rank_file(int rank) { return fmt::format("rank-{:05}.safetensors", rank); }
 std::string rank_sidecar(int rank) { return fmt::format("rank-{:05}.json", rank); }
