@@ -128,7 +128,7 @@ TEST_CASE("metrics: a new run truncates the file, a resumed one keeps the steps 
   CHECK(lines_of() == std::vector<std::int64_t>{1});
 }
 
-TEST_CASE("export_hf: rank 0 writes the model from every rank's shards", "[train]") {
+TEST_CASE("export_hf: the export holds every rank's shard of every unit in place", "[train]") {
   const test::TempDir dir("export_hf");
   const auto model_config = test::tiny_model();
   const auto units = model::build_unit_layouts(model_config);
