@@ -294,7 +294,7 @@ TEST_CASE("safetensors stream writer checks the order and never leaves a partial
   CHECK(file.metadata().at("format") == "pt");
 }
 
-TEST_CASE("safetensors piece writer: pieces in any order, across tensors; a missing byte is refused", "[io]") {
+TEST_CASE("safetensors piece writer: pieces in any order, across tensors, and a missing byte is refused", "[io]") {
   const fs::path path = temp_dir() / "pieces.safetensors";
   // Two tensors back to back: a (3 floats) then b (2 floats); the pieces straddle their border.
   const std::vector<float> values = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f};
