@@ -60,6 +60,8 @@ options:
                          biases, Mistral when it keeps a sliding window, else LlamaForCausalLM)
   --tokenizer-from DIR   copy tokenizer.json and friends from this directory (default: keep those of
                          the HF directory it replaces, else those of the run's model.checkpoint)
+  --max-shard-bytes N    largest safetensors file before splitting into shards of whole units
+                         (default 5000000000); the model is streamed, a piece at a time
   -h, --help             show this help
 )";
 
@@ -349,7 +351,8 @@ int run_export(const odc::cli::Arguments& args) {
   const odc::DType dtype = checkpoint_dtype(args, kept.empty() ? "f32" : kept);
   const std::string architecture = args.value_or("--architecture", "");
   const std::string tokenizer_from = args.value_or("--tokenizer-from", "");
-  const auto step = odc::train::export_native_to_hf(from, out, dtype, architecture, tokenizer_from);
+  const std::int64_t max_shard_bytes = args.integer("--max-shard-bytes", 5'000'000'000, odc::Range::at_least(1));
+  const auto step = odc::train::export_native_to_hf(from, out, dtype, architecture, tokenizer_from, max_shard_bytes);
   std::cout << nlohmann::json{{"from", from}, {"out", out}, {"step", step}, {"dtype", odc::dtype_name(dtype)}}.dump() << '\n';
   return 0;
 }
@@ -385,7 +388,8 @@ int main(int argc, char** argv) {
                 {"--tokenizer"}, {"--max-shard-bytes"}}},
        run_init},
       {"inspect", Command{"", kInspectUsage, {}, "checkpoint directory", 1}, run_inspect},
-      {"export", Command{"", kExportUsage, {{"--from"}, {"--out"}, {"--dtype"}, {"--architecture"}, {"--tokenizer-from"}}},
+      {"export", Command{"", kExportUsage, {{"--from"}, {"--out"}, {"--dtype"}, {"--architecture"}, {"--tokenizer-from"},
+                                       {"--max-shard-bytes"}}},
        run_export},
       {"import", Command{"", kImportUsage, {{"--from"}, {"--out"}, {"--world-size"}}}, run_import},
       {"reshard", Command{"", kReshardUsage, {{"--world-size"}}, "checkpoint directory", 2}, run_reshard},

@@ -14,7 +14,6 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "odc/core/atomic_file.h"
 #include "odc/core/error.h"
 #include "odc/io/checkpoint_format.h"
 
@@ -34,12 +33,6 @@ constexpr std::array<Architecture, 4> kArchitectures = {{
     {"Qwen2ForCausalLM", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3"},
 }};
-
-// Files of an HF model directory that belong to the tokenizer and generation defaults.
-constexpr std::array<const char*, 4> kCopiedFiles = {
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"};
-// config.json fields that give token ids their meaning (generation stops at eos).
-constexpr std::array<const char*, 3> kTokenIdFields = {"bos_token_id", "eos_token_id", "pad_token_id"};
 
 // Buffers transformers registers on the module but that hold no weights (older exports saved them).
 bool ignorable_buffer(const std::string& name) {
@@ -97,83 +90,6 @@ std::string safetensors_path(const std::string& dir) {
   fail("HF checkpoint '{}': no {} or {}{}", dir, kSafetensorsSingleName, kSafetensorsIndexName,
        pickle ? " (only PyTorch pickle weights, pytorch_model.bin, which are not supported: convert them "
                 "to safetensors)" : "");
-}
-
-void convert_from_f32(const float* in, std::int64_t n, DType dtype, std::vector<std::uint16_t>& out) {
-  out.resize(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) {
-    out[static_cast<std::size_t>(i)] = dtype == DType::bf16 ? f32_to_bf16(in[i]) : f32_to_f16(in[i]);
-  }
-}
-
-// Removes the staging directory if the export fails before it is renamed into place.
-class StagingDir {
- public:
-  explicit StagingDir(fs::path path) : path_(std::move(path)) {}
-  ~StagingDir() {
-    if (!committed_) {
-      std::error_code ignored;
-      fs::remove_all(path_, ignored);
-    }
-  }
-  StagingDir(const StagingDir&) = delete;
-  StagingDir& operator=(const StagingDir&) = delete;
-  const fs::path& path() const { return path_; }
-  void committed() { committed_ = true; }
-
- private:
-  fs::path path_;
-  bool committed_ = false;
-};
-
-// An existing export target may be replaced only if it is (or was meant to be) an HF checkpoint:
-// a typo in --out must never delete an unrelated directory.
-void check_replaceable(const fs::path& dir) {
-  std::error_code ec;
-  if (!fs::exists(dir, ec)) return;
-  if (!fs::is_directory(dir, ec)) fail("HF export: '{}' exists and is not a directory", dir.string());
-  if (fs::is_empty(dir, ec) || fs::exists(dir / "config.json", ec)) return;
-  fail("HF export: '{}' exists and is not an HF checkpoint (no config.json); refusing to replace it",
-       dir.string());
-}
-
-nlohmann::ordered_json export_config_json(const model::LlamaConfig& config, const std::string& architecture,
-                                          DType dtype, const std::string& copy_from_dir) {
-  const nlohmann::json fields = config.to_json();
-  nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  j["architectures"] = {architecture};
-  j["model_type"] = hf_model_type(architecture);
-  j["torch_dtype"] = dtype_name(dtype);  // "float32", "bfloat16", "float16": HF's spellings
-  // qk_norm and attention_window are ours, not HF fields: model_type qwen3 says the one, the
-  // architecture's window fields (below) the other.
-  for (const auto& [key, value] : fields.items()) {
-    if (key != "architectures" && key != "model_type" && key != "qk_norm" && key != "attention_window") j[key] = value;
-  }
-  // HF's Mistral defaults to a 4096-token sliding window and Qwen2/Qwen3 may enable one. A model
-  // without a window attends over the whole sequence: say so explicitly. One loaded with a window
-  // (attention_window) gets it back, so that the export behaves as the original model: Mistral's
-  // window is on every layer; Qwen2's on the layers from max_window_layers on, so 0 = all of them
-  // (check_hf_architecture refuses a window for the other architectures).
-  const std::int64_t window = config.attention_window;
-  if (architecture == "MistralForCausalLM") j["sliding_window"] = window > 0 ? nlohmann::ordered_json(window) : nullptr;
-  if (architecture == "Qwen2ForCausalLM") {
-    j["use_sliding_window"] = window > 0;
-    if (window > 0) {
-      j["sliding_window"] = window;
-      j["max_window_layers"] = 0;
-    }
-  }
-  if (architecture == "Qwen3ForCausalLM") {
-    j["use_sliding_window"] = false;
-    j["sliding_window"] = nullptr;
-  }
-  if (!copy_from_dir.empty() && fs::exists(fs::path(copy_from_dir) / "config.json")) {
-    const nlohmann::json source = read_json(fs::path(copy_from_dir) / "config.json");
-    for (const char* key : kTokenIdFields) {
-      if (source.is_object() && source.contains(key)) j[key] = source.at(key);
-    }
-  }
-  return j;
 }
 
 // The sliding window of a Mistral or Qwen2 config.json that makes the original model differ from
@@ -420,91 +336,6 @@ void HfCheckpoint::read_unit_range(int unit, std::int64_t offset, std::int64_t c
     }
   }
   for (std::int64_t i = std::max(offset, layout.numel); i < end; ++i) out[i - offset] = 0.0f;
-}
-
-void write_hf_checkpoint(const std::string& dir, const model::LlamaConfig& config,
-                         const std::string& architecture, DType dtype,
-                         const std::function<void(int unit, float* out)>& full_unit,
-                         std::int64_t max_shard_bytes, const std::string& copy_from) {
-  if (dir.empty()) fail("HF export: empty output directory name");
-  // "out/" and "out" are the same target; DIR.tmp must be a sibling, not a child.
-  fs::path target = fs::path(dir).lexically_normal();
-  if (!target.has_filename()) target = target.parent_path();
-  const std::string where = fmt::format("HF export to '{}'", target.string());
-  try {
-    (void)hf_model_type(architecture);
-  } catch (const Error& e) {
-    fail("{}: {}", where, e.what());
-  }
-  config.validate(where);
-  check_hf_architecture(architecture, config, where);
-  if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16) {
-    fail("{}: dtype {} is not a checkpoint dtype (float32, bfloat16 or float16)", where, dtype_name(dtype));
-  }
-  if (max_shard_bytes <= 0) fail("{}: max shard size must be positive, got {}", where, max_shard_bytes);
-  if (!copy_from.empty() && !fs::is_directory(copy_from)) {
-    fail("{}: '{}' (to copy the tokenizer from) is not a directory", where, copy_from);
-  }
-  check_replaceable(target);
-  // Replacing an HF directory without another source keeps its tokenizer, generation defaults and
-  // special token ids (they were deleted: a fine-tuned model exported over its base lost them).
-  const std::string copy_from_dir =
-      !copy_from.empty() ? copy_from : fs::exists(target / "config.json") ? target.string() : std::string();
-
-  StagingDir staging(fs::path(target.string() + ".tmp"));
-  std::error_code ec;
-  fs::remove_all(staging.path(), ec);  // left by an export that crashed
-  fs::create_directories(staging.path(), ec);
-  if (ec) fail("{}: cannot create '{}': {}", where, staging.path().string(), ec.message());
-
-  write_file_atomically((staging.path() / "config.json").string(),
-                        export_config_json(config, architecture, dtype, copy_from_dir).dump(2) + "\n");
-
-  const auto units = model::build_unit_layouts(config);
-  std::vector<SafetensorsEntry> layout;
-  for (const auto& unit : units) {
-    for (const auto& slot : unit.tensors) layout.push_back({slot.name, dtype, slot.shape, nullptr});
-  }
-  // transformers refuses safetensors files whose metadata lacks the framework "format".
-  ShardedSafetensorsWriter writer(staging.path().string(), std::move(layout), max_shard_bytes, {{"format", "pt"}});
-  std::vector<float> buffer;
-  std::vector<std::uint16_t> converted;
-  for (std::size_t u = 0; u < units.size(); ++u) {
-    buffer.assign(static_cast<std::size_t>(units[u].numel), 0.0f);
-    full_unit(static_cast<int>(u), buffer.data());
-    for (const auto& slot : units[u].tensors) {
-      const float* values = buffer.data() + slot.offset;
-      if (dtype == DType::f32) {
-        writer.write(slot.name, values);
-      } else {
-        convert_from_f32(values, slot.numel, dtype, converted);
-        writer.write(slot.name, converted.data());
-      }
-    }
-  }
-  writer.finish();
-
-  if (!copy_from_dir.empty()) {
-    for (const char* name : kCopiedFiles) {
-      const fs::path source = fs::path(copy_from_dir) / name;
-      if (fs::exists(source)) write_file_atomically((staging.path() / name).string(), read_text(source));
-    }
-  }
-  fsync_directory(staging.path().string());
-
-  const fs::path old = fs::path(target.string() + ".old");
-  const bool replacing = fs::exists(target);
-  if (replacing) {
-    fs::remove_all(old, ec);
-    fs::rename(target, old, ec);
-    if (ec) fail("{}: cannot move the previous export aside to '{}': {}", where, old.string(), ec.message());
-  }
-  fs::rename(staging.path(), target, ec);
-  if (ec) fail("{}: cannot rename '{}' into place: {}", where, staging.path().string(), ec.message());
-  staging.committed();
-  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  fsync_directory(parent.string());
-  if (replacing) fs::remove_all(old, ec);
 }
 
 }  // namespace odc::io

@@ -25,7 +25,7 @@ namespace {
 
 constexpr const char* kStepPrefix = "step-";
 constexpr const char* kPartialPrefix = ".partial-step-";
-constexpr const char* kTensorNames[3] = {"masters", "exp_avg", "exp_avg_sq"};
+constexpr const auto& kTensorNames = kRankTensorNames;
 
 // At most kExcerptChars of `text` (cut at a UTF-8 character boundary): a JSON parser's message
 // quotes what it read last, which for a manifest cut inside its config is thousands of characters.

@@ -96,10 +96,9 @@ DType safetensors_dtype_from_code(std::string_view code) {
   fail("unsupported dtype '{}': expected one of F32, BF16, F16, F64, I32, U32, I64", code);
 }
 
-SafetensorsStreamWriter::SafetensorsStreamWriter(std::string path,
-                                                 const std::vector<SafetensorsEntry>& layout,
-                                                 const std::map<std::string, std::string>& metadata)
-    : path_(std::move(path)), tmp_path_(path_ + ".tmp"), layout_(layout) {
+SafetensorsPieceWriter::SafetensorsPieceWriter(std::string path, const std::vector<SafetensorsEntry>& layout,
+                                               const std::map<std::string, std::string>& metadata)
+    : path_(std::move(path)), tmp_path_(path_ + ".tmp") {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
@@ -107,8 +106,7 @@ SafetensorsStreamWriter::SafetensorsStreamWriter(std::string path,
     header[kMetadataKey] = std::move(meta);
   }
   std::set<std::string> seen;
-  std::uint64_t offset = 0;
-  for (const auto& t : layout_) {
+  for (const auto& t : layout) {
     if (t.name.empty() || t.name == kMetadataKey) {
       fail("safetensors file '{}': invalid tensor name '{}'", path_, t.name);
     }
@@ -117,8 +115,9 @@ SafetensorsStreamWriter::SafetensorsStreamWriter(std::string path,
         static_cast<std::uint64_t>(shape_numel(t.shape)) * dtype_size(t.dtype);
     header[t.name] = {{"dtype", safetensors_dtype_code(t.dtype)},
                       {"shape", t.shape},
-                      {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+                      {"data_offsets", {data_bytes_, data_bytes_ + bytes}}};
+    offsets_.push_back(data_bytes_);
+    data_bytes_ += bytes;
   }
   std::string header_text = header.dump();
   // Pad with spaces so the data region starts 8-byte aligned (as the reference writer does).
@@ -130,6 +129,7 @@ SafetensorsStreamWriter::SafetensorsStreamWriter(std::string path,
     b = static_cast<std::byte>(length & 0xff);
     length >>= 8;
   }
+  data_start_ = sizeof(length_bytes) + header_text.size();
   fd_.emplace(::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd_->get() < 0) {
     fd_.reset();
@@ -139,7 +139,7 @@ SafetensorsStreamWriter::SafetensorsStreamWriter(std::string path,
   write_all(fd_->get(), header_text.data(), header_text.size(), tmp_path_);
 }
 
-SafetensorsStreamWriter::~SafetensorsStreamWriter() {
+SafetensorsPieceWriter::~SafetensorsPieceWriter() {
   // Not committed (an error on the way): the partial file must not linger next to good ones.
   if (fd_) {
     fd_.reset();
@@ -147,27 +147,32 @@ SafetensorsStreamWriter::~SafetensorsStreamWriter() {
   }
 }
 
-void SafetensorsStreamWriter::append(const std::string& name, const void* data) {
-  if (!fd_) fail("safetensors file '{}': tensor '{}' appended after commit", path_, name);
-  if (next_ >= layout_.size()) {
-    fail("safetensors file '{}': tensor '{}' appended, but all {} tensors are written", path_, name,
-         layout_.size());
+void SafetensorsPieceWriter::write_at(std::uint64_t offset, const void* data, std::size_t bytes) {
+  if (!fd_) fail("safetensors file '{}': {} bytes written after commit", path_, bytes);
+  if (offset > data_bytes_ || bytes > data_bytes_ - offset) {
+    fail("safetensors file '{}': bytes [{}, {}) written, but the data region holds {} bytes", path_, offset,
+         offset + bytes, data_bytes_);
   }
-  const SafetensorsEntry& t = layout_[next_];
-  if (t.name != name) {
-    fail("safetensors file '{}': tensor '{}' appended where '{}' comes next", path_, name, t.name);
+  if (bytes > 0 && data == nullptr) fail("safetensors file '{}': no data for bytes [{}, {})", path_, offset, offset + bytes);
+  const auto* p = static_cast<const char*>(data);
+  auto at = static_cast<off_t>(data_start_ + offset);
+  for (std::size_t left = bytes; left > 0;) {
+    const ssize_t written = ::pwrite(fd_->get(), p, left, at);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      fail("safetensors file '{}': write failed: {}", tmp_path_, std::strerror(errno));
+    }
+    p += written;
+    at += written;
+    left -= static_cast<std::size_t>(written);
   }
-  const auto bytes = static_cast<std::size_t>(shape_numel(t.shape)) * dtype_size(t.dtype);
-  if (bytes > 0 && data == nullptr) fail("safetensors file '{}': tensor '{}' has no data", path_, name);
-  if (bytes > 0) write_all(fd_->get(), data, bytes, tmp_path_);
-  ++next_;
+  written_ += bytes;
 }
 
-void SafetensorsStreamWriter::commit() {
+void SafetensorsPieceWriter::commit() {
   if (!fd_) fail("safetensors file '{}': committed twice", path_);
-  if (next_ != layout_.size()) {
-    fail("safetensors file '{}': commit after {} of {} tensors (next: '{}')", path_, next_,
-         layout_.size(), layout_[next_].name);
+  if (written_ != data_bytes_) {
+    fail("safetensors file '{}': commit after {} of its {} data bytes were written", path_, written_, data_bytes_);
   }
   // fsync before rename: otherwise a crash can leave the new name pointing at unwritten blocks.
   if (::fsync(fd_->get()) != 0) {
@@ -179,6 +184,33 @@ void SafetensorsStreamWriter::commit() {
   std::error_code ec;
   std::filesystem::rename(tmp_path_, path_, ec);
   if (ec) fail("safetensors file '{}': cannot rename from '{}': {}", path_, tmp_path_, ec.message());
+}
+
+SafetensorsStreamWriter::SafetensorsStreamWriter(std::string path, const std::vector<SafetensorsEntry>& layout,
+                                                 const std::map<std::string, std::string>& metadata)
+    : layout_(layout), file_(std::move(path), layout, metadata) {}
+
+void SafetensorsStreamWriter::append(const std::string& name, const void* data) {
+  if (next_ >= layout_.size()) {
+    fail("safetensors file '{}': tensor '{}' appended, but all {} tensors are written", path(), name,
+         layout_.size());
+  }
+  const SafetensorsEntry& t = layout_[next_];
+  if (t.name != name) {
+    fail("safetensors file '{}': tensor '{}' appended where '{}' comes next", path(), name, t.name);
+  }
+  const auto bytes = static_cast<std::size_t>(shape_numel(t.shape)) * dtype_size(t.dtype);
+  if (bytes > 0 && data == nullptr) fail("safetensors file '{}': tensor '{}' has no data", path(), name);
+  file_.write_at(file_.tensor_offset(next_), data, bytes);
+  ++next_;
+}
+
+void SafetensorsStreamWriter::commit() {
+  if (next_ != layout_.size()) {
+    fail("safetensors file '{}': commit after {} of {} tensors (next: '{}')", path(), next_,
+         layout_.size(), layout_[next_].name);
+  }
+  file_.commit();
 }
 
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
@@ -230,6 +262,7 @@ void SafetensorsFile::parse(std::span<const std::byte> file) {
          path, header_len, file_size - 8, kMaxHeaderBytes);
   }
   const std::uint64_t data_size = file_size - 8 - header_len;
+  data_start_ = 8 + header_len;
   const std::byte* data = bytes + 8 + header_len;
 
   nlohmann::json header;

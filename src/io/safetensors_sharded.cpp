@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "odc/core/atomic_file.h"
 #include "odc/core/error.h"
 #include "odc/io/safetensors.h"
 
@@ -120,93 +119,48 @@ const SafetensorsFile& SafetensorsShards::file_of(const std::string& name) const
   return files_[it->second];
 }
 
-ShardedSafetensorsWriter::ShardedSafetensorsWriter(std::string dir, std::vector<SafetensorsEntry> layout,
-                                                   std::int64_t max_shard_bytes,
-                                                   std::map<std::string, std::string> metadata)
-    : dir_(std::move(dir)), layout_(std::move(layout)), metadata_(std::move(metadata)) {
-  if (max_shard_bytes <= 0) fail("safetensors shards in '{}': max shard size must be positive, got {}", dir_, max_shard_bytes);
-  // Duplicates across shards would not be caught by the per-file writers.
-  std::set<std::string> seen;
-  for (const auto& t : layout_) {
-    if (!seen.insert(t.name).second) fail("safetensors shards in '{}': duplicate tensor '{}'", dir_, t.name);
+SafetensorsShardPlan plan_safetensors_shards(const std::vector<SafetensorsEntry>& layout, std::int64_t max_shard_bytes,
+                                             const std::vector<int>& groups) {
+  if (max_shard_bytes <= 0) fail("safetensors shards: max shard size must be positive, got {}", max_shard_bytes);
+  if (!groups.empty() && groups.size() != layout.size()) {
+    fail("safetensors shards: {} group numbers for {} tensors", groups.size(), layout.size());
   }
-  // Greedy in layout order, as transformers' save_pretrained does: tensors stay in order and each
-  // shard is filled until the next tensor would overflow it.
+  const auto group = [&](std::size_t i) { return groups.empty() ? static_cast<std::int64_t>(i) : groups[i]; };
+  SafetensorsShardPlan plan;
   std::size_t shard = 0;
   std::uint64_t bytes_in_shard = 0;
-  std::size_t tensors_in_shard = 0;
-  for (const auto& t : layout_) {
-    const std::uint64_t bytes = entry_bytes(t);
-    if (tensors_in_shard > 0 && bytes_in_shard + bytes > static_cast<std::uint64_t>(max_shard_bytes)) {
+  std::size_t groups_in_shard = 0;
+  for (std::size_t i = 0; i < layout.size();) {
+    std::size_t end = i;
+    std::uint64_t bytes = 0;
+    for (; end < layout.size() && group(end) == group(i); ++end) bytes += entry_bytes(layout[end]);
+    if (groups_in_shard > 0 && bytes_in_shard + bytes > static_cast<std::uint64_t>(max_shard_bytes)) {
       ++shard;
       bytes_in_shard = 0;
-      tensors_in_shard = 0;
+      groups_in_shard = 0;
     }
-    shard_of_.push_back(shard);
+    plan.file_of.insert(plan.file_of.end(), end - i, shard);
     bytes_in_shard += bytes;
-    ++tensors_in_shard;
+    ++groups_in_shard;
+    i = end;
   }
   const std::size_t count = shard + 1;
   for (std::size_t s = 0; s < count; ++s) {
-    shard_files_.push_back(count == 1 ? std::string(kSafetensorsSingleName)
-                                      : fmt::format("model-{:05}-of-{:05}.safetensors", s + 1, count));
+    plan.files.push_back(count == 1 ? std::string(kSafetensorsSingleName)
+                                    : fmt::format("model-{:05}-of-{:05}.safetensors", s + 1, count));
   }
+  return plan;
 }
 
-void ShardedSafetensorsWriter::open_shard(std::size_t shard) {
-  std::vector<SafetensorsEntry> entries;
-  for (std::size_t i = 0; i < layout_.size(); ++i) {
-    if (shard_of_[i] == shard) entries.push_back(layout_[i]);
+std::string safetensors_index_text(const std::vector<SafetensorsEntry>& layout, const SafetensorsShardPlan& plan) {
+  std::uint64_t total = 0;
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  for (std::size_t i = 0; i < layout.size(); ++i) {
+    total += entry_bytes(layout[i]);
+    weight_map[layout[i].name] = plan.files[plan.file_of[i]];
   }
-  current_ = std::make_unique<SafetensorsStreamWriter>((fs::path(dir_) / shard_files_[shard]).string(),
-                                                       entries, metadata_);
-  current_shard_ = shard;
-}
-
-void ShardedSafetensorsWriter::write(const std::string& name, const void* data) {
-  if (next_ >= layout_.size()) {
-    fail("safetensors shards in '{}': tensor '{}' written, but all {} tensors are written", dir_, name,
-         layout_.size());
-  }
-  const std::size_t shard = shard_of_[next_];
-  if (!current_ || current_shard_ != shard) {
-    if (current_) current_->commit();
-    open_shard(shard);
-  }
-  current_->append(name, data);
-  ++next_;
-}
-
-std::vector<std::string> ShardedSafetensorsWriter::finish() {
-  if (next_ != layout_.size()) {
-    fail("safetensors shards in '{}': finished after {} of {} tensors (next: '{}')", dir_, next_,
-         layout_.size(), layout_[next_].name);
-  }
-  if (!current_) open_shard(0);  // no tensors at all: still one (empty) file
-  current_->commit();
-  current_.reset();
-  std::vector<std::string> files = shard_files_;
-  if (shard_files_.size() > 1) {
-    std::uint64_t total = 0;
-    nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
-    for (std::size_t i = 0; i < layout_.size(); ++i) {
-      total += entry_bytes(layout_[i]);
-      weight_map[layout_[i].name] = shard_files_[shard_of_[i]];
-    }
-    const nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    write_file_atomically((fs::path(dir_) / kSafetensorsIndexName).string(), index.dump(2) + "\n");
-    files.emplace_back(kSafetensorsIndexName);
-  }
-  return files;
-}
-
-std::vector<std::string> write_sharded_safetensors(const std::string& dir,
-                                                   const std::vector<SafetensorsEntry>& tensors,
-                                                   std::int64_t max_shard_bytes,
-                                                   const std::map<std::string, std::string>& metadata) {
-  ShardedSafetensorsWriter writer(dir, tensors, max_shard_bytes, metadata);
-  for (const auto& t : tensors) writer.write(t.name, t.data);
-  return writer.finish();
+  const nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  return index.dump(2) + "\n";
 }
 
 }  // namespace odc::io

@@ -1,6 +1,8 @@
 #include "odc/train/checkpoint_convert.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -11,11 +13,14 @@
 #include "odc/io/checkpoint_format.h"
 #include "odc/io/directory_lock.h"
 #include "odc/io/hf_checkpoint.h"
+#include "odc/io/hf_export.h"
 #include "odc/io/native_checkpoint.h"
 #include "odc/io/native_reshard.h"
+#include "odc/io/rank_masters_reader.h"
 #include "odc/io/safetensors.h"
 #include "odc/model/units.h"
 #include "odc/train/checkpointing.h"
+#include "odc/train/model_export.h"
 
 namespace odc::train {
 
@@ -48,38 +53,55 @@ std::string run_tokenizer_directory(const TrainingManifest& manifest, const std:
 }  // namespace
 
 std::int64_t export_native_to_hf(const std::string& native_from, const std::string& out_dir, DType dtype,
-                                 const std::string& architecture, const std::string& copy_from) {
+                                 const std::string& architecture, const std::string& copy_from,
+                                 std::int64_t max_shard_bytes) {
   const std::string native_checkpoint = resolve_step_directory(native_from);
   const nlohmann::json json = io::read_manifest(native_checkpoint);
   const TrainingManifest manifest = TrainingManifest::from_json(json, native_checkpoint);
   if (manifest.model_config.is_null()) fail("checkpoint '{}': the manifest holds no model_config", native_checkpoint);
   const auto config = model::LlamaConfig::from_json(manifest.model_config, native_checkpoint + "/manifest.json", false);
   const int world = manifest.world_size;
-  const auto units = model::build_unit_layouts(config);
-  const distributed::ShardLayout layout(units, world, 0);
-  // Each rank's masters, read whole (checksums verified): the model's size in fp32, per rank a shard.
-  std::vector<std::vector<float>> masters(static_cast<std::size_t>(world));
-  for (int r = 0; r < world; ++r) {
-    const auto owned = static_cast<std::size_t>(layout.owned_elements());
-    auto& mine = masters[static_cast<std::size_t>(r)];
-    mine.resize(owned);
-    std::vector<float> m(owned), v(owned);
-    io::read_rank_shards(native_checkpoint, json, r, {mine, m, v});
-  }
+  const distributed::ShardLayout layout(model::build_unit_layouts(config), world, 0);
   const std::string arch = !architecture.empty() ? architecture : io::default_hf_architecture(config);
   const std::string copy_from_dir = !copy_from.empty() ? copy_from : run_tokenizer_directory(manifest, out_dir);
-  io::write_hf_checkpoint(out_dir, config, arch, dtype, [&](int unit, float* out) {
-    const std::int64_t shard = layout.unit(unit).shard;
-    const std::int64_t numel = layout.unit(unit).numel;
-    const std::int64_t offset = layout.owned_offset(unit);
-    for (int r = 0; r < world; ++r) {
-      const std::int64_t begin = r * shard;
-      const std::int64_t count = std::min(shard, numel - begin);
-      if (count <= 0) break;  // the rest is padding
-      const float* src = masters[static_cast<std::size_t>(r)].data() + offset;
-      std::copy(src, src + count, out + begin);
+  io::HfDirectoryWriter directory(out_dir, config, arch, dtype, copy_from_dir);
+  const io::HfExportLayout files = io::hf_export_layout(config, dtype, max_shard_bytes);
+  // Every rank's masters are read front to back, a piece at a time, each piece written where it
+  // belongs (unit u's elements [r * shard, (r + 1) * shard) are rank r's): a piece is all that is
+  // held, whatever the model's size. The files' checksums are checked before the directory is
+  // committed.
+  std::vector<std::unique_ptr<io::RankMastersReader>> readers;
+  for (int r = 0; r < world; ++r) {
+    readers.push_back(std::make_unique<io::RankMastersReader>(native_checkpoint, json, r, layout.owned_elements()));
+  }
+  const std::size_t element_bytes = dtype_size(dtype);
+  std::vector<float> values;
+  std::vector<std::byte> bytes;
+  for (std::size_t f = 0; f < files.num_files(); ++f) {
+    io::SafetensorsPieceWriter file((fs::path(directory.staging()) / files.plan.files[f]).string(),
+                                    files.file_tensors(f), io::hf_safetensors_metadata());
+    const auto [first, end] = files.file_units(f);
+    for (int u = first; u < end; ++u) {
+      const std::int64_t shard = layout.unit(u).shard;
+      const std::int64_t numel = layout.unit(u).numel;
+      const std::int64_t step = export_piece_elements(shard, 1, dtype);
+      for (int r = 0; r < world; ++r) {
+        for (std::int64_t k = 0; k < shard; k += step) {
+          values.resize(static_cast<std::size_t>(std::min(step, shard - k)));
+          readers[static_cast<std::size_t>(r)]->read(values);  // padding too: the checksum covers it
+          const std::int64_t begin = r * shard + k;
+          const auto real = static_cast<std::size_t>(std::clamp<std::int64_t>(numel - begin, 0, std::ssize(values)));
+          bytes.resize(real * element_bytes);
+          io::encode_f32(std::span<const float>(values).first(real), dtype, bytes.data());
+          file.write_at(files.unit_offset[static_cast<std::size_t>(u)] + static_cast<std::uint64_t>(begin) * element_bytes,
+                        bytes.data(), bytes.size());
+        }
+      }
     }
-  }, 5'000'000'000, copy_from_dir);
+    file.commit();
+  }
+  for (auto& reader : readers) reader->finish();
+  directory.commit(files);
   return manifest.step;
 }
 

@@ -243,6 +243,11 @@ std::vector<TunableSpec> trainer_tunables() {
       tunable("checkpoint.export_dtype", K::string, "auto",
               "dtype of the exported tensors; auto = model.checkpoint's dtype, else float32",
               {"auto", "float32", "bfloat16", "float16"}),
+      tunable("checkpoint.export_shard_bytes", K::integer, "5000000000",
+              "largest safetensors file of the export before it is split into shards (model-0000K-of-0000N plus "
+              "model.safetensors.index.json), each holding whole units (a larger unit gets one of its own); the "
+              "ranks write the shards side by side (5000000000 = transformers' 5 GB)",
+              Range::at_least(1)),
       tunable("train.stop_at_step", K::integer, "0",
               "end this run (after checkpointing) once this many steps are done, without changing the schedule "
               "of train.steps (0 = run to train.steps)",

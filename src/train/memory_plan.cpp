@@ -18,6 +18,7 @@
 #include "odc/kernels/cudnn_ragged.h"
 #include "odc/model/units.h"
 #include "odc/train/config_schema.h"
+#include "odc/train/model_export.h"
 #include "odc/train/step_estimate.h"
 
 namespace odc::train {
@@ -296,6 +297,19 @@ MemoryPlan plan_memory(const MemoryInputs& in) {
     }
     b.note("online RL: the decode buffers and logits of rl.concurrency sequences are not sized");
   }
+  if (in.export_hf) {
+    // The streamed export (model_export.h) holds one gather at a time: the writing rank's receive
+    // buffer, the host group's own copy of it where the group collects the parts before placing
+    // them (shared memory and threads; MPI receives in place), and this rank's encoded part. At
+    // 4 B per element (an fp32 export; bf16 and f16 pieces carry twice the elements in as many
+    // bytes). A GPU's masters reach the host through the state's host staging (above).
+    const std::int64_t part = export_piece_elements(s.largest_shard, in.world, DType::f32) * kF32;
+    const int receives = in.launched_with_mpi ? 1 : 2;
+    b.add("HF export (checkpoint.export_hf)", receives * in.world * part + part,
+          fmt::format("{} x the writer's gather of {} ranks x {} + this rank's part (pieces of at most {} in all)",
+                      receives, in.world, mib_text(part), mib_text(static_cast<std::int64_t>(kExportGatherBytes))),
+          false, false);
+  }
   if (in.sharding != "full") {
     b.note(fmt::format("train.sharding {}: the replica (hybrid) or host-level copy (hpz) comm's buffers are not sized",
                        in.sharding));
@@ -349,6 +363,7 @@ MemoryInputs memory_inputs(const RunSettings& settings, const model::LlamaConfig
                        (attention == "cudnn" || (attention == "auto" && kernels::kAutoTakesCudnn));
   in.cudnn_workspace_limit = settings.model.cudnn_workspace_mib << 20;
   in.sharding = std::string(distributed::sharding_name(settings.train.sharding));
+  in.export_hf = !settings.checkpoint.export_hf.empty();
   if (settings.rl.online()) {
     // This rank samples ceil(prompts / world) prompts' completions, rl.concurrency at a time.
     const std::int64_t mine = (settings.rl.prompts_per_iteration + world - 1) / world * settings.rl.group_size;

@@ -24,6 +24,14 @@ TEST_CASE("mpi host group: sums, gathers, text gathers and broadcasts", "[mpi]")
   const std::vector<float> mine = {static_cast<float>(rank), 0.5f + static_cast<float>(rank)};
   std::vector<float> all(group->is_root() ? 2 * static_cast<std::size_t>(world) : 0);
   group->gather_values<float>(mine, all, "a test gather");
+  // To the last rank (the export's pieces go to the rank writing their file).
+  std::vector<float> at_last(rank == world - 1 ? 2 * static_cast<std::size_t>(world) : 0);
+  group->gather_values<float>(mine, at_last, "a test gather to the last rank", world - 1);
+  for (int r = 0; r < static_cast<int>(at_last.size()) / 2; ++r) {
+    CHECK(at_last[2 * static_cast<std::size_t>(r)] == static_cast<float>(r));
+    CHECK(at_last[2 * static_cast<std::size_t>(r) + 1] == 0.5f + static_cast<float>(r));
+  }
+  CHECK(at_last.size() == (rank == world - 1 ? 2 * static_cast<std::size_t>(world) : 0));
   const auto texts = group->gather_text(std::string(static_cast<std::size_t>(rank) * 3, 'a' + static_cast<char>(rank)),
                                         "a test text gather");
   if (group->is_root()) {

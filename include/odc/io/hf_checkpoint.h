@@ -87,19 +87,13 @@ class HfCheckpoint {
   DType dtype_ = DType::f32;
 };
 
-// Writes an HF checkpoint directory: config.json ("architectures", "model_type", "torch_dtype"
-// and every LlamaConfig field), model.safetensors or shards of at most max_shard_bytes plus
-// model.safetensors.index.json, tensors in `dtype` (f32, bf16 or f16) with HF names, tied
-// embeddings once. `full_unit(u, out)` fills unit u's full flat fp32 buffer (units.h layout); it
-// is called once per unit, in order, so a distributed caller can gather one unit at a time.
-// From `copy_from_dir` (when given) tokenizer.json, tokenizer_config.json,
-// special_tokens_map.json and generation_config.json are copied where present, and config.json's
-// bos/eos/pad token ids are carried over.
-//
-// Crash safety: everything is written and fsynced under DIR.tmp, which is then renamed to DIR. An
-// existing DIR (only if it is an HF checkpoint: it holds a config.json, or is empty) is first
-// renamed to DIR.old and removed after the swap, so a crash leaves DIR complete (old or new) or,
-// between the two renames, absent with both DIR.old and DIR.tmp complete; never half-written.
+// Writes an HF checkpoint directory from one process (io/hf_export.h: HfDirectoryWriter, the same
+// files as a distributed export): config.json ("architectures", "model_type", "torch_dtype" and
+// every LlamaConfig field), model.safetensors or shards of whole units of at most max_shard_bytes
+// (a larger unit alone) plus model.safetensors.index.json, tensors in `dtype` (f32, bf16 or f16)
+// with HF names, tied embeddings once. `full_unit(u, out)` fills unit u's full flat fp32 buffer
+// (units.h layout); it is called once per unit, in order, and one unit is held at a time. The
+// tokenizer files of `copy_from_dir`, and the staging and crash safety: HfDirectoryWriter.
 void write_hf_checkpoint(const std::string& dir, const model::LlamaConfig& config,
                          const std::string& architecture, DType dtype,
                          const std::function<void(int unit, float* out)>& full_unit,

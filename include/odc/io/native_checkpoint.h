@@ -34,6 +34,8 @@
 namespace odc::io {
 
 inline constexpr int kNativeCheckpointVersion = 1;
+// The tensors of a rank's file, in file order (its checksum runs over their bytes in this order).
+inline constexpr const char* kRankTensorNames[3] = {"masters", "exp_avg", "exp_avg_sq"};
 
 // "step-00000120"
 std::string checkpoint_name(std::int64_t step);

@@ -38,74 +38,81 @@ struct SafetensorsEntry {
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
-// Streams one safetensors file whose tensor list is known up front (the header comes first) but
-// whose data arrives one tensor at a time, so a writer never holds more than one tensor (e.g. one
-// gathered unit of a sharded model). Same crash safety as write_safetensors: the bytes go to
-// `path + ".tmp"`, which commit() fsyncs and renames; destroying an uncommitted writer removes it.
-class SafetensorsStreamWriter {
+// Writes one safetensors file whose tensor list is known up front (the header comes first) but
+// whose data arrives in pieces at known places, in any order: a rank's shard of a unit lands where
+// its elements belong while the other ranks' shards arrive, so no writer holds a whole tensor.
+// Same crash safety as write_safetensors: the bytes go to `path + ".tmp"`, which commit() fsyncs
+// and renames; destroying an uncommitted writer removes it.
+class SafetensorsPieceWriter {
  public:
   // `layout` gives name, dtype and shape of every tensor in file order (`data` is ignored).
-  SafetensorsStreamWriter(std::string path, const std::vector<SafetensorsEntry>& layout,
-                          const std::map<std::string, std::string>& metadata = {});
-  ~SafetensorsStreamWriter();
-  SafetensorsStreamWriter(const SafetensorsStreamWriter&) = delete;
-  SafetensorsStreamWriter& operator=(const SafetensorsStreamWriter&) = delete;
+  SafetensorsPieceWriter(std::string path, const std::vector<SafetensorsEntry>& layout,
+                         const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsPieceWriter();
+  SafetensorsPieceWriter(const SafetensorsPieceWriter&) = delete;
+  SafetensorsPieceWriter& operator=(const SafetensorsPieceWriter&) = delete;
 
-  // Appends the bytes of the next tensor of the layout, which must be named `name`.
-  void append(const std::string& name, const void* data);
-  // After the last tensor: fsync, close, rename to the final path.
+  // Writes `bytes` at byte `offset` of the data region (the tensors back to back in layout order).
+  // Pieces must not overlap: commit() counts the bytes written against the data region's size.
+  void write_at(std::uint64_t offset, const void* data, std::size_t bytes);
+  // The data region's size and where each tensor of the layout begins in it.
+  std::uint64_t data_bytes() const { return data_bytes_; }
+  std::uint64_t tensor_offset(std::size_t index) const { return offsets_.at(index); }
+  // After the last piece: fsync, close, rename to the final path (odc::Error when bytes are missing).
   void commit();
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
   std::string tmp_path_;
+  std::vector<std::uint64_t> offsets_;  // of each tensor in the data region
+  std::uint64_t data_start_ = 0;        // of the data region in the file
+  std::uint64_t data_bytes_ = 0;
+  std::uint64_t written_ = 0;
+  std::optional<FileDescriptor> fd_;  // open until commit()
+};
+
+// Streams one safetensors file tensor by tensor, in layout order (a SafetensorsPieceWriter whose
+// pieces are whole tensors, one after another), so a writer holds one tensor at a time.
+class SafetensorsStreamWriter {
+ public:
+  // `layout` gives name, dtype and shape of every tensor in file order (`data` is ignored).
+  SafetensorsStreamWriter(std::string path, const std::vector<SafetensorsEntry>& layout,
+                          const std::map<std::string, std::string>& metadata = {});
+
+  // Appends the bytes of the next tensor of the layout, which must be named `name`.
+  void append(const std::string& name, const void* data);
+  // After the last tensor: fsync, close, rename to the final path.
+  void commit();
+  const std::string& path() const { return file_.path(); }
+
+ private:
   std::vector<SafetensorsEntry> layout_;
   std::size_t next_ = 0;
-  std::optional<FileDescriptor> fd_;  // open until commit()
+  SafetensorsPieceWriter file_;
 };
 
 // HF's file names: the index of a sharded checkpoint and the single file of an unsharded one.
 inline constexpr char kSafetensorsIndexName[] = "model.safetensors.index.json";
 inline constexpr char kSafetensorsSingleName[] = "model.safetensors";
 
-// Writes `layout`'s tensors into directory `dir` (which must exist) the way Hugging Face does:
-// one file model.safetensors when the whole model fits in `max_shard_bytes`, otherwise shards
+// How a layout's tensors are split into files the way Hugging Face does: one file
+// model.safetensors when the whole layout fits in `max_shard_bytes`, otherwise shards
 // model-00001-of-0000N.safetensors holding at most max_shard_bytes of tensor data each (the
-// header comes on top, as in transformers; a tensor larger than the limit gets a shard of its
-// own) plus model.safetensors.index.json ({"metadata": {"total_size": bytes}, "weight_map":
-// {tensor: file}}), written last so that an index never names a missing shard. Tensor data is
-// streamed in layout order through write(). `dir` should hold no other checkpoint: a stale index
-// or shard there is neither removed nor overwritten unless its name is reused.
-class ShardedSafetensorsWriter {
- public:
-  ShardedSafetensorsWriter(std::string dir, std::vector<SafetensorsEntry> layout,
-                           std::int64_t max_shard_bytes,
-                           std::map<std::string, std::string> metadata = {});
-  // Appends the next tensor (layout order).
-  void write(const std::string& name, const void* data);
-  // After the last tensor: commits the last shard and writes the index. Returns the file names
-  // written (relative to dir), shards first.
-  std::vector<std::string> finish();
-  int num_shards() const { return static_cast<int>(shard_files_.size()); }
-
- private:
-  void open_shard(std::size_t shard);
-  std::string dir_;
-  std::vector<SafetensorsEntry> layout_;
-  std::map<std::string, std::string> metadata_;
-  std::vector<std::size_t> shard_of_;       // shard index of each layout entry
-  std::vector<std::string> shard_files_;    // file name of each shard
-  std::size_t next_ = 0;
-  std::unique_ptr<SafetensorsStreamWriter> current_;
-  std::size_t current_shard_ = 0;
+// header comes on top, as in transformers), filled greedily in layout order as transformers'
+// save_pretrained does. A tensor larger than the limit gets a shard of its own. With `groups`
+// (one number per tensor, equal for neighbours that must share a file: a model unit's tensors,
+// which one rank writes), a group is placed as one tensor would be; empty: every tensor alone.
+struct SafetensorsShardPlan {
+  std::vector<std::string> files;    // file names, in order
+  std::vector<std::size_t> file_of;  // the file of each layout entry
+  bool sharded() const { return files.size() > 1; }
 };
-
-// All tensors at once through ShardedSafetensorsWriter; returns the file names written.
-std::vector<std::string> write_sharded_safetensors(const std::string& dir,
-                                                   const std::vector<SafetensorsEntry>& tensors,
-                                                   std::int64_t max_shard_bytes,
-                                                   const std::map<std::string, std::string>& metadata = {});
+SafetensorsShardPlan plan_safetensors_shards(const std::vector<SafetensorsEntry>& layout, std::int64_t max_shard_bytes,
+                                             const std::vector<int>& groups = {});
+// The text of a sharded plan's model.safetensors.index.json: {"metadata": {"total_size": bytes},
+// "weight_map": {tensor: file}}.
+std::string safetensors_index_text(const std::vector<SafetensorsEntry>& layout, const SafetensorsShardPlan& plan);
 
 // The safetensors dtype code ("F32", "BF16", ...) of a DType, and back. from_code throws odc::Error
 // for codes this trainer does not handle (e.g. "F8_E4M3", "BOOL").
@@ -138,6 +145,9 @@ class SafetensorsFile {
   // Throws odc::Error naming the file and the missing tensor.
   const SafetensorsTensorInfo& info(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Where the data region begins in the file (8 + the header's length): a tensor's bytes lie at
+  // data_start() + info.begin, for a reader that reads the file instead of its mapping.
+  std::uint64_t data_start() const { return data_start_; }
 
   // Copies a floating-point tensor (f32, bf16, f16, f64) into fp32, checking that it holds
   // exactly `expected_numel` elements when expected_numel >= 0.
@@ -160,6 +170,7 @@ class SafetensorsFile {
   std::vector<std::byte> contents_;  // the in-memory image, when not mapped from a file
   std::map<std::string, SafetensorsTensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
+  std::uint64_t data_start_ = 0;
 };
 
 // A model's tensors spread over one or more safetensors files: a single file, or the shards that

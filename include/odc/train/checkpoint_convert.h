@@ -8,8 +8,10 @@
 
 namespace odc::train {
 
-// Reassembles the full model from every rank's master shards of a native checkpoint (any world
-// size) and writes it as a Hugging Face directory. `architecture` empty = the model's default
+// Writes the model of a native checkpoint (any world size) as a Hugging Face directory, streamed:
+// every rank's masters are read a piece at a time and each piece written in place (the files of
+// io/hf_export.h, shards of at most `max_shard_bytes`), so memory holds a piece, never the model.
+// `architecture` empty = the model's default
 // (io::default_hf_architecture: Qwen3 with q/k norms, Qwen2 with attention biases, Mistral with an
 // attention_window, else Llama).
 // `native_checkpoint` is a step-N directory or a checkpoint.dir (then its newest complete step).
@@ -17,7 +19,8 @@ namespace odc::train {
 // those of the run's model.checkpoint (from the manifest's config) when still there. Returns the
 // step of the checkpoint.
 std::int64_t export_native_to_hf(const std::string& native_checkpoint, const std::string& out_dir, DType dtype,
-                                 const std::string& architecture, const std::string& copy_from_dir);
+                                 const std::string& architecture, const std::string& copy_from_dir,
+                                 std::int64_t max_shard_bytes = 5'000'000'000);
 
 // Writes a native checkpoint for `world_size` ranks from a Hugging Face directory: step 0, zero
 // AdamW moments, no data position (a run resuming from it starts its data from the beginning).

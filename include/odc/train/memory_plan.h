@@ -59,6 +59,8 @@ struct MemoryInputs {
   std::int64_t rollout_sequences = 0;
   std::int64_t rollout_length = 0;
   bool rollout_reference = false;
+  // checkpoint.export_hf: the streamed export's buffers at the end of the run (model_export.h).
+  bool export_hf = false;
 };
 
 struct MemoryItem {

@@ -13,9 +13,12 @@ namespace odc::distributed::detail {
 // computes it from the same parts gets the same bits.
 void sum_in_rank_order(const std::vector<std::string>& parts, std::span<double> values);
 
-// Rank 0's side of a fixed-size gather: part r (of `each` bytes) to bytes [r * each, (r + 1) * each)
+// The root's side of a fixed-size gather: part r (of `each` bytes) to bytes [r * each, (r + 1) * each)
 // of `all`, which must hold every part (odc::Error naming `what` otherwise).
 void place_gathered(const std::vector<std::string>& parts, std::size_t each, std::span<std::byte> all,
                     std::string_view what);
+
+// odc::Error naming `what` unless 0 <= root < size.
+void check_root(int root, int size, std::string_view what);
 
 }  // namespace odc::distributed::detail

@@ -28,9 +28,13 @@ void sum_in_rank_order(const std::vector<std::string>& parts, std::span<double> 
 void place_gathered(const std::vector<std::string>& parts, std::size_t each, std::span<std::byte> all,
                     std::string_view what) {
   if (all.size() != each * parts.size()) {
-    fail("{}: rank 0 gathers {} bytes from each of {} ranks into {} bytes", what, each, parts.size(), all.size());
+    fail("{}: the root gathers {} bytes from each of {} ranks into {} bytes", what, each, parts.size(), all.size());
   }
   for (std::size_t r = 0; r < parts.size(); ++r) std::memcpy(all.data() + r * each, parts[r].data(), each);
+}
+
+void check_root(int root, int size, std::string_view what) {
+  if (root < 0 || root >= size) fail("{}: gather to rank {}, but the group has ranks 0..{}", what, root, size - 1);
 }
 
 }  // namespace detail

@@ -91,10 +91,12 @@ void InProcessGroup::all_reduce_sum(std::span<double> values, std::string_view w
   detail::sum_in_rank_order(all, values);  // the same bits on every rank
 }
 
-void InProcessGroup::gather(std::span<const std::byte> mine, std::span<std::byte> all, std::string_view what) {
-  const auto parts = exchange(fmt::format("gather of {} bytes", mine.size()), what,
+void InProcessGroup::gather_to(int root, std::span<const std::byte> mine, std::span<std::byte> all,
+                               std::string_view what) {
+  detail::check_root(root, size(), what);
+  const auto parts = exchange(fmt::format("gather of {} bytes to rank {}", mine.size(), root), what,
                               std::string(reinterpret_cast<const char*>(mine.data()), mine.size()));
-  if (!is_root()) return;
+  if (rank() != root) return;
   detail::place_gathered(parts, mine.size(), all, what);
 }
 

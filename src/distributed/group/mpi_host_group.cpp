@@ -5,6 +5,7 @@
 
 #include "odc/core/error.h"
 #include "odc/distributed/group/startup_deadline.h"
+#include "exchange_parts.h"
 
 namespace odc::distributed {
 
@@ -55,13 +56,17 @@ void MpiHostGroup::all_reduce_sum(std::span<double> values, std::string_view wha
   MPI_Allreduce(MPI_IN_PLACE, values.data(), count_of(values.size(), what), MPI_DOUBLE, MPI_SUM, comm_);
 }
 
-void MpiHostGroup::gather(std::span<const std::byte> mine, std::span<std::byte> all, std::string_view what) {
-  if (is_root() && all.size() != mine.size() * static_cast<std::size_t>(size())) {
-    fail("{}: rank 0 gathers {} bytes from each of {} ranks into {} bytes", what, mine.size(), size(), all.size());
+void MpiHostGroup::gather_to(int root, std::span<const std::byte> mine, std::span<std::byte> all,
+                             std::string_view what) {
+  detail::check_root(root, size(), what);
+  const bool receives = rank() == root;
+  if (receives && all.size() != mine.size() * static_cast<std::size_t>(size())) {
+    fail("{}: rank {} gathers {} bytes from each of {} ranks into {} bytes", what, root, mine.size(), size(),
+         all.size());
   }
   const int count = count_of(mine.size(), what);
   const Watchdog::Wait wait(watchdog_.get(), std::string(what));
-  MPI_Gather(mine.data(), count, MPI_BYTE, is_root() ? all.data() : nullptr, count, MPI_BYTE, 0, comm_);
+  MPI_Gather(mine.data(), count, MPI_BYTE, receives ? all.data() : nullptr, count, MPI_BYTE, root, comm_);
 }
 
 std::vector<std::string> MpiHostGroup::gather_text(std::string_view mine, std::string_view what) {

@@ -171,14 +171,14 @@ void ShmHostGroup::wait_for_every_rank(const std::string& label) {
 }
 
 std::vector<std::string> ShmHostGroup::exchange(std::string_view kind, std::string_view what, std::string_view mine,
-                                                Readers readers) {
+                                                Readers readers, int root) {
   if (!broken_.empty()) fail("{}", broken_);
   std::string label = fmt::format("{} '{}'", kind, what);
   label.resize(std::min(label.size(), shm::kLabelBytes));
   const auto reads = [&](int source) {
     switch (readers) {
       case Readers::none: return false;
-      case Readers::root_reads_all: return rank_ == 0;
+      case Readers::root_reads_all: return rank_ == root;
       case Readers::all_read_all: return true;
       case Readers::all_read_root: return source == 0;
     }
@@ -243,11 +243,13 @@ void ShmHostGroup::all_reduce_sum(std::span<double> values, std::string_view wha
   detail::sum_in_rank_order(parts, values);  // the same bits on every rank
 }
 
-void ShmHostGroup::gather(std::span<const std::byte> mine, std::span<std::byte> all, std::string_view what) {
-  const auto parts = exchange(fmt::format("gather of {} bytes", mine.size()), what,
+void ShmHostGroup::gather_to(int root, std::span<const std::byte> mine, std::span<std::byte> all,
+                             std::string_view what) {
+  detail::check_root(root, size_, what);
+  const auto parts = exchange(fmt::format("gather of {} bytes to rank {}", mine.size(), root), what,
                               std::string_view(reinterpret_cast<const char*>(mine.data()), mine.size()),
-                              Readers::root_reads_all);
-  if (!is_root()) return;
+                              Readers::root_reads_all, root);
+  if (rank_ != root) return;
   detail::place_gathered(parts, mine.size(), all, what);
 }
 

@@ -294,12 +294,44 @@ TEST_CASE("safetensors stream writer checks the order and never leaves a partial
   CHECK(file.metadata().at("format") == "pt");
 }
 
+TEST_CASE("safetensors piece writer: pieces in any order, across tensors, and a missing byte is refused", "[io]") {
+  const fs::path path = temp_dir() / "pieces.safetensors";
+  // Two tensors back to back: a (3 floats) then b (2 floats); the pieces straddle their border.
+  const std::vector<float> values = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f};
+  const std::vector<odc::io::SafetensorsEntry> layout = {{"a", odc::DType::f32, {3}, nullptr},
+                                                         {"b", odc::DType::f32, {2}, nullptr}};
+  {
+    odc::io::SafetensorsPieceWriter writer(path.string(), layout);
+    CHECK(writer.data_bytes() == 20);
+    CHECK(writer.tensor_offset(1) == 12);
+    writer.write_at(8, values.data() + 2, 8);  // a[2], b[0]
+    CHECK_THROWS_WITH(writer.commit(), Catch::Contains("commit after 8 of its 20 data bytes"));
+    CHECK_THROWS_WITH(writer.write_at(16, values.data(), 8),
+                      Catch::Contains("bytes [16, 24) written, but the data region holds 20 bytes"));
+  }
+  CHECK_FALSE(fs::exists(path.string() + ".tmp"));  // abandoned: removed
+  CHECK_FALSE(fs::exists(path));
+
+  odc::io::SafetensorsPieceWriter writer(path.string(), layout, {{"format", "pt"}});
+  writer.write_at(16, values.data() + 4, 4);  // b[1] first
+  writer.write_at(8, values.data() + 2, 8);
+  writer.write_at(0, values.data(), 8);
+  writer.commit();
+  CHECK_THROWS_WITH(writer.write_at(0, values.data(), 4), Catch::Contains("after commit"));
+  odc::io::SafetensorsFile file(path.string());
+  CHECK(file.read_f32("a") == std::vector<float>{1.0f, 2.0f, 3.0f});
+  CHECK(file.read_f32("b") == std::vector<float>{4.0f, 5.0f});
+  CHECK(file.data_start() % 8 == 0);  // the header is padded to 8 bytes
+  CHECK(fs::file_size(path) == file.data_start() + 20);
+}
+
 namespace {
 
-// Writes tensors t0..t{n-1} of `elements` f32 values each (value = tensor index) as shards.
+// Writes tensors t0..t{n-1} of `elements` f32 values each (value = tensor index) as the shards
+// plan_safetensors_shards lays out, with the index when sharded; returns the file names.
 std::vector<std::string> write_numbered(const fs::path& dir, int n, std::int64_t elements,
                                         std::int64_t max_shard_bytes,
-                                        std::vector<std::vector<float>>& storage) {
+                                        std::vector<std::vector<float>>& storage, const std::vector<int>& groups = {}) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::vector<odc::io::SafetensorsEntry> entries;
@@ -309,7 +341,20 @@ std::vector<std::string> write_numbered(const fs::path& dir, int n, std::int64_t
     entries.push_back({"t" + std::to_string(i), odc::DType::f32, {elements},
                        storage[static_cast<std::size_t>(i)].data()});
   }
-  return odc::io::write_sharded_safetensors(dir.string(), entries, max_shard_bytes);
+  const auto plan = odc::io::plan_safetensors_shards(entries, max_shard_bytes, groups);
+  for (std::size_t f = 0; f < plan.files.size(); ++f) {
+    std::vector<odc::io::SafetensorsEntry> in_file;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      if (plan.file_of[i] == f) in_file.push_back(entries[i]);
+    }
+    odc::io::write_safetensors((dir / plan.files[f]).string(), in_file);
+  }
+  std::vector<std::string> files = plan.files;
+  if (plan.sharded()) {
+    std::ofstream(dir / odc::io::kSafetensorsIndexName) << odc::io::safetensors_index_text(entries, plan);
+    files.emplace_back(odc::io::kSafetensorsIndexName);
+  }
+  return files;
 }
 
 std::string shards_error(const fs::path& path) {
@@ -323,7 +368,7 @@ std::string shards_error(const fs::path& path) {
 
 }  // namespace
 
-TEST_CASE("sharded safetensors: writer splits by size, index maps every tensor", "[io]") {
+TEST_CASE("sharded safetensors: the plan splits by size, the index maps every tensor", "[io]") {
   const fs::path dir = temp_dir() / "sharded";
   std::vector<std::vector<float>> storage;
 
@@ -357,13 +402,22 @@ TEST_CASE("sharded safetensors: writer splits by size, index maps every tensor",
     const auto files = write_numbered(dir, 2, 100, 40, storage);
     CHECK(files.size() == 3);  // two shards + index
   }
-  SECTION("bad sizes and duplicates") {
+  SECTION("a group stays in one file: placed as one tensor of its total size") {
+    // 16 bytes per tensor, 40 per shard; groups {t0}, {t1, t2, t3}, {t4}: the 48-byte group gets a
+    // shard of its own although t1 alone would have joined t0 (as it does ungrouped, above).
+    const auto files = write_numbered(dir, 5, 4, 40, storage, {0, 1, 1, 1, 2});
+    REQUIRE(files.size() == 4);  // three shards + index
+    odc::io::SafetensorsShards shards((dir / "model.safetensors.index.json").string());
+    CHECK(shards.file_of("t0").names() == std::vector<std::string>{"t0"});
+    CHECK(shards.file_of("t2").names() == std::vector<std::string>{"t1", "t2", "t3"});
+    CHECK(shards.file_of("t4").names() == std::vector<std::string>{"t4"});
+  }
+  SECTION("bad sizes and group lists") {
     const float x = 1.0f;
-    CHECK_THROWS_WITH(odc::io::write_sharded_safetensors(dir.string(), {{"a", odc::DType::f32, {1}, &x}}, 0),
+    CHECK_THROWS_WITH(odc::io::plan_safetensors_shards({{"a", odc::DType::f32, {1}, &x}}, 0),
                       Catch::Contains("must be positive"));
-    CHECK_THROWS_WITH(odc::io::write_sharded_safetensors(dir.string(), {{"a", odc::DType::f32, {1}, &x},
-                                                                        {"a", odc::DType::f32, {1}, &x}}, 4),
-                      Catch::Contains("duplicate tensor 'a'"));
+    CHECK_THROWS_WITH(odc::io::plan_safetensors_shards({{"a", odc::DType::f32, {1}, &x}}, 4, {0, 1}),
+                      Catch::Contains("2 group numbers for 1 tensors"));
   }
 }
 

@@ -16,6 +16,7 @@
 #include "odc/model/units.h"
 #include "odc/train/config_schema.h"
 #include "odc/train/memory_plan.h"
+#include "odc/train/model_export.h"
 #include "odc/train/run_settings.h"
 
 using namespace odc;
@@ -267,4 +268,37 @@ TEST_CASE("memory plan: one rank keeps every weight copy unless only dropping th
   CHECK(train::settle_memory_plan(run, 512, false).inputs.keep_weight_copies);
   run.budget = lean.peak_bytes() - 1;
   CHECK_THROWS_WITH(train::settle_memory_plan(run, 512, false), Contains("the memory plan needs"));
+}
+
+TEST_CASE("memory plan: checkpoint.export_hf adds one gather of the streamed export, not the model", "[train][memory]") {
+  train::MemoryInputs in;
+  in.model = small_model();
+  in.tokens = 512;
+  in.world = 2;
+  REQUIRE(find(train::plan_memory(in), "HF export (checkpoint.export_hf)") == nullptr);
+  REQUIRE(train::memory_inputs(settings_with({"checkpoint.export_hf=out"}), in.model, 2, 512, true).export_hf);
+  REQUIRE_FALSE(train::memory_inputs(settings_with({}), in.model, 2, 512, true).export_hf);
+
+  in.export_hf = true;
+  const distributed::ShardLayout layout(model::build_unit_layouts(in.model), 2, 0);
+  std::int64_t largest_shard = 0;
+  for (int u = 0; u < layout.num_units(); ++u) largest_shard = std::max(largest_shard, layout.unit(u).shard);
+  // This model's units are smaller than one gather: a piece is a whole shard. Over MPI the writer
+  // receives the pieces in place; over shared memory the group holds its own copy too.
+  const std::int64_t part = 4 * largest_shard;
+  REQUIRE(train::export_piece_elements(largest_shard, 2, DType::f32) == largest_shard);
+  const auto* item = find(train::plan_memory(in), "HF export (checkpoint.export_hf)");
+  REQUIRE(item != nullptr);
+  CHECK(item->bytes == 2 * part + part);
+  CHECK_FALSE(item->on_device);  // host memory, also beside a GPU
+  in.launched_with_mpi = false;
+  CHECK(find(train::plan_memory(in), "HF export (checkpoint.export_hf)")->bytes == 2 * 2 * part + part);
+
+  // A model whose units exceed a gather: bounded by the gather, whatever the model's size.
+  in.model.vocab_size = 1'000'000;
+  in.model.hidden_size = 1024;
+  in.launched_with_mpi = true;
+  const auto* big = find(train::plan_memory(in), "HF export (checkpoint.export_hf)");
+  CHECK(big->bytes <= static_cast<std::int64_t>(train::kExportGatherBytes + train::kExportGatherBytes / 2));
+  CHECK(big->bytes > static_cast<std::int64_t>(train::kExportGatherBytes));
 }

@@ -186,7 +186,7 @@ TEST_CASE("run report: output paths expand every {rank}, and any other brace is 
                     Catch::StartsWith("train.trace_file 'tr-{Rank}.json': '{Rank}' is not a placeholder"));
 }
 
-TEST_CASE("export_hf: rank 0 writes the model from every rank's shards", "[train]") {
+TEST_CASE("export_hf: the export holds every rank's shard of every unit in place", "[train]") {
   const test::TempDir dir("export_hf");
   const auto model_config = test::tiny_model();
   const auto units = model::build_unit_layouts(model_config);

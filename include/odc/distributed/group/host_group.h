@@ -1,7 +1,8 @@
 #pragma once
 // HostGroup: the ranks of a job, for the small host-side exchanges around training — barriers,
-// sums of statistics (loss, gradient norm, stop requests), gathering to rank 0 (checkpoint
-// commits, the Hugging Face export, traces, the run summary) and broadcasting rank 0's decisions.
+// sums of statistics (loss, gradient norm, stop requests), gathering to one rank (checkpoint
+// commits, the Hugging Face export's pieces to the rank writing their file, traces, the run
+// summary) and broadcasting rank 0's decisions.
 // Parameters and gradients never travel here: that is the Comm's job.
 //
 // Every call is collective: all ranks make the same calls in the same order. `what` names the
@@ -42,8 +43,13 @@ class HostGroup {
   // Element-wise sum over ranks, in place (every rank passes the same number of values).
   virtual void all_reduce_sum(std::span<double> values, std::string_view what) = 0;
   // Fixed-size gather: rank r's `mine` lands at bytes [r * mine.size(), (r + 1) * mine.size()) of
-  // `all` on rank 0 (which must hold size() * mine.size() bytes there); `all` is unused elsewhere.
-  virtual void gather(std::span<const std::byte> mine, std::span<std::byte> all, std::string_view what) = 0;
+  // `all` on rank `root` (which must hold size() * mine.size() bytes there); `all` is unused
+  // elsewhere. Every rank names the same root.
+  virtual void gather_to(int root, std::span<const std::byte> mine, std::span<std::byte> all, std::string_view what) = 0;
+  // gather_to rank 0.
+  void gather(std::span<const std::byte> mine, std::span<std::byte> all, std::string_view what) {
+    gather_to(0, mine, all, what);
+  }
   // Variable-size gather: rank 0 receives every rank's text, in rank order; other ranks an empty
   // vector.
   virtual std::vector<std::string> gather_text(std::string_view mine, std::string_view what) = 0;
@@ -71,10 +77,10 @@ class HostGroup {
   // exchanges never mix with this one's. Only groups over MPI can be split (odc::Error otherwise).
   virtual std::unique_ptr<HostGroup> split(int color, std::string_view what);
 
-  // Typed fixed-size gather of trivially copyable values (`all` sized size() * mine.size() on rank 0).
+  // Typed fixed-size gather of trivially copyable values (`all` sized size() * mine.size() on `root`).
   template <typename T>
-  void gather_values(std::span<const T> mine, std::span<T> all, std::string_view what) {
-    gather(std::as_bytes(mine), std::as_writable_bytes(all), what);
+  void gather_values(std::span<const T> mine, std::span<T> all, std::string_view what, int root = 0) {
+    gather_to(root, std::as_bytes(mine), std::as_writable_bytes(all), what);
   }
 };
 

@@ -28,7 +28,7 @@ class MpiHostGroup final : public HostGroup {
   int size() const override { return topology_.world_size; }
   void barrier(std::string_view what) override;
   void all_reduce_sum(std::span<double> values, std::string_view what) override;
-  void gather(std::span<const std::byte> mine, std::span<std::byte> all, std::string_view what) override;
+  void gather_to(int root, std::span<const std::byte> mine, std::span<std::byte> all, std::string_view what) override;
   std::vector<std::string> gather_text(std::string_view mine, std::string_view what) override;
   void broadcast(std::string& text, std::string_view what) override;
   void announce(std::string activity) override;

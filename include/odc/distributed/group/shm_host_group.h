@@ -44,7 +44,7 @@ class ShmHostGroup final : public HostGroup {
   int size() const override { return size_; }
   void barrier(std::string_view what) override;
   void all_reduce_sum(std::span<double> values, std::string_view what) override;
-  void gather(std::span<const std::byte> mine, std::span<std::byte> all, std::string_view what) override;
+  void gather_to(int root, std::span<const std::byte> mine, std::span<std::byte> all, std::string_view what) override;
   std::vector<std::string> gather_text(std::string_view mine, std::string_view what) override;
   void broadcast(std::string& text, std::string_view what) override;
   void announce(std::string activity) override;
@@ -54,10 +54,11 @@ class ShmHostGroup final : public HostGroup {
   std::uint64_t chunk_bytes() const;
 
  private:
-  // Which ranks' contributions a rank copies out of an exchange.
+  // Which ranks' contributions a rank copies out of an exchange (root_reads_all: rank `root`).
   enum class Readers { none, root_reads_all, all_read_all, all_read_root };
   // Meets every rank; returns the contributions this rank reads (the others empty), in rank order.
-  std::vector<std::string> exchange(std::string_view kind, std::string_view what, std::string_view mine, Readers readers);
+  std::vector<std::string> exchange(std::string_view kind, std::string_view what, std::string_view mine, Readers readers,
+                                    int root = 0);
   // Waits until every rank arrived at `round_` (errors: see the class comment).
   void wait_for_every_rank(const std::string& label);
   // Records `message` as this group's error, tells the other ranks, and throws it.

@@ -15,6 +15,7 @@ TEST_CASE("in-process group: sums, gathers and broadcasts like MPI ranks", "[dis
   for (int size : {1, 2, 4}) {
     std::vector<std::vector<double>> sums(static_cast<std::size_t>(size));
     std::vector<std::vector<std::int32_t>> gathered(static_cast<std::size_t>(size));
+    std::vector<std::vector<std::int32_t>> gathered_last(static_cast<std::size_t>(size));
     std::vector<std::vector<std::string>> texts(static_cast<std::size_t>(size));
     std::vector<std::string> broadcasts(static_cast<std::size_t>(size));
     const auto errors = on_every_rank(size, [&](HostGroup& g) {
@@ -28,6 +29,11 @@ TEST_CASE("in-process group: sums, gathers and broadcasts like MPI ranks", "[dis
       std::vector<std::int32_t> all(g.is_root() ? 2 * static_cast<std::size_t>(g.size()) : 0);
       g.gather_values<std::int32_t>(mine, all, "gather");
       gathered[r] = all;
+      // To another rank (the export's pieces go to the rank writing their file).
+      const bool last = g.rank() == g.size() - 1;
+      std::vector<std::int32_t> at_last(last ? 2 * static_cast<std::size_t>(g.size()) : 0);
+      g.gather_values<std::int32_t>(mine, at_last, "gather to the last rank", g.size() - 1);
+      gathered_last[r] = at_last;
       texts[r] = g.gather_text(std::string(static_cast<std::size_t>(g.rank()), 'x'), "texts");
       std::string message = g.is_root() ? "from rank 0" : "ignored";
       g.broadcast(message, "broadcast");
@@ -39,6 +45,9 @@ TEST_CASE("in-process group: sums, gathers and broadcasts like MPI ranks", "[dis
       REQUIRE(errors[i].empty());
       CHECK(sums[i] == std::vector<double>{size * (size - 1) / 2.0, 0.5 * size, 49.0 * size});
       CHECK(broadcasts[i] == "from rank 0");
+      std::vector<std::int32_t> everyone;
+      for (int q = 0; q < size; ++q) everyone.insert(everyone.end(), {q * 10, q * 10 + 1});
+      CHECK(gathered_last[i] == (r == size - 1 ? everyone : std::vector<std::int32_t>{}));
       if (r == 0) {
         std::vector<std::int32_t> expected;
         for (int q = 0; q < size; ++q) expected.insert(expected.end(), {q * 10, q * 10 + 1});

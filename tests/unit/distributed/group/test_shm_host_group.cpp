@@ -147,6 +147,7 @@ TEST_CASE("shm group: every call gives MPI's results on 1, 2 and 4 ranks, payloa
     std::vector<std::vector<std::string>> texts(n);
     std::vector<std::string> broadcasts(n);
     std::vector<std::uint64_t> chunks(n);
+    std::vector<std::vector<std::int32_t>> gathered_last(n);
     std::vector<int> empties(n, 0);
     // Rank r's text: over 3 chunks, a different length on every rank, a byte pattern that shows
     // misplaced chunks.
@@ -174,6 +175,11 @@ TEST_CASE("shm group: every call gives MPI's results on 1, 2 and 4 ranks, payloa
       std::vector<std::int32_t> all(g.is_root() ? 2 * static_cast<std::size_t>(g.size()) : 0);
       g.gather_values<std::int32_t>(mine, all, "gather");
       gathered[r] = all;
+      // To another rank (the export's pieces go to the rank writing their file).
+      const bool last = g.rank() == g.size() - 1;
+      std::vector<std::int32_t> at_last(last ? 2 * static_cast<std::size_t>(g.size()) : 0);
+      g.gather_values<std::int32_t>(mine, at_last, "gather to the last rank", g.size() - 1);
+      gathered_last[r] = at_last;
       texts[r] = g.gather_text(text_of(g.rank()), "texts");
       std::string message = g.is_root() ? broadcast_text : "ignored";
       g.broadcast(message, "broadcast");
@@ -196,6 +202,9 @@ TEST_CASE("shm group: every call gives MPI's results on 1, 2 and 4 ranks, payloa
         if (std::memcmp(&expected, &big_sums[i][k], sizeof(double)) != 0) ++wrong;
       }
       CHECK(wrong == 0);
+      std::vector<std::int32_t> everyone;
+      for (int q = 0; q < size; ++q) everyone.insert(everyone.end(), {q * 10, q * 10 + 1});
+      CHECK(gathered_last[i] == (r == size - 1 ? everyone : std::vector<std::int32_t>{}));
       if (r == 0) {
         std::vector<std::int32_t> expected;
         for (int q = 0; q < size; ++q) expected.insert(expected.end(), {q * 10, q * 10 + 1});
