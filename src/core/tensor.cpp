@@ -1,7 +1,10 @@
 #include "odc/core/tensor.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+
+#include <sys/mman.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -10,9 +13,18 @@ namespace odc {
 
 namespace {
 constexpr std::size_t kAlignment = 64;
+// From this size on, storage is mapped from the system: its pages arrive zeroed when first
+// touched, so a large tensor costs no memset and holds no resident memory until it is written
+// (a store's masters that a checkpoint load fills, gradients and moments before the first step).
+constexpr std::size_t kMapBytes = std::size_t{1} << 20;
 
 void* aligned_zeroed(std::size_t bytes) {
   if (bytes == 0) return nullptr;
+  if (bytes >= kMapBytes) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) fail("out of host memory mapping {} bytes: {}", bytes, std::strerror(errno));
+    return p;
+  }
   const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   void* p = std::aligned_alloc(kAlignment, rounded);
   if (p == nullptr) fail("out of host memory allocating {} bytes", bytes);
@@ -37,10 +49,16 @@ Tensor::Tensor(Shape shape, DType dtype, Device device)
   if (device_.kind != DeviceKind::cpu) {
     fail("Tensor on a CUDA device needs the CUDA backend allocator (not part of the CPU build)");
   }
-  storage_.reset(aligned_zeroed(nbytes()));
+  storage_ = std::unique_ptr<void, Free>(aligned_zeroed(nbytes()), Free{nbytes()});
 }
 
-void Tensor::Free::operator()(void* p) const noexcept { std::free(p); }
+void Tensor::Free::operator()(void* p) const noexcept {
+  if (bytes >= kMapBytes) {
+    ::munmap(p, bytes);
+  } else {
+    std::free(p);
+  }
+}
 
 std::int64_t Tensor::dim(int i) const {
   ODC_CHECK(i >= 0 && i < ndim(), "dim {} of a {}-d tensor", i, ndim());

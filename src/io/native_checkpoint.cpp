@@ -314,7 +314,8 @@ nlohmann::json read_manifest(const std::string& checkpoint) {
   return manifest;
 }
 
-void read_rank_shards(const std::string& checkpoint, const nlohmann::json& manifest, int rank, const RankShardsOut& out) {
+void read_rank_shard_pieces(const std::string& checkpoint, const nlohmann::json& manifest, int rank,
+                            std::int64_t file_elements, const std::vector<ShardCopy>& copies, const RankShardsOut& out) {
   const auto& entry = manifest["ranks"].at(static_cast<std::size_t>(rank));
   const std::string path = (fs::path(checkpoint) / entry.at("file").get<std::string>()).string();
   // A missing or truncated file is damage too: the error says which checkpoint to go back to.
@@ -328,27 +329,75 @@ void read_rank_shards(const std::string& checkpoint, const nlohmann::json& manif
   const std::span<float> targets[3] = {out.masters, out.exp_avg, out.exp_avg_sq};
   for (int i = 0; i < 3; ++i) {
     const auto& info = file.info(kTensorNames[i]);
-    if (info.dtype != DType::f32 || info.numel() != static_cast<std::int64_t>(targets[i].size())) {
+    if (info.dtype != DType::f32 || info.numel() != file_elements) {
       fail("checkpoint '{}': tensor '{}' holds {} elements, this rank's shards need {} (a different model or "
-           "world size?)", path, kTensorNames[i], info.numel(), targets[i].size());
+           "world size?)", path, kTensorNames[i], info.numel(), file_elements);
     }
-    std::memcpy(targets[i].data(), info.bytes.data(), targets[i].size_bytes());
+    for (const ShardCopy& c : copies) {
+      ODC_CHECK(c.from >= 0 && c.count >= 0 && c.from + c.count <= file_elements && c.to >= 0 &&
+                    c.to + c.count <= static_cast<std::int64_t>(targets[i].size()),
+                "checkpoint '{}': piece [{}, +{}) -> {} outside the file's {} or the target's {} elements", path,
+                c.from, c.count, c.to, file_elements, targets[i].size());
+    }
+  }
+  // The file in pieces, in order: the checksum covers every byte, the pieces the copies need go
+  // to their targets (straight there when one copy holds the whole piece), and no more than a
+  // piece of the file is held at a time (read_f32_range releases the file's pages it has read).
+  constexpr std::int64_t kPiece = std::int64_t{1} << 20;
+  std::vector<float> scratch;
+  Fnv1a hash;
+  struct NonFinite {
+    int tensor = 0;
+    std::int64_t element = 0;
+    float value = 0.0f;
+  };
+  std::optional<NonFinite> bad;
+  for (int i = 0; i < 3; ++i) {
+    for (std::int64_t begin = 0; begin < file_elements; begin += kPiece) {
+      const std::int64_t count = std::min(kPiece, file_elements - begin);
+      const auto whole = std::find_if(copies.begin(), copies.end(), [&](const ShardCopy& c) {
+        return c.from <= begin && begin + count <= c.from + c.count;
+      });
+      float* values = nullptr;
+      if (whole != copies.end()) {
+        values = targets[i].data() + whole->to + (begin - whole->from);
+      } else {
+        scratch.resize(static_cast<std::size_t>(count));
+        values = scratch.data();
+      }
+      file.read_f32_range(kTensorNames[i], begin, count, values);
+      hash.add(values, static_cast<std::size_t>(count) * sizeof(float));
+      if (!bad) {
+        const float* found = std::find_if(values, values + count, [](float v) { return !std::isfinite(v); });
+        if (found != values + count) bad = NonFinite{i, begin + (found - values), *found};
+      }
+      if (whole != copies.end()) continue;
+      for (const ShardCopy& c : copies) {
+        const std::int64_t lo = std::max(begin, c.from);
+        const std::int64_t hi = std::min(begin + count, c.from + c.count);
+        if (lo < hi) std::copy_n(values + (lo - begin), hi - lo, targets[i].data() + c.to + (lo - c.from));
+      }
+    }
   }
   const std::string expected = entry.at("checksum").get<std::string>();
-  const std::string actual = fmt::format("{:016x}", checksum(out.masters, out.exp_avg, out.exp_avg_sq));
+  const std::string actual = fmt::format("{:016x}", hash.value());
   if (actual != expected) {
     fail("checkpoint '{}': checksum {} does not match the manifest's {} (the file is damaged){}", path, actual, expected,
          previous_checkpoint_hint(checkpoint));
   }
   // A NaN or inf saved by a run that diverged would only show as a NaN loss after resuming.
-  for (int i = 0; i < 3; ++i) {
-    const auto bad = std::find_if(targets[i].begin(), targets[i].end(), [](float v) { return !std::isfinite(v); });
-    if (bad != targets[i].end()) {
-      fail("checkpoint '{}': tensor '{}' holds a non-finite value ({} at element {}): the run that saved it had "
-           "diverged; resume from an earlier checkpoint (checkpoint.resume=DIR/step-N){}", path, kTensorNames[i], *bad,
-           bad - targets[i].begin(), previous_checkpoint_hint(checkpoint));
-    }
+  if (bad) {
+    fail("checkpoint '{}': tensor '{}' holds a non-finite value ({} at element {}): the run that saved it had "
+         "diverged; resume from an earlier checkpoint (checkpoint.resume=DIR/step-N){}", path, kTensorNames[bad->tensor],
+         bad->value, bad->element, previous_checkpoint_hint(checkpoint));
   }
+}
+
+void read_rank_shards(const std::string& checkpoint, const nlohmann::json& manifest, int rank, const RankShardsOut& out) {
+  const auto elements = static_cast<std::int64_t>(out.masters.size());
+  ODC_CHECK(out.exp_avg.size() == out.masters.size() && out.exp_avg_sq.size() == out.masters.size(),
+            "rank shards of {}, {} and {} elements", out.masters.size(), out.exp_avg.size(), out.exp_avg_sq.size());
+  read_rank_shard_pieces(checkpoint, manifest, rank, elements, {{0, 0, elements}}, out);
 }
 
 }  // namespace odc::io

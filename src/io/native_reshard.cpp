@@ -32,22 +32,19 @@ void read_resharded_shards(const std::string& checkpoint, const nlohmann::json& 
   if (out.masters.size() != need || out.exp_avg.size() != need || out.exp_avg_sq.size() != need) {
     fail("checkpoint '{}': resharding needs buffers of {} elements for rank {}", checkpoint, need, layout.rank());
   }
-  for (const auto target : {out.masters, out.exp_avg, out.exp_avg_sq}) std::fill(target.begin(), target.end(), 0.0f);
-
-  const auto old_owned = static_cast<std::size_t>(old.owned_elements());
-  std::vector<float> masters, exp_avg, exp_avg_sq;
-  for (int q = 0; q < old_world; ++q) {
-    bool overlaps = false;
-    for (int u = 0; u < layout.num_units() && !overlaps; ++u) {
-      const Window mine = owned_window(layout, u, layout.rank());
-      const Window theirs = owned_window(old, u, q);
-      overlaps = std::max(mine.begin, theirs.begin) < std::min(mine.end, theirs.end);
+  // The buffers may be memory nothing wrote yet: the padding is written here, every real element
+  // by the old rank that held it.
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const Window mine = owned_window(layout, u, layout.rank());
+    const std::int64_t real = mine.end - mine.begin;
+    const auto at = static_cast<std::size_t>(layout.owned_offset(u) + real);
+    const auto padding = static_cast<std::size_t>(layout.unit(u).shard - real);
+    for (const auto target : {out.masters, out.exp_avg, out.exp_avg_sq}) {
+      std::fill_n(target.begin() + static_cast<std::ptrdiff_t>(at), padding, 0.0f);
     }
-    if (!overlaps) continue;
-    masters.resize(old_owned);
-    exp_avg.resize(old_owned);
-    exp_avg_sq.resize(old_owned);
-    read_rank_shards(checkpoint, manifest, q, {masters, exp_avg, exp_avg_sq});
+  }
+  for (int q = 0; q < old_world; ++q) {
+    std::vector<ShardCopy> copies;
     for (int u = 0; u < layout.num_units(); ++u) {
       const Window mine = owned_window(layout, u, layout.rank());
       const Window theirs = owned_window(old, u, q);
@@ -55,13 +52,11 @@ void read_resharded_shards(const std::string& checkpoint, const nlohmann::json& 
       const std::int64_t end = std::min(mine.end, theirs.end);
       if (begin >= end) continue;
       // Offsets inside each rank's back-to-back shards.
-      const std::int64_t from = old.owned_offset(u) + (begin - old.unit(u).shard * q);
-      const std::int64_t to = layout.owned_offset(u) + (begin - layout.unit(u).shard * layout.rank());
-      const auto count = static_cast<std::size_t>(end - begin);
-      std::copy_n(masters.data() + from, count, out.masters.data() + to);
-      std::copy_n(exp_avg.data() + from, count, out.exp_avg.data() + to);
-      std::copy_n(exp_avg_sq.data() + from, count, out.exp_avg_sq.data() + to);
+      copies.push_back({old.owned_offset(u) + (begin - old.unit(u).shard * q),
+                        layout.owned_offset(u) + (begin - layout.unit(u).shard * layout.rank()), end - begin});
     }
+    if (copies.empty()) continue;  // an old rank none of whose elements are ours: its file is not read
+    read_rank_shard_pieces(checkpoint, manifest, q, old.owned_elements(), copies, out);
   }
 }
 

@@ -380,6 +380,13 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name,
   return out;
 }
 
+namespace {
+
+// Elements converted between two releases of the mapping's pages: the pages a read holds at once.
+constexpr std::int64_t kReadPieceElements = std::int64_t{1} << 22;
+
+}  // namespace
+
 void SafetensorsFile::read_f32_range(const std::string& name, std::int64_t begin,
                                      std::int64_t count, float* out) const {
   const SafetensorsTensorInfo& t = info(name);
@@ -388,9 +395,32 @@ void SafetensorsFile::read_f32_range(const std::string& name, std::int64_t begin
     fail("safetensors file '{}': tensor '{}' has {} elements, cannot read [{}, {})", path_, name, n,
          begin, begin + count);
   }
-  const std::byte* src = t.bytes.data() + static_cast<std::size_t>(begin) * dtype_size(t.dtype);
+  const std::size_t size = dtype_size(t.dtype);
+  const std::byte* first = t.bytes.data() + static_cast<std::size_t>(begin) * size;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  // The whole pages of the range not yet released (pages the range shares with its neighbours stay).
+  auto released = (reinterpret_cast<std::uintptr_t>(first) + page - 1) / page * page;
+  std::int64_t done = 0;
+  do {  // at least once: an empty range of a tensor that is not floating-point is refused too
+    const std::int64_t piece = std::min(kReadPieceElements, count - done);
+    const std::byte* src = first + static_cast<std::size_t>(done) * size;
+    convert_to_f32(t.dtype, name, src, piece, out + done);
+    done += piece;
+    if (!mapping_) continue;
+    // What was converted leaves this process's resident set (it stays in the page cache): a load
+    // holds the weights once, in its buffers, not also the file's pages.
+    const auto end = (reinterpret_cast<std::uintptr_t>(src + static_cast<std::size_t>(piece) * size)) / page * page;
+    if (end > released) {
+      ::madvise(reinterpret_cast<void*>(released), end - released, MADV_DONTNEED);
+      released = end;
+    }
+  } while (done < count);
+}
+
+void SafetensorsFile::convert_to_f32(DType dtype, const std::string& name, const std::byte* src, std::int64_t count,
+                                     float* out) const {
   // memcpy per element: tensors inside the mapping need not be aligned for their type.
-  switch (t.dtype) {
+  switch (dtype) {
     case DType::f32:
       if (count > 0) std::memcpy(out, src, static_cast<std::size_t>(count) * 4);
       break;
@@ -406,12 +436,12 @@ void SafetensorsFile::read_f32_range(const std::string& name, std::int64_t begin
       for (std::int64_t i = 0; i < count; ++i) {
         std::uint16_t v;
         std::memcpy(&v, src + i * 2, 2);
-        out[i] = t.dtype == DType::bf16 ? bf16_to_f32(v) : f16_to_f32(v);
+        out[i] = dtype == DType::bf16 ? bf16_to_f32(v) : f16_to_f32(v);
       }
       break;
     default:
       fail("safetensors file '{}': tensor '{}' has dtype {}, expected a floating-point type", path_,
-           name, safetensors_dtype_code(t.dtype));
+           name, safetensors_dtype_code(dtype));
   }
 }
 

@@ -53,18 +53,22 @@ ModelSource resumed_source(const std::string& base, const TrainingManifest& mani
   return source;
 }
 
-// Every rank reads only its shard of every unit of the Hugging Face checkpoint `base`.
-ModelSource load_base_weights(const std::string& base, distributed::ShardStore& store,
-                              const model::LlamaConfig& model, bool log = true) {
-  const io::HfCheckpoint checkpoint(base);
-  const std::span<float> masters = store.host_masters();
-  const distributed::ShardLayout& layout = store.layout();
+// Every rank reads only its shard of every unit (padding included: zeros) of a Hugging Face
+// checkpoint into `masters` (the layout's owned elements, units back to back).
+void read_base_shards(const io::HfCheckpoint& checkpoint, const distributed::ShardLayout& layout,
+                      std::span<float> masters) {
   for (int u = 0; u < layout.num_units(); ++u) {
     checkpoint.read_unit_range(u, layout.shard_begin(u, layout.rank()), layout.unit(u).shard,
-                               masters.data() + store.offset(u));
+                               masters.data() + layout.owned_offset(u));
   }
+}
+
+ModelSource load_base_weights(const std::string& base, distributed::ShardStore& store,
+                              const model::LlamaConfig& model) {
+  const io::HfCheckpoint checkpoint(base);
+  read_base_shards(checkpoint, store.layout(), store.host_masters());
   store.push_to_device();
-  if (log) spdlog::info("model: loaded {} ({}, {}) from {}", checkpoint.architecture(), dtype_name(checkpoint.dtype()),
+  spdlog::info("model: loaded {} ({}, {}) from {}", checkpoint.architecture(), dtype_name(checkpoint.dtype()),
                fmt::format("{:.2f}M parameters", static_cast<double>(model.num_parameters()) / 1e6), base);
   return {checkpoint.architecture(), checkpoint.dtype()};
 }
@@ -73,10 +77,13 @@ ModelSource load_base_weights(const std::string& base, distributed::ShardStore& 
 
 std::vector<float> starting_weights(const distributed::ShardLayout& layout, const std::vector<model::UnitLayout>& units,
                                     const model::LlamaConfig& model, std::uint64_t seed, const std::string& base) {
-  distributed::ShardStore store(layout, units, model, seed, {}, nullptr, distributed::StoreContents::weights);
-  if (!base.empty()) load_base_weights(base, store, model, /*log=*/false);
-  const auto masters = store.host_masters();
-  return {masters.begin(), masters.end()};
+  std::vector<float> weights(static_cast<std::size_t>(layout.owned_elements()));
+  if (!base.empty()) {
+    read_base_shards(io::HfCheckpoint(base), layout, weights);
+    return weights;
+  }
+  distributed::draw_owned_masters(layout, units, model, seed, weights);
+  return weights;
 }
 
 
@@ -504,6 +511,11 @@ InitialState Checkpointer::initial_state(distributed::ShardStore& store, const s
                                          const RunDescription& run) {
   ODC_CHECK(start_, "Checkpointer::initial_state called before begin_run");
   const std::string& resume = start_->resume_path;
+  // The store draws random weights exactly when nothing will be loaded into it.
+  ODC_CHECK(store.masters_drawn() == (resume.empty() && base.empty()),
+            "initial state: the store's masters were {}drawn from the random initialization, but {}",
+            store.masters_drawn() ? "" : "not ",
+            resume.empty() && base.empty() ? "nothing is loaded" : "a checkpoint fills them");
   InitialState state;
   if (resume.empty()) {
     if (!base.empty()) state.source = load_base_weights(base, store, run.model);

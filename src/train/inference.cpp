@@ -67,8 +67,11 @@ LoadedModel::LoadedModel(const std::string& dir, int threads) : dir_(dir) {
   const io::HfCheckpoint checkpoint(dir);
   architecture_ = checkpoint.architecture();
   model_ = std::make_unique<model::LlamaModel>(checkpoint.config(), backend::make_backend("cpu", DType::f32, threads));
+  // Forwards only: the weights and nothing of training (no gradients, no moments), filled by the
+  // load alone (nothing drawn first).
   const distributed::ShardLayout layout(model_->units(), 1, 0);
-  store_ = std::make_unique<distributed::ShardStore>(layout, model_->units(), checkpoint.config(), 0);
+  store_ = std::make_unique<distributed::ShardStore>(layout, model_->units(), checkpoint.config(), std::nullopt,
+                                                     std::span<float>{}, nullptr, distributed::StoreContents::weights);
   for (int u = 0; u < layout.num_units(); ++u) checkpoint.read_unit_range(u, 0, layout.unit(u).shard, store_->master(u));
   comm_ = std::make_unique<distributed::LocalComm>(*store_);
   eos_ = train::eos_token_ids(dir);

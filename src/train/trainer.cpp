@@ -188,8 +188,12 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
     for (double h : hosts) host_of_rank.push_back(static_cast<int>(h));
     data_->set_collective_groups(std::move(host_of_rank));
   }
+  // Weights that a checkpoint (the resume point, else model.checkpoint) will fill are not drawn
+  // from the random initialization first.
+  const bool loads_weights = !resume.empty() || !settings.model.checkpoint.empty();
   comm_ = distributed::make_sharded_comm(settings.comm, sharding_, group_, model_->units(), model_config_,
-                                         settings.model.seed, backend_.get());
+                                         loads_weights ? std::nullopt : std::optional(settings.model.seed),
+                                         backend_.get());
   // Compute copies of the weights made once per step where the comm hands out the masters (and the
   // memory plan has room for them).
   backend_->keep_weight_copies(comm_->comm().hands_out_masters() && memory_plan_.inputs.keep_weight_copies);

@@ -3,7 +3,8 @@
 # from just before the model is built to the end of the run, which every run logs beside the plan
 # ("memory: predicted X per rank, measured Y"), must be within 10% of the prediction for
 # none/selective/full recomputation at three microbatch lengths (one rank, fp32), in the CPU bf16
-# mode, and at 2 ranks (ODC over shared memory, the collective over MPI). Then what the plan
+# mode, at 2 ranks (ODC over shared memory, the collective over MPI), and from a Hugging Face
+# checkpoint (model.checkpoint, 1 and 2 ranks: what the load holds). Then what the plan
 # drives: data.max_tokens_per_microbatch: auto picks the largest cap that fits
 # train.memory_budget_gib (256 more tokens would not) and the run stays inside it; a cap the budget
 # cannot hold is refused before training with the plan's table (exit 1, no checkpoint written);
@@ -71,6 +72,28 @@ grep -q "the weights' compute copies are made at every acquire" "$work/bf16-L102
   || fail "a tight budget drops the kept weight copies, saying so" "$(grep memory "$work/bf16-L1024-tight.log")"
 check "odc-local2-L1024" local2 --set "data.train=$work/len1024.jsonl" --set train.recompute=selective
 check "collective-mpi2-L1024" 2 --set "data.train=$work/len1024.jsonl" --set train.comm=collective
+# From model.checkpoint: a Qwen2-structured model (tied embeddings, q/k/v biases; 26M parameters in
+# f32) on 64-token sequences, where the weights are most of what a rank holds. The load fills the
+# store and leaves nothing behind: were the file's pages kept resident while the store's state is
+# already touched, the peak would be the state plus the file (+17% over the plan at 1 rank), not
+# the state plus the step's buffers. At 1 rank and at 2.
+"$bin/odc-ckpt" init --out "$work/qwen2" --dtype f32 --architecture Qwen2ForCausalLM --set model.config.vocab_size=16384 \
+  --set model.config.hidden_size=512 --set model.config.intermediate_size=1536 --set model.config.num_hidden_layers=6 \
+  --set model.config.num_attention_heads=8 --set model.config.num_key_value_heads=2 \
+  --set model.config.max_position_embeddings=4096 --set model.config.tie_word_embeddings=true \
+  --set model.config.attention_bias=true > "$work/qwen2-init.log" 2>&1 || fail "odc-ckpt init" "$(cat "$work/qwen2-init.log")"
+"$py" - "$work/qwen2-len64.jsonl" <<'EOF'
+import json, random, sys
+random.seed(64)
+with open(sys.argv[1], "w") as f:
+    for _ in range(4):
+        f.write(json.dumps({"input_ids": [random.randrange(16384) for _ in range(64)], "loss_mask": [1] * 64}) + "\n")
+EOF
+model_common=("${common[@]}")
+common=(--set "model.checkpoint=$work/qwen2" "${common[@]:2}")
+check "checkpoint-L64" 1 --set "data.train=$work/qwen2-len64.jsonl"
+check "checkpoint-local2-L64" local2 --set "data.train=$work/qwen2-len64.jsonl"
+common=("${model_common[@]}")
 
 # auto: the largest multiple of 256 tokens that fits 0.25 GiB; the plan at 256 more does not fit.
 plan_json() { "$bin/odc-train" "${common[@]}" --set "data.train=$work/len512.jsonl" --plan-memory "$@" | tail -1; }

@@ -20,7 +20,8 @@ std::string shape_str(const Shape& shape);
 class Tensor {
  public:
   Tensor() = default;
-  // Allocates zero-initialized storage.
+  // Allocates zero-initialized storage (large storage: pages mapped from the system, zero when
+  // first touched, resident only once touched).
   Tensor(Shape shape, DType dtype, Device device = Device::cpu());
   Tensor(Tensor&&) noexcept = default;
   Tensor& operator=(Tensor&&) noexcept = default;
@@ -59,6 +60,9 @@ class Tensor {
 
  private:
   struct Free {
+    Free() noexcept : bytes(0) {}
+    explicit Free(std::size_t size) noexcept : bytes(size) {}
+    std::size_t bytes;  // the storage's size: mapped storage is unmapped, the rest freed
     void operator()(void* p) const noexcept;
   };
   Shape shape_;

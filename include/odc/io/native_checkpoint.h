@@ -119,4 +119,19 @@ struct RankShardsOut {
 void read_rank_shards(const std::string& checkpoint, const nlohmann::json& manifest, int rank,
                       const RankShardsOut& out);
 
+// Elements [from, from + count) of each of a rank file's three tensors, copied to [to, to + count)
+// of the same kind's target.
+struct ShardCopy {
+  std::int64_t from = 0;
+  std::int64_t to = 0;
+  std::int64_t count = 0;
+};
+// Reads the pieces `copies` (disjoint in the file) of rank `rank`'s file, whose tensors hold
+// `file_elements` each, into `out`, checking the whole file as read_rank_shards does (the
+// checksum over every byte, every value finite). The file streams through in bounded pieces: the
+// elements no copy needs are checked, never held (resharding reads only its windows of an old
+// rank's state).
+void read_rank_shard_pieces(const std::string& checkpoint, const nlohmann::json& manifest, int rank,
+                            std::int64_t file_elements, const std::vector<ShardCopy>& copies, const RankShardsOut& out);
+
 }  // namespace odc::io

@@ -18,8 +18,9 @@ namespace odc::io {
 
 // Fills `out` (layout.owned_elements() floats each) with the state of rank layout.rank() of
 // `layout`, from `checkpoint` written by manifest["world_size"] ranks over the same `units`. Only
-// the old ranks' files that overlap are read, each checked against the manifest (size, checksum)
-// as read_rank_shards checks it.
+// the old ranks' files that overlap are read, each checked against the manifest (checksum, finite
+// values) as read_rank_shards checks it, streamed through in pieces: of an old rank's state only
+// the windows this rank owns are kept. Every element of `out` is written (padding: zeros).
 void read_resharded_shards(const std::string& checkpoint, const nlohmann::json& manifest,
                            const std::vector<model::UnitLayout>& units, const distributed::ShardLayout& layout,
                            const RankShardsOut& out);

@@ -153,11 +153,16 @@ class SafetensorsFile {
   // exactly `expected_numel` elements when expected_numel >= 0.
   std::vector<float> read_f32(const std::string& name, std::int64_t expected_numel = -1) const;
   // Converts elements [begin, begin + count) of a floating-point tensor (row-major flat order) to
-  // fp32 into out[0, count): loading one rank's shard without converting the whole tensor.
+  // fp32 into out[0, count): loading one rank's shard without converting the whole tensor. The
+  // file's pages that lie wholly inside the range are released from this process once converted
+  // (madvise DONTNEED: they stay in the page cache, and a later read maps them again), so a load
+  // holds the weights once, in `out`, not also the file.
   void read_f32_range(const std::string& name, std::int64_t begin, std::int64_t count,
                       float* out) const;
 
  private:
+  void convert_to_f32(DType dtype, const std::string& name, const std::byte* src, std::int64_t count,
+                      float* out) const;
   // Validates the header of `file` (the whole file image) and records every tensor's byte span.
   void parse(std::span<const std::byte> file);
   // munmap()s the read-only mapping of the whole file; the mapping outlives the descriptor.

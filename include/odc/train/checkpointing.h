@@ -95,8 +95,9 @@ struct RunDescription {
 };
 
 // The weights a run starts from before any training, this rank's shard of every unit of `layout`
-// (host memory): model.checkpoint's (`base`), else the random initialization of model.seed
-// (`seed`). The online RL loop's frozen reference policy (rl.kl_beta).
+// (host memory, layout.owned_elements() floats): model.checkpoint's (`base`, read straight into
+// them), else the random initialization of model.seed (`seed`). The online RL loop's frozen
+// reference policy (rl.kl_beta).
 std::vector<float> starting_weights(const distributed::ShardLayout& layout, const std::vector<model::UnitLayout>& units,
                                     const model::LlamaConfig& model, std::uint64_t seed, const std::string& base);
 
@@ -172,8 +173,10 @@ class Checkpointer {
   // state) into `store`, whatever their source — the resume point of begin_run (load, checked
   // against `run`), else the Hugging Face checkpoint `base` (model.checkpoint; every rank reads
   // only its shard of every unit from the safetensors files), else nothing: the store keeps its
-  // random initialization. The caller restores the sampler and the step from `resumed`, then logs
-  // `resumed_note`.
+  // random initialization. A store that a checkpoint fills is built without a seed (nothing drawn
+  // that the load overwrites), one that keeps its random weights with one: the other way round is
+  // an error (ShardStore::masters_drawn). The caller restores the sampler and the step from
+  // `resumed`, then logs `resumed_note`.
   InitialState initial_state(distributed::ShardStore& store, const std::string& base, const RunDescription& run);
 
  private:

@@ -22,7 +22,8 @@ namespace odc::train {
 // generation_config.json overrides; empty when neither says.
 std::vector<std::int32_t> eos_token_ids(const std::string& dir);
 
-// A whole model in one process: full fp32 weights behind a LocalComm.
+// A whole model in one process: full fp32 weights behind a LocalComm, in a weights-only store
+// (StoreContents::weights: no gradients, no optimizer moments) that the load fills.
 class LoadedModel {
  public:
   // Reads DIR (config.json + safetensors, validated; odc::Error naming the file/tensor).
@@ -46,6 +47,8 @@ class LoadedModel {
   // The model and its weights, for what runs the model itself (sample_rollouts).
   model::LlamaModel& model() { return *model_; }
   model::ParamSource& params() { return *comm_; }
+  // The weights' store (weights only: no gradients or moments).
+  const distributed::ShardStore& store() const { return *store_; }
 
  private:
   std::string dir_;

@@ -39,7 +39,7 @@ std::unique_ptr<PeerMemory> make_peer_memory(HostGroup& group, backend::Backend*
 
 std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& group, const ShardLayout& layout,
                                      const std::vector<model::UnitLayout>& units, const model::LlamaConfig& config,
-                                     std::uint64_t seed, backend::Backend* device) {
+                                     std::optional<std::uint64_t> seed, backend::Backend* device) {
   if (layout.world_size() != group.size() || layout.rank() != group.rank()) {
     fail("shard layout is for rank {} of {}, but the group has rank {} of {}", layout.rank(), layout.world_size(),
          group.rank(), group.size());
@@ -64,7 +64,8 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
   std::unique_ptr<CommStack> stack(new CommStack());
   stack->shard_group_ = &group;
   // A host comm serving device state: the device store starts from the same seed (both hold the
-  // same masters until the first step), and the staged comm owns the host comm.
+  // same masters until the first step; without a seed the load fills the device store, whose
+  // masters every minibatch start copies to the host store), and the staged comm owns the host comm.
   const auto stage = [&](std::unique_ptr<Comm> host_comm, ShardStore& host_store,
                          std::unique_ptr<ShardStore> owned_host_store) {
     ODC_CHECK(device != nullptr, "host staging needs the model's backend");
@@ -150,7 +151,7 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
 
 std::unique_ptr<CommStack> make_sharded_comm(const CommOptions& options, const ShardingPlan& plan, HostGroup& world,
                                              const std::vector<model::UnitLayout>& units,
-                                             const model::LlamaConfig& config, std::uint64_t seed,
+                                             const model::LlamaConfig& config, std::optional<std::uint64_t> seed,
                                              backend::Backend* device) {
   if (plan.kind == Sharding::full) {
     return make_comm(options, world, ShardLayout(units, world.size(), world.rank()), units, config, seed, device);

@@ -13,4 +13,12 @@ LocalComm::LocalComm(ShardStore& store) : store_(store) {
 
 void LocalComm::begin_minibatch() { store_.zero_grads(); }
 
+float* LocalComm::grad_buffer(int unit) {
+  if (store_.contents() != StoreContents::all) {
+    fail("unit {}: a gradient was asked of a weights-only store, which serves forwards only (no gradients or "
+         "optimizer state)", unit);
+  }
+  return store_.grad(unit);
+}
+
 }  // namespace odc::distributed

@@ -9,10 +9,21 @@ namespace {
 std::span<float> span_of(Tensor& t) { return {t.data<float>(), static_cast<std::size_t>(t.numel())}; }
 }  // namespace
 
+void draw_owned_masters(const ShardLayout& layout, const std::vector<model::UnitLayout>& units,
+                        const model::LlamaConfig& config, std::uint64_t seed, std::span<float> masters) {
+  ODC_CHECK(static_cast<std::int64_t>(masters.size()) >= layout.owned_elements(), "{} floats for {} owned masters",
+            masters.size(), layout.owned_elements());
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const std::int64_t begin = layout.shard_begin(u, layout.rank());
+    model::init_unit_range(units.at(static_cast<std::size_t>(u)), config, seed, begin, begin + layout.unit(u).shard,
+                           masters.data() + layout.owned_offset(u));
+  }
+}
+
 ShardStore::ShardStore(const ShardLayout& layout, const std::vector<model::UnitLayout>& units,
-                       const model::LlamaConfig& config, std::uint64_t seed, std::span<float> master_region,
-                       backend::Backend* device, StoreContents contents)
-    : layout_(layout), contents_(contents) {
+                       const model::LlamaConfig& config, std::optional<std::uint64_t> seed,
+                       std::span<float> master_region, backend::Backend* device, StoreContents contents)
+    : layout_(layout), contents_(contents), masters_drawn_(seed.has_value()) {
   const std::int64_t total = layout_.owned_elements();
   if (device != nullptr && device->device().kind != DeviceKind::cpu) device_ = device;
   ODC_CHECK(device_ == nullptr || contents_ == StoreContents::all, "a weights-only store lives in host memory");
@@ -49,12 +60,8 @@ ShardStore::ShardStore(const ShardLayout& layout, const std::vector<model::UnitL
     exp_avg_ = host_exp_avg_.data<float>();
     exp_avg_sq_ = host_exp_avg_sq_.data<float>();
   }
-  const std::span<float> init = host_masters();
-  for (int u = 0; u < layout_.num_units(); ++u) {
-    const std::int64_t begin = layout_.shard_begin(u, layout_.rank());
-    model::init_unit_range(units.at(static_cast<std::size_t>(u)), config, seed, begin, begin + shard_size(u),
-                           init.data() + offset(u));
-  }
+  if (!seed) return;  // a load fills the masters (and pushes them to a device store)
+  draw_owned_masters(layout_, units, config, *seed, host_masters());
   push_to_device();
 }
 

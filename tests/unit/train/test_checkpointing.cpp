@@ -349,17 +349,20 @@ TEST_CASE("checkpointer: the initial state is the random init, the Hugging Face 
   const train::RunDescription run{config, 0xabcdef, "d.jsonl (40 sequences)", 12};
   struct Seen {
     std::string early;                              // initial_state before begin_run
+    std::string drawn_then_loaded;                  // a store with random weights given to a load
     bool random_kept = false, hf_read = false, resumed_read = false;
     train::InitialState random, hf, resumed;
   };
   std::vector<Seen> seen(2);
-  // Whether every element of this rank's shards equals `expected(u, index in the unit)`.
+  // Whether every element of this rank's shards equals `expected(u, index in the unit)`, and the
+  // padding past a unit's end is zero.
   const auto shards_are = [&](const distributed::ShardStore& store, const auto& expected) {
     const auto& layout = store.layout();
     for (int u = 0; u < layout.num_units(); ++u) {
       const std::int64_t begin = layout.shard_begin(u, layout.rank());
-      for (std::int64_t i = 0; i < layout.unit(u).shard && begin + i < layout.unit(u).numel; ++i) {
-        if (store.master(u)[i] != expected(u, begin + i)) return false;
+      for (std::int64_t i = 0; i < layout.unit(u).shard; ++i) {
+        const float want = begin + i < layout.unit(u).numel ? expected(u, begin + i) : 0.0f;
+        if (store.master(u)[i] != want) return false;
       }
     }
     return true;
@@ -390,8 +393,20 @@ TEST_CASE("checkpointer: the initial state is the random init, the Hugging Face 
         return reference.master(u)[i - layout.shard_begin(u, layout.rank())];
       });
     }
-    {  // A fresh run from model.checkpoint: every rank reads its shard; then a checkpoint of step 5.
+    {  // A store that drew random weights is not what a load fills: refused, naming both.
       distributed::ShardStore store(layout, units, config, 1);
+      train::Checkpointer checkpointer = checkpointer_for(Config(train::trainer_tunables()), group);
+      checkpointer.begin_run();
+      try {
+        (void)checkpointer.initial_state(store, base, run);
+      } catch (const Error& e) {
+        mine.drawn_then_loaded = e.what();
+      }
+    }
+    {  // A fresh run from model.checkpoint: every rank reads its shard into a store that drew nothing;
+       // then a checkpoint of step 5.
+      distributed::ShardStore store(layout, units, config, std::nullopt);
+      REQUIRE_FALSE(store.masters_drawn());
       train::Checkpointer checkpointer = checkpointer_for(checkpoint_config(ckpt), group);
       checkpointer.begin_run();
       mine.hf = checkpointer.initial_state(store, base, run);
@@ -403,7 +418,7 @@ TEST_CASE("checkpointer: the initial state is the random init, the Hugging Face 
       checkpointer.save(5, manifest, store);
     }
     {  // The next run resumes step 5 (checkpoint.resume: auto): the base's weights are not read.
-      distributed::ShardStore store(layout, units, config, 1);
+      distributed::ShardStore store(layout, units, config, std::nullopt);
       train::Checkpointer checkpointer = checkpointer_for(checkpoint_config(ckpt), group);
       checkpointer.begin_run();
       mine.resumed = checkpointer.initial_state(store, base, run);
@@ -415,6 +430,8 @@ TEST_CASE("checkpointer: the initial state is the random init, the Hugging Face 
   for (const auto& e : errors) REQUIRE(e.empty());
   for (const auto& mine : seen) {
     CHECK_THAT(mine.early, Catch::Contains("Checkpointer::initial_state called before begin_run"));
+    CHECK_THAT(mine.drawn_then_loaded, Catch::Contains("were drawn from the random initialization, but a checkpoint "
+                                                       "fills them"));
     CHECK_FALSE(mine.random.resumed.has_value());
     CHECK(mine.random.source.architecture.empty());
     CHECK_FALSE(mine.random.source.dtype.has_value());

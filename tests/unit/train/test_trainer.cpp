@@ -105,6 +105,7 @@ TEST_CASE("the reported loss is the token-weighted mean over the minibatch", "[t
   const auto data = write_dataset();
   const auto config = make_config(data, {"data.max_tokens_per_microbatch=31", "data.shuffle=false"});
   train::Trainer t(config);
+  CHECK(t.store().masters_drawn());  // no checkpoint: the random initialization is the start
   // Independent evaluation before the step: sum of per-token NLL over the first 6 sequences.
   model::LlamaModel& m = const_cast<model::LlamaModel&>(t.model());
   distributed::LocalComm comm(t.store());
@@ -338,6 +339,16 @@ TEST_CASE("a resumed run needs no base weights: model.checkpoint moved away, the
   const std::string ckpt = "checkpoint.dir=" + (dir / "ckpt").string();
   train::Trainer straight(config({"checkpoint.resume=never"}));
   const auto all = straight.run();
+  // Nothing drawn that the load overwrites: the store drew no random weights, so model.seed (the
+  // random initialization's) changes nothing of a run from model.checkpoint, bit for bit.
+  CHECK_FALSE(straight.store().masters_drawn());
+  {
+    train::Trainer reseeded(config({"checkpoint.resume=never", "model.seed=99"}));
+    CHECK_FALSE(reseeded.store().masters_drawn());
+    const auto same = reseeded.run();
+    REQUIRE(same.size() == all.size());
+    for (std::size_t i = 0; i < all.size(); ++i) CHECK(same[i].loss == all[i].loss);
+  }
   {
     train::Trainer first(config({ckpt, "train.stop_at_step=3"}));
     REQUIRE(first.run().size() == 3);
@@ -346,6 +357,7 @@ TEST_CASE("a resumed run needs no base weights: model.checkpoint moved away, the
   {
     train::Trainer second(config({ckpt}));
     REQUIRE(second.steps_done() == 3);
+    CHECK_FALSE(second.store().masters_drawn());  // the resume fills the store
     const auto rest = second.run();
     REQUIRE(rest.size() == 3);
     for (std::size_t i = 0; i < 3; ++i) REQUIRE(rest[i].loss == all[i + 3].loss);  // bitwise: one rank

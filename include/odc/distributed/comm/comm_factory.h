@@ -8,6 +8,7 @@
 // between the device and the host comm's own host store.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "odc/distributed/comm/comm.h"
@@ -58,10 +59,10 @@ class CommStack {
  private:
   friend std::unique_ptr<CommStack> make_comm(const CommOptions&, HostGroup&, const ShardLayout&,
                                                const std::vector<model::UnitLayout>&, const model::LlamaConfig&,
-                                               std::uint64_t, backend::Backend*);
+                                               std::optional<std::uint64_t>, backend::Backend*);
   friend std::unique_ptr<CommStack> make_sharded_comm(const CommOptions&, const ShardingPlan&, HostGroup&,
                                                        const std::vector<model::UnitLayout>&, const model::LlamaConfig&,
-                                                       std::uint64_t, backend::Backend*);
+                                                       std::optional<std::uint64_t>, backend::Backend*);
   CommStack() = default;
   HostGroup* shard_group_ = nullptr;
   ShardStore* state_ = nullptr;
@@ -74,18 +75,20 @@ class CommStack {
 
 // Collective over `group`. The collective comm on host memory needs an MpiHostGroup (it runs on its
 // communicator and watchdog); ODC runs over any group; a single rank needs no communicator. The masters are initialized
-// deterministically from `seed` (ShardStore), the same for every world size. `device`, when
+// deterministically from `seed` (ShardStore), the same for every world size; without a seed they
+// are left for a checkpoint load to fill (every store of the stack: a staged comm's host copy and
+// hpz's secondary copy are refreshed from the loaded masters at each minibatch start). `device`, when
 // given and not a host backend, holds the state in its memory (then the comm is NCCL or IPC).
 std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& group, const ShardLayout& layout,
                                      const std::vector<model::UnitLayout>& units, const model::LlamaConfig& config,
-                                     std::uint64_t seed, backend::Backend* device = nullptr);
+                                     std::optional<std::uint64_t> seed, backend::Backend* device = nullptr);
 
 // Collective over `world`: the comm of `plan` (plan_sharding). full: make_comm over `world`;
 // hybrid: a comm over this rank's host (its sub-group) wrapped in a HybridComm; hpz: the world's
 // comm and a host comm under an HpzComm. Layouts that need hosts need an MpiHostGroup.
 std::unique_ptr<CommStack> make_sharded_comm(const CommOptions& options, const ShardingPlan& plan, HostGroup& world,
                                              const std::vector<model::UnitLayout>& units,
-                                             const model::LlamaConfig& config, std::uint64_t seed,
+                                             const model::LlamaConfig& config, std::optional<std::uint64_t> seed,
                                              backend::Backend* device = nullptr);
 
 }  // namespace odc::distributed

@@ -18,7 +18,8 @@ class LocalComm final : public Comm {
   void end_minibatch() override {}
   const float* acquire(int unit) override { return store_.master(unit); }
   void release(int) override {}
-  float* grad_buffer(int unit) override { return store_.grad(unit); }
+  // odc::Error on a weights-only store (it serves forwards only: there is nothing to accumulate into).
+  float* grad_buffer(int unit) override;
   void push_grad(int) override {}
 
  private:

@@ -10,6 +10,7 @@
 // go through the host views below: the state itself on a host store, a host staging copy on a
 // device store, moved by pull_to_host() / push_to_device().
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -24,10 +25,20 @@ namespace odc::distributed {
 // only (a copy of the weights that serves gathers and is never stepped: hpz's secondary shards).
 enum class StoreContents { all, weights };
 
+// Draws this rank's shard of every unit of `layout` from the random initialization of `seed`
+// (model::init_unit_range: counter-based, the same weights at every world size) into `masters`
+// (layout.owned_elements() floats, the units' shards back to back).
+void draw_owned_masters(const ShardLayout& layout, const std::vector<model::UnitLayout>& units,
+                        const model::LlamaConfig& config, std::uint64_t seed, std::span<float> masters);
+
 class ShardStore {
  public:
-  // Initializes the master shards deterministically (model::init_unit_range), so every world size
-  // starts from the same model. `master_region`, when given, is caller-owned memory of
+  // With a `seed`, initializes the master shards deterministically (draw_owned_masters), so
+  // every world size starts from the same model. Without one (std::nullopt) the masters are left
+  // for a load to fill, every owned element, padding included (a checkpoint: native or Hugging
+  // Face; the weights of a tool that only runs forwards): nothing is drawn or written that the
+  // load would overwrite, and their pages become resident as the load writes them.
+  // `master_region`, when given, is caller-owned memory of
   // layout.owned_elements() floats that holds the masters (e.g. transport-registered memory); it
   // must outlive the store. `device`, when given and not a host backend, holds the whole state in
   // its memory (a master_region is then device memory of that backend, e.g. exported to peers
@@ -35,9 +46,12 @@ class ShardStore {
   // out gradients and moments: their pointers are null, zero_grads() does nothing, the gradient
   // norm is 0 and the moment views are empty.
   ShardStore(const ShardLayout& layout, const std::vector<model::UnitLayout>& units,
-             const model::LlamaConfig& config, std::uint64_t seed, std::span<float> master_region = {},
+             const model::LlamaConfig& config, std::optional<std::uint64_t> seed, std::span<float> master_region = {},
              backend::Backend* device = nullptr, StoreContents contents = StoreContents::all);
   StoreContents contents() const { return contents_; }
+  // Whether the masters were drawn from the random initialization (a seed was given); false: a
+  // load fills them.
+  bool masters_drawn() const { return masters_drawn_; }
 
   const ShardLayout& layout() const { return layout_; }
   // Unit u's shard of each kind, in the store's memory (device pointers on a device store).
@@ -83,6 +97,7 @@ class ShardStore {
 
   ShardLayout layout_;
   StoreContents contents_ = StoreContents::all;
+  bool masters_drawn_ = false;
   backend::Backend* device_ = nullptr;  // null: host store
   Tensor own_masters_;                  // host store without a master_region
   Tensor host_grads_, host_exp_avg_, host_exp_avg_sq_;
