@@ -73,7 +73,7 @@ Resume resume(const std::string& dir, const std::vector<std::string>& extra = {}
   Resume out;
   const auto errors = test::on_every_rank(1, [&](distributed::HostGroup& group) {
     const distributed::ShardLayout layout(units, 1, 0);
-    distributed::ShardStore store(layout, units, model, 2);
+    distributed::ShardStore store(layout, units, model, std::nullopt);  // a checkpoint fills it
     const Config config = resume_config(dir, extra);
     train::Checkpointer checkpointer(train::resolve_run_settings(config, false), config, group);
     checkpointer.begin_run();
