@@ -248,6 +248,11 @@ def trainer_lines(logs):
         out.append(f"  against {' '.join(r['compare_sets'])}: losses within "
                    + (f"{diff:.2e}" if isinstance(diff, (int, float)) else "n/a")
                    + f" ({'ok' if r.get('compare_ok') else 'OVER the tolerance'})")
+    if r.get("memory_error_pct") is not None:
+        # The plan against the allocator, export included (the run ends with the streamed export).
+        within = "within 10%" if abs(r["memory_error_pct"]) <= 10 else "OFF by more than 10%"
+        out.append(f"  memory plan {r['memory_predicted_mib']:.1f} MiB, measured {r['memory_measured_mib']:.1f} MiB "
+                   f"({r['memory_error_pct']:+.1f}%, {within})")
     return out
 
 

@@ -17,13 +17,16 @@ cuDNN + recomputation run) must give every step's loss within --compare-toleranc
 default 0.02: bf16 attention kernels that round differently drift apart a little over the steps;
 a wrong kernel is off by far more) of `straight`'s. Prints one JSON line
 {"bench":NAME,"ok":...,"steps":...,"loss_first":...,"loss_last":...,"reward_first":...,
- "reward_last":...,"repeat_bitwise":...,"resume_bitwise":...,"tokens_per_s":...,"compare_max_rel_diff":...}
-and exits 0 when all hold, 1
+ "reward_last":...,"repeat_bitwise":...,"resume_bitwise":...,"tokens_per_s":...,"compare_max_rel_diff":...,
+ "memory_predicted_mib":...,"memory_measured_mib":...,"memory_error_pct":...}
+(the memory figures: the straight run's memory plan against its measured peak, the export at its
+end included; reported, not a condition) and exits 0 when all hold, 1
 otherwise (with what differed on stderr). Standard library only.
 """
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -42,6 +45,18 @@ def run(odc_train, config, data, work, name, extra, sets):
         print(f"gpu_check_train: the {name} run exited {done.returncode} (log: {work}/{name}.log)", file=sys.stderr)
         sys.exit(1)
     return folder
+
+
+def memory_check(work, name):
+    """odc-train's end-of-run line `memory: predicted P per rank, measured M (...), +E%` (the plan
+    against the device allocator's pooled peak on a GPU): (P MiB, M MiB, E), or Nones."""
+    pattern = re.compile(r"memory: predicted ([0-9.]+) MiB per rank, measured ([0-9.]+) MiB .*, ([-+][0-9.]+)%")
+    with open(os.path.join(work, name + ".log"), errors="replace") as f:
+        for line in f:
+            m = pattern.search(line)
+            if m:
+                return float(m.group(1)), float(m.group(2)), float(m.group(3))
+    return None, None, None
 
 
 def steps_of(folder):
@@ -166,6 +181,7 @@ def main():
         for d in diffs[:5]:
             print(f"gpu_check_train: {what}: {d}", file=sys.stderr)
     rates = sorted(r.get("tokens_per_s", 0.0) for r in a.values())
+    predicted, measured, error = memory_check(work, "straight")
     rewards = [ia[i]["reward_mean"] for i in sorted(ia)]
     print(json.dumps({"bench": name, "ok": not repeat and not resume, "steps": steps,
                       "loss_first": a.get(1, {}).get("loss"), "loss_last": a.get(steps, {}).get("loss"),
@@ -174,7 +190,8 @@ def main():
                       "repeat_bitwise": not repeat, "resume_bitwise": not resume,
                       "tokens_per_s": rates[len(rates) // 2] if rates else None,
                       "compare_sets": compare_sets, "compare_max_rel_diff": compare_max,
-                      "compare_ok": not compare}))
+                      "compare_ok": not compare, "memory_predicted_mib": predicted,
+                      "memory_measured_mib": measured, "memory_error_pct": error}))
     return 0 if not repeat and not resume and not compare else 1
 
 

@@ -88,7 +88,9 @@ def full_logs(folder):
                                      "loss_last": 2.25, "repeat_bitwise": True, "resume_bitwise": False,
                                      "tokens_per_s": 91000.0,
                                      "compare_sets": ["model.attention=native", "train.recompute=none"],
-                                     "compare_max_rel_diff": 3.2e-3, "compare_ok": True}])
+                                     "compare_max_rel_diff": 3.2e-3, "compare_ok": True,
+                                     "memory_predicted_mib": 1000.0, "memory_measured_mib": 1125.0,
+                                     "memory_error_pct": 12.5}])
     jsonl(folder, "rollout.jsonl", [
         {"bench": "rollout_throughput", "shape": "llama-1b", "device": "cuda", "path": p, "concurrency": c,
          "tokens_per_s": t} for p, c, t in (("per_sequence", 8, 800.0), ("batched", 8, 1000.0),
@@ -136,6 +138,7 @@ def main():
         expect(lines, "trainer (odc-train): 12 steps, loss 3.5000 -> 2.2500; rerun bitwise yes, resume bitwise NO, "
                       "91000 tok/s")
         expect(lines, "against model.attention=native train.recompute=none: losses within 3.20e-03 (ok)")
+        expect(lines, "memory plan 1000.0 MiB, measured 1125.0 MiB (+12.5%, OFF by more than 10%)")
         expect(lines, "rollout tok/s (llama-1b, cuda), batched decode attention, by concurrent sequences: "
                       "8: 1000 (1.25x per-sequence); 64: 6000 (3.00x per-sequence)")
         expect(lines, "profile (llama-1b, 8192 tokens, attention native): step 16.0 ms, ops 14.0 ms")
