@@ -3,7 +3,8 @@
 # generate chat SFT data and a tokenizer (tools/make_demo_chat.py: string tasks a small model can
 # learn), write a randomly initialized Hugging Face-layout model (odc-ckpt init), show what it
 # answers, fine-tune it with ODC on 2 ranks under mpirun (loss on assistant turns only), export
-# the result as a Hugging Face directory, and show the answers and the loss again.
+# the result as a Hugging Face directory, and show the answers, the held-out accuracy (200 fresh
+# prompts, greedy, exact match; tools/demo_accuracy.py) and the loss again.
 # Outputs in demo-out/: metrics.jsonl, loss.png, base/ and sft/ (HF checkpoints with tokenizer).
 # Extra arguments are passed to odc-train (e.g. --set train.steps=100).
 set -euo pipefail
@@ -14,16 +15,18 @@ ranks="${ODC_DEMO_RANKS:-2}"
 
 "$root/scripts/build.sh"
 mkdir -p "$out"
-summary=$(/usr/bin/python3 "$root/tools/make_demo_chat.py" --out "$out" --num 8000 --seed 1)
+summary=$(/usr/bin/python3 "$root/tools/make_demo_chat.py" --out "$out" --num 8000 --seed 1 --heldout 200)
 vocab=$(/usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])["vocab_size"])' "$summary")
 "$build/bin/odc-ckpt" init --out "$out/base" --set model.config.vocab_size="$vocab" --dtype bf16 \
   --tokenizer "$out/tokenizer" --seed 0
 
-prompts=("reverse: apple" "repeat: tiger" "sort: lemon" "reverse: mango")
+prompts=("reverse: apple" "repeat: tiger" "sort: lemon" "length: banana")
 answers() {  # MODEL_DIR
   for prompt in "${prompts[@]}"; do
     printf '  %-16s -> %s\n' "$prompt" "$("$build/bin/odc-generate" --model "$1" --chat --prompt "$prompt" --max-new-tokens 12)"
   done
+  /usr/bin/python3 "$root/tools/demo_accuracy.py" --build "$build" --model "$1" --prompts "$out/prompts-heldout.jsonl" \
+    --out "$out/heldout-$(basename "$1").jsonl"
 }
 echo "== before fine-tuning ($out/base) =="
 answers "$out/base"
