@@ -257,5 +257,24 @@ expect_rc ref_overflow 1
 expect_in ref_overflow err "the reference model in $work_dir/huge gives a logit that is not finite"
 [ ! -e "$work_dir/x.jsonl" ] || fail "a failed run left $work_dir/x.jsonl"
 
+# The demos' accuracy tool (tools/demo_accuracy.py): prompts whose answer is the model's own greedy
+# answer (odc-generate) count as right, the others as wrong, per task (the text before the colon).
+mine=$("$bin_dir/odc-generate" --model "$work_dir/model" --chat --prompt "sort: lemon" --max-new-tokens 12)
+/usr/bin/python3 - "$work_dir/accuracy-prompts.jsonl" "$mine" <<'PY'
+import json, sys
+rows = [("sort: lemon", sys.argv[2]), ("sort: lemon", sys.argv[2] + "x"), ("reverse: apple", "not this")]
+open(sys.argv[1], "w").write("".join(json.dumps({"prompt": p, "answer": a}) + "\n" for p, a in rows))
+PY
+accuracy=$(/usr/bin/python3 "$repo/tools/demo_accuracy.py" --build "$bin_dir/.." --model "$work_dir/model" \
+  --prompts "$work_dir/accuracy-prompts.jsonl" --out "$work_dir/accuracy.jsonl" --json 2>"$work_dir/accuracy.err") \
+  || fail "demo_accuracy.py failed: $(cat "$work_dir/accuracy.err")"
+/usr/bin/python3 -c 'import json,sys; a=json.loads(sys.argv[1]); assert abs(a["accuracy"] - 1/3) < 1e-12 and a["per_task"] == {"reverse": 0.0, "sort": 0.5} and a["completions"] == 3, a' \
+  "$accuracy" || fail "demo_accuracy.py: expected 1/3 (sort 0.5, reverse 0), got $accuracy"
+[ -s "$work_dir/accuracy.err" ] && fail "demo_accuracy.py printed on stderr: $(cat "$work_dir/accuracy.err")"
+/usr/bin/python3 "$repo/tools/demo_accuracy.py" --build "$bin_dir/.." --model "$work_dir/nothing" \
+  --prompts "$work_dir/accuracy-prompts.jsonl" --out "$work_dir/accuracy.jsonl" >/dev/null 2>"$work_dir/accuracy.err" \
+  && fail "demo_accuracy.py on a missing model exited 0"
+grep -q "nothing" "$work_dir/accuracy.err" || fail "demo_accuracy.py did not pass odc-rollout's error on: $(cat "$work_dir/accuracy.err")"
+
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)" >&2; exit 1; }
 echo "odc-rollout: all checks passed"
