@@ -26,7 +26,7 @@ peak) is the least any case can show:
 line per tool case compares "after" with transformers (time and memory ratios; the goal: within
 1.5x of both). Both losses are printed: ours and transformers' on the same weights agree.
 
-    ~/.cache/odc/python/bin/python bench/startup.py --before /work/main/build/bin --after build/bin
+    ~/.cache/odc/python/bin/python bench/startup.py --before OLD_BUILD/bin --after build/bin
 
 (exits 77 where torch or transformers is missing; --model DIR uses an existing checkpoint).
 """
@@ -156,7 +156,7 @@ def prepare(args, work):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--before", default="/work/main/build/bin", help="binaries without the start-up work")
+    parser.add_argument("--before", help="binaries without the start-up work (needed when --builds names before)")
     parser.add_argument("--after", default=os.path.join(REPO, "build", "bin"), help="binaries to measure")
     parser.add_argument("--model", help="an existing checkpoint of the shape (default: made under --work)")
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "odc-startup-bench"))
@@ -172,6 +172,8 @@ def main():
     if args.make_model:
         make_model(args.make_model)
         return 0
+    if "before" in args.builds.split(",") and not args.before:
+        parser.error("--builds names 'before': --before BIN_DIR gives its binaries (or --builds after)")
     probe = subprocess.run([sys.executable, "-c", "import torch, transformers"], capture_output=True, text=True)
     if probe.returncode != 0:
         print(json.dumps({"bench": "startup", "skipped": f"torch/transformers missing: {probe.stderr.strip()[-300:]}"}))
