@@ -164,8 +164,8 @@ std::vector<TunableSpec> trainer_tunables() {
       tunable("train.memory_budget_gib", K::number, "0",
               "one rank's memory budget for the memory plan (odc-train --plan-memory): a run whose plan exceeds it "
               "is refused before training, and data.max_tokens_per_microbatch: auto fills it; 0 = what the "
-              "device has (a GPU's memory, the host's available memory) over the ranks sharing it, less 5%; at most "
-              "1048576 (1 PiB)",
+              "device has (a GPU's memory, the host's available memory) over the ranks sharing it, less 5%; else at "
+              "least 0.0009765625 (1 MiB) and at most 1048576 (1 PiB)",
               Range::at_least(0).and_at_most(kMaxMemoryBudgetGib)),
       tunable("train.threads", K::integer, "1",
               "compute threads per rank (BLAS); at most 4 x the machine's hardware threads",
