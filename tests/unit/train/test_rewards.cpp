@@ -85,6 +85,13 @@ TEST_CASE("rewards: a reward command's failures, in words, and no file left behi
   fails("printf '1\\n\\n90%%\\n'", "line 3 of its output, '90%', is not one finite number");  // blank lines count
   fails("echo 1", "wrote 1 rewards for 2 completions");
   fails("sleep 60", "did not finish within 0.2 s (--reward-timeout): it was killed", 0.2);
+  // Control bytes in the quoted command and output are written as escapes (a NUL cut the message
+  // where it stood: "line 1 of its output, '1" and nothing after).
+  CHECK_THROWS_WITH(run("printf '1\\0\\n0\\n'"),
+                    Catch::Contains("line 1 of its output, '1\\0', is not one finite number (each line holds"));
+  CHECK_THROWS_WITH(run("printf '\\033[2J1\\n0\\n'"), Catch::Contains("line 1 of its output, '\\x1b[2J1', is not"));
+  CHECK_THROWS_WITH(run("echo 1\nexit 3"), Catch::Contains("reward command 'echo 1\\nexit 3' failed (exit status 3)"));
+  CHECK(empty_dir(scratch));
   // A stop request: the command killed, no rewards, no error.
   int asked = 0;
   const auto stopped =
