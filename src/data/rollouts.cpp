@@ -269,6 +269,13 @@ void RolloutDataset::read(std::istream& in, std::int64_t vocab_size, RewardScale
       advantages_.push_back(static_cast<float>(a));
     }
     reward_mean_ = reward_spread(rewards, groups).mean;
+    rewards_differ_.assign(rewards.size(), 0);
+    for (const auto& [group, in_group] : members_by_group(groups)) {
+      const Spread g = spread_of(rewards, in_group);
+      if (g.scale != 0.0 && g.std > 0.0) {
+        for (const std::size_t i : in_group) rewards_differ_[i] = 1;
+      }
+    }
   } else {
     advantages_ = std::move(given);
   }
@@ -287,6 +294,7 @@ std::optional<PolicyView> RolloutDataset::policy(std::int64_t index) const {
   view.logprobs = std::span<const float>(logprobs_).subspan(start, count);
   if (has_ref_) view.ref_logprobs = std::span<const float>(ref_logprobs_).subspan(start, count);
   view.advantage = advantages_[i];
+  view.rewards_differ = !rewards_differ_.empty() && rewards_differ_[i] != 0;
   view.temperature = temperature_;
   return view;
 }

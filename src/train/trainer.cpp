@@ -321,7 +321,7 @@ StepResult Trainer::step() {
   if (minibatch.normalizer == 0.0 && group_.is_root()) {
     spdlog::warn("step {}: the minibatch has no target tokens (all masked)", step_ + 1);
   }
-  if (minibatch.zero_advantages && group_.is_root()) spdlog::warn("step {}: {}", step_ + 1, kZeroAdvantages);
+  if (minibatch.zero_advantages && group_.is_root()) spdlog::warn("step {}: {}", step_ + 1, zero_advantages_reason(minibatch.zero_advantages_rounded));
   const data::Plan& plan = minibatch.plan;
   last_plan_hash_ = plan.hash();
   r.bubble_planned = equal_counts ? plan.bubble_collective() : plan.bubble_odc();

@@ -23,6 +23,9 @@ struct PolicyView {
   std::span<const float> logprobs;
   std::span<const float> ref_logprobs;
   float advantage = 0.0f;
+  // Its group's rewards differ: an advantage of 0 is then rounding (a spread below what a float
+  // advantage holds after rl.scale_rewards), not equal rewards.
+  bool rewards_differ = false;
   std::optional<double> temperature;  // the sampling temperature, when the records say it
 };
 

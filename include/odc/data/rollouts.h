@@ -66,6 +66,7 @@ class RolloutDataset final : public InMemoryTokenDataset {
   std::vector<float> logprobs_;       // per token (0 on prompt tokens)
   std::vector<float> ref_logprobs_;   // per token, or empty
   std::vector<float> advantages_;     // per record
+  std::vector<std::uint8_t> rewards_differ_;  // per record: its group's rewards are not all equal
   bool has_ref_ = false;
   double reward_mean_ = 0.0;
   std::optional<double> temperature_;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "odc/core/error.h"
+#include "odc/train/minibatch_source.h"
 #include "odc/train/rewards.h"
 #include "unit/temp_dir.h"
 
@@ -99,4 +100,14 @@ TEST_CASE("rewards: a reward command's failures, in words, and no file left behi
                       two_requests());
   CHECK_FALSE(stopped.has_value());
   CHECK(empty_dir(scratch));
+}
+
+// The warning of a minibatch whose advantages are all 0 says why: equal rewards, or rewards that
+// differ by less than a float advantage holds (1e-300 beside 0; tests/unit/data/test_rollouts.cpp).
+TEST_CASE("rewards: the reason every advantage is 0 is the one that holds", "[train][rl]") {
+  CHECK_THAT(odc::train::zero_advantages_reason(false),
+             Catch::StartsWith("every advantage is 0 (the rewards of each group are equal): the policy-gradient term"));
+  CHECK_THAT(odc::train::zero_advantages_reason(true),
+             Catch::StartsWith("every advantage is 0 (the rewards of some groups differ, but by less than a float "
+                               "advantage holds after rl.scale_rewards: (reward - mean) / (std + 1e-4) rounds to 0"));
 }
