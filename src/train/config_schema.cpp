@@ -399,6 +399,11 @@ void check_relations(const Config& config) {
       fail("rl.verifier (from {}) and rl.reward_command (from {}) both score completions: give one",
            config.source_of("rl.verifier"), config.source_of("rl.reward_command"));
     }
+    const std::string& command = config.get_string("rl.reward_command");
+    if (!command.empty() && command.find_first_not_of(" \t\r\n") == std::string::npos) {
+      fail("rl.reward_command (from {}) is blank, a command line that runs nothing: set a command, or leave it "
+           "empty (the default) for rl.verifier to score", config.source_of("rl.reward_command"));
+    }
     if (config.get_string("rl.reward_command").empty() && config.source_of("rl.reward_timeout_s") != "default") {
       fail("rl.reward_timeout_s (from {}) limits rl.reward_command, which is not set (rl.verifier scores the "
            "completions); drop it or set rl.reward_command", config.source_of("rl.reward_timeout_s"));
