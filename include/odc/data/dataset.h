@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -112,5 +113,10 @@ struct TextDataOptions {
 // the rewards with scale_rewards "group"). Errors name the path.
 std::unique_ptr<TokenDataset> open_dataset(const std::string& path, const std::string& format,
                                            std::int64_t vocab_size, const TextDataOptions& text = {});
+
+// An unknown field's error names odc-train's key in its hint ("data.extra_fields: ignore skips
+// unknown fields"); a tool whose switch is an option rewrites `message` to name `option` instead
+// ("--extra-fields ignore"). Other messages come back as they are.
+std::string name_extra_fields_option(const std::string& message, std::string_view option);
 
 }  // namespace odc::data
