@@ -275,6 +275,14 @@ void check_not_directory(const std::string& path, const std::string& format) {
 
 }  // namespace
 
+void check_dataset_opens(const std::string& path, const std::string& format) {
+  const char* expected = expected_input(format);
+  if (expected == nullptr) return;  // an unknown format: open_dataset names it
+  check_not_directory(path, format);
+  if (format == "bin") return;  // a prefix: BinTokenDataset names the file of the pair it misses
+  if (!std::ifstream(path)) fail("{}: cannot open dataset file (data.format '{}' reads {})", path, format, expected);
+}
+
 std::string name_extra_fields_option(const std::string& message, std::string_view option) {
   constexpr std::string_view key = "data.extra_fields: ignore";
   static_assert(kExtraFieldsHint.find(key) != std::string_view::npos, "the hint names the key");

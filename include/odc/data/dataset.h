@@ -114,6 +114,11 @@ struct TextDataOptions {
 std::unique_ptr<TokenDataset> open_dataset(const std::string& path, const std::string& format,
                                            std::int64_t vocab_size, const TextDataOptions& text = {});
 
+// What opening `path` as `format` refuses before reading a record (a directory; a JSONL file that
+// cannot be opened), checked up front by a job whose ranks all read the same file so that the
+// error is printed once, not once per rank (odc-train). The readers check the same again.
+void check_dataset_opens(const std::string& path, const std::string& format);
+
 // An unknown field's error names odc-train's key in its hint ("data.extra_fields: ignore skips
 // unknown fields"); a tool whose switch is an option rewrites `message` to name `option` instead
 // ("--extra-fields ignore"). Other messages come back as they are.
