@@ -281,6 +281,18 @@ void RolloutDataset::read(std::istream& in, std::int64_t vocab_size, RewardScale
   }
 }
 
+std::string RolloutDataset::no_targets_reason(std::int64_t count) const {
+  std::int64_t empty = 0;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const auto begin = masks_.begin() + starts_[static_cast<std::size_t>(i)];
+    const auto end = begin + length(i);
+    if (std::find(begin, end, std::uint8_t{1}) == end) ++empty;
+  }
+  if (empty == count) return "every completion_ids is empty: a rollout's targets are its completion's tokens";
+  return fmt::format("{} of them have an empty completion_ids, and the other {} a completion of one token with no "
+                     "prompt_ids before it (a first token is never predicted)", empty, count - empty);
+}
+
 std::string RolloutDataset::describe() const {
   return fmt::format("{} ({} rollouts, {} tokens)", path(), size(), total_tokens());
 }

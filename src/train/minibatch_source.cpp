@@ -104,10 +104,11 @@ MinibatchSource::MinibatchSource(const RunSettings& settings, const Config& conf
   for (std::int64_t i = 0; i < dataset_->size() && !any_target; ++i) any_target = dataset_->target_count(i) > 0;
   if (!any_target) {
     const std::int64_t max_length = data.max_length;
-    fail("data.train: '{}' has no target tokens in its {} sequences ({}{}): nothing to train on; give each sequence "
-         "two tokens or more and a loss_mask of 1 on the tokens to predict", data.train, dataset_->size(),
-         dataset_->no_targets_reason(dataset_->size()),
-         max_length > 0 ? fmt::format(", or data.max_length {} cut off every target", max_length) : std::string());
+    fail("data.train: '{}' has no target tokens in its {} sequences ({}{}): nothing to train on; {}", data.train,
+         dataset_->size(), dataset_->no_targets_reason(dataset_->size()),
+         max_length > 0 ? fmt::format(", or data.max_length {} cut off every target", max_length) : std::string(),
+         policy_ ? "give the rollouts their completions (completion_ids)"
+                 : "give each sequence two tokens or more and a loss_mask of 1 on the tokens to predict");
   }
 
   check_attention_window(*dataset_, dataset_->size(), model, attention_window_origin(settings.model.checkpoint, settings.model.config_origin),

@@ -53,7 +53,7 @@ class TokenDataset {
   // train or score nothing): a one-token sequence has none (nothing precedes its token, which is
   // so never predicted), so "every loss_mask is 0" would blame the wrong thing. Names how many are
   // one token long and the first of them, and how many others mask every token after the first.
-  std::string no_targets_reason(std::int64_t count) const;
+  virtual std::string no_targets_reason(std::int64_t count) const;
 };
 
 // Pre-tokenized JSONL: one object per line, {"input_ids": [...], "loss_mask": [...]}.

@@ -54,6 +54,8 @@ class RolloutDataset final : public InMemoryTokenDataset {
                  RewardScale scale = RewardScale::group, bool ignore_extra_fields = false);
   std::string describe() const override;
   std::optional<PolicyView> policy(std::int64_t index) const override;
+  // A rollout's targets are its completion's tokens (it has no loss_mask): says which are empty.
+  std::string no_targets_reason(std::int64_t count) const override;
   // Reward statistics of the file (0 when the records carry advantages).
   double reward_mean() const { return reward_mean_; }
   bool has_ref_logprobs() const { return has_ref_; }
