@@ -120,6 +120,16 @@ if [ "$rc" -ne 1 ] || [ "$count" -ne 1 ]; then
 else
   ok "local 3: a data file error printed once, exit 1"
 fi
+# A global batch beyond int64 (2^62 per rank x 3 ranks wrapped to a negative batch: an internal check failed).
+timeout 60 "$bin/odc-run" --local 3 "$bin/odc-train" "${small[@]}" --set data.minibatch_size=4611686018427387904 \
+  >"$work/batch-error.log" 2>&1
+rc=$?
+count=$(grep -c "x 3 ranks is beyond the largest count of sequences (2^63 - 1): on 3 ranks data.minibatch_size must be <= 3074457345618258602" "$work/batch-error.log")
+if [ "$rc" -ne 1 ] || [ "$count" -ne 1 ] || grep -q "internal check" "$work/batch-error.log"; then
+  fail "local 3: a global batch beyond int64 refused once" "exit $rc (want 1), printed $count times: $(cat "$work/batch-error.log")"
+else
+  ok "local 3: a global batch beyond int64 refused once, exit 1"
+fi
 
 # The collective baseline on host memory needs MPI: both ranks say so and exit 1, nothing hangs.
 t0=$(date +%s.%N)
