@@ -62,6 +62,10 @@ options:
                          the HF directory it replaces, else those of the run's model.checkpoint)
   --max-shard-bytes N    largest safetensors file before splitting into shards of whole units
                          (default 5000000000); the model is streamed, a piece at a time
+  --accept-manifest-without-checksum
+                         read a checkpoint whose manifest has no manifest_checksum (written before
+                         manifests carried one, or the field deleted: an edit goes undetected), with
+                         a warning; without it such a checkpoint is refused, as odc-train refuses it
   -h, --help             show this help
 )";
 
@@ -89,6 +93,11 @@ with "resharded_from". A run with checkpoint.dir=OUT on N ranks and the same glo
 
 options:
   --world-size N         number of ranks of the runs that will resume from it (required)
+  --accept-manifest-without-checksum
+                         reshard a checkpoint whose manifest has no manifest_checksum (written before
+                         manifests carried one, or the field deleted: an edit goes undetected), with
+                         a warning (the new manifest's checksum covers its values as they are);
+                         without it such a checkpoint is refused, as odc-train refuses it
   -h, --help             show this help
 )";
 
@@ -352,7 +361,8 @@ int run_export(const odc::cli::Arguments& args) {
   const std::string architecture = args.value_or("--architecture", "");
   const std::string tokenizer_from = args.value_or("--tokenizer-from", "");
   const std::int64_t max_shard_bytes = args.integer("--max-shard-bytes", 5'000'000'000, odc::Range::at_least(1));
-  const auto step = odc::train::export_native_to_hf(from, out, dtype, architecture, tokenizer_from, max_shard_bytes);
+  const auto step = odc::train::export_native_to_hf(from, out, dtype, architecture, tokenizer_from, max_shard_bytes,
+                                                    args.flag("--accept-manifest-without-checksum"));
   std::cout << nlohmann::json{{"from", from}, {"out", out}, {"step", step}, {"dtype", odc::dtype_name(dtype)}}.dump() << '\n';
   return 0;
 }
@@ -371,7 +381,7 @@ int run_reshard(const odc::cli::Arguments& args) {
   const std::string out = args.positional(1);
   if (in.empty() || out.empty()) throw args.usage_error("IN and OUT are required");
   const int world = args.required_integer<int>("--world-size", "N", odc::Range::at_least(1));
-  const auto path = odc::train::reshard_native(in, out, world);
+  const auto path = odc::train::reshard_native(in, out, world, args.flag("--accept-manifest-without-checksum"));
   std::cout << nlohmann::json{{"from", in}, {"checkpoint", path}, {"world_size", world}}.dump() << '\n';
   return 0;
 }
@@ -389,10 +399,13 @@ int main(int argc, char** argv) {
        run_init},
       {"inspect", Command{"", kInspectUsage, {}, "checkpoint directory", 1}, run_inspect},
       {"export", Command{"", kExportUsage, {{"--from"}, {"--out"}, {"--dtype"}, {"--architecture"}, {"--tokenizer-from"},
-                                       {"--max-shard-bytes"}}},
+                                       {"--max-shard-bytes"}, {"--accept-manifest-without-checksum", Takes::nothing}}},
        run_export},
       {"import", Command{"", kImportUsage, {{"--from"}, {"--out"}, {"--world-size"}}}, run_import},
-      {"reshard", Command{"", kReshardUsage, {{"--world-size"}}, "checkpoint directory", 2}, run_reshard},
+      {"reshard",
+       Command{"", kReshardUsage, {{"--world-size"}, {"--accept-manifest-without-checksum", Takes::nothing}},
+               "checkpoint directory", 2},
+       run_reshard},
   };
   return odc::cli::run_tool("odc-ckpt", [&] {
     // Warnings (e.g. an unimplemented sliding window) go to stderr: stdout is the JSON line.

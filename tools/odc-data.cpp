@@ -177,11 +177,7 @@ int run_convert(const odc::cli::Arguments& args) {
     odc::data::write_bin_dataset(out_prefix, *source);
   } catch (const odc::Error& error) {
     // The dataset's message names the trainer's key; here the same switch is an option.
-    const std::string what = error.what();
-    if (what.find("data.extra_fields: ignore") != std::string::npos) {
-      throw odc::Error(what + " (odc-data convert: --extra-fields ignore)");
-    }
-    throw;
+    throw odc::Error(odc::data::name_extra_fields_option(error.what(), "--extra-fields ignore"));
   }
   // The summary is computed from the written pair as the trainer will read it, which also proves
   // that it opens and validates.

@@ -64,10 +64,15 @@ int run(const odc::cli::Arguments& args) {
   }
 
   odc::train::LoadedModel model(model_dir, threads);
-  const auto dataset = odc::data::open_dataset(
-      data, format, model.config().vocab_size,
-      odc::data::TextDataOptions{odc::data::resolve_tokenizer_path(tokenizer, model_dir), chat_template,
-                                 ignore_extra_fields});
+  std::unique_ptr<odc::data::TokenDataset> dataset;
+  try {
+    dataset = odc::data::open_dataset(
+        data, format, model.config().vocab_size,
+        odc::data::TextDataOptions{odc::data::resolve_tokenizer_path(tokenizer, model_dir), chat_template,
+                                   ignore_extra_fields});
+  } catch (const odc::Error& error) {
+    throw odc::Error(odc::data::name_extra_fields_option(error.what(), "--extra-fields ignore"));  // this tool's switch
+  }
   const auto result = odc::train::evaluate(model, *dataset, max_tokens, max_sequences);
   const nlohmann::json out = {{"model", model_dir},       {"data", data},
                               {"loss", result.loss},      {"perplexity", result.perplexity},

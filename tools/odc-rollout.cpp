@@ -129,6 +129,9 @@ int run(const odc::cli::Arguments& args, const odc::train::StopSignals& signals)
   const std::string verifier_name = args.choice("--verifier", {"exact", "number"}, "exact");
   const auto reward_command = args.value("--reward-command");
   if (reward_command && args.value("--verifier")) throw args.usage_error("give --verifier or --reward-command, not both");
+  if (reward_command && reward_command->find_first_not_of(" \t\r\n") == std::string::npos) {
+    throw args.usage_error(fmt::format("--reward-command expects a command line, got '{}'", *reward_command));
+  }
   const double reward_timeout = args.number("--reward-timeout", 300.0, odc::Range::above(0));
   if (!reward_command && args.value("--reward-timeout")) throw args.usage_error("--reward-timeout limits --reward-command, which is not given");
   const bool chat = args.flag("--chat");

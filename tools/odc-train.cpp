@@ -15,6 +15,7 @@
 #include "cli/command_line.h"
 #include "cli/tool_main.h"
 #include "odc/core/logging.h"
+#include "odc/data/dataset.h"
 #include "odc/distributed/group/local_launch.h"
 #include "odc/distributed/group/mpi_host_group.h"
 #include "odc/distributed/group/mpi_session.h"
@@ -154,6 +155,9 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
   odc::cli::same_on_every_rank([&] {
     config.validate(online_rl ? std::vector<std::string>{"data.train"} : std::vector<std::string>{});
     odc::train::resolve_run_settings(config, false);  // the settings' own checks (train.trace_file's name)
+    odc::train::global_batch_size(config, world_size);  // its overflow (minibatch x ranks) too
+    // The data file every rank reads: one that cannot be opened is said once, not once per rank.
+    if (!online_rl) odc::data::check_dataset_opens(config.get_string("data.train"), config.get_string("data.format"));
   });
   odc::setup_logging(rank, world_size, config.get_string("train.log_level"));
   if (local) {

@@ -34,7 +34,11 @@ PANELS = [
 def load(path):
     """Step lines and eval lines: {field: ([steps], [values])}."""
     series = {field: ([], []) for _, field, _, _ in PANELS}
-    with open(path) as f:
+    try:
+        f = open(path)
+    except OSError as e:
+        sys.exit(f"plot_metrics.py: {path}: cannot be read ({e.strerror}): give the metrics file train.metrics_file wrote")
+    with f:
         for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:

@@ -19,11 +19,15 @@
 
 #include "odc/core/error.h"
 #include "odc/core/text.h"
+#include "config_values.h"
 #include "yaml_text.h"
 
 namespace odc {
 namespace {
 
+using config_values::check_value;
+using config_values::did_you_mean;
+using config_values::kind_name;
 using yaml_text::describe;
 using yaml_text::parse_boolean;
 using yaml_text::parse_integer;
@@ -49,10 +53,6 @@ std::string section_of(const std::string& path) { return path.substr(0, path.fin
 std::string key_of(const std::string& path) {
   const std::size_t dot = path.rfind('.');
   return dot == std::string::npos ? path : path.substr(dot + 1);
-}
-
-std::string did_you_mean(const std::string& suggestion) {
-  return suggestion.empty() ? std::string() : fmt::format("; did you mean '{}'?", suggestion);
 }
 
 std::vector<std::string> section_names(const std::vector<TunableSpec>& specs) {
@@ -101,17 +101,6 @@ std::string unknown_key_message(const std::string& key, const std::string& where
   return message;
 }
 
-const char* kind_name(ValueKind kind) {
-  switch (kind) {
-    case ValueKind::integer: return "an integer";
-    case ValueKind::number: return "a number";
-    case ValueKind::boolean: return "true or false";
-    case ValueKind::string: return "a string";
-    case ValueKind::map: return "a mapping of keys";
-  }
-  return "a value";
-}
-
 // Environment and --set values are one-line texts of their own, so a line number would mislead.
 bool is_file_source(std::string_view source) {
   return source != kDefaultSource && source != kSetSource &&
@@ -121,60 +110,6 @@ bool is_file_source(std::string_view source) {
 std::string location(const std::string& source, const YAML::Mark& mark) {
   if (is_file_source(source) && !mark.is_null()) return fmt::format("{}:{}", source, mark.line + 1);
   return source;
-}
-
-void check_value(const TunableSpec& spec, const YAML::Node& node, const std::string& where) {
-  const auto mismatch = [&] {
-    fail("config key '{}' in {} expects {}, found {}", spec.path, where, kind_name(spec.kind),
-         describe(node));
-  };
-  const auto check_range = [&](double value) {
-    if (!spec.range.contains(value)) {
-      fail("config key '{}' in {} must be {}, found {}", spec.path, where, spec.range.text(), node.Scalar());
-    }
-  };
-  switch (spec.kind) {
-    case ValueKind::integer: {
-      if (node.IsScalar() && std::find(spec.choices.begin(), spec.choices.end(), node.Scalar()) != spec.choices.end()) {
-        return;  // one of the words the key accepts besides numbers
-      }
-      const auto value = node.IsScalar() ? parse_integer(node.Scalar()) : std::nullopt;
-      if (!value) {
-        if (spec.choices.empty()) mismatch();
-        fail("config key '{}' in {} expects an integer or {}, found {}", spec.path, where, fmt::join(spec.choices, ", "),
-             describe(node));
-      }
-      check_range(static_cast<double>(value.value()));
-      return;
-    }
-    case ValueKind::number: {
-      const auto value = node.IsScalar() ? parse_number(node.Scalar()) : std::nullopt;
-      if (!value) mismatch();
-      check_range(value.value());
-      return;
-    }
-    case ValueKind::boolean:
-      if (!parse_boolean(node)) mismatch();
-      return;
-    case ValueKind::string:
-      if (!node.IsScalar()) mismatch();
-      if (!spec.choices.empty() && std::find(spec.choices.begin(), spec.choices.end(),
-                                             node.Scalar()) == spec.choices.end()) {
-        fail("config key '{}' in {} expects one of {}, found '{}'{}", spec.path, where, fmt::join(spec.choices, ", "),
-             node.Scalar(), did_you_mean(closest_name(node.Scalar(), spec.choices)));
-      }
-      // Only a shell expands ~, and only at the start of a word: "~/data" in a file or after
-      // --set key= would name a directory called "~" under the current one.
-      if (node.Scalar().starts_with("~/")) {
-        fail("config key '{}' in {} is '{}': '~' is not expanded here; write the path out ($HOME/... in a shell, or "
-             "an absolute path)",
-             spec.path, where, node.Scalar());
-      }
-      return;
-    case ValueKind::map:
-      if (!node.IsMap()) mismatch();
-      return;
-  }
 }
 
 // Text is UTF-8, as YAML requires (yaml-cpp passes other bytes through, but no dump could write
@@ -308,7 +243,7 @@ std::vector<std::string> Config::apply_environment() {
       const char* text = std::getenv(variable.c_str());
       if (text == nullptr) continue;
       const std::string source = std::string(kEnvironmentPrefix) + variable;
-      set_value(declared, yaml_text::parse(text, source, false), source);
+      set_value(declared, yaml_text::parse_value(text, source, variable + "='", "'"), source);
     }
   } catch (...) {
     values_.swap(before);
@@ -358,7 +293,8 @@ std::vector<std::string> Config::apply_environment() {
 
 void Config::apply_assignment(const std::string& assignment) {
   const auto [key, text] = split_assignment(assignment);
-  const YAML::Node value = yaml_text::parse(text, fmt::format("--set '{}'", assignment), false);
+  const YAML::Node value =
+      yaml_text::parse_value(text, fmt::format("--set '{}'", assignment), fmt::format("--set '{}=", key), "'");
   const auto parts = split_path(key);
   const bool well_formed = std::none_of(parts.begin(), parts.end(),
                                         [](const std::string& part) { return part.empty(); });

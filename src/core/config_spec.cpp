@@ -1,7 +1,10 @@
-// The vocabulary of declarations and assignments: value ranges and how they read, the tunable()
-// declaration helpers, the key=value split of --set, and the nearest-name hint of "did you mean".
+// The vocabulary of declarations and assignments: value ranges and how they read, the check of a
+// value against its declaration (config_values.h), the tunable() declaration helpers, the key=value
+// split of --set, and the nearest-name hint of "did you mean".
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -12,6 +15,8 @@
 #include "odc/core/config.h"
 #include "odc/core/error.h"
 #include "odc/core/text.h"
+#include "config_values.h"
+#include "yaml_text.h"
 
 namespace odc {
 namespace {
@@ -117,4 +122,85 @@ std::string closest_name(std::string_view word, const std::vector<std::string>& 
   return best;
 }
 
+namespace config_values {
+
+using yaml_text::describe;
+using yaml_text::parse_integer;
+using yaml_text::parse_number;
+using yaml_text::parse_boolean;
+
+std::string did_you_mean(const std::string& suggestion) {
+  return suggestion.empty() ? std::string() : fmt::format("; did you mean '{}'?", suggestion);
+}
+
+const char* kind_name(ValueKind kind) {
+  switch (kind) {
+    case ValueKind::integer: return "an integer";
+    case ValueKind::number: return "a number";
+    case ValueKind::boolean: return "true or false";
+    case ValueKind::string: return "a string";
+    case ValueKind::map: return "a mapping of keys";
+  }
+  return "a value";
+}
+
+void check_value(const TunableSpec& spec, const YAML::Node& node, const std::string& where) {
+  const auto mismatch = [&] {
+    fail("config key '{}' in {} expects {}, found {}", spec.path, where, kind_name(spec.kind),
+         describe(node));
+  };
+  const auto check_range = [&](double value) {
+    if (!spec.range.contains(value)) {
+      fail("config key '{}' in {} must be {}, found {}", spec.path, where, spec.range.text(), node.Scalar());
+    }
+  };
+  switch (spec.kind) {
+    case ValueKind::integer: {
+      if (node.IsScalar() && std::find(spec.choices.begin(), spec.choices.end(), node.Scalar()) != spec.choices.end()) {
+        return;  // one of the words the key accepts besides numbers
+      }
+      const auto value = node.IsScalar() ? parse_integer(node.Scalar()) : std::nullopt;
+      if (!value && node.IsScalar() && yaml_text::is_integer_text(node.Scalar())) {  // too large for 64 bits
+        fail("config key '{}' in {} must be in [{}, {}] (a 64-bit integer), found {}", spec.path, where,
+             std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max(), node.Scalar());
+      }
+      if (!value) {
+        if (spec.choices.empty()) mismatch();
+        fail("config key '{}' in {} expects an integer or {}, found {}", spec.path, where, fmt::join(spec.choices, ", "),
+             describe(node));
+      }
+      check_range(static_cast<double>(value.value()));
+      return;
+    }
+    case ValueKind::number: {
+      const auto value = node.IsScalar() ? parse_number(node.Scalar()) : std::nullopt;
+      if (!value) mismatch();
+      check_range(value.value());
+      return;
+    }
+    case ValueKind::boolean:
+      if (!parse_boolean(node)) mismatch();
+      return;
+    case ValueKind::string:
+      if (!node.IsScalar()) mismatch();
+      if (!spec.choices.empty() && std::find(spec.choices.begin(), spec.choices.end(),
+                                             node.Scalar()) == spec.choices.end()) {
+        fail("config key '{}' in {} expects one of {}, found '{}'{}", spec.path, where, fmt::join(spec.choices, ", "),
+             node.Scalar(), did_you_mean(closest_name(node.Scalar(), spec.choices)));
+      }
+      // Only a shell expands ~, and only at the start of a word: "~/data" in a file or after
+      // --set key= would name a directory called "~" under the current one.
+      if (node.Scalar().starts_with("~/")) {
+        fail("config key '{}' in {} is '{}': '~' is not expanded here; write the path out ($HOME/... in a shell, or "
+             "an absolute path)",
+             spec.path, where, node.Scalar());
+      }
+      return;
+    case ValueKind::map:
+      if (!node.IsMap()) mismatch();
+      return;
+  }
+}
+
+}  // namespace config_values
 }  // namespace odc

@@ -74,8 +74,9 @@ std::optional<ProcessStat> read_process_stat(long pid) {
   std::string state;
   if (!(fields >> state) || state.empty()) return std::nullopt;
   stat.state = state[0];
+  if (!(fields >> stat.parent)) return std::nullopt;
   std::string field;
-  for (int i = 4; i <= 22 && fields >> field; ++i) {}
+  for (int i = 5; i <= 22 && fields >> field; ++i) {}
   stat.start_time = field;
   return stat;
 }

@@ -3,16 +3,22 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <set>
 #include <thread>
+#include <vector>
 
 #include "odc/core/error.h"
 #include "odc/core/file_descriptor.h"
+#include "odc/core/process_stats.h"
 
 extern char** environ;
 
@@ -46,6 +52,56 @@ class Lifeline {
 
  private:
   FileDescriptor fd_;
+};
+
+// This process's children now (/proc/PID/stat's ppid).
+std::set<pid_t> children() {
+  std::set<pid_t> found;
+  const pid_t self = ::getpid();
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    const auto stat = read_process_stat(std::stol(name));
+    if (stat && stat->parent == self) found.insert(static_cast<pid_t>(std::stol(name)));
+  }
+  return found;
+}
+
+// While a command runs this process is a child subreaper (PR_SET_CHILD_SUBREAPER): what the
+// command started that left its group (setsid, a daemon's double fork) is reparented here, not to
+// init, once its parent ends, so the group's kill does not miss it. On the way out every child that
+// was not one before is killed and reaped, pass after pass (a killed one's children come here in
+// turn), and the setting is restored.
+class ChildSubreaper {
+ public:
+  ChildSubreaper() {
+    int was = 0;
+    prctl(PR_GET_CHILD_SUBREAPER, &was);
+    was_ = was != 0;
+    if (!was_) prctl(PR_SET_CHILD_SUBREAPER, 1);
+    before_ = children();
+  }
+  ~ChildSubreaper() {
+    for (bool any = true; any;) {
+      std::vector<pid_t> escaped;
+      for (const pid_t pid : children()) {
+        if (!before_.contains(pid)) escaped.push_back(pid);
+      }
+      for (const pid_t pid : escaped) ::kill(pid, SIGKILL);
+      for (const pid_t pid : escaped) {
+        while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {}
+      }
+      any = !escaped.empty();
+    }
+    if (!was_) prctl(PR_SET_CHILD_SUBREAPER, 0);
+  }
+  ChildSubreaper(const ChildSubreaper&) = delete;
+  ChildSubreaper& operator=(const ChildSubreaper&) = delete;
+
+ private:
+  bool was_ = false;
+  std::set<pid_t> before_;
 };
 
 // posix_spawn's attribute objects, destroyed on every path.
@@ -110,6 +166,7 @@ ShellCommandResult run_shell_command(const std::string& command, const std::stri
     fail("cannot start '{}': socketpair: {}", command, std::strerror(errno));
   }
   const FileDescriptor lifeline_read(ends[0]);
+  const ChildSubreaper subreaper;    // declared first: it sweeps up last, after the group's kill
   const Lifeline lifeline(ends[1]);  // held while the command runs; its end ends the group
   SpawnSetup setup;
   posix_spawn_file_actions_addopen(&setup.actions, STDIN_FILENO, stdin_path.c_str(), O_RDONLY, 0);

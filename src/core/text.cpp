@@ -1,5 +1,7 @@
 #include "odc/core/text.h"
 
+#include <fmt/format.h>
+
 namespace odc {
 
 namespace {
@@ -164,6 +166,28 @@ std::string_view strip(std::string_view text, bool (*is_space)(char32_t), bool l
     }
   }
   return text.substr(begin, end - begin);
+}
+
+std::string escape_control(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) {
+      out += c;
+    } else if (c == '\0') {
+      out += "\\0";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else {
+      out += fmt::format("\\x{:02x}", byte);
+    }
+  }
+  return out;
 }
 
 }  // namespace odc

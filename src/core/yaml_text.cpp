@@ -12,6 +12,7 @@
 #include <yaml-cpp/parser.h>
 
 #include "odc/core/error.h"
+#include "odc/core/text.h"
 
 namespace odc::yaml_text {
 namespace {
@@ -204,6 +205,50 @@ YAML::Node parse(const std::string& text, const std::string& label, bool with_li
   }
 }
 
+namespace {
+
+// Why YAML reads a plain value as other text than it is: its first character, or a comment.
+std::string lost_text_reason(const std::string& value) {
+  switch (value.front()) {
+    case '#': return " (a '#' starts a YAML comment)";
+    case '&': return " ('&' starts a YAML anchor)";
+    case '!': return " ('!' starts a YAML tag)";
+    case '%': return " ('%' starts a YAML directive)";
+    case '|':
+    case '>': return " ('|' and '>' start a YAML block scalar)";
+    default: break;
+  }
+  if (value.find(" #") != std::string::npos || value.find("\t#") != std::string::npos) {
+    return " (a '#' after a space starts a YAML comment)";
+  }
+  return "";
+}
+
+}  // namespace
+
+YAML::Node parse_value(const std::string& text, const std::string& label, const std::string& before,
+                       const std::string& after) {
+  YAML::Node node = parse(text, label, false);
+  const std::string value = trim(text);
+  // Empty is the empty value; quoted text is read as YAML writes it; lists and mappings are kinds of their own.
+  if (value.empty() || value.front() == '"' || value.front() == '\'' || !(node.IsScalar() || node.IsNull())) {
+    return node;
+  }
+  if (node.IsNull() ? (value == "~" || value == "null" || value == "Null" || value == "NULL")
+                    : node.Scalar() == value) {
+    return node;
+  }
+  std::string escaped;
+  for (const char c : value) {
+    if (c == '"' || c == '\\') escaped += '\\';
+    escaped += c;
+  }
+  const bool shell_quoted = value.find('\'') == std::string::npos;
+  fail("{}: YAML reads the value '{}' as {}{}, so text would be lost; to give it as written, quote it: {}\"{}\"{}",
+       label, value, describe(node), lost_text_reason(value), shell_quoted ? before : "", escaped,
+       shell_quoted ? after : "");
+}
+
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Scalar: return fmt::format("'{}'", node.Scalar());
@@ -223,6 +268,11 @@ std::optional<std::int64_t> parse_integer(std::string_view text) {
   const auto [stop, error] = std::from_chars(text.data(), end, value);
   if (text.empty() || error != std::errc() || stop != end) return std::nullopt;
   return value;
+}
+
+bool is_integer_text(std::string_view text) {
+  if (!text.empty() && (text.front() == '+' || text.front() == '-')) text.remove_prefix(1);
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 std::optional<double> parse_number(std::string_view text) {

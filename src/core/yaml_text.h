@@ -19,11 +19,20 @@ namespace odc::yaml_text {
 // (with_line) or "... in LABEL at column C: ..." (one-line texts: environment values, --set).
 YAML::Node parse(const std::string& text, const std::string& label, bool with_line);
 
+// parse() of a one-line value (--set, an environment variable) whose plain (unquoted) text YAML
+// must read as written: one that would lose or change text (a comment: '###' read as nothing,
+// 'a #b' as 'a'; an anchor '&', a tag '!', a directive '%', a block scalar '|' or '>') is
+// odc::Error naming it and how to quote it: `before` "TEXT" `after` (--set 'rl.stop="###"').
+YAML::Node parse_value(const std::string& text, const std::string& label, const std::string& before,
+                       const std::string& after);
+
 // A node as an error message names it: "'text'", "a list", "a mapping", "an empty value".
 std::string describe(const YAML::Node& node);
 
 // Scalars read as YAML writes them (an explicit '+' allowed); nullopt when the text is not one.
 std::optional<std::int64_t> parse_integer(std::string_view text);
+// Decimal digits with an optional sign: an integer whatever its size (parse_integer may still refuse it).
+bool is_integer_text(std::string_view text);
 std::optional<double> parse_number(std::string_view text);  // finite numbers only
 std::optional<bool> parse_boolean(const YAML::Node& node);  // true/false, yes/no, on/off
 

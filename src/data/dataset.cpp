@@ -275,6 +275,22 @@ void check_not_directory(const std::string& path, const std::string& format) {
 
 }  // namespace
 
+void check_dataset_opens(const std::string& path, const std::string& format) {
+  const char* expected = expected_input(format);
+  if (expected == nullptr) return;  // an unknown format: open_dataset names it
+  check_not_directory(path, format);
+  if (format == "bin") return;  // a prefix: BinTokenDataset names the file of the pair it misses
+  if (!std::ifstream(path)) fail("{}: cannot open dataset file (data.format '{}' reads {})", path, format, expected);
+}
+
+std::string name_extra_fields_option(const std::string& message, std::string_view option) {
+  constexpr std::string_view key = "data.extra_fields: ignore";
+  static_assert(kExtraFieldsHint.find(key) != std::string_view::npos, "the hint names the key");
+  const auto at = message.rfind(key);
+  if (at == std::string::npos || message.find(kExtraFieldsHint.substr(2), at) != at) return message;
+  return message.substr(0, at) + std::string(option) + message.substr(at + key.size());
+}
+
 std::unique_ptr<TokenDataset> open_dataset(const std::string& path, const std::string& format,
                                            std::int64_t vocab_size, const TextDataOptions& text) {
   if (expected_input(format) != nullptr) check_not_directory(path, format);

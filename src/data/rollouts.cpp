@@ -269,9 +269,28 @@ void RolloutDataset::read(std::istream& in, std::int64_t vocab_size, RewardScale
       advantages_.push_back(static_cast<float>(a));
     }
     reward_mean_ = reward_spread(rewards, groups).mean;
+    rewards_differ_.assign(rewards.size(), 0);
+    for (const auto& [group, in_group] : members_by_group(groups)) {
+      const Spread g = spread_of(rewards, in_group);
+      if (g.scale != 0.0 && g.std > 0.0) {
+        for (const std::size_t i : in_group) rewards_differ_[i] = 1;
+      }
+    }
   } else {
     advantages_ = std::move(given);
   }
+}
+
+std::string RolloutDataset::no_targets_reason(std::int64_t count) const {
+  std::int64_t empty = 0;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const auto begin = masks_.begin() + starts_[static_cast<std::size_t>(i)];
+    const auto end = begin + length(i);
+    if (std::find(begin, end, std::uint8_t{1}) == end) ++empty;
+  }
+  if (empty == count) return "every completion_ids is empty: a rollout's targets are its completion's tokens";
+  return fmt::format("{} of them have an empty completion_ids, and the other {} a completion of one token with no "
+                     "prompt_ids before it (a first token is never predicted)", empty, count - empty);
 }
 
 std::string RolloutDataset::describe() const {
@@ -287,6 +306,7 @@ std::optional<PolicyView> RolloutDataset::policy(std::int64_t index) const {
   view.logprobs = std::span<const float>(logprobs_).subspan(start, count);
   if (has_ref_) view.ref_logprobs = std::span<const float>(ref_logprobs_).subspan(start, count);
   view.advantage = advantages_[i];
+  view.rewards_differ = !rewards_differ_.empty() && rewards_differ_[i] != 0;
   view.temperature = temperature_;
   return view;
 }

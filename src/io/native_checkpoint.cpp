@@ -254,6 +254,21 @@ bool has_manifest_checksum(const nlohmann::json& manifest) {
   return manifest.is_object() && manifest.contains(kManifestChecksumKey);
 }
 
+void check_manifest_checksum_present(const std::string& checkpoint, const nlohmann::json& manifest,
+                                     const ManifestChecksumOptIn& opt_in) {
+  if (has_manifest_checksum(manifest)) return;
+  if (!opt_in.accept) {
+    fail("checkpoint '{}': its manifest has no {}, so an edit of its values (a step, a sampler position, a "
+         "shard's checksum) would go undetected; it was written before manifests carried one, or the field "
+         "was deleted\n  to {} it anyway: {} ({}){}",
+         checkpoint, kManifestChecksumKey, opt_in.use, opt_in.how, opt_in.note, opt_in.hint);
+  }
+  if (opt_in.warn) {
+    spdlog::warn("checkpoint '{}': its manifest has no {} (accepted: {}): an edit of it cannot be detected; {}",
+                 checkpoint, kManifestChecksumKey, opt_in.name, opt_in.note);
+  }
+}
+
 nlohmann::json read_manifest(const std::string& checkpoint) {
   const fs::path path = fs::path(checkpoint) / "manifest.json";
   std::error_code ec;

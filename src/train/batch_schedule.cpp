@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "odc/core/checked_math.h"
 #include "odc/core/error.h"
 
 namespace odc::train {
@@ -65,7 +66,14 @@ std::int64_t global_batch_size(const Config& config, int world_size, std::string
     *how = fmt::format("data.minibatch_size {}{} x {}", per_rank, given ? "" : " (the default)",
                        plural(world_size, "rank"));
   }
-  return per_rank * world_size;
+  const auto global = product_within_int64(per_rank, world_size);
+  if (!global) {
+    fail("data.minibatch_size {} (from {}) x {} is beyond the largest count of sequences (2^63 - 1): on {} "
+         "data.minibatch_size must be <= {}",
+         per_rank, config.source_of("data.minibatch_size"), plural(world_size, "rank"), plural(world_size, "rank"),
+         largest_factor_within_int64(world_size));
+  }
+  return *global;
 }
 
 void check_batch_split(std::int64_t global, int world_size, data::Balance balance, const std::string& how) {
@@ -95,7 +103,14 @@ RunLength run_length(const Config& config, std::int64_t dataset_size, std::int64
   length.steps_per_epoch = (dataset_size + global_batch - 1) / global_batch;
   const std::int64_t remainder = dataset_size % global_batch;
   length.last_step_sequences = remainder == 0 ? global_batch : remainder;
-  length.steps = length.epochs * length.steps_per_epoch;
+  const auto steps = product_within_int64(length.epochs, length.steps_per_epoch);
+  if (!steps) {
+    fail("train.epochs {} (from {}) x {} per epoch ({} sequences in global batches of {}) is beyond the largest "
+         "count of steps (2^63 - 1): with this data and batch train.epochs must be <= {}",
+         length.epochs, config.source_of("train.epochs"), plural(length.steps_per_epoch, "step"), dataset_size,
+         global_batch, largest_factor_within_int64(length.steps_per_epoch));
+  }
+  length.steps = *steps;
   return length;
 }
 

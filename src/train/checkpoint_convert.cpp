@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -50,13 +51,30 @@ std::string run_tokenizer_directory(const TrainingManifest& manifest, const std:
   }
   return {};
 }
+
+// odc-ckpt reads a manifest without its checksum only where --accept-manifest-without-checksum says
+// so, as odc-train does with its key: a reshard would sign an edited value with a fresh checksum.
+void check_manifest_checksum(const std::string& checkpoint, const nlohmann::json& manifest, bool accept,
+                             std::string_view use, std::string_view note) {
+  const auto previous = io::previous_checkpoint(checkpoint);
+  io::check_manifest_checksum_present(
+      checkpoint, manifest,
+      {.accept = accept,
+       .name = "--accept-manifest-without-checksum",
+       .how = "--accept-manifest-without-checksum",
+       .use = use,
+       .note = note,
+       .hint = previous ? fmt::format("; the previous good checkpoint next to it: {}", *previous) : std::string()});
+}
 }  // namespace
 
 std::int64_t export_native_to_hf(const std::string& native_from, const std::string& out_dir, DType dtype,
                                  const std::string& architecture, const std::string& copy_from,
-                                 std::int64_t max_shard_bytes) {
+                                 std::int64_t max_shard_bytes, bool accept_manifest_without_checksum) {
   const std::string native_checkpoint = resolve_step_directory(native_from);
   const nlohmann::json json = io::read_manifest(native_checkpoint);
+  check_manifest_checksum(native_checkpoint, json, accept_manifest_without_checksum, "export",
+                          "the shards are still checked against the checksums it records");
   const TrainingManifest manifest = TrainingManifest::from_json(json, native_checkpoint);
   if (manifest.model_config.is_null()) fail("checkpoint '{}': the manifest holds no model_config", native_checkpoint);
   const auto config = model::LlamaConfig::from_json(manifest.model_config, native_checkpoint + "/manifest.json", false);
@@ -141,10 +159,13 @@ std::string import_hf_to_native(const std::string& hf_dir, const std::string& na
   return io::commit_checkpoint(native_dir, 0, world_size, manifest.to_json(), 0);
 }
 
-std::string reshard_native(const std::string& checkpoint, const std::string& out_dir, int world_size) {
+std::string reshard_native(const std::string& checkpoint, const std::string& out_dir, int world_size,
+                           bool accept_manifest_without_checksum) {
   if (world_size < 1) fail("reshard needs a world size >= 1, found {}", world_size);
   io::refuse_hf_where_native_expected(checkpoint, "--from");
   nlohmann::json json = io::read_manifest(checkpoint);
+  check_manifest_checksum(checkpoint, json, accept_manifest_without_checksum, "reshard",
+                          "the resharded checkpoint's manifest gets a checksum of its values as they are");
   const TrainingManifest manifest = TrainingManifest::from_json(json, checkpoint);
   if (manifest.model_config.is_null()) fail("checkpoint '{}': the manifest holds no model_config", checkpoint);
   const auto config = model::LlamaConfig::from_json(manifest.model_config, checkpoint + "/manifest.json", false);

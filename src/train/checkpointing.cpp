@@ -273,15 +273,14 @@ const Checkpointer::RunStart& Checkpointer::begin_run() {
                       : std::string("there is no earlier good checkpoint next to it to resume from"),
              e.what());
       }
-      // Without its checksum an edit of any value (a step, a sampler position, a shard's checksum)
-      // goes undetected, and format_version does not tell an old manifest from a stripped one.
-      if (!io::has_manifest_checksum(manifest) && !accept_manifest_without_checksum_) {
-        fail("checkpoint '{}': its manifest has no {}, so an edit of its values (a step, a sampler position, a "
-             "shard's checksum) would go undetected; it was written before manifests carried one, or the field "
-             "was deleted\n  to resume it anyway: --set checkpoint.accept_manifest_without_checksum=true (the "
-             "next checkpoint will have one){}",
-             path, io::kManifestChecksumKey, io::previous_checkpoint_hint(path));
-      }
+      // Read with a warning (rank 0 decides: one warning) where the key accepts it.
+      io::check_manifest_checksum_present(path, manifest,
+                                          {.accept = accept_manifest_without_checksum_,
+                                           .name = "checkpoint.accept_manifest_without_checksum",
+                                           .how = "--set checkpoint.accept_manifest_without_checksum=true",
+                                           .use = "resume",
+                                           .note = "the next checkpoint will have one",
+                                           .hint = io::previous_checkpoint_hint(path)});
       identity = resumed_identity(path, manifest);
       step = manifest.at("step").get<std::int64_t>();
     }
@@ -407,11 +406,6 @@ void Checkpointer::record_best(BestCheckpoint best) {
 
 void Checkpointer::report_config_changes(const std::string& path, const nlohmann::json& json,
                                          const TrainingManifest& manifest) const {
-  if (!io::has_manifest_checksum(json)) {
-    spdlog::warn("checkpoint '{}': its manifest has no {} (accepted: checkpoint.accept_manifest_without_checksum): "
-                 "an edit of it cannot be detected; the next checkpoint will have one", path,
-                 io::kManifestChecksumKey);
-  }
   if (manifest.config.empty()) return;  // an import, or a manifest without the config
   std::vector<std::string> skipped;
   std::vector<ConfigChange> changes;

@@ -164,8 +164,8 @@ std::vector<TunableSpec> trainer_tunables() {
       tunable("train.memory_budget_gib", K::number, "0",
               "one rank's memory budget for the memory plan (odc-train --plan-memory): a run whose plan exceeds it "
               "is refused before training, and data.max_tokens_per_microbatch: auto fills it; 0 = what the "
-              "device has (a GPU's memory, the host's available memory) over the ranks sharing it, less 5%; at most "
-              "1048576 (1 PiB)",
+              "device has (a GPU's memory, the host's available memory) over the ranks sharing it, less 5%; else at "
+              "least 0.0009765625 (1 MiB) and at most 1048576 (1 PiB)",
               Range::at_least(0).and_at_most(kMaxMemoryBudgetGib)),
       tunable("train.threads", K::integer, "1",
               "compute threads per rank (BLAS); at most 4 x the machine's hardware threads",
@@ -398,6 +398,11 @@ void check_relations(const Config& config) {
     if (!config.get_string("rl.reward_command").empty() && config.source_of("rl.verifier") != "default") {
       fail("rl.verifier (from {}) and rl.reward_command (from {}) both score completions: give one",
            config.source_of("rl.verifier"), config.source_of("rl.reward_command"));
+    }
+    const std::string& command = config.get_string("rl.reward_command");
+    if (!command.empty() && command.find_first_not_of(" \t\r\n") == std::string::npos) {
+      fail("rl.reward_command (from {}) is blank, a command line that runs nothing: set a command, or leave it "
+           "empty (the default) for rl.verifier to score", config.source_of("rl.reward_command"));
     }
     if (config.get_string("rl.reward_command").empty() && config.source_of("rl.reward_timeout_s") != "default") {
       fail("rl.reward_timeout_s (from {}) limits rl.reward_command, which is not set (rl.verifier scores the "

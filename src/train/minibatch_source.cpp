@@ -23,6 +23,14 @@ bool equal_sequence_counts(data::Balance balance) {
 
 }  // namespace
 
+std::string zero_advantages_reason(bool rounded) {
+  return fmt::format("every advantage is 0 ({}): the policy-gradient term and its gradient are 0, only rl.kl_beta's "
+                     "penalty, if set, has a gradient",
+                     rounded ? "the rewards of some groups differ, but by less than a float advantage holds after "
+                               "rl.scale_rewards: (reward - mean) / (std + 1e-4) rounds to 0; scale the rewards up"
+                             : "the rewards of each group are equal");
+}
+
 std::string attention_window_origin(const std::string& checkpoint, const std::string& model_config_origin) {
   if (!checkpoint.empty()) return fmt::format("sliding_window in {}/config.json", checkpoint);
   return fmt::format("model.config.attention_window, from {}", model_config_origin);
@@ -96,10 +104,11 @@ MinibatchSource::MinibatchSource(const RunSettings& settings, const Config& conf
   for (std::int64_t i = 0; i < dataset_->size() && !any_target; ++i) any_target = dataset_->target_count(i) > 0;
   if (!any_target) {
     const std::int64_t max_length = data.max_length;
-    fail("data.train: '{}' has no target tokens in its {} sequences ({}{}): nothing to train on; give each sequence "
-         "two tokens or more and a loss_mask of 1 on the tokens to predict", data.train, dataset_->size(),
-         dataset_->no_targets_reason(dataset_->size()),
-         max_length > 0 ? fmt::format(", or data.max_length {} cut off every target", max_length) : std::string());
+    fail("data.train: '{}' has no target tokens in its {} sequences ({}{}): nothing to train on; {}", data.train,
+         dataset_->size(), dataset_->no_targets_reason(dataset_->size()),
+         max_length > 0 ? fmt::format(", or data.max_length {} cut off every target", max_length) : std::string(),
+         policy_ ? "give the rollouts their completions (completion_ids)"
+                 : "give each sequence two tokens or more and a loss_mask of 1 on the tokens to predict");
   }
 
   check_attention_window(*dataset_, dataset_->size(), model, attention_window_origin(settings.model.checkpoint, settings.model.config_origin),
@@ -133,13 +142,15 @@ MinibatchSource::MinibatchSource(const RunSettings& settings, const Config& conf
 void MinibatchSource::check_policy_records(const std::string& name) {
   std::int64_t longest = 0;
   all_advantages_zero_ = true;
+  bool rounded = false;
   for (std::int64_t i = 0; i < dataset_->size(); ++i) {
     const auto policy = dataset_->policy(i);
     if (!policy) fail("{}: train.objective grpo needs rollout records (data.format rollouts)", dataset_->record(i));
     longest = std::max(longest, dataset_->target_count(i));
     all_advantages_zero_ = all_advantages_zero_ && policy->advantage == 0.0f;
+    rounded = rounded || policy->rewards_differ;
   }
-  if (all_advantages_zero_ && rank_ == 0) spdlog::warn("{}: {}", name, kZeroAdvantages);
+  if (all_advantages_zero_ && rank_ == 0) spdlog::warn("{}: {}", name, zero_advantages_reason(rounded));
   if (completion_length_ == 0) completion_length_ = std::max<std::int64_t>(longest, 1);
   const auto sampled_at = dataset_->policy(0)->temperature;
   if (sampled_at && *sampled_at != temperature_) {
@@ -227,6 +238,9 @@ Minibatch MinibatchSource::next(bool equal_counts) {
   out.zero_advantages = policy_ && !all_advantages_zero_ &&
                         std::all_of(out.global.begin(), out.global.end(),
                                     [&](std::int64_t i) { return dataset_->policy(i)->advantage == 0.0f; });
+  out.zero_advantages_rounded = out.zero_advantages && std::any_of(out.global.begin(), out.global.end(), [&](std::int64_t i) {
+                                  return dataset_->policy(i)->rewards_differ;
+                                });
   data::PlanInput input;
   input.world_size = world_size_;
   input.token_cap = token_cap_;

@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "odc/core/checked_math.h"
 #include "odc/core/error.h"
 #include "odc/core/random.h"
 #include "odc/data/packing.h"
@@ -68,6 +69,11 @@ OnlineRollouts::OnlineRollouts(const RunSettings& settings, const model::LlamaCo
            p.ids.size(), context_);
     }
   }
+  if (!product_within_int64(prompts_per_iteration_, group_size_)) {
+    fail("rl.prompts_per_iteration {} x rl.group_size {} is beyond the largest count of rollouts (2^63 - 1): with "
+         "this group size rl.prompts_per_iteration must be <= {}",
+         prompts_per_iteration_, group_size_, largest_factor_within_int64(group_size_));
+  }
   if (group_size_ < 2) {
     fail("rl.group_size is {}: GRPO's advantage compares each completion with the others of its prompt's group (its "
          "reward minus their mean), so a group of one has none and every advantage would be 0: nothing would train; "
@@ -94,7 +100,19 @@ std::int64_t OnlineRollouts::steps_per_iteration(std::int64_t global_batch, cons
          "which do not divide into global batches of {} sequences ({}); make the global batch a divisor of {}",
          prompts_per_iteration_, group_size_, rollouts, global_batch, origin, rollouts);
   }
-  return rl_.epochs * (rollouts / global_batch);
+  const std::int64_t batches = rollouts / global_batch;
+  const auto per_iteration = product_within_int64(rl_.epochs, batches);
+  if (!per_iteration) {
+    fail("rl.epochs_per_iteration {} x {} global batches per iteration ({} rollouts / {}) is beyond the largest "
+         "count of steps (2^63 - 1): with these batches rl.epochs_per_iteration must be <= {}",
+         rl_.epochs, batches, rollouts, global_batch, largest_factor_within_int64(batches));
+  }
+  if (!product_within_int64(rl_.iterations, *per_iteration)) {
+    fail("rl.iterations {} x {} steps per iteration (rl.epochs_per_iteration {} x {} global batches) is beyond the "
+         "largest count of steps (2^63 - 1): rl.iterations must be <= {}",
+         rl_.iterations, *per_iteration, rl_.epochs, batches, largest_factor_within_int64(*per_iteration));
+  }
+  return *per_iteration;
 }
 
 std::int64_t OnlineRollouts::max_sequence_length() const {

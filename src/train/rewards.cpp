@@ -13,6 +13,7 @@
 
 #include "odc/core/error.h"
 #include "odc/core/shell_command.h"
+#include "odc/core/text.h"
 #include "odc/core/wait_status.h"
 
 namespace odc::train {
@@ -96,7 +97,7 @@ std::optional<double> parse_reward(std::string_view line) {
 
 std::optional<std::vector<double>> command_rewards(const RewardCommand& reward,
                                                    const std::vector<nlohmann::json>& requests) {
-  const std::string& command = reward.command;
+  const std::string shown = escape_control(reward.command);  // the command as the errors quote it
   const std::string stem = fmt::format("odc-rewards-{}", ::getpid());
   const auto in_path = reward.scratch / (stem + ".requests.jsonl");
   const auto out_path = reward.scratch / (stem + ".rewards.txt");
@@ -110,18 +111,18 @@ std::optional<std::vector<double>> command_rewards(const RewardCommand& reward,
   } cleanup{in_path, out_path};
   {
     std::ofstream in(in_path);
-    if (!in) fail("reward command '{}': cannot write its input file {}", command, in_path.string());
+    if (!in) fail("reward command '{}': cannot write its input file {}", shown, in_path.string());
     for (const auto& r : requests) in << r.dump() << "\n";
-    if (!in.flush()) fail("reward command '{}': cannot write its input file {}", command, in_path.string());
+    if (!in.flush()) fail("reward command '{}': cannot write its input file {}", shown, in_path.string());
   }
   const ShellCommandResult run =
-      run_shell_command(command, in_path.string(), out_path.string(), reward.timeout_s, reward.stop_requested);
+      run_shell_command(reward.command, in_path.string(), out_path.string(), reward.timeout_s, reward.stop_requested);
   if (run.ended == ShellCommandResult::Ended::stopped) return std::nullopt;
   if (run.ended == ShellCommandResult::Ended::timed_out) {
     fail("reward command '{}' did not finish within {} s ({}): it was killed with every process it started; "
-         "raise the limit or make the command faster", command, reward.timeout_s, reward.timeout_origin);
+         "raise the limit or make the command faster", shown, reward.timeout_s, reward.timeout_origin);
   }
-  if (run.wait_status != 0) fail("reward command '{}' failed ({})", command, describe_wait_status(run.wait_status));
+  if (run.wait_status != 0) fail("reward command '{}' failed ({})", shown, describe_wait_status(run.wait_status));
   std::ifstream out(out_path);
   std::vector<double> rewards;
   std::string line;
@@ -130,12 +131,12 @@ std::optional<std::vector<double>> command_rewards(const RewardCommand& reward,
     const auto value = parse_reward(line);
     if (!value) {
       fail("reward command '{}': line {} of its output, '{}', is not one finite number (each line holds a reward "
-           "such as 1, 0.5 or -2e-3, and nothing else)", command, number, line);
+           "such as 1, 0.5 or -2e-3, and nothing else)", shown, number, escape_control(line));
     }
     rewards.push_back(*value);
   }
   if (rewards.size() != requests.size()) {
-    fail("reward command '{}' wrote {} rewards for {} completions", command, rewards.size(), requests.size());
+    fail("reward command '{}' wrote {} rewards for {} completions", shown, rewards.size(), requests.size());
   }
   return rewards;
 }

@@ -5,6 +5,7 @@
 #include "odc/backend/backend_factory.h"
 #include "odc/core/error.h"
 #include "odc/core/thread_limit.h"
+#include "odc/train/memory_plan.h"
 #include "odc/train/run_report.h"
 
 namespace odc::train {
@@ -88,6 +89,12 @@ TrainSettings read_train(const Config& config) {
   train.grad_clip = config.get_double("train.grad_clip");
   train.peak_flops = config.get_double("train.peak_flops");
   train.memory_budget_gib = config.get_double("train.memory_budget_gib");
+  // A positive budget below 1 MiB was as good as none: 1e-10 GiB is 0 bytes, "unknown: nothing checked".
+  if (train.memory_budget_gib > 0 && train.memory_budget_gib < kMinMemoryBudgetGib) {
+    fail("config key 'train.memory_budget_gib' in {} must be 0 (what the device has) or in [{}, {}] (1 MiB to 1 PiB "
+         "per rank), found {}: a budget below 1 MiB would read as none",
+         config.source_of("train.memory_budget_gib"), kMinMemoryBudgetGib, kMaxMemoryBudgetGib, train.memory_budget_gib);
+  }
   train.trace_file = config.get_string("train.trace_file");
   check_output_pattern("train.trace_file", train.trace_file);
   train.trace_steps = config.get_int("train.trace_steps");

@@ -226,6 +226,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
     if (manifest->sampler && data_->has_data()) data_->sampler().restore(*manifest->sampler);
     optimizer_->set_steps_taken(manifest->optimizer_steps);
     step_ = manifest->step;
+    first_step_ = step_;
     resumed_from_ = resume;
     spdlog::info("{}", initial.resumed_note);  // every check of the checkpoint passed
   }
@@ -320,7 +321,7 @@ StepResult Trainer::step() {
   if (minibatch.normalizer == 0.0 && group_.is_root()) {
     spdlog::warn("step {}: the minibatch has no target tokens (all masked)", step_ + 1);
   }
-  if (minibatch.zero_advantages && group_.is_root()) spdlog::warn("step {}: {}", step_ + 1, kZeroAdvantages);
+  if (minibatch.zero_advantages && group_.is_root()) spdlog::warn("step {}: {}", step_ + 1, zero_advantages_reason(minibatch.zero_advantages_rounded));
   const data::Plan& plan = minibatch.plan;
   last_plan_hash_ = plan.hash();
   r.bubble_planned = equal_counts ? plan.bubble_collective() : plan.bubble_odc();
@@ -396,9 +397,20 @@ StepResult Trainer::step() {
   r.bubble_measured = sums[6] > 0 ? sums[5] / sums[6] : 0.0;
   r.microbatches = static_cast<int>(count);
   if (settings_.objective.grpo) r.policy = reduce_policy_metrics(group_, policy, policy_nll);
-  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+  if ((!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) && step_ > first_step_) {
     fail("step {}: loss ({}) or gradient norm ({}) is not finite; lower train.lr or check the data", step_ + 1,
          r.loss, r.grad_norm);
+  }
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+    // Before any update the learning rate has not acted: the weights the run started from overflow.
+    const std::string& base = settings_.model.checkpoint;
+    const std::string model = !resumed_from_.empty() ? fmt::format("the checkpoint resumed, '{}',", resumed_from_)
+                              : !base.empty()        ? fmt::format("the model in '{}' (model.checkpoint)", base)
+                                                     : std::string("the randomly initialized model (model.config)");
+    fail("step {}: loss ({}) or gradient norm ({}) is not finite at the run's first step, before any update (so not "
+         "because of train.lr): {} gives values that are not finite on this data (an activation overflows, or a "
+         "weight is not finite); odc-eval scores a model without training",
+         step_ + 1, r.loss, r.grad_norm, model);
   }
   const auto optimizer_start = Clock::now();
   group_.announce(fmt::format("step {}: optimizer", step_ + 1));

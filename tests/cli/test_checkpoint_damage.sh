@@ -4,7 +4,9 @@
 #                             cut inside its config, the error stays short (it was one line of ~12,000
 #                             characters), the setting on its second line
 #   "no checksum"             manifest_checksum deleted and a value edited: refused, naming
-#                             checkpoint.accept_manifest_without_checksum, which then resumes it
+#                             checkpoint.accept_manifest_without_checksum, which then resumes it;
+#                             odc-ckpt reshard and export refuse it too, naming
+#                             --accept-manifest-without-checksum, which then reads it with a warning
 #   "inconsistent manifest"   world_size edited: the same
 #   "sampler.position edited" one digit: the manifest's checksum names it
 #   "resume the previous"     with the suggested setting: resumes step-2, moves step-4 to retired/damaged-*
@@ -74,6 +76,27 @@ elif ! grep -q "checkpoint '$d/step-00000004': its manifest has no manifest_chec
   fail "no checksum" "$(grep -A2 error <<<"$out")"
 elif grep -q "resumed from" <<<"$out"; then fail "no checksum" "'resumed from' before the refusal"
 else echo "ok   [no checksum] exit 1: $(grep -m1 error <<<"$out" | head -c 200)"; fi
+# odc-ckpt's readers refuse it too (a reshard would sign the edited values with a fresh checksum),
+# unless --accept-manifest-without-checksum, then with a warning.
+no_checksum_tool() {  # CASE OUTPUT ARGS...: refused naming the option, nothing written; then accepted with it
+  local name="$1" output="$2" out rc; shift 2
+  out=$("$bin/odc-ckpt" "$@" 2>&1); rc=$?
+  if [ $rc -ne 1 ]; then fail "$name" "exit $rc (expected 1): $(tail -3 <<<"$out")"
+  elif ! grep -q "checkpoint '$d/step-00000004': its manifest has no manifest_checksum" <<<"$out" ||
+       ! grep -q -- "to $1 it anyway: --accept-manifest-without-checksum" <<<"$out" ||
+       ! grep -q "the previous good checkpoint next to it: $d/step-00000002" <<<"$out"; then
+    fail "$name" "$(grep -A2 error <<<"$out")"
+  elif [ -e "$output" ]; then fail "$name" "wrote $output"
+  else echo "ok   [$name] exit 1: $(grep -m1 error <<<"$out" | head -c 160)"; fi
+  out=$("$bin/odc-ckpt" "$@" --accept-manifest-without-checksum 2>&1); rc=$?
+  [ $rc -eq 0 ] && [ -e "$output" ] &&
+    grep -q "(accepted: --accept-manifest-without-checksum): an edit of it cannot be detected" <<<"$out" &&
+    echo "ok   [$name] accepted with the option, with a warning" || fail "$name" "with the option: exit $rc: $(tail -3 <<<"$out")"
+}
+no_checksum_tool "no checksum (odc-ckpt reshard)" "$work/no-checksum-reshard/step-00000004" \
+  reshard "$d/step-00000004" "$work/no-checksum-reshard" --world-size 2
+no_checksum_tool "no checksum (odc-ckpt export)" "$work/no-checksum-hf/config.json" \
+  export --from "$d/step-00000004" --out "$work/no-checksum-hf"
 out=$(train "$d" --set checkpoint.accept_manifest_without_checksum=true 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -q "resumed from $d/step-00000004" <<<"$out" && grep -q "accepted: checkpoint.accept_manifest_without_checksum" <<<"$out" &&
   echo "ok   [no checksum] accepted with the key, with a warning" || fail "no checksum" "with the key: exit $rc: $(tail -3 <<<"$out")"

@@ -48,7 +48,7 @@ printf '{"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1], "source": "web"}\n' >"$
 run_tool extra_error convert --in "$extra" --out "$work_dir/extra" --vocab 64
 expect_rc extra_error 1
 expect_in extra_error err 'unknown field "source"'
-expect_in extra_error err "(odc-data convert: --extra-fields ignore)"
+expect_in extra_error err "; --extra-fields ignore skips unknown fields"
 run_tool extra_ignore convert --in "$extra" --out "$work_dir/extra" --vocab 64 --extra-fields ignore
 expect_rc extra_ignore 0
 expect_in extra_ignore out '"sequences":1'
@@ -68,7 +68,7 @@ for format in chat text; do
   run_tool "extra_$format" convert --format "$format" --in "$work_dir/$format-extra.jsonl" --out "$work_dir/$format-x" \
     --tokenizer "$work_dir/chat/tokenizer/tokenizer.json"
   expect_rc "extra_$format" 1
-  expect_in "extra_$format" err "(odc-data convert: --extra-fields ignore)"
+  expect_in "extra_$format" err "; --extra-fields ignore skips unknown fields"
   run_tool "extra_${format}_ignored" convert --format "$format" --in "$work_dir/$format-extra.jsonl" \
     --out "$work_dir/$format-x" --tokenizer "$work_dir/chat/tokenizer/tokenizer.json" --extra-fields ignore
   expect_rc "extra_${format}_ignored" 0

@@ -98,6 +98,13 @@ refuse "dr_grpo with a short max_completion_length" "rl.max_completion_length = 
   --set rl.loss_aggregation=dr_grpo --set rl.max_completion_length=8
 refuse "loss_reduction under grpo" "under train.objective grpo the tokens are weighed by rl.loss_aggregation" \
   --set train.loss_reduction=sequence
+# Rollouts whose completions are all empty have no targets; rollouts have no loss_mask (it said
+# "every loss_mask is 0").
+for g in 0 0 1 1; do
+  printf '{"prompt_ids": [5, 6, 7], "completion_ids": [], "logprobs": [], "reward": %s, "group": %s}\n' "$g" "$g"
+done >"$work/empty.jsonl"
+refuse "rollouts with empty completions" "has no target tokens in its 4 sequences (every completion_ids is empty: a rollout's targets are its completion's tokens): nothing to train on; give the rollouts their completions (completion_ids)" \
+  --set "data.train=$work/empty.jsonl" --set rl.kl_beta=0 --set data.global_batch_size=4
 
 
 # Rewards that once trained nothing with exit 0: a group of one (advantage 0), every group's rewards

@@ -159,6 +159,10 @@ grep -q "resumed from" "$work_dir/missing.err" && fail "missing: 'resumed from' 
 train reward_fails 2 "${odc[@]}" --set "rl.reward_command=exit 3"
 expect_rc reward_fails 1
 expect_in reward_fails err "rl.reward_command, iteration 1: reward command 'exit 3' failed (exit status 3)"
+# A blank command (quoted in YAML: unquoted, ' ' is empty, the default: rl.verifier scores) runs nothing.
+train reward_blank 1 "${odc[@]}" --set "rl.reward_command=' '"
+expect_rc reward_blank 1
+expect_in reward_blank err "rl.reward_command (from --set) is blank, a command line that runs nothing"
 marker="grpo-online-test-sleep-$$"  # a copy of sleep: the command's processes are found by its name
 cp "$(command -v sleep)" "$work_dir/$marker"
 start=$(date +%s)

@@ -8,7 +8,7 @@
 #     killed mid-run ends the job; nothing hangs or is left running;
 #   * Ctrl-C (SIGINT to odc-run alone, and to its process group as a terminal sends it) commits a
 #     checkpoint of the last step and exits 0; two Ctrl-C stop at once;
-#   * a config error is printed once, not by every rank;
+#   * a config error, and a data file that cannot be opened, is printed once, not by every rank;
 #   * the environment every rank gets; a rank that fails (exit status or signal) makes odc-run
 #     stop the others and exit with its status, a rank that ignores SIGUSR2 is killed; a program
 #     that cannot be started is 127; bad --local values are usage errors (exit 2).
@@ -109,6 +109,26 @@ if [ "$rc" -ne 1 ] || [ "$count" -ne 1 ]; then
   fail "local 3: a config error printed once" "exit $rc (want 1), printed $count times: $(cat "$work/config-error.log")"
 else
   ok "local 3: a config error printed once, exit 1"
+fi
+# So is a data file that cannot be opened (every rank printed it).
+timeout 60 "$bin/odc-run" --local 3 "$bin/odc-train" "${small[@]}" --set "data.train=$work/absent.jsonl" \
+  >"$work/data-error.log" 2>&1
+rc=$?
+count=$(grep -c "odc-train: error: $work/absent.jsonl: cannot open dataset file (data.format 'tokens' reads" "$work/data-error.log")
+if [ "$rc" -ne 1 ] || [ "$count" -ne 1 ]; then
+  fail "local 3: a data file error printed once" "exit $rc (want 1), printed $count times: $(cat "$work/data-error.log")"
+else
+  ok "local 3: a data file error printed once, exit 1"
+fi
+# A global batch beyond int64 (2^62 per rank x 3 ranks wrapped to a negative batch: an internal check failed).
+timeout 60 "$bin/odc-run" --local 3 "$bin/odc-train" "${small[@]}" --set data.minibatch_size=4611686018427387904 \
+  >"$work/batch-error.log" 2>&1
+rc=$?
+count=$(grep -c "x 3 ranks is beyond the largest count of sequences (2^63 - 1): on 3 ranks data.minibatch_size must be <= 3074457345618258602" "$work/batch-error.log")
+if [ "$rc" -ne 1 ] || [ "$count" -ne 1 ] || grep -q "internal check" "$work/batch-error.log"; then
+  fail "local 3: a global batch beyond int64 refused once" "exit $rc (want 1), printed $count times: $(cat "$work/batch-error.log")"
+else
+  ok "local 3: a global batch beyond int64 refused once, exit 1"
 fi
 
 # The collective baseline on host memory needs MPI: both ranks say so and exit 1, nothing hangs.

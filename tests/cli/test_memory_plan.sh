@@ -169,6 +169,13 @@ for budget in 8.6e9 1e30; do
   [ $? -eq 1 ] && echo "$out" | grep -qF "train.memory_budget_gib" && echo "$out" | grep -qF "1048576" \
     && ! echo "$out" | grep -q -- "-[0-9]* MiB" || fail "train.memory_budget_gib=$budget is refused naming the range" "$out"
 done
+# A positive budget below 1 MiB rounded to 0 bytes: "no budget" (exit 0) and "nothing checked" in a run.
+for budget in 1e-10 1e-30 0.0009; do
+  out="$("$bin/odc-train" "${common[@]}" --set data.max_tokens_per_microbatch=2048 \
+         --set "train.memory_budget_gib=$budget" --plan-memory 2>&1)"
+  [ $? -eq 1 ] && echo "$out" | grep -qF "config key 'train.memory_budget_gib' in --set must be 0 (what the device has) or in [0.0009765625, 1048576]" \
+    && ! echo "$out" | grep -q "no budget" || fail "train.memory_budget_gib=$budget (below 1 MiB) is refused naming the key" "$out"
+done
 out="$("$bin/odc-train" "${common[@]}" --set data.max_tokens_per_microbatch=2048 \
        --set train.memory_budget_gib=1048576 --plan-memory 2>&1)"
 [ $? -eq 0 ] && echo "$out" | grep -qF "fits: " && echo "$out" | grep -qF "of a budget of 1073741824.0 MiB" \

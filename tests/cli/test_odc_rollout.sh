@@ -100,6 +100,14 @@ run_tool command "${roll[@]}" --out "$work_dir/command.jsonl" \
 expect_rc command 0
 /usr/bin/python3 -c 'import json,sys; rs={json.loads(l)["reward"] for l in open(sys.argv[1])}; assert rs <= {0.0, 1.0} and rs, rs' \
   "$work_dir/command.jsonl" || fail "command rewards"
+# An empty or blank command is a usage error up front (it ran, and failed late: "wrote 0 rewards for 32
+# completions").
+for blank in "" " "; do
+  run_tool blank_command "${roll[@]}" --out "$work_dir/blank.jsonl" --reward-command "$blank"
+  expect_rc blank_command 2
+  expect_in blank_command err "--reward-command expects a command line, got '$blank'"
+  [ ! -e "$work_dir/blank.jsonl" ] || fail "blank_command: wrote $work_dir/blank.jsonl"
+done
 
 # 3b. A reference model adds ref_logprobs; with the policy itself as the reference they are the
 # sampling log-probabilities (the same model: 1e-4, the full forward's summation order), so the KL

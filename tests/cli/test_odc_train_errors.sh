@@ -166,6 +166,24 @@ if "$bin/odc-ckpt" init --out "$work/hf16" "${hf_shape[@]}" >/dev/null 2>&1 &&
   # model.config next to model.checkpoint was silently ignored (the checkpoint's config.json wins).
   expect_error "model.config with model.checkpoint" "model.config (from default + --set) sets" "hidden_size: 32 (the checkpoint's: 16)" \
     "defines the model by its config.json" -- "${base[@]}" --set "model.checkpoint=$work/hf16"
+  # Finite weights whose activations overflow (q and k x 1e20): the first step's loss is NaN before
+  # any update, which blamed train.lr; the error names the model instead.
+  "$bin/odc-ckpt" init --out "$work/ovf" --dtype f32 "${hf_shape[@]}" >/dev/null 2>&1
+  /usr/bin/python3 - "$work/ovf/model.safetensors" <<'PY'
+import json, struct, sys
+with open(sys.argv[1], "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    for name, info in json.loads(f.read(n)).items():
+        if name.endswith(("q_proj.weight", "k_proj.weight")):
+            begin, end = info["data_offsets"]
+            f.seek(8 + n + begin)
+            values = struct.unpack(f"<{(end - begin) // 4}f", f.read(end - begin))
+            f.seek(8 + n + begin)
+            f.write(struct.pack(f"<{len(values)}f", *[v * 1e20 for v in values]))
+PY
+  expect_error "overflowing model at the first step" "step 1: loss (nan)" \
+    "is not finite at the run's first step, before any update (so not because of train.lr): the model in '$work/ovf' (model.checkpoint)" \
+    -- --set "data.train=$work/good.jsonl" --set data.minibatch_size=2 --set train.steps=1 --set "model.checkpoint=$work/ovf"
 else
   echo "FAIL [odc-ckpt init/import for the checkpoint cases]"; failures=$((failures + 1))
 fi

@@ -79,6 +79,13 @@ PY
 echo "$legend" | grep -q "^loss | m.jsonl (each step) / m.jsonl (moving average of 2 steps)" \
   && echo "ok   [smoothing legend names the window]" || fail "smoothing legend names the window" "$legend"
 
+# A missing file (or a directory): one line naming it, exit non-zero (it was a Python traceback).
+for missing in "$work/absent.jsonl" "$work"; do
+  out=$("$python" "$root/tools/plot_metrics.py" "$missing" --out "$work/m.png" 2>&1) && fail "a missing file fails" "$out"
+  [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "^plot_metrics.py: $missing: cannot be read (" <<<"$out" &&
+    ! grep -q Traceback <<<"$out" && echo "ok   [a missing file is one line naming it]" ||
+    fail "a missing file is one line naming it" "$out"
+done
 printf '{"step": 1, "loss": 2.0}\n{"step": 2, "lo\n' >"$work/torn.jsonl"
 out=$("$python" "$root/tools/plot_metrics.py" "$work/torn.jsonl" --out "$work/t.png" 2>&1) && fail "a torn line fails" "$out"
 echo "$out" | grep -q "torn.jsonl:2: not a JSON line" && echo "ok   [a torn line names file and line]" \

@@ -66,8 +66,10 @@ check "eval --data DIR" odc-eval 1 "$work/datadir: is a directory, not a dataset
 
 # --- unknown record fields: refused by odc-eval unless --extra-fields ignore (as data.extra_fields) ---
 head -1 "$work/data.jsonl" | sed 's/}$/, "id": 7}/' >"$work/extra.jsonl"
-check "eval extra field" odc-eval 1 "$work/extra.jsonl:1: unknown field \"id\" in a tokens record" -- \
-  "${model[@]}" --data "$work/extra.jsonl"
+# The hint names odc-eval's option (it named odc-train's key, data.extra_fields: ignore).
+check "eval extra field" odc-eval 1 "$work/extra.jsonl:1: unknown field \"id\" in a tokens record" \
+  "; --extra-fields ignore skips unknown fields" -- "${model[@]}" --data "$work/extra.jsonl"
+grep -q "data.extra_fields" "$work/err" && { echo "FAIL [eval extra field]: names odc-train's key"; failures=$((failures + 1)); }
 check "eval extra field ignored" odc-eval 0 '"sequences":1' -- "${model[@]}" --data "$work/extra.jsonl" --extra-fields ignore
 # Sequences past max_position_embeddings (16 here; the data's reach 32): scored as odc-train trains
 # them, but no longer without a word: a warning naming the first, and a count in the result.

@@ -28,6 +28,7 @@ std::int64_t read_available_memory();
 struct ProcessStat {
   std::string name;
   char state = '?';
+  long parent = 0;  // ppid
   std::string start_time;
   bool exited() const { return state == 'Z' || state == 'X'; }
 };

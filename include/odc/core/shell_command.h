@@ -6,7 +6,10 @@
 // and to files, and a deadline. On a timeout or a stop request its whole group is killed (SIGTERM,
 // then SIGKILL after kKillGrace) and reaped before the call returns; whatever it left running when
 // it ended, and everything it started when the caller dies (even of SIGKILL), is killed too:
-// nothing it started outlives the call.
+// nothing it started outlives the call. What left the group (`setsid cmd &`, a double fork) is
+// found as well: the caller is a child subreaper while the command runs (PR_SET_CHILD_SUBREAPER,
+// restored after), so such a process comes back to it as an orphan and is killed and reaped before
+// the call returns. (Only when the caller itself dies does a process that left the group escape.)
 #include <chrono>
 #include <functional>
 #include <string>

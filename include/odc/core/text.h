@@ -15,6 +15,11 @@ namespace odc {
 // tabs by default).
 std::string trim(std::string_view text, std::string_view blanks = " \t");
 
+// Text a message quotes (a command line, a line of its output), its control bytes written as
+// escapes: a NUL as \0, a tab, newline and carriage return as \t \n \r, the others (and DEL) as
+// \xNN. A NUL cut the message where it stood; a newline or an escape sequence garbled the terminal.
+std::string escape_control(std::string_view text);
+
 // ---- UTF-8 ------------------------------------------------------------------------------------
 
 // Length (1 to 4) of the well-formed UTF-8 sequence that begins at text[pos], or 0 when none does

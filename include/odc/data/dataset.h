@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct PolicyView {
   std::span<const float> logprobs;
   std::span<const float> ref_logprobs;
   float advantage = 0.0f;
+  // Its group's rewards differ: an advantage of 0 is then rounding (a spread below what a float
+  // advantage holds after rl.scale_rewards), not equal rewards.
+  bool rewards_differ = false;
   std::optional<double> temperature;  // the sampling temperature, when the records say it
 };
 
@@ -49,7 +53,7 @@ class TokenDataset {
   // train or score nothing): a one-token sequence has none (nothing precedes its token, which is
   // so never predicted), so "every loss_mask is 0" would blame the wrong thing. Names how many are
   // one token long and the first of them, and how many others mask every token after the first.
-  std::string no_targets_reason(std::int64_t count) const;
+  virtual std::string no_targets_reason(std::int64_t count) const;
 };
 
 // Pre-tokenized JSONL: one object per line, {"input_ids": [...], "loss_mask": [...]}.
@@ -109,5 +113,15 @@ struct TextDataOptions {
 // the rewards with scale_rewards "group"). Errors name the path.
 std::unique_ptr<TokenDataset> open_dataset(const std::string& path, const std::string& format,
                                            std::int64_t vocab_size, const TextDataOptions& text = {});
+
+// What opening `path` as `format` refuses before reading a record (a directory; a JSONL file that
+// cannot be opened), checked up front by a job whose ranks all read the same file so that the
+// error is printed once, not once per rank (odc-train). The readers check the same again.
+void check_dataset_opens(const std::string& path, const std::string& format);
+
+// An unknown field's error names odc-train's key in its hint ("data.extra_fields: ignore skips
+// unknown fields"); a tool whose switch is an option rewrites `message` to name `option` instead
+// ("--extra-fields ignore"). Other messages come back as they are.
+std::string name_extra_fields_option(const std::string& message, std::string_view option);
 
 }  // namespace odc::data

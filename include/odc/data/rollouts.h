@@ -54,6 +54,8 @@ class RolloutDataset final : public InMemoryTokenDataset {
                  RewardScale scale = RewardScale::group, bool ignore_extra_fields = false);
   std::string describe() const override;
   std::optional<PolicyView> policy(std::int64_t index) const override;
+  // A rollout's targets are its completion's tokens (it has no loss_mask): says which are empty.
+  std::string no_targets_reason(std::int64_t count) const override;
   // Reward statistics of the file (0 when the records carry advantages).
   double reward_mean() const { return reward_mean_; }
   bool has_ref_logprobs() const { return has_ref_; }
@@ -66,6 +68,7 @@ class RolloutDataset final : public InMemoryTokenDataset {
   std::vector<float> logprobs_;       // per token (0 on prompt tokens)
   std::vector<float> ref_logprobs_;   // per token, or empty
   std::vector<float> advantages_;     // per record
+  std::vector<std::uint8_t> rewards_differ_;  // per record: its group's rewards are not all equal
   bool has_ref_ = false;
   double reward_mean_ = 0.0;
   std::optional<double> temperature_;

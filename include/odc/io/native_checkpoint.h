@@ -27,6 +27,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -102,6 +103,22 @@ std::string previous_checkpoint_hint(const std::string& checkpoint);
 inline constexpr const char* kManifestChecksumKey = "manifest_checksum";
 std::string manifest_checksum(const nlohmann::json& manifest);
 bool has_manifest_checksum(const nlohmann::json& manifest);
+
+// Every reader's check of a manifest without "manifest_checksum" (written before manifests carried
+// one, or the field deleted along with an edit, which then goes undetected; a reader that signs
+// what it writes would hide the edit for good): refused unless the user opted in, then read with a
+// warning (when `warn`: the caller's rank 0). A manifest with its checksum passes silently.
+struct ManifestChecksumOptIn {
+  bool accept = false;          // the user opted in
+  std::string_view name;        // the key or option that opts in: "--accept-manifest-without-checksum"
+  std::string_view how;         // what to type: "--set checkpoint.accept_manifest_without_checksum=true"
+  std::string_view use;         // what the reader does with it: "resume", "reshard"
+  std::string_view note;        // what follows: "the next checkpoint will have one"
+  std::string hint;             // appended to the refusal: where else to go (previous_checkpoint_hint)
+  bool warn = true;
+};
+void check_manifest_checksum_present(const std::string& checkpoint, const nlohmann::json& manifest,
+                                     const ManifestChecksumOptIn& opt_in);
 
 // Reads and validates a checkpoint's manifest (version, fields and their consistency: the rank
 // list against world_size, the step against the directory's name, the manifest's checksum);

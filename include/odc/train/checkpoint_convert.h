@@ -17,10 +17,12 @@ namespace odc::train {
 // `native_checkpoint` is a step-N directory or a checkpoint.dir (then its newest complete step).
 // `copy_from_dir` supplies the tokenizer files; empty: those of the HF directory it replaces, else
 // those of the run's model.checkpoint (from the manifest's config) when still there. Returns the
-// step of the checkpoint.
+// step of the checkpoint. A manifest without its checksum is refused unless
+// `accept_manifest_without_checksum` (odc-ckpt's --accept-manifest-without-checksum; then a warning).
 std::int64_t export_native_to_hf(const std::string& native_checkpoint, const std::string& out_dir, DType dtype,
                                  const std::string& architecture, const std::string& copy_from_dir,
-                                 std::int64_t max_shard_bytes = 5'000'000'000);
+                                 std::int64_t max_shard_bytes = 5'000'000'000,
+                                 bool accept_manifest_without_checksum = false);
 
 // Writes a native checkpoint for `world_size` ranks from a Hugging Face directory: step 0, zero
 // AdamW moments, no data position (a run resuming from it starts its data from the beginning).
@@ -32,7 +34,10 @@ std::string import_hf_to_native(const std::string& hf_dir, const std::string& na
 // `checkpoint`): the same step, masters and AdamW moments re-sliced (io/native_reshard.h), the
 // manifest kept — run, lineage, data position — with "resharded_from" added. A run with
 // checkpoint.dir=out_dir on `world_size` ranks resumes it exactly (the trainer also reshards on
-// resume by itself). Returns the new checkpoint's path.
-std::string reshard_native(const std::string& checkpoint, const std::string& out_dir, int world_size);
+// resume by itself). Returns the new checkpoint's path. A manifest without its checksum is refused
+// unless `accept_manifest_without_checksum` (the new manifest's checksum would vouch for values
+// nothing checked).
+std::string reshard_native(const std::string& checkpoint, const std::string& out_dir, int world_size,
+                           bool accept_manifest_without_checksum = false);
 
 }  // namespace odc::train

@@ -118,7 +118,8 @@ class Checkpointer {
   // auto = the newest complete one in checkpoint.dir, never, or a path; empty = a fresh start),
   // this run's identity, and this run's checkpoints that a rollback abandons. A checkpoint whose
   // manifest has no checksum is refused unless checkpoint.accept_manifest_without_checksum (its
-  // values could have been edited undetected). odc::Error on every
+  // values could have been edited undetected; accepted, rank 0 warns: io::check_manifest_checksum_present).
+  // odc::Error on every
   // rank when checkpoint.dir holds another run's checkpoints, and with auto when its newest
   // checkpoint is damaged (naming it and the checkpoint.resume setting of the previous good one:
   // with that setting the damaged one is retired). Nothing is moved yet.
@@ -162,8 +163,8 @@ class Checkpointer {
   // to this run: the same model (`model_config`), and — unless it holds imported weights — the
   // same data (`data_fingerprint`, described by `dataset`), the same data order (data.seed,
   // data.shuffle) and the same global minibatch (sequences per step; 0 skips the check). Rank 0
-  // first logs the keys whose values differ from the config the checkpoint saved (config_diff.h),
-  // and a manifest without a checksum (accepted by checkpoint.accept_manifest_without_checksum). A checkpoint of another
+  // first logs the keys whose values differ from the config the checkpoint saved (config_diff.h).
+  // A checkpoint of another
   // world size is resharded. The online RL loop's rollouts saved with it (kRolloutsFile) must match
   // the manifest's fingerprint: damage to them, as to a shard, names the previous good checkpoint.
   TrainingManifest load(const std::string& path, distributed::ShardStore& store, const nlohmann::json& model_config,
@@ -180,8 +181,7 @@ class Checkpointer {
   InitialState initial_state(distributed::ShardStore& store, const std::string& base, const RunDescription& run);
 
  private:
-  // Rank 0, on load: a manifest without a checksum, and the keys whose values differ from the
-  // config the checkpoint saved (a warning: the resume goes on; what makes it impossible fails).
+  // Rank 0, on load: the keys whose values differ from the config the checkpoint saved (a warning: the resume goes on; what makes it impossible fails).
   void report_config_changes(const std::string& path, const nlohmann::json& json,
                              const TrainingManifest& manifest) const;
 

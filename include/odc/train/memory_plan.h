@@ -106,6 +106,9 @@ constexpr double kBudgetMargin = 0.05;
 // leaves the plan's byte counts (int64, 8 EiB at most) far from overflowing; a larger budget is
 // taken as this one.
 constexpr double kMaxMemoryBudgetGib = 1048576.0;
+// The smallest positive train.memory_budget_gib (1 MiB; run_settings refuses a smaller one): below
+// it the budget's bytes round towards 0, which means "unknown" and checks nothing.
+constexpr double kMinMemoryBudgetGib = 1.0 / 1024.0;
 std::int64_t memory_budget(const RunSettings& settings, std::int64_t capacity_bytes);
 
 // The refusal: odc::Error with the plan's table when the plan exceeds the budget (nothing when

@@ -31,12 +31,13 @@ struct Minibatch {
   int padded = 0;                    // empty microbatches appended to `mine`
   // grpo: every advantage of the minibatch is 0 (while the data has others; else one warning at load).
   bool zero_advantages = false;
+  bool zero_advantages_rounded = false;  // some of them from rewards that differ (zero_advantages_reason)
 };
 
-// Why a minibatch (or a whole set of rollouts) whose advantages are all 0 trains nothing, for warnings.
-inline constexpr const char* kZeroAdvantages =
-    "every advantage is 0 (the rewards of each group are equal): the policy-gradient term and its gradient are 0, "
-    "only rl.kl_beta's penalty, if set, has a gradient";
+// Why a minibatch (or a whole set of rollouts) whose advantages are all 0 trains nothing, for
+// warnings: the rewards of each group are equal, or (`rounded`) some differ by less than a float
+// advantage holds after rl.scale_rewards (1e-300 beside 0: (reward - mean) / (std + 1e-4) is 0 in float).
+std::string zero_advantages_reason(bool rounded);
 
 // Where model.attention_window came from, for messages: "sliding_window in CKPT/config.json" with
 // model.checkpoint, else "model.config.attention_window, from SOURCE" (model.config's origin).

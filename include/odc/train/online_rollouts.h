@@ -58,7 +58,8 @@ class OnlineRollouts {
 
   std::int64_t rollouts_per_iteration() const { return prompts_per_iteration_ * group_size_; }
   // Optimizer steps per iteration: rl.epochs_per_iteration x rollouts / `global_batch`; an
-  // odc::Error (naming `origin`, where the global batch came from) when it does not divide.
+  // odc::Error (naming `origin`, where the global batch came from) when it does not divide, or when
+  // it, or the run's steps (rl.iterations x it), is beyond int64.
   std::int64_t steps_per_iteration(std::int64_t global_batch, const std::string& origin) const;
   // The longest sequence a rollout can be: the longest prompt + rl.max_new_tokens (within the
   // model's context).

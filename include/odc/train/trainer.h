@@ -131,6 +131,7 @@ class Trainer {
   std::unique_ptr<RunReport> report_;
   std::unique_ptr<Tracer> tracer_;  // null unless train.trace_file is set
   std::int64_t step_ = 0;
+  std::int64_t first_step_ = 0;     // this run's first step (a resume's): no update before it
   double delay_s_ = 0.0;            // injected per-microbatch delay on this rank (debug)
   double peak_flops_ = 0.0;         // one rank's, for MFU
   double gemm_flops_ = 0.0;         // one rank's measured GEMM rate (0: not measured)

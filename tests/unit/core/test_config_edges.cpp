@@ -216,3 +216,39 @@ TEST_CASE("config dump writes long map keys in the explicit form", "[config]") {
     CHECK(reloaded.canonical() == config.canonical());
   }
 }
+
+// `--set 'rl.stop=###'` was read as a comment, so rl.stop became "" silently; `a #b` became `a`.
+TEST_CASE("config --set and environment values that YAML reads as other text are refused, with the quoted form",
+          "[config]") {
+  Config config(test_specs());
+  const std::string before = config.canonical();
+  const auto refused = [&](const std::string& value, const std::string& why) {
+    REQUIRE_THROWS_WITH(config.apply_assignment("data.train=" + value),
+                        Contains("--set 'data.train=" + value + "': YAML reads the value '" + value + "' as") &&
+                            Contains(why) && Contains("quote it: --set 'data.train=\"" + value + "\"'"));
+  };
+  refused("###", "as an empty value (a '#' starts a YAML comment)");
+  refused("### Answer", "(a '#' starts a YAML comment)");
+  refused("&x", "('&' starts a YAML anchor)");
+  refused("!x", "('!' starts a YAML tag)");
+  refused("%x", "('%' starts a YAML directive)");
+  refused("|", "('|' and '>' start a YAML block scalar)");
+  refused(">", "('|' and '>' start a YAML block scalar)");
+  refused("a #b", "as 'a' (a '#' after a space starts a YAML comment)");
+  REQUIRE_THROWS_WITH(config.apply_assignment("data.train=\\x #y"), Contains("quote it: --set 'data.train=\"\\\\x #y\"'"));
+  CHECK(config.canonical() == before);
+  {
+    const odc::test::ScopedEnv stop("ODC_DATA_TRAIN", "#x");
+    REQUIRE_THROWS_WITH(config.apply_environment(), Contains("environment ODC_DATA_TRAIN: YAML reads the value '#x'") &&
+                                                        Contains("quote it: ODC_DATA_TRAIN='\"#x\"'"));
+  }
+  // Quoted, the text is taken as written; plain text that YAML keeps (a '#' inside a word, spaces) too.
+  for (const auto& [value, text] : std::vector<std::pair<std::string, std::string>>{
+           {"\"###\"", "###"}, {"'a #b'", "a #b"}, {"\"|\"", "|"}, {"a#b", "a#b"}, {"a b", "a b"}, {" x ", "x"}}) {
+    config.apply_assignment("data.train=" + value);
+    CHECK(config.get_string("data.train") == text);
+  }
+  config.apply_assignment("model.checkpoint=");  // empty is empty, null is null
+  config.apply_assignment("model.checkpoint=~");
+  CHECK_FALSE(config.has("model.checkpoint"));
+}

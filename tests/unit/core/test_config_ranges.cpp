@@ -72,6 +72,11 @@ TEST_CASE("config ranges reject values outside them, naming the key, the bound, 
   }
   REQUIRE_THROWS_WITH(config.apply_assignment("sim.efficiency=0"), Contains("must be in (0, 1], found 0"));
   REQUIRE_THROWS_WITH(config.apply_assignment("sim.depth=65"), Contains("'sim.depth'") && Contains("<= 64, found 65"));
+  // An integer beyond 64 bits is out of range, not "not an integer" (it was: expects an integer).
+  REQUIRE_THROWS_WITH(config.apply_assignment("train.steps=18446744073709551617"),
+                      Contains("config key 'train.steps' in --set must be in [-9223372036854775808, "
+                               "9223372036854775807] (a 64-bit integer), found 18446744073709551617"));
+  REQUIRE_THROWS_WITH(config.apply_assignment("train.threads=-9223372036854775809"), Contains("(a 64-bit integer)"));
   // The type is checked first: a range never reads text that is not a number.
   REQUIRE_THROWS_WITH(config.apply_assignment("train.lr=fast"), Contains("expects a number, found 'fast'"));
 

@@ -101,3 +101,21 @@ TEST_CASE("run_shell_command: a timeout or a stop kills the whole group, at once
   CHECK(stopped.ended == ShellCommandResult::Ended::stopped);
   CHECK(stopped.seconds < 2.0);  // 5 polls of 20 ms, then sleep dies of SIGTERM
 }
+
+// `setsid sleep 100009 &` left the group, so the group's kill missed it: it outlived the call, on a
+// normal end and on a timeout alike, while the error said every process was killed.
+TEST_CASE("run_shell_command: a process that left the group (setsid, a double fork) is killed too", "[core]") {
+  const odc::test::TempDir dir("shell_command_setsid");
+  const std::string in = dir.write("in.txt", ""), out = dir.file("out.txt"), pids = dir.file("pids.txt");
+  // A new session, and a double fork inside one: both leave the group and lose their parent.
+  const std::string escape = "setsid sh -c 'echo $$ >> " + pids + "; exec sleep 60' & (setsid sh -c 'sleep 60 & echo $! >> " +
+                             pids + "' &); until [ \"$(wc -l < " + pids + ")\" = 2 ]; do sleep 0.01; done";
+  for (const double timeout : {0.0, 2.0}) {
+    std::remove(pids.c_str());
+    const auto r = odc::run_shell_command(escape + (timeout > 0 ? "; sleep 60" : ""), in, out, timeout, {});
+    CHECK(r.ended == (timeout > 0 ? ShellCommandResult::Ended::timed_out : ShellCommandResult::Ended::exited));
+    const auto escaped = pids_in(pids);
+    REQUIRE(escaped.size() == 2);
+    for (const int pid : escaped) CHECK(gone(pid));  // at once: reaped before the call returned
+  }
+}

@@ -33,6 +33,14 @@ TEST_CASE("trim removes the given ASCII blanks at both ends only", "[text]") {
   CHECK(trim("\r\r", " \t\r") == "");
 }
 
+TEST_CASE("escape_control writes control bytes as escapes and keeps the rest", "[text]") {
+  using namespace std::string_literals;
+  CHECK(odc::escape_control("1\0 x"s) == "1\\0 x");
+  CHECK(odc::escape_control("a\tb\nc\rd") == "a\\tb\\nc\\rd");
+  CHECK(odc::escape_control("\x1b[2J\x7f") == "\\x1b[2J\\x7f");
+  CHECK(odc::escape_control("caf\xc3\xa9 \\ 'q'") == "caf\xc3\xa9 \\ 'q'");  // UTF-8 and backslashes as they are
+}
+
 TEST_CASE("every code point round-trips through the encoder, decoder and validator", "[text]") {
   std::size_t checked = 0, wrong = 0;
   for (char32_t cp = 0; cp <= 0x10FFFF; ++cp) {

@@ -194,3 +194,21 @@ TEST_CASE("rollouts: the spread of rewards over all and within groups", "[data][
   CHECK(huge.mean == 0.0);
   CHECK(huge.std == Approx(1e308));
 }
+
+// Rewards 1e-300 and 0 differ, but their advantage rounds to 0 in float: the warning said "the
+// rewards of each group are equal" while the iteration's line counted 0 groups of equal rewards.
+TEST_CASE("rollouts: an advantage of 0 says whether its group's rewards differ", "[data][rl]") {
+  TempDir dir;
+  const std::string tiny = dir.write("tiny.jsonl", record("1", "2", "-1", "\"reward\": 1e-300, \"group\": 0") +
+                                                       record("1", "3", "-1", "\"reward\": 0, \"group\": 0") +
+                                                       record("1", "2", "-1", "\"reward\": 1, \"group\": 1") +
+                                                       record("1", "3", "-1", "\"reward\": 1, \"group\": 1"));
+  for (const auto scale : {RewardScale::group, RewardScale::batch, RewardScale::none}) {
+    const RolloutDataset rollouts(tiny, 8, scale);
+    for (std::int64_t i = 0; i < 4; ++i) {
+      INFO(i);
+      CHECK(rollouts.policy(i)->advantage == 0.0f);
+      CHECK(rollouts.policy(i)->rewards_differ == (i < 2));  // group 0 differs, group 1 is equal
+    }
+  }
+}

@@ -126,3 +126,20 @@ TEST_CASE("batch schedule: --dump-config's resolved lines", "[train][batch]") {
   CHECK_THAT(epochs, Contains("train.epochs 2 x ceil(the dataset's sequences / 4), counted at start-up") &&
                          Contains("train.warmup_ratio 0.1 of those steps") && Contains("wsd decay"));
 }
+
+TEST_CASE("batch schedule: products of counts beyond int64 are refused naming the keys and the bound", "[train][batch]") {
+  // 2^63 - 1 per rank x 2 ranks wrapped to -2 (an internal check then failed on a "batch of -2").
+  REQUIRE_THROWS_WITH(train::global_batch_size(config_with({"data.minibatch_size=9223372036854775807"}), 2),
+                      Contains("data.minibatch_size 9223372036854775807 (from --set) x 2 ranks is beyond the largest "
+                               "count of sequences") &&
+                          Contains("on 2 ranks data.minibatch_size must be <= 4611686018427387903"));
+  CHECK(train::global_batch_size(config_with({"data.minibatch_size=4611686018427387903"}), 2) == 9223372036854775806);
+  // 2^63 - 1 epochs x 8 steps wrapped to -8 steps and 2^61 x 8 to 0: both trained nothing, exit 0.
+  for (const char* epochs : {"train.epochs=9223372036854775807", "train.epochs=2305843009213693952"}) {
+    REQUIRE_THROWS_WITH(train::run_length(config_with({epochs}), 32, 4),
+                        Contains("x 8 steps per epoch (32 sequences in global batches of 4) is beyond the largest count "
+                                 "of steps") &&
+                            Contains("train.epochs must be <= 1152921504606846975"));
+  }
+  CHECK(train::run_length(config_with({"train.epochs=1152921504606846975"}), 32, 4).steps == 9223372036854775800);
+}

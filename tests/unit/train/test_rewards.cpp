@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "odc/core/error.h"
+#include "odc/train/minibatch_source.h"
 #include "odc/train/rewards.h"
 #include "unit/temp_dir.h"
 
@@ -85,6 +86,13 @@ TEST_CASE("rewards: a reward command's failures, in words, and no file left behi
   fails("printf '1\\n\\n90%%\\n'", "line 3 of its output, '90%', is not one finite number");  // blank lines count
   fails("echo 1", "wrote 1 rewards for 2 completions");
   fails("sleep 60", "did not finish within 0.2 s (--reward-timeout): it was killed", 0.2);
+  // Control bytes in the quoted command and output are written as escapes (a NUL cut the message
+  // where it stood: "line 1 of its output, '1" and nothing after).
+  CHECK_THROWS_WITH(run("printf '1\\0\\n0\\n'"),
+                    Catch::Contains("line 1 of its output, '1\\0', is not one finite number (each line holds"));
+  CHECK_THROWS_WITH(run("printf '\\033[2J1\\n0\\n'"), Catch::Contains("line 1 of its output, '\\x1b[2J1', is not"));
+  CHECK_THROWS_WITH(run("echo 1\nexit 3"), Catch::Contains("reward command 'echo 1\\nexit 3' failed (exit status 3)"));
+  CHECK(empty_dir(scratch));
   // A stop request: the command killed, no rewards, no error.
   int asked = 0;
   const auto stopped =
@@ -92,4 +100,14 @@ TEST_CASE("rewards: a reward command's failures, in words, and no file left behi
                       two_requests());
   CHECK_FALSE(stopped.has_value());
   CHECK(empty_dir(scratch));
+}
+
+// The warning of a minibatch whose advantages are all 0 says why: equal rewards, or rewards that
+// differ by less than a float advantage holds (1e-300 beside 0; tests/unit/data/test_rollouts.cpp).
+TEST_CASE("rewards: the reason every advantage is 0 is the one that holds", "[train][rl]") {
+  CHECK_THAT(odc::train::zero_advantages_reason(false),
+             Catch::StartsWith("every advantage is 0 (the rewards of each group are equal): the policy-gradient term"));
+  CHECK_THAT(odc::train::zero_advantages_reason(true),
+             Catch::StartsWith("every advantage is 0 (the rewards of some groups differ, but by less than a float "
+                               "advantage holds after rl.scale_rewards: (reward - mean) / (std + 1e-4) rounds to 0"));
 }
