@@ -175,8 +175,6 @@ std::string escape_control(std::string_view text) {
     const auto byte = static_cast<unsigned char>(c);
     if (byte >= 0x20 && byte != 0x7f) {
       out += c;
-    } else if (c == '\0') {
-      out += "\\0";
     } else if (c == '\t') {
       out += "\\t";
     } else if (c == '\n') {

@@ -27,7 +27,8 @@ std::string zero_advantages_reason(bool rounded) {
   return fmt::format("every advantage is 0 ({}): the policy-gradient term and its gradient are 0, only rl.kl_beta's "
                      "penalty, if set, has a gradient",
                      rounded ? "the rewards of some groups differ, but by less than a float advantage holds after "
-                               "rl.scale_rewards: (reward - mean) / (std + 1e-4) rounds to 0; scale the rewards up"
+                               "rl.scale_rewards (each reward's scaled difference from its group's mean rounds to 0); scale the "
+                               "rewards up"
                              : "the rewards of each group are equal");
 }
 

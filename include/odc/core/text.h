@@ -16,7 +16,7 @@ namespace odc {
 std::string trim(std::string_view text, std::string_view blanks = " \t");
 
 // Text a message quotes (a command line, a line of its output), its control bytes written as
-// escapes: a NUL as \0, a tab, newline and carriage return as \t \n \r, the others (and DEL) as
+// escapes: a tab, newline and carriage return as \t \n \r, the others (NUL, DEL, ...) as
 // \xNN. A NUL cut the message where it stood; a newline or an escape sequence garbled the terminal.
 std::string escape_control(std::string_view text);
 

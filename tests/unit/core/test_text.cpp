@@ -35,7 +35,7 @@ TEST_CASE("trim removes the given ASCII blanks at both ends only", "[text]") {
 
 TEST_CASE("escape_control writes control bytes as escapes and keeps the rest", "[text]") {
   using namespace std::string_literals;
-  CHECK(odc::escape_control("1\0 x"s) == "1\\0 x");
+  CHECK(odc::escape_control("1\0 0"s) == "1\\x00 0");  // not \0 then 0: read as one octal escape
   CHECK(odc::escape_control("a\tb\nc\rd") == "a\\tb\\nc\\rd");
   CHECK(odc::escape_control("\x1b[2J\x7f") == "\\x1b[2J\\x7f");
   CHECK(odc::escape_control("caf\xc3\xa9 \\ 'q'") == "caf\xc3\xa9 \\ 'q'");  // UTF-8 and backslashes as they are

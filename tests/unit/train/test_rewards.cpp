@@ -89,7 +89,7 @@ TEST_CASE("rewards: a reward command's failures, in words, and no file left behi
   // Control bytes in the quoted command and output are written as escapes (a NUL cut the message
   // where it stood: "line 1 of its output, '1" and nothing after).
   CHECK_THROWS_WITH(run("printf '1\\0\\n0\\n'"),
-                    Catch::Contains("line 1 of its output, '1\\0', is not one finite number (each line holds"));
+                    Catch::Contains("line 1 of its output, '1\\x00', is not one finite number (each line holds"));
   CHECK_THROWS_WITH(run("printf '\\033[2J1\\n0\\n'"), Catch::Contains("line 1 of its output, '\\x1b[2J1', is not"));
   CHECK_THROWS_WITH(run("echo 1\nexit 3"), Catch::Contains("reward command 'echo 1\\nexit 3' failed (exit status 3)"));
   CHECK(empty_dir(scratch));
@@ -109,5 +109,6 @@ TEST_CASE("rewards: the reason every advantage is 0 is the one that holds", "[tr
              Catch::StartsWith("every advantage is 0 (the rewards of each group are equal): the policy-gradient term"));
   CHECK_THAT(odc::train::zero_advantages_reason(true),
              Catch::StartsWith("every advantage is 0 (the rewards of some groups differ, but by less than a float "
-                               "advantage holds after rl.scale_rewards: (reward - mean) / (std + 1e-4) rounds to 0"));
+                               "advantage holds after rl.scale_rewards (each reward's scaled difference from its group's mean "
+                               "rounds to 0)"));
 }
