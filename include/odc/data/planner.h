@@ -31,7 +31,9 @@
 //                (DynamicSameMicro, DynamicDiffMicro), exactly as it packs (reference_planners.h);
 //                the simulator's paper baseline. ref_lb_mini: ODC only, like lb_mini.
 // By construction, the largest per-rank cost satisfies lb_mini <= lb_micro <= local_sort: lb_micro
-// also tries the round-robin split and lb_mini also tries lb_micro's split, keeping the better.
+// also tries the round-robin split and lb_mini also tries lb_micro's split, keeping the better
+// (lb_micro <= local_sort for its own split: where it keeps the reference's plan, chosen by the
+// barrier schedule's makespan, the largest per-rank cost is not compared).
 // And never worse than the reference: lb_mini also evaluates ref_lb_mini's plan and lb_micro
 // ref_lb_micro's (aligned to the steps; for one collective group, and with a cost per microbatch
 // or no more microbatches than its own), keeping the reference's where its makespan with the
