@@ -6,7 +6,10 @@
 //    "bubble_odc":..,"bubble_collective":..}
 // "ms" is the median over several runs (at least 3, more while a cell stays under ~1.5 s).
 //
-//   planner_bench [--seed N]
+//   planner_bench [--seed N] [--sequences N] [--per-microbatch C] [--max-ms MS]
+// --sequences: only the cells of that minibatch size; --per-microbatch: the cost model's fixed cost
+// per microbatch (the 7B fit's is 0.951; default 0); --max-ms: exit 1 naming every cell whose
+// median exceeds it (the planners' budget per step, checked by ctest bench/planner_16384).
 #include "odc/data/planner.h"
 
 #include <algorithm>
@@ -68,16 +71,21 @@ double median(std::vector<double> values) {
 
 int run(int argc, char** argv) {
   const odc::cli::Command command{"planner_bench",
-                                  "usage: planner_bench [--seed N]\n"
+                                  "usage: planner_bench [--seed N] [--sequences N] [--per-microbatch C] [--max-ms MS]\n"
                                   "Times make_plan (lb_micro, lb_mini) over 256..16384 sequences x 8..1024 ranks;\n"
-                                  "one JSON line per cell.\n",
-                                  {{"--seed"}}};
+                                  "one JSON line per cell; --max-ms: exit 1 if a cell's median exceeds it.\n",
+                                  {{"--seed"}, {"--sequences"}, {"--per-microbatch"}, {"--max-ms"}}};
   const auto args = odc::cli::parse(command, argc, argv);
   const auto seed = args.integer<std::uint64_t>("--seed", 1);
+  const auto only = args.integer<std::size_t>("--sequences", 0);
+  const double per_microbatch = args.number("--per-microbatch", 0.0);
+  const double max_ms = args.number("--max-ms", 0.0);
+  std::vector<std::string> over;
   // The reference's fit for a 7B model, cost = 4.348357 s'^2 + 8.768377 s' with s' = s / 32000.
-  const auto cost =
-      odc::data::CostModel::quadratic(4.348357 / (32000.0 * 32000.0), 8.768377 / 32000.0);
+  auto cost = odc::data::CostModel::quadratic(4.348357 / (32000.0 * 32000.0), 8.768377 / 32000.0);
+  cost.per_microbatch = per_microbatch;
   for (const std::size_t sequences : {256u, 1024u, 4096u, 16384u}) {
+    if (only != 0 && sequences != only) continue;
     for (const int ranks : {8, 64, 256, 1024}) {
       if (sequences < static_cast<std::size_t>(ranks)) continue;
       Rng rng{seed * 0x100000001B3ULL + sequences * 131 + static_cast<std::uint64_t>(ranks)};
@@ -108,10 +116,15 @@ int run(int argc, char** argv) {
                                      {"max_microbatches", plan.max_microbatches()}};
         std::printf("%s\n", line.dump().c_str());
         std::fflush(stdout);
+        if (max_ms > 0.0 && median(times) > max_ms) {
+          over.push_back(odc::data::balance_name(balance) + " " + std::to_string(sequences) + " x " +
+                         std::to_string(ranks));
+        }
       }
     }
   }
-  return 0;
+  for (const auto& cell : over) std::fprintf(stderr, "planner_bench: %s took longer than --max-ms %g\n", cell.c_str(), max_ms);
+  return over.empty() ? 0 : 1;
 }
 
 }  // namespace

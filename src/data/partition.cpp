@@ -18,11 +18,11 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <queue>
 #include <set>
 #include <utility>
 
 #include "odc/core/error.h"
+#include "kk_tuples.h"
 #include "planner_parts.h"
 
 namespace odc::data::planner_detail {
@@ -38,85 +38,6 @@ namespace {
 // large differences cancel. Equal size: every tuple but (at most) the one built from the last,
 // incomplete group has equal subset sizes, so uniting subsets pairwise keeps sizes within one.
 
-// One subset: its cost, and its items as a singly linked list through a shared `next` array, so
-// that uniting two subsets is O(1) instead of copying item lists on every merge.
-struct Subset {
-  double sum = 0.0;
-  Index head = -1;
-  Index tail = -1;
-};
-
-// A k-tuple stores only its non-empty subsets, by decreasing cost (ties: smaller head item first);
-// the remaining k - size are empty with cost 0. A fresh singleton is then O(1) instead of O(k),
-// which keeps n items over 1024 parts cheap.
-struct Tuple {
-  std::vector<Subset> subsets;
-};
-
-struct HeapEntry {
-  double spread;
-  Index id;  // creation order: the deterministic tie-break
-};
-
-struct HeapOrder {
-  bool operator()(const HeapEntry& x, const HeapEntry& y) const {
-    if (x.spread != y.spread) return x.spread < y.spread;  // largest spread on top
-    return x.id > y.id;                                    // then the oldest tuple
-  }
-};
-
-double spread_of(const Tuple& tuple, std::size_t k) {
-  if (tuple.subsets.empty()) return 0.0;
-  const double low = tuple.subsets.size() < k ? 0.0 : tuple.subsets.back().sum;
-  return tuple.subsets.front().sum - low;
-}
-
-// Decreasing cost, ties by head item: a total order (heads are distinct), so sorting and merging
-// sorted runs give the same unique sequence.
-bool subset_before(const Subset& x, const Subset& y) {
-  if (x.sum != y.sum) return x.sum > y.sum;
-  return x.head < y.head;
-}
-
-void sort_subsets(std::vector<Subset>& subsets) {
-  std::sort(subsets.begin(), subsets.end(), subset_before);
-}
-
-// v[0, mid) and v[mid, end) are sorted; make all of v sorted. A short tail is inserted element by
-// element (binary search + rotate, no allocation): the common case of a singleton joining a tuple.
-void merge_sorted_tail(std::vector<Subset>& v, std::size_t mid) {
-  if (v.size() - mid <= 8) {
-    for (std::size_t j = mid; j < v.size(); ++j) {
-      const auto at = v.begin() + static_cast<std::ptrdiff_t>(j);
-      std::rotate(std::upper_bound(v.begin(), at, *at, subset_before), at, at + 1);
-    }
-  } else {
-    std::inplace_merge(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end(),
-                       subset_before);
-  }
-}
-
-// Merges b into a. Position i unites a's i-th largest subset with b's (k-1-i)-th largest (the
-// pairing is symmetric, so a can be the larger tuple and be reused). Only positions in [k - nb, na)
-// unite two non-empty subsets; elsewhere a subset passes unchanged, and those form two runs that
-// are already sorted (a's first and b's first entries). So only the united ones need sorting and
-// three sorted runs are merged: a full tuple meeting a singleton costs a binary search and a
-// memmove instead of a sort of k entries.
-template <typename Unite>
-void merge_tuples(std::vector<Subset>& a, std::vector<Subset>& b, std::size_t k, Unite&& unite) {
-  if (b.size() > a.size()) std::swap(a, b);
-  const std::size_t na = a.size();
-  const std::size_t nb = b.size();
-  const std::size_t united_from = k - std::min(k, nb);
-  const std::size_t kept_a = std::min(na, united_from);
-  const std::size_t kept_b = k - std::max(na, united_from);
-  for (std::size_t i = kept_a; i < na; ++i) a[i] = unite(a[i], b[k - 1 - i]);
-  std::sort(a.begin() + static_cast<std::ptrdiff_t>(kept_a), a.end(), subset_before);
-  merge_sorted_tail(a, kept_a);
-  a.insert(a.end(), b.begin(), b.begin() + static_cast<std::ptrdiff_t>(kept_b));
-  merge_sorted_tail(a, na);
-}
-
 }  // namespace
 
 Parts karmarkar_karp_impl(const std::vector<double>& costs, std::size_t k, bool equal_size) {
@@ -126,10 +47,9 @@ Parts karmarkar_karp_impl(const std::vector<double>& costs, std::size_t k, bool 
   std::vector<Index> next(n, -1);
   std::vector<Tuple> tuples;  // indexed by id; merged-away tuples are left empty
   tuples.reserve(2 * n);
-  std::priority_queue<HeapEntry, std::vector<HeapEntry>, HeapOrder> heap;
-  auto push = [&](Tuple tuple) {
-    const auto id = static_cast<Index>(tuples.size());
-    heap.push({spread_of(tuple, k), id});
+  TupleQueue queue;  // by spread, then creation order (the deterministic tie-break)
+  auto add = [&](Tuple tuple) {
+    queue.add_initial(tuple.spread(k), tuples.size());
     tuples.push_back(std::move(tuple));
   };
 
@@ -143,39 +63,36 @@ Parts karmarkar_karp_impl(const std::vector<double>& costs, std::size_t k, bool 
     for (std::size_t start = 0; start < n; start += k) {
       Tuple tuple;
       for (std::size_t j = start; j < std::min(n, start + k); ++j) {
-        tuple.subsets.push_back({costs[as_size(order[j])], order[j], order[j]});
+        tuple.push({costs[as_size(order[j])], order[j], order[j]});
       }
-      sort_subsets(tuple.subsets);  // already decreasing; this only fixes equal-cost tie order
-      push(std::move(tuple));
+      add(std::move(tuple));
     }
   } else {
     for (std::size_t i = 0; i < n; ++i) {
       const auto item = static_cast<Index>(i);
-      push(Tuple{{Subset{costs[i], item, item}}});
+      Tuple tuple;
+      tuple.push({costs[i], item, item});
+      add(std::move(tuple));
     }
   }
+  queue.start();
 
-  auto unite = [&](const Subset& x, const Subset& y) {  // both non-empty
-    next[as_size(x.tail)] = y.head;
-    return Subset{x.sum + y.sum, x.head, y.tail};
-  };
-
-  while (heap.size() > 1) {
-    const HeapEntry first = heap.top();
-    heap.pop();
-    const HeapEntry second = heap.top();
-    heap.pop();
-    Tuple a = std::move(tuples[as_size(first.id)]);
-    Tuple b = std::move(tuples[as_size(second.id)]);
-    merge_tuples(a.subsets, b.subsets, k, unite);
-    push(std::move(a));
+  while (queue.size() > 1) {
+    Tuple a = std::move(tuples[queue.pop()]);
+    Tuple b = std::move(tuples[queue.pop()]);
+    // The pairing is symmetric, so the tuple with more subsets leads the united lists (its heads
+    // order the result's ties).
+    if (b.heap.size() > a.heap.size()) std::swap(a, b);
+    merge_tuples(a, b, k, next);
+    queue.push(a.spread(k), tuples.size());
+    tuples.push_back(std::move(a));
   }
 
-  const Tuple& last = tuples[as_size(heap.top().id)];
-  for (std::size_t p = 0; p < last.subsets.size(); ++p) {
-    for (Index item = last.subsets[p].head; item >= 0; item = next[as_size(item)]) {
+  const std::vector<Subset> last = tuples[queue.pop()].take_sorted();
+  for (std::size_t p = 0; p < last.size(); ++p) {
+    for (Index item = last[p].head; item >= 0; item = next[as_size(item)]) {
       parts[p].push_back(item);
-      if (item == last.subsets[p].tail) break;
+      if (item == last[p].tail) break;
     }
     std::sort(parts[p].begin(), parts[p].end());
   }

@@ -10,6 +10,7 @@
 
 #include "odc/core/error.h"
 #include "odc/core/hash.h"
+#include "odc/data/reference_planners.h"
 #include "planner_parts.h"
 
 namespace odc::data {
@@ -22,9 +23,10 @@ using planner_detail::Parts;
 using planner_detail::RankItems;
 using planner_detail::set_cost;
 
-// Microbatches by decreasing cost (ties: smaller first index), costs filled in.
-RankPlan finish_rank(const std::vector<double>& costs, const std::vector<Index>& items,
-                     Parts microbatches) {
+}  // namespace
+
+RankPlan planner_detail::finish_rank(const std::vector<double>& costs, const std::vector<Index>& items,
+                                     Parts microbatches) {
   std::vector<std::pair<double, std::vector<Index>>> keyed;
   keyed.reserve(microbatches.size());
   for (auto& mb : microbatches) {
@@ -44,6 +46,10 @@ RankPlan finish_rank(const std::vector<double>& costs, const std::vector<Index>&
   }
   return plan;
 }
+
+namespace {
+
+using planner_detail::finish_rank;
 
 // One sequence per microbatch, longest first (every rank sorts the same way, so the m-th
 // microbatches of all ranks are alike; longest first surfaces memory trouble at once).
@@ -107,8 +113,8 @@ void validate(const PlanInput& input) {
   }
   const auto n = input.lengths.size();
   const auto ranks = static_cast<std::size_t>(input.world_size);
-  const bool equal_counts =
-      input.balance == Balance::lb_micro || input.balance == Balance::lb_mini_equal;
+  const bool equal_counts = input.balance == Balance::lb_micro || input.balance == Balance::lb_mini_equal ||
+                            input.balance == Balance::ref_lb_micro;
   if (equal_counts && n % ranks != 0) {
     fail(
         "planner: {} needs the global minibatch ({} sequences) to divide evenly over {} "
@@ -127,8 +133,10 @@ Balance parse_balance(const std::string& name) {
   if (name == "lb_mini") return Balance::lb_mini;
   if (name == "round_robin") return Balance::round_robin;
   if (name == "lb_mini_equal") return Balance::lb_mini_equal;
-  fail("data.balance must be one of local_sort, lb_micro, lb_mini, round_robin, lb_mini_equal; "
-       "got '{}'",
+  if (name == "ref_lb_micro") return Balance::ref_lb_micro;
+  if (name == "ref_lb_mini") return Balance::ref_lb_mini;
+  fail("data.balance must be one of local_sort, lb_micro, lb_mini, round_robin, lb_mini_equal, ref_lb_micro, "
+       "ref_lb_mini; got '{}'",
        name);
 }
 
@@ -139,6 +147,8 @@ std::string balance_name(Balance balance) {
     case Balance::lb_mini: return "lb_mini";
     case Balance::round_robin: return "round_robin";
     case Balance::lb_mini_equal: return "lb_mini_equal";
+    case Balance::ref_lb_micro: return "ref_lb_micro";
+    case Balance::ref_lb_mini: return "ref_lb_mini";
   }
   fail("unknown Balance value {}", static_cast<int>(balance));
 }
@@ -205,6 +215,18 @@ void align_to_steps(Plan& plan, const std::vector<double>& costs, const std::vec
   }
 }
 
+// The reference's plan replaces ours only when shorter by more than the rounding of differently
+// ordered sums (1e-12 relative): on a tie to rounding ours is kept, whose microbatch counts are
+// often lower (each has a fixed cost that a cost model without c does not see). So ours is at most
+// the reference's x (1 + 1e-12).
+bool clearly_shorter(double reference, double ours) { return reference < ours * (1.0 - 1e-12); }
+
+// The ranks run their collectives in one group (no groups, or all in the same one).
+bool in_one_group(const PlanInput& input) {
+  return input.group_of_rank.empty() || std::all_of(input.group_of_rank.begin(), input.group_of_rank.end(),
+                                                    [&](int g) { return g == input.group_of_rank.front(); });
+}
+
 // A split's plan: each rank's minimal microbatches; with lb_micro the common count of each group,
 // or for one group the reference's common count when its barrier schedule is faster.
 Plan packed_plan(const PlanInput& input, const std::vector<double>& costs, const Parts& split, bool refined = true) {
@@ -233,10 +255,7 @@ Plan packed_plan(const PlanInput& input, const std::vector<double>& costs, const
   for (std::size_t r = 0; r < ranks; ++r) {
     plan.ranks.push_back(finish_rank(costs, split[r], std::move(packed[r])));
   }
-  // The ranks run their collectives in one group (no groups, or all in the same one).
-  const bool one_group = input.group_of_rank.empty() ||
-                         std::all_of(input.group_of_rank.begin(), input.group_of_rank.end(),
-                                     [&](int g) { return g == input.group_of_rank.front(); });
+  const bool one_group = in_one_group(input);
   if (input.balance == Balance::lb_micro && one_group) {
     // The reference's way to a common count (the smallest at which every rank's balanced split
     // fits, rather than the largest rank's own and the others split up to it): kept when its
@@ -282,8 +301,26 @@ Plan make_plan(const PlanInput& input) {
     return plan;
   }
 
-  // lb_mini_equal: lb_micro's equal-count split, each rank keeping its own minimal count below.
-  if (input.balance == Balance::lb_mini_equal) return packed_plan(input, costs, planner_detail::equal_count_split(costs, ranks));
+  if (input.balance == Balance::ref_lb_micro) {
+    return reference_plan(input, costs, ReferencePacking::same_micro, input.reference_split);
+  }
+  if (input.balance == Balance::ref_lb_mini) {
+    return reference_plan(input, costs, ReferencePacking::diff_micro, input.reference_split);
+  }
+  // lb_mini_equal: lb_micro's split (ours, or the reference's where lb_micro keeps its plan), each
+  // rank keeping its own minimal count.
+  if (input.balance == Balance::lb_mini_equal) {
+    PlanInput micro = input;
+    micro.balance = Balance::lb_micro;
+    Parts split;
+    for (const auto& rank : make_plan(micro).ranks) {
+      std::vector<Index> items;
+      for (const auto& mb : rank.microbatches) items.insert(items.end(), mb.begin(), mb.end());
+      std::sort(items.begin(), items.end());
+      split.push_back(std::move(items));
+    }
+    return packed_plan(input, costs, split);
+  }
   if (input.balance == Balance::lb_mini) {
     const std::vector<Parts> candidates = planner_detail::free_count_candidates(costs, ranks);
     const std::size_t preferred = planner_detail::preferred_free_count(costs, candidates);
@@ -297,7 +334,9 @@ Plan make_plan(const PlanInput& input) {
         if (candidate.makespan_odc() < chosen.makespan_odc()) chosen = std::move(candidate);
       }
     }
-    return chosen;
+    // Never worse than the reference: its plan as a candidate.
+    const Plan reference = reference_plan(input, costs, ReferencePacking::diff_micro, ReferenceSplit::spread);
+    return clearly_shorter(reference.makespan_odc(), chosen.makespan_odc()) ? reference : chosen;
   }
   // lb_micro: the split packed with refined and with plain microbatch splits (neither wins every
   // minibatch under barriers); the faster barrier schedule kept (the refined one on a tie).
@@ -305,7 +344,17 @@ Plan make_plan(const PlanInput& input) {
   Plan refined = packed_plan(input, costs, split, true);
   Plan plain = packed_plan(input, costs, split, false);
   const bool fewer_or_same = plain.ranks.front().microbatches.size() <= refined.ranks.front().microbatches.size();
-  return fewer_or_same && plain.makespan_collective() < refined.makespan_collective() ? plain : refined;
+  Plan chosen = fewer_or_same && plain.makespan_collective() < refined.makespan_collective() ? plain : refined;
+  if (!in_one_group(input)) return chosen;
+  // Never worse than the reference: its plan as a candidate, aligned to the steps like ours (it
+  // has equal microbatch counts, so it runs under one group's collectives). With several groups
+  // each runs its own barriers, which makespan_collective does not measure: ours is kept.
+  // Without a cost per microbatch the model cannot price the reference's extra microbatches, so then
+  // (as for the common count above) a plan with more of them is not taken.
+  Plan reference = reference_plan(input, costs, ReferencePacking::same_micro, input.reference_split);
+  if (input.cost.per_microbatch == 0.0 && reference.max_microbatches() > chosen.max_microbatches()) return chosen;
+  align_to_steps(reference, costs, input.lengths, input.token_cap);
+  return clearly_shorter(reference.makespan_collective(), chosen.makespan_collective()) ? reference : chosen;
 }
 
 // Both bubbles are computed as 1 - S / (D * X) from the same S = sum_d (C_d + n_d c), with X =

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "odc/data/planner.h"
+
 namespace odc::data::planner_detail {
 
 using Index = std::int64_t;
@@ -24,6 +26,12 @@ inline double set_cost(const std::vector<double>& costs, const std::vector<Index
   for (Index i : items) sum += costs[as_size(i)];
   return sum;
 }
+
+// ---- planner.cpp ---------------------------------------------------------------------------------
+
+// A rank's plan: its microbatches by decreasing cost (ties: smaller first index), each ascending,
+// their costs, and the cost of `items` (its sequences).
+RankPlan finish_rank(const std::vector<double>& costs, const std::vector<Index>& items, Parts microbatches);
 
 // ---- partition.cpp ------------------------------------------------------------------------------
 
@@ -40,6 +48,25 @@ Parts equal_count_split(const std::vector<double>& costs, std::size_t ranks);
 // maximum part cost, so never higher than LB-Micro's; the first on a tie).
 std::vector<Parts> free_count_candidates(const std::vector<double>& costs, std::size_t ranks);
 std::size_t preferred_free_count(const std::vector<double>& costs, const std::vector<Parts>& candidates);
+
+// ---- reference_partition.cpp -----------------------------------------------------------------------
+
+// The reference's partitioning (reference_planners.h), reusable over many subsets of one
+// minibatch: the scratch it needs is the minibatch's size, allocated once.
+class ReferencePartitioner {
+ public:
+  explicit ReferencePartitioner(const std::vector<double>& costs);  // costs by item, all > 0
+  // The items in the order the reference sorts them: by (cost, index).
+  std::vector<Index> by_cost(std::vector<Index> items) const;
+  // The reference's partition of the items (given by_cost) into k parts: by decreasing cost, each
+  // ascending (empty parts last).
+  Parts partition(const std::vector<Index>& by_cost, std::size_t k, bool equal_size);
+
+ private:
+  const std::vector<double>& costs_;
+  std::vector<Index> next_;            // Karmarkar-Karp's item lists
+  std::vector<std::size_t> part_of_;   // the swap search's part of each item
+};
 
 // ---- microbatches.cpp ---------------------------------------------------------------------------
 

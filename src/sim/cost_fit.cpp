@@ -140,6 +140,11 @@ ComputeModel compute_model_from_fit(const CostFit& fit, const ComputeModel& shap
   return out;
 }
 
+CostFit reference_packing_fit() {
+  return {4.348357, 8.768377, 0.951,
+          "the reference's packing fit get_seq_costs_fit: the 7B coefficients whatever the model"};
+}
+
 data::CostModel planner_cost_from_fit(const CostFit& fit) {
   const double k = kFitTokensPerUnit;
   data::CostModel cost = data::CostModel::quadratic(fit.a / (k * k), fit.b / k);

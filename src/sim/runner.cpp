@@ -83,7 +83,6 @@ SimResults run_simulation(const SimSetup& setup) {
     data::PlanInput input;
     input.world_size = devices;
     input.token_cap = setup.token_cap;
-    input.cost = setup.cost;
     if (setup.sharding == distributed::Sharding::hybrid && devices > setup.link.devices_per_node) {
       // As the trainer plans: lb_micro equalizes microbatch counts within a node's collectives.
       for (int d = 0; d < devices; ++d) input.group_of_rank.push_back(d / setup.link.devices_per_node);
@@ -98,6 +97,9 @@ SimResults run_simulation(const SimSetup& setup) {
     for (std::size_t k = 0; k < simulated.size(); ++k) {
       const Method& method = simulated[k];
       input.balance = method.balance;
+      const bool reference = method.balance == data::Balance::ref_lb_micro || method.balance == data::Balance::ref_lb_mini;
+      input.cost = reference ? setup.reference_cost : setup.cost;
+      input.reference_split = setup.reference_split;
       const data::Plan plan = data::make_plan(input);
       const auto work = work_from_plan(plan, input.lengths);
       const UnitBytes& bytes = method.comm == CommKind::odc ? setup.odc_bytes : setup.collective_bytes;

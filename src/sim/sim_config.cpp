@@ -20,7 +20,8 @@ namespace {
 constexpr const char* kAllMethods = "collective+local_sort,collective+lb_micro,odc+local_sort,odc+lb_micro,odc+lb_mini";
 // Every schedule that can run (the default list leaves out the RL-only equal-count LB-Mini).
 constexpr const char* kKnownMethods =
-    "collective+local_sort,collective+lb_micro,odc+local_sort,odc+lb_micro,odc+lb_mini_equal,odc+lb_mini";
+    "collective+local_sort,collective+lb_micro,odc+local_sort,odc+lb_micro,odc+lb_mini_equal,odc+lb_mini,"
+    "collective+ref_lb_micro,odc+ref_lb_micro,odc+ref_lb_mini";
 
 }  // namespace
 
@@ -116,8 +117,21 @@ std::vector<TunableSpec> sim_tunables() {
       tunable("sim.methods", K::string, kAllMethods,
               "comma-separated COMM+BALANCE schedules to simulate (comm: collective, odc; balance: local_sort, "
               "lb_micro, lb_mini, lb_mini_equal — the last two with odc only; lb_mini_equal keeps equal sequence "
-              "counts per device, as verl requires in RL)"),
-      tunable("sim.baseline", K::string, "collective+lb_micro", "the schedule speedups are measured against"),
+              "counts per device, as verl requires in RL; ref_lb_micro, ref_lb_mini: the reference "
+              "implementation's own DynamicSameMicro and DynamicDiffMicro packing, the paper's baselines, "
+              "ref_lb_mini with odc only)"),
+      tunable("sim.baseline", K::string, "collective+lb_micro",
+              "the schedule speedups are measured against (collective+ref_lb_micro: the paper's own baseline)"),
+      tunable("sim.reference_cost", K::string, "fit_7b",
+              "per-sequence cost the reference's planners (ref_lb_micro, ref_lb_mini) balance: fit_7b = its "
+              "get_seq_costs_fit, which holds the 7B coefficients (a = 4.348357, b = 8.768377, u = s/32000) "
+              "whatever the model; data = data.cost_model, as ours",
+              {"fit_7b", "data"}),
+      tunable("sim.reference_split", K::string, "spread",
+              "how ref_lb_mini chooses between its free-count and equal-count device splits: spread = the "
+              "smaller max - min device cost, as the reference does; makespan = the lower ODC makespan once "
+              "packed, the per-microbatch cost included",
+              {"spread", "makespan"}),
       tunable("sim.param_bytes", K::number, "2",
               "bytes per gathered parameter element (2 = bf16 on GPUs, 4 on the CPU)", Range::above(0)),
       tunable("sim.odc_param_bytes", K::number, "0",
@@ -198,6 +212,10 @@ Method parse_method(const std::string& text, const std::string& key) {
   if (method.comm == CommKind::collective && method.balance == data::Balance::lb_mini) {
     fail("{}: collective+lb_mini cannot run: LB-Mini gives devices different numbers of microbatches, which "
          "collectives cannot (use odc+lb_mini, or collective+lb_micro)", key);
+  }
+  if (method.comm == CommKind::collective && method.balance == data::Balance::ref_lb_mini) {
+    fail("{}: collective+ref_lb_mini cannot run: the reference's LB-Mini gives devices different numbers of "
+         "microbatches, which collectives cannot (use odc+ref_lb_mini, or collective+ref_lb_micro)", key);
   }
   if (method.comm == CommKind::collective && method.balance == data::Balance::lb_mini_equal) {
     fail("{}: collective+lb_mini_equal cannot run: it gives devices different numbers of microbatches, which "
@@ -371,6 +389,10 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
   s.cost = config.get_string("data.cost_model") == "fit"
                ? planner_cost_from_fit(fit())
                : data::cost_model(config, s.model.linear_flops_per_token(), s.model.attention_flops_per_pair());
+  s.reference_cost = config.get_string("sim.reference_cost") == "fit_7b" ? planner_cost_from_fit(reference_packing_fit())
+                                                                         : s.cost;
+  s.reference_split = config.get_string("sim.reference_split") == "spread" ? data::ReferenceSplit::spread
+                                                                           : data::ReferenceSplit::makespan;
   return s;
 }
 

@@ -1,8 +1,11 @@
 // odc_plan_dump: our planner (data::make_plan) over global minibatches read as JSON lines on
 // stdin, one plan per line on stdout, for tests/parity/test_planner_reference.py, which runs the
 // reference implementation's packing (re-derived in Python) on the same minibatches.
-//   in:  {"lengths": [...], "world": 8, "cap": 65536, "balance": "lb_mini", "a": .., "b": .., "c": ..}
-//        (cost = a*s^2 + b*s per sequence of s tokens, c per microbatch; c optional, default 0)
+//   in:  {"lengths": [...], "world": 8, "cap": 65536, "balance": "lb_mini", "a": .., "b": .., "c": ..,
+//         "reference_split": "spread"}
+//        (cost = a*s^2 + b*s per sequence of s tokens, c per microbatch; c optional, default 0;
+//        balance any of data.balance's, the reference's ref_lb_micro and ref_lb_mini included;
+//        reference_split (ref_lb_mini's split choice) spread or makespan, optional, default spread)
 //   out: {"makespan_odc": .., "makespan_collective": .., "ranks": [{"cost": .., "microbatches":
 //        [[indices], ...], "microbatch_costs": [...]}, ...]}
 // Exit 1 with the message for a bad line (odc::Error).
@@ -28,6 +31,11 @@ int main() {
       input.balance = odc::data::parse_balance(in.at("balance").get<std::string>());
       input.cost = odc::data::CostModel::quadratic(in.at("a").get<double>(), in.at("b").get<double>());
       input.cost.per_microbatch = in.value("c", 0.0);
+      const std::string split = in.value("reference_split", std::string("spread"));
+      if (split != "spread" && split != "makespan") {
+        odc::fail("reference_split must be spread or makespan, got '{}'", split);
+      }
+      input.reference_split = split == "spread" ? odc::data::ReferenceSplit::spread : odc::data::ReferenceSplit::makespan;
       const odc::data::Plan plan = odc::data::make_plan(input);
       nlohmann::json out = {{"makespan_odc", plan.makespan_odc()}, {"makespan_collective", plan.makespan_collective()}};
       for (const auto& rank : plan.ranks) {

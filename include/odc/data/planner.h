@@ -27,8 +27,18 @@
 //   round_robin: no balancing, for ablations and tests: rank r takes items r, r+N, ... and packs
 //                them in order under the cap (pack_in_order); counts may differ (a collective
 //                comm pads the short ranks with empty microbatches).
+//   ref_lb_micro, ref_lb_mini: the paper's reference implementation's own packing
+//                (DynamicSameMicro, DynamicDiffMicro), exactly as it packs (reference_planners.h);
+//                the simulator's paper baseline. ref_lb_mini: ODC only, like lb_mini.
 // By construction, the largest per-rank cost satisfies lb_mini <= lb_micro <= local_sort: lb_micro
-// also tries the round-robin split and lb_mini also tries lb_micro's split, keeping the better.
+// also tries the round-robin split and lb_mini also tries lb_micro's split, keeping the better
+// (lb_micro <= local_sort for its own split: where it keeps the reference's plan, chosen by the
+// barrier schedule's makespan, the largest per-rank cost is not compared).
+// And never worse than the reference: lb_mini also evaluates ref_lb_mini's plan and lb_micro
+// ref_lb_micro's (aligned to the steps; for one collective group, and with a cost per microbatch
+// or no more microbatches than its own), keeping the reference's where its makespan with the
+// per-microbatch cost (ODC's for lb_mini, the barrier schedule's for lb_micro) is shorter by more
+// than rounding (1e-12 relative). lb_mini_equal takes the split lb_micro ends with.
 // lb_mini_equal uses lb_micro's split, so its per-rank costs (and their max) equal lb_micro's; only
 // the microbatch counts differ.
 //
@@ -43,10 +53,16 @@
 
 namespace odc::data {
 
-enum class Balance { local_sort, lb_micro, lb_mini, round_robin, lb_mini_equal };
-// "local_sort" | "lb_micro" | "lb_mini" | "round_robin" | "lb_mini_equal", else odc::Error
+enum class Balance { local_sort, lb_micro, lb_mini, round_robin, lb_mini_equal, ref_lb_micro, ref_lb_mini };
+// "local_sort" | "lb_micro" | "lb_mini" | "round_robin" | "lb_mini_equal" | "ref_lb_micro" |
+// "ref_lb_mini", else odc::Error
 Balance parse_balance(const std::string& name);
 std::string balance_name(Balance balance);
+
+// How ref_lb_mini chooses between its two rank splits (free counts, and equal counts when the
+// minibatch divides evenly): spread = the smaller max - min rank cost, as the reference does
+// (DynamicDiffMicro); makespan = the lower ODC makespan once packed, per-microbatch cost included.
+enum class ReferenceSplit { spread, makespan };
 
 struct PlanInput {
   std::vector<std::int64_t> lengths;  // the global minibatch, in sampler order
@@ -57,6 +73,7 @@ struct PlanInput {
   // lb_micro's equal microbatch counts hold among the ranks of one group: group_of_rank[r] names
   // rank r's (the ranks that run collectives together; hybrid sharding: a host). Empty: one group.
   std::vector<int> group_of_rank;
+  ReferenceSplit reference_split = ReferenceSplit::spread;  // ref_lb_mini only
 };
 
 struct RankPlan {
@@ -98,8 +115,8 @@ struct Plan {
 };
 
 // Throws odc::Error for a sequence longer than the cap (naming length and cap), an empty
-// minibatch, world_size < 1, or lb_micro / lb_mini_equal when the minibatch does not divide evenly
-// over the ranks.
+// minibatch, world_size < 1, or lb_micro / lb_mini_equal / ref_lb_micro when the minibatch does not
+// divide evenly over the ranks.
 Plan make_plan(const PlanInput& input);
 
 }  // namespace odc::data

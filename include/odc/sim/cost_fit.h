@@ -52,6 +52,11 @@ CostFit parse_fit(const std::string& text, const std::string& key);
 // optimizer time is kept from `shape`.
 ComputeModel compute_model_from_fit(const CostFit& fit, const ComputeModel& shape);
 
+// The cost the reference's packing balances with its fit (get_seq_costs_fit): the 7B coefficients
+// as its code holds them (a = 4.348357, b = 8.768377; the 1.5B ones only in a comment), whatever the
+// model; c = the 7B fit's 0.951 (the packing never sees it; the plan's measures count it).
+CostFit reference_packing_fit();
+
 // The planner's per-sequence cost a*u^2 + b*u and per-microbatch c (kind "fit").
 data::CostModel planner_cost_from_fit(const CostFit& fit);
 

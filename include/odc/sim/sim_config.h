@@ -31,8 +31,8 @@ struct Method {
   std::string name() const;
   bool operator==(const Method&) const = default;
 };
-// Parses "COMM+BALANCE"; odc::Error naming `key` for a bad name or collective+lb_mini[_equal] (collectives
-// need equal microbatch counts, which LB-Mini does not give).
+// Parses "COMM+BALANCE"; odc::Error naming `key` for a bad name or collective+lb_mini[_equal] or
+// collective+ref_lb_mini (collectives need equal microbatch counts, which LB-Mini does not give).
 Method parse_method(const std::string& text, const std::string& key);
 std::vector<Method> parse_methods(const std::string& list, const std::string& key);  // comma-separated
 std::vector<Method> all_methods();
@@ -51,6 +51,10 @@ struct SimSetup {
   bool shuffle = true;
   std::uint64_t seed = 0;
   data::CostModel cost;
+  // What the reference's planners (ref_lb_micro, ref_lb_mini) balance and how ref_lb_mini picks its
+  // split (sim.reference_cost, sim.reference_split).
+  data::CostModel reference_cost;
+  data::ReferenceSplit reference_split = data::ReferenceSplit::spread;
   ComputeModel compute;
   LinkModel link;
   Sharding sharding = Sharding::full;  // sim.sharding (hybrid: optimizer_s is of a node's shard)

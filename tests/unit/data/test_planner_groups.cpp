@@ -42,6 +42,7 @@ std::vector<std::int64_t> items(const odc::data::RankPlan& rank) {
 
 TEST_CASE("planner: lb_micro equalizes microbatch counts within collective groups only", "[planner]") {
   int groups_differ = 0;
+  int ours_compared = 0;
   for (std::uint64_t seed = 1; seed <= 20; ++seed) {
     INFO("seed " << seed);
     PlanInput input;
@@ -53,9 +54,16 @@ TEST_CASE("planner: lb_micro equalizes microbatch counts within collective group
     const Plan world = odc::data::make_plan(input);
     input.balance = Balance::lb_mini_equal;  // the same split, each rank at its own minimal count
     const Plan own = odc::data::make_plan(input);
+    input.balance = Balance::ref_lb_micro;
+    const Plan reference = odc::data::make_plan(input);
     input.balance = Balance::lb_micro;
     input.group_of_rank = {0, 0, 1, 1};
     const Plan grouped = odc::data::make_plan(input);
+    // One group may keep the reference's plan (shorter under its barriers), which splits the
+    // sequences its own way; with groups it is not a candidate. Our own split is compared then.
+    bool kept_reference = true;
+    for (std::size_t r = 0; r < 4; ++r) kept_reference = kept_reference && items(world.ranks[r]) == items(reference.ranks[r]);
+    ours_compared += kept_reference ? 0 : 1;
 
     for (int g = 0; g < 2; ++g) {
       const std::size_t a = 2 * static_cast<std::size_t>(g), b = a + 1;
@@ -63,9 +71,11 @@ TEST_CASE("planner: lb_micro equalizes microbatch counts within collective group
       CHECK(grouped.ranks[a].microbatches.size() == expected);
       CHECK(grouped.ranks[b].microbatches.size() == expected);
     }
-    for (std::size_t r = 0; r < 4; ++r) {
+    for (std::size_t r = 0; r < 4 && !kept_reference; ++r) {
       CHECK(items(grouped.ranks[r]) == items(world.ranks[r]));  // the same sequences per rank
       CHECK(grouped.ranks[r].microbatches.size() <= world.ranks[r].microbatches.size());
+    }
+    for (std::size_t r = 0; r < 4; ++r) {
       for (const auto& mb : grouped.ranks[r].microbatches) {
         std::int64_t tokens = 0;
         for (auto i : mb) tokens += input.lengths[static_cast<std::size_t>(i)];
@@ -77,8 +87,10 @@ TEST_CASE("planner: lb_micro equalizes microbatch counts within collective group
     input.group_of_rank = {3, 3, 3, 3};  // one group: the plan of no groups
     CHECK(odc::data::make_plan(input).hash() == world.hash());
   }
-  // The property is not vacuous: on some of these minibatches the two groups' counts differ.
+  // The property is not vacuous: on some of these minibatches the two groups' counts differ, and
+  // on most the splits are compared.
   CHECK(groups_differ > 0);
+  CHECK(ours_compared >= 10);
 }
 
 TEST_CASE("planner: a collective group per rank, or none", "[planner]") {

@@ -35,6 +35,10 @@ TEST_CASE("methods parse and reject what cannot run", "[sim]") {
   CHECK(parse_method("odc+lb_mini_equal", "k").name() == "odc+lb_mini_equal");
   CHECK_THROWS_WITH(parse_method("collective+lb_mini_equal", "sim.methods"),
                     Contains("sim.methods: collective+lb_mini_equal cannot run"));
+  CHECK(parse_method("collective+ref_lb_micro", "k").name() == "collective+ref_lb_micro");
+  CHECK(parse_method("odc+ref_lb_mini", "k").name() == "odc+ref_lb_mini");
+  CHECK_THROWS_WITH(parse_method("collective+ref_lb_mini", "sim.methods"),
+                    Contains("sim.methods: collective+ref_lb_mini cannot run"));
   CHECK_THROWS_WITH(parse_method("odc", "sim.baseline"), Contains("sim.baseline") && Contains("COMM+BALANCE"));
   CHECK_THROWS_WITH(parse_methods("odc+lb_mini,odc+lb_mini", "sim.methods"), Contains("twice"));
   CHECK_THROWS_AS(parse_methods(",", "sim.methods"), odc::Error);
