@@ -9,7 +9,7 @@
 //   planner_bench [--seed N] [--sequences N] [--per-microbatch C] [--max-ms MS]
 // --sequences: only the cells of that minibatch size; --per-microbatch: the cost model's fixed cost
 // per microbatch (the 7B fit's is 0.951; default 0); --max-ms: exit 1 naming every cell whose
-// median exceeds it (the planners' budget per step, checked by ctest bench/planner_16384).
+// median exceeds it (the planners' budget per step: a bench to run on an idle machine, not a test).
 #include "odc/data/planner.h"
 
 #include <algorithm>
