@@ -95,44 +95,48 @@ MinibatchSource::MinibatchSource(const RunSettings& settings, const Config& conf
     if (completion_length_ == 0) completion_length_ = settings.rl.max_new_tokens;  // dr_grpo's constant, as TRL's
     return;
   }
-  dataset_ = open_limited(settings, model.vocab_size);
-  if (global_batch_ > dataset_->size()) {
-    fail("the global batch is {} sequences per step ({}), but {} holds only {}", global_batch_, global_batch_origin_,
-         dataset_->describe(), dataset_->size());
-  }
-  // Without a single target every step's loss is 0 and nothing trains (it ran to the end, exit 0).
-  bool any_target = false;
-  for (std::int64_t i = 0; i < dataset_->size() && !any_target; ++i) any_target = dataset_->target_count(i) > 0;
-  if (!any_target) {
-    const std::int64_t max_length = data.max_length;
-    fail("data.train: '{}' has no target tokens in its {} sequences ({}{}): nothing to train on; {}", data.train,
-         dataset_->size(), dataset_->no_targets_reason(dataset_->size()),
-         max_length > 0 ? fmt::format(", or data.max_length {} cut off every target", max_length) : std::string(),
-         policy_ ? "give the rollouts their completions (completion_ids)"
-                 : "give each sequence two tokens or more and a loss_mask of 1 on the tokens to predict");
-  }
-
-  check_attention_window(*dataset_, dataset_->size(), model, attention_window_origin(settings.model.checkpoint, settings.model.config_origin),
-                         "it would train a model unlike the original",
-                         fmt::format("set data.max_length to at most {} with data.over_length truncate or drop",
-                                     model.attention_window));
-  // Token cap: explicit, or the longest sequence of the dataset scaled by packing_ratio.
-  token_cap_ = data::token_cap(config, dataset_->max_length(), auto_token_cap);
-  for (std::int64_t i = 0; i < dataset_->size(); ++i) {
-    if (dataset_->length(i) > token_cap_) {
-      fail("{}: sequence {} has length {}, which exceeds the microbatch cap "
-           "data.max_tokens_per_microbatch = {}{}", dataset_->record(i), i, dataset_->length(i), token_cap_,
-           auto_token_cap > 0 ? " (auto: the most the memory plan fits; set train.recompute, data.max_length with "
-                                "data.over_length, or train.memory_budget_gib)"
-                              : "");
+  // From here to the records' checks everything is read from the data file every rank reads alike:
+  // its errors are the same on every rank and printed once (odc::SameOnEveryRank), not once per rank.
+  same_on_every_rank([&] {
+    dataset_ = open_limited(settings, model.vocab_size);
+    if (global_batch_ > dataset_->size()) {
+      fail("the global batch is {} sequences per step ({}), but {} holds only {}", global_batch_, global_batch_origin_,
+           dataset_->describe(), dataset_->size());
     }
-  }
-  if (dataset_->max_length() > model.max_position_embeddings && rank_ == 0) {  // the same on every rank
-    spdlog::warn("longest sequence ({} tokens) exceeds model.config.max_position_embeddings = {}",
-                 dataset_->max_length(), model.max_position_embeddings);
-  }
-  sampler_ = std::make_unique<data::Sampler>(dataset_->size(), data.seed, data.shuffle);
-  if (policy_) check_policy_records(settings.data.train);
+    // Without a single target every step's loss is 0 and nothing trains (it ran to the end, exit 0).
+    bool any_target = false;
+    for (std::int64_t i = 0; i < dataset_->size() && !any_target; ++i) any_target = dataset_->target_count(i) > 0;
+    if (!any_target) {
+      const std::int64_t max_length = data.max_length;
+      fail("data.train: '{}' has no target tokens in its {} sequences ({}{}): nothing to train on; {}", data.train,
+           dataset_->size(), dataset_->no_targets_reason(dataset_->size()),
+           max_length > 0 ? fmt::format(", or data.max_length {} cut off every target", max_length) : std::string(),
+           policy_ ? "give the rollouts their completions (completion_ids)"
+                   : "give each sequence two tokens or more and a loss_mask of 1 on the tokens to predict");
+    }
+
+    check_attention_window(*dataset_, dataset_->size(), model, attention_window_origin(settings.model.checkpoint, settings.model.config_origin),
+                           "it would train a model unlike the original",
+                           fmt::format("set data.max_length to at most {} with data.over_length truncate or drop",
+                                       model.attention_window));
+    // Token cap: explicit, or the longest sequence of the dataset scaled by packing_ratio.
+    token_cap_ = data::token_cap(config, dataset_->max_length(), auto_token_cap);
+    for (std::int64_t i = 0; i < dataset_->size(); ++i) {
+      if (dataset_->length(i) > token_cap_) {
+        fail("{}: sequence {} has length {}, which exceeds the microbatch cap "
+             "data.max_tokens_per_microbatch = {}{}", dataset_->record(i), i, dataset_->length(i), token_cap_,
+             auto_token_cap > 0 ? " (auto: the most the memory plan fits; set train.recompute, data.max_length with "
+                                  "data.over_length, or train.memory_budget_gib)"
+                                : "");
+      }
+    }
+    if (dataset_->max_length() > model.max_position_embeddings && rank_ == 0) {  // the same on every rank
+      spdlog::warn("longest sequence ({} tokens) exceeds model.config.max_position_embeddings = {}",
+                   dataset_->max_length(), model.max_position_embeddings);
+    }
+    sampler_ = std::make_unique<data::Sampler>(dataset_->size(), data.seed, data.shuffle);
+    if (policy_) check_policy_records(settings.data.train);
+  });
   if (within_epochs_ && equal_sequence_counts(balance_) && dataset_->size() % global_batch_ % world_size_ != 0) {
     spdlog::info("data.balance {}: each epoch's last step ({} sequences) does not divide over {} ranks; that "
                  "step is planned with local_sort (every sequence trains)",

@@ -8,7 +8,8 @@
 #     killed mid-run ends the job; nothing hangs or is left running;
 #   * Ctrl-C (SIGINT to odc-run alone, and to its process group as a terminal sends it) commits a
 #     checkpoint of the last step and exits 0; two Ctrl-C stop at once;
-#   * a config error, and a data file that cannot be opened, is printed once, not by every rank;
+#   * a config error, a data file that cannot be opened and an error in its contents are printed
+#     once, not by every rank;
 #   * the environment every rank gets; a rank that fails (exit status or signal) makes odc-run
 #     stop the others and exit with its status, a rank that ignores SIGUSR2 is killed; a program
 #     that cannot be started is 127; bad --local values are usage errors (exit 2).
@@ -120,6 +121,23 @@ if [ "$rc" -ne 1 ] || [ "$count" -ne 1 ]; then
 else
   ok "local 3: a data file error printed once, exit 1"
 fi
+# And so are errors in the data file's contents, which every rank reads alike: an unknown field, a
+# file smaller than the global batch (each was printed by every rank).
+head -n 3 "$work/data.jsonl" >"$work/three.jsonl"
+sed '2s/"input_ids"/"loss_msk": [1], "input_ids"/' "$work/three.jsonl" >"$work/field.jsonl"
+for case in "field.jsonl|field.jsonl:2: unknown field \"loss_msk\" in a tokens record" \
+            "three.jsonl|the global batch is 6 sequences per step (data.minibatch_size 2 x 3 ranks"; do
+  file=${case%%|*} message=${case#*|}
+  timeout 60 "$bin/odc-run" --local 3 "$bin/odc-train" "${small[@]}" --set "data.train=$work/$file" \
+    >"$work/content-error.log" 2>&1
+  rc=$?
+  count=$(grep -cF "$message" "$work/content-error.log")
+  if [ "$rc" -ne 1 ] || [ "$count" -ne 1 ]; then
+    fail "local 3: a data content error printed once ($file)" "exit $rc (want 1), printed $count times: $(cat "$work/content-error.log")"
+  else
+    ok "local 3: a data content error printed once ($file), exit 1"
+  fi
+done
 # A global batch beyond int64 (2^62 per rank x 3 ranks wrapped to a negative batch: an internal check failed).
 timeout 60 "$bin/odc-run" --local 3 "$bin/odc-train" "${small[@]}" --set data.minibatch_size=4611686018427387904 \
   >"$work/batch-error.log" 2>&1

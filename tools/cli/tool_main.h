@@ -20,29 +20,15 @@ inline constexpr int kExitUsage = 2;
 
 int run_tool(std::string_view tool, const std::function<int()>& body);
 
-// An error every rank of a job meets alike, before the ranks can talk to each other (reading the
-// config they all read): printed once, not once per rank. run_mpi_tool lets rank 0 print it and end
+// An error every rank of a job meets alike (odc::SameOnEveryRank: reading the config, or the data
+// file, they all read): printed once, not once per rank. run_mpi_tool lets rank 0 print it and end
 // the job; another rank says nothing and waits kSameErrorWaitS for that, printing it (and ending
 // the job) only if the job is still there: then its input differed from rank 0's (an environment
-// variable of its host). Local ranks (odc-run --local N) share one host's environment: only local
-// rank 0 prints; each exits 1.
-class SameOnEveryRank : public Error {
- public:
-  using Error::Error;
-};
+// variable of its host). Local ranks (odc-run --local N) share one host's environment and files:
+// only local rank 0 prints; each exits 1.
+using odc::SameOnEveryRank;
+using odc::same_on_every_rank;
 inline constexpr double kSameErrorWaitS = 5.0;
-
-// Runs `read` (the reading of what every rank reads alike), its odc::Error as SameOnEveryRank.
-template <typename Read>
-auto same_on_every_rank(Read&& read) {
-  try {
-    return std::forward<Read>(read)();
-  } catch (const SameOnEveryRank&) {
-    throw;
-  } catch (const Error& e) {
-    throw SameOnEveryRank(e.what());
-  }
-}
 
 // The same for a tool that runs under mpirun: `body` runs inside an MPI session (MPI_Init may
 // rewrite argc/argv, hence the references). Every rank parses the same command line, so help and

@@ -3,6 +3,7 @@
 // expected, what was found, and where (file:line, config key, rank); tools print it and exit 1.
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -12,6 +13,26 @@ class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
+
+// An error every rank of a job meets alike, because it comes from what they all read alike (the
+// config, the data file): the tools print it once, not once per rank (tools/cli/tool_main.h says
+// how a rank other than 0 waits for rank 0 to end the job).
+class SameOnEveryRank : public Error {
+ public:
+  using Error::Error;
+};
+
+// Runs `read` (the reading of what every rank reads alike), its odc::Error as SameOnEveryRank.
+template <typename Read>
+auto same_on_every_rank(Read&& read) {
+  try {
+    return std::forward<Read>(read)();
+  } catch (const SameOnEveryRank&) {
+    throw;
+  } catch (const Error& e) {
+    throw SameOnEveryRank(e.what());
+  }
+}
 
 // Throws odc::Error with a fmt-formatted message.
 template <typename... Args>
