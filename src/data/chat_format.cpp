@@ -185,7 +185,12 @@ TokenizedSample ChatFormatter::format_messages(const json& messages, const std::
       fail("{}: unknown role \"{}\" (expected system, user or assistant)", at, role);
     }
     static const std::vector<std::string> kMessageFields = {"role", "content", "weight"};
-    refuse_unknown_fields(message, kMessageFields, at, "a message");
+    // A message's other fields ("name", "tool_calls", ...) change what a chat template renders:
+    // skipping them would train on text unlike the template's, so extra-fields ignore (which skips a
+    // record's unknown top-level fields) does not apply here.
+    refuse_unknown_fields(message, kMessageFields, at, "a message",
+                          "; a message's fields shape what the chat template renders, so they are refused even "
+                          "where unknown record fields are ignored: remove it from the messages");
     const std::string& content = string_field(message, "content", at);
     // "weight" (TRL's convention): 0/false makes the message's tokens not targets, 1/true makes them
     // targets, on any role; absent, assistant turns are the targets.

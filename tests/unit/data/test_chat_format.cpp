@@ -191,7 +191,8 @@ TEST_CASE("chat format: bad records are errors naming file:line", "[chat]") {
              Contains("data.jsonl:7: messages[0]") && Contains("\"weight\" must be 0, 1, true or false, found 0.5"));
   CHECK_THAT(error_of(R"({"messages": [{"role": "assistant", "content": "b", "wieght": 0}]})"),
              Contains("data.jsonl:7: messages[0]") && Contains("unknown field \"wieght\" in a message") &&
-                 Contains("did you mean \"weight\"?"));
+                 Contains("did you mean \"weight\"?") &&
+                 Contains("so they are refused even where unknown record fields are ignored"));
   CHECK_THAT(error_of(R"({"messages": []})"), Contains("data.jsonl:7") && Contains("non-empty array"));
   CHECK_THAT(error_of(R"({"prompt": "a"})"), Contains("data.jsonl:7") && Contains("missing \"completion\""));
   CHECK_THAT(error_of(R"({"input": "a"})"), Contains("data.jsonl:7") && Contains("\"messages\""));
