@@ -44,3 +44,28 @@ make_tiny_chat_model() {
     --set model.config.max_position_embeddings=96 --set model.config.initializer_range=0.5 \
     >"$work_dir/init.out" 2>&1 || fail "odc-ckpt init: $(cat "$work_dir/init.out")"
 }
+
+# copy_as_mistral SRC DST: SRC's model as a Mistral whose attention window is 16 tokens.
+copy_as_mistral() {
+  cp -r "$1" "$2"
+  /usr/bin/python3 - "$2/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.update(architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=16)
+json.dump(c, open(sys.argv[1], "w"))
+PY
+}
+
+# copy_overflowing SRC DST: SRC's model (hidden size 64) with every model.norm weight 3e38: finite
+# weights whose activations overflow.
+copy_overflowing() {
+  cp -r "$1" "$2"
+  /usr/bin/python3 - "$2/model.safetensors" <<'PY'
+import json, struct, sys
+with open(sys.argv[1], "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    info = json.loads(f.read(n))["model.norm.weight"]
+    f.seek(8 + n + info["data_offsets"][0])
+    f.write(struct.pack("<64f", *[3e38] * 64))
+PY
+}

@@ -222,13 +222,7 @@ expect_in timeout_without_command err "rl.reward_timeout_s (from --set) limits r
 solo empty_stop --set rl.stop= --dump-config
 expect_rc empty_stop 0  # the documented default is empty: an empty value is that
 expect_in empty_stop out 'stop: ""'
-cp -r "$work_dir/model" "$work_dir/mistral"
-/usr/bin/python3 - "$work_dir/mistral/config.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-c.update(architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=16)
-json.dump(c, open(sys.argv[1], "w"))
-PY
+copy_as_mistral "$work_dir/model" "$work_dir/mistral"
 solo window --set "model.checkpoint=$work_dir/mistral"
 expect_rc window 1
 expect_in window err "tokens and rl.max_new_tokens is 12:"

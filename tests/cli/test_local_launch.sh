@@ -102,52 +102,39 @@ else
   ok "local 2 deterministic, up to $mbs microbatches a rank: ipc and ucx give the same losses, bit for bit"
 fi
 
-# A config error is the same on every rank of one host: printed once (it was once per rank), exit 1.
-timeout 60 "$bin/odc-run" --local 3 "$bin/odc-train" "${small[@]}" --set train.lr=abc >"$work/config-error.log" 2>&1
-rc=$?
-count=$(grep -c "odc-train: error: config key 'train.lr' in --set expects a number, found 'abc'" "$work/config-error.log")
-if [ "$rc" -ne 1 ] || [ "$count" -ne 1 ]; then
-  fail "local 3: a config error printed once" "exit $rc (want 1), printed $count times: $(cat "$work/config-error.log")"
-else
-  ok "local 3: a config error printed once, exit 1"
-fi
-# So is a data file that cannot be opened (every rank printed it).
-timeout 60 "$bin/odc-run" --local 3 "$bin/odc-train" "${small[@]}" --set "data.train=$work/absent.jsonl" \
-  >"$work/data-error.log" 2>&1
-rc=$?
-count=$(grep -c "odc-train: error: $work/absent.jsonl: cannot open dataset file (data.format 'tokens' reads" "$work/data-error.log")
-if [ "$rc" -ne 1 ] || [ "$count" -ne 1 ]; then
-  fail "local 3: a data file error printed once" "exit $rc (want 1), printed $count times: $(cat "$work/data-error.log")"
-else
-  ok "local 3: a data file error printed once, exit 1"
-fi
-# And so are errors in the data file's contents, which every rank reads alike: an unknown field, a
-# file smaller than the global batch (each was printed by every rank).
+# printed_once LABEL TEXT ARGS...: odc-train on 3 local ranks with ARGS exits 1, printing TEXT once
+# (an error every rank meets alike was printed by each) and no internal check.
+printed_once() {
+  local label=$1 text=$2 rc count
+  shift 2
+  timeout 60 "$bin/odc-run" --local 3 "$bin/odc-train" "${small[@]}" "$@" >"$work/once.log" 2>&1
+  rc=$?
+  count=$(grep -cF -- "$text" "$work/once.log")
+  if [ "$rc" -ne 1 ] || [ "$count" -ne 1 ] || grep -q "internal check" "$work/once.log"; then
+    fail "$label" "exit $rc (want 1), printed $count times: $(cat "$work/once.log")"
+  else
+    ok "$label, exit 1"
+  fi
+}
+# A config error is the same on every rank of one host: printed once (it was once per rank).
+printed_once "local 3: a config error printed once" \
+  "odc-train: error: config key 'train.lr' in --set expects a number, found 'abc'" --set train.lr=abc
+# So is a data file that cannot be opened (every rank printed it),
+printed_once "local 3: a data file error printed once" \
+  "odc-train: error: $work/absent.jsonl: cannot open dataset file (data.format 'tokens' reads" \
+  --set "data.train=$work/absent.jsonl"
+# and an error in the data file's contents, which every rank reads alike: an unknown field, a file
+# smaller than the global batch.
 head -n 3 "$work/data.jsonl" >"$work/three.jsonl"
 sed '2s/"input_ids"/"loss_msk": [1], "input_ids"/' "$work/three.jsonl" >"$work/field.jsonl"
-for case in "field.jsonl|field.jsonl:2: unknown field \"loss_msk\" in a tokens record" \
-            "three.jsonl|the global batch is 6 sequences per step (data.minibatch_size 2 x 3 ranks"; do
-  file=${case%%|*} message=${case#*|}
-  timeout 60 "$bin/odc-run" --local 3 "$bin/odc-train" "${small[@]}" --set "data.train=$work/$file" \
-    >"$work/content-error.log" 2>&1
-  rc=$?
-  count=$(grep -cF "$message" "$work/content-error.log")
-  if [ "$rc" -ne 1 ] || [ "$count" -ne 1 ]; then
-    fail "local 3: a data content error printed once ($file)" "exit $rc (want 1), printed $count times: $(cat "$work/content-error.log")"
-  else
-    ok "local 3: a data content error printed once ($file), exit 1"
-  fi
-done
+printed_once "local 3: a data content error printed once (field.jsonl)" \
+  "field.jsonl:2: unknown field \"loss_msk\" in a tokens record" --set "data.train=$work/field.jsonl"
+printed_once "local 3: a data content error printed once (three.jsonl)" \
+  "the global batch is 6 sequences per step (data.minibatch_size 2 x 3 ranks" --set "data.train=$work/three.jsonl"
 # A global batch beyond int64 (2^62 per rank x 3 ranks wrapped to a negative batch: an internal check failed).
-timeout 60 "$bin/odc-run" --local 3 "$bin/odc-train" "${small[@]}" --set data.minibatch_size=4611686018427387904 \
-  >"$work/batch-error.log" 2>&1
-rc=$?
-count=$(grep -c "x 3 ranks is beyond the largest count of sequences (2^63 - 1): on 3 ranks data.minibatch_size must be <= 3074457345618258602" "$work/batch-error.log")
-if [ "$rc" -ne 1 ] || [ "$count" -ne 1 ] || grep -q "internal check" "$work/batch-error.log"; then
-  fail "local 3: a global batch beyond int64 refused once" "exit $rc (want 1), printed $count times: $(cat "$work/batch-error.log")"
-else
-  ok "local 3: a global batch beyond int64 refused once, exit 1"
-fi
+printed_once "local 3: a global batch beyond int64 refused once" \
+  "x 3 ranks is beyond the largest count of sequences (2^63 - 1): on 3 ranks data.minibatch_size must be <= 3074457345618258602" \
+  --set data.minibatch_size=4611686018427387904
 
 # The collective baseline on host memory needs MPI: both ranks say so and exit 1, nothing hangs.
 t0=$(date +%s.%N)

@@ -114,15 +114,7 @@ expect_rc empty_bos 0
 [ "$(field empty_bos prompt_ids)" = "[7]" ] || fail "empty prompt: prompt_ids $(field empty_bos prompt_ids), expected [7]"
 # --- finite weights whose activations overflow: an error naming the model and the position (it
 # printed NUL characters, exit 0) ---
-cp -r "$work_dir/model" "$work_dir/huge"
-/usr/bin/python3 - "$work_dir/huge/model.safetensors" <<'PY'
-import json, struct, sys
-with open(sys.argv[1], "r+b") as f:
-    n = struct.unpack("<Q", f.read(8))[0]
-    info = json.loads(f.read(n))["model.norm.weight"]
-    f.seek(8 + n + info["data_offsets"][0])
-    f.write(struct.pack("<64f", *[3e38] * 64))
-PY
+copy_overflowing "$work_dir/model" "$work_dir/huge"
 run_tool overflow --model "$work_dir/huge" --tokenizer "$work_dir/chat/tokenizer/tokenizer.json" --prompt "the river" \
   --max-new-tokens 3
 expect_rc overflow 1

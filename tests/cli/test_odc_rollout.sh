@@ -234,28 +234,14 @@ PY
 run_tool other_tokenizer "${roll[@]}" --out "$work_dir/x.jsonl" --ref-model "$work_dir/swapped"
 expect_rc other_tokenizer 1
 expect_in other_tokenizer err "--ref-model $work_dir/swapped: its tokenizer $work_dir/swapped/tokenizer.json is not the policy's $work_dir/model/tokenizer.json (first difference: the vocabulary:"
-cp -r "$work_dir/model" "$work_dir/mistral"
-/usr/bin/python3 - "$work_dir/mistral/config.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-c.update(architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=16)
-json.dump(c, open(sys.argv[1], "w"))
-PY
+copy_as_mistral "$work_dir/model" "$work_dir/mistral"
 run_tool window "${roll[@]}" --model "$work_dir/mistral" --out "$work_dir/x.jsonl"
 expect_rc window 1
 expect_in window err "prompts.jsonl:1: the prompt has 11 tokens and --max-new-tokens is 12: 23 tokens, more than the model's attention window of 16 (sliding_window in $work_dir/mistral/config.json)"
 run_tool ref_window "${roll[@]}" --out "$work_dir/x.jsonl" --ref-model "$work_dir/mistral"
 expect_rc ref_window 1
 expect_in ref_window err "(--max-new-tokens at most 5 for this prompt)"
-cp -r "$work_dir/model" "$work_dir/huge"
-/usr/bin/python3 - "$work_dir/huge/model.safetensors" <<'PY'
-import json, struct, sys
-with open(sys.argv[1], "r+b") as f:
-    n = struct.unpack("<Q", f.read(8))[0]
-    info = json.loads(f.read(n))["model.norm.weight"]
-    f.seek(8 + n + info["data_offsets"][0])
-    f.write(struct.pack("<64f", *[3e38] * 64))
-PY
+copy_overflowing "$work_dir/model" "$work_dir/huge"
 run_tool overflow "${roll[@]}" --model "$work_dir/huge" --out "$work_dir/x.jsonl"
 expect_rc overflow 1
 expect_in overflow err "the model in $work_dir/huge gives a logit that is not finite"
