@@ -26,6 +26,7 @@
 #include "odc/data/prompts.h"
 #include "odc/data/tokenizer.h"
 #include "odc/train/inference.h"
+#include "odc/train/minibatch_source.h"
 #include "odc/train/rewards.h"
 #include "odc/train/rollout_sampling.h"
 #include "odc/train/stop_signals.h"
@@ -84,10 +85,6 @@ odc::cli::Command command() {
           {{"--model"}, {"--tokenizer"}, {"--prompts"}, {"--out"}, {"--group"}, {"--concurrency"}, {"--max-new-tokens"},
            {"--temperature"}, {"--top-p"}, {"--top-k"}, {"--stop", Takes::values}, {"--seed"}, {"--verifier"}, {"--reward-command"}, {"--reward-timeout"}, {"--ref-model"},
            {"--chat", Takes::nothing}, {"--chat-template", Takes::value, "--chat"}, {"--threads"}}};
-}
-
-std::string window_origin(const std::string& dir) {
-  return fmt::format("sliding_window in {}", (std::filesystem::path(dir) / "config.json").string());
 }
 
 // The reference scores the policy's token ids: it must read them as the same text.
@@ -159,7 +156,7 @@ int run(const odc::cli::Arguments& args, const odc::train::StopSignals& signals)
   options.decode = [&tokenizer](std::span<const std::int32_t> ids) { return tokenizer.decode(ids, false); };
   options.model_name = fmt::format("the model in {}", model_dir);
   options.max_new_tokens_key = "--max-new-tokens";
-  options.window_origin = window_origin(model_dir);
+  options.window_origin = odc::train::attention_window_origin(model_dir, "");
   options.stop_requested = [&signals] { return signals.requested(); };
   std::vector<std::vector<std::int32_t>> prompt_ids;
   for (const auto& p : prompts) {
@@ -176,7 +173,7 @@ int run(const odc::cli::Arguments& args, const odc::train::StopSignals& signals)
     for (const auto& p : prompts) {
       odc::train::check_rollout_window(reference->config(), static_cast<std::int64_t>(p.ids.size()),
                                        options.sampling.max_new_tokens, p.where, "--max-new-tokens",
-                                       window_origin(*ref_dir));
+                                       odc::train::attention_window_origin(*ref_dir, ""));
     }
   }
 

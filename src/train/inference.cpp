@@ -97,7 +97,7 @@ EvalResult evaluate(LoadedModel& model, const data::TokenDataset& dataset, std::
   if (max_tokens < 1) fail("evaluation batch size must be at least 1 token, found {}", max_tokens);
   const std::int64_t count = max_sequences > 0 ? std::min(max_sequences, dataset.size()) : dataset.size();
   check_attention_window(dataset, count, model.config(),
-                         fmt::format("sliding_window in {}", (std::filesystem::path(model.dir()) / "config.json").string()),
+                         attention_window_origin(model.dir(), ""),
                          "its loss would not be the original model's",
                          fmt::format("score sequences of at most {} tokens", model.config().attention_window));
   EvalResult result;
@@ -191,10 +191,10 @@ GenerateResult generate(LoadedModel& model, const std::vector<std::int32_t>& pro
   if (const std::int64_t window = model.config().attention_window;
       window > 0 && prompt_length + options.max_new_tokens > window) {
     fail("the prompt has {} tokens and max_new_tokens is {}: {} tokens, more than the model's attention window of {} "
-         "(sliding_window in {}): the original model attends only to the last {} tokens, attention here spans the "
+         "({}): the original model attends only to the last {} tokens, attention here spans the "
          "whole sequence, so it would generate differently; keep the prompt plus max_new_tokens within {}",
          prompt_length, options.max_new_tokens, prompt_length + options.max_new_tokens, window,
-         (std::filesystem::path(model.dir()) / "config.json").string(), window, window);
+         attention_window_origin(model.dir(), ""), window, window);
   }
   const std::int64_t vocab = model.config().vocab_size;
   for (auto id : prompt) {

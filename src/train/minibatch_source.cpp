@@ -1,6 +1,7 @@
 #include "odc/train/minibatch_source.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include <spdlog/spdlog.h>
 
@@ -33,7 +34,7 @@ std::string zero_advantages_reason(bool rounded) {
 }
 
 std::string attention_window_origin(const std::string& checkpoint, const std::string& model_config_origin) {
-  if (!checkpoint.empty()) return fmt::format("sliding_window in {}/config.json", checkpoint);
+  if (!checkpoint.empty()) return fmt::format("sliding_window in {}", (std::filesystem::path(checkpoint) / "config.json").string());
   return fmt::format("model.config.attention_window, from {}", model_config_origin);
 }
 
