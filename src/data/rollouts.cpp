@@ -4,6 +4,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <ranges>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -109,9 +110,7 @@ double finite_number(const json& record, const char* key, const std::string& whe
 std::vector<double> group_advantages(const std::vector<double>& rewards, const std::vector<std::int64_t>& groups,
                                      RewardScale scale) {
   ODC_CHECK(rewards.size() == groups.size(), "group_advantages: {} rewards, {} groups", rewards.size(), groups.size());
-  std::vector<std::size_t> everyone(rewards.size());
-  for (std::size_t i = 0; i < everyone.size(); ++i) everyone[i] = i;
-  const Spread all = spread_of(rewards, everyone);
+  const Spread all = spread_of(rewards, std::views::iota(std::size_t{0}, rewards.size()));
   std::vector<double> out(rewards.size(), 0.0);
   for (const auto& [group, members] : members_by_group(groups)) {
     const Spread g = spread_of(rewards, members);
@@ -135,9 +134,7 @@ std::vector<double> group_advantages(const std::vector<double>& rewards, const s
 RewardSpread reward_spread(const std::vector<double>& rewards, const std::vector<std::int64_t>& groups) {
   ODC_CHECK(rewards.size() == groups.size() && !rewards.empty(), "reward_spread: {} rewards, {} groups", rewards.size(),
             groups.size());
-  std::vector<std::size_t> everyone(rewards.size());
-  for (std::size_t i = 0; i < everyone.size(); ++i) everyone[i] = i;
-  const Spread all = spread_of(rewards, everyone);
+  const Spread all = spread_of(rewards, std::views::iota(std::size_t{0}, rewards.size()));
   RewardSpread out;
   out.mean = all.scale * all.mean;
   out.std = all.scale * all.population_std;
