@@ -191,10 +191,10 @@ GenerateResult generate(LoadedModel& model, const std::vector<std::int32_t>& pro
   if (const std::int64_t window = model.config().attention_window;
       window > 0 && prompt_length + options.max_new_tokens > window) {
     fail("the prompt has {} tokens and max_new_tokens is {}: {} tokens, more than the model's attention window of {} "
-         "({}): the original model attends only to the last {} tokens, attention here spans the "
+         "(sliding_window in {}): the original model attends only to the last {} tokens, attention here spans the "
          "whole sequence, so it would generate differently; keep the prompt plus max_new_tokens within {}",
          prompt_length, options.max_new_tokens, prompt_length + options.max_new_tokens, window,
-         attention_window_origin(model.dir(), ""), window, window);
+         (std::filesystem::path(model.dir()) / "config.json").string(), window, window);
   }
   const std::int64_t vocab = model.config().vocab_size;
   for (auto id : prompt) {
