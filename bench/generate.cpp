@@ -35,7 +35,7 @@
 #include "odc/io/hf_checkpoint.h"
 #include "odc/model/llama_config.h"
 #include "odc/model/units.h"
-#include "odc/train/inference.h"
+#include "odc/train/rollout/inference.h"
 
 namespace {
 

@@ -74,7 +74,7 @@
 #include "odc/model/llama_model.h"
 #include "odc/model/resident_weights.h"
 #include "odc/model/recompute.h"
-#include "odc/train/memory_plan.h"
+#include "odc/train/plan/memory_plan.h"
 
 namespace {
 

@@ -55,7 +55,7 @@
 #include "odc/core/random.h"
 #include "odc/model/llama_model.h"
 #include "odc/model/resident_weights.h"
-#include "odc/train/rollout_sampling.h"
+#include "odc/train/rollout/rollout_sampling.h"
 
 namespace {
 

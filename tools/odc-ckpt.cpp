@@ -24,9 +24,9 @@
 #include "odc/core/logging.h"
 #include "odc/data/tokenizer.h"
 #include "odc/io/hf_checkpoint.h"
-#include "odc/train/checkpoint_convert.h"
+#include "odc/train/checkpoint/checkpoint_convert.h"
 #include "odc/model/units.h"
-#include "odc/train/config_schema.h"
+#include "odc/train/config/config_schema.h"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include "cli/tool_main.h"
 #include "odc/core/logging.h"
 #include "odc/data/text_dataset.h"
-#include "odc/train/inference.h"
+#include "odc/train/rollout/inference.h"
 
 namespace {
 

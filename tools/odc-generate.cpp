@@ -16,7 +16,7 @@
 #include "odc/core/logging.h"
 #include "odc/data/chat_format.h"
 #include "odc/data/tokenizer.h"
-#include "odc/train/inference.h"
+#include "odc/train/rollout/inference.h"
 
 namespace {
 

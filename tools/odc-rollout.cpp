@@ -23,13 +23,14 @@
 #include "odc/core/atomic_file.h"
 #include "odc/core/error.h"
 #include "odc/core/logging.h"
+#include "odc/data/attention_window.h"
 #include "odc/data/prompts.h"
 #include "odc/data/tokenizer.h"
-#include "odc/train/inference.h"
-#include "odc/train/minibatch_source.h"
-#include "odc/train/rewards.h"
-#include "odc/train/rollout_sampling.h"
-#include "odc/train/stop_signals.h"
+#include "odc/train/rollout/inference.h"
+#include "odc/train/run/minibatch_source.h"
+#include "odc/train/rollout/rewards.h"
+#include "odc/train/rollout/rollout_sampling.h"
+#include "odc/train/run/stop_signals.h"
 
 namespace {
 
@@ -156,7 +157,7 @@ int run(const odc::cli::Arguments& args, const odc::train::StopSignals& signals)
   options.decode = [&tokenizer](std::span<const std::int32_t> ids) { return tokenizer.decode(ids, false); };
   options.model_name = fmt::format("the model in {}", model_dir);
   options.max_new_tokens_key = "--max-new-tokens";
-  options.window_origin = odc::train::attention_window_origin(model_dir, "");
+  options.window_origin = odc::data::attention_window_origin(model_dir, "");
   options.stop_requested = [&signals] { return signals.requested(); };
   std::vector<std::vector<std::int32_t>> prompt_ids;
   for (const auto& p : prompts) {
@@ -173,7 +174,7 @@ int run(const odc::cli::Arguments& args, const odc::train::StopSignals& signals)
     for (const auto& p : prompts) {
       odc::train::check_rollout_window(reference->config(), static_cast<std::int64_t>(p.ids.size()),
                                        options.sampling.max_new_tokens, p.where, "--max-new-tokens",
-                                       odc::train::attention_window_origin(*ref_dir, ""));
+                                       odc::data::attention_window_origin(*ref_dir, ""));
     }
   }
 

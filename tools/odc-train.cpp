@@ -21,13 +21,13 @@
 #include "odc/distributed/group/mpi_session.h"
 #include "odc/distributed/group/shm_host_group.h"
 #include "odc/distributed/group/startup_deadline.h"
-#include "odc/train/batch_schedule.h"
-#include "odc/train/calibrate.h"
-#include "odc/train/config_schema.h"
-#include "odc/train/memory_plan.h"
-#include "odc/train/run_settings.h"
-#include "odc/train/step_estimate.h"
-#include "odc/train/trainer.h"
+#include "odc/train/config/batch_schedule.h"
+#include "odc/train/plan/calibrate.h"
+#include "odc/train/config/config_schema.h"
+#include "odc/train/plan/memory_plan.h"
+#include "odc/train/config/run_settings.h"
+#include "odc/train/plan/step_estimate.h"
+#include "odc/train/run/trainer.h"
 
 namespace {
 

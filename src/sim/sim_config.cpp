@@ -11,7 +11,7 @@
 #include "odc/data/data_config.h"
 #include "odc/sim/calibration.h"
 #include "odc/sim/cost_fit.h"
-#include "odc/train/config_schema.h"
+#include "odc/train/config/config_schema.h"
 
 namespace odc::sim {
 

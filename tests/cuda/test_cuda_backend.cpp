@@ -25,8 +25,8 @@
 #include "odc/distributed/shard/shard_store.h"
 #include "odc/kernels/cuda_device.h"
 #include "odc/model/llama_model.h"
-#include "odc/train/config_schema.h"
-#include "odc/train/trainer.h"
+#include "odc/train/config/config_schema.h"
+#include "odc/train/run/trainer.h"
 
 using namespace odc;
 using backend::ConstView;

@@ -17,7 +17,7 @@
 #include "fuzz_support.h"
 #include "odc/core/config.h"
 #include "odc/core/error.h"
-#include "odc/train/config_schema.h"
+#include "odc/train/config/config_schema.h"
 
 namespace {
 

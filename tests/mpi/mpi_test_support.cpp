@@ -4,7 +4,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "odc/train/config_schema.h"
+#include "odc/train/config/config_schema.h"
 
 namespace odc::test {
 

@@ -10,7 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include "mpi_test_support.h"
-#include "odc/train/trainer.h"
+#include "odc/train/run/trainer.h"
 
 using namespace odc;
 using test::mpi_rank;

@@ -10,10 +10,10 @@
 #include <catch2/catch.hpp>
 
 #include "mpi_test_support.h"
-#include "odc/train/config_schema.h"
-#include "odc/train/evaluation.h"
-#include "odc/train/run_settings.h"
-#include "odc/train/trainer.h"
+#include "odc/train/config/config_schema.h"
+#include "odc/train/run/evaluation.h"
+#include "odc/train/config/run_settings.h"
+#include "odc/train/run/trainer.h"
 
 using namespace odc;
 using test::mpi_rank;

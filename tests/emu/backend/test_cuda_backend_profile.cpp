@@ -16,7 +16,7 @@
 #include "odc/kernels/adamw.h"
 #include "odc/model/llama_model.h"
 #include "odc/model/resident_weights.h"
-#include "odc/train/step_estimate.h"
+#include "odc/train/plan/step_estimate.h"
 
 using namespace odc;
 

@@ -12,7 +12,7 @@
 #include "odc/core/config.h"
 #include "odc/data/data_config.h"
 #include "odc/sim/sim_config.h"
-#include "odc/train/config_schema.h"
+#include "odc/train/config/config_schema.h"
 
 namespace {
 

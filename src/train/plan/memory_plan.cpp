@@ -1,0 +1,534 @@
+#include "odc/train/plan/memory_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "odc/backend/backend.h"
+#include "odc/core/error.h"
+#include "odc/core/process_stats.h"
+#include "odc/distributed/shard/shard_layout.h"
+#include "odc/distributed/comm/unit_buffer_pool.h"
+#include "odc/kernels/attention_choice.h"
+#include "odc/kernels/cuda_gemm.h"
+#include "odc/kernels/cudnn_ragged.h"
+#include "odc/model/units.h"
+#include "odc/train/config/config_schema.h"
+#include "odc/train/checkpoint/model_export.h"
+#include "odc/train/plan/step_estimate.h"
+
+namespace odc::train {
+
+namespace {
+
+constexpr std::int64_t kF32 = 4;
+constexpr std::int64_t kBf16 = 2;
+// What the CUDA runtime, cuBLAS and NCCL hold outside our allocator (the context, handles,
+// channel buffers): an estimate, not a measurement of ours; the check compares the allocator's
+// peak with the pooled items only.
+constexpr std::int64_t kCudaRuntimeBytes = std::int64_t{768} << 20;
+
+std::string mib_text(std::int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / 1048576.0); }
+
+std::string count_text(std::int64_t n) {
+  if (n >= 1000000000) return fmt::format("{:.2f}G", static_cast<double>(n) / 1e9);
+  if (n >= 1000000) return fmt::format("{:.2f}M", static_cast<double>(n) / 1e6);
+  if (n >= 1000) return fmt::format("{:.1f}K", static_cast<double>(n) / 1e3);
+  return fmt::format("{}", n);
+}
+
+struct Sizes {
+  std::int64_t owned = 0;           // elements this rank owns (every rank owns as many)
+  std::int64_t largest_padded = 0;  // the largest unit, padded to the world
+  std::int64_t largest_numel = 0;   // the largest unit's real elements
+  std::int64_t largest_shard = 0;
+  std::int64_t pool_floats = 0;     // what the unit buffer pool's buffers grow to
+  std::int64_t total_numel = 0;     // every unit's real elements
+};
+
+Sizes sizes_of(const model::LlamaConfig& config, int world) {
+  const auto units = model::build_unit_layouts(config);
+  const distributed::ShardLayout layout(units, world, 0);
+  Sizes s;
+  s.owned = layout.owned_elements();
+  s.largest_padded = layout.largest_padded_unit();
+  s.pool_floats = distributed::UnitBufferPool::planned_floats(layout);
+  for (int u = 0; u < layout.num_units(); ++u) {
+    s.largest_numel = std::max(s.largest_numel, layout.unit(u).numel);
+    s.total_numel += layout.unit(u).numel;
+    s.largest_shard = std::max(s.largest_shard, layout.unit(u).shard);
+  }
+  return s;
+}
+
+class Builder {
+ public:
+  explicit Builder(MemoryPlan& plan) : plan_(plan) {}
+  void add(std::string name, std::int64_t bytes, std::string rule, bool on_device = true, bool pooled = true) {
+    if (bytes <= 0) return;
+    plan_.items.push_back({std::move(name), std::move(rule), bytes, on_device, pooled});
+  }
+  void note(std::string text) { plan_.notes.push_back(std::move(text)); }
+
+ private:
+  MemoryPlan& plan_;
+};
+
+// The comm's own buffers beyond the shards (comm_factory.cpp's choice of comm, and each comm's
+// constructor): unit buffers, receive/slot/shadow/staging buffers, the deterministic fold.
+void plan_comm(const MemoryInputs& in, const Sizes& s, Builder& b) {
+  const int w = in.world;
+  if (w == 1) return;  // LocalComm: the model computes on the store's own masters and gradients
+  const bool gpu = in.device != DeviceKind::cpu;
+  b.add("unit buffers", s.pool_floats * kF32,
+        fmt::format("{} weight + {} gradient fp32 buffers: one of the largest unit ({} elements), the others of "
+                    "the next largest",
+                    distributed::UnitBufferPool::kWeightBuffers, distributed::UnitBufferPool::kGradBuffers,
+                    count_text(s.largest_padded)));
+  const bool bf16_gathers = in.gather == distributed::GatherDtype::bf16;
+  const auto bf16_staging = [&] {
+    b.add("bf16 shadow of the masters", s.owned * kBf16, fmt::format("{} owned elements x 2 B", count_text(s.owned)));
+    b.add("bf16 gather staging", distributed::UnitBufferPool::kWeightBuffers * s.largest_padded * kBf16,
+          fmt::format("{} x the largest unit x 2 B", distributed::UnitBufferPool::kWeightBuffers));
+  };
+  if (in.comm == distributed::CommKind::collective) {
+    b.add("reduce-scatter receive buffers", distributed::UnitBufferPool::kGradBuffers * s.largest_shard * kF32,
+          fmt::format("{} x the largest shard ({} elements) x 4 B", distributed::UnitBufferPool::kGradBuffers,
+                      count_text(s.largest_shard)));
+    if (gpu && bf16_gathers) bf16_staging();
+    if (!gpu) {
+      // MPI_Reduce_scatter's own temporaries: Open MPI's algorithms hold about the full unit.
+      b.add("MPI collective temporaries (estimate)", s.largest_padded * kF32, "about one largest unit x 4 B");
+    }
+    if (!gpu && in.host_staging) b.note("debug.host_staging: the staged host comm's own buffers are not sized");
+    return;
+  }
+  const bool ipc = in.transport == distributed::TransportKind::ipc ||
+                   (in.transport == distributed::TransportKind::automatic && (gpu || !in.launched_with_mpi));
+  if (!ipc) {
+    if (gpu || in.host_staging) {
+      b.note("ODC over UCX with device state is staged through host memory: the host-side copy of the shards and "
+             "unit buffers is not sized");
+    }
+    // The region UCX maps holds the masters (the state above) and a slot of the largest shard per
+    // (client, slot) (comm_factory.cpp, UcxTransport).
+    const distributed::TransportOptions defaults;
+    b.add("UCX gradient slots", s.largest_shard * defaults.slots_per_client * w * kF32,
+          fmt::format("{} ranks x {} slots x the largest shard ({} elements) x 4 B", w, defaults.slots_per_client,
+                      count_text(s.largest_shard)),
+          !gpu && !in.host_staging);
+    b.add("UCX push buffers (estimate)", static_cast<std::int64_t>(std::max(in.max_inflight, 1)) * in.chunk_bytes * 2,
+          fmt::format("comm.max_inflight {} x comm.chunk_bytes, sending and receiving", in.max_inflight),
+          !gpu && !in.host_staging);
+    if (!gpu && in.direct_load && in.ranks_on_host > 1) {
+      // Shared memory: the peers' masters this rank reads in place are in its resident set too.
+      b.add("peers' regions mapped here", (std::min(in.ranks_on_host, w) - 1) * s.owned * kF32,
+            fmt::format("{} peers on this host x their master shards (comm.direct_load)", std::min(in.ranks_on_host, w) - 1));
+    }
+    if (in.deterministic) {
+      b.add("deterministic accumulator", s.owned * kF32, fmt::format("{} owned elements x 4 B", count_text(s.owned)));
+    }
+    return;
+  }
+  const std::int64_t chunk = std::min(std::max<std::int64_t>(1, in.chunk_bytes / kF32), std::max<std::int64_t>(1, s.largest_shard));
+  const std::int64_t slots = chunk * kF32 * w * std::max(in.max_inflight, 1);
+  b.add("gradient slots", slots,
+        fmt::format("{} ranks x comm.max_inflight {} x a chunk of {} floats", w, in.max_inflight, count_text(chunk)));
+  if (bf16_gathers) bf16_staging();
+  if (in.deterministic) {
+    b.add("per-client accumulators", s.owned * kF32 * w,
+          fmt::format("{} ranks x {} owned elements x 4 B", w, count_text(s.owned)));
+  }
+  if (!gpu) {
+    // Host shared memory: the pages of the peers' regions this rank reads or writes are in its
+    // resident set too (shared, not allocated here).
+    const std::int64_t read = bf16_gathers ? s.owned * kBf16 : s.owned * kF32;
+    b.add("peers' regions mapped here", (w - 1) * (read + chunk * kF32 * w * std::max(in.max_inflight, 1)),
+          fmt::format("{} peers x (their {} + their slots), shared memory", w - 1,
+                      bf16_gathers ? "bf16 shadow" : "master shards"));
+  }
+}
+
+// cuDNN's workspace for one attention call (CudnnAttention, from the backend's allocator): at most
+// the bound, since a call that needs more runs on the native kernels; less where the token cap's
+// worst case (kernels::cudnn_backward_workspace_estimate, an estimate) is smaller.
+void plan_cudnn_workspace(const MemoryInputs& in, Builder& b) {
+  const model::LlamaConfig& m = in.model;
+  const std::int64_t estimate =
+      kernels::cudnn_backward_workspace_estimate(in.tokens, m.num_attention_heads, m.num_key_value_heads, m.head_dim);
+  if (estimate > in.cudnn_workspace_limit) {
+    b.add("cuDNN attention workspace", in.cudnn_workspace_limit,
+          fmt::format("model.cudnn_workspace_mib, the most a call takes (the deterministic backward's worst case at {} "
+                      "tokens, an estimate: {})",
+                      in.tokens, mib_text(estimate)));
+  } else {
+    b.add("cuDNN attention workspace", estimate,
+          fmt::format("the deterministic backward's worst case at {} tokens, {}/{} heads (an estimate: dP scratch over "
+                      "the padded batch + per-token tensors)",
+                      in.tokens, m.num_attention_heads, m.num_key_value_heads));
+  }
+}
+
+}  // namespace
+
+std::int64_t MemoryPlan::device_bytes() const {
+  std::int64_t total = 0;
+  for (const auto& item : items) total += item.on_device ? item.bytes : 0;
+  return total;
+}
+
+std::int64_t MemoryPlan::host_bytes() const {
+  std::int64_t total = 0;
+  for (const auto& item : items) total += item.on_device ? 0 : item.bytes;
+  return total;
+}
+
+std::int64_t MemoryPlan::pooled_bytes() const {
+  std::int64_t total = 0;
+  for (const auto& item : items) total += item.on_device && item.pooled ? item.bytes : 0;
+  return total;
+}
+
+std::int64_t MemoryPlan::peak_bytes() const {
+  return inputs.device == DeviceKind::cpu ? device_bytes() + host_bytes() : device_bytes();
+}
+
+std::int64_t MemoryPlan::activation_bytes() const {
+  for (const auto& item : items) {
+    if (item.name == "activations") return item.bytes;
+  }
+  return 0;
+}
+
+std::string MemoryPlan::table() const {
+  const bool gpu = inputs.device != DeviceKind::cpu;
+  std::string out = fmt::format("memory plan per rank: {} tokens per microbatch, train.recompute {}, {} rank{}, {}\n",
+                                inputs.tokens, model::recompute_name(inputs.recompute), inputs.world,
+                                inputs.world == 1 ? "" : "s", gpu ? "cuda" : "cpu");
+  for (const auto& item : items) {
+    out += fmt::format("  {:<32} {:>12}  {}{}\n", item.name, mib_text(item.bytes), item.rule,
+                       gpu ? (item.on_device ? "" : " [host]") : "");
+  }
+  if (gpu) {
+    out += fmt::format("  {:<32} {:>12}  device ({} through the allocator); host {}\n", "peak", mib_text(peak_bytes()),
+                       mib_text(pooled_bytes()), mib_text(host_bytes()));
+  } else {
+    out += fmt::format("  {:<32} {:>12}  (host memory)\n", "peak", mib_text(peak_bytes()));
+  }
+  for (const auto& n : notes) out += fmt::format("  note: {}\n", n);
+  return out;
+}
+
+nlohmann::json MemoryPlan::to_json() const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& item : items) {
+    list.push_back({{"name", item.name}, {"bytes", item.bytes}, {"rule", item.rule}, {"on_device", item.on_device},
+                    {"pooled", item.pooled}});
+  }
+  return {{"tokens", inputs.tokens},       {"recompute", std::string(model::recompute_name(inputs.recompute))},
+          {"world", inputs.world},         {"device", inputs.device == DeviceKind::cpu ? "cpu" : "cuda"},
+          {"items", list},                 {"peak_bytes", peak_bytes()},
+          {"device_bytes", device_bytes()}, {"host_bytes", host_bytes()},
+          {"pooled_bytes", pooled_bytes()}, {"notes", notes}};
+}
+
+MemoryPlan plan_memory(const MemoryInputs& in) {
+  ODC_CHECK(in.world >= 1 && in.tokens >= 0, "plan_memory: world {} tokens {}", in.world, in.tokens);
+  MemoryPlan plan;
+  plan.inputs = in;
+  Builder b(plan);
+  const bool gpu = in.device != DeviceKind::cpu;
+  const Sizes s = sizes_of(in.model, in.world);
+
+  b.add("optimizer state", 4 * s.owned * kF32,
+        fmt::format("masters, gradients, exp_avg, exp_avg_sq: 4 x {} owned elements x 4 B", count_text(s.owned)));
+  if (gpu) {
+    b.add("host staging of the state", 3 * s.owned * kF32,
+          fmt::format("masters and moments for I/O: 3 x {} x 4 B", count_text(s.owned)), false);
+  }
+  plan_comm(in, s, b);
+  const std::int64_t copy_bytes = backend::weight_copy_element_bytes(in.device, in.compute);
+  if (in.world == 1 && in.keep_weight_copies) {
+    // One rank computes on the masters: the copies are kept, every unit's, made once per step.
+    // The online loop's snapshot is computed on through copies in the same storage: the kept set
+    // is dropped when a snapshot comes and goes (Backend::forget_weight_copies), never doubled.
+    b.add("weight copies", s.total_numel * copy_bytes,
+          fmt::format("every unit, kept through the step{} ({} elements) x {} B",
+                      in.rollout_sequences > 0 ? " and, in the same storage, the rollout snapshot's" : "",
+                      count_text(s.total_numel), copy_bytes));
+  } else {
+    const int copies = in.model.tie_word_embeddings ? 2 : 1;
+    b.add("weight copies", copies * s.largest_numel * copy_bytes,
+          fmt::format("{} live cop{} of the largest unit ({} elements) x {} B", copies, copies == 1 ? "y" : "ies",
+                      count_text(s.largest_numel), copy_bytes));
+  }
+  const DType act = backend::activation_dtype_of(in.device);
+  const std::int64_t chunk_rows = backend::head_chunk_rows_of(in.device, in.model.vocab_size);
+  const auto a = model::activation_bytes(in.model, act, in.tokens, in.recompute, chunk_rows, 1, gpu);
+  b.add("activations", a.total(),
+        fmt::format("layer inputs {} + kept {} + working {} ({}, head chunks of {} rows)", mib_text(a.layer_inputs),
+                    mib_text(a.kept), mib_text(a.working), dtype_name(act), chunk_rows));
+  if (gpu) {
+    b.add("attention backward scratch", in.tokens * in.model.num_attention_heads * kF32,
+          fmt::format("{} tokens x {} heads x 4 B", in.tokens, in.model.num_attention_heads));
+    if (in.cudnn_attention) plan_cudnn_workspace(in, b);
+    b.add("cuBLASLt workspace", static_cast<std::int64_t>(kernels::cuda::Blas::kDefaultWorkspaceBytes), "fixed", true,
+          false);
+    b.add("CUDA runtime and libraries (estimate)", kCudaRuntimeBytes, "context, handles, NCCL channels", true, false);
+  }
+  if (in.rollout_sequences > 0) {
+    b.add("rollout weights (online RL)", s.total_numel * kF32,
+          fmt::format("every unit's full weights while sampling ({} elements) x 4 B", count_text(s.total_numel)));
+    const std::int64_t kv_dim = static_cast<std::int64_t>(in.model.num_key_value_heads) * in.model.head_dim;
+    const std::int64_t kv_bytes = dtype_size(act);
+    b.add("rollout KV caches (online RL)",
+          in.rollout_sequences * in.rollout_length * in.model.num_hidden_layers * 2 * kv_dim * kv_bytes,
+          fmt::format("rl.concurrency {} x {} positions x {} layers x 2 x {} x {} B", in.rollout_sequences,
+                      in.rollout_length, in.model.num_hidden_layers, kv_dim, kv_bytes));
+    if (in.rollout_reference) {
+      b.add("reference shard (rl.kl_beta)", 2 * s.owned * kF32,
+            fmt::format("this rank's shard of the reference, and the policy's while they swap: 2 x {} x 4 B",
+                        count_text(s.owned)),
+            false);
+    }
+    b.note("online RL: the decode buffers and logits of rl.concurrency sequences are not sized");
+  }
+  if (in.export_hf) {
+    // The streamed export (model_export.h) holds one gather at a time: the writing rank's receive
+    // buffer, the host group's own copy of it where the group collects the parts before placing
+    // them (shared memory and threads; MPI receives in place), and this rank's encoded part. At
+    // 4 B per element (an fp32 export; bf16 and f16 pieces carry twice the elements in as many
+    // bytes). A GPU's masters reach the host through the state's host staging (above).
+    const std::int64_t part = export_piece_elements(s.largest_shard, in.world, DType::f32) * kF32;
+    const int receives = in.launched_with_mpi ? 1 : 2;
+    b.add("HF export (checkpoint.export_hf)", receives * in.world * part + part,
+          fmt::format("{} x the writer's gather of {} ranks x {} + this rank's part (pieces of at most {} in all)",
+                      receives, in.world, mib_text(part), mib_text(static_cast<std::int64_t>(kExportGatherBytes))),
+          false, false);
+  }
+  if (in.sharding != "full") {
+    b.note(fmt::format("train.sharding {}: the replica (hybrid) or host-level copy (hpz) comm's buffers are not sized",
+                       in.sharding));
+  }
+  return plan;
+}
+
+std::int64_t max_tokens_that_fit(MemoryInputs inputs, std::int64_t budget_bytes, std::int64_t granule) {
+  ODC_CHECK(granule >= 1, "max_tokens_that_fit: granule {}", granule);
+  const auto fits = [&](std::int64_t tokens) {
+    inputs.tokens = tokens;
+    return plan_memory(inputs).peak_bytes() <= budget_bytes;
+  };
+  if (!fits(granule)) return 0;
+  // Memory grows with tokens (linearly): double, then bisect on multiples of the granule.
+  std::int64_t lo = 1;  // in granules; fits
+  std::int64_t hi = 2;
+  constexpr std::int64_t kLimit = std::int64_t{1} << 40;
+  while (hi * granule < kLimit && fits(hi * granule)) {
+    lo = hi;
+    hi *= 2;
+  }
+  while (hi - lo > 1) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid * granule) ? lo : hi) = mid;
+  }
+  return lo * granule;
+}
+
+MemoryInputs memory_inputs(const RunSettings& settings, const model::LlamaConfig& model, int world,
+                           std::int64_t tokens, bool launched_with_mpi) {
+  MemoryInputs in;
+  in.model = model;
+  in.world = world;
+  in.device = settings.model.device_kind();
+  in.compute = settings.model.dtype;
+  in.recompute = settings.train.recompute;
+  in.tokens = tokens;
+  const distributed::CommOptions& comm = settings.comm;
+  in.comm = comm.kind;
+  in.transport = comm.odc_transport;
+  in.gather = comm.gather_dtype;
+  in.deterministic = comm.deterministic;
+  in.host_staging = comm.host_staging;
+  in.launched_with_mpi = launched_with_mpi;
+  in.chunk_bytes = comm.transport.chunk_bytes;
+  in.max_inflight = comm.transport.max_inflight;
+  in.direct_load = comm.transport.direct_load;
+  const std::string& attention = settings.model.attention;
+  in.cudnn_attention = in.device == DeviceKind::cuda &&
+                       (attention == "cudnn" || (attention == "auto" && kernels::kAutoTakesCudnn));
+  in.cudnn_workspace_limit = settings.model.cudnn_workspace_mib << 20;
+  in.sharding = std::string(distributed::sharding_name(settings.train.sharding));
+  in.export_hf = !settings.checkpoint.export_hf.empty();
+  if (settings.rl.online()) {
+    // This rank samples ceil(prompts / world) prompts' completions, rl.concurrency at a time.
+    const std::int64_t mine = (settings.rl.prompts_per_iteration + world - 1) / world * settings.rl.group_size;
+    in.rollout_sequences = std::min(settings.rl.concurrency, mine);
+    in.rollout_length = model.max_position_embeddings;
+    in.rollout_reference = settings.objective.policy.kl_beta > 0;
+  }
+  return in;
+}
+
+std::int64_t memory_budget(const RunSettings& settings, std::int64_t capacity_bytes) {
+  const double gib = settings.train.memory_budget_gib;
+  if (gib > 0) return static_cast<std::int64_t>(std::min(gib, kMaxMemoryBudgetGib) * 1073741824.0);
+  if (capacity_bytes <= 0) return 0;
+  return static_cast<std::int64_t>(static_cast<double>(capacity_bytes) * (1.0 - kBudgetMargin));
+}
+
+void check_fits(const MemoryPlan& plan, std::int64_t budget_bytes, std::string_view budget_origin) {
+  if (budget_bytes <= 0 || plan.peak_bytes() <= budget_bytes) return;
+  std::string fixes;
+  if (plan.inputs.recompute != model::Recompute::full) {
+    fixes += fmt::format("train.recompute: full (activations {} now), ",
+                         mib_text(plan.activation_bytes()));
+  }
+  fail("the memory plan needs {} per rank but the budget is {} ({}): set {}a smaller "
+       "data.max_tokens_per_microbatch (or auto: the largest that fits), or more ranks\n{}",
+       mib_text(plan.peak_bytes()), mib_text(budget_bytes), budget_origin, fixes, plan.table());
+}
+
+RunMemory plan_run_memory(const RunSettings& settings, const model::LlamaConfig& model, int shard_world,
+                          std::int64_t capacity_bytes, int ranks_sharing, bool launched_with_mpi,
+                          std::int64_t rollout_length) {
+  RunMemory run;
+  run.inputs = memory_inputs(settings, model, shard_world, 0, launched_with_mpi);
+  if (rollout_length > 0 && run.inputs.rollout_sequences > 0) run.inputs.rollout_length = rollout_length;
+  run.inputs.ranks_on_host = ranks_sharing;
+  run.budget = memory_budget(settings, capacity_bytes);
+  run.budget_origin = settings.train.memory_budget_gib > 0
+                          ? std::string("train.memory_budget_gib")
+                          : fmt::format("this rank's share of the {}, {}, less {:.0f}%",
+                                        run.inputs.device == DeviceKind::cpu
+                                            ? fmt::format("host's available memory ({} rank{} here)", ranks_sharing, ranks_sharing == 1 ? "" : "s")
+                                            : std::string("device's memory"),
+                                        mib_text(capacity_bytes), kBudgetMargin * 100);
+  if (settings.data.auto_token_cap) {
+    if (run.budget <= 0) {
+      fail("data.max_tokens_per_microbatch: auto needs this rank's memory, which could not be read: set "
+           "train.memory_budget_gib or a number of tokens");
+    }
+    run.auto_token_cap = max_tokens_that_fit(run.inputs, run.budget);
+    if (run.auto_token_cap == 0) {
+      MemoryInputs at = run.inputs;
+      at.tokens = 256;
+      fail("data.max_tokens_per_microbatch: auto: not even 256 tokens fit this rank's budget of {} ({}); the plan "
+           "at 256 tokens:\n{}",
+           mib_text(run.budget), run.budget_origin, plan_memory(at).table());
+    }
+  }
+  return run;
+}
+
+MemoryPlan settle_memory_plan(const RunMemory& run, std::int64_t token_cap, bool log) {
+  MemoryInputs inputs = run.inputs;
+  inputs.tokens = token_cap;
+  MemoryPlan plan = plan_memory(inputs);
+  if (run.budget > 0 && plan.peak_bytes() > run.budget && inputs.world == 1 && inputs.keep_weight_copies) {
+    // Copies of every unit kept through the step are a speed-up, not a need: without them the
+    // copies are made at every acquire (one unit's at a time).
+    inputs.keep_weight_copies = false;
+    MemoryPlan lean = plan_memory(inputs);
+    if (lean.peak_bytes() <= run.budget) {
+      if (log) {
+        spdlog::info("memory: the weights' compute copies are made at every acquire: keeping all of them through the "
+                     "step ({} more) would not fit", mib_text(plan.peak_bytes() - lean.peak_bytes()));
+      }
+      plan = std::move(lean);
+    }
+  }
+  check_fits(plan, run.budget, run.budget_origin);
+  if (log) {
+    spdlog::info("memory: the plan needs {} per rank at {} tokens per microbatch{} of a budget of {} ({}); "
+                 "odc-train --plan-memory lists its items",
+                 mib_text(plan.peak_bytes()), token_cap,
+                 run.auto_token_cap > 0 ? " (data.max_tokens_per_microbatch: auto)" : "", mib_text(run.budget),
+                 run.budget > 0 ? run.budget_origin : std::string("unknown: nothing checked"));
+  }
+  return plan;
+}
+
+namespace {
+
+// The plan odc-train --plan-memory and --dump-config show, with its verdict line; nullopt when the
+// cap depends on the data (data.max_tokens_per_microbatch 0).
+struct ShownPlan {
+  MemoryPlan plan;
+  std::string verdict;
+  bool fits = true;
+  std::int64_t budget = 0;
+};
+
+std::optional<ShownPlan> plan_to_show(const Config& config, int world, bool launched_with_mpi, int ranks_on_host) {
+  const model::LlamaConfig model = training_model_config(config);
+  // Planned for a run elsewhere: nothing is checked against this machine.
+  const RunSettings settings = resolve_run_settings(config, false);
+  const bool gpu = settings.model.device != "cpu";
+  const std::int64_t capacity = gpu ? 0 : read_available_memory() / std::max(ranks_on_host, 1);
+  const RunMemory run = plan_run_memory(settings, model, world, capacity, ranks_on_host, launched_with_mpi);
+  MemoryInputs inputs = run.inputs;
+  inputs.tokens = run.auto_token_cap > 0 ? run.auto_token_cap : settings.data.max_tokens_per_microbatch;
+  if (inputs.tokens <= 0) return std::nullopt;
+  ShownPlan shown{plan_memory(inputs), "", true, run.budget};
+  if (run.budget <= 0) {
+    shown.verdict = "no budget: set train.memory_budget_gib to check a GPU plan here";
+  } else {
+    shown.fits = shown.plan.peak_bytes() <= run.budget;
+    shown.verdict = fmt::format("{}: {} of a budget of {} ({}){}", shown.fits ? "fits" : "does NOT fit",
+                                mib_text(shown.plan.peak_bytes()), mib_text(run.budget), run.budget_origin,
+                                run.auto_token_cap > 0 ? "; data.max_tokens_per_microbatch: auto" : "");
+  }
+  return shown;
+}
+
+}  // namespace
+
+bool print_memory_plan(const Config& config, int world, bool launched_with_mpi, int ranks_on_host,
+                       const EstimateOptions& estimate_options) {
+  const auto shown = plan_to_show(config, world, launched_with_mpi, ranks_on_host);
+  if (!shown) {
+    fail("--plan-memory: data.max_tokens_per_microbatch is 0 (the longest sequence of the data): set the number of "
+         "tokens to plan for (--set data.max_tokens_per_microbatch=N) or auto");
+  }
+  const StepEstimate estimate =
+      plan_step_estimate(shown->plan.inputs, resolve_run_settings(config, false), estimate_options);
+  nlohmann::json json = shown->plan.to_json();
+  json["budget_bytes"] = shown->budget;
+  json["fits"] = shown->fits;
+  json["step_estimate"] = estimate.to_json();
+  std::fputs(fmt::format("{}{}\n{}{}\n", shown->plan.table(), shown->verdict, estimate.text(), json.dump()).c_str(),
+             stdout);
+  return shown->fits;
+}
+
+std::string memory_plan_comment(const Config& config, int world, bool launched_with_mpi, int ranks_on_host) {
+  std::optional<ShownPlan> shown;
+  try {
+    shown = plan_to_show(config, world, launched_with_mpi, ranks_on_host);
+  } catch (const Error& e) {
+    return fmt::format("# memory plan: {}\n", e.what());  // --dump-config shows the rest all the same
+  }
+  if (!shown) {
+    return "# memory plan: data.max_tokens_per_microbatch 0 follows the data's longest sequence: odc-train "
+           "--plan-memory --set data.max_tokens_per_microbatch=N shows the plan at N tokens\n";
+  }
+  std::string out = "# " + shown->verdict + "\n";
+  for (const auto& item : shown->plan.items) {
+    out += fmt::format("#   {:<32} {:>12}\n", item.name, mib_text(item.bytes));
+  }
+  return out;
+}
+
+std::string memory_check_text(const MemoryPlan& plan, std::int64_t measured_bytes, std::string_view measured_what) {
+  const std::int64_t predicted = plan.inputs.device == DeviceKind::cpu ? plan.peak_bytes() : plan.pooled_bytes();
+  const double error = predicted > 0 ? 100.0 * static_cast<double>(measured_bytes - predicted) / static_cast<double>(predicted) : 0.0;
+  return fmt::format("memory: predicted {} per rank, measured {} ({}), {:+.1f}%", mib_text(predicted),
+                     mib_text(measured_bytes), measured_what, error);
+}
+
+}  // namespace odc::train
