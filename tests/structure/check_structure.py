@@ -2,7 +2,12 @@
 """Keeps the house in the shape docs/ARCHITECTURE.md draws.
 
 Usage: check_structure.py [REPO_ROOT]      the real tree (default: two levels above this script)
-       check_structure.py --self-test      proves on a made-up tree that each rule catches its case
+       check_structure.py --self-test      proves on a made-up tree that each rule catches its case,
+                                           and that the map counts what it should
+       check_structure.py --map PLACE [--by file|room] [--dot FILE] [REPO_ROOT]
+                                           draws PLACE (src, src/train, ...): its rooms, floors, arrows,
+                                           arrows up and circles, in text (and in Graphviz DOT with
+                                           --dot); see structure_map.py. Always exits 0.
 
 Rules:
   * layering: the layers are the rows of the "## Layers" table of docs/ARCHITECTURE.md, bottom
@@ -16,10 +21,14 @@ Rules:
   * size: no file under src/, tools/, tests/ or bench/ holds more than MAX_LINES lines.
 Exits 1 naming every violation (file:line and what it includes).
 """
+import argparse
 import pathlib
 import re
 import sys
 import tempfile
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import structure_map  # noqa: E402  (beside this script)
 
 MAX_LINES = 600
 SOURCE_SUFFIXES = {".cpp", ".cc", ".h", ".hpp", ".cu", ".cuh", ".py", ".sh"}
@@ -153,13 +162,40 @@ def self_test() -> int:
         if missing or len(found) != len(expected):
             print("self-test failed; expected:\n  " + "\n  ".join(expected) + "\nfound:\n  " + "\n  ".join(found))
             return 1
-    print(f"self-test: all {len(expected)} planted violations found, nothing else")
+    wrong = structure_map.self_test(layer_order, room_order)
+    if wrong:
+        print("self-test of the map failed:\n  " + "\n  ".join(wrong))
+        return 1
+    print(f"self-test: all {len(expected)} planted violations found, nothing else; "
+          f"the map counts rooms, floors, arrows, arrows up and circles of a planted tree")
+    return 0
+
+
+def draw(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="check_structure.py --map")
+    parser.add_argument("--map", required=True, metavar="PLACE", help="src, or a folder under it (src/train)")
+    parser.add_argument("--by", choices=("file", "room"), default="room",
+                        help="file: a source and its header are one room; room: first sub-folders (default)")
+    parser.add_argument("--dot", metavar="FILE", help="also write the graph as Graphviz DOT to FILE")
+    parser.add_argument("root", nargs="?", default=str(pathlib.Path(__file__).resolve().parents[2]))
+    args = parser.parse_args(argv)
+    root = pathlib.Path(args.root)
+    architecture = root / "docs" / "ARCHITECTURE.md"
+    m = structure_map.measure(root, args.map, args.by, layer_order(architecture), room_order(architecture))
+    if args.dot:
+        pathlib.Path(args.dot).write_text(structure_map.dot(m), encoding="utf-8")
+    try:
+        print("\n".join(structure_map.report(m)) + (f"\nwrote {args.dot}" if args.dot else ""))
+    except BrokenPipeError:  # the reader (head) has what it wanted
+        sys.stderr.close()
     return 0
 
 
 def main() -> int:
     if sys.argv[1:] == ["--self-test"]:
         return self_test()
+    if any(a == "--map" or a.startswith("--map=") for a in sys.argv[1:]):
+        return draw(sys.argv[1:])
     root = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parents[2]
     problems = check(root)
     for p in problems:
