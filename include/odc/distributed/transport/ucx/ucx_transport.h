@@ -7,13 +7,13 @@
 //   the owner, like reads from the paper's symmetric heap. Base addresses and packed remote keys
 //   are all-gathered at start.
 // * get(): a read of a peer's region, in chunks with several in flight, by one of two protocols
-//   chosen per peer (comm.gather_protocol; docs/ARCHITECTURE.md says why):
+//   chosen per peer (comm.gather_protocol; docs/comms.md, "Why these protocols", says why):
 //   - get: one-sided ucp_get (a plain copy where the peer's region is mapped here);
 //   - request: a small active message asks the owner's progress thread, which answers with the
 //     bytes as active-message payload (rendezvous, received straight into the destination);
 //     the owner's compute thread is not involved. UCX emulates gets over TCP in software, slowly.
 // * pushes of a gradient's pieces to their owners, whose progress thread hands each to the handlers
-//   (accumulation) and counts it. Two protocols (docs/ARCHITECTURE.md says why):
+//   (accumulation) and counts it. Two protocols (docs/comms.md, "Why these protocols", says why):
 //   - slot (start_push, where the owner's region is mapped here: shared memory, and slots are
 //     configured): the slot protocol written once for every transport (slot_protocol.h): the
 //     progress thread copies the slice into this client's next free slot in the owner's region and
