@@ -32,7 +32,7 @@ tokenizer=$(cd "$root" && ls src/data/tokenizer*.cpp | tr '\n' ' ')
 datasets="src/data/dataset.cpp src/data/text_dataset.cpp src/data/bin_dataset.cpp src/data/chat_format.cpp $tokenizer"
 datasets+=" src/core/config_spec.cpp"
 # config_schema.cpp also reads checkpoint config.json files (io/hf_checkpoint.cpp and what it uses).
-config="src/core/config.cpp src/train/config_schema.cpp src/model/llama_config.cpp src/model/units.cpp"
+config="src/core/config.cpp src/train/config/config_schema.cpp src/model/llama_config.cpp src/model/units.cpp"
 config+=" src/io/hf_checkpoint.cpp src/io/safetensors.cpp src/io/safetensors_sharded.cpp"
 declare -A sources=(
   [safetensors]="src/io/safetensors.cpp src/io/safetensors_sharded.cpp ${core[*]}"

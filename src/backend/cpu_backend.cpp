@@ -36,7 +36,7 @@ namespace {
 // freed, not taken from malloc's heap: glibc raises its mmap threshold after each large free, so
 // later buffers of a growing microbatch would come from the heap, whose freed holes stay resident
 // (measured: +20% of resident set over what the buffers hold). Mapped pages arrive zero-filled;
-// the resident set then follows the live buffers and the memory plan (train/memory_plan.h).
+// the resident set then follows the live buffers and the memory plan (train/plan/memory_plan.h).
 class HostMemory final : public DeviceMemory {
  public:
   static constexpr std::size_t kMapBytes = std::size_t{256} << 10;

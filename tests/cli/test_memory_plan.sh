@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The memory plan (train/memory_plan.h) against what odc-train uses: the peak resident set's growth
+# The memory plan (train/plan/memory_plan.h) against what odc-train uses: the peak resident set's growth
 # from just before the model is built to the end of the run, which every run logs beside the plan
 # ("memory: predicted X per rank, measured Y"), must be within 10% of the prediction for
 # none/selective/full recomputation at three microbatch lengths (one rank, fp32), in the CPU bf16

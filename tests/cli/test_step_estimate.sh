@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# odc-train --plan-memory's step estimate (train/step_estimate.h) with the profile that
+# odc-train --plan-memory's step estimate (train/plan/step_estimate.h) with the profile that
 # gpu_model_throughput --cpu-tiny --profile writes: the estimate names the file as its rates'
 # source and, at the profile's own shape, its microbatch is the profile's ops less those it moves
 # or drops (one rank keeps the compute copies: their casts move to the step, their reuses cost

@@ -1,4 +1,4 @@
-// Evaluation during training under mpirun (train/evaluation.h): the eval loss of N ranks under
+// Evaluation during training under mpirun (train/run/evaluation.h): the eval loss of N ranks under
 // ODC (ranks running different numbers of eval microbatches) and under the collective baseline
 // (short ranks padded with empty microbatches) equals the eval loss of one rank on the same run.
 #include <mpi.h>

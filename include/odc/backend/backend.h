@@ -111,7 +111,7 @@ struct DeviceDescription {
 };
 
 // What a backend of `kind` computing in `compute` allocates per the memory model
-// (train/memory_plan.h), known without creating it (a plan for a GPU is made on any machine):
+// (train/plan/memory_plan.h), known without creating it (a plan for a GPU is made on any machine):
 // its activation dtype, the bytes per element of the copy weights() makes (0: none, the fp32 unit
 // itself is computed with) and the rows of logits its head computes per chunk.
 DType activation_dtype_of(DeviceKind kind);

@@ -1,7 +1,7 @@
 #pragma once
 // What one call of a Backend op computes and moves, from its sizes alone. The op profiler
 // (backend/op_profiler.h) charges every call it times with these numbers, and the step estimate
-// (train/step_estimate.h) predicts a step's calls with the same functions: a rate measured per
+// (train/plan/step_estimate.h) predicts a step's calls with the same functions: a rate measured per
 // category on one shape (FLOP/s, bytes/s) then prices another shape's work by the same rule.
 //
 // FLOPs are the model's: a GEMM of rows x in x out is 2 * rows * in * out per product; causal

@@ -1,7 +1,7 @@
 #pragma once
 // A per-op device profile: the time, calls, FLOPs and bytes of a step's Backend ops by category
 // (ProfilingBackend records it, backend/op_profiler.h), and the document that carries it from
-// gpu_model_throughput --profile to whoever reads it (the step estimate, train/step_estimate.h;
+// gpu_model_throughput --profile to whoever reads it (the step estimate, train/plan/step_estimate.h;
 // people, through table()).
 //
 // The document, one JSON object (docs/performance.md, "Per-op profile"):

@@ -1,5 +1,5 @@
 #pragma once
-// The best checkpoint of a run: the checkpoint whose evaluation (train/evaluation.h) had the
+// The best checkpoint of a run: the checkpoint whose evaluation (train/run/evaluation.h) had the
 // lowest eval loss so far, recorded in checkpoint.dir/best.json and kept by checkpoint.keep's
 // pruning (io::commit_checkpoint's `protect_step`).
 //

@@ -4,7 +4,7 @@
 //
 // A job's checkpoint directory is its own: rank 0 holds a lock on it for the job's lifetime
 // (io/directory_lock.h), and begin_run decides the run's identity and what the directory's other
-// checkpoints mean for it (train/run_identity.h) — rank 0 decides, every rank learns the answer
+// checkpoints mean for it (train/checkpoint/run_identity.h) — rank 0 decides, every rank learns the answer
 // or the same error.
 //
 // Save: every rank writes its shards (masters, AdamW moments) into the staging directory, a

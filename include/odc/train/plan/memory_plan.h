@@ -130,7 +130,7 @@ RunMemory plan_run_memory(const RunSettings& settings, const model::LlamaConfig&
 MemoryPlan settle_memory_plan(const RunMemory& run, std::int64_t token_cap, bool log);
 
 // odc-train --plan-memory: prints the plan of one of `world` ranks (the table, the budget and the
-// verdict on stdout, the step-time estimate at the plan's shape (train/step_estimate.h, its rates
+// verdict on stdout, the step-time estimate at the plan's shape (train/plan/step_estimate.h, its rates
 // from `estimate`), then the plan as one JSON line with the estimate as "step_estimate") and
 // returns whether it fits. The budget is train.memory_budget_gib, else (model.device cpu) this
 // host's available memory over `ranks_on_host`; a GPU's memory is only known on a GPU machine, so

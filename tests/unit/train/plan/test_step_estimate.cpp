@@ -1,4 +1,4 @@
-// The step estimate (train/step_estimate.h): its predicted calls are exactly the ones a profiled
+// The step estimate (train/plan/step_estimate.h): its predicted calls are exactly the ones a profiled
 // step makes (categories, calls, FLOPs, bytes), so a profile's rates reproduce that profile's time
 // at its own shape; it scales as the work does (GEMMs linear in tokens, attention in the causal
 // pairs), orders the recomputation modes, takes a profile's measured rates as they are (a made-up

@@ -1,4 +1,4 @@
-// Evaluation during training (train/evaluation.h): the trainer's eval loss equals the offline
+// Evaluation during training (train/run/evaluation.h): the trainer's eval loss equals the offline
 // evaluator's (odc-eval's train::evaluate) on the same weights and data, the eval metrics lines,
 // the best-checkpoint record (best.json, kept by checkpoint.keep's pruning, continued on resume,
 // checkpoint.save_best), and the config errors, raised before any training.
