@@ -87,7 +87,7 @@ count=$(grep -c "checkpoint directory '$ck2' is in use by run $holder (host $(ho
 if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then
   fail "second job refused" "the second job exited $rc: $(tail -3 <<<"$out")"
 elif [ "$count" -lt 1 ]; then
-  # (Every rank throws it — rank 0 broadcasts the verdict, tests/unit/train/test_checkpointing.cpp —
+  # (Every rank throws it — rank 0 broadcasts the verdict, tests/unit/train/checkpoint/test_checkpointing.cpp —
   # but the first to print aborts the job, so mpirun may show it once.)
   fail "second job refused" "no lock message naming the first job: $(grep error <<<"$out")"
 elif [ -e "$work/second-0.jsonl" ] && [ -s "$work/second-0.jsonl" ]; then
