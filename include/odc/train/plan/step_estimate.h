@@ -6,7 +6,7 @@
 // Work: the Backend calls a training microbatch makes (model/llama_model.cpp), predicted with the
 // op profiler's categories and cost functions (backend/op_costs.h): GEMMs by role and attention by
 // FLOPs, element-wise ops by bytes, transfers and per-microbatch hooks by calls. A profile of the
-// same shape records exactly these calls (tests/unit/train/test_step_estimate.cpp).
+// same shape records exactly these calls (tests/unit/train/plan/test_step_estimate.cpp).
 //
 // Rates, one per category: measured, from a device profile (the file gpu_model_throughput
 // --profile writes, backend/op_profile.h: each category's work over its seconds, taken as is at
