@@ -1,48 +1,40 @@
-# Shared helpers of the CLI tests, sourced after setting $tool (the executable under test) and
-# $work_dir (emptied and created here). Each check counts failures instead of exiting, so one run
-# reports every broken case; the test checks $failures at its end.
-rm -rf "$work_dir"
-mkdir -p "$work_dir"
+# The checks of the CLI tests that drive one tool, sourced after lib.sh and after setting $tool
+# (the executable under test). Each check counts a failure (lib.sh's fail) instead of exiting, so
+# one run reports every broken case; the test ends with lib.sh's finish_test.
 
-failures=0
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-
-# run_tool NAME ARGS...: runs $tool, keeping stdout/stderr in $work_dir/NAME.{out,err}, and sets
+# run_tool NAME ARGS...: runs $tool, keeping stdout/stderr in $work/NAME.{out,err}, and sets
 # $rc without tripping `set -e`.
 run_tool() {
   local name=$1
   shift
   rc=0
-  "$tool" "$@" >"$work_dir/$name.out" 2>"$work_dir/$name.err" || rc=$?
+  "$tool" "$@" >"$work/$name.out" 2>"$work/$name.err" || rc=$?
 }
 
 expect_rc() {  # NAME EXPECTED
   if [ "$rc" -ne "$2" ]; then
-    fail "$1: exit code $rc, expected $2; stderr: $(cat "$work_dir/$1.err")"
+    fail "$1: exit code $rc, expected $2; stderr: $(cat "$work/$1.err")"
   fi
 }
 
 expect_in() {  # NAME STREAM(out|err) TEXT
-  if ! grep -qF -- "$3" "$work_dir/$1.$2"; then
-    fail "$1: std$2 does not contain '$3'; it was: $(cat "$work_dir/$1.$2")"
+  if ! grep -qF -- "$3" "$work/$1.$2"; then
+    fail "$1: std$2 does not contain '$3'; it was: $(cat "$work/$1.$2")"
   fi
 }
 
 [ -x "$tool" ] || { echo "FAIL: $tool is not an executable" >&2; exit 1; }
 
-# make_tiny_chat_model: the demo's byte-level BPE tokenizer (299 ids) in $work_dir/chat and a random
-# GQA model of that vocabulary in $work_dir/model (f32; a wide initialization, so that continuations
-# vary; no eos id). Needs $repo and $bin_dir.
+# make_tiny_chat_model: the demo's byte-level BPE tokenizer (299 ids) in $work/chat and a random
+# GQA model of that vocabulary in $work/model (f32; a wide initialization, so that continuations
+# vary; no eos id).
 make_tiny_chat_model() {
-  /usr/bin/python3 "$repo/tools/make_demo_chat.py" --out "$work_dir/chat" --num 200 --merges 40 --seed 1 >/dev/null
-  "$bin_dir/odc-ckpt" init --out "$work_dir/model" --dtype f32 --seed 5 --set model.config.vocab_size=299 \
+  /usr/bin/python3 "$root/tools/make_demo_chat.py" --out "$work/chat" --num 200 --merges 40 --seed 1 >/dev/null
+  "$bin/odc-ckpt" init --out "$work/model" --dtype f32 --seed 5 --set model.config.vocab_size=299 \
     --set model.config.hidden_size=64 --set model.config.intermediate_size=128 --set model.config.num_hidden_layers=2 \
     --set model.config.num_attention_heads=4 --set model.config.num_key_value_heads=2 \
     --set model.config.max_position_embeddings=96 --set model.config.initializer_range=0.5 \
-    >"$work_dir/init.out" 2>&1 || fail "odc-ckpt init: $(cat "$work_dir/init.out")"
+    >"$work/init.out" 2>&1 || fail "odc-ckpt init: $(cat "$work/init.out")"
 }
 
 # copy_as_mistral SRC DST: SRC's model as a Mistral whose attention window is 16 tokens.

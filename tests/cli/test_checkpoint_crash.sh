@@ -4,18 +4,9 @@
 # SIGKILL rank 0 while the step-6 shards are written but not committed, then check that step-4 is
 # still the newest complete checkpoint and that a resumed run starts from it and finishes.
 # Usage: test_checkpoint_crash.sh BIN_DIR WORK_DIR
-set -uo pipefail
-# shellcheck source=rank_pids.sh
-source "$(dirname "${BASH_SOURCE[0]}")/rank_pids.sh"
-bin="$(cd "$1" && pwd)"
-work="$2"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-shm_before=$(ls /dev/shm 2>/dev/null | sort)
-cleanup_shm() {  # a SIGKILLed UCX process cannot unlink its shared-memory files
-  comm -13 <(echo "$shm_before") <(ls /dev/shm 2>/dev/null | sort) | grep '^ucx_shm_posix_' | sed 's|^|/dev/shm/|' | xargs -r rm -f
-}
-trap cleanup_shm EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+track_ucx_shm
+trap remove_leaked_ucx_shm EXIT
 
 "$bin/odc-data" synth --out "$work/data.jsonl" --num 200 --max-length 96 --mean-length 40 --seed 3 >/dev/null
 ckpt="$work/ckpt"
@@ -26,8 +17,6 @@ train() {  # extra --set arguments...
     --set train.log_every=1 --set train.peak_flops=1e10 "$@"
 }
 
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 train --set train.stop_at_step=4 >"$work/first.log" 2>&1 || fail "first run exited non-zero: $(tail -5 "$work/first.log")"
 [ -d "$ckpt/step-00000004" ] || fail "no step-00000004 after the first run: $(ls "$ckpt")"
@@ -55,5 +44,4 @@ grep -q "step     6/6" "$work/resume.log" || fail "the resumed run did not reach
 [ -d "$ckpt/step-00000006" ] || fail "no step-00000006 after the resumed run"
 [ ! -d "$ckpt/.partial-step-00000006" ] || fail "the crashed write's partial directory was not cleaned up"
 
-[ "$failures" -eq 0 ] && echo "ok   [kill -9 during a checkpoint write: step-4 stays loadable, resume finishes]"
-exit "$failures"
+finish_test "kill -9 during a checkpoint write: step-4 stays loadable, resume finishes"

@@ -16,14 +16,7 @@
 #   "changed lr"              the resume prints train.lr old -> new
 #   "changed data.seed"       exit 1 naming data.seed, old and new
 # Usage: test_checkpoint_damage.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin="$(cd "$1" && pwd)"
-work="$2"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL [$1]: $2"; failures=$((failures + 1)); }
-py=/usr/bin/python3
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 "$bin/odc-data" synth --out "$work/data.jsonl" --num 60 --max-length 32 --mean-length 12 --seed 4 >/dev/null
 shape='{vocab_size: 64, hidden_size: 16, intermediate_size: 32, num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1}'
@@ -150,5 +143,4 @@ if [ $rc -ne 1 ]; then fail "changed data.seed" "exit $rc: $(tail -3 <<<"$out")"
 elif ! grep -q "was trained with data.seed 0, this run sets data.seed 5 (--set)" <<<"$out"; then fail "changed data.seed" "$(grep error <<<"$out")"
 else echo "ok   [changed data.seed] exit 1: $(grep -m1 error <<<"$out" | head -c 200)"; fi
 
-[ "$failures" -eq 0 ] && echo "ok   [damaged checkpoints are named; resume says what changed]"
-exit "$failures"
+finish_test "damaged checkpoints are named; resume says what changed"

@@ -11,14 +11,7 @@
 #                                    neither needs nor reads it and gives the straight run's losses
 #                                    bit for bit (one rank, fixed reduction order)
 # Usage: test_checkpoint_runs.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin="$(cd "$1" && pwd)"
-work="$2"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL [$1]: $2"; failures=$((failures + 1)); }
-py=/usr/bin/python3
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 "$bin/odc-data" synth --out "$work/data.jsonl" --num 200 --max-length 64 --mean-length 24 --seed 4 >/dev/null
 shape='{vocab_size: 64, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2}'
@@ -135,5 +128,4 @@ else
   echo "ok   [resume without the base] base moved away; 4 + 4 steps give the straight 8 steps' losses bit for bit"
 fi
 
-[ "$failures" -eq 0 ] && echo "ok   [checkpoint directory: one run, rollback, lock, no base needed]"
-exit "$failures"
+finish_test "checkpoint directory: one run, rollback, lock, no base needed"

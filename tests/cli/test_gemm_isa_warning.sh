@@ -3,13 +3,7 @@
 # supports: oneDNN capped at SSE4.1 (ONEDNN_MAX_CPU_ISA, its documented switch) on a CPU with AVX
 # or better must give the warning, with the ISAs named; uncapped, the GEMM ISA is the CPU's and
 # there is no warning. Usage: test_gemm_isa_warning.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin="$(cd "$1" && pwd)"
-work="$2"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL [$1]"; echo "$2" | sed 's/^/    /'; failures=$((failures + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 "$bin/odc-data" synth --out "$work/d.jsonl" --num 16 --max-length 32 --mean-length 16 --seed 1 >/dev/null
 small=(--set "model.config={vocab_size: 64, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1}"
@@ -42,5 +36,4 @@ case "$cpu_isa" in
     ;;
 esac
 
-[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
-echo "all passed"
+finish_test "all passed"

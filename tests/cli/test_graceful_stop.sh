@@ -12,16 +12,10 @@
 #   large: a 93M-parameter model whose checkpoint (1.1 GB of weights and AdamW moments) takes
 #   seconds to write, far past mpirun's own one-second kill grace. ctest runs 2 small trials per
 #   mode; the 20-trial figure comes from `test_graceful_stop.sh build/bin /tmp/stop 10 large`.
-set -uo pipefail
-bin="$(cd "$1" && pwd)"
-work="$2"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 trials="${3:-2}"
 size="${4:-small}"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-failures=0
 passed=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 case "$size" in
   small) model="{hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2}"
@@ -127,5 +121,4 @@ fi
   grep -q "cannot start '/nonexistent/mpirun'" "$work/missing.err" || fail "odc-run with a missing mpirun: expected exit 127"
 
 echo "graceful stop: $passed of $((2 * trials)) trials committed their checkpoint and exited 0 ($size model)"
-[ "$failures" -eq 0 ] && echo "ok   [odc-run: Ctrl-C and a scheduler's SIGTERM stop gracefully; a second Ctrl-C stops at once]"
-exit "$failures"
+finish_test "odc-run: Ctrl-C and a scheduler's SIGTERM stop gracefully; a second Ctrl-C stops at once"

@@ -5,13 +5,7 @@
 # before training with a message naming the key, and rewards that trained nothing (a group of one,
 # equal rewards, rewards whose squares overflow) refused, warned of or trained as scaled ones.
 # Usage: test_grpo.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin="$(cd "$1" && pwd)"
-work="$2"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL [$1]"; echo "$2" | sed 's/^/    /'; failures=$((failures + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # 16 prompts x 4 completions of skewed lengths, rewards in groups, sampling and reference
 # log-probabilities around the uniform policy's (-log 64 = -4.16).
@@ -160,5 +154,4 @@ else
   fail "huge rewards train as small ones" "${out:-a metrics file is missing}"
 fi
 
-[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
-echo "all grpo CLI checks passed"
+finish_test "all grpo CLI checks passed"

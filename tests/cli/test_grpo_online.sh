@@ -9,33 +9,29 @@
 # or is stopped by SIGTERM ends every rank (the stop gracefully); misconfigurations (a group of one,
 # a sliding window shorter than prompt + rl.max_new_tokens) and a damaged checkpoint are refused with
 # messages naming what is wrong. Usage: test_grpo_online.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin_dir=${1:?usage: test_grpo_online.sh BIN_DIR WORK_DIR}
-work_dir=${2:?usage: test_grpo_online.sh BIN_DIR WORK_DIR}
-tool="$bin_dir/odc-train"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+tool="$bin/odc-train"
 # shellcheck source=cli_tool_checks.sh
 source "$(dirname "${BASH_SOURCE[0]}")/cli_tool_checks.sh"
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 make_tiny_chat_model
-cp "$work_dir/chat/tokenizer/"* "$work_dir/model/"
+cp "$work/chat/tokenizer/"* "$work/model/"
 printf '%s\n' '{"prompt": "reverse: apple ->", "answer": "elppa"}' '{"prompt": "add: 2 3 ->", "answer": "5"}' \
   '{"prompt": "sort: lemon ->", "answer": "elmno"}' '{"prompt": "repeat: ab 2 ->", "answer": "abab"}' \
   '{"prompt": "reverse: kiwi ->", "answer": "iwik"}' '{"prompt": "add: 4 4 ->", "answer": "8"}' \
   '{"prompt": "sort: grape ->", "answer": "aegpr"}' '{"prompt": "repeat: x 3 ->", "answer": "xxx"}' \
-  >"$work_dir/prompts.jsonl"
+  >"$work/prompts.jsonl"
 # Rewards that vary on a random model (completions also end at an "e", rl.stop): the completion's length in characters, mod 3.
-cat >"$work_dir/reward.py" <<'PY'
+cat >"$work/reward.py" <<'PY'
 import json, sys
 for line in sys.stdin:
     print(len(json.loads(line)["completion"]) % 3)
 PY
 # 3 iterations of 4 prompts x 4 completions, 2 steps of 8 rollouts each: 6 steps.
-loop=(--set "model.checkpoint=$work_dir/model" --set train.objective=grpo --set "rl.prompts=$work_dir/prompts.jsonl"
+loop=(--set "model.checkpoint=$work/model" --set train.objective=grpo --set "rl.prompts=$work/prompts.jsonl"
       --set rl.iterations=3 --set rl.prompts_per_iteration=4 --set rl.group_size=4 --set rl.max_new_tokens=12
       --set rl.chat=true --set rl.concurrency=6 --set rl.seed=11 --set rl.stop=e
-      --set "rl.reward_command=/usr/bin/python3 $work_dir/reward.py" --set data.global_batch_size=8
+      --set "rl.reward_command=/usr/bin/python3 $work/reward.py" --set data.global_batch_size=8
       --set rl.kl_beta=0.05 --set train.lr=3e-3 --set train.warmup_steps=0 --set train.schedule=constant
       --set comm.deterministic=true
       --set train.log_level=info)
@@ -46,26 +42,26 @@ train() {  # NAME RANKS ARGS...: odc-train under mpirun, output in NAME.{out,err
   shift 2
   rc=0
   timeout 300 mpirun --oversubscribe --bind-to none -np "$ranks" "$tool" "${loop[@]}" "$@" \
-    >"$work_dir/$name.out" 2>"$work_dir/$name.err" || rc=$?
+    >"$work/$name.out" 2>"$work/$name.err" || rc=$?
 }
 
 # 1. Straight, stopped in the middle of iteration 2 (after step 3) and resumed, and the collective baseline.
-train straight 2 "${odc[@]}" --set "checkpoint.dir=$work_dir/ck-straight" --set "train.metrics_file=$work_dir/straight.jsonl"
+train straight 2 "${odc[@]}" --set "checkpoint.dir=$work/ck-straight" --set "train.metrics_file=$work/straight.jsonl"
 expect_rc straight 0
-train stopped 2 "${odc[@]}" --set "checkpoint.dir=$work_dir/ck-resumed" --set "train.metrics_file=$work_dir/resumed.jsonl" \
+train stopped 2 "${odc[@]}" --set "checkpoint.dir=$work/ck-resumed" --set "train.metrics_file=$work/resumed.jsonl" \
   --set train.stop_at_step=3
 expect_rc stopped 0
-[ -f "$work_dir/ck-resumed/step-00000003/rollouts.jsonl" ] || fail "the mid-iteration checkpoint step-3 holds no rollouts.jsonl"
-cp -r "$work_dir/ck-resumed/step-00000003" "$work_dir/step-3-copy"
-train resumed 2 "${odc[@]}" --set "checkpoint.dir=$work_dir/ck-resumed" --set "train.metrics_file=$work_dir/resumed.jsonl"
+[ -f "$work/ck-resumed/step-00000003/rollouts.jsonl" ] || fail "the mid-iteration checkpoint step-3 holds no rollouts.jsonl"
+cp -r "$work/ck-resumed/step-00000003" "$work/step-3-copy"
+train resumed 2 "${odc[@]}" --set "checkpoint.dir=$work/ck-resumed" --set "train.metrics_file=$work/resumed.jsonl"
 expect_rc resumed 0
 expect_in resumed err "in the middle of iteration 2"
-train collective 2 --set train.comm=collective --set data.balance=lb_micro --set "train.metrics_file=$work_dir/collective.jsonl"
+train collective 2 --set train.comm=collective --set data.balance=lb_micro --set "train.metrics_file=$work/collective.jsonl"
 expect_rc collective 0
 expect_in straight err "iteration 3: 16 rollouts, reward"
 
-if [ -f "$work_dir/straight.jsonl" ] && [ -f "$work_dir/resumed.jsonl" ] && [ -f "$work_dir/collective.jsonl" ]; then
-  if ! out=$(/usr/bin/python3 - "$work_dir" <<'PY'
+if [ -f "$work/straight.jsonl" ] && [ -f "$work/resumed.jsonl" ] && [ -f "$work/collective.jsonl" ]; then
+  if ! out=$(/usr/bin/python3 - "$work" <<'PY'
 import json, sys
 work = sys.argv[1]
 def lines(name):
@@ -124,33 +120,33 @@ PY
     fail "metrics: $out"
   fi
   # The final weights and optimizer state: bitwise.
-  for f in "$work_dir"/ck-straight/step-00000006/rank-*.safetensors; do
-    cmp -s "$f" "$work_dir/ck-resumed/step-00000006/$(basename "$f")" || fail "final checkpoint file $(basename "$f") differs"
+  for f in "$work"/ck-straight/step-00000006/rank-*.safetensors; do
+    cmp -s "$f" "$work/ck-resumed/step-00000006/$(basename "$f")" || fail "final checkpoint file $(basename "$f") differs"
   done
-  ls "$work_dir"/ck-straight/step-00000006/rank-*.safetensors >/dev/null 2>&1 || fail "no shard files in ck-straight/step-00000006"
+  ls "$work"/ck-straight/step-00000006/rank-*.safetensors >/dev/null 2>&1 || fail "no shard files in ck-straight/step-00000006"
 else
   fail "a metrics file is missing"
 fi
 
 # 2. A damaged mid-iteration checkpoint is refused.
-mkdir -p "$work_dir/ck-damaged" && cp -r "$work_dir/step-3-copy" "$work_dir/ck-damaged/step-00000003"
-sed -i '1s/"reward":[-0-9.e]*/"reward":9/' "$work_dir/ck-damaged/step-00000003/rollouts.jsonl"
-train damaged 2 "${odc[@]}" --set "checkpoint.dir=$work_dir/ck-damaged-run" \
-  --set "checkpoint.resume=$work_dir/ck-damaged/step-00000003"
+mkdir -p "$work/ck-damaged" && cp -r "$work/step-3-copy" "$work/ck-damaged/step-00000003"
+sed -i '1s/"reward":[-0-9.e]*/"reward":9/' "$work/ck-damaged/step-00000003/rollouts.jsonl"
+train damaged 2 "${odc[@]}" --set "checkpoint.dir=$work/ck-damaged-run" \
+  --set "checkpoint.resume=$work/ck-damaged/step-00000003"
 expect_rc damaged 1
 expect_in damaged err "does not match the fingerprint its manifest recorded"
 # The hint a damaged shard gets (here: no earlier checkpoint), and no "resumed from" before the refusal.
 expect_in damaged err "after the checkpoint was saved; there is no earlier good checkpoint next to it to resume from"
-grep -q "resumed from" "$work_dir/damaged.err" && fail "damaged: 'resumed from' logged before the refusal"
+grep -q "resumed from" "$work/damaged.err" && fail "damaged: 'resumed from' logged before the refusal"
 
-rm -rf "$work_dir/ck-missing" && mkdir -p "$work_dir/ck-missing" && cp -r "$work_dir/step-3-copy" "$work_dir/ck-missing/step-00000003"
-rm -f "$work_dir/ck-missing/step-00000003/rollouts.jsonl"
-train missing 2 "${odc[@]}" --set "checkpoint.dir=$work_dir/ck-missing-run" \
-  --set "checkpoint.resume=$work_dir/ck-missing/step-00000003"
+rm -rf "$work/ck-missing" && mkdir -p "$work/ck-missing" && cp -r "$work/step-3-copy" "$work/ck-missing/step-00000003"
+rm -f "$work/ck-missing/step-00000003/rollouts.jsonl"
+train missing 2 "${odc[@]}" --set "checkpoint.dir=$work/ck-missing-run" \
+  --set "checkpoint.resume=$work/ck-missing/step-00000003"
 expect_rc missing 1
 expect_in missing err "step-00000003/rollouts.jsonl is missing (the rollouts of the online RL iteration it was saved in"
 expect_in missing err "there is no earlier good checkpoint next to it to resume from"
-grep -q "resumed from" "$work_dir/missing.err" && fail "missing: 'resumed from' logged before the refusal"
+grep -q "resumed from" "$work/missing.err" && fail "missing: 'resumed from' logged before the refusal"
 
 # 3. A reward command that fails stops every rank with its message (its status in words); one that
 # never returns is killed, with what it started, at rl.reward_timeout_s, and a stop request while
@@ -164,33 +160,33 @@ train reward_blank 1 "${odc[@]}" --set "rl.reward_command=' '"
 expect_rc reward_blank 1
 expect_in reward_blank err "rl.reward_command (from --set) is blank, a command line that runs nothing"
 marker="grpo-online-test-sleep-$$"  # a copy of sleep: the command's processes are found by its name
-cp "$(command -v sleep)" "$work_dir/$marker"
+cp "$(command -v sleep)" "$work/$marker"
 start=$(date +%s)
-train reward_hangs 2 "${odc[@]}" --set "rl.reward_command=$work_dir/$marker 60 & $work_dir/$marker 60" \
+train reward_hangs 2 "${odc[@]}" --set "rl.reward_command=$work/$marker 60 & $work/$marker 60" \
   --set rl.reward_timeout_s=1 --set comm.timeout_s=5
 expect_rc reward_hangs 1
-expect_in reward_hangs err "rl.reward_command, iteration 1: reward command '$work_dir/$marker 60 & $work_dir/$marker 60' did not finish within 1 s (rl.reward_timeout_s): it was killed with every process it started"
+expect_in reward_hangs err "rl.reward_command, iteration 1: reward command '$work/$marker 60 & $work/$marker 60' did not finish within 1 s (rl.reward_timeout_s): it was killed with every process it started"
 [ $(( $(date +%s) - start )) -le 60 ] || fail "reward_hangs: rl.reward_timeout_s 1 took $(( $(date +%s) - start )) s"
-cat >"$work_dir/second_hangs.sh" <<SH
+cat >"$work/second_hangs.sh" <<SH
 #!/bin/sh
 # Rewards as reward.py gives them; the second call (iteration 2) never returns.
-n=\$(cat "$work_dir/calls" 2>/dev/null || echo 0); n=\$((n + 1)); echo \$n >"$work_dir/calls"
-[ \$n -eq 2 ] && exec "$work_dir/$marker" 60
-exec /usr/bin/python3 "$work_dir/reward.py"
+n=\$(cat "$work/calls" 2>/dev/null || echo 0); n=\$((n + 1)); echo \$n >"$work/calls"
+[ \$n -eq 2 ] && exec "$work/$marker" 60
+exec /usr/bin/python3 "$work/reward.py"
 SH
-chmod +x "$work_dir/second_hangs.sh"
+chmod +x "$work/second_hangs.sh"
 # (no timeout(1) in front: it would pass the test's SIGTERM on twice, and a second one stops at once)
-"$bin_dir/odc-run" --local 2 -- "$tool" "${loop[@]}" "${odc[@]}" --set "rl.reward_command=$work_dir/second_hangs.sh" \
-  --set "checkpoint.dir=$work_dir/ck-stopped" >"$work_dir/reward_stop.out" 2>"$work_dir/reward_stop.err" &
+"$bin/odc-run" --local 2 -- "$tool" "${loop[@]}" "${odc[@]}" --set "rl.reward_command=$work/second_hangs.sh" \
+  --set "checkpoint.dir=$work/ck-stopped" >"$work/reward_stop.out" 2>"$work/reward_stop.err" &
 pid=$!
-for _ in $(seq 1 600); do pgrep -f "^$work_dir/$marker" >/dev/null && break; sleep 0.1; done
+for _ in $(seq 1 600); do pgrep -f "^$work/$marker" >/dev/null && break; sleep 0.1; done
 kill -TERM "$pid"
 rc=0
 wait "$pid" || rc=$?
 expect_rc reward_stop 0
 expect_in reward_stop err "while rl.reward_command scored iteration 2: the command and every process it started were killed"
-[ -d "$work_dir/ck-stopped/step-00000002" ] && [ ! -e "$work_dir/ck-stopped/step-00000002/rollouts.jsonl" ] ||
-  fail "reward_stop: no checkpoint at step 2, the end of iteration 1: $(ls "$work_dir/ck-stopped" 2>&1)"
+[ -d "$work/ck-stopped/step-00000002" ] && [ ! -e "$work/ck-stopped/step-00000002/rollouts.jsonl" ] ||
+  fail "reward_stop: no checkpoint at step 2, the end of iteration 1: $(ls "$work/ck-stopped" 2>&1)"
 sleep 0.5
 ! pgrep -f "$marker" >/dev/null || fail "a reward command outlived the run: $(pgrep -af "$marker")"
 
@@ -211,7 +207,7 @@ solo() {  # NAME ARGS...: odc-train on one rank without mpirun (for refusals at 
   local name=$1
   shift
   rc=0
-  timeout 60 "$tool" "${loop[@]}" "$@" >"$work_dir/$name.out" 2>"$work_dir/$name.err" || rc=$?
+  timeout 60 "$tool" "${loop[@]}" "$@" >"$work/$name.out" 2>"$work/$name.err" || rc=$?
 }
 solo lone --set rl.group_size=1
 expect_rc lone 1
@@ -222,19 +218,15 @@ expect_in timeout_without_command err "rl.reward_timeout_s (from --set) limits r
 solo empty_stop --set rl.stop= --dump-config
 expect_rc empty_stop 0  # the documented default is empty: an empty value is that
 expect_in empty_stop out 'stop: ""'
-copy_as_mistral "$work_dir/model" "$work_dir/mistral"
-solo window --set "model.checkpoint=$work_dir/mistral"
+copy_as_mistral "$work/model" "$work/mistral"
+solo window --set "model.checkpoint=$work/mistral"
 expect_rc window 1
 expect_in window err "tokens and rl.max_new_tokens is 12:"
-expect_in window err "more than the model's attention window of 16 (sliding_window in $work_dir/mistral/config.json)"
+expect_in window err "more than the model's attention window of 16 (sliding_window in $work/mistral/config.json)"
 rc=0
 "$tool" --set train.objective=grpo --set data.format=rollouts --set data.train=x.jsonl --set rl.group_size=2 \
-  >"$work_dir/offline.out" 2>"$work_dir/offline.err" || rc=$?
+  >"$work/offline.out" 2>"$work/offline.err" || rc=$?
 expect_rc offline 1
 expect_in offline err "rl.group_size (from --set) shapes only the online RL loop, and rl.prompts is not set"
 
-if [ "$failures" -gt 0 ]; then
-  echo "test_grpo_online: $failures failure(s)" >&2
-  exit 1
-fi
-echo "test_grpo_online: OK"
+finish_test "test_grpo_online: OK"

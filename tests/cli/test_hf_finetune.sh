@@ -3,13 +3,7 @@
 # model.checkpoint and 0 steps exports it bit-identically; 2 ranks fine-tune it under ODC and
 # export; odc-eval shows the loss falling; bad --model / --data inputs are clear errors.
 # Usage: test_hf_finetune.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin="$(cd "$1" && pwd)"
-work="$2"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 shape=(--set model.config.hidden_size=64 --set model.config.intermediate_size=128 --set model.config.num_hidden_layers=2
        --set model.config.num_attention_heads=4 --set model.config.num_key_value_heads=2 --set model.config.vocab_size=32)
@@ -109,5 +103,4 @@ cmp -s "$work/tuned/model.safetensors" "$work/from-native/model.safetensors" || 
 "$bin/odc-train" --set "data.train=$work/data.jsonl" --set "model.checkpoint=$work/nowhere" >/dev/null 2>"$work/t1.err"; rc=$?
 [ $rc -eq 1 ] && grep -q "nowhere/config.json" "$work/t1.err" || fail "odc-train with a missing checkpoint: exit $rc, $(cat "$work/t1.err")"
 
-[ "$failures" -eq 0 ] && echo "ok   [HF checkpoint: bit-identical round trip, fine-tune on 2 ranks, export, eval]"
-exit "$failures"
+finish_test "HF checkpoint: bit-identical round trip, fine-tune on 2 ranks, export, eval"

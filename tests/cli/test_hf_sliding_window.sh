@@ -7,14 +7,7 @@
 # data.max_length 16 with data.over_length truncate trains; odc-eval refuses a longer sequence;
 # odc-generate refuses a prompt plus --max-new-tokens beyond 16 and generates within it.
 # Usage: test_hf_sliding_window.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin="$(cd "$1" && pwd)"
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-work="$2"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 /usr/bin/python3 "$root/tools/make_demo_chat.py" --out "$work/chat" --num 10 --merges 10 --seed 1 >/dev/null
 shape=(--set model.config.hidden_size=64 --set model.config.intermediate_size=128 --set model.config.num_hidden_layers=2
@@ -88,5 +81,4 @@ r = json.loads(sys.argv[1])
 assert len(r['prompt_ids']) + 4 <= 16 and 1 <= len(r['completion_ids']) <= 4, r
 " "$out" || fail "odc-generate within the window: $out"
 
-[ "$failures" -eq 0 ] && echo "ok   [Mistral sliding_window 16: trains <= 16, export keeps it, longer data / eval / generation refused]"
-exit "$failures"
+finish_test "Mistral sliding_window 16: trains <= 16, export keeps it, longer data / eval / generation refused"

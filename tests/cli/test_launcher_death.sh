@@ -7,13 +7,7 @@
 #     signal ("exited on signal", "failed (signal")
 # The job's processes are found by the unique work directory in their command line.
 # Usage: test_launcher_death.sh BIN_DIR WORK_DIR [TRIALS]
-set -uo pipefail
-bin="$(cd "$1" && pwd)"
-work="$2"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 "$bin/odc-data" synth --out "$work/data.jsonl" --num 400 --max-length 96 --mean-length 40 --seed 9 >/dev/null
 model="{hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2}"
 
@@ -72,5 +66,4 @@ for how in local mpi; do
     fi
   done
 done
-[ "$failures" -eq 0 ] && echo "ok   [odc-run: kill -9 leaves nothing, SIGTERM to mpirun stops the job, an early Ctrl-C stops cleanly]"
-exit "$failures"
+finish_test "odc-run: kill -9 leaves nothing, SIGTERM to mpirun stops the job, an early Ctrl-C stops cleanly"

@@ -14,14 +14,8 @@
 #     stop the others and exit with its status, a rank that ignores SIGUSR2 is killed; a program
 #     that cannot be started is 127; bad --local values are usage errors (exit 2).
 # Usage: test_local_launch.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin="$(cd "$1" && pwd)"
-work="$2"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMP_NUM_THREADS=1
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 unset ODC_LOCAL_JOB ODC_LOCAL_RANK ODC_LOCAL_SIZE
-failures=0
-fail() { echo "FAIL [$1]"; echo "$2" | sed 's/^/    /'; failures=$((failures + 1)); }
 ok() { echo "ok   [$1]"; }
 has() { if grep -qF -- "$2" "$3"; then return 0; fi; fail "$1" "lacks '$2' in $3:"$'\n'"$(tail -8 "$3")"; return 1; }
 
@@ -311,5 +305,4 @@ usage "--local without a program" "--local 2 needs a program to run" --local 2
 usage "--local with --mpirun" "--local runs the program without mpirun: --mpirun does not apply" --local 2 --mpirun x true
 "$bin/odc-run" --help | grep -q -- "--local N" || fail "help" "odc-run --help does not describe --local"
 
-[ "$failures" -eq 0 ] && echo "ok   [odc-run --local: one and two ranks train, stop gracefully, failures end the job]"
-exit "$failures"
+finish_test "odc-run --local: one and two ranks train, stop gracefully, failures end the job"

@@ -10,24 +10,15 @@
 # cannot hold is refused before training with the plan's table (exit 1, no checkpoint written);
 # --plan-memory says whether a plan fits (exit 0 / 1) and plans a GPU node from this machine.
 # Usage: test_memory_plan.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin="$(cd "$1" && pwd)"
-work="$2"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL [$1]"; echo "$2" | sed 's/^/    /'; failures=$((failures + 1)); }
-py=/usr/bin/python3
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # Sequences of exactly L tokens, so that every microbatch is one sequence at the cap.
 for length in 512 1024 2048 3000; do
-  "$py" - "$work/len$length.jsonl" "$length" <<'EOF'
-import json, random, sys
-random.seed(int(sys.argv[2]))
-with open(sys.argv[1], "w") as f:
-    for _ in range(4):
-        n = int(sys.argv[2])
-        f.write(json.dumps({"input_ids": [random.randrange(2048) for _ in range(n)], "loss_mask": [1] * n}) + "\n")
+  PYTHONPATH="$root/tests/helpers" "$py" - "$work/len$length.jsonl" "$length" <<'EOF'
+import random, sys
+from synthetic_data import random_record, write_jsonl
+rng, n = random.Random(int(sys.argv[2])), int(sys.argv[2])
+write_jsonl(sys.argv[1], [random_record(rng, 2048, n) for _ in range(4)])
 EOF
 done
 common=(--set "model.config={vocab_size: 2048, hidden_size: 384, intermediate_size: 1024, num_hidden_layers: 4, num_attention_heads: 6, num_key_value_heads: 2, max_position_embeddings: 4096}"
@@ -41,7 +32,7 @@ check() {
   if [ "$np" = local2 ]; then
     cmd=("$bin/odc-run" --local 2 "${cmd[@]}")
   elif [ "$np" -gt 1 ]; then
-    cmd=(mpirun --oversubscribe --bind-to none --mca orte_base_help_aggregate 0 -np "$np" "${cmd[@]}")
+    cmd=("${mpirun[@]}" -np "$np" "${cmd[@]}")
   fi
   timeout 300 "${cmd[@]}" > "$work/$name.log" 2>&1 || { fail "$name runs" "$(tail -20 "$work/$name.log")"; return 1; }
   local line
@@ -82,12 +73,11 @@ check "collective-mpi2-L1024" 2 --set "data.train=$work/len1024.jsonl" --set tra
   --set model.config.num_attention_heads=8 --set model.config.num_key_value_heads=2 \
   --set model.config.max_position_embeddings=4096 --set model.config.tie_word_embeddings=true \
   --set model.config.attention_bias=true > "$work/qwen2-init.log" 2>&1 || fail "odc-ckpt init" "$(cat "$work/qwen2-init.log")"
-"$py" - "$work/qwen2-len64.jsonl" <<'EOF'
-import json, random, sys
-random.seed(64)
-with open(sys.argv[1], "w") as f:
-    for _ in range(4):
-        f.write(json.dumps({"input_ids": [random.randrange(16384) for _ in range(64)], "loss_mask": [1] * 64}) + "\n")
+PYTHONPATH="$root/tests/helpers" "$py" - "$work/qwen2-len64.jsonl" <<'EOF'
+import random, sys
+from synthetic_data import random_record, write_jsonl
+rng = random.Random(64)
+write_jsonl(sys.argv[1], [random_record(rng, 16384, 64) for _ in range(4)])
 EOF
 model_common=("${common[@]}")
 common=(--set "model.checkpoint=$work/qwen2" "${common[@]:2}")
@@ -181,5 +171,4 @@ out="$("$bin/odc-train" "${common[@]}" --set data.max_tokens_per_microbatch=2048
 [ $? -eq 0 ] && echo "$out" | grep -qF "fits: " && echo "$out" | grep -qF "of a budget of 1073741824.0 MiB" \
   || fail "the largest budget (1 PiB) is taken as it is" "$out"
 
-if [ $failures -gt 0 ]; then echo "$failures check(s) failed"; exit 1; fi
-echo "memory plan: all checks passed"
+finish_test "memory plan: all checks passed"

@@ -6,11 +6,7 @@
 #   a training set without a single target token (trained to the end, loss 0),
 #   checkpoint.export_hf naming model.checkpoint's directory (replaced the base model).
 # Usage: test_no_silent_wrong_runs.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin="$1"
-work="$2"
-rm -rf "$work" && mkdir -p "$work"
-failures=0
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # expect_error NAME TOOL SUBSTRING... -- ARGS: runs TOOL ARGS, requires exit 1, nothing on stdout
 # and every SUBSTRING in stderr.
@@ -145,5 +141,4 @@ else
   echo "FAIL [export_hf elsewhere]:"; echo "$out" | tail -5 | sed 's/^/    /'; failures=$((failures + 1))
 fi
 
-echo "$failures failure(s)"
-[ "$failures" -eq 0 ]
+finish_test "test_no_silent_wrong_runs"

@@ -4,22 +4,20 @@
 # generation ends at the model's context, logits that overflow are an error naming the model, and bad
 # option values are usage errors (exit 2) naming the option and the value.
 # Usage: bash test_odc_generate.sh BIN_DIR WORK_DIR
-set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+set -e
 
-bin_dir=${1:?usage: test_odc_generate.sh BIN_DIR WORK_DIR}
-work_dir=${2:?usage: test_odc_generate.sh BIN_DIR WORK_DIR}
-tool="$bin_dir/odc-generate"
+tool="$bin/odc-generate"
 # shellcheck source=cli_tool_checks.sh
 source "$(dirname "${BASH_SOURCE[0]}")/cli_tool_checks.sh"
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 # A byte-level BPE tokenizer (299 ids) and a random GQA model of that vocabulary; a wide initialization so
 # that greedy continuations vary. No eos id: only the options under test end generation.
 make_tiny_chat_model
-gen=(--model "$work_dir/model" --tokenizer "$work_dir/chat/tokenizer/tokenizer.json" --json)
+gen=(--model "$work/model" --tokenizer "$work/chat/tokenizer/tokenizer.json" --json)
 
 # field NAME KEY: a field of the JSON line in NAME.out.
-field() { /usr/bin/python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))[sys.argv[2]]))' "$work_dir/$1.out" "$2"; }
+field() { /usr/bin/python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))[sys.argv[2]]))' "$work/$1.out" "$2"; }
 
 # --- the cache against --no-cache: the same ids, for several prompts and with a penalty ---
 for prompt in "the river" "zebra sunset piano" "a"; do
@@ -61,12 +59,12 @@ full, stop, cut, reason = json.loads(sys.argv[1]), sys.argv[2], json.loads(sys.a
 assert reason == "stop", reason
 assert cut == full[:full.find(stop)], (cut, full, stop)
 PY
-  fail "stop string: $(cat "$work_dir/stop.out")"
+  fail "stop string: $(cat "$work/stop.out")"
 # The plain output is the cut text too.
-run_tool stop_plain --model "$work_dir/model" --tokenizer "$work_dir/chat/tokenizer/tokenizer.json" \
+run_tool stop_plain --model "$work/model" --tokenizer "$work/chat/tokenizer/tokenizer.json" \
   --prompt "zebra sunset piano" --max-new-tokens 40 --stop "$stop"
 expect_rc stop_plain 0
-grep -qF -- "$stop" "$work_dir/stop_plain.out" && fail "stop string: plain output still holds '$stop'"
+grep -qF -- "$stop" "$work/stop_plain.out" && fail "stop string: plain output still holds '$stop'"
 
 # --- the context (96 positions) ends generation, with and without the cache ---
 for cache in "" --no-cache; do
@@ -77,7 +75,7 @@ import json, sys
 out = json.load(open(sys.argv[1]))
 assert out["finish_reason"] == "context", out["finish_reason"]
 assert len(out["prompt_ids"]) + len(out["completion_ids"]) == 96, (len(out["prompt_ids"]), len(out["completion_ids"]))
-' "$work_dir/context$cache.out" || fail "context end $cache: $(head -c 300 "$work_dir/context$cache.out")"
+' "$work/context$cache.out" || fail "context end $cache: $(head -c 300 "$work/context$cache.out")"
 done
 
 # --- bad values: usage errors naming the option and the value ---
@@ -101,25 +99,25 @@ expect_usage_error "empty stop string (=)" "--stop expects a non-empty string, g
 run_tool empty_no_bos "${gen[@]}" --prompt "" --max-new-tokens 3
 expect_rc empty_no_bos 1
 expect_in empty_no_bos err "--prompt is empty and there is no token to start from"
-cp -r "$work_dir/model" "$work_dir/model_bos"
-/usr/bin/python3 - "$work_dir/model_bos/config.json" <<'PY'
+cp -r "$work/model" "$work/model_bos"
+/usr/bin/python3 - "$work/model_bos/config.json" <<'PY'
 import json, sys
 config = json.load(open(sys.argv[1]))
 config["bos_token_id"] = 7
 json.dump(config, open(sys.argv[1], "w"))
 PY
-run_tool empty_bos --model "$work_dir/model_bos" --tokenizer "$work_dir/chat/tokenizer/tokenizer.json" --json \
+run_tool empty_bos --model "$work/model_bos" --tokenizer "$work/chat/tokenizer/tokenizer.json" --json \
   --prompt "" --max-new-tokens 3
 expect_rc empty_bos 0
 [ "$(field empty_bos prompt_ids)" = "[7]" ] || fail "empty prompt: prompt_ids $(field empty_bos prompt_ids), expected [7]"
 # --- finite weights whose activations overflow: an error naming the model and the position (it
 # printed NUL characters, exit 0) ---
-copy_overflowing "$work_dir/model" "$work_dir/huge"
-run_tool overflow --model "$work_dir/huge" --tokenizer "$work_dir/chat/tokenizer/tokenizer.json" --prompt "the river" \
+copy_overflowing "$work/model" "$work/huge"
+run_tool overflow --model "$work/huge" --tokenizer "$work/chat/tokenizer/tokenizer.json" --prompt "the river" \
   --max-new-tokens 3
 expect_rc overflow 1
-expect_in overflow err "the model in '$work_dir/huge' gives a logit that is not finite"
-[ ! -s "$work_dir/overflow.out" ] || fail "overflow: printed $(od -c "$work_dir/overflow.out" | head -2)"
+expect_in overflow err "the model in '$work/huge' gives a logit that is not finite"
+[ ! -s "$work/overflow.out" ] || fail "overflow: printed $(od -c "$work/overflow.out" | head -2)"
 expect_usage_error "top-p zero" "--top-p must be" --top-p 0
 expect_usage_error "temperature negative" "--temperature must be >= 0, got -0.5" --temperature -0.5
 expect_usage_error "seed negative" "--seed must be >= 0, got -1" --seed -1
@@ -128,8 +126,4 @@ run_tool help --help
 expect_rc help 0
 for option in --top-k --repetition-penalty --stop --no-cache finish_reason; do expect_in help out "$option"; done
 
-if [ "$failures" -ne 0 ]; then
-  echo "test_odc_generate: $failures failure(s)" >&2
-  exit 1
-fi
-echo "test_odc_generate: ok"
+finish_test "test_odc_generate: ok"

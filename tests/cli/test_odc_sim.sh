@@ -4,11 +4,10 @@
 # device, missing calibration file, bad length-file line, impossible method) exiting 1 with a
 # message naming the culprit.
 # Usage: bash test_odc_sim.sh BIN_DIR WORK_DIR
-set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+set -e
 
-bin_dir=${1:?usage: test_odc_sim.sh BIN_DIR WORK_DIR}
-work_dir=${2:?usage: test_odc_sim.sh BIN_DIR WORK_DIR}
-tool="$bin_dir/odc-sim"
+tool="$bin/odc-sim"
 # shellcheck source=cli_tool_checks.sh
 source "$(dirname "${BASH_SOURCE[0]}")/cli_tool_checks.sh"
 
@@ -22,12 +21,12 @@ expect_rc dump 0
 expect_in dump out "odc_inter_node_efficiency"
 
 # --- a good run: small model, a lengths file, every method ---
-lengths="$work_dir/lengths.txt"
+lengths="$work/lengths.txt"
 {
   echo "# sequence lengths, one per line"
   for i in $(seq 1 64); do echo $(( (i * 7919) % 6000 + 100 )); done
 } >"$lengths"
-config="$work_dir/small.yaml"
+config="$work/small.yaml"
 cat >"$config" <<EOF
 model:
   config: {vocab_size: 32000, hidden_size: 512, intermediate_size: 1376, num_hidden_layers: 4,
@@ -35,30 +34,30 @@ model:
 data: {lengths: $lengths, minibatch_size: 4}
 sim: {devices: 4, minibatches: 3}
 EOF
-run_tool good "$config" --out "$work_dir/out"
+run_tool good "$config" --out "$work/out"
 expect_rc good 0
-json_lines=$(grep -c '^{"sim":"small","method":' "$work_dir/good.out" || true)
-[ "$json_lines" -eq 5 ] || fail "good: $json_lines JSON lines, expected 5: $(cat "$work_dir/good.out")"
+json_lines=$(grep -c '^{"sim":"small","method":' "$work/good.out" || true)
+[ "$json_lines" -eq 5 ] || fail "good: $json_lines JSON lines, expected 5: $(cat "$work/good.out")"
 for key in '"method":"odc+lb_mini"' '"samples_per_s_per_device":' '"speedup":' '"bubble_simulated":' \
            '"bubble_planned":' '"zero_overhead_bound":' '| method |' 'collective+lb_micro (baseline)'; do
   expect_in good out "$key"
 done
 for file in results.jsonl table.md timeline.json; do
-  [ -s "$work_dir/out/$file" ] || fail "good: --out did not write $file"
+  [ -s "$work/out/$file" ] || fail "good: --out did not write $file"
 done
-if [ -s "$work_dir/out/results.jsonl" ]; then
-  [ "$(wc -l <"$work_dir/out/results.jsonl")" -eq 5 ] || fail "good: results.jsonl does not hold 5 lines"
+if [ -s "$work/out/results.jsonl" ]; then
+  [ "$(wc -l <"$work/out/results.jsonl")" -eq 5 ] || fail "good: results.jsonl does not hold 5 lines"
 fi
 if command -v python3 >/dev/null; then
   python3 -c 'import json, sys
 for line in open(sys.argv[1]): json.loads(line)
-json.load(open(sys.argv[2]))' "$work_dir/out/results.jsonl" "$work_dir/out/timeline.json" ||
+json.load(open(sys.argv[2]))' "$work/out/results.jsonl" "$work/out/timeline.json" ||
     fail "good: results.jsonl or timeline.json is not valid JSON"
 fi
 # --set overrides and a subset of methods.
 run_tool subset "$config" --set sim.methods=odc+lb_mini --set=sim.devices=2
 expect_rc subset 0
-json_lines=$(grep -c '^{"sim":' "$work_dir/subset.out" || true)
+json_lines=$(grep -c '^{"sim":' "$work/subset.out" || true)
 [ "$json_lines" -eq 1 ] || fail "subset: $json_lines JSON lines, expected 1"
 expect_in subset out '"devices":2'
 expect_in good out '"sharding":"full"'
@@ -73,7 +72,7 @@ for layout in full hybrid hpz; do
   expect_in "sharding_$layout" out '| inter-node GB |'
 done
 if command -v python3 >/dev/null; then
-  python3 - "$work_dir" <<'EOF' || fail "sharding: see above"
+  python3 - "$work" <<'EOF' || fail "sharding: see above"
 import json, sys
 rows = {l: {r["method"]: r for r in map(json.loads, (x for x in open(f"{sys.argv[1]}/sharding_{l}.out") if x.startswith("{")))}
         for l in ("full", "hybrid", "hpz")}
@@ -95,7 +94,7 @@ expect_in sharding_one_node out "sharding hybrid (one node: as full),"
 
 # --- calibrated from a trace in odc-train's format ---
 if command -v python3 >/dev/null; then
-  trace="$work_dir/trace.json"
+  trace="$work/trace.json"
   python3 - "$trace" <<'EOF'
 import json, sys
 model = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
@@ -156,10 +155,10 @@ expect_in bad_device err "unknown device 'tpu-v9'"
 run_tool no_calibration "$config" --set sim.device=calibrated
 expect_rc no_calibration 1
 expect_in no_calibration err "sim.calibration"
-run_tool missing_calibration "$config" --set sim.device=calibrated --set sim.calibration="$work_dir/nope.json"
+run_tool missing_calibration "$config" --set sim.device=calibrated --set sim.calibration="$work/nope.json"
 expect_rc missing_calibration 1
-expect_in missing_calibration err "$work_dir/nope.json"
-bad_lengths="$work_dir/bad_lengths.txt"
+expect_in missing_calibration err "$work/nope.json"
+bad_lengths="$work/bad_lengths.txt"
 printf '100\n200\nlots\n' >"$bad_lengths"
 run_tool bad_lengths "$config" --set "data.lengths=$bad_lengths"
 expect_rc bad_lengths 1
@@ -171,7 +170,7 @@ expect_in bad_method err "collective+lb_mini"
 run_tool bad_method_equal "$config" --set sim.methods=collective+lb_mini_equal
 expect_rc bad_method_equal 1
 expect_in bad_method_equal err "collective+lb_mini_equal"
-run_tool fit_calibrated "$config" --set sim.device=calibrated --set sim.calibration="$work_dir/nope.json" \
+run_tool fit_calibrated "$config" --set sim.device=calibrated --set sim.calibration="$work/nope.json" \
   --set sim.compute_model=fit
 expect_rc fit_calibrated 1
 expect_in fit_calibrated err "sim.compute_model = fit models a named device"
@@ -200,12 +199,8 @@ expect_in hybrid_partial_node err "sim.sharding = hybrid needs whole nodes (ever
 run_tool unknown_key "$config" --set sim.devcies=4
 expect_rc unknown_key 1
 expect_in unknown_key err "sim.devcies"
-run_tool missing_config "$work_dir/nope.yaml"
+run_tool missing_config "$work/nope.yaml"
 expect_rc missing_config 1
 expect_in missing_config err "nope.yaml"
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures check(s) failed" >&2
-  exit 1
-fi
-echo "odc-sim CLI: all checks passed"
+finish_test "odc-sim CLI: all checks passed"

@@ -1,11 +1,7 @@
 #!/usr/bin/env bash
 # odc-train on bad input: each case must exit non-zero with a message that names what is wrong and
 # where (key path, file:line, length and cap, field). Usage: test_odc_train_errors.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin="$1"
-work="$2"
-rm -rf "$work" && mkdir -p "$work"
-failures=0
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # expect_error NAME SUBSTRING... -- ARGS: runs odc-train ARGS, requires exit 1 (bad input), no
 # crash signal, and every SUBSTRING in stderr. expect_usage_error: the same for a command-line
@@ -222,5 +218,4 @@ else
   echo "FAIL [--calibrate-cost]: $out"; failures=$((failures + 1))
 fi
 
-echo "$failures failure(s)"
-[ "$failures" -eq 0 ]
+finish_test "test_odc_train_errors"

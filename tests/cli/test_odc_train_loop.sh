@@ -4,15 +4,8 @@
 # progress line and the metrics show the batch); data.max_length logs what it dropped or cut; wsd
 # and inverse_sqrt run; a global batch lb_micro cannot split over 2 ranks is an error on every rank.
 # Usage: test_odc_train_loop.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin="$(cd "$1" && pwd)"
-work="$2"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL [$1]"; echo "$2" | sed 's/^/    /'; failures=$((failures + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ok() { echo "ok   [$1]"; }
-mpirun=(mpirun --oversubscribe --bind-to none --mca orte_base_help_aggregate 0)
 
 # 10 sequences of 16..40 tokens.
 "$bin/odc-data" synth --out "$work/d.jsonl" --num 10 --min-length 16 --max-length 40 --mean-length 24 --seed 3 >/dev/null
@@ -81,5 +74,4 @@ else
     ok "global batch 7 over 2 ranks, lb_micro: exit $rc"
 fi
 
-echo "$failures failure(s)"
-[ "$failures" -eq 0 ]
+finish_test "test_odc_train_loop"

@@ -2,19 +2,12 @@
 # odc-train under mpirun: 2-rank collective training runs; ranks launched with different configs or
 # different data stop with an error naming the ranks, on every rank, with a non-zero exit and no
 # hang; a config error is printed once. Usage: test_odc_train_mpi.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin="$(cd "$1" && pwd)"
-work="$2"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL [$1]"; echo "$2" | sed 's/^/    /'; failures=$((failures + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 "$bin/odc-data" synth --out "$work/a.jsonl" --num 64 --max-length 64 --mean-length 24 --seed 1 >/dev/null
 "$bin/odc-data" synth --out "$work/b.jsonl" --num 64 --max-length 64 --mean-length 24 --seed 2 >/dev/null
 small=(--set "model.config={vocab_size: 64, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2}"
        --set data.minibatch_size=2 --set train.steps=3 --set train.comm=collective)
-mpirun=(mpirun --oversubscribe --bind-to none --mca orte_base_help_aggregate 0)
 
 # 1. Two ranks train, each writing its own metrics file.
 if out=$(timeout 120 "${mpirun[@]}" -np 2 "$bin/odc-train" "${small[@]}" --set "data.train=$work/a.jsonl" \
@@ -68,5 +61,4 @@ else
   echo "ok   [a config error on rank 1 alone, printed by it] exit $rc"
 fi
 
-echo "$failures failure(s)"
-[ "$failures" -eq 0 ]
+finish_test "test_odc_train_mpi"

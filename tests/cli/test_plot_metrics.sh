@@ -3,12 +3,7 @@
 # tokens/s; eval loss only when there are eval lines), says which, with the moving-average window
 # in the legend; prints the first and last step's loss and the 10% means under those names; a broken line
 # is an error naming file and line. Usage: test_plot_metrics.sh BIN_DIR WORK_DIR
-set -uo pipefail
-work="$2"
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-rm -rf "$work" && mkdir -p "$work"
-failures=0
-fail() { echo "FAIL [$1]"; echo "$2" | sed 's/^/    /'; failures=$((failures + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 python=${PYTHON:-}
 for candidate in "$python" "${ODC_PYTHON_ENV:-$HOME/.cache/odc/python}/bin/python" /usr/bin/python3; do
   if [ -n "$candidate" ] && "$candidate" -c "import matplotlib" 2>/dev/null; then python=$candidate; break; fi
@@ -91,5 +86,4 @@ out=$("$python" "$root/tools/plot_metrics.py" "$work/torn.jsonl" --out "$work/t.
 echo "$out" | grep -q "torn.jsonl:2: not a JSON line" && echo "ok   [a torn line names file and line]" \
   || fail "a torn line names file and line" "$out"
 
-[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
-echo "all ok"
+finish_test "all ok"

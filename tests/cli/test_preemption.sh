@@ -4,15 +4,7 @@
 # A second SIGTERM before the minibatch ends stops that rank at once (the default action): the job
 # ends within seconds although the step had several seconds left, and no checkpoint is committed.
 # Usage: test_preemption.sh BIN_DIR WORK_DIR
-set -uo pipefail
-# shellcheck source=rank_pids.sh
-source "$(dirname "${BASH_SOURCE[0]}")/rank_pids.sh"
-bin="$(cd "$1" && pwd)"
-work="$2"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 "$bin/odc-data" synth --out "$work/data.jsonl" --num 400 --max-length 96 --mean-length 40 --seed 5 >/dev/null
 train() {
@@ -69,5 +61,4 @@ grep -Eq "process rank 1 .*exited on signal 15" "$work/twice.log" || fail "secon
 [ "$(ls "$work/ckpt")" = "$before" ] || fail "second signal: a checkpoint was committed: $(ls "$work/ckpt")"
 [ -z "$(pgrep -f "odc-train.*$work/data.jsonl")" ] || fail "second signal: processes left behind"
 
-[ "$failures" -eq 0 ] && echo "ok   [SIGTERM on rank 1: all ranks stop after step $last, checkpoint, exit 0; resume continues; a second SIGTERM ends it in $(printf %.1f "$elapsed") s]"
-exit "$failures"
+finish_test "SIGTERM on rank 1: all ranks stop after step $last, checkpoint, exit 0; resume continues; a second SIGTERM ends it in $(printf %.1f "$elapsed") s"

@@ -5,14 +5,7 @@
 # odc-generate's KV cache gives the greedy tokens of --no-cache, a YAML model with qk_norm exports
 # as Qwen3, and a sliding-window Qwen3 is refused naming the field.
 # Usage: test_qwen3_finetune.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin="$(cd "$1" && pwd)"
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-work="$2"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 /usr/bin/python3 "$root/tools/make_demo_chat.py" --out "$work/chat" --num 300 --merges 40 --seed 2 >/dev/null
 cat >"$work/qwen3.json" <<'EOF'
@@ -89,5 +82,4 @@ PY
 [ $rc -eq 1 ] && grep -q "sliding/config.json: use_sliding_window is true with sliding_window 128" "$work/sliding.err" ||
   fail "a sliding-window Qwen3: exit $rc, $(cat "$work/sliding.err")"
 
-[ "$failures" -eq 0 ] && echo "ok   [Qwen3: init, bit-identical round trip, fine-tune on 2 ranks, export, KV cache, refusals]"
-exit "$failures"
+finish_test "Qwen3: init, bit-identical round trip, fine-tune on 2 ranks, export, KV cache, refusals"

@@ -16,17 +16,13 @@
 # detection in the microbatch loop is the watchdog around its all-gather / reduce-scatter waits;
 # ipc runs ODC over the IPC transport (shared memory), whose frozen owner stops freeing data slots.
 # Usage: test_rank_failure.sh BIN_DIR WORK_DIR microbatch|barrier|checkpoint [odc|collective|ipc]
-set -uo pipefail
-bin="$(cd "$1" && pwd)"
-work="$2"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 moment="$3"
 comm="${4:-odc}"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-shm_before=$(ls /dev/shm 2>/dev/null | sort)
-cleanup() {  # a SIGKILLed UCX process cannot unlink its shared-memory files
+track_ucx_shm
+cleanup() {
   pkill -9 -f "odc-train.*$work/" 2>/dev/null
-  comm -13 <(echo "$shm_before") <(ls /dev/shm 2>/dev/null | sort) | grep '^ucx_shm_posix_' | sed 's|^|/dev/shm/|' | xargs -r rm -f
+  remove_leaked_ucx_shm
 }
 trap cleanup EXIT
 
@@ -36,15 +32,13 @@ comm_args=(--set "train.comm=$comm")
 "$bin/odc-data" synth --out "$work/data.jsonl" --num 400 --max-length 96 --mean-length 40 --seed 3 >/dev/null
 ckpt="$work/ckpt"
 train() {  # extra --set arguments...
-  mpirun -np 2 --oversubscribe --bind-to none --mca orte_base_help_aggregate 0 "$bin/odc-train" \
+  "${mpirun[@]}" -np 2 "$bin/odc-train" \
     --set "data.train=$work/data.jsonl" \
     --set "model.config={hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2}" \
     --set data.minibatch_size=4 "${comm_args[@]}" --set checkpoint.every=2 --set "checkpoint.dir=$ckpt" \
     --set train.log_every=1 --set train.peak_flops=1e10 --set comm.timeout_s=$timeout_s "$@"
 }
 latest_step() { ls "$ckpt" | grep -E '^step-[0-9]+$' | sort | tail -1 | sed 's/^step-0*//'; }
-# shellcheck source=rank_pids.sh
-source "$(dirname "${BASH_SOURCE[0]}")/rank_pids.sh"
 job_ranks="odc-train.*$work/run-metrics"  # the ranks of the job whose metrics go to $work/run-metrics-*
 
 # ranks_left TRIES: waits up to TRIES x 0.25 s for the job's ranks to end; prints the pids still there.
@@ -66,7 +60,6 @@ end_job() {  # LAUNCHER_PID
   ranks_left 40 > /dev/null
 }
 
-failures=0
 fail() { echo "FAIL [$moment, $comm]: $*"; failures=$((failures + 1)); }
 
 # A clean start: checkpoints at steps 2 and 4.
@@ -165,5 +158,4 @@ for signal in KILL STOP; do
   echo "    resumed from step $resume_from, finished step $target"
 done
 
-[ "$failures" -eq 0 ] && echo "ok   [$comm: rank 1 killed / frozen in the $moment moment: job ends loudly naming it, no orphans, resume works]"
-exit "$failures"
+finish_test "$comm: rank 1 killed / frozen in the $moment moment: job ends loudly naming it, no orphans, resume works"

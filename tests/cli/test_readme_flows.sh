@@ -9,11 +9,8 @@
 # environment < --set): 30 steps of 2 sequences per rank (the checkpoint block's run then saves its
 # checkpoint at its end, step 30, which its export reads).
 # Usage: test_readme_flows.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin="$(cd "$1" && pwd)"
-work="$2"
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-rm -rf "$work" && mkdir -p "$work/clone/build" && work="$(cd "$work" && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+mkdir -p "$work/clone/build"
 clone="$work/clone"
 ln -s "$bin" "$clone/build/bin"
 ln -s "$root/configs" "$clone/configs"
@@ -23,8 +20,6 @@ ln -s "$root/tools" "$clone/tools"
 unset OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
 export OMP_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export ODC_TRAIN_STEPS=30 ODC_DATA_MINIBATCH_SIZE=2 ODC_TRAIN_LOG_EVERY=10
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 block() {  # block HEADING [FILE]: the first ```sh block after the heading HEADING of FILE (README.md)
   awk -v heading="$1" '$0 == heading {found = 1; next} found && /^```sh/ {inside = 1; next}
@@ -61,5 +56,4 @@ if run_block checkpoints_doc "## Starting from a Hugging Face checkpoint" docs/c
   done
   grep -q '"perplexity"' "$work/checkpoints_doc.log" || fail "checkpoints_doc: odc-eval printed no perplexity"
 fi
-[ "$failures" -eq 0 ] && echo "ok   [the README's and docs/checkpoints.md's flows run as printed in a fresh layout]"
-exit "$failures"
+finish_test "the README's and docs/checkpoints.md's flows run as printed in a fresh layout"

@@ -4,13 +4,7 @@
 # at 2), in float32 and the CPU bf16 mode: every step's loss and grad norm printed the same and
 # the final checkpoint's weight and optimizer shards byte for byte the same.
 # Usage: test_recompute.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin="$(cd "$1" && pwd)"
-work="$2"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL [$1]"; echo "$2" | sed 's/^/    /'; failures=$((failures + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 "$bin/odc-data" synth --out "$work/data.jsonl" --num 64 --max-length 80 --mean-length 30 --seed 5 > /dev/null
 common=(--set "model.config={vocab_size: 64, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 3, num_attention_heads: 4, num_key_value_heads: 2}"
@@ -25,7 +19,7 @@ run() {
              --set "train.metrics_file=$work/$name/metrics-{rank}.jsonl" "$@")
   mkdir -p "$work/$name"
   if [ "$np" -gt 1 ]; then
-    cmd=(mpirun --oversubscribe --bind-to none --mca orte_base_help_aggregate 0 -np "$np" "${cmd[@]}")
+    cmd=("${mpirun[@]}" -np "$np" "${cmd[@]}")
   fi
   timeout 300 "${cmd[@]}" > "$work/$name/log" 2>&1 || { fail "$name runs" "$(tail -20 "$work/$name/log")"; return 1; }
 }
@@ -59,5 +53,4 @@ for setting in "1 odc" "2 odc" "4 odc" "2 collective"; do
   done
 done
 
-echo "$failures failure(s)"
-[ "$failures" -eq 0 ]
+finish_test "test_recompute"

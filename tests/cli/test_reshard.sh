@@ -10,14 +10,7 @@
 # Cases: "resume on 1 rank", "resume on 4 ranks", "odc-ckpt reshard", "global minibatch changed",
 # "reshard into its own directory", "reshard into a used directory".
 # Usage: test_reshard.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin="$(cd "$1" && pwd)"
-work="$2"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL [$1]: $2"; failures=$((failures + 1)); }
-py=/usr/bin/python3
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 "$bin/odc-data" synth --out "$work/data.jsonl" --num 400 --max-length 96 --mean-length 40 --seed 8 >/dev/null
 train() {  # RANKS PER_RANK_MINIBATCH extra --set arguments...
@@ -109,5 +102,4 @@ else
   fail "reshard into a used directory" "exit $rc: $out"
 fi
 
-[ "$failures" -eq 0 ] && echo "ok   [2 ranks -> stop -> resume on 1 and 4 ranks within 1e-5 of the straight run]"
-exit "$failures"
+finish_test "2 ranks -> stop -> resume on 1 and 4 ranks within 1e-5 of the straight run"

@@ -7,13 +7,7 @@
 # process of the job is left. Before the deadline existed rank 0 waited in MPI_Init forever.
 # A wrapper stops rank 1 before exec: deterministic, whatever the machine's load.
 # Usage: test_startup_watchdog.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin="$(cd "$1" && pwd)"
-work="$2"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 "$bin/odc-data" synth --out "$work/data.jsonl" --num 40 --max-length 64 --mean-length 24 --seed 3 >/dev/null
 cat >"$work/freeze-rank1.sh" <<'SH'
 #!/bin/sh
@@ -47,5 +41,4 @@ left=$(pgrep -f "$work/data.jsonl")
 mpirun -np 2 --oversubscribe --bind-to none "$bin/odc-train" --set "data.train=$work/data.jsonl" --set "model.config=$model" \
   --set train.steps=2 --set comm.timeout_s=2 >"$work/normal.log" 2>&1 || fail "normal start-up: exit $?: $(tail -3 "$work/normal.log")"
 grep -q "stuck in start-up" "$work/normal.log" && fail "normal start-up: a start-up deadline message"
-[ "$failures" -eq 0 ] && echo "ok   [start-up is watched from MPI initialisation on]"
-exit "$failures"
+finish_test "start-up is watched from MPI initialisation on"

@@ -7,13 +7,7 @@
 # malformed one and a missing one are refused naming the file and the field (exit 1); without a
 # profile the rates are nominal (train.peak_flops here; a named GPU's datasheet with --plan-device).
 # Usage: test_step_estimate.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin="$(cd "$1" && pwd)"
-work="$2"
-rm -rf "$work" && mkdir -p "$work" && work="$(cd "$work" && pwd)"
-failures=0
-fail() { echo "FAIL [$1]"; echo "$2" | sed 's/^/    /'; failures=$((failures + 1)); }
-py=/usr/bin/python3
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 profile="$work/p.json"
 "$bin/gpu_model_throughput" --cpu-tiny --layers 2 --seqs 2 --seq-len 128 --steps 2 --warmup 1 --profile "$profile" \
@@ -64,5 +58,4 @@ out="$("$bin/odc-train" "${plan[@]}" --set model.device=cuda --plan-device h200 
 out="$("$bin/odc-train" "${plan[@]}" --set model.device=cuda --plan-device tpu 2>&1)"
 [ $? -eq 1 ] && echo "$out" | grep -q "unknown device 'tpu'" || fail "an unknown --plan-device is refused" "$out"
 
-if [ $failures -gt 0 ]; then echo "$failures check(s) failed"; exit 1; fi
-echo "step estimate: all checks passed"
+finish_test "step estimate: all checks passed"

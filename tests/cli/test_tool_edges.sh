@@ -7,11 +7,7 @@
 # cannot be written (disk full: /dev/full) ends the run only after a checkpoint of the step;
 # warnings the same on every rank are printed once, naming steps 1-based.
 # Usage: test_tool_edges.sh BIN_DIR WORK_DIR
-set -uo pipefail
-bin="$1"
-work="$2"
-rm -rf "$work" && mkdir -p "$work"
-failures=0
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # check NAME TOOL RC SUBSTRING... -- ARGS: runs TOOL ARGS, requires exit RC and every SUBSTRING in
 # stderr (stdout for RC 0).
@@ -185,5 +181,4 @@ else
   echo "ok   [warnings once, steps 1-based] 2 ranks: each warning once, the masked minibatch named step 1"
 fi
 
-if [ "$failures" -ne 0 ]; then echo "test_tool_edges: $failures failure(s)"; exit 1; fi
-echo "test_tool_edges: ok"
+finish_test "test_tool_edges: ok"

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "odc/train/config/config_schema.h"
+#include "unit/synthetic_data.h"
 
 namespace odc::test {
 
@@ -28,19 +29,11 @@ std::filesystem::path ragged_dataset(const std::string& name, int sequences, std
   if (mpi_rank() == 0) {
     std::filesystem::create_directories(dir);
     std::ofstream out(path);
-    std::uint32_t state = seed;
-    for (int s = 0; s < sequences; ++s) {
-      state = state * 1664525u + 1013904223u;
-      const int len = 3 + static_cast<int>((state >> 9) % 13) * static_cast<int>((state >> 20) % 5);
-      out << "{\"input_ids\": [";
-      for (int i = 0; i < len; ++i) {
-        state = state * 1664525u + 1013904223u;
-        out << (i ? ", " : "") << (state >> 12) % 50;
-      }
-      out << "], \"loss_mask\": [";
-      for (int i = 0; i < len; ++i) out << (i ? ", " : "") << (i >= len / 3 ? 1 : 0);
-      out << "]}\n";
-    }
+    const auto length = [](int, Lcg& rng) {
+      const std::uint32_t state = rng.next();
+      return 3 + static_cast<int>((state >> 9) % 13) * static_cast<int>((state >> 20) % 5);
+    };
+    out << synthetic_jsonl({sequences, seed, length, /*vocab=*/50, /*shift=*/12, /*prompt_divisor=*/3});
   }
   MPI_Barrier(MPI_COMM_WORLD);
   return path;
@@ -49,8 +42,7 @@ std::filesystem::path ragged_dataset(const std::string& name, int sequences, std
 Config small_config(const std::filesystem::path& data, int minibatch_size, const std::vector<std::string>& extra) {
   Config config(train::trainer_tunables());
   config.apply_assignment("data.train=" + data.string());
-  config.apply_assignment("model.config={vocab_size: 50, hidden_size: 32, intermediate_size: 48, "
-                          "num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2}");
+  config.apply_assignment(tiny_trainer_model());
   config.apply_assignment("data.minibatch_size=" + std::to_string(minibatch_size));
   config.apply_assignment("train.steps=20");
   config.apply_assignment("train.warmup_steps=2");

@@ -22,7 +22,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "helpers"))
 import llama_ref  # noqa: E402
+from synthetic_data import random_record  # noqa: E402
 
 # Asserted tolerances (fp32 C++ against float64 torch).
 TOL_LOGITS = 1e-5  # max |diff| / max |reference logit|, per microbatch
@@ -57,12 +59,7 @@ ADAMW = {"lr": 1e-2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-3, "weight_decay": 
 
 def make_sequences(rng, vocab, lengths, prompt_lengths):
     """Random token sequences whose first `prompt` tokens are masked out of the loss."""
-    sequences = []
-    for n, prompt in zip(lengths, prompt_lengths):
-        ids = [rng.randrange(vocab) for _ in range(n)]
-        mask = [0 if i < prompt else 1 for i in range(n)]
-        sequences.append({"input_ids": ids, "loss_mask": mask})
-    return sequences
+    return [random_record(rng, vocab, n, prompt) for n, prompt in zip(lengths, prompt_lengths)]
 
 
 def make_cases():

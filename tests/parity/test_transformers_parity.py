@@ -82,6 +82,9 @@ except ImportError as exc:  # reported as skipped by ctest, never as a pass
           "run scripts/setup.sh for the Python environment")
     sys.exit(77)
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "helpers"))
+from synthetic_data import random_record  # noqa: E402
+
 TOL = {"logits": 1e-5, "loss": 1e-5, "grad": 1e-5, "norm": 1e-4, "params": 1e-2}
 STEPS = 3
 LR = 1e-2
@@ -134,13 +137,13 @@ def make_sequences(vocab):
     rng = random.Random(1234)
     sequences = []
     for i, n in enumerate(LENGTHS):
-        ids = [rng.randrange(vocab) for _ in range(n)]
-        mask = [1] * n
+        record = random_record(rng, vocab, n)
+        mask = record["loss_mask"]
         if i % 3 == 0:
             mask[: n // 4] = [0] * (n // 4)  # a prompt without loss
         if i == 2:
             mask[15:22] = [0] * 7  # a user turn between two answers
-        sequences.append({"input_ids": ids, "loss_mask": mask})
+        sequences.append(record)
     return sequences
 
 

@@ -28,6 +28,7 @@
 #include "odc/backend/cuda_backend.h"
 #include "odc/distributed/comm/local_comm.h"
 #include "odc/distributed/shard/shard_store.h"
+#include "unit/synthetic_data.h"
 #include "odc/model/llama_model.h"
 
 using namespace odc;
@@ -46,11 +47,8 @@ kernels::PolicyLossParams policy_params() {
 // around the fresh model's (about -log 256 at T 0.8 too) so that ratios fall inside and outside
 // the clip range; advantages of both signs.
 model::PackedBatch policy_batch(const std::vector<int>& lengths, std::uint32_t seed) {
-  std::uint32_t state = seed;
-  const auto uniform = [&] {  // a fixed LCG: the same inputs on every platform
-    state = state * 1664525u + 1013904223u;
-    return static_cast<float>(state >> 8) / static_cast<float>(1u << 24);
-  };
+  test::Lcg rng(seed);  // the same inputs on every platform
+  const auto uniform = [&] { return static_cast<float>(rng.next() >> 8) / static_cast<float>(1u << 24); };
   model::PackedBatch batch;
   int total = 0;
   for (int s : lengths) total += s - 1;

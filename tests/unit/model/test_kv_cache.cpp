@@ -21,6 +21,7 @@
 #include "odc/model/kv_cache.h"
 #include "odc/model/llama_model.h"
 #include "odc/model/resident_weights.h"
+#include "unit/synthetic_data.h"
 
 using namespace odc;
 
@@ -40,12 +41,8 @@ model::LlamaConfig config_of(int heads, int kv_heads, bool tied_and_bias, bool q
 }
 
 std::vector<std::int32_t> token_sequence(std::int64_t n, std::int64_t vocab, std::uint32_t seed) {
-  std::vector<std::int32_t> out;
-  for (std::int64_t i = 0; i < n; ++i) {
-    seed = seed * 1664525u + 1013904223u;
-    out.push_back(static_cast<std::int32_t>((seed >> 8) % static_cast<std::uint32_t>(vocab)));
-  }
-  return out;
+  test::Lcg rng(seed);
+  return test::synthetic_sequence(rng, static_cast<int>(n), static_cast<std::uint32_t>(vocab), 8, 1).tokens;
 }
 
 // Logits [tokens, vocab] of the whole sequence in one forward.

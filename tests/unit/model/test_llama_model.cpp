@@ -14,6 +14,7 @@
 #include "odc/model/llama_model.h"
 
 #include "call_log.h"
+#include "unit/synthetic_data.h"
 
 using namespace odc;
 
@@ -37,22 +38,13 @@ struct Variant {
 };
 constexpr Variant kVariants[] = {{false, false}, {true, false}, {false, true}};
 
-struct Seq {
-  std::vector<std::int32_t> tokens;
-  std::vector<std::uint8_t> mask;
-};
+using Seq = test::SyntheticSequence;
 
 std::vector<Seq> sequences(std::int64_t vocab) {
   std::vector<Seq> out;
-  std::uint32_t state = 12345;
-  for (int len : {9, 1, 17, 5}) {
-    Seq s;
-    for (int i = 0; i < len; ++i) {
-      state = state * 1664525u + 1013904223u;
-      s.tokens.push_back(static_cast<std::int32_t>((state >> 8) % static_cast<std::uint32_t>(vocab)));
-      s.mask.push_back(i >= len / 3 ? 1 : 0);  // a prompt prefix is masked out
-    }
-    out.push_back(std::move(s));
+  test::Lcg rng(12345);
+  for (int len : {9, 1, 17, 5}) {  // a prompt prefix (a third) is masked out
+    out.push_back(test::synthetic_sequence(rng, len, static_cast<std::uint32_t>(vocab), 8, 3));
   }
   return out;
 }

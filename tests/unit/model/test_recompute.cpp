@@ -18,6 +18,7 @@
 #include "odc/model/recompute.h"
 
 #include "call_log.h"
+#include "unit/synthetic_data.h"
 
 using namespace odc;
 
@@ -38,18 +39,12 @@ model::LlamaConfig config_of(int variant) {
 // Two microbatches of different lengths (the working set is reused across them), prompts masked.
 std::vector<model::PackedBatch> batches(std::int64_t vocab) {
   std::vector<model::PackedBatch> out(2);
-  std::uint32_t state = 777;
+  test::Lcg rng(777);
   const std::vector<std::vector<int>> lengths = {{13, 4, 9}, {21}};
   for (std::size_t b = 0; b < out.size(); ++b) {
     for (int len : lengths[b]) {
-      std::vector<std::int32_t> tokens;
-      std::vector<std::uint8_t> mask;
-      for (int i = 0; i < len; ++i) {
-        state = state * 1664525u + 1013904223u;
-        tokens.push_back(static_cast<std::int32_t>((state >> 8) % static_cast<std::uint32_t>(vocab)));
-        mask.push_back(i >= len / 4 ? 1 : 0);
-      }
-      out[b].append(tokens.data(), mask.data(), len, 1.0f);
+      const auto s = test::synthetic_sequence(rng, len, static_cast<std::uint32_t>(vocab), 8, 4);
+      out[b].append(s.tokens.data(), s.mask.data(), len, 1.0f);
     }
   }
   return out;

@@ -17,6 +17,7 @@
 #include "odc/train/config/config_schema.h"
 #include "odc/train/rollout/inference.h"
 #include "odc/train/run/trainer.h"
+#include "unit/synthetic_data.h"
 #include "unit/temp_dir.h"
 
 using namespace odc;
@@ -27,28 +28,15 @@ namespace {
 // `count` sequences of 3..40 tokens; only the second half of each is a target (as a chat's
 // assistant turn would be), so the eval must honour the loss mask.
 std::string write_tokens(const test::TempDir& dir, const std::string& name, int count, std::uint32_t seed) {
-  std::string text;
-  std::uint32_t state = seed;
-  for (int s = 0; s < count; ++s) {
-    const int len = 3 + (s * 11 + static_cast<int>(seed)) % 38;
-    text += "{\"input_ids\": [";
-    for (int i = 0; i < len; ++i) {
-      state = state * 1664525u + 1013904223u;
-      text += (i ? ", " : "") + std::to_string((state >> 10) % 50);
-    }
-    text += "], \"loss_mask\": [";
-    for (int i = 0; i < len; ++i) text += std::string(i ? ", " : "") + (i >= len / 2 ? "1" : "0");
-    text += "]}\n";
-  }
-  return dir.write(name, text);
+  const auto length = [seed](int s, test::Lcg&) { return 3 + (s * 11 + static_cast<int>(seed)) % 38; };
+  return dir.write(name, test::synthetic_jsonl({count, seed, length}));
 }
 
 Config eval_config(const test::TempDir& dir, const std::vector<std::string>& extra, bool with_eval = true) {
   Config config(train::trainer_tunables());
   config.apply_assignment("data.train=" + write_tokens(dir, "train.jsonl", 24, 99));
   if (with_eval) config.apply_assignment("data.eval=" + write_tokens(dir, "eval.jsonl", 13, 7));
-  config.apply_assignment("model.config={vocab_size: 50, hidden_size: 32, intermediate_size: 48, "
-                          "num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2}");
+  config.apply_assignment(test::tiny_trainer_model());
   config.apply_assignment("data.minibatch_size=6");
   config.apply_assignment("data.max_tokens_per_microbatch=64");
   config.apply_assignment("train.steps=3");

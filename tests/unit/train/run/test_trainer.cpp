@@ -15,6 +15,7 @@
 #include "odc/model/units.h"
 #include "odc/train/config/config_schema.h"
 #include "odc/train/run/trainer.h"
+#include "unit/synthetic_data.h"
 
 using namespace odc;
 
@@ -28,18 +29,7 @@ std::filesystem::path write_dataset() {
   // a reader never sees a half-written file (the content is always the same).
   const auto tmp = dir / ("data.jsonl." + std::to_string(::getpid()));
   std::ofstream out(tmp);
-  std::uint32_t state = 99;
-  for (int s = 0; s < 24; ++s) {
-    const int len = 3 + (s * 7) % 29;
-    out << "{\"input_ids\": [";
-    for (int i = 0; i < len; ++i) {
-      state = state * 1664525u + 1013904223u;
-      out << (i ? ", " : "") << (state >> 10) % 50;
-    }
-    out << "], \"loss_mask\": [";
-    for (int i = 0; i < len; ++i) out << (i ? ", " : "") << (i >= len / 2 ? 1 : 0);
-    out << "]}\n";
-  }
+  out << test::synthetic_jsonl({24, 99, [](int s, test::Lcg&) { return 3 + (s * 7) % 29; }});
   out.close();
   std::filesystem::rename(tmp, path);
   return path;
@@ -48,8 +38,7 @@ std::filesystem::path write_dataset() {
 Config make_config(const std::filesystem::path& data, const std::vector<std::string>& extra) {
   Config config(train::trainer_tunables());
   config.apply_assignment("data.train=" + data.string());
-  config.apply_assignment("model.config={vocab_size: 50, hidden_size: 32, intermediate_size: 48, "
-                          "num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2}");
+  config.apply_assignment(test::tiny_trainer_model());
   config.apply_assignment("data.minibatch_size=6");
   config.apply_assignment("train.steps=3");
   config.apply_assignment("train.warmup_steps=0");

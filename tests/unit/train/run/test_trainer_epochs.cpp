@@ -15,6 +15,7 @@
 #include "odc/train/run/minibatch_source.h"
 #include "odc/train/config/run_settings.h"
 #include "odc/train/run/trainer.h"
+#include "unit/synthetic_data.h"
 #include "unit/temp_dir.h"
 
 using namespace odc;
@@ -24,26 +25,14 @@ namespace {
 
 // `count` sequences of 3..31 tokens, the second half of each a target.
 std::string write_dataset(const test::TempDir& dir, int count) {
-  std::string text;
-  std::uint32_t state = 7;
-  for (int s = 0; s < count; ++s) {
-    const int len = 3 + (s * 7) % 29;
-    std::string ids, mask;
-    for (int i = 0; i < len; ++i) {
-      state = state * 1664525u + 1013904223u;
-      ids += (i ? ", " : "") + std::to_string((state >> 10) % 50);
-      mask += (i ? ", " : "") + std::string(i >= len / 2 ? "1" : "0");
-    }
-    text += "{\"input_ids\": [" + ids + "], \"loss_mask\": [" + mask + "]}\n";
-  }
-  return dir.write("data.jsonl", text);
+  return dir.write("data.jsonl",
+                   test::synthetic_jsonl({count, 7, [](int s, test::Lcg&) { return 3 + (s * 7) % 29; }}));
 }
 
 Config config_for(const std::string& data, const std::vector<std::string>& extra) {
   Config config(train::trainer_tunables());
   config.apply_assignment("data.train=" + data);
-  config.apply_assignment("model.config={vocab_size: 50, hidden_size: 32, intermediate_size: 48, "
-                          "num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2}");
+  config.apply_assignment(test::tiny_trainer_model());
   config.apply_assignment("train.lr=0.001");
   config.apply_assignment("train.peak_flops=1e10");  // skip the start-up sgemm in tests
   config.apply_assignment("data.max_tokens_per_microbatch=40");
