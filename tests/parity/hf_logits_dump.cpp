@@ -22,7 +22,7 @@
 #include "odc/core/dtype.h"
 #include "odc/core/error.h"
 #include "odc/io/hf_checkpoint.h"
-#include "odc/io/safetensors.h"
+#include "odc/io/safetensors_writer.h"
 #include "odc/model/batch.h"
 #include "odc/model/llama_model.h"
 #include "support/resident_weights.h"

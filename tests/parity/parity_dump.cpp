@@ -30,7 +30,7 @@
 #include "parity_case.h"
 #include "odc/core/dtype.h"
 #include "odc/core/error.h"
-#include "odc/io/safetensors.h"
+#include "odc/io/safetensors_writer.h"
 #include "odc/kernels/adamw.h"
 #include "odc/model/batch.h"
 #include "odc/model/llama_config.h"
