@@ -42,7 +42,7 @@
 #include "odc/core/random.h"
 #include "odc/kernels/adamw.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 
 namespace {
 
@@ -87,7 +87,7 @@ Run train(const std::string& device, odc::DType dtype, int steps) {
   const PackedBatch batch = parity_batch(config);
   odc::model::LlamaModel model(config, device == "cuda" ? odc::backend::make_backend("cuda", dtype, 1)
                                                         : odc::backend::make_backend("cpu", dtype, 1));
-  odc::model::ResidentWeights weights(model.backend(), model.units(), config, 11);
+  odc::bench::ResidentWeights weights(model.backend(), model.units(), config, 11);
   Run run;
   for (int step = 1; step <= steps; ++step) {
     weights.zero_gradients();

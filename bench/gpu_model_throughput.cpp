@@ -16,7 +16,7 @@
 // one process on the same weights.
 //
 // A step is one microbatch's forward, loss and backward into fp32 gradient accumulators resident
-// on the device (model::ResidentWeights), then AdamW on the device (Backend::adamw_step): the step
+// on the device (bench::ResidentWeights), then AdamW on the device (Backend::adamw_step): the step
 // bench/gpu_model_torch.py times for PyTorch. The first WARMUP steps are not timed; the median of
 // the rest is reported. FLOPs are the model's training FLOPs (LlamaConfig::training_flops over the
 // batch's causal pairs: the linear layers and LM head, 6 per parameter and token, and causal
@@ -72,7 +72,7 @@
 #include "odc/core/random.h"
 #include "odc/kernels/adamw.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 #include "odc/model/recompute.h"
 #include "odc/train/plan/memory_plan.h"
 
@@ -245,7 +245,7 @@ nlohmann::json case_head(const Options& o, const odc::model::LlamaConfig& config
 
 // One case: its JSON line (timed, skipped by the plan, or failed).
 nlohmann::json run_case(const Options& o, const Case& k, odc::model::LlamaModel& model,
-                        odc::model::ResidentWeights& weights, const std::string& attention) {
+                        odc::bench::ResidentWeights& weights, const std::string& attention) {
   const odc::model::LlamaConfig& config = model.config();
   odc::backend::Backend& b = model.backend();
   const std::int64_t tokens = static_cast<std::int64_t>(k.seqs) * k.seq_len;
@@ -304,7 +304,7 @@ nlohmann::json run_case(const Options& o, const Case& k, odc::model::LlamaModel&
 // the second kept: the first fills the timeline's pool of events (creating an event is host work,
 // which mid-step would open gaps the device idles in). Its table goes to stderr, its document to
 // the file. The step's wall seconds run from the first op's issue to the device's end of the last.
-void profile_case(const Options& o, const Case& k, odc::model::LlamaModel& model, odc::model::ResidentWeights& weights,
+void profile_case(const Options& o, const Case& k, odc::model::LlamaModel& model, odc::bench::ResidentWeights& weights,
                   odc::backend::ProfilingBackend& profiler, const std::string& attention, nlohmann::json& line) {
   odc::backend::Backend& b = model.backend();
   const odc::model::LlamaConfig& c = model.config();
@@ -392,7 +392,7 @@ int run(const Options& o) {
   }
   odc::model::LlamaModel model(config, std::move(backend));
   model.set_recompute(o.recompute);
-  odc::model::ResidentWeights weights(model.backend(), model.units(), odc::bench::tiled_weights(model));
+  odc::bench::ResidentWeights weights(model.backend(), model.units(), odc::bench::tiled_weights(model));
   for (const Case& k : cases) {
     nlohmann::json line = run_case(o, k, model, weights, attention);
     if (profiler != nullptr && !line.contains("error") && !line.contains("skipped")) {

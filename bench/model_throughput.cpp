@@ -45,7 +45,7 @@
 #include "odc/model/llama_config.h"
 #include "odc/model/llama_model.h"
 #include "odc/model/recompute.h"
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 
 namespace {
 
@@ -148,7 +148,7 @@ int run(const Options& o) {
   odc::model::LlamaModel model(config, std::make_unique<odc::backend::CpuBackend>(o.threads, o.dtype));
   // Gradients keep accumulating across iterations: the values are irrelevant to the timing and
   // zeroing them is the trainer's cost, not the model's.
-  odc::model::ResidentWeights weights(model.units(), config, o.seed);
+  odc::bench::ResidentWeights weights(model.units(), config, o.seed);
 
   std::mt19937_64 rng(o.seed);
   std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(o.vocab - 1));

@@ -54,7 +54,7 @@
 #include "odc/core/error.h"
 #include "odc/core/random.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 #include "odc/train/rollout/rollout_sampling.h"
 
 namespace {
@@ -160,7 +160,7 @@ using Clock = std::chrono::steady_clock;
 // ends at its last release (the head's, or the tied embedding's, after the logits' download).
 class TimedParams final : public odc::model::ParamSource {
  public:
-  explicit TimedParams(odc::model::ResidentWeights& weights) : weights_(weights) {}
+  explicit TimedParams(odc::bench::ResidentWeights& weights) : weights_(weights) {}
   const float* acquire(int unit) override {
     if (unit == 0) {
       close();
@@ -185,7 +185,7 @@ class TimedParams final : public odc::model::ParamSource {
     if (open_) seconds_ += std::chrono::duration<double>(last_ - start_).count();
     open_ = false;
   }
-  odc::model::ResidentWeights& weights_;
+  odc::bench::ResidentWeights& weights_;
   Clock::time_point start_, last_;
   bool open_ = false;
   double seconds_ = 0.0;
@@ -236,7 +236,7 @@ int run(const Options& o) {
   }
   const std::string device_name(backend->name());
   odc::model::LlamaModel model(o.config, std::move(backend));
-  odc::model::ResidentWeights weights(model.backend(), model.units(), odc::bench::tiled_weights(model));
+  odc::bench::ResidentWeights weights(model.backend(), model.units(), odc::bench::tiled_weights(model));
   TimedParams params(weights);
   odc::backend::Backend& b = model.backend();
   b.keep_weight_copies(true);

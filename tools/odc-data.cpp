@@ -19,6 +19,7 @@
 #include "cli/tool_main.h"
 #include "odc/core/error.h"
 #include "odc/data/bin_dataset.h"
+#include "odc/data/bin_dataset_writer.h"
 #include "odc/data/dataset.h"
 #include "odc/data/synth.h"
 #include "odc/data/tokenizer.h"

@@ -19,6 +19,7 @@
 
 #include "odc/core/error.h"
 #include "odc/core/text.h"
+#include "config_keys.h"
 #include "config_values.h"
 #include "yaml_text.h"
 
@@ -28,6 +29,15 @@ namespace {
 using config_values::check_value;
 using config_values::did_you_mean;
 using config_values::kind_name;
+using config_keys::environment_variable;
+using config_keys::find_spec;
+using config_keys::key_of;
+using config_keys::kNonConfigVariables;
+using config_keys::section_names;
+using config_keys::section_of;
+using config_keys::split_path;
+using config_keys::unknown_key_message;
+using config_keys::upper;
 using yaml_text::describe;
 using yaml_text::parse_boolean;
 using yaml_text::parse_integer;
@@ -36,70 +46,6 @@ using yaml_text::parse_number;
 constexpr std::string_view kDefaultSource = "default";
 constexpr std::string_view kSetSource = "--set";
 constexpr std::string_view kEnvironmentPrefix = "environment ";
-
-std::vector<std::string> split_path(std::string_view path) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t dot = path.find('.', start);
-    parts.emplace_back(path.substr(start, dot == std::string_view::npos ? dot : dot - start));
-    if (dot == std::string_view::npos) return parts;
-    start = dot + 1;
-  }
-}
-
-std::string section_of(const std::string& path) { return path.substr(0, path.find('.')); }
-
-std::string key_of(const std::string& path) {
-  const std::size_t dot = path.rfind('.');
-  return dot == std::string::npos ? path : path.substr(dot + 1);
-}
-
-std::vector<std::string> section_names(const std::vector<TunableSpec>& specs) {
-  std::vector<std::string> sections;
-  for (const auto& spec : specs) {
-    const std::string section = section_of(spec.path);
-    if (std::find(sections.begin(), sections.end(), section) == sections.end()) {
-      sections.push_back(section);
-    }
-  }
-  return sections;
-}
-
-const TunableSpec* find_spec(const std::vector<TunableSpec>& specs, const std::string& path) {
-  const auto it = std::find_if(specs.begin(), specs.end(),
-                               [&](const TunableSpec& spec) { return spec.path == path; });
-  return it == specs.end() ? nullptr : &*it;
-}
-
-// "unknown config key 'train.lrr' in run.yaml:3; did you mean 'train.lr'?" A typo anywhere in the
-// path is caught by edit distance; a right key in the wrong section by matching the last part. An
-// empty `where` means the program itself asked for an undeclared key.
-std::string unknown_key_message(const std::string& key, const std::string& where,
-                                const std::vector<TunableSpec>& specs) {
-  std::vector<std::string> paths;
-  for (const auto& spec : specs) paths.push_back(spec.path);
-  std::string suggestion = closest_name(key, paths);
-  if (suggestion.empty()) {
-    for (const auto& spec : specs) {
-      if (key_of(spec.path) == key_of(key)) {
-        suggestion = spec.path;
-        break;
-      }
-    }
-  }
-  std::string message = where.empty() ? fmt::format("config key '{}' is not declared", key)
-                                      : fmt::format("unknown config key '{}' in {}", key, where);
-  if (!suggestion.empty()) return message + did_you_mean(suggestion);
-  std::vector<std::string> siblings;
-  for (const auto& spec : specs) {
-    if (section_of(spec.path) == section_of(key)) siblings.push_back(key_of(spec.path));
-  }
-  if (!siblings.empty()) {
-    message += fmt::format(" (keys of section '{}': {})", section_of(key), fmt::join(siblings, ", "));
-  }
-  return message;
-}
 
 // Environment and --set values are one-line texts of their own, so a line number would mislead.
 bool is_file_source(std::string_view source) {
@@ -142,26 +88,6 @@ void check_text(const TunableSpec& spec, const YAML::Node& node, const std::stri
     }
   }
 }
-
-std::string environment_variable(const std::string& path) {
-  std::string name = "ODC_";
-  for (const char c : path) {
-    name += c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  }
-  return name;
-}
-
-std::string upper(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return out;
-}
-
-// ODC_ variables that are not config keys (launcher, logging, build and test hooks): never
-// reported, whatever the sections. Keep in sync with docs/training.md ("Environment variables").
-constexpr std::array<std::string_view, 9> kNonConfigVariables = {
-    "ODC_LOCAL_JOB", "ODC_LOCAL_RANK", "ODC_LOCAL_SIZE",  "ODC_LAUNCHER",    "ODC_LOG_ALL_RANKS",
-    "ODC_MPIRUN",    "ODC_PYTHON_ENV", "ODC_TORCH_PYTHON", "ODC_BUILD_DIR"};
 
 [[noreturn]] void fail_unset(const TunableSpec& spec) {
   if (spec.required) {

@@ -1,93 +1,21 @@
 // Binary token dataset (see odc/data/bin_dataset.h for the format): the reader maps both files and
 // validates every field before handing out a span, so a truncated or corrupted pair is an
-// odc::Error naming the file, never an out-of-bounds read; the writer builds the index in memory
-// and publishes both files atomically.
+// odc::Error naming the file, never an out-of-bounds read (the writer: bin_dataset_writer.cpp).
 #include "odc/data/bin_dataset.h"
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <bit>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <limits>
-#include <utility>
+#include <string_view>
 
+#include "bin_format.h"
 #include "odc/core/error.h"
-#include "odc/core/file_descriptor.h"
-#include "odc/core/hash.h"
 #include <spdlog/spdlog.h>
 
 namespace odc::data {
 
-// Tokens and index fields are used in place from the mapping; the format is little-endian.
-static_assert(std::endian::native == std::endian::little,
-              "the binary dataset format is mapped in place and assumes a little-endian host");
-
-namespace {
-
-constexpr std::array<char, 8> kMagic = {'O', 'D', 'C', 'I', 'D', 'X', '\x01', '\x00'};
-// Version 2 adds checksums of the token payload (PREFIX.bin) per chunk; version 1 is still read.
-constexpr std::uint32_t kVersion = 2;
-constexpr std::uint32_t kOldestVersion = 1;
-constexpr std::size_t kHeaderBytesV1 = 48;
-constexpr std::size_t kHeaderBytes = 56;
-constexpr std::size_t kChecksumOffset = 40;
-constexpr std::size_t kChunkBytesOffset = 48;
-// 1 MiB of tokens per payload checksum: a 4 GiB .bin carries 32 KiB of them, and a damaged byte
-// is located to 262144 tokens.
-constexpr std::int64_t kChunkBytes = std::int64_t{1} << 20;
-// Far beyond any real dataset, and small enough that the index size computation cannot overflow.
-constexpr std::int64_t kMaxEntries = std::int64_t{1} << 56;
-
-struct IndexHeader {
-  std::uint32_t version = 0;
-  std::uint32_t flags = 0;
-  std::int64_t count = 0;
-  std::int64_t total_tokens = 0;
-  std::int64_t total_spans = 0;
-  std::uint64_t checksum = 0;
-  std::int64_t chunk_bytes = 0;  // version 2: bytes of PREFIX.bin per payload checksum
-};
-
-template <typename T>
-T load(const std::byte* p) {
-  T value;
-  std::memcpy(&value, p, sizeof(T));
-  return value;
-}
-
-template <typename T>
-void store(std::byte* p, T value) {
-  std::memcpy(p, &value, sizeof(T));
-}
-
-// The whole index except the checksum field itself, so a flipped header field (and, in version
-// 2, a flipped payload checksum) is caught too.
-std::uint64_t index_checksum(std::span<const std::byte> index) {
-  Fnv1a hash;
-  hash.add(index.data(), kChecksumOffset);
-  hash.add(index.data() + kChecksumOffset + 8, index.size() - kChecksumOffset - 8);
-  return hash.value();
-}
-
-std::uint64_t index_bytes(std::size_t header_bytes, std::int64_t count, std::int64_t spans,
-                          std::uint64_t chunks) {
-  return header_bytes + 16 * static_cast<std::uint64_t>(count + 1) +
-         8 * static_cast<std::uint64_t>(spans) + 8 * chunks;
-}
-
-std::uint64_t chunk_count(std::int64_t total_tokens, std::int64_t chunk_bytes) {
-  const auto bytes = 4 * static_cast<std::uint64_t>(total_tokens);
-  return (bytes + static_cast<std::uint64_t>(chunk_bytes) - 1) / static_cast<std::uint64_t>(chunk_bytes);
-}
-
-}  // namespace
+using namespace bin_index;
 
 // Four lanes over 8-byte words, each h = (h ^ word) * odd: every step is a bijection of h, so a
 // change confined to one word (any bit flips within 8 bytes) always changes the result, and the
@@ -116,156 +44,12 @@ std::uint64_t bin_payload_checksum(std::span<const std::byte> bytes) {
 
 namespace {
 
-// The writer's side of the payload checksums: token bytes arrive a sequence at a time, chunks
-// span sequences.
-class ChunkHasher {
- public:
-  void add(const void* data, std::size_t bytes) {
-    const auto* p = static_cast<const std::byte*>(data);
-    while (bytes > 0) {
-      const std::size_t take = std::min(bytes, static_cast<std::size_t>(kChunkBytes) - pending_.size());
-      pending_.insert(pending_.end(), p, p + take);
-      p += take;
-      bytes -= take;
-      if (pending_.size() == static_cast<std::size_t>(kChunkBytes)) flush();
-    }
-  }
-  std::vector<std::uint64_t> finish() {
-    if (!pending_.empty()) flush();
-    return std::move(sums_);
-  }
-
- private:
-  void flush() {
-    sums_.push_back(bin_payload_checksum(pending_));
-    pending_.clear();
-  }
-  std::vector<std::byte> pending_;
-  std::vector<std::uint64_t> sums_;
-};
-
-// A buffered output file under a temporary name, removed on destruction unless it was renamed
-// into place: a failed conversion leaves no half-written ".tmp" behind.
-class TempOutputFile {
- public:
-  explicit TempOutputFile(std::string path)
-      : path_(std::move(path)),
-        fd_(::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) {
-    if (fd_.get() < 0) fail("{}: cannot create: {}", path_, std::strerror(errno));
-    buffer_.reserve(kBufferBytes);
-  }
-  ~TempOutputFile() {
-    if (!renamed_) {
-      std::error_code ec;
-      std::filesystem::remove(path_, ec);  // best effort: we are already unwinding an error
-    }
-  }
-  TempOutputFile(const TempOutputFile&) = delete;
-  TempOutputFile& operator=(const TempOutputFile&) = delete;
-
-  void write(const void* data, std::size_t bytes) {
-    if (buffer_.size() + bytes > kBufferBytes) flush();
-    if (bytes >= kBufferBytes) {
-      write_all(data, bytes);
-      return;
-    }
-    const auto* p = static_cast<const char*>(data);
-    buffer_.insert(buffer_.end(), p, p + bytes);
-  }
-
-  // Flushes, fsyncs (before any rename: otherwise a crash can leave the final name pointing at
-  // unwritten blocks) and closes, reporting any delayed write error.
-  void finish() {
-    flush();
-    if (::fsync(fd_.get()) != 0) fail("{}: fsync failed: {}", path_, std::strerror(errno));
-    if (fd_.close_checked() != 0) fail("{}: close failed: {}", path_, std::strerror(errno));
-  }
-
-  void rename_to(const std::string& final_path) {
-    std::error_code ec;
-    std::filesystem::rename(path_, final_path, ec);
-    if (ec) fail("{}: cannot rename from '{}': {}", final_path, path_, ec.message());
-    renamed_ = true;
-  }
-
- private:
-  static constexpr std::size_t kBufferBytes = std::size_t{1} << 20;
-
-  void flush() {
-    write_all(buffer_.data(), buffer_.size());
-    buffer_.clear();
-  }
-
-  void write_all(const void* data, std::size_t bytes) {
-    const auto* p = static_cast<const char*>(data);
-    while (bytes > 0) {
-      const ssize_t written = ::write(fd_.get(), p, bytes);
-      if (written < 0) {
-        if (errno == EINTR) continue;
-        fail("{}: write failed: {}", path_, std::strerror(errno));
-      }
-      p += written;
-      bytes -= static_cast<std::size_t>(written);
-    }
-  }
-
-  std::string path_;
-  FileDescriptor fd_;
-  std::vector<char> buffer_;
-  bool renamed_ = false;
-};
-
-// Makes the renames themselves durable. Best effort: some filesystems refuse fsync on directories.
-void sync_directory_of(const std::string& path) {
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  const FileDescriptor fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() >= 0) ::fsync(fd.get());
-}
-
 bool ends_with(const std::string& text, std::string_view suffix) {
   return text.size() >= suffix.size() &&
          text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
-
-// ---- MappedFile ----
-
-MappedFile::MappedFile(const std::string& path) {
-  const FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) fail("{}: cannot stat: {}", path, std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) fail("{}: not a regular file", path);
-  size_ = static_cast<std::size_t>(st.st_size);
-  if (size_ == 0) return;  // mmap rejects zero lengths; an empty span says the same thing
-  void* base = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-  if (base == MAP_FAILED) fail("{}: mmap failed: {}", path, std::strerror(errno));
-  data_ = static_cast<const std::byte*>(base);
-}
-
-MappedFile::~MappedFile() { release(); }
-
-MappedFile::MappedFile(MappedFile&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-
-MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
-  if (this != &other) {
-    release();
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-  }
-  return *this;
-}
-
-void MappedFile::release() noexcept {
-  if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
-  data_ = nullptr;
-  size_ = 0;
-}
-
-// ---- reader ----
 
 std::string bin_dataset_prefix(const std::string& path) {
   if (ends_with(path, ".bin") || ends_with(path, ".idx")) return path.substr(0, path.size() - 4);
@@ -499,100 +283,6 @@ std::string BinTokenDataset::record(std::int64_t index) const {
 
 std::string BinTokenDataset::describe() const {
   return fmt::format("{}.bin ({} sequences, {} tokens)", prefix_, size(), total_tokens());
-}
-
-// ---- writer ----
-
-void write_bin_dataset(const std::string& prefix, const TokenDataset& source) {
-  const std::int64_t count = source.size();
-  if (count < 1) fail("{}.bin: cannot write an empty dataset ({})", prefix, source.describe());
-
-  const std::string bin_path = prefix + ".bin";
-  const std::string idx_path = prefix + ".idx";
-  // A missing directory is created, as odc-data synth does for its output.
-  if (const auto dir = std::filesystem::path(bin_path).parent_path(); !dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) fail("{}: cannot create its directory {}: {}", bin_path, dir.string(), ec.message());
-  }
-  TempOutputFile bin(bin_path + ".tmp");
-  ChunkHasher payload;
-
-  std::vector<std::int64_t> offsets = {0};
-  std::vector<std::int64_t> span_offsets = {0};
-  std::vector<std::uint32_t> spans;  // (start, length) pairs
-  offsets.reserve(static_cast<std::size_t>(count) + 1);
-  span_offsets.reserve(static_cast<std::size_t>(count) + 1);
-  for (std::int64_t i = 0; i < count; ++i) {
-    const SequenceView seq = source.get(i);
-    const std::size_t length = seq.tokens.size();
-    if (length == 0) fail("{}: sequence {} is empty", source.describe(), i);
-    // Spans store positions as uint32.
-    if (length > std::numeric_limits<std::uint32_t>::max()) {
-      fail("{}: sequence {} has {} tokens, more than the format's limit of {}", source.describe(),
-           i, length, std::numeric_limits<std::uint32_t>::max());
-    }
-    ODC_CHECK(seq.target_mask.size() == length, "mask of sequence {} has {} entries, tokens {}", i,
-              seq.target_mask.size(), length);
-    for (std::size_t j = 0; j < length; ++j) {
-      if (seq.tokens[j] < 0) {
-        fail("{}: negative token id {} at position {} of sequence {}", source.describe(),
-             seq.tokens[j], j, i);
-      }
-    }
-    // Non-negative int32 has the bit pattern of the same uint32.
-    bin.write(seq.tokens.data(), length * sizeof(std::int32_t));
-    payload.add(seq.tokens.data(), length * sizeof(std::int32_t));
-
-    for (std::size_t j = 0; j < length;) {
-      if (seq.target_mask[j] == 0) {
-        ++j;
-        continue;
-      }
-      const std::size_t start = j;
-      while (j < length && seq.target_mask[j] != 0) ++j;
-      spans.push_back(static_cast<std::uint32_t>(start));
-      spans.push_back(static_cast<std::uint32_t>(j - start));
-    }
-    offsets.push_back(offsets.back() + static_cast<std::int64_t>(length));
-    span_offsets.push_back(static_cast<std::int64_t>(spans.size() / 2));
-  }
-
-  const std::int64_t total_spans = span_offsets.back();
-  const std::vector<std::uint64_t> sums = payload.finish();
-  ODC_CHECK(sums.size() == chunk_count(offsets.back(), kChunkBytes), "{} payload checksums for {} tokens",
-            sums.size(), offsets.back());
-  std::vector<std::byte> index(index_bytes(kHeaderBytes, count, total_spans, sums.size()));
-  std::memcpy(index.data(), kMagic.data(), kMagic.size());
-  store<std::uint32_t>(index.data() + 8, kVersion);
-  store<std::uint32_t>(index.data() + 12, 0);
-  store<std::int64_t>(index.data() + 16, count);
-  store<std::int64_t>(index.data() + 24, offsets.back());
-  store<std::int64_t>(index.data() + 32, total_spans);
-  store<std::int64_t>(index.data() + kChunkBytesOffset, kChunkBytes);
-  std::byte* cursor = index.data() + kHeaderBytes;
-  for (const auto* section : {&offsets, &span_offsets}) {
-    std::memcpy(cursor, section->data(), section->size() * sizeof(std::int64_t));
-    cursor += section->size() * sizeof(std::int64_t);
-  }
-  if (!spans.empty()) std::memcpy(cursor, spans.data(), spans.size() * sizeof(std::uint32_t));
-  cursor += spans.size() * sizeof(std::uint32_t);
-  std::memcpy(cursor, sums.data(), sums.size() * sizeof(std::uint64_t));
-  store<std::uint64_t>(index.data() + kChecksumOffset, index_checksum(index));
-
-  TempOutputFile idx(idx_path + ".tmp");
-  idx.write(index.data(), index.size());
-  bin.finish();
-  idx.finish();
-
-  // The old index goes first: between the two renames the new .bin must not sit next to an old
-  // .idx that happens to describe the same number of tokens.
-  std::error_code ec;
-  std::filesystem::remove(idx_path, ec);
-  if (ec) fail("{}: cannot remove the old index: {}", idx_path, ec.message());
-  bin.rename_to(bin_path);
-  idx.rename_to(idx_path);
-  sync_directory_of(idx_path);
 }
 
 }  // namespace odc::data

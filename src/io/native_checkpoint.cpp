@@ -16,6 +16,7 @@
 #include "odc/core/error.h"
 #include "odc/core/hash.h"
 #include "odc/io/safetensors.h"
+#include "odc/io/safetensors_writer.h"
 
 namespace odc::io {
 

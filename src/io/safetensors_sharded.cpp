@@ -1,5 +1,7 @@
 // Sharded safetensors checkpoints (Hugging Face layout): model-0000K-of-0000N.safetensors files
 // plus model.safetensors.index.json mapping every tensor to its file.
+#include "odc/io/safetensors_sharded.h"
+
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -10,7 +12,6 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/core/error.h"
-#include "odc/io/safetensors.h"
 
 namespace odc::io {
 

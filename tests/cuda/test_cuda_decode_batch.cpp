@@ -24,7 +24,7 @@
 #include "odc/backend/cuda_backend.h"
 #include "odc/model/kv_cache.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 
 using namespace odc;
 using backend::View;
@@ -106,7 +106,7 @@ TEST_CASE("CudaBackend forward_cached_batch: the batched decode gives the per-se
           "[cuda][backend][decode]") {
   const auto config = test::cuda::gpu_tiny_model();
   model::LlamaModel m(config, std::make_unique<backend::CudaBackend>(0));
-  model::ResidentWeights weights(m.backend(), m.units(), config, 5);
+  bench::ResidentWeights weights(m.backend(), m.units(), config, 5);
   const std::vector<int> prompts{7, 0, 1, 90, 33, 2, 150, 12};
   std::vector<std::vector<float>> runs[2];
   for (const bool per_sequence : {false, true}) {

@@ -8,7 +8,7 @@ Per table row (| Situation | What the user sees | Test |):
   * the message column holds at least one `excerpt` and says "exit ...";
   * each excerpt, with placeholders <...> treated as wildcards, is split into its literal fragments,
     and every fragment must occur in the string literals (adjacent literals joined, escapes and fmt's
-    {{ }} undone) or the text of src/, tools/ or include/; an excerpt followed by "(from mpirun)" is
+    {{ }} undone) or the text of src/, tools/, bench/ or include/; an excerpt followed by "(from mpirun)" is
     the launcher's text and must occur in the named test file instead;
   * the test column names at least one `tests/...` file, each must exist, and every "quoted" case
     name must occur in one of the named files.
@@ -22,7 +22,7 @@ import sys
 MIN_ROWS = 25
 REQUIRED_SECTIONS = ["Config", "Data", "Checkpoint", "Tokenizer", "Launch", "Runtime", "Rank failure"]
 HEADER = ["Situation", "What the user sees (exit status + message excerpt)", "Test"]
-SOURCE_DIRS = ["src", "tools", "include"]
+SOURCE_DIRS = ["src", "tools", "bench", "include"]
 CXX_SUFFIXES = {".cpp", ".cc", ".h", ".hpp", ".cu", ".cuh"}
 PLACEHOLDER = re.compile(r"<[^<>`]*>")
 MIN_LONGEST_FRAGMENT = 8  # an excerpt must pin at least one literal this long

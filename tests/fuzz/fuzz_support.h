@@ -17,6 +17,7 @@
 
 #include "odc/core/error.h"
 #include "odc/data/bin_dataset.h"
+#include "odc/data/bin_dataset_writer.h"
 #include "odc/data/dataset.h"
 
 namespace odc::fuzz {

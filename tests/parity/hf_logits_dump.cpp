@@ -22,10 +22,10 @@
 #include "odc/core/dtype.h"
 #include "odc/core/error.h"
 #include "odc/io/hf_checkpoint.h"
-#include "odc/io/safetensors.h"
+#include "odc/io/safetensors_writer.h"
 #include "odc/model/batch.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 
 namespace {
 
@@ -62,7 +62,7 @@ int run(const std::string& checkpoint, const std::string& case_path, const std::
     const std::vector<std::uint8_t> mask(ids.size(), 1);
     batch.append(ids.data(), mask.data(), static_cast<std::int64_t>(ids.size()), 1.0f);
   }
-  odc::model::ResidentWeights weights(ckpt.units(), load_units(ckpt, world));
+  odc::bench::ResidentWeights weights(ckpt.units(), load_units(ckpt, world));
   odc::model::LlamaModel model(ckpt.config(), std::make_unique<odc::backend::CpuBackend>());
   std::vector<float> logits;
   model.forward(batch, weights, &logits);

@@ -40,7 +40,7 @@
 #include "odc/distributed/shard/shard_layout.h"
 #include "odc/distributed/shard/shard_store.h"
 #include "odc/io/hf_checkpoint.h"
-#include "odc/io/safetensors.h"
+#include "odc/io/safetensors_writer.h"
 #include "odc/model/batch.h"
 #include "odc/model/llama_model.h"
 #include "odc/optim/sharded_adamw.h"

@@ -30,19 +30,19 @@
 #include "parity_case.h"
 #include "odc/core/dtype.h"
 #include "odc/core/error.h"
-#include "odc/io/safetensors.h"
+#include "odc/io/safetensors_writer.h"
 #include "odc/kernels/adamw.h"
 #include "odc/model/batch.h"
 #include "odc/model/llama_config.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 #include "odc/model/units.h"
 
 namespace {
 
 using odc::parity::Sequence;
 
-using odc::model::ResidentWeights;
+using odc::bench::ResidentWeights;
 using odc::model::UnitLayout;
 
 using UnitBuffers = std::vector<std::vector<float>>;

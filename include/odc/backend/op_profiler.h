@@ -1,7 +1,7 @@
 #pragma once
 // ProfilingBackend: a Backend that runs every call on another one and, while recording, times
 // each op where it runs. It forwards every virtual of backend.h, so it stands in for any Backend
-// (LlamaModel, model::ResidentWeights); outside start()/stop() it only forwards.
+// (LlamaModel, bench::ResidentWeights); outside start()/stop() it only forwards.
 //
 // Timing: around each op a mark is placed on the inner backend's timeline (Backend::make_timeline:
 // CUDA events on the backend's stream; the host clock after synchronize() on the CPU), one before

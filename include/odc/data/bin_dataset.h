@@ -26,7 +26,8 @@
 // the token ids (which reads every byte anyway). A version 1 pair (no payload checksums) is read
 // with a warning that names the command rewriting it as version 2. Target masks are materialized
 // eagerly at open into one byte per token (the interface hands out spans, which need stable
-// storage); tokens are spans straight into the mapping, never copied.
+// storage); tokens are spans straight into the mapping, never copied. The writer:
+// odc/data/bin_dataset_writer.h.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -34,28 +35,9 @@
 #include <vector>
 
 #include "odc/data/dataset.h"
+#include "odc/data/mapped_file.h"
 
 namespace odc::data {
-
-// A read-only mmap of a whole file, unmapped on destruction. An empty file maps to an empty span.
-class MappedFile {
- public:
-  // Throws odc::Error naming `path` when it cannot be opened, stat'ed or mapped.
-  explicit MappedFile(const std::string& path);
-  ~MappedFile();
-  MappedFile(MappedFile&& other) noexcept;
-  MappedFile& operator=(MappedFile&& other) noexcept;
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-
-  std::span<const std::byte> bytes() const { return {data_, size_}; }
-  std::size_t size() const { return size_; }
-
- private:
-  void release() noexcept;
-  const std::byte* data_ = nullptr;
-  std::size_t size_ = 0;
-};
 
 class BinTokenDataset final : public TokenDataset {
  public:
@@ -92,12 +74,5 @@ std::uint64_t bin_payload_checksum(std::span<const std::byte> bytes);
 
 // Strips a trailing ".bin" or ".idx", so "x", "x.bin" and "x.idx" all name the pair with prefix x.
 std::string bin_dataset_prefix(const std::string& path);
-
-// Writes `source` as PREFIX.bin + PREFIX.idx (version 2), creating PREFIX's directory if need be.
-// Both are written to ".tmp" files and synced first;
-// then any old PREFIX.idx is removed, PREFIX.bin is renamed into place and PREFIX.idx last, so a
-// crash at any point leaves either the old pair, the new pair, or a .bin without an .idx (which
-// fails to open) -- never a valid-looking index over the wrong tokens.
-void write_bin_dataset(const std::string& prefix, const TokenDataset& source);
 
 }  // namespace odc::data

@@ -28,7 +28,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "odc/core/dtype.h"
-#include "odc/io/safetensors.h"
+#include "odc/io/safetensors_sharded.h"
 #include "odc/model/llama_config.h"
 #include "odc/model/units.h"
 

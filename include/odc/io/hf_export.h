@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "odc/core/dtype.h"
-#include "odc/io/safetensors.h"
+#include "odc/io/safetensors_sharded.h"
 #include "odc/model/llama_config.h"
 #include "odc/model/units.h"
 

@@ -18,7 +18,7 @@
 #include "odc/io/native_checkpoint.h"
 #include "odc/io/native_reshard.h"
 #include "odc/io/rank_masters_reader.h"
-#include "odc/io/safetensors.h"
+#include "odc/io/safetensors_writer.h"
 #include "odc/model/units.h"
 #include "odc/train/checkpoint/checkpointing.h"
 #include "odc/train/checkpoint/model_export.h"

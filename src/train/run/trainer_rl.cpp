@@ -12,6 +12,7 @@
 #include "odc/data/rollouts.h"
 #include "odc/io/native_checkpoint.h"
 #include "odc/model/weight_snapshot.h"
+#include "odc/train/checkpoint/starting_weights.h"
 #include "odc/train/run/trainer.h"
 
 namespace odc::train {

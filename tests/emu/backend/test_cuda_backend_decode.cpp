@@ -27,7 +27,7 @@
 #include "odc/backend/cuda_backend.h"
 #include "odc/model/kv_cache.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 
 using namespace odc;
 
@@ -54,7 +54,7 @@ struct Decoded {
 
 Decoded decode(backend::Backend& b, model::LlamaModel& m, bool per_sequence) {
   const auto& c = m.config();
-  model::ResidentWeights weights(b, m.units(), c, 7);
+  bench::ResidentWeights weights(b, m.units(), c, 7);
   const std::vector<int>& prompts = kPrompts;
   std::vector<model::KvCache> caches;
   std::vector<model::KvCache*> pointers;

@@ -15,7 +15,7 @@
 #include "odc/backend/op_profiler.h"
 #include "odc/kernels/adamw.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 #include "odc/train/plan/step_estimate.h"
 
 using namespace odc;
@@ -32,7 +32,7 @@ TEST_CASE("emu CudaBackend: the profiler's event timeline grows, is reused, and 
       backend::llama_gemm_classifier({c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size, c.vocab_size}));
   backend::ProfilingBackend& profiler = *wrapped;
   model::LlamaModel m(c, std::move(wrapped));
-  model::ResidentWeights weights(m.backend(), m.units(), c, 3);
+  bench::ResidentWeights weights(m.backend(), m.units(), c, 3);
   model::PackedBatch batch;
   for (int s = 0; s < 2; ++s) {
     std::vector<std::int32_t> tokens(48);

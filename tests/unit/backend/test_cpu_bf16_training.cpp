@@ -12,7 +12,7 @@
 #include "odc/backend/cpu_backend.h"
 #include "odc/kernels/adamw.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 #include "unit/tiny_model.h"
 
 using namespace odc;
@@ -70,7 +70,7 @@ Run train(DType compute, bool qwen3, bool keep = false, bool invalidate = true) 
   const backend::CpuBackend* cpu = backend.get();
   backend->keep_weight_copies(keep);
   model::LlamaModel m(config, std::move(backend));
-  model::ResidentWeights w(m.units(), config, 5);
+  bench::ResidentWeights w(m.units(), config, 5);
   // The q/k norms make q and k unit-RMS whatever the weights' scale: with norm weights of 1 the
   // attention scores are as sharp as with projection weights of 0.5 above (an fp32 run whose
   // weights are perturbed by 1e-4 relative departs 100-fold in 4 steps). 0.3 gives the scores of

@@ -17,7 +17,7 @@
 #include "odc/backend/op_profiler.h"
 #include "odc/kernels/adamw.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 
 using namespace odc;
 
@@ -76,8 +76,8 @@ TEST_CASE("a model on the profiler trains to the same bits as on its backend, re
   const auto batch = batch_of(config.vocab_size);
   model::LlamaModel plain(config, std::make_unique<backend::CpuBackend>(1, DType::bf16));
   Profiled profiled = profiled_model(config);
-  model::ResidentWeights a(plain.units(), config, 3);
-  model::ResidentWeights b(profiled.model->units(), config, 3);
+  bench::ResidentWeights a(plain.units(), config, 3);
+  bench::ResidentWeights b(profiled.model->units(), config, 3);
   for (const bool record : {false, true}) {
     a.zero_gradients();
     b.zero_gradients();
@@ -100,7 +100,7 @@ TEST_CASE("the LLaMA classifier names every GEMM of a step by its role, by the o
       INFO("qk_norm " << qk_norm << ", recompute " << model::recompute_name(mode));
       Profiled p = profiled_model(c);
       p.model->set_recompute(mode);
-      model::ResidentWeights weights(p.model->units(), c, 5);
+      bench::ResidentWeights weights(p.model->units(), c, 5);
       const auto batch = batch_of(c.vocab_size);
       p.profiler->start();
       p.model->train_microbatch(batch, weights, weights);
@@ -158,7 +158,7 @@ TEST_CASE("the LLaMA classifier names every GEMM of a step by its role, by the o
 TEST_CASE("weights() calls are casts or reuses as the backend's copies are", "[backend][profile]") {
   const auto c = colliding(false);  // tied: the head reads unit 0's live copy again
   Profiled p = profiled_model(c);
-  model::ResidentWeights weights(p.model->units(), c, 5);
+  bench::ResidentWeights weights(p.model->units(), c, 5);
   const auto batch = batch_of(c.vocab_size);
   const auto step = [&] {
     p.profiler->start();
@@ -190,7 +190,7 @@ TEST_CASE("weights() calls are casts or reuses as the backend's copies are", "[b
 TEST_CASE("the profile's op times add up to at most the step's wall time", "[backend][profile]") {
   const auto c = colliding(false);
   Profiled p = profiled_model(c);
-  model::ResidentWeights weights(p.model->backend(), p.model->units(), c, 5);  // AdamW on the backend
+  bench::ResidentWeights weights(p.model->backend(), p.model->units(), c, 5);  // AdamW on the backend
   const auto batch = batch_of(c.vocab_size);
   const auto t0 = std::chrono::steady_clock::now();
   p.profiler->start();

@@ -17,6 +17,7 @@
 #include "unit/temp_dir.h"
 #include "odc/core/hash.h"
 #include "odc/data/bin_dataset.h"
+#include "odc/data/bin_dataset_writer.h"
 #include "odc/data/dataset.h"
 #include "odc/data/packing.h"
 #include "odc/data/synth.h"

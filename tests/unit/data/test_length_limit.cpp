@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "odc/core/error.h"
-#include "odc/data/bin_dataset.h"
+#include "odc/data/bin_dataset_writer.h"
 #include "odc/data/dataset.h"
 #include "odc/data/length_limit.h"
 #include "unit/temp_dir.h"

@@ -22,6 +22,7 @@
 #include "odc/core/error.h"
 #include "odc/io/hf_checkpoint.h"
 #include "odc/io/safetensors.h"
+#include "odc/io/safetensors_writer.h"
 #include "odc/model/llama_config.h"
 #include "odc/model/units.h"
 #include "unit/temp_dir.h"

@@ -17,6 +17,8 @@
 #include "odc/core/error.h"
 #include "odc/core/process_stats.h"
 #include "odc/io/safetensors.h"
+#include "odc/io/safetensors_sharded.h"
+#include "odc/io/safetensors_writer.h"
 #include "unit/temp_dir.h"
 
 namespace {

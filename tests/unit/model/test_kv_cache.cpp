@@ -20,7 +20,7 @@
 #include "odc/core/error.h"
 #include "odc/model/kv_cache.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 #include "unit/synthetic_data.h"
 
 using namespace odc;
@@ -86,7 +86,7 @@ double chunked_error(model::LlamaModel& m, model::ParamSource& w, const std::vec
 
 // Biases start at zero and q/k norm weights at one: give them values, so that a missed bias or
 // norm weight would show.
-void set_biases(model::LlamaModel& m, model::ResidentWeights& weights) {
+void set_biases(model::LlamaModel& m, bench::ResidentWeights& weights) {
   for (int u = 0; u < m.num_units(); ++u) {
     for (const auto& t : m.units()[static_cast<std::size_t>(u)].tensors) {
       if (!t.name.ends_with(".bias") && !t.name.ends_with("q_norm.weight") && !t.name.ends_with("k_norm.weight")) {
@@ -103,13 +103,13 @@ void set_biases(model::LlamaModel& m, model::ResidentWeights& weights) {
 
 class RecordingSource final : public model::ParamSource {
  public:
-  explicit RecordingSource(model::ResidentWeights& w) : weights(w) {}
+  explicit RecordingSource(bench::ResidentWeights& w) : weights(w) {}
   const float* acquire(int u) override {
     log += "A" + std::to_string(u);
     return weights.acquire(u);
   }
   void release(int u) override { log += "R" + std::to_string(u); }
-  model::ResidentWeights& weights;
+  bench::ResidentWeights& weights;
   std::string log;
 };
 
@@ -125,7 +125,7 @@ TEST_CASE("forward_cached: token-by-token and chunked decoding give the full for
                             Shape{4, 2, false, true}}) {
     const auto config = config_of(shape.heads, shape.kv_heads, shape.tied_and_bias, shape.qwen3);
     model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
-    model::ResidentWeights weights(m.units(), config, 11);
+    bench::ResidentWeights weights(m.units(), config, 11);
     set_biases(m, weights);
     const auto seq = token_sequence(40, config.vocab_size, 5u + static_cast<std::uint32_t>(shape.kv_heads));
     INFO("heads " << shape.heads << " kv heads " << shape.kv_heads << " tied+bias " << shape.tied_and_bias << " qwen3 "
@@ -142,7 +142,7 @@ TEST_CASE("forward_cached: the logits depend on the position (RoPE) and on the c
   // Guards the test above against a model whose logits ignore position or context.
   const auto config = config_of(4, 2, false);
   model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
-  model::ResidentWeights weights(m.units(), config, 11);
+  bench::ResidentWeights weights(m.units(), config, 11);
   const std::vector<std::int32_t> a = {3, 9, 4, 4}, b = {7, 9, 4, 4};
   std::vector<float> la, lb, lc;
   model::KvCache cache(m.backend(), config, 8);
@@ -160,7 +160,7 @@ TEST_CASE("forward_cached acquires and releases units as forward does, the cache
   for (const bool tied : {false, true}) {
     const auto config = config_of(4, 2, tied);
     model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
-    model::ResidentWeights weights(m.units(), config, 3);
+    bench::ResidentWeights weights(m.units(), config, 3);
     RecordingSource full(weights), cached(weights);
     const std::vector<std::int32_t> seq = {1, 2, 3, 4, 5};
     model::PackedBatch batch;
@@ -181,7 +181,7 @@ TEST_CASE("forward_cached acquires and releases units as forward does, the cache
 TEST_CASE("forward_cached and KvCache reject misuse with clear errors", "[model][kv_cache]") {
   const auto config = config_of(4, 2, false);
   model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
-  model::ResidentWeights weights(m.units(), config, 3);
+  bench::ResidentWeights weights(m.units(), config, 3);
   std::vector<float> logits;
   CHECK_THROWS_WITH(model::KvCache(m.backend(), config, 65),
                     Catch::Contains("a KV cache needs 1 to 64 positions (the model's max_position_embeddings), "

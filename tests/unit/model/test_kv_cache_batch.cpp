@@ -21,7 +21,7 @@
 #include "odc/core/error.h"
 #include "odc/model/kv_cache.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 
 using namespace odc;
 
@@ -110,7 +110,7 @@ TEST_CASE("forward_cached_batch: batched attention is bitwise the per-sequence p
   CAPTURE(qwen3, dtype_name(dtype));
   const auto config = shape(qwen3);
   model::LlamaModel m(config, std::make_unique<backend::CpuBackend>(2, dtype));
-  model::ResidentWeights weights(m.units(), config, 3);
+  bench::ResidentWeights weights(m.units(), config, 3);
   std::vector<std::vector<std::int32_t>> prompts;
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     std::vector<std::int32_t> p;
@@ -151,7 +151,7 @@ TEST_CASE("forward_cached_batch: each sequence decodes as it would alone", "[mod
   CAPTURE(qwen3);
   const auto config = shape(qwen3);
   model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
-  model::ResidentWeights weights(m.units(), config, 3);
+  bench::ResidentWeights weights(m.units(), config, 3);
   const std::vector<std::int64_t> prompts{5, 1, 12, 7};  // ragged: every sequence at its own position
   const int steps = 9;
   std::vector<std::vector<std::int32_t>> seqs;
@@ -201,7 +201,7 @@ TEST_CASE("forward_cached_batch: each sequence decodes as it would alone", "[mod
 TEST_CASE("forward_cached_batch: mismatched tokens, a shared cache and a full cache are errors", "[model][kv_cache]") {
   const auto config = shape(false);
   model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
-  model::ResidentWeights weights(m.units(), config, 3);
+  bench::ResidentWeights weights(m.units(), config, 3);
   model::KvCache a(m.backend(), config, 2), b(m.backend(), config, 2);
   std::vector<float> logits;
   std::vector<model::KvCache*> two{&a, &b}, shared{&a, &a};

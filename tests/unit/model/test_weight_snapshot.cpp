@@ -9,7 +9,7 @@
 #include "odc/backend/cpu_backend.h"
 #include "odc/core/error.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 #include "odc/model/weight_snapshot.h"
 #include "unit/tiny_model.h"
 
@@ -20,13 +20,13 @@ namespace {
 // A ParamSource that logs its calls (A<unit>, R<unit>) and serves resident weights.
 class Logged final : public model::ParamSource {
  public:
-  explicit Logged(model::ResidentWeights& w) : weights(w) {}
+  explicit Logged(bench::ResidentWeights& w) : weights(w) {}
   const float* acquire(int u) override {
     log.push_back("A" + std::to_string(u));
     return weights.acquire(u);
   }
   void release(int u) override { log.push_back("R" + std::to_string(u)); }
-  model::ResidentWeights& weights;
+  bench::ResidentWeights& weights;
   std::vector<std::string> log;
 };
 
@@ -36,7 +36,7 @@ TEST_CASE("WeightSnapshot copies every unit once, in order, and keeps its copy",
   const auto config = test::tiny_model(2);
   backend::CpuBackend backend;
   const auto units = model::build_unit_layouts(config);
-  model::ResidentWeights source(units, config, 17);
+  bench::ResidentWeights source(units, config, 17);
   Logged logged(source);
   model::WeightSnapshot snapshot(backend, units, logged);
   CHECK(logged.log == std::vector<std::string>{"A0", "R0", "A1", "R1", "A2", "R2", "A3", "R3"});

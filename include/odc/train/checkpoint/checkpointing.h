@@ -1,6 +1,7 @@
 #pragma once
 // Checkpointing of a training run (native checkpoints, io/native_checkpoint.h): when to save,
-// what to resume from, and the training half of the manifest as a type.
+// what to resume from (the training half of the manifest: training_manifest.h; the weights a run
+// starts from without a checkpoint: starting_weights.h).
 //
 // A job's checkpoint directory is its own: rank 0 holds a lock on it for the job's lifetime
 // (io/directory_lock.h), and begin_run decides the run's identity and what the directory's other
@@ -13,7 +14,6 @@
 // run (model, data, global minibatch), then every rank reads its shards — re-sliced from the old
 // ranks' files when the world size changed (io/native_reshard.h).
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -22,7 +22,6 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/core/config.h"
-#include "odc/data/packing.h"
 #include "odc/distributed/group/host_group.h"
 #include "odc/distributed/shard/shard_store.h"
 #include "odc/io/directory_lock.h"
@@ -30,48 +29,10 @@
 #include "odc/train/checkpoint/best_checkpoint.h"
 #include "odc/train/checkpoint/model_export.h"
 #include "odc/train/checkpoint/run_identity.h"
+#include "odc/train/checkpoint/training_manifest.h"
 #include "odc/train/config/run_settings.h"
 
 namespace odc::train {
-
-// What a native checkpoint's manifest records about the training run; io adds the format
-// version, the step, the world size and the per-rank files.
-struct TrainingManifest {
-  std::string comm;                          // the comm that wrote it ("any": imported weights)
-  std::int64_t optimizer_steps = 0;
-  std::optional<data::SamplerState> sampler;  // absent when imported: the data starts over
-  std::string data_fingerprint;              // 16 hex digits of the dataset's fingerprint
-  std::string dataset;                       // what the data was ("train.jsonl (1000 sequences)")
-  nlohmann::json model_config;
-  std::string config;                        // the effective configuration (YAML)
-  std::string imported_from;                 // the Hugging Face directory of `odc-ckpt import`
-  RunIdentity identity;                      // run, segment, lineage (empty: before run ids)
-  std::int64_t global_minibatch = 0;         // sequences per step, all ranks (0: not recorded)
-  // The Hugging Face directory training started from (model.checkpoint): what the export keeps
-  // (architecture, dtype); empty when it started from random weights.
-  std::string source_architecture;
-  std::string source_dtype;
-  // The online RL loop, saved in the middle of an iteration: the fingerprint (16 hex digits) of the
-  // iteration's rollout records, kept beside the manifest as kRolloutsFile (empty otherwise).
-  std::string rollouts_fingerprint;
-  // The metrics lines each rank could not write (a full disk) by the step this checkpoint holds,
-  // keyed by rank: a resume writes them back (MetricsWriter), so the metrics file holds every step
-  // the checkpoint holds. Empty for a checkpoint saved without a metrics failure.
-  std::map<int, std::vector<std::string>> unwritten_metrics;
-  // Read back from io's fields.
-  std::int64_t step = 0;
-  int world_size = 0;
-
-  bool imported() const { return !imported_from.empty(); }
-  nlohmann::json to_json() const;
-  // odc::Error naming `where` for a missing or mistyped field.
-  static TrainingManifest from_json(const nlohmann::json& manifest, const std::string& where);
-};
-
-std::string fingerprint_hex(std::uint64_t fingerprint);
-
-// The online RL loop's current rollouts, in a checkpoint saved in the middle of an iteration.
-inline constexpr const char* kRolloutsFile = "rollouts.jsonl";
 
 // What a run's state starts from (Checkpointer::initial_state).
 struct InitialState {
@@ -93,13 +54,6 @@ struct RunDescription {
   std::string dataset;                 // the data's description ("train.jsonl (1000 sequences)")
   std::int64_t global_minibatch = 0;   // sequences per step, all ranks
 };
-
-// The weights a run starts from before any training, this rank's shard of every unit of `layout`
-// (host memory, layout.owned_elements() floats): model.checkpoint's (`base`, read straight into
-// them), else the random initialization of model.seed (`seed`). The online RL loop's frozen
-// reference policy (rl.kl_beta).
-std::vector<float> starting_weights(const distributed::ShardLayout& layout, const std::vector<model::UnitLayout>& units,
-                                    const model::LlamaConfig& model, std::uint64_t seed, const std::string& base);
 
 class Checkpointer {
  public:

@@ -19,7 +19,7 @@
 #include "odc/core/error.h"
 #include "odc/kernels/adamw.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 #include "odc/train/plan/step_estimate.h"
 #include "unit/temp_dir.h"
 
@@ -64,7 +64,7 @@ backend::OpProfile profiled_step(const model::LlamaConfig& c, model::Recompute m
   backend::ProfilingBackend& profiler = *p;
   model::LlamaModel m(c, std::move(p));
   m.set_recompute(mode);
-  model::ResidentWeights weights(m.backend(), m.units(), c, 5);
+  bench::ResidentWeights weights(m.backend(), m.units(), c, 5);
   model::PackedBatch batch;
   for (int s = 0; s < sequences; ++s) {
     std::vector<std::int32_t> tokens;

@@ -14,7 +14,7 @@
 #include "odc/backend/cpu_backend.h"
 #include "odc/core/error.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 #include "odc/train/rollout/rollout_sampling.h"
 
 using namespace odc;
@@ -34,7 +34,7 @@ model::LlamaConfig tiny() {
 TEST_CASE("sample_rollouts: batched equals one at a time, log-probabilities are the model's", "[train][rl]") {
   const auto config = tiny();
   model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
-  model::ResidentWeights weights(m.units(), config, 9);
+  bench::ResidentWeights weights(m.units(), config, 9);
   const std::vector<std::vector<std::int32_t>> prompts{{1, 2, 3}, {4}, {5, 6, 7, 8, 9, 10}};
   train::RolloutOptions options;
   options.sampling.temperature = 0.8;
@@ -81,7 +81,7 @@ TEST_CASE("sample_rollouts: batched equals one at a time, log-probabilities are 
 TEST_CASE("sample_rollouts: an eos id ends a completion, bad prompts are errors", "[train][rl]") {
   const auto config = tiny();
   model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
-  model::ResidentWeights weights(m.units(), config, 9);
+  bench::ResidentWeights weights(m.units(), config, 9);
   train::RolloutOptions options;
   options.sampling.temperature = 1.0;
   options.sampling.max_new_tokens = 5;
@@ -114,7 +114,7 @@ TEST_CASE("token_logprob is log softmax(logits / T), T = 1 for greedy", "[train]
 TEST_CASE("sample_rollouts: a stop string ends a completion at the token that completes it", "[train][rl]") {
   const auto config = tiny();
   model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
-  model::ResidentWeights weights(m.units(), config, 9);
+  bench::ResidentWeights weights(m.units(), config, 9);
   // Tokens of 1 to 3 bytes, so a stop string spans several of them.
   const auto decode = [](std::span<const std::int32_t> ids) {
     std::string text;
@@ -172,14 +172,14 @@ TEST_CASE("sample_rollouts: logits that are not finite, an attention window, a s
   const std::vector<std::vector<std::int32_t>> prompts{{1, 2}, {3, 4, 5}};
   {
     // Finite weights whose activations overflow: the last unit (final norm and head) at 3e38.
-    model::ResidentWeights weights(m.units(), config, 9);
+    bench::ResidentWeights weights(m.units(), config, 9);
     const int last = weights.num_units() - 1;
     for (float& w : weights.weights(last)) w = 3e38f;
     CHECK_THROWS_WITH(train::sample_rollouts(m, weights, prompts, options),
                       Catch::Contains("the policy at step 7 gives a logit that is not finite") &&
                           Catch::Contains("after position 1 of p.jsonl:1's completion 0 (its 2 tokens and 0 drawn)"));
   }
-  model::ResidentWeights weights(m.units(), config, 9);
+  bench::ResidentWeights weights(m.units(), config, 9);
   // A window of 6: 3 + 4 tokens do not fit (the original model would attend to the last 6 only).
   config.attention_window = 6;
   model::LlamaModel windowed(config, std::make_unique<backend::CpuBackend>());

@@ -19,7 +19,7 @@
 #include "odc/core/error.h"
 #include "odc/data/rollouts.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 #include "odc/train/run/online_rollouts.h"
 #include "unit/data/tiny_tokenizer_json.h"
 #include "unit/rank_threads.h"
@@ -66,7 +66,7 @@ TEST_CASE("online rollouts: the same records on 1 and 2 ranks, prompts in data.s
     std::mutex mutex;
     const auto errors = test::on_every_rank(world, [&](distributed::HostGroup& group) {
       model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
-      model::ResidentWeights weights(m.units(), config, 9);
+      bench::ResidentWeights weights(m.units(), config, 9);
       const train::OnlineRollouts online(f.settings, config, group.rank(), group.size());
       auto out = online.sample(iteration, m, weights, group);
       const std::lock_guard lock(mutex);
@@ -106,7 +106,7 @@ TEST_CASE("online rollouts: a reference equal to the policy scores each token as
   f.settings.rl.concurrency = 4;
   const auto config = tiny();
   model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
-  model::ResidentWeights weights(m.units(), config, 9);
+  bench::ResidentWeights weights(m.units(), config, 9);
   const train::OnlineRollouts online(f.settings, config, 0, 1);
   auto drawn = online.draw(0, m, weights);
   REQUIRE(drawn.completions.size() == 6);
@@ -159,7 +159,7 @@ TEST_CASE("online rollouts: a group of one, a window too short, a stopped reward
   int stopped = 0;
   const auto errors = test::on_every_rank(2, [&](distributed::HostGroup& group) {
     model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
-    model::ResidentWeights weights(m.units(), config, 9);
+    bench::ResidentWeights weights(m.units(), config, 9);
     const train::OnlineRollouts online(f.settings, config, group.rank(), group.size());
     const auto out = online.gather(online.draw(0, m, weights), group, [] { return true; });
     const std::lock_guard lock(mutex);

@@ -54,7 +54,7 @@ import sys
 import time
 
 SKIPPED = 77
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/parity/..
 LOSS_RTOL, GRAD_NORM_RTOL, LR_RTOL, UPDATE_RTOL = 1e-5, 1e-4, 1e-9, 1e-3
 
 # ChatML as ours renders it; the generation markers cover what ours targets (content + <|im_end|>,
@@ -182,7 +182,7 @@ def read_bin_dataset(prefix):
 
 def write_config(path, model_dir, chat, steps):
     """Our run's YAML: the same HYPER as TRL's SFTConfig, in our key names."""
-    lines = ["# Written by bench/trl_sft_peer.py: the settings TRL's SFTTrainer gets, in odc-train's keys.",
+    lines = ["# Written by tests/parity/trl_sft_peer.py: the settings TRL's SFTTrainer gets, in odc-train's keys.",
              "model:", f"  checkpoint: {model_dir}", "  dtype: float32",
              "data:", f"  train: {chat}", "  format: chat", "  chat_template: chatml", "  shuffle: false",
              f"  global_batch_size: {global_batch()}",

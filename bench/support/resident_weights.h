@@ -1,8 +1,9 @@
 #pragma once
 // ResidentWeights: the full fp32 weights of every unit, and their gradient buffers, held for as
 // long as the object lives. It is the model's ParamSource and GradSink where nothing is sharded or
-// fetched: benchmarks of the model alone (on the CPU and on a GPU), the parity dumps, small
-// single-process runs.
+// fetched: benchmarks of the model alone (on the CPU and on a GPU), the parity dumps, the unit
+// tests that run the model in one process. Not part of the model layer (no trainer holds every
+// unit resident): bench/ and tests/ link it as the library odc_bench_support (bench/CMakeLists.txt).
 //
 // Where the buffers live:
 //   host memory      the constructors without a backend; weights() and gradients() are spans
@@ -23,19 +24,21 @@
 #include "odc/model/param_io.h"
 #include "odc/model/units.h"
 
-namespace odc::model {
+namespace odc::bench {
 
-class ResidentWeights final : public ParamSource, public GradSink {
+
+class ResidentWeights final : public model::ParamSource, public model::GradSink {
  public:
   // The weights a trainer of any world size starts from (init_unit_range with `seed`).
-  ResidentWeights(const std::vector<UnitLayout>& units, const LlamaConfig& config, std::uint64_t seed);
+  ResidentWeights(const std::vector<model::UnitLayout>& units, const model::LlamaConfig& config,
+                  std::uint64_t seed);
   // Given weights (a loaded checkpoint): one buffer per unit, each of its layout's size.
-  ResidentWeights(const std::vector<UnitLayout>& units, std::vector<std::vector<float>> weights);
+  ResidentWeights(const std::vector<model::UnitLayout>& units, std::vector<std::vector<float>> weights);
   // In `backend`'s memory (the backend outlives this object): the same, uploaded there, with
   // AdamW's moments allocated beside them.
-  ResidentWeights(backend::Backend& backend, const std::vector<UnitLayout>& units, const LlamaConfig& config,
+  ResidentWeights(backend::Backend& backend, const std::vector<model::UnitLayout>& units, const model::LlamaConfig& config,
                   std::uint64_t seed);
-  ResidentWeights(backend::Backend& backend, const std::vector<UnitLayout>& units,
+  ResidentWeights(backend::Backend& backend, const std::vector<model::UnitLayout>& units,
                   const std::vector<std::vector<float>>& weights);
   ~ResidentWeights() override;
   ResidentWeights(const ResidentWeights&) = delete;
@@ -70,7 +73,7 @@ class ResidentWeights final : public ParamSource, public GradSink {
  private:
   struct Unit;
 
-  void place(const std::vector<UnitLayout>& units);
+  void place(const std::vector<model::UnitLayout>& units);
   void allocate_moments();
   std::size_t index(int unit) const;
   const Unit& at(int unit) const { return *units_[index(unit)]; }
@@ -83,4 +86,4 @@ class ResidentWeights final : public ParamSource, public GradSink {
   std::vector<std::unique_ptr<Unit>> units_;
 };
 
-}  // namespace odc::model
+}  // namespace odc::bench

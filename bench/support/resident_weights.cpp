@@ -1,4 +1,4 @@
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -7,7 +7,7 @@
 
 #include "odc/core/error.h"
 
-namespace odc::model {
+namespace odc::bench {
 namespace {
 
 // Host memory of the resident weights without a backend: zero-filled, 64-byte aligned blocks.
@@ -48,15 +48,16 @@ struct ResidentWeights::Unit {
   std::int64_t pushes = 0;
 };
 
-ResidentWeights::ResidentWeights(const std::vector<UnitLayout>& units, const LlamaConfig& config, std::uint64_t seed)
+ResidentWeights::ResidentWeights(const std::vector<model::UnitLayout>& units, const model::LlamaConfig& config,
+                                 std::uint64_t seed)
     : host_memory_(std::make_unique<HostBlocks>()) {
   place(units);
   for (std::size_t u = 0; u < units.size(); ++u) {
-    init_unit_range(units[u], config, seed, 0, units[u].numel, weights(static_cast<int>(u)).data());
+    model::init_unit_range(units[u], config, seed, 0, units[u].numel, weights(static_cast<int>(u)).data());
   }
 }
 
-ResidentWeights::ResidentWeights(const std::vector<UnitLayout>& units, std::vector<std::vector<float>> weights)
+ResidentWeights::ResidentWeights(const std::vector<model::UnitLayout>& units, std::vector<std::vector<float>> weights)
     : host_memory_(std::make_unique<HostBlocks>()) {
   if (weights.size() != units.size()) {
     fail("resident weights: expected one buffer per unit ({} units), found {} buffers", units.size(), weights.size());
@@ -71,19 +72,19 @@ ResidentWeights::ResidentWeights(const std::vector<UnitLayout>& units, std::vect
   for (std::size_t u = 0; u < units.size(); ++u) upload_weights(static_cast<int>(u), weights[u]);
 }
 
-ResidentWeights::ResidentWeights(backend::Backend& backend, const std::vector<UnitLayout>& units,
-                                 const LlamaConfig& config, std::uint64_t seed)
+ResidentWeights::ResidentWeights(backend::Backend& backend, const std::vector<model::UnitLayout>& units,
+                                 const model::LlamaConfig& config, std::uint64_t seed)
     : backend_(&backend), staging_(std::make_unique<backend::Buffer>(backend.memory(), DType::f32)) {
   place(units);
   allocate_moments();
   for (std::size_t u = 0; u < units.size(); ++u) {
     std::vector<float> host(static_cast<std::size_t>(units[u].numel));
-    init_unit_range(units[u], config, seed, 0, units[u].numel, host.data());
+    model::init_unit_range(units[u], config, seed, 0, units[u].numel, host.data());
     upload_weights(static_cast<int>(u), host);
   }
 }
 
-ResidentWeights::ResidentWeights(backend::Backend& backend, const std::vector<UnitLayout>& units,
+ResidentWeights::ResidentWeights(backend::Backend& backend, const std::vector<model::UnitLayout>& units,
                                  const std::vector<std::vector<float>>& weights)
     : backend_(&backend), staging_(std::make_unique<backend::Buffer>(backend.memory(), DType::f32)) {
   if (weights.size() != units.size()) {
@@ -96,7 +97,7 @@ ResidentWeights::ResidentWeights(backend::Backend& backend, const std::vector<Un
 
 ResidentWeights::~ResidentWeights() = default;
 
-void ResidentWeights::place(const std::vector<UnitLayout>& units) {
+void ResidentWeights::place(const std::vector<model::UnitLayout>& units) {
   backend::DeviceMemory& memory = backend_ != nullptr ? backend_->memory() : *host_memory_;
   for (const auto& unit : units) units_.push_back(std::make_unique<Unit>(memory, unit.numel));
 }
@@ -206,4 +207,4 @@ void ResidentWeights::adamw_step(const kernels::AdamWParams& params) {
 
 std::int64_t ResidentWeights::pushes(int unit) const { return at(unit).pushes; }
 
-}  // namespace odc::model
+}  // namespace odc::bench

@@ -1,5 +1,6 @@
-// odc-bench: transport microbenchmark. Under `mpirun -np N`, for each unit size S it measures, in
-// the same run and on the same bytes,
+// odc-bench: transport microbenchmark (built as bin/odc-bench from bench/, beside the other
+// benchmarks; a command as the tools are). Under `mpirun -np N`, for each unit size S it measures,
+// in the same run and on the same bytes,
 //   gather:             ODC (UcxTransport::get of every owner's shard, as OdcComm::start_gather, by
 //                       --gather-protocol: get, request or auto) vs MPI_Allgather of S/N bytes per rank;
 //   scatter_accumulate: ODC (UcxTransport::push of each owner's slice, accumulated by the owner's

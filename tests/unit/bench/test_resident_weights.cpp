@@ -14,7 +14,7 @@
 #include "odc/distributed/shard/shard_layout.h"
 #include "odc/distributed/shard/shard_store.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 
 using namespace odc;
 
@@ -44,7 +44,7 @@ std::vector<float> copy_of(std::span<const float> values) { return {values.begin
 TEST_CASE("resident weights start from the trainer's initialization with zero gradients", "[model]") {
   const auto config = tiny_config(false);
   const auto units = model::build_unit_layouts(config);
-  const model::ResidentWeights resident(units, config, 11);
+  const bench::ResidentWeights resident(units, config, 11);
   REQUIRE(resident.num_units() == static_cast<int>(units.size()));
   for (std::size_t u = 0; u < units.size(); ++u) {
     std::vector<float> expected(static_cast<std::size_t>(units[u].numel));
@@ -70,7 +70,7 @@ TEST_CASE("resident weights train to the same bits as the one-rank trainer path"
     comm.begin_minibatch();
     const double comm_loss = m.train_microbatch(batch, comm, comm).weighted_loss;
 
-    model::ResidentWeights resident(m.units(), config, 5);
+    bench::ResidentWeights resident(m.units(), config, 5);
     const double resident_loss = m.train_microbatch(batch, resident, resident).weighted_loss;
     CHECK(resident_loss == comm_loss);
     CHECK(resident_loss > 1.0);
@@ -87,7 +87,7 @@ TEST_CASE("resident gradients accumulate over microbatches until zeroed", "[mode
   const auto config = tiny_config(false);
   model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
   const auto batch = batch_of(config.vocab_size);
-  model::ResidentWeights resident(m.units(), config, 3);
+  bench::ResidentWeights resident(m.units(), config, 3);
 
   m.train_microbatch(batch, resident, resident);
   std::vector<std::vector<float>> once;
@@ -114,7 +114,7 @@ TEST_CASE("given weights are used as they are, and must fit the layout", "[model
   for (const auto& unit : units) buffers.emplace_back(static_cast<std::size_t>(unit.numel), 0.25f);
   buffers[1][3] = -2.0f;
 
-  model::ResidentWeights resident(units, buffers);
+  bench::ResidentWeights resident(units, buffers);
   CHECK(resident.acquire(1)[3] == -2.0f);
   CHECK(resident.acquire(2)[0] == 0.25f);
   resident.weights(2)[0] = 4.0f;  // the span writes through to what acquire() hands out
@@ -124,9 +124,9 @@ TEST_CASE("given weights are used as they are, and must fit the layout", "[model
 
   auto short_unit = buffers;
   short_unit[1].pop_back();
-  CHECK_THROWS_WITH(model::ResidentWeights(units, short_unit),
+  CHECK_THROWS_WITH(bench::ResidentWeights(units, short_unit),
                     Catch::Contains("unit 1 ('layer.0')") && Catch::Contains("its buffer holds"));
   auto missing_unit = buffers;
   missing_unit.pop_back();
-  CHECK_THROWS_WITH(model::ResidentWeights(units, missing_unit), Catch::Contains("found 3 buffers"));
+  CHECK_THROWS_WITH(bench::ResidentWeights(units, missing_unit), Catch::Contains("found 3 buffers"));
 }

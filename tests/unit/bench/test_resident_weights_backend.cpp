@@ -16,7 +16,7 @@
 #include "odc/core/error.h"
 #include "odc/kernels/adamw.h"
 #include "odc/model/llama_model.h"
-#include "odc/model/resident_weights.h"
+#include "support/resident_weights.h"
 
 using namespace odc;
 
@@ -54,8 +54,8 @@ TEST_CASE("resident weights on a backend train, zero and step to the same bits a
   const auto config = tiny_config();
   model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
   const auto batch = batch_of(config.vocab_size);
-  model::ResidentWeights host(m.units(), config, 7);
-  model::ResidentWeights placed(m.backend(), m.units(), config, 7);
+  bench::ResidentWeights host(m.units(), config, 7);
+  bench::ResidentWeights placed(m.backend(), m.units(), config, 7);
   REQUIRE(placed.num_units() == host.num_units());
   CHECK(placed.on_host());  // the CPU backend's memory is the host's
   CHECK(placed.acquire(0) != host.acquire(0));
@@ -86,7 +86,7 @@ TEST_CASE("resident AdamW is the optimizer kernel's, moments kept across steps",
   const auto config = tiny_config();
   model::LlamaModel m(config, std::make_unique<backend::CpuBackend>());
   const auto batch = batch_of(config.vocab_size);
-  model::ResidentWeights resident(m.units(), config, 3);
+  bench::ResidentWeights resident(m.units(), config, 3);
   m.train_microbatch(batch, resident, resident);
 
   // The same two steps by hand on copies, with moments that start at zero.
@@ -128,8 +128,8 @@ TEST_CASE("resident weights go in and out by copy in both placements and must fi
   for (const auto& unit : units) buffers.emplace_back(static_cast<std::size_t>(unit.numel), 0.5f);
   buffers[2][4] = -3.0f;
 
-  model::ResidentWeights host(units, buffers);
-  model::ResidentWeights placed(cpu, units, buffers);
+  bench::ResidentWeights host(units, buffers);
+  bench::ResidentWeights placed(cpu, units, buffers);
   for (auto* resident : {&host, &placed}) {
     CHECK(resident->download_weights(2) == buffers[2]);
     CHECK(resident->acquire(2)[4] == -3.0f);
@@ -145,5 +145,5 @@ TEST_CASE("resident weights go in and out by copy in both placements and must fi
   }
   auto missing_unit = buffers;
   missing_unit.pop_back();
-  CHECK_THROWS_WITH(model::ResidentWeights(cpu, units, missing_unit), Catch::Contains("found 3 buffers"));
+  CHECK_THROWS_WITH(bench::ResidentWeights(cpu, units, missing_unit), Catch::Contains("found 3 buffers"));
 }
