@@ -29,6 +29,7 @@
 #include "odc/train/rollout/inference.h"
 #include "odc/train/run/minibatch_source.h"
 #include "odc/train/rollout/rewards.h"
+#include "odc/train/rollout/rollout_pipeline.h"
 #include "odc/train/rollout/rollout_sampling.h"
 #include "odc/train/run/stop_signals.h"
 
@@ -50,7 +51,7 @@ options:
   --tokenizer PATH       tokenizer.json to use instead of DIR/tokenizer.json
   --prompts FILE         prompts JSONL (required)
   --out FILE             rollout records JSONL to write (required; replaced atomically)
-  --group G              completions per prompt (default 4: GRPO compares each completion with the
+  --group G              completions per prompt (default rl.group_size's: GRPO compares each completion with the
                          others of its prompt; --group 1 measures accuracy, but a lone completion has
                          advantage 0, so odc-train's grpo refuses such records)
   --concurrency N        sequences decoded at once (default 16)
@@ -113,7 +114,7 @@ int run(const odc::cli::Arguments& args, const odc::train::StopSignals& signals)
   const std::string prompts_path = args.required("--prompts", "FILE");
   const std::string out_path = args.required("--out", "FILE");
   odc::train::RolloutOptions options;
-  options.group_size = args.integer("--group", 4, odc::Range::at_least(1));
+  options.group_size = args.integer("--group", odc::train::RlLoopSettings{}.group_size, odc::Range::at_least(1));
   if (options.group_size == 1) {
     std::fprintf(stderr, "odc-rollout: warning: --group 1: every completion stands alone, so these records measure "
                          "accuracy but cannot train grpo (a lone completion's advantage is 0; odc-train refuses them)\n");
@@ -186,78 +187,52 @@ int run(const odc::cli::Arguments& args, const odc::train::StopSignals& signals)
   // over prompt + completion (its logits [tokens, vocab] on the host, one sequence at a time).
   std::vector<std::vector<float>> ref_logprobs;
   if (reference) {
-    const auto vocab = static_cast<std::size_t>(reference->config().vocab_size);
-    std::vector<float> logits;
-    for (const auto& c : completions) {
+    odc::train::ReferenceOptions ref;
+    ref.temperature = options.sampling.temperature;
+    ref.model_name = fmt::format("the reference model in {}", reference->dir());
+    ref.overflow_note = ": its activations overflow or its weights are damaged; nothing written";
+    ref.before_forward = [&signals] {
       if (signals.requested()) odc::fail("stopped by {} while the reference scored the completions: nothing written", signals.describe());
-      std::vector<std::int32_t> seq = prompt_ids[static_cast<std::size_t>(c.prompt)];
-      const std::size_t prompt_length = seq.size();
-      seq.insert(seq.end(), c.ids.begin(), c.ids.end());
-      odc::model::PackedBatch batch;
-      batch.append(seq.data(), nullptr, static_cast<std::int64_t>(seq.size()), 0.0f);
-      reference->forward(batch, &logits);
-      std::vector<float> row_logprobs;
-      for (std::size_t j = 0; j < c.ids.size(); ++j) {
-        const std::span<const float> row(logits.data() + (prompt_length + j - 1) * vocab, vocab);
-        if (const std::size_t bad = odc::train::first_non_finite(row); bad < vocab) {
-          odc::fail("the reference model in {} gives a logit that is not finite ({} for token {}) after position {} "
-                    "of {}'s completion {}: its activations overflow or its weights are damaged; nothing written",
-                    reference->dir(), row[bad], bad, prompt_length + j - 1,
-                    prompts[static_cast<std::size_t>(c.prompt)].where, c.sample);
-        }
-        row_logprobs.push_back(
-            static_cast<float>(odc::train::token_logprob(row, c.ids[j], options.sampling.temperature)));
-      }
-      ref_logprobs.push_back(std::move(row_logprobs));
-    }
+    };
+    ref_logprobs = odc::train::reference_logprobs(reference->model(), reference->params(), completions, prompt_ids,
+                                                  options.prompt_names, ref);
   }
 
-  std::vector<nlohmann::json> requests;
   std::vector<std::string> texts;
+  std::vector<const odc::data::Prompt*> scored_prompts;
   for (const auto& c : completions) {
     texts.push_back(tokenizer.decode(c.ids, false));
-    const auto& p = prompts[static_cast<std::size_t>(c.prompt)];
-    requests.push_back({{"prompt", p.text}, {"completion", texts.back()}, {"answer", p.answer}});
+    scored_prompts.push_back(&prompts[static_cast<std::size_t>(c.prompt)]);
   }
-  std::vector<double> rewards;
+  odc::train::Scorer scorer;
   if (reward_command) {
     const auto out_dir = std::filesystem::path(out_path).parent_path();
-    const odc::train::RewardCommand command{*reward_command, reward_timeout, "--reward-timeout",
-                                            out_dir.empty() ? std::filesystem::path(".") : out_dir,
-                                            [&signals] { return signals.requested(); }};
-    auto scored = odc::train::command_rewards(command, requests);
-    if (!scored) {
-      odc::fail("stopped by {} while the reward command ran: it was killed with every process it started; nothing "
-                "written", signals.describe());
-    }
-    rewards = std::move(*scored);
+    scorer.command = odc::train::RewardCommand{*reward_command, reward_timeout, "--reward-timeout",
+                                               out_dir.empty() ? std::filesystem::path(".") : out_dir,
+                                               [&signals] { return signals.requested(); }};
   } else {
-    const auto verifier = odc::train::parse_verifier(verifier_name);
-    for (std::size_t i = 0; i < completions.size(); ++i) {
-      rewards.push_back(odc::train::reward_of(verifier, texts[i],
-                                              prompts[static_cast<std::size_t>(completions[i].prompt)].answer));
-    }
+    scorer.verifier = odc::train::parse_verifier(verifier_name);
   }
-  std::string records;
-  double reward_sum = 0.0, correct = 0.0, tokens = 0.0;
+  const auto rewards = odc::train::score_completions(scorer, texts, scored_prompts);
+  if (!rewards) {
+    odc::fail("stopped by {} while the reward command ran: it was killed with every process it started; nothing "
+              "written", signals.describe());
+  }
+  std::vector<odc::data::RolloutRecord> kept;
   for (std::size_t i = 0; i < completions.size(); ++i) {
     const auto& c = completions[i];
-    nlohmann::json record = {{"prompt_ids", prompt_ids[static_cast<std::size_t>(c.prompt)]},
-                             {"completion_ids", c.ids},
-                             {"logprobs", c.logprobs},
-                             {"reward", rewards[i]},
-                             {"group", c.prompt},
-                             {"temperature", options.sampling.temperature}};
-    if (!ref_logprobs.empty()) record["ref_logprobs"] = ref_logprobs[i];
-    records += record.dump() + "\n";
-    reward_sum += rewards[i];
-    correct += rewards[i] >= 1.0 ? 1.0 : 0.0;
-    tokens += static_cast<double>(c.ids.size());
+    kept.push_back(odc::train::rollout_record(
+        prompt_ids[static_cast<std::size_t>(c.prompt)], c.ids, c.logprobs, (*rewards)[i], c.prompt,
+        options.sampling.temperature,
+        ref_logprobs.empty() ? std::nullopt : std::optional<std::vector<float>>(ref_logprobs[i])));
   }
+  const std::string records = odc::data::rollout_records_jsonl(kept);
+  const auto summary = odc::train::rollout_stats(kept, {}, {});
   odc::write_file_atomically(out_path, records);
   const auto n = static_cast<double>(completions.size());
+  const double tokens = summary.tokens;
   const nlohmann::json stats = {{"prompts", prompts.size()},      {"completions", completions.size()},
-                                {"reward_mean", reward_sum / n},  {"accuracy", correct / n},
+                                {"reward_mean", summary.reward_sum / n},  {"accuracy", summary.accuracy},
                                 {"completion_tokens_mean", tokens / n}, {"seconds", seconds},
                                 {"tokens_per_s", tokens / seconds}, {"out", out_path}};
   std::puts(stats.dump().c_str());

@@ -27,6 +27,7 @@
 #include "odc/train/plan/memory_plan.h"
 #include "odc/train/config/run_settings.h"
 #include "odc/train/plan/step_estimate.h"
+#include "odc/train/rl/online_rl_loop.h"
 #include "odc/train/run/trainer.h"
 
 namespace {
@@ -160,14 +161,17 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
     if (!online_rl) odc::data::check_dataset_opens(config.get_string("data.train"), config.get_string("data.format"));
   });
   odc::setup_logging(rank, world_size, config.get_string("train.log_level"));
+  // The loop: data.train's minibatches, or (rl.prompts) the online RL loop's rollouts, sampled with
+  // the trainer's current weights every iteration.
+  const odc::train::StepSourceFactory loop = online_rl ? odc::train::OnlineRlLoop::factory() : nullptr;
   if (local) {
-    odc::train::Trainer trainer(config, *local);
+    odc::train::Trainer trainer(config, *local, loop);
     trainer.run(/*keep_results=*/false, &signals);
     return 0;
   }
   if (!mpi.initialized()) {
     // Started directly: one process, no MPI (a single-GPU machine need not have MPI's runtime).
-    odc::train::Trainer trainer(config);
+    odc::train::Trainer trainer(config, loop);
     trainer.run(/*keep_results=*/false, &signals);
     return 0;
   }
@@ -178,7 +182,7 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
                  "checkpoint or not; launch with odc-run (same arguments) for a graceful stop");
   }
   const auto group = odc::distributed::make_world_group(config.get_double("comm.timeout_s"));
-  odc::train::Trainer trainer(config, *group);
+  odc::train::Trainer trainer(config, *group, loop);
   trainer.run(/*keep_results=*/false, &signals);  // constant memory over any number of steps
   return 0;
 }

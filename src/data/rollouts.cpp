@@ -149,6 +149,20 @@ RewardSpread reward_spread(const std::vector<double>& rewards, const std::vector
   return out;
 }
 
+std::string rollout_record_line(const RolloutRecord& r) {
+  json record = {{"prompt_ids", r.prompt_ids}, {"completion_ids", r.completion_ids}, {"logprobs", r.logprobs},
+                 {"reward", r.reward},         {"group", r.group}};
+  if (r.temperature) record["temperature"] = *r.temperature;
+  if (r.ref_logprobs) record["ref_logprobs"] = *r.ref_logprobs;
+  return record.dump() + "\n";
+}
+
+std::string rollout_records_jsonl(std::span<const RolloutRecord> records) {
+  std::string out;
+  for (const auto& r : records) out += rollout_record_line(r);
+  return out;
+}
+
 RolloutDataset::RolloutDataset(const std::string& path, std::int64_t vocab_size, RewardScale scale,
                                bool ignore_extra_fields)
     : InMemoryTokenDataset(path) {
@@ -163,17 +177,71 @@ RolloutDataset::RolloutDataset(const std::string& name, std::istream& records, s
   read(records, vocab_size, scale, ignore_extra_fields);
 }
 
-void RolloutDataset::read(std::istream& in, std::int64_t vocab_size, RewardScale scale, bool ignore_extra_fields) {
-  const std::string& path = this->path();
-  if (vocab_size <= 0 || vocab_size > std::numeric_limits<std::int32_t>::max()) {
-    fail("{}: vocab size must be in [1, {}], got {}", path, std::numeric_limits<std::int32_t>::max(), vocab_size);
-  }
-  const std::vector<std::string> known{"prompt_ids", "completion_ids", "logprobs", "ref_logprobs", "reward", "group",
-                                       "advantage", "temperature"};
+struct RolloutDataset::Pending {
   std::vector<double> rewards;
   std::vector<std::int64_t> groups;
   std::vector<float> given;  // per record: its own advantage
   std::optional<bool> with_reward;
+};
+
+namespace {
+
+void check_vocab(const std::string& path, std::int64_t vocab_size) {
+  if (vocab_size <= 0 || vocab_size > std::numeric_limits<std::int32_t>::max()) {
+    fail("{}: vocab size must be in [1, {}], got {}", path, std::numeric_limits<std::int32_t>::max(), vocab_size);
+  }
+}
+
+// The checks token_array and logprob_array make of JSON, made of typed values.
+void check_tokens(const std::vector<std::int32_t>& ids, const char* key, std::int64_t vocab, const std::string& where) {
+  for (std::size_t j = 0; j < ids.size(); ++j) {
+    if (ids[j] < 0 || ids[j] >= vocab) fail("{}: {}[{}] = {} is not a token id in [0, {})", where, key, j, ids[j], vocab);
+  }
+}
+
+void check_logprobs(const std::vector<float>& values, const char* key, std::size_t expected, const std::string& where) {
+  if (values.size() != expected) {
+    fail("{}: \"{}\" has {} values but \"completion_ids\" has {} tokens (one log-probability per completion token)",
+         where, key, values.size(), expected);
+  }
+  for (std::size_t j = 0; j < values.size(); ++j) {
+    if (!std::isfinite(values[j]) || values[j] > 0.0f) {
+      fail("{}: {}[{}] = {} is not a log-probability (a finite number <= 0)", where, key, j, values[j]);
+    }
+  }
+}
+
+}  // namespace
+
+RolloutDataset::RolloutDataset(const std::string& name, std::span<const RolloutRecord> records,
+                               std::int64_t vocab_size, RewardScale scale)
+    : InMemoryTokenDataset(name) {
+  check_vocab(name, vocab_size);
+  Pending pending;
+  std::int64_t number = 0;
+  for (const RolloutRecord& r : records) {
+    ++number;
+    const std::string where = fmt::format("{}:{}", name, number);
+    check_tokens(r.prompt_ids, "prompt_ids", vocab_size, where);
+    check_tokens(r.completion_ids, "completion_ids", vocab_size, where);
+    check_logprobs(r.logprobs, "logprobs", r.completion_ids.size(), where);
+    if (r.ref_logprobs) check_logprobs(*r.ref_logprobs, "ref_logprobs", r.completion_ids.size(), where);
+    if (!std::isfinite(r.reward)) fail("{}: \"reward\" must be a finite number, found {}", where, r.reward);
+    if (r.temperature && !std::isfinite(*r.temperature)) {
+      fail("{}: \"temperature\" must be a finite number, found {}", where, *r.temperature);
+    }
+    add(pending, r.prompt_ids, r.completion_ids, r.logprobs, r.ref_logprobs ? &*r.ref_logprobs : nullptr, r.reward,
+        r.group, std::nullopt, r.temperature, where, number);
+  }
+  finish(pending, scale);
+}
+
+void RolloutDataset::read(std::istream& in, std::int64_t vocab_size, RewardScale scale, bool ignore_extra_fields) {
+  const std::string& path = this->path();
+  check_vocab(path, vocab_size);
+  const std::vector<std::string> known{"prompt_ids", "completion_ids", "logprobs", "ref_logprobs", "reward", "group",
+                                       "advantage", "temperature"};
+  Pending pending;
   read_jsonl_stream(in, path, [&](const nlohmann::json& record, const std::string& where, std::int64_t line_number) {
     if (!record.is_object()) fail("{}: expected a JSON object (a rollout record), found {}", where, record.type_name());
     if (!ignore_extra_fields) refuse_unknown_fields(record, known, where, "a rollout record", kExtraFieldsHint);
@@ -187,65 +255,101 @@ void RolloutDataset::read(std::istream& in, std::int64_t vocab_size, RewardScale
       fail("{}: \"ref_logprobs\" is {} here but {} on the records before: give it on every record or on none", where,
            ref ? "present" : "absent", has_ref_ ? "present" : "absent");
     }
-    has_ref_ = ref;
     const bool reward = record.contains("reward");
     const bool advantage = record.contains("advantage");
     if (reward == advantage) {
       fail("{}: give either \"reward\" with \"group\" (advantages computed per group) or \"advantage\", {}", where,
            reward ? "not both" : "found neither");
     }
-    if (with_reward && *with_reward != reward) {
+    if (pending.with_reward && *pending.with_reward != reward) {
       fail("{}: this record has {{\"{}\"}} but the ones before have {{\"{}\"}}: one file, one kind", where,
            reward ? "reward" : "advantage", reward ? "advantage" : "reward");
     }
-    with_reward = reward;
+    std::optional<double> reward_value, advantage_value;
+    std::int64_t group = 0;
     if (reward) {
       if (!record.contains("group")) fail("{}: \"reward\" needs \"group\" (the id its prompt's completions share)", where);
       const json& g = record.at("group");
       if (!g.is_number_integer()) fail("{}: \"group\" must be an integer id, found {}", where, g.dump());
-      rewards.push_back(finite_number(record, "reward", where));
-      groups.push_back(g.get<std::int64_t>());
+      reward_value = finite_number(record, "reward", where);
+      group = g.get<std::int64_t>();
     } else {
       if (record.contains("group") && !record.at("group").is_number_integer()) {
         fail("{}: \"group\" must be an integer id, found {}", where, record.at("group").dump());
       }
-      const double a = finite_number(record, "advantage", where);
-      if (std::fabs(a) > std::numeric_limits<float>::max()) {
-        fail("{}: \"advantage\" {} is beyond the range of a float (the objective computes in float); scale it down",
-             where, a);
-      }
-      given.push_back(static_cast<float>(a));
+      advantage_value = finite_number(record, "advantage", where);
     }
-    if (record.contains("temperature")) {
-      const double t = finite_number(record, "temperature", where);
-      if (!(t > 0)) fail("{}: \"temperature\" must be > 0, found {}", where, t);
-      if (temperature_ && *temperature_ != t) {
-        fail("{}: \"temperature\" is {} here but {} on the records before: one file, one sampling temperature", where,
-             t, *temperature_);
-      }
-      temperature_ = t;
-    }
-    const auto start = total_tokens();
-    starts_.push_back(start);
-    for (const auto t : prompt) {
-      tokens_.push_back(t);
-      masks_.push_back(0);
-      logprobs_.push_back(0.0f);
-    }
-    for (std::size_t j = 0; j < completion.size(); ++j) {
-      tokens_.push_back(completion[j]);
-      masks_.push_back(1);
-      logprobs_.push_back(logprobs[j]);
-    }
-    if (ref) {
-      const auto r = logprob_array(record, "ref_logprobs", completion.size(), where);
-      ref_logprobs_.insert(ref_logprobs_.end(), prompt.size(), 0.0f);
-      ref_logprobs_.insert(ref_logprobs_.end(), r.begin(), r.end());
-    }
-    end_sequence(line_number);
+    std::optional<double> temperature;
+    if (record.contains("temperature")) temperature = finite_number(record, "temperature", where);
+    std::vector<float> ref_values;
+    if (ref) ref_values = logprob_array(record, "ref_logprobs", completion.size(), where);
+    add(pending, prompt, completion, logprobs, ref ? &ref_values : nullptr, reward_value, group, advantage_value,
+        temperature, where, line_number);
     });
+  finish(pending, scale);
+}
+
+void RolloutDataset::add(Pending& pending, const std::vector<std::int32_t>& prompt,
+                         const std::vector<std::int32_t>& completion, const std::vector<float>& logprobs,
+                         const std::vector<float>* ref, std::optional<double> reward, std::int64_t group,
+                         std::optional<double> advantage, std::optional<double> temperature, const std::string& where,
+                         std::int64_t line_number) {
+  if (prompt.empty()) fail("{}: \"prompt_ids\" is empty (a completion is predicted from at least one prompt token)", where);
+  if (!starts_.empty() && (ref != nullptr) != has_ref_) {
+    fail("{}: \"ref_logprobs\" is {} here but {} on the records before: give it on every record or on none", where,
+         ref != nullptr ? "present" : "absent", has_ref_ ? "present" : "absent");
+  }
+  has_ref_ = ref != nullptr;
+  if (pending.with_reward && *pending.with_reward != reward.has_value()) {
+    fail("{}: this record has {{\"{}\"}} but the ones before have {{\"{}\"}}: one file, one kind", where,
+         reward ? "reward" : "advantage", reward ? "advantage" : "reward");
+  }
+  pending.with_reward = reward.has_value();
+  if (reward) {
+    pending.rewards.push_back(*reward);
+    pending.groups.push_back(group);
+  } else {
+    const double a = *advantage;
+    if (std::fabs(a) > std::numeric_limits<float>::max()) {
+      fail("{}: \"advantage\" {} is beyond the range of a float (the objective computes in float); scale it down",
+           where, a);
+    }
+    pending.given.push_back(static_cast<float>(a));
+  }
+  if (temperature) {
+    const double t = *temperature;
+    if (!(t > 0)) fail("{}: \"temperature\" must be > 0, found {}", where, t);
+    if (temperature_ && *temperature_ != t) {
+      fail("{}: \"temperature\" is {} here but {} on the records before: one file, one sampling temperature", where,
+           t, *temperature_);
+    }
+    temperature_ = t;
+  }
+  const auto start = total_tokens();
+  starts_.push_back(start);
+  for (const auto t : prompt) {
+    tokens_.push_back(t);
+    masks_.push_back(0);
+    logprobs_.push_back(0.0f);
+  }
+  for (std::size_t j = 0; j < completion.size(); ++j) {
+    tokens_.push_back(completion[j]);
+    masks_.push_back(1);
+    logprobs_.push_back(logprobs[j]);
+  }
+  if (ref != nullptr) {
+    ref_logprobs_.insert(ref_logprobs_.end(), prompt.size(), 0.0f);
+    ref_logprobs_.insert(ref_logprobs_.end(), ref->begin(), ref->end());
+  }
+  end_sequence(line_number);
+}
+
+void RolloutDataset::finish(Pending& pending, RewardScale scale) {
+  const std::string& path = this->path();
+  const auto& rewards = pending.rewards;
+  const auto& groups = pending.groups;
   if (size() == 0) fail("{}: no rollout records", path);
-  if (with_reward.value_or(false)) {
+  if (pending.with_reward.value_or(false)) {
     std::map<std::int64_t, std::int64_t> members;
     for (const auto g : groups) ++members[g];
     for (std::size_t i = 0; i < groups.size(); ++i) {
@@ -274,7 +378,7 @@ void RolloutDataset::read(std::istream& in, std::int64_t vocab_size, RewardScale
       }
     }
   } else {
-    advantages_ = std::move(given);
+    advantages_ = std::move(pending.given);
   }
 }
 

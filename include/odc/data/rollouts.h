@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <istream>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,21 @@ struct RewardSpread {
 };
 RewardSpread reward_spread(const std::vector<double>& rewards, const std::vector<std::int64_t>& groups);
 
+// One rollout record, typed: what a sampler hands to training within a process (the online RL
+// loop) and what rollout_record_line writes where records cross a process or a checkpoint.
+struct RolloutRecord {
+  std::vector<std::int32_t> prompt_ids;
+  std::vector<std::int32_t> completion_ids;
+  std::vector<float> logprobs;                      // per completion token
+  std::optional<std::vector<float>> ref_logprobs;   // per completion token, with a reference
+  double reward = 0.0;
+  std::int64_t group = 0;
+  std::optional<double> temperature;
+};
+// Its JSONL line (with the newline): the record's fields, as RolloutDataset reads them back.
+std::string rollout_record_line(const RolloutRecord& record);
+std::string rollout_records_jsonl(std::span<const RolloutRecord> records);
+
 class RolloutDataset final : public InMemoryTokenDataset {
  public:
   RolloutDataset(const std::string& path, std::int64_t vocab_size, RewardScale scale = RewardScale::group,
@@ -52,6 +68,9 @@ class RolloutDataset final : public InMemoryTokenDataset {
   // The same records from a stream (the online loop's, in memory), named `name` in messages.
   RolloutDataset(const std::string& name, std::istream& records, std::int64_t vocab_size,
                  RewardScale scale = RewardScale::group, bool ignore_extra_fields = false);
+  // The same from typed records in memory (no text), named `name` ("name:N" is record N).
+  RolloutDataset(const std::string& name, std::span<const RolloutRecord> records, std::int64_t vocab_size,
+                 RewardScale scale = RewardScale::group);
   std::string describe() const override;
   std::optional<PolicyView> policy(std::int64_t index) const override;
   // A rollout's targets are its completion's tokens (it has no loss_mask): says which are empty.
@@ -63,7 +82,14 @@ class RolloutDataset final : public InMemoryTokenDataset {
   std::optional<double> temperature() const { return temperature_; }
 
  private:
+  struct Pending;  // what the advantages are computed from once every record is in
   void read(std::istream& in, std::int64_t vocab_size, RewardScale scale, bool ignore_extra_fields);
+  // One record, its fields checked: a reward (with its group) or an advantage.
+  void add(Pending& pending, const std::vector<std::int32_t>& prompt, const std::vector<std::int32_t>& completion,
+           const std::vector<float>& logprobs, const std::vector<float>* ref, std::optional<double> reward,
+           std::int64_t group, std::optional<double> advantage, std::optional<double> temperature,
+           const std::string& where, std::int64_t line_number);
+  void finish(Pending& pending, RewardScale scale);
   std::vector<std::int64_t> starts_;  // per record: its first token in tokens_ (and in logprobs_)
   std::vector<float> logprobs_;       // per token (0 on prompt tokens)
   std::vector<float> ref_logprobs_;   // per token, or empty

@@ -1,5 +1,5 @@
-// The Trainer's checkpoints: saving one (with the online loop's rollouts in the middle of an
-// iteration), the best-checkpoint record after an evaluation, and the end of a run whose metrics
+// The Trainer's checkpoints: saving one (with what its step source keeps: the online RL loop's
+// rollouts in the middle of an iteration), the best-checkpoint record after an evaluation, and the end of a run whose metrics
 // file could not be written (its state saved first, the unwritten lines kept for the resume).
 #include <spdlog/spdlog.h>
 
@@ -75,12 +75,7 @@ void Trainer::save_checkpoint(std::map<int, std::vector<std::string>> unwritten_
   manifest.source_architecture = source_.architecture;
   if (source_.dtype) manifest.source_dtype = std::string(dtype_name(*source_.dtype));
   std::vector<std::pair<std::string, std::string>> files;
-  if (online_ && step_ % steps_per_iteration_ != 0) {
-    // In the middle of an iteration: its rollouts, which a resume trains on (they cannot be sampled again:
-    // the weights that sampled them are gone).
-    manifest.rollouts_fingerprint = fingerprint_hex(fnv1a64(rollouts_));
-    files.emplace_back(kRolloutsFile, rollouts_);
-  }
+  if (step_source_) step_source_->checkpoint(step_, manifest, files);  // e.g. mid-iteration rollouts
   checkpointer_->save(step_, manifest, store(), files);
 }
 

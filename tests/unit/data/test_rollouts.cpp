@@ -5,6 +5,7 @@
 // the advantages.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -18,6 +19,8 @@
 
 using odc::data::RewardScale;
 using odc::data::RolloutDataset;
+using odc::data::RolloutRecord;
+using odc::data::rollout_records_jsonl;
 
 namespace {
 
@@ -211,4 +214,45 @@ TEST_CASE("rollouts: an advantage of 0 says whether its group's rewards differ",
       CHECK(rollouts.policy(i)->rewards_differ == (i < 2));  // group 0 differs, group 1 is equal
     }
   }
+}
+
+TEST_CASE("rollouts: typed records in memory train as their JSONL lines read back, and are checked alike",
+          "[data][rl]") {
+  std::vector<RolloutRecord> records;
+  for (std::int64_t g = 0; g < 2; ++g) {
+    for (int s = 0; s < 2; ++s) {
+      RolloutRecord r;
+      r.prompt_ids = {1, 2, static_cast<std::int32_t>(3 + g)};
+      r.completion_ids = {4, static_cast<std::int32_t>(5 + s)};
+      r.logprobs = {-0.1f * static_cast<float>(s + 1), -1.0f / 3.0f};
+      r.ref_logprobs = std::vector<float>{-0.2f, -0.7f};
+      r.reward = 0.1 * static_cast<double>(s) + 1e-3 * static_cast<double>(g);
+      r.group = g;
+      r.temperature = 0.7;
+      records.push_back(r);
+    }
+  }
+  const RolloutDataset typed("the rollouts of iteration 1", records, 10);
+  std::istringstream in(rollout_records_jsonl(records));
+  const RolloutDataset text("the rollouts of iteration 1", in, 10);
+  REQUIRE(typed.size() == text.size());
+  CHECK(typed.reward_mean() == text.reward_mean());
+  CHECK(typed.temperature() == text.temperature());
+  for (std::int64_t i = 0; i < typed.size(); ++i) {
+    CHECK(typed.record(i) == text.record(i));  // "the rollouts of iteration 1:N"
+    const auto a = *typed.policy(i);
+    const auto b = *text.policy(i);
+    CHECK(a.advantage == b.advantage);
+    CHECK(std::equal(a.logprobs.begin(), a.logprobs.end(), b.logprobs.begin(), b.logprobs.end()));
+    CHECK(std::equal(a.ref_logprobs.begin(), a.ref_logprobs.end(), b.ref_logprobs.begin(), b.ref_logprobs.end()));
+  }
+  auto bad = records;
+  bad[2].completion_ids[1] = 10;
+  CHECK_THROWS_WITH(RolloutDataset("it", bad, 10), Catch::Contains("it:3") && Catch::Contains("completion_ids[1] = 10"));
+  bad = records;
+  bad[1].ref_logprobs.reset();
+  CHECK_THROWS_WITH(RolloutDataset("it", bad, 10), Catch::Contains("it:2") && Catch::Contains("ref_logprobs"));
+  bad = records;
+  bad[3].group = 7;
+  CHECK_THROWS_WITH(RolloutDataset("it", bad, 10), Catch::Contains("group 1 has this record alone"));
 }

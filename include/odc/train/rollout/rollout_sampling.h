@@ -18,13 +18,15 @@
 #include <vector>
 
 #include "odc/model/llama_model.h"
+#include "odc/train/config/run_settings.h"
 #include "odc/train/rollout/sampling.h"
 
 namespace odc::train {
 
 struct RolloutOptions {
   GenerateOptions sampling;             // temperature, top_k, top_p, repetition_penalty, max_new_tokens, seed
-  std::int64_t group_size = 4;          // completions per prompt (GRPO's G)
+  // Completions per prompt (GRPO's G): rl.group_size's default unless the caller says.
+  std::int64_t group_size = RlLoopSettings{}.group_size;
   std::int64_t concurrency = 16;        // sequences decoded at once
   std::vector<std::int32_t> eos;        // ids that end a completion (kept as its last token)
   // A completion also ends once its text contains one of these (the token that completed it is

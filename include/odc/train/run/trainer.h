@@ -8,6 +8,8 @@
 // The parts: MinibatchSource (data, plan, loss weights), the model, the CommStack (sharded state +
 // comm, comm_factory.h), the optimizer, Checkpointer (save/resume), RunReport (metrics, progress,
 // summary, trace) and export_hf. Every exchange between ranks goes through the HostGroup.
+// A StepSource (step_source.h) may supply the steps' data instead of data.train: the online RL
+// loop (rl/online_rl_loop.h) drives the steps so, and the Trainer knows nothing of RL.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -29,10 +31,10 @@
 #include "odc/train/plan/memory_plan.h"
 #include "odc/train/run/minibatch_source.h"
 #include "odc/train/checkpoint/model_export.h"
-#include "odc/train/run/online_rollouts.h"
 #include "odc/train/run/run_report.h"
 #include "odc/train/config/run_settings.h"
 #include "odc/train/run/step_result.h"
+#include "odc/train/run/step_source.h"
 #include "odc/train/run/stop_signals.h"
 
 namespace odc::train {
@@ -40,9 +42,11 @@ namespace odc::train {
 class Trainer {
  public:
   // A run over `group` (every rank constructs its Trainer collectively).
-  Trainer(const Config& config, distributed::HostGroup& group);
+  // `source`, when given, makes the source of the steps' data (required with rl.prompts:
+  // OnlineRlLoop::factory()).
+  Trainer(const Config& config, distributed::HostGroup& group, StepSourceFactory source = {});
   // A run on one rank, in this process.
-  explicit Trainer(const Config& config);
+  explicit Trainer(const Config& config, StepSourceFactory source = {});
   ~Trainer();
 
   // Runs to train.steps (or the steps of train.epochs, or train.stop_at_step); every step is logged and written to the metrics
@@ -62,6 +66,17 @@ class Trainer {
 
   const model::LlamaModel& model() const { return *model_; }
   distributed::ShardStore& store() { return comm_->store(); }
+
+  // What a StepSource drives the steps with: the model, its backend and the comm (sampling with
+  // the current weights), the group, the settings; the data it trains on from the next step
+  // (`dataset`, with data.seed's order); its own metrics line (RunReport::record_rollouts).
+  model::LlamaModel& model() { return *model_; }
+  backend::Backend& backend() { return *backend_; }
+  distributed::Comm& comm() { return comm_->comm(); }
+  distributed::HostGroup& group() { return group_; }
+  const RunSettings& settings() const { return settings_; }
+  void train_on(std::unique_ptr<data::TokenDataset> dataset);
+  void record_rollouts(const nlohmann::json& stats);
   // The layout train.sharding gave this job (its hosts, the shards' group, the replicas).
   const distributed::ShardingPlan& sharding() const { return sharding_; }
   std::int64_t token_cap() const { return data_->token_cap(); }
@@ -78,7 +93,20 @@ class Trainer {
 
  private:
   // `group`, or when null the group this trainer owns.
-  Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> own_group, distributed::HostGroup* group);
+  Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> own_group, distributed::HostGroup* group,
+          StepSourceFactory source);
+  // The constructor's builders (trainer_setup.cpp), in their order.
+  void make_backend();
+  void probe_outputs() const;
+  std::string open_checkpoints();  // the checkpoint directory's lock and the run's identity: the resume path
+  void make_data();                // the memory plan, the data (and the eval data), or the run refused
+  void make_model();
+  void check_ranks_agree();        // the same configuration, model and data on every rank
+  void make_comm(bool loads_weights);
+  void make_optimizer();           // and the run's length and LR schedule
+  InitialState initial_state(const std::string& resume);
+  void make_report(const InitialState& initial);  // the MFU denominator, the RunReport, the tracer
+  void log_start() const;
   // `unwritten_metrics`: the metrics lines the ranks could not write, kept in the checkpoint.
   void save_checkpoint(std::map<int, std::vector<std::string>> unwritten_metrics = {});
   void log_memory_check();
@@ -88,21 +116,7 @@ class Trainer {
   void record_metrics(const std::function<void()>& write);
   [[noreturn]] void end_on_metrics_failure(double failed_ranks, bool saved);
   nlohmann::json trace_metadata() const;
-  // The online RL loop (trainer_rl.cpp): the rollouts of the iteration that starts at step_,
-  // sampled with the current weights (a WeightSnapshot through the comm) and handed to the data.
-  // False, on every rank, when a stop request on rank 0 (`signals`) ended its reward command.
-  bool begin_iteration(const StopSignals* signals);
-  // A resume in the middle of an iteration: its rollouts, as the checkpoint kept them.
-  void resume_iteration(const std::string& checkpoint, const TrainingManifest& manifest);
-  // rl.kl_beta in the online loop: the KL penalty's frozen reference, the weights the run started
-  // from (model.checkpoint's or model.seed's), this rank's shard of them.
-  void keep_reference(const InitialState& initial);
-  // Collective: `weights` (this rank's shard of every unit) into the store's masters, where the
-  // comm serves them from; returns the masters that were there.
-  std::vector<float> swap_masters(std::vector<float> weights);
-  // Hands an iteration's records to the data (the sampler seeded for the iteration).
-  void use_rollouts(std::int64_t iteration, std::string records);
-  // What this run trains on: the dataset, or the online loop's prompts.
+  // What this run trains on: the dataset, or the step source's data.
   std::string data_description() const;
 
   const Config config_;  // a copy: the trainer must not depend on the caller keeping it alive
@@ -113,11 +127,7 @@ class Trainer {
   // The compute backend, made before the model and lent to it, the comm, the optimizer (through
   // the store) and the evaluator; declared before them, so it outlives them.
   std::unique_ptr<backend::Backend> backend_;
-  std::unique_ptr<OnlineRollouts> online_;  // rl.prompts: the online loop's sampling
-  std::int64_t steps_per_iteration_ = 0;     // the online loop's
-  std::int64_t sampled_for_ = -1;            // the step whose iteration was sampled last
-  std::string rollouts_;                     // the current iteration's records (kept by a checkpoint mid-iteration)
-  std::vector<float> reference_;             // rl.kl_beta online: this rank's shard of the frozen reference
+  std::unique_ptr<StepSource> step_source_;  // the steps' data, when not data.train (the online RL loop)
   std::unique_ptr<MinibatchSource> data_;
   std::unique_ptr<Evaluator> evaluator_;  // null unless data.eval is set
   std::optional<EvalSummary> last_eval_;
@@ -143,6 +153,8 @@ class Trainer {
   model::PackedBatch batch_;        // reused across microbatches
   MemoryPlan memory_plan_;          // this rank's, at the run's token cap
   std::int64_t baseline_rss_ = 0;   // the resident set just before the model was built
+  backend::PeakFlops measured_;     // the device's peak and GEMM rate, when measured (not train.peak_flops)
+  backend::DeviceDescription device_;
 };
 
 }  // namespace odc::train

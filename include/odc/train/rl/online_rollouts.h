@@ -4,8 +4,9 @@
 // weights on every rank at once (prompt j of the iteration on rank j mod world), scored (a
 // built-in verifier on the rank that drew it, or rl.reward_command on rank 0), and gathered into
 // one set of rollout records, the same on every rank and in the same order whatever the world
-// size: the JSONL of data.format rollouts (rollouts.h), which the trainer then trains
-// rl.epochs_per_iteration passes over.
+// size: typed rollout records (data/rollouts.h, gathered in binary, never as text), which the
+// trainer then trains rl.epochs_per_iteration passes over. The pipeline's steps (reference
+// log-probabilities, scoring, records, statistics) are odc-rollout's (rollout/rollout_pipeline.h).
 //
 // Reproducible: iteration k's prompts are the k-th slice of the prompts in data.seed's order
 // (data.shuffle), and a completion's draws depend only on rl.seed, k, its prompt's position in
@@ -20,8 +21,10 @@
 #include <nlohmann/json.hpp>
 
 #include "odc/data/prompts.h"
+#include "odc/data/rollouts.h"
 #include "odc/distributed/group/host_group.h"
 #include "odc/model/llama_model.h"
+#include "odc/train/rollout/rollout_pipeline.h"
 #include "odc/train/rollout/rollout_sampling.h"
 #include "odc/train/config/run_settings.h"
 
@@ -29,7 +32,7 @@ namespace odc::train {
 
 struct RolloutIteration {
   std::int64_t iteration = 0;
-  std::string records;  // rollout records (JSONL), prompt position by prompt position, samples in order
+  std::vector<data::RolloutRecord> records;  // prompt position by prompt position, samples in order
   // reward_mean, reward_std (over all rewards), reward_std_within_groups (the mean of each prompt's
   // group's std: the spread advantages see), groups_equal_rewards (groups whose rewards are all
   // equal: advantage 0), accuracy (reward >= 1), completion_tokens_mean/min/max, eos_fraction
@@ -43,6 +46,8 @@ struct DrawnRollouts {
   std::int64_t iteration = 0;
   std::vector<std::int64_t> chosen;     // the iteration's prompts (indices into the prompt set)
   std::vector<std::int64_t> positions;  // per prompt this rank drew: its position in `chosen`
+  std::vector<std::vector<std::int32_t>> prompt_ids;  // per prompt this rank drew: its tokens
+  std::vector<std::string> prompt_names;             // and its origin ("file:line")
   std::vector<SampledCompletion> completions;  // their `prompt` indexes `positions`
   std::vector<std::vector<float>> ref_logprobs;  // per completion, when a reference scored them
   double sample_s = 0.0;

@@ -1,8 +1,9 @@
-#include "odc/train/run/online_rollouts.h"
+#include "odc/train/rl/online_rollouts.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include <spdlog/spdlog.h>
@@ -164,6 +165,8 @@ DrawnRollouts OnlineRollouts::draw(std::int64_t iteration, model::LlamaModel& mo
     options.decode = [this](std::span<const std::int32_t> ids) { return prompts_.tokenizer().decode(ids, false); };
   }
   if (!mine.empty()) drawn.completions = sample_rollouts(model, params, mine, options);
+  drawn.prompt_ids = std::move(mine);
+  drawn.prompt_names = std::move(options.prompt_names);
   drawn.sample_s = seconds_since(start);
   return drawn;
 }
@@ -171,52 +174,99 @@ DrawnRollouts OnlineRollouts::draw(std::int64_t iteration, model::LlamaModel& mo
 void OnlineRollouts::add_reference(DrawnRollouts& drawn, model::LlamaModel& model, model::ParamSource& reference,
                                    std::int64_t token_cap) const {
   const auto start = Clock::now();
-  const auto vocab = static_cast<std::size_t>(model.config().vocab_size);
-  drawn.ref_logprobs.assign(drawn.completions.size(), {});
-  model::PackedBatch batch;
-  std::vector<std::size_t> members;  // completions in the batch
-  std::vector<float> logits;
-  const auto prompt_of = [&](const SampledCompletion& c) -> const data::Prompt& {
-    const auto j = drawn.positions[static_cast<std::size_t>(c.prompt)];
-    return prompts_.prompts()[static_cast<std::size_t>(drawn.chosen[static_cast<std::size_t>(j)])];
-  };
-  const auto prompt_ids = [&](const SampledCompletion& c) -> const std::vector<std::int32_t>& {
-    return prompt_of(c).ids;
-  };
-  const auto run = [&] {
-    if (members.empty()) return;
-    model.forward(batch, reference, &logits);
-    std::size_t offset = 0;
-    for (const std::size_t i : members) {
-      const auto& c = drawn.completions[i];
-      const std::size_t prompt = prompt_ids(c).size();
-      auto& out = drawn.ref_logprobs[i];
-      for (std::size_t t = 0; t < c.ids.size(); ++t) {
-        const std::span<const float> row(logits.data() + (offset + prompt + t - 1) * vocab, vocab);
-        if (const std::size_t bad = first_non_finite(row); bad < vocab) {
-          fail("the reference policy (the weights the run started from) gives a logit that is not finite ({} for "
-               "token {}) after position {} of {}'s completion {} (iteration {}): its activations overflow",
-               row[bad], bad, prompt + t - 1, prompt_of(c).where, c.sample, drawn.iteration + 1);
-        }
-        out.push_back(static_cast<float>(token_logprob(row, c.ids[t], temperature_)));
-      }
-      offset += prompt + c.ids.size();
-    }
-    batch.clear();
-    members.clear();
-  };
-  std::vector<std::int32_t> sequence;
-  for (std::size_t i = 0; i < drawn.completions.size(); ++i) {
-    const auto& c = drawn.completions[i];
-    sequence = prompt_ids(c);
-    sequence.insert(sequence.end(), c.ids.begin(), c.ids.end());
-    if (batch.num_tokens() + static_cast<std::int64_t>(sequence.size()) > token_cap) run();
-    batch.append(sequence.data(), nullptr, static_cast<std::int64_t>(sequence.size()), 0.0f);
-    members.push_back(i);
-  }
-  run();
+  ReferenceOptions options;
+  options.temperature = temperature_;
+  options.token_cap = token_cap;
+  options.model_name = "the reference policy (the weights the run started from)";
+  options.overflow_note = fmt::format(" (iteration {}): its activations overflow", drawn.iteration + 1);
+  drawn.ref_logprobs =
+      reference_logprobs(model, reference, drawn.completions, drawn.prompt_ids, drawn.prompt_names, options);
   drawn.reference_s = seconds_since(start);
 }
+
+namespace {
+
+// A completion as it travels between ranks, in binary: a fixed header, then its ids, log-probabilities,
+// the reference's (has_ref) and its text (text_bytes: for the reward command on rank 0).
+struct ItemHeader {
+  std::int64_t position = 0;
+  std::int64_t sample = 0;
+  std::int64_t tokens = 0;
+  std::int64_t text_bytes = 0;
+  double reward = 0.0;
+  std::uint8_t eos = 0, stopped = 0, has_ref = 0, pad[5] = {};
+};
+static_assert(sizeof(ItemHeader) == 48);
+
+struct Item {
+  ItemHeader head;
+  std::vector<std::int32_t> ids;
+  std::vector<float> logprobs;
+  std::optional<std::vector<float>> ref_logprobs;
+  std::string text;
+};
+
+template <typename T>
+void put(std::string& out, const T* values, std::size_t count) {
+  out.append(reinterpret_cast<const char*>(values), count * sizeof(T));
+}
+
+template <typename T>
+void take(std::string_view& in, T* values, std::size_t count) {
+  const std::size_t bytes = count * sizeof(T);
+  ODC_CHECK(in.size() >= bytes, "online rollouts: a gathered part ends {} bytes short", bytes - in.size());
+  std::memcpy(values, in.data(), bytes);
+  in.remove_prefix(bytes);
+}
+
+void put_item(std::string& out, const Item& item) {
+  put(out, &item.head, 1);
+  put(out, item.ids.data(), item.ids.size());
+  put(out, item.logprobs.data(), item.logprobs.size());
+  if (item.ref_logprobs) put(out, item.ref_logprobs->data(), item.ref_logprobs->size());
+  put(out, item.text.data(), item.text.size());
+}
+
+Item take_item(std::string_view& in) {
+  Item item;
+  take(in, &item.head, 1);
+  const auto n = static_cast<std::size_t>(item.head.tokens);
+  item.ids.resize(n);
+  take(in, item.ids.data(), n);
+  item.logprobs.resize(n);
+  take(in, item.logprobs.data(), n);
+  if (item.head.has_ref != 0) {
+    item.ref_logprobs.emplace(n);
+    take(in, item.ref_logprobs->data(), n);
+  }
+  item.text.resize(static_cast<std::size_t>(item.head.text_bytes));
+  take(in, item.text.data(), item.text.size());
+  return item;
+}
+
+// Every rank's bytes, in rank order, on every rank.
+std::vector<std::string> all_gather_bytes(distributed::HostGroup& group, const std::string& mine, std::string_view what) {
+  const std::vector<std::string> parts = group.gather_text(mine, what);
+  std::string all;
+  for (const auto& part : parts) {
+    const auto size = static_cast<std::uint64_t>(part.size());
+    put(all, &size, 1);
+    all += part;
+  }
+  group.broadcast(all, what);
+  std::vector<std::string> out;
+  std::string_view in(all);
+  for (int r = 0; r < group.size(); ++r) {
+    std::uint64_t size = 0;
+    take(in, &size, 1);
+    ODC_CHECK(in.size() >= size, "online rollouts: rank {}'s part ends short", r);
+    out.emplace_back(in.substr(0, size));
+    in.remove_prefix(size);
+  }
+  return out;
+}
+
+}  // namespace
 
 std::optional<RolloutIteration> OnlineRollouts::gather(DrawnRollouts drawn, distributed::HostGroup& group,
                                                       const std::function<bool()>& stop_requested) const {
@@ -230,85 +280,94 @@ std::optional<RolloutIteration> OnlineRollouts::gather(DrawnRollouts drawn, dist
   };
   // This rank's completions, scored by the verifier here (the reward command runs on rank 0).
   const bool by_command = !rl_.reward_command.empty();
-  const Verifier verifier = parse_verifier(rl_.verifier);
-  json part = json::array();
+  Scorer scorer;
+  scorer.verifier = parse_verifier(rl_.verifier);
+  std::vector<std::string> texts;
+  std::vector<const data::Prompt*> scored;
+  for (const auto& c : completions) {
+    texts.push_back(prompts_.tokenizer().decode(c.ids, false));
+    scored.push_back(&prompt_of(positions[static_cast<std::size_t>(c.prompt)]));
+  }
+  std::vector<double> rewards;
+  if (!by_command) rewards = *score_completions(scorer, texts, scored);
+  std::string part;
   for (std::size_t i = 0; i < completions.size(); ++i) {
     const auto& c = completions[i];
-    const std::int64_t j = positions[static_cast<std::size_t>(c.prompt)];
-    json item = {{"position", j},         {"sample", c.sample}, {"ids", c.ids},
-                 {"logprobs", c.logprobs}, {"eos", c.eos},       {"stopped", c.stopped}};
-    if (!drawn.ref_logprobs.empty()) item["ref_logprobs"] = drawn.ref_logprobs[i];
-    const std::string text = prompts_.tokenizer().decode(c.ids, false);
+    Item item;
+    item.head.position = positions[static_cast<std::size_t>(c.prompt)];
+    item.head.sample = c.sample;
+    item.head.tokens = static_cast<std::int64_t>(c.ids.size());
+    item.head.eos = c.eos ? 1 : 0;
+    item.head.stopped = c.stopped ? 1 : 0;
+    item.head.has_ref = drawn.ref_logprobs.empty() ? 0 : 1;
+    item.ids = c.ids;
+    item.logprobs = c.logprobs;
+    if (!drawn.ref_logprobs.empty()) item.ref_logprobs = drawn.ref_logprobs[i];
     if (by_command) {
-      item["text"] = text;
+      item.text = std::move(texts[i]);
+      item.head.text_bytes = static_cast<std::int64_t>(item.text.size());
     } else {
-      item["reward"] = reward_of(verifier, text, prompt_of(j).answer);
+      item.head.reward = rewards[i];
     }
-    part.push_back(std::move(item));
+    put_item(part, item);
   }
-  const auto parts = group.all_gather_text(part.dump(), "the iteration's sampled completions");
+  const auto parts = all_gather_bytes(group, part, "the iteration's sampled completions");
   const auto total = static_cast<std::size_t>(rollouts_per_iteration());
-  std::vector<json> items(total);
-  for (const auto& text : parts) {
-    for (auto& item : json::parse(text)) {
-      const auto at = static_cast<std::size_t>(item.at("position").get<std::int64_t>() * group_size_ +
-                                               item.at("sample").get<std::int64_t>());
+  std::vector<Item> items(total);
+  for (const auto& bytes : parts) {
+    std::string_view in(bytes);
+    while (!in.empty()) {
+      Item item = take_item(in);
+      const auto at = static_cast<std::size_t>(item.head.position * group_size_ + item.head.sample);
       items[at] = std::move(item);
     }
   }
   if (by_command) {
-    // Rank 0 runs the command; every rank learns its rewards, or its error.
+    // Rank 0 runs the command; every rank learns its rewards (binary doubles), or its error.
     std::string answer;
     if (group.is_root()) {
-      std::vector<json> requests;
+      std::vector<std::string> all_texts;
+      std::vector<const data::Prompt*> all_prompts;
       for (const auto& item : items) {
-        const auto& p = prompt_of(item.at("position").get<std::int64_t>());
-        requests.push_back({{"prompt", p.text}, {"completion", item.at("text")}, {"answer", p.answer}});
+        all_texts.push_back(item.text);
+        all_prompts.push_back(&prompt_of(item.head.position));
       }
       try {
-        const RewardCommand command{rl_.reward_command, rl_.reward_timeout_s, "rl.reward_timeout_s", scratch_,
-                                    stop_requested};
-        const auto rewards = command_rewards(command, requests);
-        answer = rewards ? json{{"rewards", *rewards}}.dump() : json{{"stopped", true}}.dump();
+        scorer.command = RewardCommand{rl_.reward_command, rl_.reward_timeout_s, "rl.reward_timeout_s", scratch_,
+                                       stop_requested};
+        const auto scored_all = score_completions(scorer, all_texts, all_prompts);
+        if (scored_all) {
+          answer = "r";
+          put(answer, scored_all->data(), scored_all->size());
+        } else {
+          answer = "s";
+        }
       } catch (const Error& e) {
-        answer = json{{"error", e.what()}}.dump();
+        answer = std::string("e") + e.what();
       }
     }
     group.broadcast(answer, "the reward command's rewards");
-    const json reply = json::parse(answer);
-    if (reply.contains("error")) fail("rl.reward_command, iteration {}: {}", iteration + 1, reply.at("error").get<std::string>());
-    if (reply.contains("stopped")) return std::nullopt;  // a stop request on rank 0 killed it: every rank stops
-    const auto& rewards = reply.at("rewards");
-    for (std::size_t i = 0; i < total; ++i) items[i]["reward"] = rewards.at(i);
+    if (answer.front() == 'e') fail("rl.reward_command, iteration {}: {}", iteration + 1, answer.substr(1));
+    if (answer.front() == 's') return std::nullopt;  // a stop request on rank 0 killed it: every rank stops
+    std::string_view in(answer);
+    in.remove_prefix(1);
+    for (auto& item : items) take(in, &item.head.reward, 1);
   }
 
   RolloutIteration out;
   out.iteration = iteration;
-  double correct = 0.0, tokens = 0.0, ended = 0.0, stopped = 0.0;
-  std::vector<double> rewards;
-  std::vector<std::int64_t> groups;
-  std::size_t shortest = static_cast<std::size_t>(-1), longest = 0;
-  for (const auto& item : items) {
-    const std::int64_t j = item.at("position").get<std::int64_t>();
-    const double reward = item.at("reward").get<double>();
-    json record = {{"prompt_ids", prompt_of(j).ids}, {"completion_ids", item.at("ids")},
-                   {"logprobs", item.at("logprobs")}, {"reward", reward},
-                   {"group", j},                     {"temperature", temperature_}};
-    if (item.contains("ref_logprobs")) record["ref_logprobs"] = item.at("ref_logprobs");
-    out.records += record.dump();
-    out.records += '\n';
-    rewards.push_back(reward);
-    groups.push_back(j);
-    correct += reward >= 1.0 ? 1.0 : 0.0;
-    const std::size_t length = item.at("ids").size();
-    tokens += static_cast<double>(length);
-    shortest = std::min(shortest, length);
-    longest = std::max(longest, length);
-    ended += item.at("eos").get<bool>() ? 1.0 : 0.0;
-    stopped += item.at("stopped").get<bool>() ? 1.0 : 0.0;
+  std::vector<std::uint8_t> ended, stopped;
+  for (auto& item : items) {
+    const std::int64_t j = item.head.position;
+    out.records.push_back(rollout_record(prompt_of(j).ids, std::move(item.ids), std::move(item.logprobs),
+                                         item.head.reward, j, temperature_, std::move(item.ref_logprobs)));
+    ended.push_back(item.head.eos);
+    stopped.push_back(item.head.stopped);
   }
+  const RolloutStats summary = rollout_stats(out.records, ended, stopped);
+  const data::RewardSpread& spread = summary.spread;
+  const double tokens = summary.tokens;
   const auto n = static_cast<double>(total);
-  const data::RewardSpread spread = data::reward_spread(rewards, groups);
   const double seconds = drawn.sample_s + drawn.reference_s + seconds_since(start);
   out.stats = {{"iteration", iteration + 1},
                {"prompts", prompts_per_iteration_},
@@ -317,12 +376,12 @@ std::optional<RolloutIteration> OnlineRollouts::gather(DrawnRollouts drawn, dist
                {"reward_std", spread.std},
                {"reward_std_within_groups", spread.std_within_groups},
                {"groups_equal_rewards", spread.equal_groups},
-               {"accuracy", correct / n},
+               {"accuracy", summary.accuracy},
                {"completion_tokens_mean", tokens / n},
-               {"completion_tokens_min", shortest},
-               {"completion_tokens_max", longest},
-               {"eos_fraction", ended / n},
-               {"stop_fraction", stopped / n},
+               {"completion_tokens_min", summary.shortest},
+               {"completion_tokens_max", summary.longest},
+               {"eos_fraction", summary.eos_fraction},
+               {"stop_fraction", summary.stop_fraction},
                {"sample_s", drawn.sample_s},
                {"reference_s", drawn.reference_s},
                {"score_s", seconds_since(start)},

@@ -8,6 +8,7 @@
 // attention window are refused, and a stop request on rank 0 ends the reward command on every rank.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <set>
@@ -19,8 +20,8 @@
 #include "odc/core/error.h"
 #include "odc/data/rollouts.h"
 #include "odc/model/llama_model.h"
+#include "odc/train/rl/online_rollouts.h"
 #include "support/resident_weights.h"
-#include "odc/train/run/online_rollouts.h"
 #include "unit/data/tiny_tokenizer_json.h"
 #include "unit/rank_threads.h"
 #include "unit/temp_dir.h"
@@ -70,7 +71,7 @@ TEST_CASE("online rollouts: the same records on 1 and 2 ranks, prompts in data.s
       const train::OnlineRollouts online(f.settings, config, group.rank(), group.size());
       auto out = online.sample(iteration, m, weights, group);
       const std::lock_guard lock(mutex);
-      records[static_cast<std::size_t>(group.rank())] = out.records;
+      records[static_cast<std::size_t>(group.rank())] = data::rollout_records_jsonl(out.records);
     });
     for (const auto& e : errors) REQUIRE(e.empty());
     for (const auto& r : records) REQUIRE(r == records[0]);  // every rank holds the iteration's records
@@ -123,9 +124,20 @@ TEST_CASE("online rollouts: a reference equal to the policy scores each token as
   const auto gathered = online.gather(std::move(drawn), *group.front());
   REQUIRE(gathered.has_value());
   const auto& out = *gathered;
-  std::istringstream in(out.records);
-  const data::RolloutDataset rollouts("iteration 1", in, config.vocab_size);
+  const data::RolloutDataset rollouts("iteration 1", out.records, config.vocab_size);
   CHECK(rollouts.has_ref_logprobs());
+  // The records in memory train as their JSONL (a checkpoint's rollouts file) reads back.
+  std::istringstream in(data::rollout_records_jsonl(out.records));
+  const data::RolloutDataset read_back("iteration 1", in, config.vocab_size);
+  REQUIRE(read_back.size() == rollouts.size());
+  for (std::int64_t i = 0; i < rollouts.size(); ++i) {
+    const auto a = *rollouts.policy(i);
+    const auto b = *read_back.policy(i);
+    CHECK(a.advantage == b.advantage);
+    CHECK(std::equal(a.logprobs.begin(), a.logprobs.end(), b.logprobs.begin(), b.logprobs.end()));
+    CHECK(std::equal(a.ref_logprobs.begin(), a.ref_logprobs.end(), b.ref_logprobs.begin(), b.ref_logprobs.end()));
+    CHECK(rollouts.record(i) == read_back.record(i));
+  }
   CHECK(out.stats.at("rollouts").get<int>() == 6);
   CHECK(out.stats.at("completion_tokens_mean").get<double>() == 5.0);
 }
