@@ -14,6 +14,7 @@
 
 #include "odc/core/error.h"
 #include "odc/distributed/group/shared_segment.h"
+#include "odc/distributed/transport/ipc/ipc_buffers.h"
 
 namespace odc::distributed {
 
@@ -63,7 +64,7 @@ IpcTransport::IpcTransport(std::unique_ptr<PeerMemory> memory, HostGroup& group,
          options.chunk_bytes);
   }
   ODC_CHECK(shape.gather_buffers >= 1 && options.push_buffers >= 1, "the ipc transport needs its buffer counts");
-  slot_floats_ = std::min(chunk_floats, std::max<std::int64_t>(shape.largest_shard, 1));
+  slot_floats_ = ipc_slot_floats(options, shape.largest_shard);  // as the memory plan sizes it
   const auto w = static_cast<std::size_t>(world_);
 
   // This rank's exported regions: the data slots its clients write, the bf16 shadow of its masters.
