@@ -132,6 +132,7 @@ IpcTransport::IpcTransport(std::unique_ptr<PeerMemory> memory, HostGroup& group,
         host_staging_.emplace_back(static_cast<std::size_t>(shape.largest_unit));
         staging_.push_back(host_staging_.back().data());
       }
+      staging_bytes_ += shape.largest_unit * 2;
     }
   }
   if (shape.deterministic) {
@@ -173,6 +174,15 @@ void IpcTransport::stop_progress() {
     for (Lane lane : {Lane::gather, Lane::push, Lane::accumulate}) memory_->synchronize(lane);
   } catch (const std::exception&) {  // a failed device: nothing left to protect
   }
+}
+
+PlannedMemory IpcTransport::allocated() const {
+  PlannedMemory m;
+  m.add("gradient slots", slot_floats_ * 4 * world_ * slots_, "allocated");
+  if (own_shadow_ != nullptr) m.add("bf16 shadow of the masters", owned_ * 2, "allocated");
+  m.add("bf16 gather staging", staging_bytes_, "allocated");
+  if (client_acc_ != nullptr) m.add("per-client accumulators", owned_ * 4 * world_, "allocated");
+  return m;
 }
 
 TransportResources IpcTransport::resources() const {
