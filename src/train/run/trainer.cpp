@@ -149,7 +149,8 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   const RunMemory memory = plan_run_memory(settings, model_config_, sharding_.shard_world,
                                            backend_->memory_capacity(group_.ranks_on_host()),
                                            group_.ranks_on_host(), group_.over_mpi(),
-                                           online_ ? online_->max_sequence_length() : 0);
+                                           online_ ? online_->max_sequence_length() : 0,
+                                           sharding_.kind == distributed::Sharding::hybrid ? 1 : distributed::comm_hosts(group_));
   data_ = std::make_unique<MinibatchSource>(settings, config, model_config_, rank, world, settings.comm.kind,
                                             memory.auto_token_cap, online_ ? online_->max_sequence_length() : 0);
   if (Evaluator::configured(settings)) {
