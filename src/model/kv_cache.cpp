@@ -32,6 +32,10 @@ KvCache::KvCache(backend::Backend& backend, const LlamaConfig& config, std::int6
   }
 }
 
+std::int64_t kv_cache_bytes(const LlamaConfig& config, std::int64_t capacity, DType act) {
+  return config.num_hidden_layers * 2 * capacity * config.kv_dim() * static_cast<std::int64_t>(dtype_size(act));
+}
+
 KvCache::~KvCache() = default;
 KvCache::KvCache(KvCache&&) noexcept = default;
 KvCache& KvCache::operator=(KvCache&&) noexcept = default;

@@ -20,6 +20,11 @@ namespace detail {
 struct DecodeBuffers;
 }
 
+// The keys and values a KvCache of `capacity` positions holds, every layer's, in `act` (the
+// backend's activation dtype): what the constructor allocates, known without a backend (the
+// memory plan's rollout caches). The decoding scratch is not counted.
+std::int64_t kv_cache_bytes(const LlamaConfig& config, std::int64_t capacity, DType act);
+
 class KvCache {
  public:
   // odc::Error when capacity is < 1 or beyond config.max_position_embeddings.

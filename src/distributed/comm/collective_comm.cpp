@@ -40,6 +40,15 @@ CollectiveComm::CollectiveComm(ShardStore& store, MPI_Comm comm, Watchdog* watch
   for (int i = 0; i < UnitBufferPool::kGradBuffers; ++i) received_.emplace_back(Shape{largest_shard}, DType::f32);
 }
 
+PlannedMemory CollectiveComm::allocated() const {
+  PlannedMemory m;
+  m.add("unit buffers", pool_.allocated_floats() * static_cast<std::int64_t>(sizeof(float)), "allocated");
+  std::int64_t received = 0;
+  for (const auto& r : received_) received += r.numel() * static_cast<std::int64_t>(sizeof(float));
+  m.add("reduce-scatter receive buffers", received, "allocated");
+  return m;
+}
+
 CollectiveComm::~CollectiveComm() {
   // Requests must not outlive their buffers; on an error path the peers are gone or aborting, so
   // cancel what cannot complete rather than wait for it.

@@ -4,6 +4,7 @@
 
 #include "odc/core/error.h"
 #include "odc/distributed/comm/collective_comm.h"
+#include "odc/distributed/comm/comm_buffers.h"
 #include "odc/distributed/comm/layered_comm.h"
 #include "odc/distributed/comm/local_comm.h"
 #include "odc/distributed/group/mpi_host_group.h"
@@ -37,6 +38,27 @@ std::unique_ptr<PeerMemory> make_peer_memory(HostGroup& group, backend::Backend*
 
 }  // namespace
 
+CommFacts comm_facts(const CommOptions& options, int world_size, std::string state_device, bool over_mpi, int hosts) {
+  CommFacts facts;
+  facts.world_size = world_size;
+  facts.kind = options.kind;
+  facts.transport = options.odc_transport;
+  facts.gather_dtype = options.gather_dtype;
+  facts.host_staging = options.host_staging;
+  facts.state_device = std::move(state_device);
+  facts.over_mpi = over_mpi;
+  facts.hosts = hosts;
+#if defined(ODC_HAVE_CUDA)
+  facts.cuda_build = true;
+#endif
+  return facts;
+}
+
+int comm_hosts(const HostGroup& group) {
+  const auto* mpi = dynamic_cast<const MpiHostGroup*>(&group);
+  return mpi != nullptr ? mpi->topology().hosts : 1;
+}
+
 std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& group, const ShardLayout& layout,
                                      const std::vector<model::UnitLayout>& units, const model::LlamaConfig& config,
                                      std::optional<std::uint64_t> seed, backend::Backend* device) {
@@ -47,19 +69,9 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
   // A device backend holds the state in its memory; a host backend (or none) leaves it on the host.
   backend::Backend* state_device = device != nullptr && device->device().kind != DeviceKind::cpu ? device : nullptr;
   auto* mpi = dynamic_cast<MpiHostGroup*>(&group);
-  CommFacts facts;
-  facts.world_size = group.size();
-  facts.kind = options.kind;
-  facts.transport = options.odc_transport;
-  facts.gather_dtype = options.gather_dtype;
-  facts.host_staging = options.host_staging;
-  facts.state_device = state_device != nullptr ? std::string(state_device->name()) : std::string();
-  facts.over_mpi = group.over_mpi();
-  facts.hosts = mpi != nullptr ? mpi->topology().hosts : 1;
-#if defined(ODC_HAVE_CUDA)
-  facts.cuda_build = true;
-#endif
-  const CommChoice choice = choose_comm(facts);
+  const CommChoice choice = choose_comm(comm_facts(
+      options, group.size(), state_device != nullptr ? std::string(state_device->name()) : std::string(),
+      group.over_mpi(), comm_hosts(group)));
 
   std::unique_ptr<CommStack> stack(new CommStack());
   stack->shard_group_ = &group;
@@ -107,20 +119,13 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
     }
     case CommBuild::odc_ipc: {
       auto memory = make_peer_memory(group, state_device);
-      IpcShape shape;
-      shape.owned = layout.owned_elements();
+      IpcShape shape = ipc_shape(options, comm_shape(layout));  // the sizes the memory plan lists (comm_buffers.h)
       shape.masters = static_cast<float*>(memory->export_region(static_cast<std::size_t>(shape.owned) * sizeof(float),
                                                                 "the master shards", shape.master_handle));
-      for (int u = 0; u < layout.num_units(); ++u) shape.largest_shard = std::max(shape.largest_shard, layout.unit(u).shard);
-      shape.largest_unit = layout.largest_padded_unit();
-      shape.gather_buffers = UnitBufferPool::kWeightBuffers;
-      shape.bf16_gathers = options.gather_dtype == GatherDtype::bf16;
-      shape.deterministic = options.deterministic;
       auto store = std::make_unique<ShardStore>(
           layout, units, config, seed, std::span<float>(shape.masters, static_cast<std::size_t>(shape.owned)),
           state_device, state_device != nullptr ? StoreContents::all : options.store_contents);
-      TransportOptions transport_options = options.transport;
-      transport_options.push_buffers = UnitBufferPool::kGradBuffers;
+      const TransportOptions transport_options = odc_transport_options(options, choice.build, shape.largest_shard);
       auto transport = std::make_unique<IpcTransport>(std::move(memory), group, shape, transport_options, state_device);
       auto comm = std::make_unique<OdcComm>(std::move(transport), std::move(store), group, options.deterministic,
                                             state_device);
@@ -129,11 +134,8 @@ std::unique_ptr<CommStack> make_comm(const CommOptions& options, HostGroup& grou
       return stack;
     }
     case CommBuild::odc_ucx: {
-      TransportOptions transport_options = options.transport;
-      transport_options.push_buffers = UnitBufferPool::kGradBuffers;
-      for (int u = 0; u < layout.num_units(); ++u) {
-        transport_options.slot_floats = std::max(transport_options.slot_floats, layout.unit(u).shard);
-      }
+      const TransportOptions transport_options =
+          odc_transport_options(options, choice.build, comm_shape(layout).largest_shard);
       // The masters live in memory the transport registered, so peers can read them one-sidedly.
       auto transport = std::make_unique<UcxTransport>(group, layout.owned_elements(), transport_options);
       auto host_store = std::make_unique<ShardStore>(layout, units, config, seed, transport->exposed(), nullptr,

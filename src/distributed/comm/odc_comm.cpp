@@ -43,6 +43,13 @@ OdcComm::~OdcComm() {
   transport_.detach();
 }
 
+PlannedMemory OdcComm::allocated() const {
+  PlannedMemory m;
+  m.add("unit buffers", pool_.allocated_floats() * static_cast<std::int64_t>(sizeof(float)), "allocated");
+  m.append(transport_.allocated());
+  return m;
+}
+
 CommResources OdcComm::resources() const {
   const TransportResources r = transport_.resources();
   return {r.thread_cpu_s, r.registered_bytes, r.endpoints};

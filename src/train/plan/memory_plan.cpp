@@ -9,13 +9,13 @@
 #include <spdlog/spdlog.h>
 
 #include "odc/backend/backend.h"
+#include "odc/backend/backend_workspaces.h"
 #include "odc/core/error.h"
+#include "odc/core/planned_memory.h"
 #include "odc/core/process_stats.h"
+#include "odc/distributed/comm/comm_buffers.h"
 #include "odc/distributed/shard/shard_layout.h"
-#include "odc/distributed/comm/unit_buffer_pool.h"
-#include "odc/kernels/attention_choice.h"
-#include "odc/kernels/cuda_gemm.h"
-#include "odc/kernels/cudnn_ragged.h"
+#include "odc/model/kv_cache.h"
 #include "odc/model/units.h"
 #include "odc/train/config/config_schema.h"
 #include "odc/train/checkpoint/model_export.h"
@@ -26,44 +26,6 @@ namespace odc::train {
 namespace {
 
 constexpr std::int64_t kF32 = 4;
-constexpr std::int64_t kBf16 = 2;
-// What the CUDA runtime, cuBLAS and NCCL hold outside our allocator (the context, handles,
-// channel buffers): an estimate, not a measurement of ours; the check compares the allocator's
-// peak with the pooled items only.
-constexpr std::int64_t kCudaRuntimeBytes = std::int64_t{768} << 20;
-
-std::string mib_text(std::int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / 1048576.0); }
-
-std::string count_text(std::int64_t n) {
-  if (n >= 1000000000) return fmt::format("{:.2f}G", static_cast<double>(n) / 1e9);
-  if (n >= 1000000) return fmt::format("{:.2f}M", static_cast<double>(n) / 1e6);
-  if (n >= 1000) return fmt::format("{:.1f}K", static_cast<double>(n) / 1e3);
-  return fmt::format("{}", n);
-}
-
-struct Sizes {
-  std::int64_t owned = 0;           // elements this rank owns (every rank owns as many)
-  std::int64_t largest_padded = 0;  // the largest unit, padded to the world
-  std::int64_t largest_numel = 0;   // the largest unit's real elements
-  std::int64_t largest_shard = 0;
-  std::int64_t pool_floats = 0;     // what the unit buffer pool's buffers grow to
-  std::int64_t total_numel = 0;     // every unit's real elements
-};
-
-Sizes sizes_of(const model::LlamaConfig& config, int world) {
-  const auto units = model::build_unit_layouts(config);
-  const distributed::ShardLayout layout(units, world, 0);
-  Sizes s;
-  s.owned = layout.owned_elements();
-  s.largest_padded = layout.largest_padded_unit();
-  s.pool_floats = distributed::UnitBufferPool::planned_floats(layout);
-  for (int u = 0; u < layout.num_units(); ++u) {
-    s.largest_numel = std::max(s.largest_numel, layout.unit(u).numel);
-    s.total_numel += layout.unit(u).numel;
-    s.largest_shard = std::max(s.largest_shard, layout.unit(u).shard);
-  }
-  return s;
-}
 
 class Builder {
  public:
@@ -73,104 +35,37 @@ class Builder {
     plan_.items.push_back({std::move(name), std::move(rule), bytes, on_device, pooled});
   }
   void note(std::string text) { plan_.notes.push_back(std::move(text)); }
+  // What a part reports it will allocate (PlannedMemory: the comm's, the backend's).
+  void add(const PlannedMemory& part) {
+    for (const auto& item : part.items) plan_.items.push_back(item);
+    for (const auto& n : part.notes) note(n);
+  }
 
  private:
   MemoryPlan& plan_;
 };
 
-// The comm's own buffers beyond the shards (comm_factory.cpp's choice of comm, and each comm's
-// constructor): unit buffers, receive/slot/shadow/staging buffers, the deterministic fold.
-void plan_comm(const MemoryInputs& in, const Sizes& s, Builder& b) {
-  const int w = in.world;
-  if (w == 1) return;  // LocalComm: the model computes on the store's own masters and gradients
+// The comm the factory builds for these inputs (choose_comm, from the facts make_comm reads off
+// its group) and the buffers it reports for that choice (comm_buffers.h).
+PlannedMemory plan_comm(const MemoryInputs& in, const distributed::CommShape& shape) {
+  distributed::CommOptions options;
+  options.kind = in.comm;
+  options.odc_transport = in.transport;
+  options.gather_dtype = in.gather;
+  options.deterministic = in.deterministic;
+  options.host_staging = in.host_staging;
+  options.transport.chunk_bytes = in.chunk_bytes;
+  options.transport.max_inflight = in.max_inflight;
+  options.transport.direct_load = in.direct_load;
   const bool gpu = in.device != DeviceKind::cpu;
-  b.add("unit buffers", s.pool_floats * kF32,
-        fmt::format("{} weight + {} gradient fp32 buffers: one of the largest unit ({} elements), the others of "
-                    "the next largest",
-                    distributed::UnitBufferPool::kWeightBuffers, distributed::UnitBufferPool::kGradBuffers,
-                    count_text(s.largest_padded)));
-  const bool bf16_gathers = in.gather == distributed::GatherDtype::bf16;
-  const auto bf16_staging = [&] {
-    b.add("bf16 shadow of the masters", s.owned * kBf16, fmt::format("{} owned elements x 2 B", count_text(s.owned)));
-    b.add("bf16 gather staging", distributed::UnitBufferPool::kWeightBuffers * s.largest_padded * kBf16,
-          fmt::format("{} x the largest unit x 2 B", distributed::UnitBufferPool::kWeightBuffers));
-  };
-  if (in.comm == distributed::CommKind::collective) {
-    b.add("reduce-scatter receive buffers", distributed::UnitBufferPool::kGradBuffers * s.largest_shard * kF32,
-          fmt::format("{} x the largest shard ({} elements) x 4 B", distributed::UnitBufferPool::kGradBuffers,
-                      count_text(s.largest_shard)));
-    if (gpu && bf16_gathers) bf16_staging();
-    if (!gpu) {
-      // MPI_Reduce_scatter's own temporaries: Open MPI's algorithms hold about the full unit.
-      b.add("MPI collective temporaries (estimate)", s.largest_padded * kF32, "about one largest unit x 4 B");
-    }
-    if (!gpu && in.host_staging) b.note("debug.host_staging: the staged host comm's own buffers are not sized");
-    return;
-  }
-  const bool ipc = in.transport == distributed::TransportKind::ipc ||
-                   (in.transport == distributed::TransportKind::automatic && (gpu || !in.launched_with_mpi));
-  if (!ipc) {
-    if (gpu || in.host_staging) {
-      b.note("ODC over UCX with device state is staged through host memory: the host-side copy of the shards and "
-             "unit buffers is not sized");
-    }
-    // The region UCX maps holds the masters (the state above) and a slot of the largest shard per
-    // (client, slot) (comm_factory.cpp, UcxTransport).
-    const distributed::TransportOptions defaults;
-    b.add("UCX gradient slots", s.largest_shard * defaults.slots_per_client * w * kF32,
-          fmt::format("{} ranks x {} slots x the largest shard ({} elements) x 4 B", w, defaults.slots_per_client,
-                      count_text(s.largest_shard)),
-          !gpu && !in.host_staging);
-    b.add("UCX push buffers (estimate)", static_cast<std::int64_t>(std::max(in.max_inflight, 1)) * in.chunk_bytes * 2,
-          fmt::format("comm.max_inflight {} x comm.chunk_bytes, sending and receiving", in.max_inflight),
-          !gpu && !in.host_staging);
-    if (!gpu && in.direct_load && in.ranks_on_host > 1) {
-      // Shared memory: the peers' masters this rank reads in place are in its resident set too.
-      b.add("peers' regions mapped here", (std::min(in.ranks_on_host, w) - 1) * s.owned * kF32,
-            fmt::format("{} peers on this host x their master shards (comm.direct_load)", std::min(in.ranks_on_host, w) - 1));
-    }
-    if (in.deterministic) {
-      b.add("deterministic accumulator", s.owned * kF32, fmt::format("{} owned elements x 4 B", count_text(s.owned)));
-    }
-    return;
-  }
-  const std::int64_t chunk = std::min(std::max<std::int64_t>(1, in.chunk_bytes / kF32), std::max<std::int64_t>(1, s.largest_shard));
-  const std::int64_t slots = chunk * kF32 * w * std::max(in.max_inflight, 1);
-  b.add("gradient slots", slots,
-        fmt::format("{} ranks x comm.max_inflight {} x a chunk of {} floats", w, in.max_inflight, count_text(chunk)));
-  if (bf16_gathers) bf16_staging();
-  if (in.deterministic) {
-    b.add("per-client accumulators", s.owned * kF32 * w,
-          fmt::format("{} ranks x {} owned elements x 4 B", w, count_text(s.owned)));
-  }
-  if (!gpu) {
-    // Host shared memory: the pages of the peers' regions this rank reads or writes are in its
-    // resident set too (shared, not allocated here).
-    const std::int64_t read = bf16_gathers ? s.owned * kBf16 : s.owned * kF32;
-    b.add("peers' regions mapped here", (w - 1) * (read + chunk * kF32 * w * std::max(in.max_inflight, 1)),
-          fmt::format("{} peers x (their {} + their slots), shared memory", w - 1,
-                      bf16_gathers ? "bf16 shadow" : "master shards"));
-  }
-}
-
-// cuDNN's workspace for one attention call (CudnnAttention, from the backend's allocator): at most
-// the bound, since a call that needs more runs on the native kernels; less where the token cap's
-// worst case (kernels::cudnn_backward_workspace_estimate, an estimate) is smaller.
-void plan_cudnn_workspace(const MemoryInputs& in, Builder& b) {
-  const model::LlamaConfig& m = in.model;
-  const std::int64_t estimate =
-      kernels::cudnn_backward_workspace_estimate(in.tokens, m.num_attention_heads, m.num_key_value_heads, m.head_dim);
-  if (estimate > in.cudnn_workspace_limit) {
-    b.add("cuDNN attention workspace", in.cudnn_workspace_limit,
-          fmt::format("model.cudnn_workspace_mib, the most a call takes (the deterministic backward's worst case at {} "
-                      "tokens, an estimate: {})",
-                      in.tokens, mib_text(estimate)));
-  } else {
-    b.add("cuDNN attention workspace", estimate,
-          fmt::format("the deterministic backward's worst case at {} tokens, {}/{} heads (an estimate: dP scratch over "
-                      "the padded batch + per-token tensors)",
-                      in.tokens, m.num_attention_heads, m.num_key_value_heads));
-  }
+  // A collective on host memory runs over MPI only: a plan made outside MPI (odc-train --plan-memory
+  // started alone) is for the MPI launch the run needs. The device is planned for the machine it
+  // is on, whose build has CUDA.
+  distributed::CommFacts facts =
+      distributed::comm_facts(options, in.world, gpu ? "cuda" : "", in.launched_with_mpi || in.comm == distributed::CommKind::collective,
+                              std::max(in.hosts, 1));
+  facts.cuda_build = true;
+  return distributed::planned_buffers(distributed::choose_comm(facts), options, shape, gpu, in.ranks_on_host);
 }
 
 }  // namespace
@@ -242,7 +137,15 @@ MemoryPlan plan_memory(const MemoryInputs& in) {
   plan.inputs = in;
   Builder b(plan);
   const bool gpu = in.device != DeviceKind::cpu;
-  const Sizes s = sizes_of(in.model, in.world);
+  const auto units = model::build_unit_layouts(in.model);
+  const distributed::ShardLayout layout(units, in.world, 0);
+  const distributed::CommShape s = distributed::comm_shape(layout);
+  std::int64_t largest_numel = 0;
+  std::int64_t total_numel = 0;
+  for (const auto& unit : units) {
+    largest_numel = std::max(largest_numel, unit.numel);
+    total_numel += unit.numel;
+  }
 
   b.add("optimizer state", 4 * s.owned * kF32,
         fmt::format("masters, gradients, exp_avg, exp_avg_sq: 4 x {} owned elements x 4 B", count_text(s.owned)));
@@ -250,21 +153,21 @@ MemoryPlan plan_memory(const MemoryInputs& in) {
     b.add("host staging of the state", 3 * s.owned * kF32,
           fmt::format("masters and moments for I/O: 3 x {} x 4 B", count_text(s.owned)), false);
   }
-  plan_comm(in, s, b);
+  b.add(plan_comm(in, s));
   const std::int64_t copy_bytes = backend::weight_copy_element_bytes(in.device, in.compute);
   if (in.world == 1 && in.keep_weight_copies) {
     // One rank computes on the masters: the copies are kept, every unit's, made once per step.
     // The online loop's snapshot is computed on through copies in the same storage: the kept set
     // is dropped when a snapshot comes and goes (Backend::forget_weight_copies), never doubled.
-    b.add("weight copies", s.total_numel * copy_bytes,
+    b.add("weight copies", total_numel * copy_bytes,
           fmt::format("every unit, kept through the step{} ({} elements) x {} B",
                       in.rollout_sequences > 0 ? " and, in the same storage, the rollout snapshot's" : "",
-                      count_text(s.total_numel), copy_bytes));
+                      count_text(total_numel), copy_bytes));
   } else {
     const int copies = in.model.tie_word_embeddings ? 2 : 1;
-    b.add("weight copies", copies * s.largest_numel * copy_bytes,
+    b.add("weight copies", copies * largest_numel * copy_bytes,
           fmt::format("{} live cop{} of the largest unit ({} elements) x {} B", copies, copies == 1 ? "y" : "ies",
-                      count_text(s.largest_numel), copy_bytes));
+                      count_text(largest_numel), copy_bytes));
   }
   const DType act = backend::activation_dtype_of(in.device);
   const std::int64_t chunk_rows = backend::head_chunk_rows_of(in.device, in.model.vocab_size);
@@ -272,21 +175,20 @@ MemoryPlan plan_memory(const MemoryInputs& in) {
   b.add("activations", a.total(),
         fmt::format("layer inputs {} + kept {} + working {} ({}, head chunks of {} rows)", mib_text(a.layer_inputs),
                     mib_text(a.kept), mib_text(a.working), dtype_name(act), chunk_rows));
-  if (gpu) {
-    b.add("attention backward scratch", in.tokens * in.model.num_attention_heads * kF32,
-          fmt::format("{} tokens x {} heads x 4 B", in.tokens, in.model.num_attention_heads));
-    if (in.cudnn_attention) plan_cudnn_workspace(in, b);
-    b.add("cuBLASLt workspace", static_cast<std::int64_t>(kernels::cuda::Blas::kDefaultWorkspaceBytes), "fixed", true,
-          false);
-    b.add("CUDA runtime and libraries (estimate)", kCudaRuntimeBytes, "context, handles, NCCL channels", true, false);
-  }
+  backend::WorkspaceFacts workspaces;
+  workspaces.tokens = in.tokens;
+  workspaces.heads = in.model.num_attention_heads;
+  workspaces.kv_heads = in.model.num_key_value_heads;
+  workspaces.head_dim = in.model.head_dim;
+  workspaces.cudnn_attention = in.cudnn_attention;
+  workspaces.cudnn_workspace_limit = in.cudnn_workspace_limit;
+  b.add(backend::planned_workspaces(in.device, workspaces));
   if (in.rollout_sequences > 0) {
-    b.add("rollout weights (online RL)", s.total_numel * kF32,
-          fmt::format("every unit's full weights while sampling ({} elements) x 4 B", count_text(s.total_numel)));
-    const std::int64_t kv_dim = static_cast<std::int64_t>(in.model.num_key_value_heads) * in.model.head_dim;
+    b.add("rollout weights (online RL)", total_numel * kF32,
+          fmt::format("every unit's full weights while sampling ({} elements) x 4 B", count_text(total_numel)));
+    const std::int64_t kv_dim = in.model.kv_dim();
     const std::int64_t kv_bytes = dtype_size(act);
-    b.add("rollout KV caches (online RL)",
-          in.rollout_sequences * in.rollout_length * in.model.num_hidden_layers * 2 * kv_dim * kv_bytes,
+    b.add("rollout KV caches (online RL)", in.rollout_sequences * model::kv_cache_bytes(in.model, in.rollout_length, act),
           fmt::format("rl.concurrency {} x {} positions x {} layers x 2 x {} x {} B", in.rollout_sequences,
                       in.rollout_length, in.model.num_hidden_layers, kv_dim, kv_bytes));
     if (in.rollout_reference) {
@@ -359,8 +261,7 @@ MemoryInputs memory_inputs(const RunSettings& settings, const model::LlamaConfig
   in.max_inflight = comm.transport.max_inflight;
   in.direct_load = comm.transport.direct_load;
   const std::string& attention = settings.model.attention;
-  in.cudnn_attention = in.device == DeviceKind::cuda &&
-                       (attention == "cudnn" || (attention == "auto" && kernels::kAutoTakesCudnn));
+  in.cudnn_attention = backend::plans_cudnn_attention(in.device, attention);
   in.cudnn_workspace_limit = settings.model.cudnn_workspace_mib << 20;
   in.sharding = std::string(distributed::sharding_name(settings.train.sharding));
   in.export_hf = !settings.checkpoint.export_hf.empty();
@@ -395,9 +296,10 @@ void check_fits(const MemoryPlan& plan, std::int64_t budget_bytes, std::string_v
 
 RunMemory plan_run_memory(const RunSettings& settings, const model::LlamaConfig& model, int shard_world,
                           std::int64_t capacity_bytes, int ranks_sharing, bool launched_with_mpi,
-                          std::int64_t rollout_length) {
+                          std::int64_t rollout_length, int hosts) {
   RunMemory run;
   run.inputs = memory_inputs(settings, model, shard_world, 0, launched_with_mpi);
+  run.inputs.hosts = hosts;
   if (rollout_length > 0 && run.inputs.rollout_sequences > 0) run.inputs.rollout_length = rollout_length;
   run.inputs.ranks_on_host = ranks_sharing;
   run.budget = memory_budget(settings, capacity_bytes);
@@ -470,7 +372,11 @@ std::optional<ShownPlan> plan_to_show(const Config& config, int world, bool laun
   const RunSettings settings = resolve_run_settings(config, false);
   const bool gpu = settings.model.device != "cpu";
   const std::int64_t capacity = gpu ? 0 : read_available_memory() / std::max(ranks_on_host, 1);
-  const RunMemory run = plan_run_memory(settings, model, world, capacity, ranks_on_host, launched_with_mpi);
+  // The hosts the shard group spans: a group without MPI is one host, as is hybrid's (a host's ranks).
+  const int hosts = launched_with_mpi && settings.train.sharding != distributed::Sharding::hybrid
+                        ? (world + std::max(ranks_on_host, 1) - 1) / std::max(ranks_on_host, 1)
+                        : 1;
+  const RunMemory run = plan_run_memory(settings, model, world, capacity, ranks_on_host, launched_with_mpi, 0, hosts);
   MemoryInputs inputs = run.inputs;
   inputs.tokens = run.auto_token_cap > 0 ? run.auto_token_cap : settings.data.max_tokens_per_microbatch;
   if (inputs.tokens <= 0) return std::nullopt;

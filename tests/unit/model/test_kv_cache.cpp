@@ -205,3 +205,15 @@ TEST_CASE("forward_cached and KvCache reject misuse with clear errors", "[model]
   CHECK_THROWS_WITH(m.forward_cached(std::vector<std::int32_t>{1}, mismatched, weights, logits),
                     Catch::Contains("the KV cache holds 2 layers of width 32, the model has 2 of width 16"));
 }
+
+TEST_CASE("kv_cache_bytes: what a fresh KvCache allocates for its keys and values", "[model][kv_cache][memory]") {
+  for (const int kv_heads : {1, 2, 4}) {
+    const auto config = config_of(4, kv_heads, false);
+    backend::CpuBackend backend;
+    const model::KvCache cache(backend, config, 40);
+    INFO("kv heads " << kv_heads);
+    // Before its first use the decoding scratch is empty: the cache holds its keys and values only.
+    CHECK(cache.bytes() == model::kv_cache_bytes(config, 40, backend.activation_dtype()));
+    CHECK(model::kv_cache_bytes(config, 40, DType::bf16) == 2 * 2 * 40 * kv_heads * 8 * 2);
+  }
+}

@@ -35,6 +35,7 @@ class CollectiveComm final : public ShardedComm {
   bool needs_equal_microbatches() const override { return true; }
   void begin_minibatch() override;
   void end_minibatch() override;
+  PlannedMemory allocated() const override;
 
  private:
   // UnitTransport

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "odc/core/planned_memory.h"
 #include "odc/core/trace.h"
 #include "odc/model/param_io.h"
 
@@ -68,6 +69,10 @@ class Comm : public model::ParamSource, public model::GradSink {
   virtual void end_minibatch() = 0;
   virtual CommWaits waits() const { return {}; }
   virtual CommResources resources() const { return {}; }
+  // What it allocated beyond the store's state, named as the memory plan's items for its choice
+  // (comm_buffers.h: planned_buffers), which tests hold them to. The unit buffers grow to what
+  // the model asked for so far.
+  virtual PlannedMemory allocated() const { return {}; }
   // Waits that block are recorded as "wait" events (null: tracing off).
   virtual void set_tracer(Tracer* tracer) { (void)tracer; }
 };

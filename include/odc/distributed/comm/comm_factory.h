@@ -36,6 +36,13 @@ struct CommOptions {
   StoreContents store_contents = StoreContents::all;
 };
 
+// The facts choose_comm decides from: make_comm's (from its group and device), and the memory
+// plan's (train/plan/memory_plan.h: from the run's settings, for this machine or another).
+// `state_device`: the device holding the state (empty: host memory); `hosts`: comm_hosts.
+CommFacts comm_facts(const CommOptions& options, int world_size, std::string state_device, bool over_mpi, int hosts);
+// The hosts `group` spans: MPI's shared-memory domains; a group without MPI is one host.
+int comm_hosts(const HostGroup& group);
+
 // A run's comm and what it runs on. Each comm owns what it was built over (ODC: its transport or
 // peer memory and the store living there; StagedComm: its inner comm), so the members below are
 // destroyed in reverse order of declaration and nothing needs a hand-ordered teardown.

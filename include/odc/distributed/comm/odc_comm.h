@@ -47,6 +47,7 @@ class OdcComm final : public ShardedComm {
   void begin_minibatch() override;
   void end_minibatch() override;
   CommResources resources() const override;
+  PlannedMemory allocated() const override;
   ShardStore& store() { return store_; }
   OdcTransport& transport() { return transport_; }
 

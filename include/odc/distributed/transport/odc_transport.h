@@ -23,6 +23,8 @@
 #include <string_view>
 #include <vector>
 
+#include "odc/core/planned_memory.h"
+
 namespace odc::distributed {
 
 // Where an owner's adds run: on the calling thread for host memory, or issued on a device's lanes
@@ -119,6 +121,8 @@ class OdcTransport {
   virtual void compute_waits(bool waiting) { (void)waiting; }
   virtual double timeout_s() const = 0;
   virtual TransportResources resources() const = 0;
+  // What it allocated, named as its planned buffers (ipc_buffers.h, ucx_buffers.h) name them.
+  virtual PlannedMemory allocated() const { return {}; }
 };
 
 }  // namespace odc::distributed

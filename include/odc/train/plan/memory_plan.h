@@ -18,6 +18,7 @@
 
 #include "odc/core/config.h"
 #include "odc/core/dtype.h"
+#include "odc/core/planned_memory.h"
 #include "odc/distributed/comm/comm.h"
 #include "odc/distributed/comm/comm_factory.h"
 #include "odc/model/llama_config.h"
@@ -39,6 +40,7 @@ struct MemoryInputs {
   bool deterministic = false;       // comm.deterministic
   bool host_staging = false;        // debug.host_staging
   bool launched_with_mpi = true;    // (automatic transport) a group without MPI takes ipc
+  int hosts = 1;                    // hosts the shard group spans (automatic transport: several take ucx)
   std::int64_t chunk_bytes = 0;     // comm.chunk_bytes
   int max_inflight = 0;             // comm.max_inflight
   std::string sharding = "full";    // train.sharding: hybrid and hpz add what the plan names but does not size
@@ -63,13 +65,9 @@ struct MemoryInputs {
   bool export_hf = false;
 };
 
-struct MemoryItem {
-  std::string name;    // e.g. "optimizer state"
-  std::string rule;    // how it is sized, e.g. "4 x 1.2M owned elements x 4 B"
-  std::int64_t bytes = 0;
-  bool on_device = true;  // the compute device's memory (on the CPU: the same host memory)
-  bool pooled = true;     // allocated through the backend's allocator (a GPU's pool statistics see it)
-};
+// One item: its name, sizing rule, bytes and memory (planned_memory.h); the comm's and the
+// backend's as those parts report them (comm_buffers.h, backend_workspaces.h).
+using MemoryItem = PlannedBytes;
 
 struct MemoryPlan {
   MemoryInputs inputs;
@@ -119,10 +117,11 @@ struct RunMemory {
 };
 // `capacity_bytes`: this rank's share (Backend::memory_capacity); `ranks_sharing`: the ranks of this host.
 // `rollout_length`: the online RL loop's longest sequence (prompt + rl.max_new_tokens; 0 bounds it
-// by the model's context).
+// by the model's context). `hosts`: the hosts the shard group spans (distributed::comm_hosts; 1
+// for hybrid sharding's host groups), which the comm's choice follows.
 RunMemory plan_run_memory(const RunSettings& settings, const model::LlamaConfig& model, int shard_world,
                           std::int64_t capacity_bytes, int ranks_sharing, bool launched_with_mpi,
-                          std::int64_t rollout_length = 0);
+                          std::int64_t rollout_length = 0, int hosts = 1);
 
 // The run's plan at its token cap: refused (check_fits) when over the budget, else returned (one
 // rank: without kept weight copies when only that fits; inputs.keep_weight_copies says), and with

@@ -14,6 +14,7 @@
 
 #include "odc/core/error.h"
 #include "odc/distributed/group/shared_segment.h"
+#include "odc/distributed/transport/ipc/ipc_buffers.h"
 
 namespace odc::distributed {
 
@@ -63,7 +64,7 @@ IpcTransport::IpcTransport(std::unique_ptr<PeerMemory> memory, HostGroup& group,
          options.chunk_bytes);
   }
   ODC_CHECK(shape.gather_buffers >= 1 && options.push_buffers >= 1, "the ipc transport needs its buffer counts");
-  slot_floats_ = std::min(chunk_floats, std::max<std::int64_t>(shape.largest_shard, 1));
+  slot_floats_ = ipc_slot_floats(options, shape.largest_shard);  // as the memory plan sizes it
   const auto w = static_cast<std::size_t>(world_);
 
   // This rank's exported regions: the data slots its clients write, the bf16 shadow of its masters.
@@ -131,6 +132,7 @@ IpcTransport::IpcTransport(std::unique_ptr<PeerMemory> memory, HostGroup& group,
         host_staging_.emplace_back(static_cast<std::size_t>(shape.largest_unit));
         staging_.push_back(host_staging_.back().data());
       }
+      staging_bytes_ += shape.largest_unit * 2;
     }
   }
   if (shape.deterministic) {
@@ -172,6 +174,15 @@ void IpcTransport::stop_progress() {
     for (Lane lane : {Lane::gather, Lane::push, Lane::accumulate}) memory_->synchronize(lane);
   } catch (const std::exception&) {  // a failed device: nothing left to protect
   }
+}
+
+PlannedMemory IpcTransport::allocated() const {
+  PlannedMemory m;
+  m.add("gradient slots", slot_floats_ * 4 * world_ * slots_, "allocated");
+  if (own_shadow_ != nullptr) m.add("bf16 shadow of the masters", owned_ * 2, "allocated");
+  m.add("bf16 gather staging", staging_bytes_, "allocated");
+  if (client_acc_ != nullptr) m.add("per-client accumulators", owned_ * 4 * world_, "allocated");
+  return m;
 }
 
 TransportResources IpcTransport::resources() const {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "odc/distributed/transport/ucx/ucx_transport.h"
+#include "odc/distributed/transport/ucx/ucx_buffers.h"
 
 namespace odc::distributed {
 
@@ -65,6 +66,14 @@ void UcxTransport::wait_push(int buffer, const std::string& what) {
     pusher_->wait(buffer, what);
   }
   wait(completion(pushes_, buffer), what);
+}
+
+PlannedMemory UcxTransport::allocated() const {
+  PlannedMemory m;
+  // What it asked UCX to map past the masters (UCX rounds the whole region up: resources()).
+  m.add("UCX gradient slots", ucx_slot_region_floats(options_, world_size_) * static_cast<std::int64_t>(sizeof(float)),
+        "allocated");
+  return m;
 }
 
 TransportResources UcxTransport::resources() const {

@@ -13,6 +13,7 @@
 #include <ucp/api/ucp.h>
 
 #include "odc/core/error.h"
+#include "odc/distributed/transport/ucx/ucx_buffers.h"
 #include "ucx_internal.h"
 
 namespace odc::distributed {
@@ -102,7 +103,7 @@ UcxTransport::UcxTransport(HostGroup& group, std::int64_t exposed_floats, Transp
   // The exposed region: allocated by UCX so that remote gets need no action of ours.
   ucp_mem_map_params_t mp{};
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-  const std::int64_t slot_region = options_.slot_floats * options_.slots_per_client * world_size_;
+  const std::int64_t slot_region = ucx_slot_region_floats(options_, world_size_);  // as the memory plan sizes it
   mp.length = static_cast<std::size_t>(std::max<std::int64_t>(exposed_floats_ + slot_region, 16)) * sizeof(float);
   mp.flags = UCP_MEM_MAP_ALLOCATE;
   ucp_mem_h memh = nullptr;

@@ -9,6 +9,7 @@
 
 #include "odc/core/error.h"
 #include "odc/data/data_config.h"
+#include "odc/distributed/comm/comm_buffers.h"
 #include "odc/distributed/shard/shard_layout.h"
 #include "odc/distributed/comm/unit_buffer_pool.h"
 #include "odc/kernels/attention_choice.h"
@@ -301,4 +302,46 @@ TEST_CASE("memory plan: checkpoint.export_hf adds one gather of the streamed exp
   const auto* big = find(train::plan_memory(in), "HF export (checkpoint.export_hf)");
   CHECK(big->bytes <= static_cast<std::int64_t>(train::kExportGatherBytes + train::kExportGatherBytes / 2));
   CHECK(big->bytes > static_cast<std::int64_t>(train::kExportGatherBytes));
+}
+
+TEST_CASE("memory plan: the comm is the factory's choice, with the buffers that comm reports", "[train][memory]") {
+  // GPU ranks over MPI across two hosts: comm.transport auto takes UCX, staged through host memory
+  // (choose_comm), not the IPC transport one host's ranks share.
+  train::MemoryInputs in;
+  in.model = small_model();
+  in.tokens = 2048;
+  in.device = DeviceKind::cuda;
+  in.compute = DType::bf16;
+  in.world = 8;
+  in.chunk_bytes = 1 << 20;
+  in.max_inflight = 8;
+  in.launched_with_mpi = true;
+  in.hosts = 2;
+  distributed::CommOptions options;
+  options.transport.chunk_bytes = in.chunk_bytes;
+  options.transport.max_inflight = in.max_inflight;
+  const auto choice = distributed::choose_comm(distributed::comm_facts(options, 8, "cuda", true, 2));
+  REQUIRE(choice == distributed::CommChoice{distributed::CommBuild::odc_ucx, true});
+  const auto plan = train::plan_memory(in);
+  const distributed::ShardLayout layout(model::build_unit_layouts(in.model), 8, 0);
+  const auto comm = distributed::planned_buffers(choice, options, distributed::comm_shape(layout), true, 1);
+  for (const auto& item : comm.items) {
+    INFO(item.name);
+    REQUIRE(find(plan, item.name) != nullptr);
+    CHECK(find(plan, item.name)->bytes == item.bytes);
+    CHECK(find(plan, item.name)->on_device == item.on_device);
+  }
+  CHECK(find(plan, "gradient slots") == nullptr);  // the IPC transport's
+  CHECK_FALSE(find(plan, "UCX gradient slots")->on_device);
+  CHECK_FALSE(find(plan, "unit buffers")->on_device);  // the UCX comm's, on the host
+  CHECK_FALSE(find(plan, "host copy of the state (staged)")->on_device);
+  CHECK(find(plan, "host copy of the state (staged)")->bytes == 16 * layout.owned_elements());
+  CHECK(find(plan, "staged gradient upload")->on_device);
+  CHECK(find(plan, "staged unit buffers (estimate)")->on_device);
+  // One host: CUDA IPC, its slots in device memory.
+  in.hosts = 1;
+  const auto one_host = train::plan_memory(in);
+  CHECK(find(one_host, "gradient slots")->on_device);
+  CHECK(find(one_host, "UCX gradient slots") == nullptr);
+  CHECK(find(one_host, "staged gradient upload") == nullptr);
 }

@@ -84,6 +84,7 @@ class IpcTransport final : public OdcTransport {
   bool peer_gone(int rank) const override { return !mailbox_->alive(rank); }
   double timeout_s() const override { return timeout_s_; }
   TransportResources resources() const override;
+  PlannedMemory allocated() const override;
 
   // Fault injection (tests): this owner's progress thread stops taking pushes, as a frozen
   // process would, while its memory stays mapped; its clients must name it after the timeout.
@@ -103,6 +104,7 @@ class IpcTransport final : public OdcTransport {
   std::int64_t owned_ = 0;
   std::int64_t slot_floats_ = 0;
   std::int64_t exported_bytes_ = 0;
+  std::int64_t staging_bytes_ = 0;  // bf16 gathers' staging, all weight buffers
 
   const float* own_masters_ = nullptr;
   std::vector<const float*> masters_;          // per owner

@@ -134,6 +134,7 @@ class UcxTransport final : public OdcTransport {
   void compute_waits(bool waiting) override;
   double timeout_s() const override { return options_.timeout_s; }
   TransportResources resources() const override;
+  PlannedMemory allocated() const override;
 
   // Resources held for the lifetime of the transport (the long-run benchmark checks they stay
   // flat): bytes of memory mapped and registered with UCX, and endpoints created.
