@@ -25,6 +25,7 @@
 #include "odc/train/plan/calibrate.h"
 #include "odc/train/config/config_schema.h"
 #include "odc/train/plan/memory_plan.h"
+#include "odc/train/plan/plan_report.h"
 #include "odc/train/config/run_settings.h"
 #include "odc/train/plan/step_estimate.h"
 #include "odc/train/rl/online_rl_loop.h"

@@ -128,18 +128,6 @@ RunMemory plan_run_memory(const RunSettings& settings, const model::LlamaConfig&
 // `log` one line saying what it needs of what budget.
 MemoryPlan settle_memory_plan(const RunMemory& run, std::int64_t token_cap, bool log);
 
-// odc-train --plan-memory: prints the plan of one of `world` ranks (the table, the budget and the
-// verdict on stdout, the step-time estimate at the plan's shape (train/plan/step_estimate.h, its rates
-// from `estimate`), then the plan as one JSON line with the estimate as "step_estimate") and
-// returns whether it fits. The budget is train.memory_budget_gib, else (model.device cpu) this
-// host's available memory over `ranks_on_host`; a GPU's memory is only known on a GPU machine, so
-// a GPU plan without train.memory_budget_gib has no verdict (and auto is an error).
-struct EstimateOptions;
-bool print_memory_plan(const Config& config, int world, bool launched_with_mpi, int ranks_on_host,
-                       const EstimateOptions& estimate);
-// The same plan as YAML comment lines for --dump-config: the verdict and one line per item.
-std::string memory_plan_comment(const Config& config, int world, bool launched_with_mpi, int ranks_on_host);
-
 // The measured side, for the end-of-run line: "predicted X, measured Y (error)".
 std::string memory_check_text(const MemoryPlan& plan, std::int64_t measured_bytes, std::string_view measured_what);
 
