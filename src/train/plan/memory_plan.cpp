@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <optional>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -12,7 +10,6 @@
 #include "odc/backend/backend_workspaces.h"
 #include "odc/core/error.h"
 #include "odc/core/planned_memory.h"
-#include "odc/core/process_stats.h"
 #include "odc/distributed/comm/comm_buffers.h"
 #include "odc/distributed/shard/shard_layout.h"
 #include "odc/model/kv_cache.h"
