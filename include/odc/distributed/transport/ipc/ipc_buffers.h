@@ -3,12 +3,24 @@
 // group): the memory plan lists these (comm_buffers.h), and the transport sizes its data slots
 // with the same function, so the plan cannot drift from what is built.
 #include <cstdint>
+#include <string>
 
 #include "odc/core/planned_memory.h"
-#include "odc/distributed/transport/ipc/ipc_transport.h"
 #include "odc/distributed/transport/transport_options.h"
 
 namespace odc::distributed {
+
+// What an IpcTransport serves (from the shard layout and the comm's buffers).
+struct IpcShape {
+  float* masters = nullptr;         // this rank's master shards, a region exported from the memory
+  std::string master_handle;        // ... and its handle
+  std::int64_t owned = 0;           // floats of it
+  std::int64_t largest_shard = 1;   // of any unit: a data slot holds no more
+  std::int64_t largest_unit = 1;    // padded elements of any unit (bf16 gathers' staging)
+  int gather_buffers = 1;           // unit buffers gathered into (UnitBufferPool)
+  bool bf16_gathers = false;        // gathers read a bf16 shadow of the masters (comm.gather_dtype)
+  bool deterministic = false;       // per-client accumulators in this memory (comm.deterministic)
+};
 
 // Floats of one data slot: a chunk (comm.chunk_bytes), at most the largest shard (a push of one
 // unit never cuts more).
