@@ -57,11 +57,8 @@ IpcTransport::IpcTransport(std::unique_ptr<PeerMemory> memory, HostGroup& group,
       world_(group.size()),
       owned_(shape.owned),
       own_masters_(shape.masters) {
+  options.validate(static_cast<std::int64_t>(sizeof(float)));  // a slot holds whole floats
   const std::int64_t chunk_floats = options.chunk_bytes / static_cast<std::int64_t>(sizeof(float));
-  if (slots_ < 1 || chunk_floats < 1) {
-    fail("the ipc transport needs comm.max_inflight >= 1 (found {}) and comm.chunk_bytes >= 4 (found {})", slots_,
-         options.chunk_bytes);
-  }
   ODC_CHECK(shape.gather_buffers >= 1 && options.push_buffers >= 1, "the ipc transport needs its buffer counts");
   slot_floats_ = std::min(chunk_floats, std::max<std::int64_t>(shape.largest_shard, 1));
   const auto w = static_cast<std::size_t>(world_);
