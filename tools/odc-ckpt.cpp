@@ -25,6 +25,7 @@
 #include "odc/data/tokenizer.h"
 #include "odc/io/hf_checkpoint.h"
 #include "odc/train/checkpoint/checkpoint_convert.h"
+#include "odc/model/model_keys.h"
 #include "odc/model/units.h"
 #include "odc/train/config/config_schema.h"
 
@@ -176,8 +177,8 @@ nlohmann::json model_config_json(const odc::cli::Arguments& args, const std::str
       throw args.usage_error(e.what());
     }
   }
-  if (!config.has("model.config")) odc::fail("model config '{}' is empty", config_file);
-  return odc::train::yaml_to_json(config.get_map("model.config"));
+  if (!odc::keys::model_config.is_set(config)) odc::fail("model config '{}' is empty", config_file);
+  return odc::train::yaml_to_json(odc::keys::model_config.read(config));
 }
 
 // --set keys are typed by users, so a misspelt one is an error even when the file's other

@@ -6,40 +6,16 @@
 #include <string>
 
 #include "odc/core/error.h"
+#include "odc/data/data_keys.h"
 
 namespace odc::data {
 
 std::vector<TunableSpec> data_tunables() {
-  using K = ValueKind;
   return {
-      tunable("data.max_tokens_per_microbatch", "0",
-              "token cap of a packed microbatch; 0 = the longest sequence of the data times data.packing_ratio; "
-              "auto = the largest a rank's memory holds (odc-train's memory plan: odc-train --plan-memory)",
-              Range::at_least(0), {"auto"}),
-      tunable("data.packing_ratio", K::number, "1.0", "multiplies the default token cap (ignored when a cap is set)",
-              Range::above(0)),
-      tunable("data.cost_model", K::string, "flops",
-              "per-sequence cost the planners balance: linear (tokens), quadratic (cost_a*s^2 + cost_b*s), flops "
-              "(from the model shape), measured (data.cost_points, interpolated)",
-              {"linear", "quadratic", "flops", "measured"}),
-      tunable("data.cost_points", K::string, "",
-              "measured cost model: LENGTH:SECONDS,... of one sequence per microbatch, lengths increasing "
-              "(odc-train --calibrate-cost prints them)"),
-      tunable("data.cost_a", K::number, "0.0",
-              "quadratic cost model: coefficient of s^2 (odc-train --calibrate-cost fits it)", Range::at_least(0)),
-      tunable("data.cost_b", K::number, "1.0", "quadratic cost model: coefficient of s", Range::at_least(0)),
-      tunable("data.cost_c", K::number, "0.0",
-              "any cost model: the fixed cost of one microbatch, in the cost's units (the reference's fit's c); the "
-              "planners weigh it when they choose microbatch counts and splits",
-              Range::at_least(0)),
-      tunable("data.shuffle", K::boolean, "true",
-              "draw minibatches from a seeded shuffle of the data, reshuffled every epoch (false: in file order)"),
-      tunable("data.seed", K::integer, "0", "seed of the data order (odc-sim: also of its synthetic lengths)"),
-      tunable("data.extra_fields", K::string, "error",
-              "a record field its data.format does not define (tokens: input_ids, loss_mask, labels, "
-              "attention_mask; chat: messages, or prompt + completion, or text; text: text): error (names it "
-              "and its file:line; a typo such as loss_msk would otherwise train on every token) or ignore",
-              {"error", "ignore"}),
+      keys::data_max_tokens_per_microbatch.spec(), keys::data_packing_ratio.spec(), keys::data_cost_model.spec(),
+      keys::data_cost_points.spec(),  keys::data_cost_a.spec(),        keys::data_cost_b.spec(),
+      keys::data_cost_c.spec(),       keys::data_shuffle.spec(),       keys::data_seed.spec(),
+      keys::data_extra_fields.spec(),
   };
 }
 
@@ -89,32 +65,32 @@ CostModel measured_cost_model(const std::string& points) {
 }
 
 CostModel cost_model(const Config& config, double linear_flops_per_token, double attention_flops_per_pair) {
-  const std::string kind = config.get_string("data.cost_model");
+  const std::string kind = keys::data_cost_model.read(config);
   CostModel model;
   if (kind == "linear") {
     model = CostModel::linear();
   } else if (kind == "quadratic") {
-    model = CostModel::quadratic(config.get_double("data.cost_a"), config.get_double("data.cost_b"));
+    model = CostModel::quadratic(keys::data_cost_a.read(config), keys::data_cost_b.read(config));
   } else if (kind == "measured") {
-    model = measured_cost_model(config.get_string("data.cost_points"));
+    model = measured_cost_model(keys::data_cost_points.read(config));
   } else {
     model = CostModel::flops(linear_flops_per_token, attention_flops_per_pair);
   }
-  model.per_microbatch = config.get_double("data.cost_c");
+  model.per_microbatch = keys::data_cost_c.read(config);
   return model;
 }
 
 std::int64_t token_cap(const Config& config, std::int64_t longest, std::int64_t auto_cap) {
-  if (config.get_int_word("data.max_tokens_per_microbatch")) {
+  if (keys::data_max_tokens_per_microbatch.read_word(config)) {
     if (auto_cap <= 0) {
       fail("data.max_tokens_per_microbatch: auto is resolved by odc-train's memory plan, which this program does not "
            "have: set a number of tokens");
     }
     return auto_cap;
   }
-  const std::int64_t cap = config.get_int("data.max_tokens_per_microbatch");
+  const std::int64_t cap = keys::data_max_tokens_per_microbatch.read(config);
   if (cap > 0) return cap;
-  return static_cast<std::int64_t>(std::floor(static_cast<double>(longest) * config.get_double("data.packing_ratio")));
+  return static_cast<std::int64_t>(std::floor(static_cast<double>(longest) * keys::data_packing_ratio.read(config)));
 }
 
 }  // namespace odc::data

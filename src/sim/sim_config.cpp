@@ -9,9 +9,10 @@
 #include "odc/core/device_specs.h"
 #include "odc/core/error.h"
 #include "odc/data/data_config.h"
+#include "odc/data/data_keys.h"
+#include "odc/model/model_keys.h"
 #include "odc/sim/calibration.h"
 #include "odc/sim/cost_fit.h"
-#include "odc/train/config/config_schema.h"
 
 namespace odc::sim {
 
@@ -28,21 +29,13 @@ constexpr const char* kKnownMethods =
 std::vector<TunableSpec> sim_tunables() {
   using K = ValueKind;
   return {
-      tunable("model.config", K::map,
-              "{vocab_size: 151936, hidden_size: 1536, intermediate_size: 8960, num_hidden_layers: 28, "
-              "num_attention_heads: 12, num_key_value_heads: 2, rms_norm_eps: 1.0e-6, rope_theta: 10000.0, "
-              "max_position_embeddings: 131072, tie_word_embeddings: false, attention_bias: true}",
-              "Hugging Face config.json fields of the simulated model (merged key by key over this default: "
-              "give every shape field); default DeepSeek-R1-Distill-Qwen-1.5B"),
+      keys::model_config_sim.spec(),
       // data: the simulator's own keys (where lengths come from), then the ones odc-train shares
-      // (data::data_tunable), in this order
+      // (data_keys.h; odc-sim's own defaults of a key both read are the *_sim variants there), in this order
       tunable("data.lengths", K::string, "\"\"",
               "sequence lengths to simulate: a text file with one length per line ('#' comments), or a dataset "
               "(see data.format); empty = the synthetic distribution below"),
-      tunable("data.format", K::string, "lengths",
-              "format of data.lengths: lengths (a text file, one length per line), tokens (pre-tokenized JSONL), bin "
-              "(odc-data convert output), rollouts (an RL run's rollout records: prompt + completion lengths)",
-              {"lengths", "tokens", "bin", "rollouts"}),
+      keys::data_format_sim.spec(),
       tunable("data.distribution", K::string, "lognormal", "synthetic length distribution (when data.lengths is empty)",
               {"lognormal"}),
       tunable("data.mean_length", K::number, "9000",
@@ -53,15 +46,8 @@ std::vector<TunableSpec> sim_tunables() {
       tunable("data.sigma", K::number, "0.9", "synthetic: log-space standard deviation (larger = longer tail)",
               Range::at_least(0)),
       tunable("data.min_length", K::integer, "8192", "synthetic: shortest sequence", Range::at_least(1)),
-      tunable("data.max_length", K::integer, "65536",
-              "longest sequence kept; longer ones are dropped or truncated (data.over_length); 0 = keep the lengths "
-              "of data.lengths as they are",
-              Range::at_least(0)),
-      tunable("data.over_length", K::string, "drop",
-              "a sequence longer than max_length (synthetic: outside [min_length, max_length]): drop (a dataset "
-              "filter, as the reference implementation does; synthetic: the log-normal truncated to the limits) or "
-              "truncate (cut it to the limit: piles sequences up at the cap)",
-              {"drop", "truncate"}),
+      keys::data_max_length_sim.spec(),
+      keys::data_over_length_sim.spec(),
       tunable("data.published_lengths", K::string, "\"\"",
               "the published statistics of the dataset the lengths stand in for, printed next to the simulated "
               "pool's"),
@@ -69,21 +55,17 @@ std::vector<TunableSpec> sim_tunables() {
               "size of the synthetic pool the sampler draws from; 0 = exactly the sequences of the simulated "
               "minibatches (sim.minibatches x minibatch_size x sim.devices)",
               Range::at_least(0)),
-      data::data_tunable("data.extra_fields"),
-      data::data_tunable("data.shuffle"),
-      data::data_tunable("data.seed"),
-      tunable("data.minibatch_size", K::integer, "4", "sequences per simulated device per optimizer step",
-              Range::at_least(1)),
-      data::data_tunable("data.max_tokens_per_microbatch"),
-      data::data_tunable("data.packing_ratio"),
-      tunable("data.cost_model", K::string, "flops",
-              "per-sequence cost the planners balance: linear (tokens), quadratic (cost_a*s^2 + cost_b*s), flops "
-              "(from the model shape), measured (data.cost_points), fit (a*u^2 + b*u, u = s/32000, from sim.fit)",
-              {"linear", "quadratic", "flops", "measured", "fit"}),
-      data::data_tunable("data.cost_a"),
-      data::data_tunable("data.cost_b"),
-      data::data_tunable("data.cost_c"),
-      data::data_tunable("data.cost_points"),
+      keys::data_extra_fields.spec(),
+      keys::data_shuffle.spec(),
+      keys::data_seed.spec(),
+      keys::data_minibatch_size_sim.spec(),
+      keys::data_max_tokens_per_microbatch.spec(),
+      keys::data_packing_ratio.spec(),
+      keys::data_cost_model_sim.spec(),
+      keys::data_cost_a.spec(),
+      keys::data_cost_b.spec(),
+      keys::data_cost_c.spec(),
+      keys::data_cost_points.spec(),
       // sim
       tunable("sim.label", K::string, "\"\"", "name of this setting in the output (empty = the config file's name)"),
       tunable("sim.devices", K::integer, "8", "simulated devices (data-parallel ranks)",
@@ -255,7 +237,7 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
 
   // Ranges are the schema's (sim_tunables), checked when the values were set.
   s.devices = static_cast<int>(config.get_int("sim.devices"));
-  s.minibatch_size = config.get_int("data.minibatch_size");
+  s.minibatch_size = keys::data_minibatch_size_sim.read(config);
   s.minibatches = config.get_int("sim.minibatches");
   s.skip_minibatches = config.get_int("sim.skip_minibatches");
   s.prefetch_depth = static_cast<int>(config.get_int("sim.prefetch_depth"));
@@ -268,7 +250,7 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
   const std::string calibration_path = config.get_string("sim.calibration");
   const bool calibrated = device == "calibrated";
   const std::string compute_model = config.get_string("sim.compute_model");
-  s.model = train::model_config_from(config);
+  s.model = model::model_config_from(config);
   if (calibrated && compute_model == "fit") {
     fail("sim.compute_model = fit models a named device (sim.device, e.g. a100-80gb); sim.device = calibrated fits "
          "its own per-unit times from sim.calibration");
@@ -287,7 +269,7 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
       fail("sim.device = calibrated needs sim.calibration = PATH of a trace written by odc-train (train.trace_file)");
     }
     const Calibration calibration = calibrate_from_trace_file(calibration_path);
-    if (config.source_of("model.config") == "default") {
+    if (keys::model_config_sim.source(config) == "default") {
       s.model = calibration.model;
     } else {
       check_same_shape(calibration.model, s.model, calibration_path);
@@ -357,20 +339,20 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
   // Lengths.
   LengthSource source;
   source.path = config.get_string("data.lengths");
-  source.format = config.get_string("data.format");
-  source.ignore_extra_fields = config.get_string("data.extra_fields") == "ignore";
+  source.format = keys::data_format_sim.read(config);
+  source.ignore_extra_fields = keys::data_extra_fields.read(config) == "ignore";
   source.vocab_size = s.model.vocab_size;
   source.mean_length = config.get_double("data.mean_length");
   source.sigma = config.get_double("data.sigma");
   source.min_length = config.get_int("data.min_length");
-  source.max_length = config.get_int("data.max_length");
-  source.over_limit = parse_over_limit(config.get_string("data.over_length"));
+  source.max_length = keys::data_max_length_sim.read(config);
+  source.over_limit = parse_over_limit(keys::data_over_length_sim.read(config));
   const auto pool_size = config.get_int("data.num_sequences");
   const std::int64_t global = s.minibatch_size * s.devices;
   source.count = pool_size > 0 ? pool_size : (s.skip_minibatches + s.minibatches) * global;
-  s.seed = static_cast<std::uint64_t>(config.get_int("data.seed"));
+  s.seed = static_cast<std::uint64_t>(keys::data_seed.read(config));
   source.seed = s.seed;
-  s.shuffle = config.get_bool("data.shuffle");
+  s.shuffle = keys::data_shuffle.read(config);
   s.pool = load_lengths(source);
   s.pool_stats = length_stats(s.pool.lengths);
   s.published_lengths = config.get_string("data.published_lengths");
@@ -386,7 +368,7 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
     fail("{}: a sequence of {} tokens exceeds the microbatch cap data.max_tokens_per_microbatch = {}",
          s.pool.description, longest, s.token_cap);
   }
-  s.cost = config.get_string("data.cost_model") == "fit"
+  s.cost = keys::data_cost_model_sim.read(config) == "fit"
                ? planner_cost_from_fit(fit())
                : data::cost_model(config, s.model.linear_flops_per_token(), s.model.attention_flops_per_pair());
   s.reference_cost = config.get_string("sim.reference_cost") == "fit_7b" ? planner_cost_from_fit(reference_packing_fit())

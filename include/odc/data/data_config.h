@@ -1,9 +1,11 @@
 #pragma once
-// The data.* tunables that odc-train and odc-sim both read, declared once: packing into microbatches, the planners' cost model, and the sampler's shuffle and seed. Each
+// The data.* tunables that odc-train and odc-sim both read (declared once in data_keys.h): packing
+// into microbatches, the planners' cost model, and the sampler's shuffle and seed. Each
 // schema adds the data.* keys only it reads (odc-train's data.train, data.format, data.balance, ...;
 // odc-sim's data.lengths and its synthetic length distribution), and its own data.minibatch_size
 // (the trainer's may be left unset for data.global_batch_size) and data.max_length (the
-// simulator's truncates the lengths it simulates, the trainer's has a policy, data.over_length).
+// simulator's truncates the lengths it simulates, the trainer's has a policy, data.over_length):
+// the *_sim variants of data_keys.h, written beside the trainer's declarations.
 #include <cstdint>
 #include <string>
 #include <vector>

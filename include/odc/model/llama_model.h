@@ -22,6 +22,7 @@
 #include "odc/model/kv_cache.h"
 #include "odc/model/llama_config.h"
 #include "odc/model/param_io.h"
+#include "odc/model/model_keys.h"
 #include "odc/model/recompute.h"
 #include "odc/model/units.h"
 
@@ -112,7 +113,7 @@ class LlamaModel {
   std::vector<double> inv_freq_;
   std::unique_ptr<Activations> acts_;
   Tracer* tracer_ = nullptr;
-  Recompute recompute_ = Recompute::none;
+  Recompute recompute_ = parse_recompute(keys::train_recompute.default_value());  // train.recompute
   std::optional<kernels::PolicyLossParams> policy_;
   bool policy_entropy_ = true;
 };

@@ -12,6 +12,8 @@
 #include "odc/core/error.h"
 #include "odc/io/hf_checkpoint.h"
 #include "odc/io/hf_export.h"
+#include "odc/model/model_keys.h"
+#include "odc/train/config/checkpoint_keys.h"
 
 namespace odc::train {
 
@@ -66,7 +68,7 @@ void fail_on_any(distributed::HostGroup& group, const std::string& mine, const c
 }
 
 DType export_dtype(const Config& config, const ModelSource& source) {
-  const std::string wanted = config.get_string("checkpoint.export_dtype");
+  const std::string wanted = keys::checkpoint_export_dtype.read(config);
   if (wanted == "auto") return source.dtype.value_or(DType::f32);
   return wanted == "bfloat16" ? DType::bf16 : wanted == "float16" ? DType::f16 : DType::f32;
 }
@@ -74,15 +76,15 @@ DType export_dtype(const Config& config, const ModelSource& source) {
 }  // namespace
 
 void check_export_target(const Config& config) {
-  const std::string hf = config.get_string("checkpoint.export_hf");
-  const std::string base = config.get_string("model.checkpoint");
+  const std::string hf = keys::checkpoint_export_hf.read(config);
+  const std::string base = keys::model_checkpoint.read(config);
   if (hf.empty() || base.empty()) return;
   std::error_code ec;
   const bool same = resolved(hf) == resolved(base) || std::filesystem::equivalent(hf, base, ec);
   if (!same) return;
   fail("checkpoint.export_hf ('{}', from {}) and model.checkpoint ('{}', from {}) are the same directory: the "
        "export at the end of the run would replace the base model it starts from; set checkpoint.export_hf to "
-       "another directory", hf, config.source_of("checkpoint.export_hf"), base, config.source_of("model.checkpoint"));
+       "another directory", hf, keys::checkpoint_export_hf.source(config), base, keys::model_checkpoint.source(config));
 }
 
 std::int64_t export_piece_elements(std::int64_t shard, int ranks, DType dtype) {
@@ -94,14 +96,14 @@ void export_hf(const Config& config, distributed::HostGroup& group, const distri
                const model::LlamaConfig& model_config, const ModelSource& source) {
   const auto start = std::chrono::steady_clock::now();
   check_export_target(config);
-  const std::string dir = config.get_string("checkpoint.export_hf");
+  const std::string dir = keys::checkpoint_export_hf.read(config);
   const DType dtype = export_dtype(config, source);
   const std::string architecture =
       !source.architecture.empty() ? source.architecture : io::default_hf_architecture(model_config);
   // Settings that cannot be exported fail here on every rank, before any rank waits in a gather.
   io::check_hf_architecture(architecture, model_config, "checkpoint.export_hf");
   const io::HfExportLayout files =
-      io::hf_export_layout(model_config, dtype, config.get_int("checkpoint.export_shard_bytes"));
+      io::hf_export_layout(model_config, dtype, keys::checkpoint_export_shard_bytes.read(config));
 
   // Rank 0 makes DIR.tmp (with config.json); the others learn whether it could.
   std::optional<io::HfDirectoryWriter> directory;
@@ -110,7 +112,7 @@ void export_hf(const Config& config, distributed::HostGroup& group, const distri
     try {
       // The tokenizer files come from model.checkpoint; a resumed run needs no base checkpoint, so
       // one that was moved away leaves the export without them (said, not an error at the run's end).
-      std::string tokenizer_from = config.get_string("model.checkpoint");
+      std::string tokenizer_from = keys::model_checkpoint.read(config);
       if (!tokenizer_from.empty() && !std::filesystem::is_directory(tokenizer_from)) {
         spdlog::warn("checkpoint.export_hf: model.checkpoint '{}' is not there: {} gets no tokenizer files (copy them "
                      "with odc-ckpt export --tokenizer-from)", tokenizer_from, dir);

@@ -7,6 +7,8 @@
 
 #include "odc/core/checked_math.h"
 #include "odc/core/error.h"
+#include "odc/data/data_keys.h"
+#include "odc/train/config/train_keys.h"
 
 namespace odc::train {
 
@@ -56,12 +58,12 @@ void check_exclusive_keys(const Config& config) {
 
 std::int64_t global_batch_size(const Config& config, int world_size, std::string* how) {
   check_exclusive_keys(config);
-  if (config.has("data.global_batch_size")) {
+  if (keys::data_global_batch_size.is_set(config)) {
     if (how != nullptr) *how = "data.global_batch_size";
-    return config.get_int("data.global_batch_size");
+    return keys::data_global_batch_size.read(config);
   }
-  const bool given = config.has("data.minibatch_size");
-  const std::int64_t per_rank = given ? config.get_int("data.minibatch_size") : kDefaultMinibatchSize;
+  const bool given = keys::data_minibatch_size.is_set(config);
+  const std::int64_t per_rank = given ? keys::data_minibatch_size.read(config) : kDefaultMinibatchSize;
   if (how != nullptr) {
     *how = fmt::format("data.minibatch_size {}{} x {}", per_rank, given ? "" : " (the default)",
                        plural(world_size, "rank"));
@@ -70,7 +72,7 @@ std::int64_t global_batch_size(const Config& config, int world_size, std::string
   if (!global) {
     fail("data.minibatch_size {} (from {}) x {} is beyond the largest count of sequences (2^63 - 1): on {} "
          "data.minibatch_size must be <= {}",
-         per_rank, config.source_of("data.minibatch_size"), plural(world_size, "rank"), plural(world_size, "rank"),
+         per_rank, keys::data_minibatch_size.source(config), plural(world_size, "rank"), plural(world_size, "rank"),
          largest_factor_within_int64(world_size));
   }
   return *global;
@@ -95,11 +97,11 @@ RunLength run_length(const Config& config, std::int64_t dataset_size, std::int64
   check_exclusive_keys(config);
   ODC_CHECK(dataset_size > 0 && global_batch > 0, "dataset of {} sequences, batch of {}", dataset_size, global_batch);
   RunLength length;
-  if (!config.has("train.epochs")) {
-    length.steps = config.has("train.steps") ? config.get_int("train.steps") : kDefaultSteps;
+  if (!keys::train_epochs.is_set(config)) {
+    length.steps = keys::train_steps.is_set(config) ? keys::train_steps.read(config) : kDefaultSteps;
     return length;
   }
-  length.epochs = config.get_int("train.epochs");
+  length.epochs = keys::train_epochs.read(config);
   length.steps_per_epoch = (dataset_size + global_batch - 1) / global_batch;
   const std::int64_t remainder = dataset_size % global_batch;
   length.last_step_sequences = remainder == 0 ? global_batch : remainder;
@@ -107,7 +109,7 @@ RunLength run_length(const Config& config, std::int64_t dataset_size, std::int64
   if (!steps) {
     fail("train.epochs {} (from {}) x {} per epoch ({} sequences in global batches of {}) is beyond the largest "
          "count of steps (2^63 - 1): with this data and batch train.epochs must be <= {}",
-         length.epochs, config.source_of("train.epochs"), plural(length.steps_per_epoch, "step"), dataset_size,
+         length.epochs, keys::train_epochs.source(config), plural(length.steps_per_epoch, "step"), dataset_size,
          global_batch, largest_factor_within_int64(length.steps_per_epoch));
   }
   length.steps = *steps;
@@ -117,17 +119,17 @@ RunLength run_length(const Config& config, std::int64_t dataset_size, std::int64
 optim::LrSchedule lr_schedule(const Config& config, std::int64_t total_steps) {
   check_exclusive_keys(config);
   optim::LrSchedule schedule;
-  schedule.lr = config.get_double("train.lr");
-  schedule.min_lr = config.get_double("train.min_lr");
-  schedule.kind = config.get_string("train.schedule");
+  schedule.lr = keys::train_lr.read(config);
+  schedule.min_lr = keys::train_min_lr.read(config);
+  schedule.kind = keys::train_schedule.read(config);
   schedule.total_steps = total_steps;
-  if (config.has("train.warmup_ratio")) {
-    schedule.warmup_steps = steps_of(config.get_double("train.warmup_ratio"), total_steps);
+  if (keys::train_warmup_ratio.is_set(config)) {
+    schedule.warmup_steps = steps_of(keys::train_warmup_ratio.read(config), total_steps);
   } else {
-    schedule.warmup_steps = config.has("train.warmup_steps") ? config.get_int("train.warmup_steps") : kDefaultWarmupSteps;
+    schedule.warmup_steps = keys::train_warmup_steps.is_set(config) ? keys::train_warmup_steps.read(config) : kDefaultWarmupSteps;
   }
-  schedule.decay_steps = steps_of(config.get_double("train.decay_ratio"), total_steps);
-  schedule.warmup_from_zero = config.get_string("train.warmup_start") == "zero";
+  schedule.decay_steps = steps_of(keys::train_decay_ratio.read(config), total_steps);
+  schedule.warmup_from_zero = keys::train_warmup_start.read(config) == "zero";
   return schedule;
 }
 
@@ -139,23 +141,23 @@ std::string resolved_summary(const Config& config, int world_size) {
   out += global % world_size == 0 ? fmt::format(", {} per rank)\n", global / world_size)
                                   : fmt::format(", {:.3g} per rank on average)\n",
                                                 static_cast<double>(global) / world_size);
-  if (config.has("train.epochs")) {
+  if (keys::train_epochs.is_set(config)) {
     out += fmt::format("#   steps: train.epochs {} x ceil(the dataset's sequences / {}), counted at start-up\n",
-                       config.get_int("train.epochs"), global);
-    if (config.has("train.warmup_ratio")) {
-      out += fmt::format("#   warmup: train.warmup_ratio {} of those steps\n", config.get_double("train.warmup_ratio"));
+                       keys::train_epochs.read(config), global);
+    if (keys::train_warmup_ratio.is_set(config)) {
+      out += fmt::format("#   warmup: train.warmup_ratio {} of those steps\n", keys::train_warmup_ratio.read(config));
     }
   } else {
     const RunLength length = run_length(config, 1, 1);
     const optim::LrSchedule schedule = lr_schedule(config, length.steps);
-    out += fmt::format("#   steps: {}{}\n", length.steps, config.has("train.steps") ? "" : " (the default)");
+    out += fmt::format("#   steps: {}{}\n", length.steps, keys::train_steps.is_set(config) ? "" : " (the default)");
     out += fmt::format("#   warmup: {}{}\n", plural(schedule.warmup_steps, "step"),
-                       config.has("train.warmup_ratio")
-                           ? fmt::format(" (train.warmup_ratio {})", config.get_double("train.warmup_ratio"))
-                           : (config.has("train.warmup_steps") ? "" : " (the default)"));
+                       keys::train_warmup_ratio.is_set(config)
+                           ? fmt::format(" (train.warmup_ratio {})", keys::train_warmup_ratio.read(config))
+                           : (keys::train_warmup_steps.is_set(config) ? "" : " (the default)"));
   }
-  if (config.get_string("train.schedule") == "wsd") {
-    out += fmt::format("#   wsd decay: the last train.decay_ratio {} of the steps\n", config.get_double("train.decay_ratio"));
+  if (keys::train_schedule.read(config) == "wsd") {
+    out += fmt::format("#   wsd decay: the last train.decay_ratio {} of the steps\n", keys::train_decay_ratio.read(config));
   }
   return out;
 }

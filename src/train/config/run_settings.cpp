@@ -14,141 +14,141 @@ namespace {
 // The comm's options: train.comm, comm.* and debug.host_staging, each read here and nowhere else.
 distributed::CommOptions read_comm_options(const Config& config) {
   distributed::CommOptions options;
-  options.kind = distributed::parse_comm_kind(config.get_string("train.comm"));
-  options.transport.chunk_bytes = config.get_int("comm.chunk_bytes");
-  options.transport.network_chunk_bytes = config.get_int("comm.network_chunk_bytes");
-  options.transport.max_inflight = static_cast<int>(config.get_int("comm.max_inflight"));
-  options.transport.timeout_s = config.get_double("comm.timeout_s");
-  options.transport.direct_load = config.get_bool("comm.direct_load");
-  options.transport.gather_protocol = distributed::parse_gather_protocol(config.get_string("comm.gather_protocol"));
-  options.deterministic = config.get_bool("comm.deterministic");
-  options.odc_transport = distributed::parse_odc_transport(config.get_string("comm.transport"));
-  options.gather_dtype = distributed::parse_gather_dtype(config.get_string("comm.gather_dtype"));
-  options.host_staging = config.get_bool("debug.host_staging");
+  options.kind = distributed::parse_comm_kind(keys::train_comm.read(config));
+  options.transport.chunk_bytes = keys::comm_chunk_bytes.read(config);
+  options.transport.network_chunk_bytes = keys::comm_network_chunk_bytes.read(config);
+  options.transport.max_inflight = static_cast<int>(keys::comm_max_inflight.read(config));
+  options.transport.timeout_s = keys::comm_timeout_s.read(config);
+  options.transport.direct_load = keys::comm_direct_load.read(config);
+  options.transport.gather_protocol = distributed::parse_gather_protocol(keys::comm_gather_protocol.read(config));
+  options.deterministic = keys::comm_deterministic.read(config);
+  options.odc_transport = distributed::parse_odc_transport(keys::comm_transport.read(config));
+  options.gather_dtype = distributed::parse_gather_dtype(keys::comm_gather_dtype.read(config));
+  options.host_staging = keys::debug_host_staging.read(config);
   return options;
 }
 
 ModelSettings read_model(const Config& config) {
   ModelSettings model;
-  model.checkpoint = config.get_string("model.checkpoint");
-  model.device = config.get_string("model.device");
-  model.dtype = parse_dtype(config.get_string("model.dtype"));
-  model.attention = config.get_string("model.attention");
-  model.cudnn_workspace_mib = config.get_int("model.cudnn_workspace_mib");
-  model.seed = static_cast<std::uint64_t>(config.get_int("model.seed"));
-  model.config_origin = config.source_of("model.config");
+  model.checkpoint = keys::model_checkpoint.read(config);
+  model.device = keys::model_device.read(config);
+  model.dtype = parse_dtype(keys::model_dtype.read(config));
+  model.attention = keys::model_attention.read(config);
+  model.cudnn_workspace_mib = keys::model_cudnn_workspace_mib.read(config);
+  model.seed = static_cast<std::uint64_t>(keys::model_seed.read(config));
+  model.config_origin = keys::model_config.source(config);
   return model;
 }
 
 ObjectiveSettings read_objective(const Config& config) {
   ObjectiveSettings objective;
-  objective.grpo = config.get_string("train.objective") == "grpo";
-  objective.policy.clip_low = config.get_double("rl.epsilon");
-  objective.policy.clip_high = config.has("rl.epsilon_high") ? config.get_double("rl.epsilon_high")
+  objective.grpo = keys::train_objective.read(config) == "grpo";
+  objective.policy.clip_low = keys::rl_epsilon.read(config);
+  objective.policy.clip_high = keys::rl_epsilon_high.is_set(config) ? keys::rl_epsilon_high.read(config)
                                                               : objective.policy.clip_low;
-  objective.policy.kl_beta = config.get_double("rl.kl_beta");
-  objective.policy.kl_ratio_weighted = config.get_bool("rl.kl_ratio_weighted");
-  objective.policy.temperature = config.get_double("rl.temperature");
-  objective.aggregation = config.get_string("rl.loss_aggregation");
-  objective.max_completion_length = config.get_int("rl.max_completion_length");
-  objective.scale_rewards = config.get_string("rl.scale_rewards");
-  objective.entropy = config.get_bool("rl.entropy");
+  objective.policy.kl_beta = keys::rl_kl_beta.read(config);
+  objective.policy.kl_ratio_weighted = keys::rl_kl_ratio_weighted.read(config);
+  objective.policy.temperature = keys::rl_temperature.read(config);
+  objective.aggregation = keys::rl_loss_aggregation.read(config);
+  objective.max_completion_length = keys::rl_max_completion_length.read(config);
+  objective.scale_rewards = keys::rl_scale_rewards.read(config);
+  objective.entropy = keys::rl_entropy.read(config);
   return objective;
 }
 
 RlLoopSettings read_rl_loop(const Config& config) {
   RlLoopSettings rl;
-  rl.prompts = config.get_string("rl.prompts");
-  rl.iterations = config.get_int("rl.iterations");
-  rl.prompts_per_iteration = config.get_int("rl.prompts_per_iteration");
-  rl.group_size = config.get_int("rl.group_size");
-  rl.epochs = config.get_int("rl.epochs_per_iteration");
-  rl.max_new_tokens = config.get_int("rl.max_new_tokens");
-  rl.top_p = config.get_double("rl.top_p");
-  rl.top_k = config.get_int("rl.top_k");
-  rl.stop = config.get_string("rl.stop");
-  rl.seed = static_cast<std::uint64_t>(config.get_int("rl.seed"));
-  rl.concurrency = config.get_int("rl.concurrency");
-  rl.verifier = config.get_string("rl.verifier");
-  rl.reward_command = config.get_string("rl.reward_command");
-  rl.reward_timeout_s = config.get_double("rl.reward_timeout_s");
-  rl.chat = config.get_bool("rl.chat");
+  rl.prompts = keys::rl_prompts.read(config);
+  rl.iterations = keys::rl_iterations.read(config);
+  rl.prompts_per_iteration = keys::rl_prompts_per_iteration.read(config);
+  rl.group_size = keys::rl_group_size.read(config);
+  rl.epochs = keys::rl_epochs_per_iteration.read(config);
+  rl.max_new_tokens = keys::rl_max_new_tokens.read(config);
+  rl.top_p = keys::rl_top_p.read(config);
+  rl.top_k = keys::rl_top_k.read(config);
+  rl.stop = keys::rl_stop.read(config);
+  rl.seed = static_cast<std::uint64_t>(keys::rl_seed.read(config));
+  rl.concurrency = keys::rl_concurrency.read(config);
+  rl.verifier = keys::rl_verifier.read(config);
+  rl.reward_command = keys::rl_reward_command.read(config);
+  rl.reward_timeout_s = keys::rl_reward_timeout_s.read(config);
+  rl.chat = keys::rl_chat.read(config);
   return rl;
 }
 
 TrainSettings read_train(const Config& config) {
   TrainSettings train;
-  train.threads = static_cast<int>(config.get_int("train.threads"));
-  train.sharding = distributed::parse_sharding(config.get_string("train.sharding"));
-  train.recompute = model::parse_recompute(config.get_string("train.recompute"));
-  train.beta1 = config.get_double("train.beta1");
-  train.beta2 = config.get_double("train.beta2");
-  train.eps = config.get_double("train.eps");
-  train.weight_decay = config.get_double("train.weight_decay");
-  train.grad_clip = config.get_double("train.grad_clip");
-  train.peak_flops = config.get_double("train.peak_flops");
-  train.memory_budget_gib = config.get_double("train.memory_budget_gib");
+  train.threads = static_cast<int>(keys::train_threads.read(config));
+  train.sharding = distributed::parse_sharding(keys::train_sharding.read(config));
+  train.recompute = model::parse_recompute(keys::train_recompute.read(config));
+  train.beta1 = keys::train_beta1.read(config);
+  train.beta2 = keys::train_beta2.read(config);
+  train.eps = keys::train_eps.read(config);
+  train.weight_decay = keys::train_weight_decay.read(config);
+  train.grad_clip = keys::train_grad_clip.read(config);
+  train.peak_flops = keys::train_peak_flops.read(config);
+  train.memory_budget_gib = keys::train_memory_budget_gib.read(config);
   // A positive budget below 1 MiB was as good as none: 1e-10 GiB is 0 bytes, "unknown: nothing checked".
   if (train.memory_budget_gib > 0 && train.memory_budget_gib < kMinMemoryBudgetGib) {
     fail("config key 'train.memory_budget_gib' in {} must be 0 (what the device has) or in [{}, {}] (1 MiB to 1 PiB "
          "per rank), found {}: a budget below 1 MiB would read as none",
-         config.source_of("train.memory_budget_gib"), kMinMemoryBudgetGib, kMaxMemoryBudgetGib, train.memory_budget_gib);
+         keys::train_memory_budget_gib.source(config), kMinMemoryBudgetGib, kMaxMemoryBudgetGib, train.memory_budget_gib);
   }
-  train.trace_file = config.get_string("train.trace_file");
+  train.trace_file = keys::train_trace_file.read(config);
   check_output_pattern("train.trace_file", train.trace_file);
-  train.trace_steps = config.get_int("train.trace_steps");
-  train.stop_at_step = config.get_int("train.stop_at_step");
-  train.sequence_loss = config.get_string("train.loss_reduction") == "sequence";
-  train.within_epochs = config.has("train.epochs");
-  train.metrics_file = config.get_string("train.metrics_file");
+  train.trace_steps = keys::train_trace_steps.read(config);
+  train.stop_at_step = keys::train_stop_at_step.read(config);
+  train.sequence_loss = keys::train_loss_reduction.read(config) == "sequence";
+  train.within_epochs = keys::train_epochs.is_set(config);
+  train.metrics_file = keys::train_metrics_file.read(config);
   check_output_pattern("train.metrics_file", train.metrics_file);
-  train.log_every = config.get_int("train.log_every");
-  train.eval_every = config.get_int("train.eval_every");
+  train.log_every = keys::train_log_every.read(config);
+  train.eval_every = keys::train_eval_every.read(config);
   return train;
 }
 
 DataSettings read_data(const Config& config) {
   DataSettings data;
-  data.format = config.get_string("data.format");
-  data.tokenizer = config.get_string("data.tokenizer");
-  data.auto_token_cap = config.get_int_word("data.max_tokens_per_microbatch").has_value();
-  if (!data.auto_token_cap) data.max_tokens_per_microbatch = config.get_int("data.max_tokens_per_microbatch");
+  data.format = keys::data_format.read(config);
+  data.tokenizer = keys::data_tokenizer.read(config);
+  data.auto_token_cap = keys::data_max_tokens_per_microbatch.read_word(config).has_value();
+  if (!data.auto_token_cap) data.max_tokens_per_microbatch = keys::data_max_tokens_per_microbatch.read(config);
   // Required for a run (checked with the other required keys before the settings are read);
   // --plan-memory and --dump-config read the settings without it.
-  data.train = config.has("data.train") ? config.get_string("data.train") : std::string();
-  data.balance = config.get_string("data.balance");
-  data.max_length = config.get_int("data.max_length");
-  data.over_length = config.get_string("data.over_length");
-  data.chat_template = config.get_string("data.chat_template");
-  data.ignore_extra_fields = config.get_string("data.extra_fields") == "ignore";
-  data.eval = config.get_string("data.eval");
-  data.eval_max_sequences = config.get_int("data.eval_max_sequences");
-  data.seed = static_cast<std::uint64_t>(config.get_int("data.seed"));
-  data.shuffle = config.get_bool("data.shuffle");
-  data.seed_origin = config.source_of("data.seed");
-  data.shuffle_origin = config.source_of("data.shuffle");
+  data.train = keys::data_train.is_set(config) ? keys::data_train.read(config) : std::string();
+  data.balance = keys::data_balance.read(config);
+  data.max_length = keys::data_max_length.read(config);
+  data.over_length = keys::data_over_length.read(config);
+  data.chat_template = keys::data_chat_template.read(config);
+  data.ignore_extra_fields = keys::data_extra_fields.read(config) == "ignore";
+  data.eval = keys::data_eval.read(config);
+  data.eval_max_sequences = keys::data_eval_max_sequences.read(config);
+  data.seed = static_cast<std::uint64_t>(keys::data_seed.read(config));
+  data.shuffle = keys::data_shuffle.read(config);
+  data.seed_origin = keys::data_seed.source(config);
+  data.shuffle_origin = keys::data_shuffle.source(config);
   return data;
 }
 
 CheckpointSettings read_checkpoint(const Config& config) {
   CheckpointSettings checkpoint;
-  checkpoint.dir = config.get_string("checkpoint.dir");
-  checkpoint.resume = config.get_string("checkpoint.resume");
-  checkpoint.export_hf = config.get_string("checkpoint.export_hf");
-  checkpoint.every = config.get_int("checkpoint.every");
-  checkpoint.keep = static_cast<int>(config.get_int("checkpoint.keep"));
-  checkpoint.save_best = config.get_bool("checkpoint.save_best");
-  checkpoint.accept_manifest_without_checksum = config.get_bool("checkpoint.accept_manifest_without_checksum");
+  checkpoint.dir = keys::checkpoint_dir.read(config);
+  checkpoint.resume = keys::checkpoint_resume.read(config);
+  checkpoint.export_hf = keys::checkpoint_export_hf.read(config);
+  checkpoint.every = keys::checkpoint_every.read(config);
+  checkpoint.keep = static_cast<int>(keys::checkpoint_keep.read(config));
+  checkpoint.save_best = keys::checkpoint_save_best.read(config);
+  checkpoint.accept_manifest_without_checksum = keys::checkpoint_accept_manifest_without_checksum.read(config);
   return checkpoint;
 }
 
 DebugSettings read_debug(const Config& config) {
   DebugSettings debug;
-  debug.ranks_per_host = config.get_int("debug.ranks_per_host");
-  debug.slow_rank = config.get_int("debug.slow_rank");
-  debug.delay_ms = config.get_double("debug.delay_ms");
-  debug.checkpoint_delay_ms = config.get_double("debug.checkpoint_delay_ms");
-  debug.checkpoint_delay_rank = config.get_int("debug.checkpoint_delay_rank");
+  debug.ranks_per_host = keys::debug_ranks_per_host.read(config);
+  debug.slow_rank = keys::debug_slow_rank.read(config);
+  debug.delay_ms = keys::debug_delay_ms.read(config);
+  debug.checkpoint_delay_ms = keys::debug_checkpoint_delay_ms.read(config);
+  debug.checkpoint_delay_rank = keys::debug_checkpoint_delay_rank.read(config);
   return debug;
 }
 

@@ -1,6 +1,8 @@
 #pragma once
-// The trainer's tunables: every key of odc-train's YAML, declared once with its default and doc.
-// The defaults form the embedded demo job (a small LLaMA-style model on synthetic SFT data).
+// The trainer's tunables: every key of odc-train's YAML, each declared once (core/key.h) beside its
+// user (model/model_keys.h, data/data_keys.h, distributed/*/..._keys.h, train/config/*_keys.h) and
+// listed here in the schema's order. The defaults form the embedded demo job (a small LLaMA-style
+// model on synthetic SFT data).
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "odc/core/config.h"
 #include "odc/distributed/comm/comm_factory.h"
 #include "odc/model/llama_config.h"
+#include "odc/model/model_keys.h"
 
 namespace odc::train {
 
@@ -20,12 +23,13 @@ std::vector<TunableSpec> trainer_tunables();
 // --set assignments. Required keys are not checked: call Config::validate() before training.
 Config load_trainer_config(const std::string& config_file, const std::vector<std::string>& assignments);
 
-// model.config as a LlamaConfig (strict: unknown fields are errors naming "model.config.X").
-model::LlamaConfig model_config_from(const Config& config);
+// model.config as a LlamaConfig (strict: unknown fields are errors naming "model.config.X");
+// model/model_keys.h, shared with odc-sim.
+using model::model_config_from;
 // The model a training run uses: model.checkpoint's config.json when set, else model.config.
 model::LlamaConfig training_model_config(const Config& config);
 
-// YAML -> JSON with scalar types inferred the way YAML 1.2 core schema reads them.
-nlohmann::json yaml_to_json(const YAML::Node& node);
+// YAML -> JSON with scalar types inferred the way YAML 1.2 core schema reads them (model_keys.h).
+using model::yaml_to_json;
 
 }  // namespace odc::train

@@ -32,7 +32,7 @@ struct MemoryInputs {
   int world = 1;                    // ranks sharing the shards (the shard world)
   DeviceKind device = DeviceKind::cpu;
   DType compute = DType::f32;       // model.dtype
-  model::Recompute recompute = model::Recompute::none;
+  model::Recompute recompute = model::parse_recompute(keys::train_recompute.default_value());  // train.recompute
   std::int64_t tokens = 0;          // the microbatch's token count (the cap)
   distributed::CommKind comm = distributed::CommKind::odc;
   distributed::TransportKind transport = distributed::TransportKind::automatic;

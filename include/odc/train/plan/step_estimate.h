@@ -21,6 +21,7 @@
 #include "odc/backend/op_profile.h"
 #include "odc/core/dtype.h"
 #include "odc/model/llama_config.h"
+#include "odc/model/model_keys.h"
 #include "odc/model/recompute.h"
 #include "odc/train/plan/memory_plan.h"
 #include "odc/train/config/run_settings.h"
@@ -34,7 +35,7 @@ struct StepShape {
   model::LlamaConfig model;
   DeviceKind device = DeviceKind::cpu;
   DType compute = DType::f32;
-  model::Recompute recompute = model::Recompute::none;
+  model::Recompute recompute = model::parse_recompute(keys::train_recompute.default_value());  // train.recompute
   std::int64_t tokens = 0;
   std::int64_t sequences = 1;
   std::int64_t optimizer_elements = 0;

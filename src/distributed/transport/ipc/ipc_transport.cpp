@@ -58,11 +58,7 @@ IpcTransport::IpcTransport(std::unique_ptr<PeerMemory> memory, HostGroup& group,
       world_(group.size()),
       owned_(shape.owned),
       own_masters_(shape.masters) {
-  const std::int64_t chunk_floats = options.chunk_bytes / static_cast<std::int64_t>(sizeof(float));
-  if (slots_ < 1 || chunk_floats < 1) {
-    fail("the ipc transport needs comm.max_inflight >= 1 (found {}) and comm.chunk_bytes >= 4 (found {})", slots_,
-         options.chunk_bytes);
-  }
+  options.validate(static_cast<std::int64_t>(sizeof(float)));  // a slot holds whole floats
   ODC_CHECK(shape.gather_buffers >= 1 && options.push_buffers >= 1, "the ipc transport needs its buffer counts");
   slot_floats_ = ipc_slot_floats(options, shape.largest_shard);  // as the memory plan sizes it
   const auto w = static_cast<std::size_t>(world_);

@@ -74,12 +74,7 @@ Completion::Completion(int world_size)
 UcxTransport::UcxTransport(HostGroup& group, std::int64_t exposed_floats, TransportOptions options)
     : group_(group), rank_(group.rank()), world_size_(group.size()), options_(options),
       exposed_floats_(exposed_floats), control_completion_(group.size()), serve_completion_(group.size()) {
-  if (options_.chunk_bytes < 4096) fail("comm.chunk_bytes must be at least 4096, found {}", options_.chunk_bytes);
-  if (options_.network_chunk_bytes < 4096) {
-    fail("comm.network_chunk_bytes must be at least 4096, found {}", options_.network_chunk_bytes);
-  }
-  if (options_.max_inflight < 1) fail("comm.max_inflight must be at least 1, found {}", options_.max_inflight);
-  if (!(options_.timeout_s > 0)) fail("comm.timeout_s must be positive, found {}", options_.timeout_s);
+  options_.validate();
 
   ucp_config_t* config = nullptr;
   check_ucs(ucp_config_read(nullptr, nullptr, &config), "config read");
