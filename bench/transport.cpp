@@ -32,6 +32,7 @@
 #include "odc/distributed/group/mpi_session.h"
 #include "odc/distributed/comm/push_ledger.h"
 #include "odc/distributed/group/startup_deadline.h"
+#include "odc/distributed/transport/transport_keys.h"
 #include "odc/distributed/transport/ucx/ucx_transport.h"
 
 namespace {
@@ -53,9 +54,9 @@ options:
   --max-iters N        cap for adapted iterations (default 2000)
   --warmup N           untimed iterations per side after the verification run (default 1)
   --chunk-bytes B      transport chunk size to a peer whose region is mapped here (shared
-                       memory): one get or push message, as comm.chunk_bytes (default 1048576)
+                       memory): one get or push message, as comm.chunk_bytes (its default)
   --network-chunk-bytes B  the same to a peer reached over the network (request answers, push
-                       messages), as comm.network_chunk_bytes (default 4194304)
+                       messages), as comm.network_chunk_bytes (its default)
   --max-inflight N     transport operations in flight (default 8)
   --direct-load B      true: gathers copy straight from peers' regions where UCX maps them, as
                        comm.direct_load (default true); false: ucp_get via the progress thread
@@ -90,8 +91,8 @@ struct Options {
   double min_time_s = 0.5;
   int max_iters = 2000;
   int warmup = 1;
-  std::int64_t chunk_bytes = 1 << 20;
-  std::int64_t network_chunk_bytes = 4 << 20;
+  std::int64_t chunk_bytes = odc::keys::comm_chunk_bytes.default_value();
+  std::int64_t network_chunk_bytes = odc::keys::comm_network_chunk_bytes.default_value();
   int max_inflight = 8;
   bool direct_load = true;
   std::vector<odc::distributed::GatherProtocol> gather_protocols{odc::distributed::GatherProtocol::automatic};
@@ -130,9 +131,9 @@ Options parse_options(const odc::cli::Arguments& args) {
   options.min_time_s = args.number("--min-time-s", options.min_time_s, Range::at_least(0));
   options.max_iters = int_option("--max-iters", options.max_iters, 1);
   options.warmup = int_option("--warmup", options.warmup, 0);
-  options.chunk_bytes = args.integer("--chunk-bytes", options.chunk_bytes, Range::at_least(4096));
+  options.chunk_bytes = args.integer("--chunk-bytes", options.chunk_bytes, odc::keys::comm_chunk_bytes.range());
   options.network_chunk_bytes =
-      args.integer("--network-chunk-bytes", options.network_chunk_bytes, Range::at_least(4096));
+      args.integer("--network-chunk-bytes", options.network_chunk_bytes, odc::keys::comm_network_chunk_bytes.range());
   options.max_inflight = int_option("--max-inflight", options.max_inflight, 1);
   options.direct_load = args.choice("--direct-load", {"true", "false"}, "true") == "true";
   if (const auto protocols = args.list("--gather-protocol", {}); !protocols.empty()) {

@@ -15,18 +15,24 @@
 #include "cli/command_line.h"
 #include "cli/tool_main.h"
 #include "odc/core/logging.h"
+#include "odc/data/data_keys.h"
 #include "odc/data/dataset.h"
 #include "odc/distributed/group/local_launch.h"
 #include "odc/distributed/group/mpi_host_group.h"
 #include "odc/distributed/group/mpi_session.h"
 #include "odc/distributed/group/shm_host_group.h"
 #include "odc/distributed/group/startup_deadline.h"
+#include "odc/distributed/transport/transport_keys.h"
+#include "odc/model/model_keys.h"
 #include "odc/train/config/batch_schedule.h"
+#include "odc/train/config/checkpoint_keys.h"
 #include "odc/train/plan/calibrate.h"
 #include "odc/train/config/config_schema.h"
 #include "odc/train/plan/memory_plan.h"
 #include "odc/train/plan/plan_report.h"
+#include "odc/train/config/rl_keys.h"
 #include "odc/train/config/run_settings.h"
+#include "odc/train/config/train_keys.h"
 #include "odc/train/plan/step_estimate.h"
 #include "odc/train/rl/online_rl_loop.h"
 #include "odc/train/run/trainer.h"
@@ -104,7 +110,7 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
   // Started by `odc-run --local N` (no MPI): the ranks of this host meet in shared memory.
   std::unique_ptr<odc::distributed::ShmHostGroup> local;
   if (!mpi.initialized() && odc::distributed::launched_locally()) {
-    local = odc::distributed::make_local_group_from_env(config.get_double("comm.timeout_s"));
+    local = odc::distributed::make_local_group_from_env(odc::keys::comm_timeout_s.read(config));
   }
   const int rank = local ? local->rank() : mpi.rank();
   const int world_size = local ? local->size() : mpi.world_size();
@@ -119,7 +125,7 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
                  stdout);
       // With a checkpoint, its config.json defines the model (checked against model.config here):
       // show that shape, not model.config's defaults.
-      if (!config.get_string("model.checkpoint").empty()) {
+      if (!odc::keys::model_checkpoint.read(config).empty()) {
         const auto model = odc::train::training_model_config(config);
         std::printf("# the model, from model.checkpoint's config.json (model.config is not used):\n# %s\n",
                     model.to_json().dump().c_str());
@@ -153,15 +159,15 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
     return 0;
   }
   // The online RL loop samples its own rollouts from rl.prompts: it reads no data.train.
-  const bool online_rl = !config.get_string("rl.prompts").empty();
+  const bool online_rl = !odc::keys::rl_prompts.read(config).empty();
   odc::cli::same_on_every_rank([&] {
     config.validate(online_rl ? std::vector<std::string>{"data.train"} : std::vector<std::string>{});
     odc::train::resolve_run_settings(config, false);  // the settings' own checks (train.trace_file's name)
     odc::train::global_batch_size(config, world_size);  // its overflow (minibatch x ranks) too
     // The data file every rank reads: one that cannot be opened is said once, not once per rank.
-    if (!online_rl) odc::data::check_dataset_opens(config.get_string("data.train"), config.get_string("data.format"));
+    if (!online_rl) odc::data::check_dataset_opens(odc::keys::data_train.read(config), odc::keys::data_format.read(config));
   });
-  odc::setup_logging(rank, world_size, config.get_string("train.log_level"));
+  odc::setup_logging(rank, world_size, odc::keys::train_log_level.read(config));
   // The loop: data.train's minibatches, or (rl.prompts) the online RL loop's rollouts, sampled with
   // the trainer's current weights every iteration.
   const odc::train::StepSourceFactory loop = online_rl ? odc::train::OnlineRlLoop::factory() : nullptr;
@@ -177,12 +183,12 @@ int run(const odc::cli::Arguments& args, const odc::distributed::MpiSession& mpi
     return 0;
   }
   if (mpi.rank() == 0 && std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr && std::getenv("ODC_LAUNCHER") == nullptr &&
-      !config.get_string("checkpoint.dir").empty()) {
+      !odc::keys::checkpoint_dir.read(config).empty()) {
     // mpirun kills the ranks about a second after Ctrl-C or SIGTERM: a checkpoint may not fit.
     spdlog::info("started by mpirun directly: a Ctrl-C or SIGTERM to mpirun ends the ranks ~1 s later, "
                  "checkpoint or not; launch with odc-run (same arguments) for a graceful stop");
   }
-  const auto group = odc::distributed::make_world_group(config.get_double("comm.timeout_s"));
+  const auto group = odc::distributed::make_world_group(odc::keys::comm_timeout_s.read(config));
   odc::train::Trainer trainer(config, *group, loop);
   trainer.run(/*keep_results=*/false, &signals);  // constant memory over any number of steps
   return 0;
@@ -197,10 +203,10 @@ double startup_timeout_s(int argc, char** argv) {
   double timeout = 0.0;
   try {
     const auto args = odc::cli::parse(command(), argc, argv);
-    timeout = odc::train::load_trainer_config(args.positional(0), args.assignments()).get_double("comm.timeout_s");
+    timeout = odc::keys::comm_timeout_s.read(odc::train::load_trainer_config(args.positional(0), args.assignments()));
   } catch (...) {
     try {
-      timeout = odc::train::load_trainer_config("", {}).get_double("comm.timeout_s");
+      timeout = odc::keys::comm_timeout_s.read(odc::train::load_trainer_config("", {}));
     } catch (...) {
       timeout = 600.0;  // comm.timeout_s's default, should the environment itself be unreadable
     }

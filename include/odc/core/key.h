@@ -119,6 +119,8 @@ class Key {
   }
 
   const std::string& path() const { return path_; }
+  // The values a number may take (a command-line flag that sets the same quantity checks these too).
+  const Range& range() const { return range_; }
   bool has_default() const { return default_.value.has_value(); }
   // The default as a value; a key without one has none to give (a programmer's error).
   const T& default_value() const {

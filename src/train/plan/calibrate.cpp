@@ -4,6 +4,7 @@
 #include <chrono>
 #include <limits>
 
+#include "odc/data/data_keys.h"
 #include "odc/distributed/comm/local_comm.h"
 #include "odc/distributed/shard/shard_store.h"
 #include "odc/model/llama_model.h"
@@ -21,7 +22,7 @@ data::CostModel calibrate_cost_model(const Config& config, std::vector<Calibrati
   distributed::LocalComm comm(store);
 
   // Lengths up to the microbatch cap (or the model's context), at most 4096 to keep this short.
-  std::int64_t longest = config.get_int("data.max_tokens_per_microbatch");
+  std::int64_t longest = keys::data_max_tokens_per_microbatch.read(config);
   if (longest <= 0) longest = model_config.max_position_embeddings;
   longest = std::min<std::int64_t>(longest, 4096);
   std::vector<std::int64_t> lengths;
