@@ -38,22 +38,6 @@ std::unique_ptr<PeerMemory> make_peer_memory(HostGroup& group, backend::Backend*
 
 }  // namespace
 
-CommFacts comm_facts(const CommOptions& options, int world_size, std::string state_device, bool over_mpi, int hosts) {
-  CommFacts facts;
-  facts.world_size = world_size;
-  facts.kind = options.kind;
-  facts.transport = options.odc_transport;
-  facts.gather_dtype = options.gather_dtype;
-  facts.host_staging = options.host_staging;
-  facts.state_device = std::move(state_device);
-  facts.over_mpi = over_mpi;
-  facts.hosts = hosts;
-#if defined(ODC_HAVE_CUDA)
-  facts.cuda_build = true;
-#endif
-  return facts;
-}
-
 int comm_hosts(const HostGroup& group) {
   const auto* mpi = dynamic_cast<const MpiHostGroup*>(&group);
   return mpi != nullptr ? mpi->topology().hosts : 1;

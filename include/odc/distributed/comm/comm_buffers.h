@@ -8,7 +8,7 @@
 
 #include "odc/core/planned_memory.h"
 #include "odc/distributed/comm/comm_choice.h"
-#include "odc/distributed/comm/comm_factory.h"
+#include "odc/distributed/comm/comm_options.h"
 #include "odc/distributed/shard/shard_layout.h"
 #include "odc/distributed/transport/ipc/ipc_transport.h"
 #include "odc/distributed/transport/transport_options.h"
