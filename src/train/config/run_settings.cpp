@@ -183,4 +183,14 @@ std::unique_ptr<backend::Backend> training_backend(const RunSettings& settings, 
                                model.cudnn_workspace_mib);
 }
 
+std::vector<std::int64_t> RlLoopSettings::prompt_positions(int rank, int world) const {
+  std::vector<std::int64_t> positions;
+  for (std::int64_t j = rank; j < prompts_per_iteration; j += world) positions.push_back(j);
+  return positions;
+}
+
+std::int64_t RlLoopSettings::most_completions_per_rank(int world) const {
+  return static_cast<std::int64_t>(prompt_positions(0, world).size()) * group_size;
+}
+
 }  // namespace odc::train

@@ -262,9 +262,8 @@ MemoryInputs memory_inputs(const RunSettings& settings, const model::LlamaConfig
   in.sharding = std::string(distributed::sharding_name(settings.train.sharding));
   in.export_hf = !settings.checkpoint.export_hf.empty();
   if (settings.rl.online()) {
-    // This rank samples ceil(prompts / world) prompts' completions, rl.concurrency at a time.
-    const std::int64_t mine = (settings.rl.prompts_per_iteration + world - 1) / world * settings.rl.group_size;
-    in.rollout_sequences = std::min(settings.rl.concurrency, mine);
+    // The most completions a rank samples in an iteration (the loop's deal), rl.concurrency at a time.
+    in.rollout_sequences = std::min(settings.rl.concurrency, settings.rl.most_completions_per_rank(world));
     in.rollout_length = model.max_position_embeddings;
     in.rollout_reference = settings.objective.policy.kl_beta > 0;
   }

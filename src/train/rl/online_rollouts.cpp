@@ -139,10 +139,10 @@ DrawnRollouts OnlineRollouts::draw(std::int64_t iteration, model::LlamaModel& mo
   DrawnRollouts drawn;
   drawn.iteration = iteration;
   drawn.chosen = iteration_prompts(iteration);
-  // This rank's prompts: positions rank, rank + world, ...
+  // This rank's prompts: its positions of the deal (RlLoopSettings::prompt_positions).
   std::vector<std::vector<std::int32_t>> mine;
   RolloutOptions options;
-  for (std::int64_t j = rank_; j < prompts_per_iteration_; j += world_) {
+  for (const std::int64_t j : rl_.prompt_positions(rank_, world_)) {
     mine.push_back(prompts_.prompts()[static_cast<std::size_t>(drawn.chosen[static_cast<std::size_t>(j)])].ids);
     drawn.positions.push_back(j);
     options.prompt_keys.push_back(static_cast<std::uint64_t>(j));

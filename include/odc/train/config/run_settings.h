@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "odc/backend/backend.h"
 #include "odc/core/config.h"
@@ -138,6 +139,11 @@ struct RlLoopSettings {
   bool chat = keys::rl_chat.default_value();  // rl.chat: prompts as user turns of data.chat_template
 
   bool online() const { return !prompts.empty(); }
+  // The deal of an iteration's prompts over `world` ranks, written once for the loop and the memory
+  // plan: rank r samples the prompts at positions r, r + world, ... of the iteration's draw.
+  std::vector<std::int64_t> prompt_positions(int rank, int world) const;
+  // The most completions one rank samples in an iteration (rank 0's share of the deal).
+  std::int64_t most_completions_per_rank(int world) const;
 };
 
 struct RunSettings {
