@@ -103,9 +103,9 @@ PlannedMemory planned_buffers(const CommChoice& choice, const CommOptions& optio
       const TransportOptions t = odc_transport_options(options, choice.build, s.largest_shard);
       m.append(ucx_planned_buffers(t, w, s.owned, ranks_on_host, !choice.staged, !device_state));
       if (options.deterministic) {
-        // PushAccumulator's per-client buffers, on the host.
-        m.add("deterministic accumulator", s.owned * kF32, fmt::format("{} owned elements x 4 B", count_text(s.owned)),
-              !staged_device);
+        // PushAccumulator's per-client buffers, on the host: one per client rank, each the owned shard.
+        m.add("deterministic accumulator", static_cast<std::int64_t>(w) * s.owned * kF32,
+              fmt::format("{} clients x {} owned elements x 4 B", w, count_text(s.owned)), !staged_device);
       }
       if (staged_device) plan_staging(s, m);
       break;

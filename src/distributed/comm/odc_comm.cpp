@@ -47,6 +47,7 @@ PlannedMemory OdcComm::allocated() const {
   PlannedMemory m;
   m.add("unit buffers", pool_.allocated_floats() * static_cast<std::int64_t>(sizeof(float)), "allocated");
   m.append(transport_.allocated());
+  if (accumulator_.own_bytes() > 0) m.add("deterministic accumulator", accumulator_.own_bytes(), "allocated");
   return m;
 }
 

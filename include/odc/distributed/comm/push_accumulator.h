@@ -35,6 +35,9 @@ class PushAccumulator {
                   float* client_buffers = nullptr);
 
   bool deterministic() const { return deterministic_; }
+  // Bytes of the clients' buffers this object holds itself (deterministic with host buffers of its
+  // own; 0 when they were given, as the IPC transport's memory).
+  std::int64_t own_bytes() const { return static_cast<std::int64_t>(own_buffers_.size() * sizeof(float)); }
   // Starts a minibatch: zeroes the clients' buffers, forgets sequence positions.
   void begin();
   // The `sequence`-th push (0-based, this minibatch) of unit `unit` from `client`: `count` floats

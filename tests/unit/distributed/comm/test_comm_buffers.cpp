@@ -91,11 +91,11 @@ TEST_CASE("comm buffers: ODC over ipc and ucx allocates what its choice plans", 
     bool deterministic;
     distributed::GatherDtype gather;
   };
-  // UCX with comm.deterministic is left out: its accumulator holds world x owned floats where the
-  // plan lists owned (the plan's figure, unchanged here).
+  // UCX with comm.deterministic: the PushAccumulator's own per-client buffers, world x owned floats.
   const Case cases[] = {{distributed::TransportKind::ipc, false, distributed::GatherDtype::f32},
                         {distributed::TransportKind::ipc, true, distributed::GatherDtype::bf16},
-                        {distributed::TransportKind::ucx, false, distributed::GatherDtype::f32}};
+                        {distributed::TransportKind::ucx, false, distributed::GatherDtype::f32},
+                        {distributed::TransportKind::ucx, true, distributed::GatherDtype::f32}};
   for (const auto& c : cases) {
     for (const int world : {2, 3}) {
       DYNAMIC_SECTION((c.transport == distributed::TransportKind::ucx ? "ucx" : "ipc")
