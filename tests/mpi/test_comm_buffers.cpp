@@ -8,6 +8,7 @@
 #include "odc/distributed/comm/comm_buffers.h"
 #include "odc/distributed/comm/comm_factory.h"
 #include "odc/model/units.h"
+#include "unit/distributed/comm/comm_buffers_support.h"
 
 using namespace odc;
 
@@ -28,19 +29,7 @@ TEST_CASE("comm buffers: the collective comm allocates what its choice plans", "
   auto stack = distributed::make_comm(options, *group, layout, units, config, 3);
   auto& comm = stack->comm();
   const int n = layout.num_units();
-  comm.begin_minibatch();
-  for (int u = 0; u < n; ++u) {
-    if (u + 1 < n) comm.prefetch(u + 1);  // as the model: the next unit while this one computes
-    comm.acquire(u);
-    comm.release(u);
-  }
-  for (int u = n - 1; u >= 0; --u) {
-    comm.acquire(u);
-    comm.grad_buffer(u);
-    comm.push_grad(u);
-    comm.release(u);
-  }
-  comm.end_minibatch();
+  test::one_minibatch(comm, n);
   const auto choice = distributed::choose_comm(
       distributed::comm_facts(options, group->size(), "", group->over_mpi(), distributed::comm_hosts(*group)));
   const auto planned = distributed::planned_buffers(choice, options, distributed::comm_shape(layout), false, 1);
@@ -53,8 +42,7 @@ TEST_CASE("comm buffers: the collective comm allocates what its choice plans", "
   REQUIRE(choice.build == distributed::CommBuild::mpi_collective);
   REQUIRE(allocated.find("reduce-scatter receive buffers") != nullptr);
   CHECK(allocated.find("reduce-scatter receive buffers")->bytes == planned.find("reduce-scatter receive buffers")->bytes);
-  std::int64_t layer = 0;
-  for (int u = 1; u + 1 < n; ++u) layer = std::max(layer, layout.unit(u).padded);
+  const std::int64_t layer = test::largest_layer(layout);
   const std::int64_t unit_buffers = allocated.find("unit buffers")->bytes;
   CHECK(unit_buffers <= planned.find("unit buffers")->bytes);
   CHECK(unit_buffers >= planned.find("unit buffers")->bytes - 4 * layer);

@@ -1,10 +1,10 @@
 #include "odc/distributed/group/host_group.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
 
 #include "exchange_parts.h"
 #include "odc/core/error.h"
@@ -47,9 +47,26 @@ std::unique_ptr<HostGroup> HostGroup::split(int color, std::string_view what) {
 
 std::vector<std::string> HostGroup::all_gather_text(std::string_view mine, std::string_view what) {
   const std::vector<std::string> gathered = gather_text(mine, what);
-  std::string all = is_root() ? nlohmann::json(gathered).dump() : std::string();
+  // Each part after its length: any bytes travel (binary records too), none is re-encoded.
+  std::string all;
+  for (const auto& part : gathered) {
+    const auto bytes = static_cast<std::uint64_t>(part.size());
+    all.append(reinterpret_cast<const char*>(&bytes), sizeof(bytes));
+    all += part;
+  }
   broadcast(all, what);
-  return nlohmann::json::parse(all).get<std::vector<std::string>>();
+  std::vector<std::string> out;
+  std::string_view in(all);
+  for (int r = 0; r < size(); ++r) {
+    std::uint64_t bytes = 0;
+    ODC_CHECK(in.size() >= sizeof(bytes), "{}: the gathered parts end before rank {}'s", what, r);
+    std::memcpy(&bytes, in.data(), sizeof(bytes));
+    in.remove_prefix(sizeof(bytes));
+    ODC_CHECK(in.size() >= bytes, "{}: rank {}'s part ends short", what, r);
+    out.emplace_back(in.substr(0, bytes));
+    in.remove_prefix(bytes);
+  }
+  return out;
 }
 
 void check_identical_across_ranks(HostGroup& group, const std::vector<std::pair<std::string, std::uint64_t>>& items) {

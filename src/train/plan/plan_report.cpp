@@ -10,6 +10,7 @@
 #include "odc/core/error.h"
 #include "odc/core/planned_memory.h"
 #include "odc/core/process_stats.h"
+#include "odc/distributed/comm/comm_options.h"
 #include "odc/train/config/config_schema.h"
 #include "odc/train/config/run_settings.h"
 #include "odc/train/plan/memory_plan.h"
@@ -33,10 +34,10 @@ std::optional<ShownPlan> plan_to_show(const Config& config, int world, bool laun
   const RunSettings settings = resolve_run_settings(config, false);
   const bool gpu = settings.model.device != "cpu";
   const std::int64_t capacity = gpu ? 0 : read_available_memory() / std::max(ranks_on_host, 1);
-  // The hosts the shard group spans: a group without MPI is one host, as is hybrid's (a host's ranks).
-  const int hosts = launched_with_mpi && settings.train.sharding != distributed::Sharding::hybrid
-                        ? (world + std::max(ranks_on_host, 1) - 1) / std::max(ranks_on_host, 1)
-                        : 1;
+  // The hosts the shard group spans: a group without MPI is one host; the planned run's hosts are
+  // its ranks over `ranks_on_host`.
+  const int group_hosts = launched_with_mpi ? (world + std::max(ranks_on_host, 1) - 1) / std::max(ranks_on_host, 1) : 1;
+  const int hosts = distributed::shard_group_hosts(settings.train.sharding, group_hosts);
   const RunMemory run = plan_run_memory(settings, model, world, capacity, ranks_on_host, launched_with_mpi, 0, hosts);
   MemoryInputs inputs = run.inputs;
   inputs.tokens = run.auto_token_cap > 0 ? run.auto_token_cap : settings.data.max_tokens_per_microbatch;

@@ -244,28 +244,6 @@ Item take_item(std::string_view& in) {
   return item;
 }
 
-// Every rank's bytes, in rank order, on every rank.
-std::vector<std::string> all_gather_bytes(distributed::HostGroup& group, const std::string& mine, std::string_view what) {
-  const std::vector<std::string> parts = group.gather_text(mine, what);
-  std::string all;
-  for (const auto& part : parts) {
-    const auto size = static_cast<std::uint64_t>(part.size());
-    put(all, &size, 1);
-    all += part;
-  }
-  group.broadcast(all, what);
-  std::vector<std::string> out;
-  std::string_view in(all);
-  for (int r = 0; r < group.size(); ++r) {
-    std::uint64_t size = 0;
-    take(in, &size, 1);
-    ODC_CHECK(in.size() >= size, "online rollouts: rank {}'s part ends short", r);
-    out.emplace_back(in.substr(0, size));
-    in.remove_prefix(size);
-  }
-  return out;
-}
-
 }  // namespace
 
 std::optional<RolloutIteration> OnlineRollouts::gather(DrawnRollouts drawn, distributed::HostGroup& group,
@@ -311,7 +289,7 @@ std::optional<RolloutIteration> OnlineRollouts::gather(DrawnRollouts drawn, dist
     }
     put_item(part, item);
   }
-  const auto parts = all_gather_bytes(group, part, "the iteration's sampled completions");
+  const auto parts = group.all_gather_text(part, "the iteration's sampled completions");
   const auto total = static_cast<std::size_t>(rollouts_per_iteration());
   std::vector<Item> items(total);
   for (const auto& bytes : parts) {

@@ -170,7 +170,7 @@ void Trainer::make_data() {
                                            backend_->memory_capacity(group_.ranks_on_host()),
                                            group_.ranks_on_host(), group_.over_mpi(),
                                            step_source_ ? step_source_->max_sequence_length() : 0,
-                                           sharding_.kind == distributed::Sharding::hybrid ? 1 : distributed::comm_hosts(group_));
+                                           distributed::shard_group_hosts(sharding_.kind, distributed::comm_hosts(group_)));
   data_ = std::make_unique<MinibatchSource>(settings, config_, model_config_, rank, world, settings.comm.kind,
                                             memory.auto_token_cap, step_source_ ? step_source_->max_sequence_length() : 0);
   if (Evaluator::configured(settings)) {

@@ -7,6 +7,7 @@
 #include "odc/distributed/comm/comm_choice.h"
 #include "odc/distributed/comm/comm_keys.h"
 #include "odc/distributed/shard/shard_store.h"
+#include "odc/distributed/shard/sharding.h"
 #include "odc/distributed/transport/transport_options.h"
 
 namespace odc::distributed {
@@ -31,5 +32,9 @@ struct CommOptions {
 // plan's (train/plan/memory_plan.h: from the run's settings, for this machine or another).
 // `state_device`: the device holding the state (empty: host memory); `hosts`: comm_hosts.
 CommFacts comm_facts(const CommOptions& options, int world_size, std::string state_device, bool over_mpi, int hosts);
+
+// The hosts a run's shard group spans, of the `hosts` its whole group spans: one under hybrid
+// sharding, whose shard group is a host's ranks. What comm_facts takes as `hosts`.
+inline int shard_group_hosts(Sharding sharding, int hosts) { return sharding == Sharding::hybrid ? 1 : hosts; }
 
 }  // namespace odc::distributed

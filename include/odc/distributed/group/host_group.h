@@ -55,7 +55,7 @@ class HostGroup {
   virtual std::vector<std::string> gather_text(std::string_view mine, std::string_view what) = 0;
   // Rank 0's `text` replaces every other rank's.
   virtual void broadcast(std::string& text, std::string_view what) = 0;
-  // Every rank's text, in rank order, on every rank (gather_text, then a broadcast).
+  // Every rank's text (any bytes), in rank order, on every rank (gather_text, then a broadcast).
   std::vector<std::string> all_gather_text(std::string_view mine, std::string_view what);
 
   // What this rank is doing now ("step 12: microbatch 3/7"): a peer stuck waiting for this rank

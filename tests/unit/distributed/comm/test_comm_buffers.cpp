@@ -8,6 +8,7 @@
 #include "odc/distributed/comm/comm_buffers.h"
 #include "odc/distributed/comm/comm_factory.h"
 #include "odc/model/units.h"
+#include "unit/distributed/comm/comm_buffers_support.h"
 #include "unit/rank_threads.h"
 #include "unit/tiny_model.h"
 
@@ -26,23 +27,6 @@ distributed::CommOptions odc_options(distributed::TransportKind transport, bool 
   o.transport.max_inflight = 3;
   o.transport.timeout_s = 20;
   return o;
-}
-
-// A minibatch over every unit: each gathered (the next prefetched), its gradient pushed.
-void one_minibatch(distributed::Comm& comm, int units) {
-  comm.begin_minibatch();
-  for (int u = 0; u < units; ++u) {
-    if (u + 1 < units) comm.prefetch(u + 1);  // as the model: the next unit while this one computes
-    comm.acquire(u);
-    comm.release(u);
-  }
-  for (int u = units - 1; u >= 0; --u) {
-    comm.acquire(u);
-    comm.grad_buffer(u);
-    comm.push_grad(u);
-    comm.release(u);
-  }
-  comm.end_minibatch();
 }
 
 // "" when every allocation the plan names is what was allocated (the unit buffers: within a layer).
@@ -106,14 +90,13 @@ TEST_CASE("comm buffers: ODC over ipc and ucx allocates what its choice plans", 
           const distributed::ShardLayout layout(units, world, group.rank());
           const auto options = odc_options(c.transport, c.deterministic, c.gather);
           auto stack = distributed::make_comm(options, group, layout, units, config, 7);
-          one_minibatch(stack->comm(), layout.num_units());
+          test::one_minibatch(stack->comm(), layout.num_units());
           const auto choice = distributed::choose_comm(
               distributed::comm_facts(options, world, "", group.over_mpi(), distributed::comm_hosts(group)));
           const auto planned =
               distributed::planned_buffers(choice, options, distributed::comm_shape(layout), false, world);
-          std::int64_t layer = 0;
-          for (int u = 1; u + 1 < layout.num_units(); ++u) layer = std::max(layer, layout.unit(u).padded);
-          seen[static_cast<std::size_t>(group.rank())] = compare(planned, stack->comm().allocated(), 4 * layer);
+          seen[static_cast<std::size_t>(group.rank())] =
+              compare(planned, stack->comm().allocated(), 4 * test::largest_layer(layout));
         });
         for (int r = 0; r < world; ++r) {
           INFO("rank " << r);
