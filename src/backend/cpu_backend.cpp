@@ -195,6 +195,15 @@ void CpuBackend::zero(View target) {
   if (target.count > 0) std::memset(f(target), 0, static_cast<std::size_t>(target.count) * dtype_size(target.dtype));
 }
 
+void CpuBackend::add(ConstView x, View y) {
+  ODC_CHECK(x.count == y.count && x.dtype == y.dtype, "add of {} {} into {} {}", x.count, dtype_name(x.dtype), y.count,
+            dtype_name(y.dtype));
+  const float* in = f(x);
+  float* acc = f(y);
+  for (std::int64_t i = 0; i < x.count; ++i) acc[i] += in[i];
+  if (rounds()) round_bf16(y, y.count);
+}
+
 void CpuBackend::gather_rows(ConstView source, ConstView rows, std::int64_t width, View target) {
   const float* src = f(source);
   const std::int32_t* index = ids(rows);

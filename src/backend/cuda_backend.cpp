@@ -232,6 +232,19 @@ void CudaBackend::copy(ConstView source, View target) {
   }
 }
 
+void CudaBackend::add(ConstView x, View y) {
+  ODC_CHECK(x.count == y.count && x.dtype == y.dtype, "add of {} {} into {} {}", x.count, dtype_name(x.dtype), y.count,
+            dtype_name(y.dtype));
+  check_view(x, x.dtype, "add");
+  check_view(y, y.dtype, "add");
+  if (x.count == 0) return;
+  if (x.dtype == DType::f32) {
+    cu::add_f32(static_cast<float*>(y.data), static_cast<const float*>(x.data), x.count, impl_->s());
+  } else {
+    cu::add_bf16(y.data, x.data, x.count, impl_->s());
+  }
+}
+
 void CudaBackend::zero(View target) {
   check_view(target, target.dtype, "zero");
   if (target.count > 0) {

@@ -15,6 +15,7 @@ std::int32_t PackedBatch::max_seqlen() const {
 }
 
 double PackedBatch::causal_pairs() const {
+  if (context.active()) return split_causal_pairs(context);
   double pairs = 0.0;
   for (std::size_t s = 0; s + 1 < cu_seqlens.size(); ++s) {
     const auto length = static_cast<double>(cu_seqlens[s + 1] - cu_seqlens[s]);
@@ -55,7 +56,36 @@ void PackedBatch::append_policy(std::span<const float> old, std::span<const floa
   }
 }
 
+void PackedBatch::append_rows(const PackedBatch& whole, std::int64_t begin, std::int64_t end) {
+  ODC_CHECK(whole.num_seqs() == 1 && begin >= 0 && begin <= end && end <= whole.num_tokens(),
+            "append_rows: positions [{}, {}) of a batch of {} sequences and {} tokens", begin, end, whole.num_seqs(),
+            whole.num_tokens());
+  ODC_CHECK(whole.has_policy() == has_policy() || cu_seqlens.size() <= 1,
+            "append_rows: every sequence of a batch needs its policy inputs or none does");
+  if (cu_seqlens.empty()) cu_seqlens.push_back(0);
+  const auto copy = [&](const auto& from, auto& to) {
+    if (from.empty()) return;
+    to.insert(to.end(), from.begin() + begin, from.begin() + end);
+  };
+  copy(whole.tokens, tokens);
+  copy(whole.positions, positions);
+  copy(whole.targets, targets);
+  copy(whole.loss_weights, loss_weights);
+  copy(whole.old_logprobs, old_logprobs);
+  copy(whole.ref_logprobs, ref_logprobs);
+  copy(whole.advantages, advantages);
+  cu_seqlens.push_back(static_cast<std::int32_t>(tokens.size()));
+}
+
+void PackedBatch::append_share(const PackedBatch& whole, int k, int member) {
+  const ContextCut cut{whole.num_tokens(), k};
+  ODC_CHECK(k >= 1 && member >= 0 && member < k, "append_share: member {} of {}", member, k);
+  for (const int c : cut.chunks_of(member)) append_rows(whole, cut.chunk_begin(c), cut.chunk_begin(c + 1));
+  context.lengths.push_back(whole.num_tokens());
+}
+
 void PackedBatch::clear() {
+  context = ContextSplit{};
   tokens.clear();
   positions.clear();
   cu_seqlens.clear();

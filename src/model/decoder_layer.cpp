@@ -1,5 +1,8 @@
 #include "decoder_layer.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "odc/core/error.h"
 
 namespace odc::model::detail {
@@ -118,14 +121,21 @@ Scratch::Scratch(backend::Backend& b)
       policy_ref(b.memory(), DType::f32),
       policy_advantages(b.memory(), DType::f32),
       chunk_coef(b.memory(), DType::f32),
-      chunk_entropy(b.memory(), DType::f32) {}
+      chunk_entropy(b.memory(), DType::f32),
+      k_keys(b.memory(), b.activation_dtype()),
+      v_keys(b.memory(), b.activation_dtype()),
+      dk_keys(b.memory(), b.activation_dtype()),
+      dv_keys(b.memory(), b.activation_dtype()),
+      received(b.memory(), b.activation_dtype()),
+      cu_seqlens_k(b.memory(), DType::i32) {}
 
 std::int64_t Scratch::bytes() const {
   std::int64_t n = 0;
   for (const auto* w : {&h, &dh, &dgate_up, &dq, &dk, &dv, &dattn, &dxn, &dx, &cos, &sin, &xf, &rstd_f, &dxf,
                         &chunk_in, &chunk_logits, &chunk_dx, &chunk_nll, &tokens, &positions, &cu_seqlens, &targets,
                         &weights, &rows, &chunk_targets, &chunk_weights, &policy_old, &policy_ref, &policy_advantages,
-                        &chunk_coef, &chunk_entropy}) {
+                        &chunk_coef, &chunk_entropy, &k_keys, &v_keys, &dk_keys, &dv_keys, &received,
+                        &cu_seqlens_k}) {
     n += w->capacity_bytes();
   }
   return n;
@@ -188,6 +198,39 @@ LayerViews layer_views_except_attention(LayerBuffers& buffers, const Dims& d, bo
   return v;
 }
 
+namespace {
+
+std::int64_t bytes_of(ConstView v) { return v.count * static_cast<std::int64_t>(dtype_size(v.dtype)); }
+
+// A split microbatch's keys and values, every member's rows, gathered into this member's key
+// segments.
+void gather_keys(const LayerContext& ctx, ConstView k, ConstView v, View k_keys, View v_keys) {
+  const auto what = [&](const char* part) {
+    return fmt::format("the {} of split microbatch {} (context parallelism over ranks {})", part, ctx.split->tag,
+                       fmt::join(ctx.split->ranks, ","));
+  };
+  ctx.exchange->exchange(*ctx.split, ctx.key_gather, k.data, bytes_of(k), k_keys.data, bytes_of(k_keys), what("keys"));
+  ctx.exchange->exchange(*ctx.split, ctx.key_gather, v.data, bytes_of(v), v_keys.data, bytes_of(v_keys), what("values"));
+}
+
+// The gradient of the key segments' rows back to the members holding them: `local` (this member's
+// rows) becomes the sum of every member's copy, added in the pieces' fixed order.
+void return_key_grads(backend::Backend& b, const LayerContext& ctx, ConstView keys_grad, View local, Scratch& s,
+                      const char* part) {
+  const std::int64_t width = ctx.d.kv;
+  const View received = s.received.get(ctx.key_scatter.received_rows * width);
+  ctx.exchange->exchange(*ctx.split, ctx.key_scatter.pieces, keys_grad.data, bytes_of(keys_grad), received.data,
+                         bytes_of(received),
+                         fmt::format("the {} gradients of split microbatch {} (context parallelism over ranks {})", part,
+                                     ctx.split->tag, fmt::join(ctx.split->ranks, ",")));
+  b.zero(local);
+  for (const RowSum& sum : ctx.key_scatter.sums) {
+    b.add(received.at(sum.from_row * width, sum.rows * width), local.at(sum.to_row * width, sum.rows * width));
+  }
+}
+
+}  // namespace
+
 void layer_forward(backend::Backend& b, const LayerContext& ctx, const LayerSlices& o, ConstView w,
                    const LayerViews& saved, ConstView x_in, View x_out, Scratch& s, ForwardPart stage) {
   const Dims& d = ctx.d;
@@ -210,7 +253,14 @@ void layer_forward(backend::Backend& b, const LayerContext& ctx, const LayerSlic
   }
   b.rope_forward(q, ctx.cos, ctx.sin, t, d.heads, d.head_dim);
   b.rope_forward(k, ctx.cos, ctx.sin, t, d.kv_heads, d.head_dim);
-  if (stage != ForwardPart::recompute_except_attention) b.attention_forward(ctx.shape, q, k, saved.v, saved.attn, saved.lse);
+  if (stage != ForwardPart::recompute_except_attention && ctx.split != nullptr) {
+    const View k_keys = s.k_keys.get(ctx.key_rows * d.kv);
+    const View v_keys = s.v_keys.get(ctx.key_rows * d.kv);
+    gather_keys(ctx, k, saved.v, k_keys, v_keys);
+    b.attention_forward(ctx.shape, q, k_keys, v_keys, saved.attn, saved.lse);
+  } else if (stage != ForwardPart::recompute_except_attention) {
+    b.attention_forward(ctx.shape, q, k, saved.v, saved.attn, saved.lse);
+  }
   b.linear_forward_residual(saved.attn, part(w, o.wo), x_in, saved.x_mid, t, d.q, d.c);  // x + attn Wo^T
   b.rmsnorm_forward(saved.x_mid, part(w, o.post_norm), saved.xn2, saved.rstd2, t, d.c, d.eps);
   b.linear_forward(saved.xn2, part(w, o.wgu), ConstView{}, saved.gate_up, t, d.c, 2 * d.f);  // gate | up
@@ -303,8 +353,20 @@ void layer_backward(backend::Backend& b, const LayerContext& ctx, const LayerSli
   // Attention: x_mid = x_in + o_proj(attn(rope(q), rope(k), v)).
   const ConstView attn = saved.attn;
   b.linear_backward(dx, attn, part(w, o.wo), dattn, part(g, o.wo), View{}, t, d.q, d.c, false);
-  b.attention_backward(ctx.shape, saved.q, saved.k, saved.v, attn,
-                       saved.lse, dattn, dq, dk, dv);
+  if (ctx.split != nullptr) {
+    // The keys and values are gathered again rather than kept from the forward: one layer's worth
+    // of the whole sequences' keys lives at a time.
+    const View k_keys = s.k_keys.get(ctx.key_rows * d.kv);
+    const View v_keys = s.v_keys.get(ctx.key_rows * d.kv);
+    const View dk_keys = s.dk_keys.get(ctx.key_rows * d.kv);
+    const View dv_keys = s.dv_keys.get(ctx.key_rows * d.kv);
+    gather_keys(ctx, saved.k, saved.v, k_keys, v_keys);
+    b.attention_backward(ctx.shape, saved.q, k_keys, v_keys, attn, saved.lse, dattn, dq, dk_keys, dv_keys);
+    return_key_grads(b, ctx, dk_keys, dk, s, "key");
+    return_key_grads(b, ctx, dv_keys, dv, s, "value");
+  } else {
+    b.attention_backward(ctx.shape, saved.q, saved.k, saved.v, attn, saved.lse, dattn, dq, dk, dv);
+  }
   b.rope_backward(dq, ctx.cos, ctx.sin, t, d.heads, d.head_dim);
   b.rope_backward(dk, ctx.cos, ctx.sin, t, d.kv_heads, d.head_dim);
   if (has_qk_norm(o)) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "odc/backend/backend.h"
+#include "odc/model/context_split.h"
 #include "odc/model/llama_config.h"
 #include "odc/model/units.h"
 
@@ -74,6 +75,9 @@ struct Scratch {
   // log-probabilities and the advantages (uploaded once per head), per chunk row the coefficients
   // and entropies.
   backend::Buffer policy_old, policy_ref, policy_advantages, chunk_coef, chunk_entropy;
+  // A split microbatch (context_split.h): the keys and values gathered into this member's key
+  // segments, their gradients, the copies of its own rows' gradients received, the key bounds.
+  backend::Buffer k_keys, v_keys, dk_keys, dv_keys, received, cu_seqlens_k;
   std::int64_t bytes() const;
 };
 
@@ -82,6 +86,14 @@ struct LayerContext {
   Dims d;
   backend::AttentionShape shape;
   backend::ConstView cos, sin;
+  // A split microbatch (null: none): every layer gathers the group's keys and values into the key
+  // segments of `shape` (key_rows rows) through `exchange`, and its backward returns their
+  // gradients to the members holding them, who add the copies (the same pieces every layer).
+  const ContextSplit* split = nullptr;
+  ContextExchange* exchange = nullptr;
+  std::vector<ExchangePiece> key_gather;
+  KeyScatter key_scatter;
+  std::int64_t key_rows = 0;
 };
 
 // Scratch of an incremental forward (LlamaModel::forward_cached), owned by the KvCache it runs

@@ -52,6 +52,7 @@ struct LlamaModel::Activations {
   std::vector<std::int32_t> rows;     // head: positions that carry loss weight
   std::vector<std::int32_t> chunk_targets;
   std::vector<float> chunk_weights;
+  std::vector<std::int32_t> key_bounds;  // a split microbatch's (context_split.h)
 };
 
 LlamaModel::LlamaModel(const LlamaConfig& config, std::unique_ptr<backend::Backend> backend)
@@ -96,6 +97,28 @@ detail::LayerViews views_for(Recompute mode, std::vector<detail::LayerBuffers>& 
 
 }  // namespace
 
+void LlamaModel::begin_split(const PackedBatch& batch) {
+  const ContextSplit& split = batch.context;
+  if (exchange_ == nullptr) fail("a split microbatch (context parallelism) but the model has no context exchange");
+  if (split.local_rows() != batch.num_tokens() || batch.num_seqs() != 2 * static_cast<int>(split.lengths.size())) {
+    fail("split microbatch {}: {} tokens in {} segments, but its {} sequences give member {} of {} ranks {} rows in {} "
+         "chunks", split.tag, batch.num_tokens(), batch.num_seqs(), split.lengths.size(), split.member, split.k(),
+         split.local_rows(), 2 * split.lengths.size());
+  }
+  auto& a = *acts_;
+  backend::Backend& b = *backend_;
+  const auto row_bytes = a.context.d.kv * static_cast<std::int64_t>(dtype_size(b.activation_dtype()));
+  a.key_bounds = key_bounds(split);
+  a.context.split = &split;
+  a.context.exchange = exchange_;
+  a.context.key_gather = key_gather_pieces(split, row_bytes);
+  a.context.key_scatter = key_scatter(split, row_bytes);
+  a.context.key_rows = a.key_bounds.back();
+  a.context.shape.cu_seqlens_k = b.upload(std::span<const std::int32_t>(a.key_bounds), a.scratch.cu_seqlens_k);
+  a.context.shape.host_cu_seqlens_k = a.key_bounds;
+  a.context.shape.key_tokens = a.context.key_rows;
+}
+
 void LlamaModel::begin_microbatch(const PackedBatch& batch) {
   check_batch(batch, config_);
   auto& a = *acts_;
@@ -104,8 +127,16 @@ void LlamaModel::begin_microbatch(const PackedBatch& batch) {
   const auto d = detail::dims_of(config_, batch.num_tokens());
   a.context.d = d;
   a.tokens = b.upload(std::span<const std::int32_t>(batch.tokens), s.tokens);
-  a.context.shape = {b.upload(std::span<const std::int32_t>(batch.cu_seqlens), s.cu_seqlens), batch.cu_seqlens,
-                     batch.num_seqs(), d.t, d.heads, d.kv_heads, d.head_dim};
+  a.context.shape = backend::AttentionShape{};
+  a.context.shape.cu_seqlens = b.upload(std::span<const std::int32_t>(batch.cu_seqlens), s.cu_seqlens);
+  a.context.shape.host_cu_seqlens = batch.cu_seqlens;
+  a.context.shape.num_seqs = batch.num_seqs();
+  a.context.shape.tokens = d.t;
+  a.context.shape.n_heads = d.heads;
+  a.context.shape.n_kv_heads = d.kv_heads;
+  a.context.shape.head_dim = d.head_dim;
+  a.context.split = nullptr;
+  if (batch.context.active()) begin_split(batch);
   b.prepare_microbatch(a.context.shape);
   const View cos = s.cos.get(d.t * d.head_dim / 2);
   const View sin = s.sin.get(d.t * d.head_dim / 2);

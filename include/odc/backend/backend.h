@@ -34,6 +34,12 @@ struct AttentionShape {
   int n_heads = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
+  // Key segments (context parallelism; empty: each segment's keys are its own query rows): segment
+  // s attends to key rows [cu_seqlens_k[s], cu_seqlens_k[s+1]) of k and v (key_tokens rows), the
+  // causal mask aligned at the end (query i of q_len attends key j of k_len iff j <= i + k_len - q_len).
+  ConstView cu_seqlens_k;
+  std::span<const std::int32_t> host_cu_seqlens_k;
+  std::int64_t key_tokens = 0;
 };
 
 // Incremental decoding (kernels/attention_cache.h): `queries` new rows of one sequence at
@@ -175,6 +181,9 @@ class Backend {
   virtual void download(ConstView source, std::span<float> host) = 0;
   virtual void copy(ConstView source, View target) = 0;  // same dtype and count
   virtual void zero(View target) = 0;
+  // y += x, element-wise, same dtype and count (bf16: the sum in fp32, rounded once): the copies of
+  // a split sequence's key gradients summed on the member holding those keys (context_split.h).
+  virtual void add(ConstView x, View y) = 0;
   // target[i, :] = source[rows[i], :] for i < rows.count; rows of `width` elements.
   virtual void gather_rows(ConstView source, ConstView rows, std::int64_t width, View target) = 0;
   // target[rows[i], :] = source[i, :].

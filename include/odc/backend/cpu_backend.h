@@ -64,6 +64,7 @@ class CpuBackend final : public Backend {
   void download(ConstView source, std::span<float> host) override;
   void copy(ConstView source, View target) override;
   void zero(View target) override;
+  void add(ConstView x, View y) override;
   void gather_rows(ConstView source, ConstView rows, std::int64_t width, View target) override;
   void scatter_rows(ConstView source, ConstView rows, std::int64_t width, View target) override;
 

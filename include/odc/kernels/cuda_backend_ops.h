@@ -19,6 +19,8 @@ void scatter_rows(const void* source, const std::int32_t* rows, std::int64_t n_r
 
 // x[i] = bf16(float(x[i]) * alpha) for n bf16 elements, in place (the policy head's logits / T).
 void scale_bf16(void* x, std::int64_t n, float alpha, void* stream);
+// acc += in over n bf16 elements (each sum in fp32, rounded to nearest even once).
+void add_bf16(void* acc, const void* in, std::int64_t n, void* stream);
 
 // cos/sin [tokens, half] (fp32) of angle positions[t] * inv_freq[i], computed in double like
 // cpu::rope_tables. inv_freq: `half` doubles on the device.

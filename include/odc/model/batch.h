@@ -7,6 +7,8 @@
 #include <span>
 #include <vector>
 
+#include "odc/model/context_split.h"
+
 namespace odc::model {
 
 struct PackedBatch {
@@ -21,6 +23,10 @@ struct PackedBatch {
   std::vector<float> old_logprobs;
   std::vector<float> ref_logprobs;
   std::vector<float> advantages;
+  // Context parallelism (context_split.h): when active, the batch is this member's share of the
+  // split sequences — per sequence its two chunks, each a segment, positions continued — and its
+  // attention gathers the group's keys and values through the model's ContextExchange.
+  ContextSplit context;
 
   std::int64_t num_tokens() const { return static_cast<std::int64_t>(tokens.size()); }
   int num_seqs() const { return cu_seqlens.empty() ? 0 : static_cast<int>(cu_seqlens.size()) - 1; }
@@ -36,6 +42,13 @@ struct PackedBatch {
   // empty), and the sequence's advantage.
   void append_policy(std::span<const float> old_logprobs, std::span<const float> ref_logprobs, float advantage);
   bool has_policy() const { return !advantages.empty(); }
+  // Appends positions [begin, end) of `whole`'s only sequence (tokens, positions, targets, weights,
+  // policy inputs) as one segment: a chunk of a split sequence, whose targets and weights are the
+  // whole sequence's (the chunk's last token predicts the next chunk's first).
+  void append_rows(const PackedBatch& whole, std::int64_t begin, std::int64_t end);
+  // Appends member `member`'s share of `whole`'s only sequence cut for `k` members (its two chunks,
+  // ContextCut) and adds the sequence's length to context.lengths (the caller sets the group).
+  void append_share(const PackedBatch& whole, int k, int member);
   void clear();
 };
 

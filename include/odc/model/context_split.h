@@ -75,6 +75,29 @@ std::vector<ExchangePiece> gather_pieces(const ContextSplit& split, std::int64_t
 // j * local_rows() * row_bytes of the receiving buffer, to be summed.
 std::vector<ExchangePiece> scatter_pieces(const ContextSplit& split, std::int64_t row_bytes);
 
+// What a member's attention reads, for a split microbatch: each of its segments (one per chunk,
+// the batch's cu_seqlens) attends to the keys of its sequence's positions [0, chunk end): its key
+// segment, bounds cumulative over the member's key rows (an empty chunk: an empty key segment).
+// The keys and values are gathered straight into that layout, and the gradients the attention's
+// backward writes there go back to the chunks' members, who sum their copies.
+std::vector<std::int32_t> key_bounds(const ContextSplit& split);
+std::vector<ExchangePiece> key_gather_pieces(const ContextSplit& split, std::int64_t row_bytes);
+// One copy of a member's rows to add: `rows` rows at row `from_row` of the received buffer onto
+// row `to_row` of its local rows.
+struct RowSum {
+  std::int64_t from_row = 0;
+  std::int64_t to_row = 0;
+  std::int64_t rows = 0;
+};
+struct KeyScatter {
+  std::vector<ExchangePiece> pieces;  // every member's (the same on all)
+  std::vector<RowSum> sums;           // this member's, in the order it adds them (deterministic)
+  std::int64_t received_rows = 0;     // this member's received buffer
+};
+KeyScatter key_scatter(const ContextSplit& split, std::int64_t row_bytes);
+// Causal (query, key) pairs of a member's share: its chunks against their prefixes.
+double split_causal_pairs(const ContextSplit& split);
+
 // Moves rows between a group's members. Implementations live in the distributed layer (over one
 // host's peer memory, or point to point between hosts); a one-rank run never needs one.
 class ContextExchange {

@@ -90,6 +90,10 @@ class LlamaModel {
   }
   Recompute recompute() const { return recompute_; }
 
+  // How split microbatches (PackedBatch::context, context_split.h) exchange keys and values between
+  // their group's members (null: none; a split batch is then an error). Borrowed.
+  void set_context_exchange(ContextExchange* exchange) { exchange_ = exchange; }
+
   // Records each unit's forward/backward compute as trace events (null: off). Weight gathers and
   // gradient hand-offs happen outside these events, so they time pure compute.
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }
@@ -103,6 +107,8 @@ class LlamaModel {
   LlamaModel(const LlamaConfig& config, std::unique_ptr<backend::Backend> owned, backend::Backend* borrowed);
   // Checks the batch, uploads its index data and builds what every layer shares (acts_->context).
   void begin_microbatch(const PackedBatch& batch);
+  // A split microbatch's part of it: the key segments and the exchange's pieces.
+  void begin_split(const PackedBatch& batch);
   // forward_cached and forward_cached_batch: `rows` new tokens for each cache, sequence by sequence.
   void decode(std::span<const std::int32_t> tokens, std::span<KvCache* const> caches, std::int64_t rows,
               ParamSource& params, std::vector<float>& logits);
@@ -113,6 +119,7 @@ class LlamaModel {
   std::vector<double> inv_freq_;
   std::unique_ptr<Activations> acts_;
   Tracer* tracer_ = nullptr;
+  ContextExchange* exchange_ = nullptr;
   Recompute recompute_ = parse_recompute(keys::train_recompute.default_value());  // train.recompute
   std::optional<kernels::PolicyLossParams> policy_;
   bool policy_entropy_ = true;

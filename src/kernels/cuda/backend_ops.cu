@@ -41,6 +41,13 @@ __global__ void scale_bf16_kernel(__nv_bfloat16* x, std::int64_t n, float alpha)
   }
 }
 
+__global__ void add_bf16_kernel(__nv_bfloat16* acc, const __nv_bfloat16* in, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    acc[i] = __float2bfloat16_rn(__bfloat162float(acc[i]) + __bfloat162float(in[i]));
+  }
+}
+
 __global__ void rope_tables_kernel(const std::int32_t* positions, std::int64_t tokens, const double* inv_freq,
                                    std::int64_t half, float* cos_table, float* sin_table) {
   const std::int64_t n = tokens * half;
@@ -114,6 +121,15 @@ void scatter_rows(const void* source, const std::int32_t* rows, std::int64_t n_r
   scatter_rows_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, as_stream(stream)>>>(
       static_cast<const std::uint16_t*>(source), rows, row_bytes / 2, static_cast<std::uint16_t*>(target));
   check_last_launch("scatter_rows_kernel");
+}
+
+void add_bf16(void* acc, const void* in, std::int64_t n, void* stream) {
+  ODC_CHECK(n >= 0, "cuda add_bf16: negative count {}", n);
+  if (n == 0) return;
+  const auto blocks = static_cast<unsigned>(std::min<std::int64_t>((n + kThreads - 1) / kThreads, 4096));
+  add_bf16_kernel<<<blocks, kThreads, 0, as_stream(stream)>>>(static_cast<__nv_bfloat16*>(acc),
+                                                              static_cast<const __nv_bfloat16*>(in), n);
+  check_last_launch("add_bf16_kernel");
 }
 
 void scale_bf16(void* x, std::int64_t n, float alpha, void* stream) {

@@ -64,6 +64,7 @@ class TaggedBackend final : public backend::Backend {
     REQUIRE(source.count == target.count);
     std::memcpy(target.data, source.data, static_cast<std::size_t>(source.count) * dtype_size(source.dtype));
   }
+  void add(ConstView, View) override { FAIL("add is not used by the optimizer"); }
   void zero(View target) override {
     REQUIRE(target.device == Device::cuda(3));
     std::memset(target.data, 0, static_cast<std::size_t>(target.count) * dtype_size(target.dtype));
