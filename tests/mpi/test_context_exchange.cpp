@@ -15,7 +15,9 @@
 
 #include "mpi_test_support.h"
 #include "odc/core/error.h"
+#include "odc/backend/cpu_backend.h"
 #include "odc/distributed/transport/context/context_exchange.h"
+#include "odc/distributed/transport/context/mpi_context_exchange.h"
 #include "unit/distributed/transport/context/context_exchange_checks.h"
 
 using namespace odc;
@@ -41,6 +43,12 @@ double other_work(int rank, int round) {
   for (int i = 0; i < 20000 * (1 + (rank + round) % 3); ++i) sum += std::sqrt(static_cast<double>(i));
   std::this_thread::sleep_for(std::chrono::milliseconds((rank * 7 + round) % 4));
   return sum;
+}
+
+std::vector<int> all_ranks(int world) {
+  std::vector<int> all;
+  for (int q = 0; q < world; ++q) all.push_back(q);
+  return all;
 }
 
 }  // namespace
@@ -113,4 +121,38 @@ TEST_CASE("context exchange under mpirun: a member that never comes is named", "
       CHECK(error.find("rank 1 ") != std::string::npos);
     }
   }
+}
+
+TEST_CASE("context exchange under mpirun: rows staged through a backend's copies", "[mpi][context]") {
+  // A CPU backend takes the staged path (download whole, receive packed member by member, upload,
+  // copy to their places) that rows on a GPU take across hosts.
+  auto group = test::world_group();
+  const int r = group->rank();
+  const int world = group->size();
+  backend::CpuBackend cpu;
+  distributed::MpiContextExchange exchange(*group, &cpu, options(true, 60.0));
+  std::vector<std::string> mismatches;
+  for (int round = 0; round < 10; ++round) {
+    std::vector<int> all(static_cast<std::size_t>(world));
+    for (int q = 0; q < world; ++q) all[static_cast<std::size_t>(q)] = (q + round) % world;
+    const std::string e = check_context_exchange(exchange, split_of(all, r, {1, 9 + round, 2, 40}, 7 + round),
+                                                 4 * (1 + round % 3), 50 + round);
+    if (!e.empty()) mismatches.push_back(e);
+  }
+  INFO("rank " << r << ": " << (mismatches.empty() ? "" : mismatches.front()));
+  CHECK(mismatches.empty());
+  // Rows on a device travel in whole words.
+  if (world > 1) {
+    CHECK_THROWS_WITH(check_context_exchange(exchange, split_of(all_ranks(world), r, {8}, 99), 3, 1),
+                      Catch::Contains("whole 4-byte words"));
+  }
+  // What it allocates is what the plan says.
+  const auto planned = distributed::planned_context_exchange(options(true, 60.0), ContextExchangeKind::mpi, world, true);
+  const auto allocated = exchange.allocated();
+  REQUIRE(allocated.items.size() == planned.items.size());
+  for (std::size_t i = 0; i < planned.items.size(); ++i) {
+    CHECK(allocated.items[i].name == planned.items[i].name);
+    CHECK(allocated.items[i].bytes == planned.items[i].bytes);
+  }
+  group->barrier("the staged context exchanges checked");
 }

@@ -53,9 +53,11 @@ PlannedMemory planned_context_exchange(const ContextExchangeOptions& options, Co
   if (device_state) {
     // Rows on a device travel through host buffers; received rows are uploaded into a device
     // buffer before they are copied to their places.
-    m.add("context exchange send staging", exposed, "the largest exchange's rows, host", false, false);
-    m.add("context exchange receive staging", exposed, "the largest exchange's rows, host", false, false);
-    m.add("context exchange upload staging", exposed, "the largest exchange's rows", true, true);
+    // In whole 4-byte words: the backend moves fp32 elements.
+    const std::int64_t staged = (exposed + 3) / 4 * 4;
+    m.add("context exchange send staging", staged, "the largest exchange's rows, host", false, false);
+    m.add("context exchange receive staging", staged, "the largest exchange's rows, host", false, false);
+    m.add("context exchange upload staging", staged, "the largest exchange's rows", true, true);
   }
   return m;
 }
