@@ -74,6 +74,8 @@ std::vector<TunableSpec> trainer_tunables() {
       keys::train_loss_reduction.spec(),
       keys::train_recompute.spec(),
       keys::train_memory_budget_gib.spec(),
+      keys::train_context_parallel.spec(),
+      keys::train_context_parallel_degree.spec(),
       keys::train_threads.spec(),
       keys::train_metrics_file.spec(),
       keys::train_trace_file.spec(),

@@ -81,6 +81,8 @@ TrainSettings read_train(const Config& config) {
   train.threads = static_cast<int>(keys::train_threads.read(config));
   train.sharding = distributed::parse_sharding(keys::train_sharding.read(config));
   train.recompute = model::parse_recompute(keys::train_recompute.read(config));
+  train.context_parallel = keys::train_context_parallel.read(config) == "auto";
+  train.context_degree = keys::train_context_parallel_degree.read(config);
   train.beta1 = keys::train_beta1.read(config);
   train.beta2 = keys::train_beta2.read(config);
   train.eps = keys::train_eps.read(config);

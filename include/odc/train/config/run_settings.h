@@ -67,6 +67,8 @@ struct TrainSettings {
   std::string metrics_file = keys::train_metrics_file.default_value();  // train.metrics_file (empty: none)
   std::int64_t log_every = keys::train_log_every.default_value();  // train.log_every
   std::int64_t eval_every = keys::train_eval_every.default_value();  // train.eval_every (0: at the end only)
+  bool context_parallel = keys::train_context_parallel.default_value() == "auto";  // train.context_parallel
+  std::int64_t context_degree = keys::train_context_parallel_degree.default_value();  // train.context_parallel_degree
 };
 
 struct DataSettings {

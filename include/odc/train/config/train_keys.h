@@ -29,6 +29,14 @@ inline const Key<double> train_eps{"train.eps", number("1.0e-8"), "AdamW epsilon
 inline const Key<double> train_grad_clip{"train.grad_clip", number("1.0"), "global gradient-norm clip; 0 disables", Range::at_least(0)};
 inline const Key<std::string> train_loss_reduction{"train.loss_reduction", "token", "token = mean over all target tokens of the global minibatch; sequence = mean over sequences "
               "of each sequence's mean token loss", {"token", "sequence"}};
+inline const Key<std::string> train_context_parallel{"train.context_parallel", "auto", "context parallelism: auto = a sequence longer than the microbatch cap "
+              "(data.max_tokens_per_microbatch) is split over several ranks, each holding a zig-zag share of its tokens and exchanging "
+              "keys and values with the others at every layer (train.comm odc: the fewest ranks whose share fits, chosen per "
+              "minibatch; collective: every sequence over groups of train.context_parallel_degree ranks); off = such a "
+              "sequence is an error", {"auto", "off"}};
+inline const Key<std::int64_t> train_context_parallel_degree{"train.context_parallel_degree", 0, "train.comm collective: the ranks of each "
+              "static context-parallel group (0 = the fewest whose share fits the longest sequence; 1 = none); odc: the most ranks "
+              "one sequence may be split over (0 = the world)", Range::at_least(0)};
 inline const Key<std::int64_t> train_threads{"train.threads", 1, "compute threads per rank (BLAS); at most 4 x the machine's hardware threads", Range::at_least(1).and_at_most(static_cast<double>(kMaxComputeThreads))};
 inline const Key<std::string> train_metrics_file{"train.metrics_file", std::string(), "JSON lines of per-step metrics (empty = none)"};
 inline const Key<std::string> train_trace_file{"train.trace_file", std::string(), "Chrome trace-event JSON of the per-rank timeline (one track per rank; opens in Perfetto); "

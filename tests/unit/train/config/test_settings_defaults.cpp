@@ -56,6 +56,8 @@ TEST_CASE("settings defaults: a default RunSettings equals the default config's,
   CHECK(d.train.threads == r.train.threads);
   CHECK(d.train.sharding == r.train.sharding);
   CHECK(d.train.recompute == r.train.recompute);
+  CHECK(d.train.context_parallel == r.train.context_parallel);
+  CHECK(d.train.context_degree == r.train.context_degree);
   CHECK(d.train.beta1 == r.train.beta1);
   CHECK(d.train.beta2 == r.train.beta2);
   CHECK(d.train.eps == r.train.eps);
