@@ -272,7 +272,16 @@ void CpuBackend::rope_backward(View dx, ConstView cos, ConstView sin, std::int64
 
 namespace {
 k::AttentionShape cpu_shape(const AttentionShape& s) {
-  return {ids(s.cu_seqlens), s.num_seqs, s.tokens, s.n_heads, s.n_kv_heads, s.head_dim};
+  k::AttentionShape shape{ids(s.cu_seqlens), s.num_seqs, s.tokens, s.n_heads, s.n_kv_heads, s.head_dim};
+  if (!s.cu_seqlens_k.empty()) {  // key segments (context parallelism)
+    if (s.cu_seqlens_k.count != s.num_seqs + 1) {
+      fail("attention: cu_seqlens_k has {} entries for {} sequences (needs {})", s.cu_seqlens_k.count, s.num_seqs,
+           s.num_seqs + 1);
+    }
+    shape.cu_seqlens_k = ids(s.cu_seqlens_k);
+    shape.key_tokens = s.key_tokens;
+  }
+  return shape;
 }
 }  // namespace
 

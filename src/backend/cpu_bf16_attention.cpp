@@ -8,6 +8,7 @@
 
 #include "odc/core/dtype.h"
 #include "odc/core/error.h"
+#include "odc/kernels/attention_segments.h"
 
 namespace odc::backend::bf16 {
 
@@ -41,6 +42,12 @@ void check(const kernels::cpu::AttentionShape& s) {
   ODC_CHECK(s.num_seqs >= 0 && s.cu_seqlens != nullptr && s.cu_seqlens[0] == 0 &&
                 s.cu_seqlens[s.num_seqs] == s.tokens,
             "bf16 attention: sequence bounds do not cover the {} tokens", s.tokens);
+  kernels::check_key_segments("bf16 attention", s.cu_seqlens, s.cu_seqlens_k, s.num_seqs, s.tokens, s.key_tokens);
+}
+
+// Rows of k, v, dk, dv.
+std::int64_t key_rows(const kernels::cpu::AttentionShape& s) {
+  return s.cu_seqlens_k != nullptr ? s.key_tokens : s.tokens;
 }
 
 }  // namespace
@@ -56,8 +63,8 @@ void attention_forward(const kernels::cpu::AttentionShape& shape, const float* q
   std::vector<float> o(static_cast<std::size_t>(d));
   std::vector<float> scores(static_cast<std::size_t>(kKeyTile));
   for (int s = 0; s < shape.num_seqs; ++s) {
-    const std::int64_t begin = shape.cu_seqlens[s];
-    const std::int64_t len = shape.cu_seqlens[s + 1] - begin;
+    const kernels::SegmentBounds b = kernels::segment_bounds(shape.cu_seqlens, shape.cu_seqlens_k, s);
+    const std::int64_t begin = b.q_begin, len = b.q_len, kbegin = b.k_begin, off = b.offset();
     for (int h = 0; h < shape.n_heads; ++h) {
       const int kvh = h / group;
       for (std::int64_t i = 0; i < len; ++i) {
@@ -65,11 +72,12 @@ void attention_forward(const kernels::cpu::AttentionShape& shape, const float* q
         float m = -std::numeric_limits<float>::infinity();
         float l = 0.0f;
         std::fill(o.begin(), o.end(), 0.0f);
-        for (std::int64_t k0 = 0; k0 <= i; k0 += kKeyTile) {
-          const std::int64_t k1 = std::min(k0 + kKeyTile, i + 1);  // keys after i are masked
+        // Keys [0, i + off] of the key segment (bottom-right diagonal; off = 0 without key segments).
+        for (std::int64_t k0 = 0; k0 <= i + off; k0 += kKeyTile) {
+          const std::int64_t k1 = std::min(k0 + kKeyTile, i + off + 1);  // keys after i + off are masked
           float mx = m;
           for (std::int64_t j = k0; j < k1; ++j) {
-            const float sj = dot(qi, k + (begin + j) * ldkv + static_cast<std::int64_t>(kvh) * d, d);
+            const float sj = dot(qi, k + (kbegin + j) * ldkv + static_cast<std::int64_t>(kvh) * d, d);
             scores[static_cast<std::size_t>(j - k0)] = sj;
             mx = std::max(mx, sj);
           }
@@ -83,7 +91,7 @@ void attention_forward(const kernels::cpu::AttentionShape& shape, const float* q
             const float p = std::exp2(std::fma(scores[static_cast<std::size_t>(j - k0)], sc.scale_log2, -base));
             l += p;
             const float pb = round_bf16(p);  // the PV product's bf16 A operand
-            const float* vj = v + (begin + j) * ldkv + static_cast<std::int64_t>(kvh) * d;
+            const float* vj = v + (kbegin + j) * ldkv + static_cast<std::int64_t>(kvh) * d;
             for (int c = 0; c < d; ++c) o[static_cast<std::size_t>(c)] = std::fma(pb, vj[c], o[static_cast<std::size_t>(c)]);
           }
         }
@@ -105,13 +113,13 @@ void attention_backward(const kernels::cpu::AttentionShape& shape, const float* 
   const std::int64_t ldq = static_cast<std::int64_t>(shape.n_heads) * d;
   const std::int64_t ldkv = static_cast<std::int64_t>(shape.n_kv_heads) * d;
   const Scales sc = scales_for(d);
-  const auto kv_elems = static_cast<std::size_t>(shape.tokens * ldkv);
+  const auto kv_elems = static_cast<std::size_t>(key_rows(shape) * ldkv);
   // fp32 accumulators of dK and dV (the GPU's registers), rounded once at the end.
   std::vector<float> dk_acc(kv_elems, 0.0f), dv_acc(kv_elems, 0.0f);
   std::vector<float> dq_row(static_cast<std::size_t>(d));
   for (int s = 0; s < shape.num_seqs; ++s) {
-    const std::int64_t begin = shape.cu_seqlens[s];
-    const std::int64_t len = shape.cu_seqlens[s + 1] - begin;
+    const kernels::SegmentBounds b = kernels::segment_bounds(shape.cu_seqlens, shape.cu_seqlens_k, s);
+    const std::int64_t begin = b.q_begin, len = b.q_len, kbegin = b.k_begin, off = b.offset();
     for (int h = 0; h < shape.n_heads; ++h) {
       const std::int64_t kv_col = static_cast<std::int64_t>(h / group) * d;
       for (std::int64_t i = 0; i < len; ++i) {
@@ -121,8 +129,8 @@ void attention_backward(const kernels::cpu::AttentionShape& shape, const float* 
         const float delta = dot(out + row, doi, d);  // D = rowsum(dO * O), fp32
         const float lse2 = lse[static_cast<std::int64_t>(h) * shape.tokens + begin + i] * kLog2e;
         std::fill(dq_row.begin(), dq_row.end(), 0.0f);
-        for (std::int64_t j = 0; j <= i; ++j) {
-          const std::int64_t kv = (begin + j) * ldkv + kv_col;
+        for (std::int64_t j = 0; j <= i + off; ++j) {
+          const std::int64_t kv = (kbegin + j) * ldkv + kv_col;
           const float p = std::exp2(std::fma(dot(qi, k + kv, d), sc.scale_log2, -lse2));
           const float ds = p * (dot(doi, v + kv, d) - delta);
           const float pb = round_bf16(p);

@@ -2,7 +2,8 @@
 // Causal GQA attention over packed sequences with the CUDA kernels' bf16 rounding points
 // (src/kernels/cuda/attention_forward.cuh, attention_backward.cuh), on the host, for the bf16 mode
 // of CpuBackend. Layouts, scale and semantics are those of kernels/attention.h; q, k, v, out and
-// dout hold bf16-representable fp32 values; lse is fp32.
+// dout hold bf16-representable fp32 values; lse is fp32. Key segments (cu_seqlens_k) as there:
+// query row i of a segment sees keys [0, i + k_len - q_len] of its key segment.
 //
 // Forward, per query row, keys visited in tiles of 64 from the sequence start (the GPU's key
 // tiles): s = q.k in fp32; the running max m is updated per tile, the probabilities

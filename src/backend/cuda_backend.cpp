@@ -275,9 +275,12 @@ void CudaBackend::prepare_microbatch(const AttentionShape& shape) {
   ODC_CHECK(shape.tokens == 0 || static_cast<int>(shape.host_cu_seqlens.size()) == shape.num_seqs + 1,
             "the CUDA backend needs the host cu_seqlens of the microbatch ({} sequences, {} bounds given)",
             shape.num_seqs, shape.host_cu_seqlens.size());
+  // With key segments the tables also need their host bounds (attention_shape checks them).
   // The tile tables of every layer's attention, forward and backward: built and uploaded (pinned,
   // asynchronous) once here.
-  if (shape.tokens > 0) impl_->attention_plan.build(attention_shape(shape), impl_->allocator, impl_->s());
+  if (shape.tokens > 0 || shape.key_tokens > 0) {
+    impl_->attention_plan.build(attention_shape(shape), impl_->allocator, impl_->s());
+  }
 }
 
 std::int64_t CudaBackend::memory_capacity(int ranks_on_host) {

@@ -32,6 +32,12 @@ const kernels::AttentionChoice& CudaBackend::Impl::select_attention(int n_heads,
 }
 
 bool CudaBackend::Impl::use_cudnn(const cu::CudaAttentionShape& s) {
+  // Key segments (context parallelism) always run on the native kernels: our cuDNN graphs give Q
+  // and K/V the same ragged offsets and sequence lengths and the top-left causal diagonal, so they
+  // would compute a wrong mask for a query chunk that attends to keys before it. cuDNN could do it
+  // (separate K/V ragged offsets and lengths, the BOTTOM_RIGHT diagonal), but that is a new graph
+  // class no GPU check has proven yet.
+  if (s.cu_seqlens_k != nullptr) return false;
   return select_attention(s.n_heads, s.n_kv_heads, s.head_dim).impl == kernels::AttentionImpl::cudnn;
 }
 

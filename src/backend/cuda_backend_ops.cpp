@@ -28,7 +28,11 @@ const cu::AttentionPlan* plan_for(const cu::AttentionPlan& plan, const cu::CudaA
   const bool same = p.num_seqs == shape.num_seqs && p.tokens == shape.tokens && p.n_heads == shape.n_heads &&
                     p.n_kv_heads == shape.n_kv_heads && p.head_dim == shape.head_dim &&
                     std::equal(p.cu_seqlens, p.cu_seqlens + p.num_seqs + 1, shape.cu_seqlens);
-  return same ? &plan : nullptr;
+  const bool same_keys = (p.cu_seqlens_k == nullptr) == (shape.cu_seqlens_k == nullptr) &&
+                         (p.cu_seqlens_k == nullptr ||
+                          (p.key_tokens == shape.key_tokens &&
+                           std::equal(p.cu_seqlens_k, p.cu_seqlens_k + p.num_seqs + 1, shape.cu_seqlens_k)));
+  return same && same_keys ? &plan : nullptr;
 }
 
 }  // namespace
@@ -44,6 +48,13 @@ cu::CudaAttentionShape attention_shape(const AttentionShape& s) {
   shape.n_heads = s.n_heads;
   shape.n_kv_heads = s.n_kv_heads;
   shape.head_dim = s.head_dim;
+  if (!s.cu_seqlens_k.empty() || !s.host_cu_seqlens_k.empty()) {  // key segments: scheduled from the host bounds
+    ODC_CHECK(static_cast<int>(s.host_cu_seqlens_k.size()) == s.num_seqs + 1,
+              "the CUDA attention with key segments needs the host cu_seqlens_k ({} sequences, {} bounds given)",
+              s.num_seqs, s.host_cu_seqlens_k.size());
+    shape.cu_seqlens_k = s.host_cu_seqlens_k.data();
+    shape.key_tokens = s.key_tokens;
+  }
   return shape;
 }
 
@@ -123,7 +134,7 @@ void CudaBackend::attention_forward(const AttentionShape& shape, ConstView q, Co
   const auto* v_ = bf16_in(v, "attention_forward");
   auto* o_ = bf16_out(out, "attention_forward");
   float* lse_ = f32_out(lse, "attention_forward");
-  if (impl_->use_cudnn(s)) {
+  if (impl_->use_cudnn(s)) {  // false for key segments (use_cudnn says why)
     try {
       if (impl_->cudnn_attention->forward(s, q_, k_, v_, o_, lse_, impl_->allocator, impl_->s())) return;
       impl_->cudnn_declined();

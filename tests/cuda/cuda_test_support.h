@@ -28,6 +28,9 @@ struct PackedAttention {
   int num_seqs = 0;
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
   std::size_t nq = 0, nkv = 0, nlse = 0;
+  // Key segments (empty: the keys are the query rows); nkv counts key_tokens rows then.
+  std::vector<std::int32_t> cu_seqlens_k;
+  std::int64_t key_tokens = 0;
 
   // The CPU kernels' and the CUDA kernels' shape of it (they point into cu_seqlens).
   template <typename Shape>
@@ -39,11 +42,15 @@ struct PackedAttention {
     s.n_heads = n_heads;
     s.n_kv_heads = n_kv_heads;
     s.head_dim = head_dim;
+    if (!cu_seqlens_k.empty()) {
+      s.cu_seqlens_k = cu_seqlens_k.data();
+      s.key_tokens = key_tokens;
+    }
     return s;
   }
 };
 inline PackedAttention packed_attention(const std::vector<std::int32_t>& seqlens, int n_heads, int n_kv_heads,
-                                        int head_dim) {
+                                        int head_dim, const std::vector<std::int32_t>& key_lens = {}) {
   PackedAttention p;
   p.cu_seqlens = {0};
   for (std::int32_t len : seqlens) p.cu_seqlens.push_back(p.cu_seqlens.back() + len);
@@ -54,6 +61,12 @@ inline PackedAttention packed_attention(const std::vector<std::int32_t>& seqlens
   p.head_dim = head_dim;
   p.nq = static_cast<std::size_t>(p.tokens) * n_heads * head_dim;
   p.nkv = static_cast<std::size_t>(p.tokens) * n_kv_heads * head_dim;
+  if (!key_lens.empty()) {
+    p.cu_seqlens_k = {0};
+    for (std::int32_t len : key_lens) p.cu_seqlens_k.push_back(p.cu_seqlens_k.back() + len);
+    p.key_tokens = p.cu_seqlens_k.back();
+    p.nkv = static_cast<std::size_t>(p.key_tokens) * n_kv_heads * head_dim;
+  }
   p.nlse = static_cast<std::size_t>(p.tokens) * n_heads;
   return p;
 }

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "odc/core/error.h"
@@ -40,6 +41,7 @@ struct AttnCase {
   int n_kv_heads;
   int head_dim;
   float q_scale = 1.0f;  // > 1 sharpens the softmax (larger logits, more max rescaling)
+  std::vector<std::int32_t> key_lens = {};  // key segments (context parallelism); empty: none
 };
 
 std::string describe(const AttnCase& c) {
@@ -48,13 +50,18 @@ std::string describe(const AttnCase& c) {
   s += "] " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads) + " d" +
        std::to_string(c.head_dim);
   if (c.q_scale != 1.0f) s += " sharp";
+  if (!c.key_lens.empty()) {
+    s += " keys [";
+    for (std::size_t i = 0; i < c.key_lens.size(); ++i) s += (i ? "," : "") + std::to_string(c.key_lens[i]);
+    s += "]";
+  }
   return s;
 }
 
 void run_case(const AttnCase& c, std::mt19937& rng, cu::DeviceAllocator& alloc) {
   const std::string name = describe(c);
   INFO("case " << name);
-  const PackedAttention packed = packed_attention(c.seqlens, c.n_heads, c.n_kv_heads, c.head_dim);
+  const PackedAttention packed = packed_attention(c.seqlens, c.n_heads, c.n_kv_heads, c.head_dim, c.key_lens);
   const std::vector<std::int32_t>& cu_seqlens = packed.cu_seqlens;
   const std::size_t nq = packed.nq, nkv = packed.nkv, nlse = packed.nlse;
 
@@ -157,6 +164,20 @@ TEST_CASE("attention matches the CPU kernel", "[cuda][attention]") {
   for (const auto& c : cases) run_case(c, rng, alloc);
 }
 
+// Key segments (context parallelism): each query segment attends to its own key segment, the
+// causal diagonal aligned at the end. The zig-zag split of a 1000-token sequence over 2 members
+// (chunks of 250; member 0 holds chunks 0 and 3, member 1 chunks 1 and 2, each with the keys of
+// the positions before its end) in one call; a query segment without rows but with keys (dk/dv
+// zero); offsets that are not multiples of any tile. Same tolerances as above.
+TEST_CASE("attention with key segments matches the CPU kernel", "[cuda][attention][key_segments]") {
+  std::mt19937 rng(77);
+  cu::DeviceAllocator alloc;
+  for (const auto& [heads, kv, d] : {std::tuple{8, 2, 128}, std::tuple{4, 4, 64}, std::tuple{8, 1, 64}}) {
+    run_case({{250, 250, 250, 250}, heads, kv, d, 1.0f, {250, 1000, 500, 750}}, rng, alloc);
+    run_case({{0, 37, 129, 1}, heads, kv, d, 1.0f, {64, 100, 200, 1}}, rng, alloc);
+  }
+}
+
 // The smallest cases that still cross tile edges and share kv heads: what compute-sanitizer's
 // memcheck / racecheck / synccheck run in the GPU check (scripts/gpu-check.sh, tag [sanitize]).
 TEST_CASE("attention on small ragged shapes (sanitizer cases)", "[cuda][attention][sanitize]") {
@@ -164,6 +185,7 @@ TEST_CASE("attention on small ragged shapes (sanitizer cases)", "[cuda][attentio
   cu::DeviceAllocator alloc;
   run_case({{63, 65, 0, 17}, 4, 2, 64}, rng, alloc);
   run_case({{63, 65, 0, 17}, 4, 2, 128}, rng, alloc);
+  run_case({{20, 0, 63}, 4, 2, 64, 1.0f, {37, 10, 130}}, rng, alloc);  // key segments
 }
 
 TEST_CASE("attention rejects unsupported shapes", "[cuda][attention]") {

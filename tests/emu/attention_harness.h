@@ -28,7 +28,7 @@ inline AttentionErrors run_attention(const AttentionCase& c, std::uint32_t seed,
   namespace kc = odc::kernels::cuda;
   const std::int64_t T = c.tokens();
   const std::size_t nq = static_cast<std::size_t>(T * c.n_heads * c.head_dim);
-  const std::size_t nkv = static_cast<std::size_t>(T * c.n_kv_heads * c.head_dim);
+  const std::size_t nkv = static_cast<std::size_t>(c.key_tokens() * c.n_kv_heads * c.head_dim);
   // Scores of a few units (|q.k| / sqrt(d) up to ~3): softmax rows neither flat nor one-hot.
   const Bf16Data q = random_bf16(nq, 1.0f, seed), k = random_bf16(nkv, 1.0f, seed + 1),
                  v = random_bf16(nkv, 1.0f, seed + 2), dout = random_bf16(nq, 1.0f, seed + 3);
@@ -40,6 +40,10 @@ inline AttentionErrors run_attention(const AttentionCase& c, std::uint32_t seed,
   shape.n_heads = c.n_heads;
   shape.n_kv_heads = c.n_kv_heads;
   shape.head_dim = c.head_dim;
+  if (!c.cu_seqlens_k.empty()) {  // key segments: separate k/v rows, bottom-right diagonal
+    shape.cu_seqlens_k = c.cu_seqlens_k.data();
+    shape.key_tokens = c.key_tokens();
+  }
 
   // The kernels' own temporaries (tile tables, D) come from the real DeviceAllocator; inputs and
   // outputs sit at the end of guarded pages (an access past the end faults) and outputs start as

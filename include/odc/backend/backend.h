@@ -24,6 +24,10 @@
 namespace odc::backend {
 
 // Packed causal attention (kernels/attention.h): sequence s owns rows [cu_seqlens[s], cu_seqlens[s+1]).
+// Key segments (context parallelism; kernels/attention_segments.h): with cu_seqlens_k given,
+// sequence s's queries attend to rows [cu_seqlens_k[s], cu_seqlens_k[s+1]) of separate k/v
+// buffers of key_tokens rows (dk/dv likewise), the causal diagonal aligned at the end of both;
+// left empty, the keys are the query rows, as before.
 struct AttentionShape {
   ConstView cu_seqlens;  // int32, num_seqs + 1 entries
   // The same bounds on the host (the batch's own vector): a GPU backend schedules the attention's
@@ -34,12 +38,9 @@ struct AttentionShape {
   int n_heads = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
-  // Key segments (context parallelism; empty: each segment's keys are its own query rows): segment
-  // s attends to key rows [cu_seqlens_k[s], cu_seqlens_k[s+1]) of k and v (key_tokens rows), the
-  // causal mask aligned at the end (query i of q_len attends key j of k_len iff j <= i + k_len - q_len).
-  ConstView cu_seqlens_k;
-  std::span<const std::int32_t> host_cu_seqlens_k;
-  std::int64_t key_tokens = 0;
+  ConstView cu_seqlens_k{};  // int32, num_seqs + 1 entries, or empty: no key segments
+  std::span<const std::int32_t> host_cu_seqlens_k{};  // the same on the host (as host_cu_seqlens)
+  std::int64_t key_tokens = 0;                      // == cu_seqlens_k[num_seqs]
 };
 
 // Incremental decoding (kernels/attention_cache.h): `queries` new rows of one sequence at

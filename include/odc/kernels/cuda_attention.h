@@ -12,6 +12,14 @@
 // Supported head_dim: 64 and 128 (anything else throws odc::Error). Device pointers must be
 // 16-byte aligned (cudaMalloc'ed buffers and head-aligned offsets into them are).
 //
+// Key segments (context parallelism; kernels/attention_segments.h): with cu_seqlens_k, segment s's
+// queries attend to rows [cu_seqlens_k[s], cu_seqlens_k[s+1]) of k and v ([key_tokens, ...], dk
+// and dv likewise), query row i seeing keys [0, i + k_len - q_len] (the diagonal aligned at the
+// end). The kernels are the same: a segment's key count and its diagonal's offset come with each
+// tile of the table, offset 0 without key segments (then every operation, and so every output
+// bit, is what it was before key segments existed). Key tiles of a segment without queries write
+// zero dk/dv.
+//
 // Work distribution: the sequence bounds are read on the host (cu_seqlens) to build small tables
 // of (sequence, tile) entries, heaviest tiles first. An AttentionPlan builds the forward, dQ and
 // dK/dV tables once per microbatch, stages them in pinned memory and uploads them with one
@@ -46,6 +54,10 @@ struct CudaAttentionShape {
   int n_heads = 0;
   int n_kv_heads = 0;  // n_heads must be a multiple of n_kv_heads
   int head_dim = 0;    // 64 or 128
+  // Host copy of the key segments' bounds (num_seqs + 1 entries, cu_seqlens_k[num_seqs] ==
+  // key_tokens), or null: the keys are the query rows. Read on the host only, like cu_seqlens.
+  const std::int32_t* cu_seqlens_k = nullptr;
+  std::int64_t key_tokens = 0;
 };
 
 // The tile tables of one microbatch (its sequence bounds and head shape), built on the host once
@@ -78,17 +90,17 @@ class AttentionPlan {
   AttentionPlan(AttentionPlan&& other) noexcept = default;
   AttentionPlan& operator=(AttentionPlan&&) = delete;  // use build() to reuse a plan
 
-  // (Re)builds for `shape`: copies its host cu_seqlens (the caller's array is not read
+  // (Re)builds for `shape`: copies its host cu_seqlens (and cu_seqlens_k; the caller's arrays are not read
   // afterwards), builds the tables and uploads them on `stream` (a cudaStream_t; nullptr = legacy
   // default stream). The device table is reused when it is large enough and on the same stream.
   void build(const CudaAttentionShape& shape, DeviceAllocator& allocator, void* stream);
 
-  // The shape it was built for; cu_seqlens points to the plan's own host copy.
+  // The shape it was built for; cu_seqlens (cu_seqlens_k) points to the plan's own host copy.
   const CudaAttentionShape& shape() const { return shape_; }
   bool built() const { return built_; }
 
-  // For the attention kernels (attention.cu): the device table of int4 entries, the forward
-  // tiles first, then the dQ tiles, then the dK/dV tiles.
+  // For the attention kernels (attention.cu): the device table of 32-byte tile entries, the
+  // forward tiles first, then the dQ tiles, then the dK/dV tiles.
   const void* device_table() const { return table_.get(); }
   std::size_t forward_tiles() const { return forward_tiles_; }
   std::size_t dq_tiles() const { return dq_tiles_; }
@@ -100,6 +112,7 @@ class AttentionPlan {
 
   CudaAttentionShape shape_{};
   std::vector<std::int32_t> cu_seqlens_;
+  std::vector<std::int32_t> cu_seqlens_k_;  // empty without key segments
   std::size_t forward_tiles_ = 0, dq_tiles_ = 0, dkv_tiles_ = 0;
   Staging staging_ = Staging::pinned;
   bool built_ = false;
@@ -114,7 +127,8 @@ class AttentionPlan {
 void attention_forward(const AttentionPlan& plan, const std::uint16_t* q, const std::uint16_t* k,
                        const std::uint16_t* v, std::uint16_t* out, float* lse, void* stream);
 
-// Backward with a plan: dq, dk, dv overwritten (none may alias an input). out and lse are the
+// Backward with a plan: dq, dk, dv overwritten (none may alias an input; dk/dv rows no query
+// attends to are zero). out and lse are the
 // forward's. Uses a fp32 workspace of n_heads * tokens floats (D) from `allocator` on `stream`.
 void attention_backward(const AttentionPlan& plan, const std::uint16_t* q,
                         const std::uint16_t* k, const std::uint16_t* v, const std::uint16_t* out,
@@ -138,7 +152,8 @@ void attention_backward(const CudaAttentionShape& shape, const std::uint16_t* q,
                         void* stream);
 
 // Causal attention FLOPs of one forward: 4 * sum_i s_i (s_i + 1) / 2 * head_dim * n_heads (the
-// QK^T and PV GEMMs over the unmasked pairs; plan.shape() gives a plan's shape). A backward is
+// QK^T and PV GEMMs over the unmasked pairs; with key segments each query row also sees the
+// k_len - q_len keys before its segment; plan.shape() gives a plan's shape). A backward is
 // conventionally counted as 2.5x this.
 double attention_forward_flops(const CudaAttentionShape& shape);
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "odc/core/error.h"
+#include "odc/kernels/attention_segments.h"
 #include "odc/kernels/matmul.h"
 #include "vec_math.h"
 #include "vec_rows.h"
@@ -17,7 +18,9 @@
 // the keys up to its last row (causal skipping), so scratch is (group * block rows) x seq_len and
 // the tokens x tokens matrix never exists. Softmax uses the exact row max (all of a row's keys
 // are in the scratch at once); the backward recomputes the probabilities from the saved
-// log-sum-exp.
+// log-sum-exp. With key segments (attention.h) a query segment's keys are its own rows of k/v and
+// its row i sees keys [0, i + offset], offset = k_len - q_len: the same loops with the key count
+// and the mask shifted by offset (offset 0 without key segments: the same operations as before).
 
 namespace odc::kernels::cpu {
 namespace {
@@ -42,6 +45,13 @@ void check_shape(const AttentionShape& shape) {
   ODC_CHECK(shape.cu_seqlens[shape.num_seqs] == shape.tokens,
             "cu_seqlens ends at {} but tokens = {}", shape.cu_seqlens[shape.num_seqs],
             shape.tokens);
+  check_key_segments("attention", shape.cu_seqlens, shape.cu_seqlens_k, shape.num_seqs, shape.tokens,
+                     shape.key_tokens);
+}
+
+// Rows of k, v, dk, dv.
+std::int64_t key_rows(const AttentionShape& shape) {
+  return shape.cu_seqlens_k != nullptr ? shape.key_tokens : shape.tokens;
 }
 
 // Sizes shared by forward and backward.
@@ -51,7 +61,7 @@ struct Plan {
   std::int64_t block = 0;       // query rows per head in one block
   std::int64_t ldq = 0;         // row stride of q, out, dout, dq
   std::int64_t ldkv = 0;        // row stride of k, v, dk, dv
-  std::int64_t max_keys = 0;    // longest sequence
+  std::int64_t max_keys = 0;    // longest key segment
   std::int64_t stack_rows = 0;  // group * block: rows of the stacked scratch matrices
 };
 
@@ -63,7 +73,8 @@ Plan make_plan(const AttentionShape& shape) {
   p.ldq = std::int64_t(shape.n_heads) * p.d;
   p.ldkv = std::int64_t(shape.n_kv_heads) * p.d;
   for (int s = 0; s < shape.num_seqs; ++s) {
-    p.max_keys = std::max<std::int64_t>(p.max_keys, shape.cu_seqlens[s + 1] - shape.cu_seqlens[s]);
+    const SegmentBounds b = segment_bounds(shape.cu_seqlens, shape.cu_seqlens_k, s);
+    if (b.q_len > 0) p.max_keys = std::max(p.max_keys, b.k_len);
   }
   p.stack_rows = p.group * p.block;
   return p;
@@ -83,22 +94,24 @@ void gather_heads(const T* src, std::int64_t ld, std::int64_t row0, std::int64_t
 }
 
 // The independent pieces of work: one (sequence, kv head) pair each. They write disjoint parts of
-// every output (rows of the sequence, columns of the head group), so the compute threads take
+// every output (rows of the sequence and of its key segment, columns of the head group), so the compute threads take
 // them in parallel with no synchronization; each thread's GEMMs then run single-threaded (oneDNN
 // runs sequentially inside a parallel region). Longest sequences first, taken one at a time:
 // the ragged lengths of a packed microbatch balance over the threads like longest-job-first.
 struct Item {
-  std::int64_t begin = 0, length = 0, kv_head = 0;
+  std::int64_t begin = 0, length = 0, kv_head = 0;  // query rows [begin, begin + length)
+  std::int64_t key_begin = 0, offset = 0;           // its keys: k_begin, k_len - q_len
 };
 
 std::vector<Item> work_items(const AttentionShape& shape) {
   std::vector<Item> items;
   items.reserve(std::size_t(shape.num_seqs) * std::size_t(shape.n_kv_heads));
   for (int seq = 0; seq < shape.num_seqs; ++seq) {
-    const std::int64_t begin = shape.cu_seqlens[seq];
-    const std::int64_t length = shape.cu_seqlens[seq + 1] - begin;
-    if (length == 0) continue;
-    for (std::int64_t kv_head = 0; kv_head < shape.n_kv_heads; ++kv_head) items.push_back({begin, length, kv_head});
+    const SegmentBounds b = segment_bounds(shape.cu_seqlens, shape.cu_seqlens_k, seq);
+    if (b.q_len == 0) continue;  // its keys' dk/dv rows stay zero
+    for (std::int64_t kv_head = 0; kv_head < shape.n_kv_heads; ++kv_head) {
+      items.push_back({b.q_begin, b.q_len, kv_head, b.k_begin, b.offset()});
+    }
   }
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.length > b.length; });
   return items;
@@ -135,13 +148,13 @@ void attention_forward(const AttentionShape& shape, const T* q, const T* k, cons
     T* o_stack = q_stack + stack_elems;
     T* inv_sum = o_stack + stack_elems;
     const Item& work = items[std::size_t(item)];
-    const std::int64_t begin = work.begin, length = work.length, kv_head = work.kv_head;
+    const std::int64_t begin = work.begin, length = work.length, kv_head = work.kv_head, off = work.offset;
     const std::int64_t first_head = kv_head * p.group;
-    const T* kh = k + begin * p.ldkv + kv_head * p.d;
-    const T* vh = v + begin * p.ldkv + kv_head * p.d;
+    const T* kh = k + work.key_begin * p.ldkv + kv_head * p.d;
+    const T* vh = v + work.key_begin * p.ldkv + kv_head * p.d;
     for (std::int64_t r0 = 0; r0 < length; r0 += p.block) {
       const std::int64_t rows = std::min(p.block, length - r0);
-      const std::int64_t keys = r0 + rows;  // keys past the block's last row are all masked
+      const std::int64_t keys = r0 + rows + off;  // keys past the block's last row are all masked
       const std::int64_t m = p.group * rows;
       gather_heads(q, p.ldq, begin + r0, rows, first_head, p, q_stack);
       gemm<T>(false, true, m, keys, p.d, scale, q_stack, p.d, kh, p.ldkv, T(0), scores, keys);
@@ -149,7 +162,7 @@ void attention_forward(const AttentionShape& shape, const T* q, const T* k, cons
         T* lse_h = lse + (first_head + h) * shape.tokens + begin + r0;
         for (std::int64_t i = 0; i < rows; ++i) {
           T* row = scores + (h * rows + i) * keys;
-          const std::int64_t valid = r0 + i + 1;
+          const std::int64_t valid = r0 + i + 1 + off;
           const T max = vec::max_of(row, valid);
           const T sum = vec::exp_shifted_sum(row, valid, max);
           lse_h[i] = max + T(std::log(double(sum)));
@@ -183,7 +196,7 @@ void attention_backward(const AttentionShape& shape, const T* q, const T* k, con
   const std::int64_t score_elems = p.stack_rows * p.max_keys;
   const std::int64_t stack_elems = p.stack_rows * p.d;
   // dk and dv accumulate over the query blocks (the group's heads are summed inside each GEMM).
-  const std::int64_t kv_elems = shape.tokens * p.ldkv;
+  const std::int64_t kv_elems = key_rows(shape) * p.ldkv;
   std::fill(dk, dk + kv_elems, T(0));
   std::fill(dv, dv + kv_elems, T(0));
   const std::vector<Item> items = work_items(shape);
@@ -198,16 +211,16 @@ void attention_backward(const AttentionShape& shape, const T* q, const T* k, con
     T* dq_stack = do_stack + stack_elems;
     T* row_dot = dq_stack + stack_elems;
     const Item& work = items[std::size_t(item)];
-    const std::int64_t begin = work.begin, length = work.length, kv_head = work.kv_head;
+    const std::int64_t begin = work.begin, length = work.length, kv_head = work.kv_head, off = work.offset;
     const std::int64_t first_head = kv_head * p.group;
-    const std::int64_t kv_offset = begin * p.ldkv + kv_head * p.d;
+    const std::int64_t kv_offset = work.key_begin * p.ldkv + kv_head * p.d;
     const T* kh = k + kv_offset;
     const T* vh = v + kv_offset;
     T* dkh = dk + kv_offset;
     T* dvh = dv + kv_offset;
     for (std::int64_t r0 = 0; r0 < length; r0 += p.block) {
       const std::int64_t rows = std::min(p.block, length - r0);
-      const std::int64_t keys = r0 + rows;
+      const std::int64_t keys = r0 + rows + off;
       const std::int64_t m = p.group * rows;
       gather_heads(q, p.ldq, begin + r0, rows, first_head, p, q_stack);
       gather_heads(dout, p.ldq, begin + r0, rows, first_head, p, do_stack);
@@ -219,7 +232,7 @@ void attention_backward(const AttentionShape& shape, const T* q, const T* k, con
         for (std::int64_t i = 0; i < rows; ++i) {
           const std::int64_t r = h * rows + i;
           T* row = probs + r * keys;
-          const std::int64_t valid = r0 + i + 1;
+          const std::int64_t valid = r0 + i + 1 + off;
           vec::exp_shifted(row, valid, lse_h[i]);
           std::fill(row + valid, row + keys, T(0));
           const T* o_row = out + (begin + r0 + i) * p.ldq + (first_head + h) * p.d;

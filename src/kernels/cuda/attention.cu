@@ -29,6 +29,9 @@
 // Warps whose 16 rows lie entirely above the diagonal of a tile (or past the end of the sequence)
 // skip its math. Tiles are scheduled from a host-built table, heaviest first, with the heads of a
 // tile adjacent in the grid (the query heads of one kv group reuse K/V through L2).
+// Key segments: each table entry carries its segment's query and key rows; a query at row r of
+// its segment sits at key position r + (k_len - q_len), which shifts the loop bounds and masks
+// above by that offset and nothing else (offset 0 without key segments).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -73,7 +76,11 @@ void check_shape(const CudaAttentionShape& s) {
   require(s.cu_seqlens[s.num_seqs] == s.tokens,
           "cu_seqlens ends at " + std::to_string(s.cu_seqlens[s.num_seqs]) + " but tokens = " +
               std::to_string(s.tokens));
+  check_key_segments("cuda attention", s.cu_seqlens, s.cu_seqlens_k, s.num_seqs, s.tokens, s.key_tokens);
 }
+
+// Rows of k, v, dk, dv.
+std::int64_t key_rows(const CudaAttentionShape& s) { return s.cu_seqlens_k != nullptr ? s.key_tokens : s.tokens; }
 
 void check_pointers(std::initializer_list<const void*> pointers) {
   for (const void* p : pointers) {
@@ -115,7 +122,7 @@ struct TileRows {
 
 // The three tables of a plan, concatenated in the device layout (AttentionPlan::device_table).
 struct HostTables {
-  std::vector<int4> all;
+  std::vector<AttnTile> all;
   std::size_t forward = 0, dq = 0, dkv = 0;
 };
 
@@ -124,8 +131,8 @@ HostTables build_tables(const CudaAttentionShape& s) {
   HostTables t;
   t.all = make_tiles(s, TileRows<D>::kForward, false);
   t.forward = t.all.size();
-  const std::vector<int4> dq = make_tiles(s, TileRows<D>::kDq, false);
-  const std::vector<int4> dkv = make_tiles(s, TileRows<D>::kDkv, true);
+  const std::vector<AttnTile> dq = make_tiles(s, TileRows<D>::kDq, false);
+  const std::vector<AttnTile> dkv = make_tiles(s, TileRows<D>::kDkv, true);
   t.dq = dq.size();
   t.dkv = dkv.size();
   t.all.insert(t.all.end(), dq.begin(), dq.end());
@@ -140,7 +147,7 @@ void forward_impl(const AttentionPlan& plan, const bf16* q, const bf16* k, const
   const CudaAttentionShape& s = plan.shape();
   if (plan.forward_tiles() == 0) return;
   const unsigned grid = grid_for(plan.forward_tiles(), s.n_heads);
-  const auto* table = static_cast<const int4*>(plan.device_table());
+  const auto* table = static_cast<const AttnTile*>(plan.device_table());
   set_smem(attn_fwd_kernel<D>, C::kSmemBytes, "cudaFuncSetAttribute(attn_fwd_kernel)");
   const Scales sc = scales_for(D);
   attn_fwd_kernel<D><<<grid, C::kThreads, C::kSmemBytes, stream>>>(
@@ -156,20 +163,23 @@ void backward_impl(const AttentionPlan& plan, const bf16* q, const bf16* k, cons
   using Cq = DqCfg<D>;
   using Ckv = DkvCfg<D>;
   const CudaAttentionShape& s = plan.shape();
-  if (plan.dq_tiles() == 0) return;
+  // No key tiles: no keys, nothing to write. (Without key segments there are dQ tiles exactly
+  // when there are key tiles; with them, a key segment without queries still needs its zeros.)
+  if (plan.dkv_tiles() == 0) return;
   const int group = s.n_heads / s.n_kv_heads;
-  const unsigned dq_grid = grid_for(plan.dq_tiles(), s.n_heads);
   const unsigned dkv_grid = grid_for(plan.dkv_tiles(), s.n_kv_heads);
-  const int4* dq_table = static_cast<const int4*>(plan.device_table()) + plan.forward_tiles();
-  const int4* dkv_table = dq_table + plan.dq_tiles();
+  const AttnTile* dq_table = static_cast<const AttnTile*>(plan.device_table()) + plan.forward_tiles();
+  const AttnTile* dkv_table = dq_table + plan.dq_tiles();
 
   const std::int64_t rows = s.tokens * s.n_heads;
-  DeviceBuffer dvec(allocator, static_cast<std::size_t>(rows) * sizeof(float), stream);
-  const std::int64_t dot_blocks = (rows * 32 + kDotThreads - 1) / kDotThreads;
-  require(dot_blocks < (std::int64_t(1) << 31), "too many rows: " + std::to_string(rows));
-  attn_bwd_dot_kernel<<<static_cast<unsigned>(dot_blocks), kDotThreads, 0, stream>>>(
-      out, dout, dvec.as<float>(), s.tokens, s.n_heads, D);
-  check_last_launch("attn_bwd_dot_kernel");
+  DeviceBuffer dvec(allocator, static_cast<std::size_t>(std::max<std::int64_t>(rows, 1)) * sizeof(float), stream);
+  if (rows > 0) {
+    const std::int64_t dot_blocks = (rows * 32 + kDotThreads - 1) / kDotThreads;
+    require(dot_blocks < (std::int64_t(1) << 31), "too many rows: " + std::to_string(rows));
+    attn_bwd_dot_kernel<<<static_cast<unsigned>(dot_blocks), kDotThreads, 0, stream>>>(
+        out, dout, dvec.as<float>(), s.tokens, s.n_heads, D);
+    check_last_launch("attn_bwd_dot_kernel");
+  }
 
   const Scales sc = scales_for(D);
   set_smem(attn_bwd_dkdv_kernel<D>, Ckv::kSmemBytes, "cudaFuncSetAttribute(attn_bwd_dkdv_kernel)");
@@ -178,6 +188,8 @@ void backward_impl(const AttentionPlan& plan, const bf16* q, const bf16* k, cons
       sc.scale, sc.scale_log2);
   check_last_launch("attn_bwd_dkdv_kernel");
 
+  if (plan.dq_tiles() == 0) return;
+  const unsigned dq_grid = grid_for(plan.dq_tiles(), s.n_heads);
   set_smem(attn_bwd_dq_kernel<D>, Cq::kSmemBytes, "cudaFuncSetAttribute(attn_bwd_dq_kernel)");
   attn_bwd_dq_kernel<D><<<dq_grid, Cq::kThreads, Cq::kSmemBytes, stream>>>(
       dq_table, s.n_heads, group, q, k, v, dout, lse, dvec.as<float>(), dq, s.tokens, sc.scale,
@@ -214,15 +226,21 @@ void AttentionPlan::build(const CudaAttentionShape& shape, DeviceAllocator& allo
                           void* stream) {
   check_shape(shape);
   cu_seqlens_.assign(shape.cu_seqlens, shape.cu_seqlens + shape.num_seqs + 1);
+  if (shape.cu_seqlens_k != nullptr) {
+    cu_seqlens_k_.assign(shape.cu_seqlens_k, shape.cu_seqlens_k + shape.num_seqs + 1);
+  } else {
+    cu_seqlens_k_.clear();
+  }
   shape_ = shape;
   shape_.cu_seqlens = cu_seqlens_.data();
+  shape_.cu_seqlens_k = shape.cu_seqlens_k != nullptr ? cu_seqlens_k_.data() : nullptr;
   const HostTables tables =
       shape.head_dim == 64 ? build_tables<64>(shape_) : build_tables<128>(shape_);
   forward_tiles_ = tables.forward;
   dq_tiles_ = tables.dq;
   dkv_tiles_ = tables.dkv;
   built_ = true;
-  const std::size_t bytes = tables.all.size() * sizeof(int4);
+  const std::size_t bytes = tables.all.size() * sizeof(AttnTile);
   if (bytes == 0) return;
   if (table_.bytes() < bytes || stream_ != stream) {
     table_ = DeviceBuffer(allocator, bytes, stream);  // the old one returns on its stream
@@ -234,7 +252,7 @@ void AttentionPlan::build(const CudaAttentionShape& shape, DeviceAllocator& allo
   }
   wait_for_upload();  // the pinned staging is free again
   if (pinned_.bytes() < bytes) pinned_ = PinnedBuffer(bytes);
-  std::copy(tables.all.begin(), tables.all.end(), pinned_.as<int4>());
+  std::copy(tables.all.begin(), tables.all.end(), pinned_.as<AttnTile>());
   copy_to_device_async(table_.get(), pinned_.get(), bytes, stream);
   if (!uploaded_) uploaded_.emplace();
   uploaded_->record(stream);
@@ -263,9 +281,17 @@ void attention_backward(const AttentionPlan& plan, const std::uint16_t* q,
                         void* stream) {
   require_built(plan, "attention_backward");
   const CudaAttentionShape& shape = plan.shape();
-  if (shape.tokens == 0) return;
-  check_pointers({q, k, v, out, lse, dout, dq, dk, dv});
+  const std::int64_t keys = key_rows(shape);
+  if (keys == 0) return;
   const auto st = static_cast<cudaStream_t>(stream);
+  if (shape.tokens == 0) {  // key segments without any query: dk, dv are zero
+    check_pointers({dk, dv});
+    const std::size_t bytes = static_cast<std::size_t>(keys * shape.n_kv_heads * shape.head_dim) * sizeof(bf16);
+    check_cuda(cudaMemsetAsync(dk, 0, bytes, st), "cudaMemsetAsync(dk)");
+    check_cuda(cudaMemsetAsync(dv, 0, bytes, st), "cudaMemsetAsync(dv)");
+    return;
+  }
+  check_pointers({q, k, v, out, lse, dout, dq, dk, dv});
   if (shape.head_dim == 64) {
     backward_impl<64>(plan, as_bf16(q), as_bf16(k), as_bf16(v), as_bf16(out), lse, as_bf16(dout),
                       as_bf16(dq), as_bf16(dk), as_bf16(dv), allocator, st);
@@ -296,8 +322,9 @@ void attention_backward(const CudaAttentionShape& shape, const std::uint16_t* q,
 double attention_forward_flops(const CudaAttentionShape& shape) {
   double pairs = 0.0;
   for (int i = 0; i < shape.num_seqs; ++i) {
-    const double len = static_cast<double>(shape.cu_seqlens[i + 1] - shape.cu_seqlens[i]);
-    pairs += len * (len + 1.0) / 2.0;
+    const SegmentBounds b = segment_bounds(shape.cu_seqlens, shape.cu_seqlens_k, i);
+    const double len = static_cast<double>(b.q_len);
+    pairs += len * (len + 1.0) / 2.0 + len * static_cast<double>(b.offset());
   }
   return 4.0 * pairs * shape.head_dim * shape.n_heads;
 }

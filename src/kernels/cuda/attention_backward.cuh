@@ -55,7 +55,7 @@ struct DkvCfg {
 
 template <int D>
 __global__ void __launch_bounds__(DkvCfg<D>::kThreads)
-    attn_bwd_dkdv_kernel(const int4* __restrict__ tiles, int n_kv_heads, int group,
+    attn_bwd_dkdv_kernel(const AttnTile* __restrict__ tiles, int n_kv_heads, int group,
                          const bf16* __restrict__ q, const bf16* __restrict__ k,
                          const bf16* __restrict__ v, const bf16* __restrict__ dout,
                          const float* __restrict__ lse, const float* __restrict__ dvec,
@@ -77,17 +77,20 @@ __global__ void __launch_bounds__(DkvCfg<D>::kThreads)
   const int g = lane >> 2;
   const int t = lane & 3;
   const int kvh = static_cast<int>(blockIdx.x % static_cast<unsigned>(n_kv_heads));
-  const int4 tile = tiles[blockIdx.x / static_cast<unsigned>(n_kv_heads)];
-  const int seq_begin = tile.x, seq_len = tile.y, k0 = tile.z;
+  const AttnTile tile = tiles[blockIdx.x / static_cast<unsigned>(n_kv_heads)];
+  const int seq_begin = tile.q_begin, seq_len = tile.q_len, k0 = tile.start;
+  // Query row r sees keys [0, r + off] of its key segment (off = 0 without key segments).
+  const int key_len = tile.k_len, off = tile.k_len - tile.q_len;
   const int n_heads = n_kv_heads * group;
   const std::int64_t ldq = static_cast<std::int64_t>(n_heads) * D;
   const std::int64_t ldkv = static_cast<std::int64_t>(n_kv_heads) * D;
-  const std::int64_t kv_offset = (static_cast<std::int64_t>(seq_begin) + k0) * ldkv + kvh * D;
-  const int k_rows = min(kBc, seq_len - k0);
+  const std::int64_t kv_offset = (static_cast<std::int64_t>(tile.k_begin) + k0) * ldkv + kvh * D;
+  const int k_rows = min(kBc, key_len - k0);
 
-  // Query tiles from the key tile's first row to the end of the sequence, for each query head of
-  // the group: iteration it -> head kvh * group + it / n_qt, query tile first_qt + it % n_qt.
-  const int first_qt = k0 / kBr;
+  // Query tiles from the one holding the first query that sees the key tile's first key (row
+  // k0 - off) to the end of the sequence, for each query head of the group: iteration it -> head
+  // kvh * group + it / n_qt, query tile first_qt + it % n_qt. None for a segment without queries.
+  const int first_qt = max(k0 - off, 0) / kBr;
   const int n_qt = (seq_len + kBr - 1) / kBr - first_qt;
   const int n_it = group * n_qt;
 
@@ -108,15 +111,19 @@ __global__ void __launch_bounds__(DkvCfg<D>::kThreads)
     }
   };
 
-  load_tile_async<D, kBc, kThreads>(sK, k + kv_offset, ldkv, k_rows, tid);
-  load_tile_async<D, kBc, kThreads>(sV, v + kv_offset, ldkv, k_rows, tid);
-  issue_stage(0, 0);
+  // A key segment without queries (n_it = 0) loads nothing: its dK/dV are zero, and the stores
+  // below stage through sK/sV, which no copy may still be filling.
+  if (n_it > 0) {
+    load_tile_async<D, kBc, kThreads>(sK, k + kv_offset, ldkv, k_rows, tid);
+    load_tile_async<D, kBc, kThreads>(sV, v + kv_offset, ldkv, k_rows, tid);
+    issue_stage(0, 0);
+  }
   cp_async_commit();
 
-  // This warp's keys, as positions within the sequence: key_lo .. key_lo + 15; the thread holds
-  // keys c0 = key_lo + g and c1 = c0 + 8 (rows of S^T).
+  // This warp's keys, as positions within the key segment: key_lo .. key_lo + 15; the thread holds
+  // keys c0 = key_lo + g and c1 = c0 + 8 (rows of S^T). Query q sits at key position q + off.
   const int key_lo = k0 + warp * 16;
-  const bool warp_valid = key_lo < seq_len;
+  const bool warp_valid = key_lo < key_len;
   const int c0 = key_lo + g;
   const int c1 = c0 + 8;
 
@@ -134,7 +141,7 @@ __global__ void __launch_bounds__(DkvCfg<D>::kThreads)
 
     const int qs = (first_qt + it % n_qt) * kBr;
     // Skip when every query of the step precedes every key of this warp.
-    if (!warp_valid || qs + kBr - 1 < key_lo) continue;
+    if (!warp_valid || qs + off + kBr - 1 < key_lo) continue;
     const bf16* sQ = sQ0 + buf * kBr * kStride;
     const bf16* sdO = sdO0 + buf * kBr * kStride;
     const float* sLse = sLse0 + buf * kBr;
@@ -144,7 +151,7 @@ __global__ void __launch_bounds__(DkvCfg<D>::kThreads)
     float pt[kBr / 8][4];
     zero(pt);
     gemm_smem_nt<D, kBr, kStride>(pt, sK, warp * 16, sQ, lane);
-    const bool edge = qs < key_lo + 16 || qs + kBr > seq_len;
+    const bool edge = qs + off < key_lo + 16 || qs + kBr > seq_len;
 #pragma unroll
     for (int nb = 0; nb < kBr / 8; ++nb) {
       const int col = nb * 8 + 2 * t;
@@ -157,10 +164,10 @@ __global__ void __launch_bounds__(DkvCfg<D>::kThreads)
       if (edge) {
         const int qa = qs + col;  // query positions of columns col, col + 1
         const int qb = qa + 1;
-        if (qa < c0 || qa >= seq_len) pt[nb][0] = 0.0f;
-        if (qb < c0 || qb >= seq_len) pt[nb][1] = 0.0f;
-        if (qa < c1 || qa >= seq_len) pt[nb][2] = 0.0f;
-        if (qb < c1 || qb >= seq_len) pt[nb][3] = 0.0f;
+        if (qa + off < c0 || qa >= seq_len) pt[nb][0] = 0.0f;
+        if (qb + off < c0 || qb >= seq_len) pt[nb][1] = 0.0f;
+        if (qa + off < c1 || qa >= seq_len) pt[nb][2] = 0.0f;
+        if (qb + off < c1 || qb >= seq_len) pt[nb][3] = 0.0f;
       }
     }
     std::uint32_t fa[kBr / 16][4];
@@ -187,11 +194,11 @@ __global__ void __launch_bounds__(DkvCfg<D>::kThreads)
 
   if (!warp_valid) return;
   // Each warp's rows of sK / sV are read only by that warp: reuse them to stage the output.
-  const std::int64_t out_offset = (static_cast<std::int64_t>(seq_begin) + key_lo) * ldkv + kvh * D;
+  const std::int64_t out_offset = (static_cast<std::int64_t>(tile.k_begin) + key_lo) * ldkv + kvh * D;
   store_slab<D>(dk_acc, scale, scale, sK + warp * 16 * kStride, dk + out_offset, ldkv,
-                seq_len - key_lo, lane);
+                key_len - key_lo, lane);
   store_slab<D>(dv_acc, 1.0f, 1.0f, sV + warp * 16 * kStride, dv + out_offset, ldkv,
-                seq_len - key_lo, lane);
+                key_len - key_lo, lane);
 }
 
 // ---- backward: dQ ----
@@ -208,7 +215,7 @@ struct DqCfg {
 
 template <int D>
 __global__ void __launch_bounds__(DqCfg<D>::kThreads)
-    attn_bwd_dq_kernel(const int4* __restrict__ tiles, int n_heads, int group,
+    attn_bwd_dq_kernel(const AttnTile* __restrict__ tiles, int n_heads, int group,
                        const bf16* __restrict__ q, const bf16* __restrict__ k,
                        const bf16* __restrict__ v, const bf16* __restrict__ dout,
                        const float* __restrict__ lse, const float* __restrict__ dvec,
@@ -227,24 +234,26 @@ __global__ void __launch_bounds__(DqCfg<D>::kThreads)
   const int g = lane >> 2;
   const int t = lane & 3;
   const int h = static_cast<int>(blockIdx.x % static_cast<unsigned>(n_heads));
-  const int4 tile = tiles[blockIdx.x / static_cast<unsigned>(n_heads)];
-  const int seq_begin = tile.x, seq_len = tile.y, q0 = tile.z;
+  const AttnTile tile = tiles[blockIdx.x / static_cast<unsigned>(n_heads)];
+  const int seq_begin = tile.q_begin, seq_len = tile.q_len, q0 = tile.start;
+  // Query row r sees keys [0, r + off] of its key segment (off = 0 without key segments).
+  const int key_len = tile.k_len, off = tile.k_len - tile.q_len;
   const int kvh = h / group;
   const std::int64_t ldq = static_cast<std::int64_t>(n_heads) * D;
   const std::int64_t ldkv = static_cast<std::int64_t>(n_heads / group) * D;
   const std::int64_t q_offset = (static_cast<std::int64_t>(seq_begin) + q0) * ldq + h * D;
-  const bf16* k_src = k + static_cast<std::int64_t>(seq_begin) * ldkv + kvh * D;
-  const bf16* v_src = v + static_cast<std::int64_t>(seq_begin) * ldkv + kvh * D;
+  const bf16* k_src = k + static_cast<std::int64_t>(tile.k_begin) * ldkv + kvh * D;
+  const bf16* v_src = v + static_cast<std::int64_t>(tile.k_begin) * ldkv + kvh * D;
   const int q_rows = min(kBr, seq_len - q0);
-  const int n_kt = (q0 + q_rows + kBc - 1) / kBc;
+  const int n_kt = (q0 + q_rows + off + kBc - 1) / kBc;
 
   // Groups: {Q, dO, K(0)}, {V(0)}; then per iteration {K(kt + 1)}, {V(kt + 1)} (possibly empty),
   // so "at most one pending group" alternately means K(kt) and V(kt) have landed.
   load_tile_async<D, kBr, kThreads>(sQ, q + q_offset, ldq, q_rows, tid);
   load_tile_async<D, kBr, kThreads>(sdO, dout + q_offset, ldq, q_rows, tid);
-  load_tile_async<D, kBc, kThreads>(sK0, k_src, ldkv, min(kBc, seq_len), tid);
+  load_tile_async<D, kBc, kThreads>(sK0, k_src, ldkv, min(kBc, key_len), tid);
   cp_async_commit();
-  load_tile_async<D, kBc, kThreads>(sV, v_src, ldkv, min(kBc, seq_len), tid);
+  load_tile_async<D, kBc, kThreads>(sV, v_src, ldkv, min(kBc, key_len), tid);
   cp_async_commit();
 
   const int row_lo = q0 + warp * 16;
@@ -270,16 +279,16 @@ __global__ void __launch_bounds__(DqCfg<D>::kThreads)
     if (kt + 1 < n_kt) {
       const int k1 = k0 + kBc;
       load_tile_async<D, kBc, kThreads>(sK0 + ((kt + 1) & 1) * kBc * kStride, k_src + k1 * ldkv,
-                                        ldkv, min(kBc, seq_len - k1), tid);
+                                        ldkv, min(kBc, key_len - k1), tid);
     }
     cp_async_commit();
 
-    const bool active = warp_valid && k0 <= row_lo + 15;
+    const bool active = warp_valid && k0 <= row_lo + 15 + off;
     float p[kBc / 8][4];
     if (active) {
       zero(p);
       gemm_smem_nt<D, kBc, kStride>(p, sQ, warp * 16, sK, lane);
-      const bool diag = k0 + kBc - 1 > row_lo;
+      const bool diag = k0 + kBc - 1 > row_lo + off;
 #pragma unroll
       for (int nb = 0; nb < kBc / 8; ++nb) {
         p[nb][0] = exp2f(fmaf(p[nb][0], scale_log2, -lse0));
@@ -288,10 +297,10 @@ __global__ void __launch_bounds__(DqCfg<D>::kThreads)
         p[nb][3] = exp2f(fmaf(p[nb][3], scale_log2, -lse1));
         if (diag) {
           const int key = k0 + nb * 8 + 2 * t;
-          if (key > r0) p[nb][0] = 0.0f;
-          if (key + 1 > r0) p[nb][1] = 0.0f;
-          if (key > r1) p[nb][2] = 0.0f;
-          if (key + 1 > r1) p[nb][3] = 0.0f;
+          if (key > r0 + off) p[nb][0] = 0.0f;
+          if (key + 1 > r0 + off) p[nb][1] = 0.0f;
+          if (key > r1 + off) p[nb][2] = 0.0f;
+          if (key + 1 > r1 + off) p[nb][3] = 0.0f;
         }
       }
     }
@@ -315,7 +324,7 @@ __global__ void __launch_bounds__(DqCfg<D>::kThreads)
     __syncthreads();  // every warp is done with V(kt)
     if (kt + 1 < n_kt) {
       const int k1 = k0 + kBc;
-      load_tile_async<D, kBc, kThreads>(sV, v_src + k1 * ldkv, ldkv, min(kBc, seq_len - k1), tid);
+      load_tile_async<D, kBc, kThreads>(sV, v_src + k1 * ldkv, ldkv, min(kBc, key_len - k1), tid);
     }
     cp_async_commit();
     if (active) gemm_reg_nn<kBc, D, kStride>(acc, fa, sK, lane);  // dQ += dS K

@@ -20,7 +20,7 @@ struct FwdCfg {
 
 template <int D>
 __global__ void __launch_bounds__(FwdCfg<D>::kThreads, 2)
-    attn_fwd_kernel(const int4* __restrict__ tiles, int n_heads, int group,
+    attn_fwd_kernel(const AttnTile* __restrict__ tiles, int n_heads, int group,
                     const bf16* __restrict__ q, const bf16* __restrict__ k,
                     const bf16* __restrict__ v, bf16* __restrict__ out, float* __restrict__ lse,
                     std::int64_t tokens, float scale, float scale_log2) {
@@ -37,20 +37,22 @@ __global__ void __launch_bounds__(FwdCfg<D>::kThreads, 2)
   const int g = lane >> 2;
   const int t = lane & 3;
   const int h = static_cast<int>(blockIdx.x % static_cast<unsigned>(n_heads));
-  const int4 tile = tiles[blockIdx.x / static_cast<unsigned>(n_heads)];
-  const int seq_begin = tile.x, seq_len = tile.y, q0 = tile.z;
+  const AttnTile tile = tiles[blockIdx.x / static_cast<unsigned>(n_heads)];
+  const int seq_begin = tile.q_begin, seq_len = tile.q_len, q0 = tile.start;
+  // Query row r sees keys [0, r + off] of its key segment (off = 0 without key segments).
+  const int key_len = tile.k_len, off = tile.k_len - tile.q_len;
   const int kvh = h / group;
   const std::int64_t ldq = static_cast<std::int64_t>(n_heads) * D;
   const std::int64_t ldkv = static_cast<std::int64_t>(n_heads / group) * D;
 
   const bf16* q_src = q + (static_cast<std::int64_t>(seq_begin) + q0) * ldq + h * D;
-  const bf16* k_src = k + static_cast<std::int64_t>(seq_begin) * ldkv + kvh * D;
-  const bf16* v_src = v + static_cast<std::int64_t>(seq_begin) * ldkv + kvh * D;
+  const bf16* k_src = k + static_cast<std::int64_t>(tile.k_begin) * ldkv + kvh * D;
+  const bf16* v_src = v + static_cast<std::int64_t>(tile.k_begin) * ldkv + kvh * D;
   const int q_rows = min(kBr, seq_len - q0);
-  const int n_kt = (q0 + q_rows + kBc - 1) / kBc;  // key tiles up to the tile's last row
+  const int n_kt = (q0 + q_rows + off + kBc - 1) / kBc;  // key tiles up to the tile's last row's keys
 
   load_tile_async<D, kBr, kThreads>(sQ, q_src, ldq, q_rows, tid);
-  load_tile_async<D, kBc, kThreads>(sK, k_src, ldkv, min(kBc, seq_len), tid);
+  load_tile_async<D, kBc, kThreads>(sK, k_src, ldkv, min(kBc, key_len), tid);
   cp_async_commit();
 
   // This warp's query rows, as positions within the sequence: row_lo .. row_lo + 15; the thread
@@ -69,25 +71,25 @@ __global__ void __launch_bounds__(FwdCfg<D>::kThreads, 2)
     const int k0 = kt * kBc;
     cp_async_wait<0>();  // K(kt) (and Q)
     __syncthreads();     // ... visible to all; every warp is done with V(kt - 1)
-    load_tile_async<D, kBc, kThreads>(sV, v_src + k0 * ldkv, ldkv, min(kBc, seq_len - k0), tid);
+    load_tile_async<D, kBc, kThreads>(sV, v_src + k0 * ldkv, ldkv, min(kBc, key_len - k0), tid);
     cp_async_commit();
 
     // Keys are visited in increasing order, so key 0 (visible to every row) comes first and the
     // running max is finite from the first tile on.
-    const bool active = warp_valid && k0 <= row_lo + 15;
+    const bool active = warp_valid && k0 <= row_lo + 15 + off;
     std::uint32_t pa[kBc / 16][4];
     if (active) {
       float s[kBc / 8][4];
       zero(s);
       gemm_smem_nt<D, kBc, kStride>(s, sQ, warp * 16, sK, lane);
-      if (k0 + kBc - 1 > row_lo) {  // the tile crosses this warp's diagonal: mask key > query
+      if (k0 + kBc - 1 > row_lo + off) {  // the tile crosses this warp's diagonal: mask key > query + off
 #pragma unroll
         for (int nb = 0; nb < kBc / 8; ++nb) {
           const int key = k0 + nb * 8 + 2 * t;
-          if (key > r0) s[nb][0] = -INFINITY;
-          if (key + 1 > r0) s[nb][1] = -INFINITY;
-          if (key > r1) s[nb][2] = -INFINITY;
-          if (key + 1 > r1) s[nb][3] = -INFINITY;
+          if (key > r0 + off) s[nb][0] = -INFINITY;
+          if (key + 1 > r0 + off) s[nb][1] = -INFINITY;
+          if (key > r1 + off) s[nb][2] = -INFINITY;
+          if (key + 1 > r1 + off) s[nb][3] = -INFINITY;
         }
       }
       float mx0 = m0, mx1 = m1;
@@ -132,7 +134,7 @@ __global__ void __launch_bounds__(FwdCfg<D>::kThreads, 2)
     __syncthreads();     // ... visible; every warp is done with K(kt)
     if (kt + 1 < n_kt) {
       const int k1 = k0 + kBc;
-      load_tile_async<D, kBc, kThreads>(sK, k_src + k1 * ldkv, ldkv, min(kBc, seq_len - k1), tid);
+      load_tile_async<D, kBc, kThreads>(sK, k_src + k1 * ldkv, ldkv, min(kBc, key_len - k1), tid);
     }
     cp_async_commit();
     if (active) gemm_reg_nn<kBc, D, kStride>(o, pa, sV, lane);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "odc/kernels/attention_segments.h"
 #include "odc/kernels/cuda_attention.h"
 
 namespace odc::kernels::cuda {
@@ -253,30 +254,42 @@ __device__ __forceinline__ void store_slab(const float (&acc)[D / 8][4], float s
 }
 
 
-// ---- host: tile tables ----
-// Tile table entries (int4): x = first token of the sequence, y = sequence length, z = first row of
-// the tile within the sequence (w unused).
+// ---- tile tables ----
 
-// Tiles of `rows` rows over every sequence, heaviest first (a stable order, so the schedule is a
-// function of the shape). Causal cost of a query tile: its keys (start + rows); of a key tile: the
-// queries after its start (len - start).
-std::vector<int4> make_tiles(const CudaAttentionShape& s, int rows, bool key_tiles) {
+// One entry of a tile table (32 bytes: two 16-byte loads): the segment's query rows
+// [q_begin, q_begin + q_len) and key rows [k_begin, k_begin + k_len) (the same rows without key
+// segments), and the tile's first row: of the query segment in the forward and dQ tables, of the
+// key segment in the dK/dV table. A query row i of the segment sees keys [0, i + k_len - q_len].
+struct alignas(16) AttnTile {
+  int q_begin, q_len, start, k_begin;
+  int k_len, unused0, unused1, unused2;
+};
+
+// Tiles of `rows` rows over every segment, heaviest first (a stable order, so the schedule is a
+// function of the shape). Causal cost of a query tile: its keys (start + rows + offset); of a key
+// tile: the queries that see its first key. Key tiles cover every key row, also those of a segment
+// without queries (the dK/dV kernel writes their zeros).
+std::vector<AttnTile> make_tiles(const CudaAttentionShape& s, int rows, bool key_tiles) {
   struct Entry {
-    int4 tile;
+    AttnTile tile;
     std::int64_t cost;
   };
   std::vector<Entry> entries;
   for (int i = 0; i < s.num_seqs; ++i) {
-    const int begin = s.cu_seqlens[i];
-    const int len = s.cu_seqlens[i + 1] - begin;
-    for (int start = 0; start < len; start += rows) {
-      const std::int64_t cost = key_tiles ? len - start : std::min(start + rows, len);
-      entries.push_back({make_int4(begin, len, start, 0), cost});
+    const SegmentBounds b = segment_bounds(s.cu_seqlens, s.cu_seqlens_k, i);
+    const std::int64_t off = b.offset();
+    const std::int64_t len = key_tiles ? b.k_len : b.q_len;
+    for (std::int64_t start = 0; start < len; start += rows) {
+      const std::int64_t cost = key_tiles ? b.q_len - std::max<std::int64_t>(start - off, 0)
+                                          : std::min<std::int64_t>(start + rows, b.q_len) + off;
+      const AttnTile tile{static_cast<int>(b.q_begin), static_cast<int>(b.q_len), static_cast<int>(start),
+                          static_cast<int>(b.k_begin), static_cast<int>(b.k_len), 0, 0, 0};
+      entries.push_back({tile, cost});
     }
   }
   std::stable_sort(entries.begin(), entries.end(),
                    [](const Entry& a, const Entry& b) { return a.cost > b.cost; });
-  std::vector<int4> tiles;
+  std::vector<AttnTile> tiles;
   tiles.reserve(entries.size());
   for (const Entry& e : entries) tiles.push_back(e.tile);
   return tiles;

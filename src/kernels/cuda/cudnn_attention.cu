@@ -242,13 +242,29 @@ CudnnAttention::CudnnAttention(bool deterministic, std::size_t cache_capacity, s
 }
 CudnnAttention::~CudnnAttention() = default;
 
+namespace {
+// Key segments (context parallelism) are not built into these graphs: Q and K/V share one set of
+// ragged offsets and lengths and the diagonal is top-left, which for a query chunk attending to
+// the keys before it is the wrong mask. CudaBackend runs such calls on the native kernels; a
+// direct caller gets this error rather than a wrong result.
+void refuse_key_segments(const CudaAttentionShape& shape, const char* what) {
+  if (shape.cu_seqlens_k != nullptr) {
+    fail("cuDNN attention {}: key segments (cu_seqlens_k, bottom-right causal diagonal) are not supported by these "
+         "graphs; run them on the native attention kernels",
+         what);
+  }
+}
+}  // namespace
+
 void CudnnAttention::prepare(const CudaAttentionShape& shape, DeviceAllocator& allocator, void* stream) {
+  refuse_key_segments(shape, "prepare");
   impl_->batch.prepare(shape, allocator, stream);
 }
 
 bool CudnnAttention::forward(const CudaAttentionShape& shape, const std::uint16_t* q, const std::uint16_t* k,
                              const std::uint16_t* v, std::uint16_t* out, float* lse, DeviceAllocator& allocator,
                              void* stream) {
+  refuse_key_segments(shape, "forward");
   if (shape.tokens == 0) return true;
   const Impl::Call call = impl_->begin(shape, false, allocator, stream);
   if (call.graph == nullptr) return false;
@@ -270,6 +286,7 @@ bool CudnnAttention::backward(const CudaAttentionShape& shape, const std::uint16
                               const std::uint16_t* v, const std::uint16_t* out, const float* lse,
                               const std::uint16_t* dout, std::uint16_t* dq, std::uint16_t* dk, std::uint16_t* dv,
                               DeviceAllocator& allocator, void* stream) {
+  refuse_key_segments(shape, "backward");
   if (shape.tokens == 0) return true;
   const Impl::Call call = impl_->begin(shape, true, allocator, stream);
   if (call.graph == nullptr) return false;
