@@ -61,6 +61,8 @@ __global__ void __launch_bounds__(FwdCfg<D>::kThreads, 2)
   const bool warp_valid = row_lo < seq_len;
   const int r0 = row_lo + g;
   const int r1 = r0 + 8;
+  // The same rows as key positions: the last key each may see.
+  const int row_lo_k = row_lo + off;
 
   float o[D / 8][4];
   zero(o);
@@ -76,20 +78,21 @@ __global__ void __launch_bounds__(FwdCfg<D>::kThreads, 2)
 
     // Keys are visited in increasing order, so key 0 (visible to every row) comes first and the
     // running max is finite from the first tile on.
-    const bool active = warp_valid && k0 <= row_lo + 15 + off;
+    const bool active = warp_valid && k0 <= row_lo_k + 15;
     std::uint32_t pa[kBc / 16][4];
     if (active) {
       float s[kBc / 8][4];
       zero(s);
       gemm_smem_nt<D, kBc, kStride>(s, sQ, warp * 16, sK, lane);
-      if (k0 + kBc - 1 > row_lo + off) {  // the tile crosses this warp's diagonal: mask key > query + off
+      if (k0 + kBc - 1 > row_lo_k) {  // the tile crosses this warp's diagonal: mask key > query + off
+        const int last0 = row_lo_k + g, last1 = last0 + 8;
 #pragma unroll
         for (int nb = 0; nb < kBc / 8; ++nb) {
           const int key = k0 + nb * 8 + 2 * t;
-          if (key > r0 + off) s[nb][0] = -INFINITY;
-          if (key + 1 > r0 + off) s[nb][1] = -INFINITY;
-          if (key > r1 + off) s[nb][2] = -INFINITY;
-          if (key + 1 > r1 + off) s[nb][3] = -INFINITY;
+          if (key > last0) s[nb][0] = -INFINITY;
+          if (key + 1 > last0) s[nb][1] = -INFINITY;
+          if (key > last1) s[nb][2] = -INFINITY;
+          if (key + 1 > last1) s[nb][3] = -INFINITY;
         }
       }
       float mx0 = m0, mx1 = m1;
