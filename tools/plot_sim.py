@@ -12,6 +12,10 @@
                                             "sharding" field, one run per layout of one setting): minibatch
                                             time, throughput relative to Collective LB-Micro with full sharding,
                                             bytes across nodes, hybrid's all-reduce and hpz's refresh
+  plot_sim.py context CONTEXT.jsonl         markdown table: long sequences dropped at 64K (labels
+                                            "CONFIG/mbN/drop64k") vs kept up to 128K and split by context
+                                            parallelism ("CONFIG/mbN/cp128k": collective static degree, ODC
+                                            dynamic groups): tokens/s per device, their ratios, groups, exchanges
   plot_sim.py sweeps SWEEPS.jsonl OUT_DIR   one PNG per swept parameter (labels "sweep/PARAM=VALUE"):
                                             speedup over the baseline and simulated bubble per method
   plot_sim.py timeline TIMELINE.json OUT.png [METHOD...]
@@ -179,6 +183,34 @@ def sharding(path):
     print("\n".join(out))
 
 
+def context(path):
+    rows = read_lines(path)
+    cells = OrderedDict()
+    for row in rows:
+        setting, variant = row["sim"].rsplit("/", 1)
+        cells.setdefault(setting, {}).setdefault(variant, {})[row["method"]] = row
+
+    def tokens(r):  # tokens per second per device: the pools' mean lengths differ
+        return r["samples_per_s_per_device"] * r["mean_length"]
+
+    out = ["| setting | devices | seq/device | 64K drop: mean len | Coll LB-Micro tok/s/dev | ODC LB-Mini tok/s/dev | "
+           "128K CP: mean len | Coll LB-Micro + static CP tok/s/dev (degree) | ODC LB-Mini + dynamic CP tok/s/dev | "
+           "ODC dynamic / Coll static | ODC dynamic CP / ODC 64K drop | groups per minibatch | exchange s/device |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for setting, variants in cells.items():
+        drop, cp = variants.get("drop64k", {}), variants.get("cp128k", {})
+        dc, do = drop.get("collective+lb_micro"), drop.get("odc+lb_mini")
+        cc, co = cp.get("collective+lb_micro"), cp.get("odc+lb_mini")
+        if not (dc and do and cc and co):
+            sys.exit(f"plot_sim.py: {path}: {setting} lacks a drop64k or cp128k row of collective+lb_micro / odc+lb_mini")
+        name, mb = setting.rsplit("/", 1)
+        out.append(f"| {name} | {do['devices']} | {mb[2:]} | {do['mean_length'] / 1000:.1f}K | {tokens(dc):.0f} | "
+                   f"{tokens(do):.0f} | {co['mean_length'] / 1000:.1f}K | {tokens(cc):.0f} ({cc['context_parallel']}) | "
+                   f"{tokens(co):.0f} | {tokens(co) / tokens(cc):.3f} | {tokens(co) / tokens(do):.3f} | "
+                   f"{co['context_groups']:.2f} | {co['exchange_s']:.3f} |")
+    print("\n".join(out))
+
+
 def pyplot():
     import matplotlib
     matplotlib.use("Agg")
@@ -257,6 +289,8 @@ def main(argv):
         sensitivity(argv[2])
     elif len(argv) == 3 and argv[1] == "sharding":
         sharding(argv[2])
+    elif len(argv) == 3 and argv[1] == "context":
+        context(argv[2])
     elif len(argv) == 4 and argv[1] == "sweeps":
         sweeps(argv[2], argv[3])
     elif len(argv) >= 4 and argv[1] == "timeline":

@@ -128,9 +128,11 @@ struct Change {
 
 class Refiner {
  public:
-  Refiner(const std::vector<double>& costs, Parts& parts, bool equal_size)
+  Refiner(const std::vector<double>& costs, Parts& parts, bool equal_size,
+          Index movable_below = std::numeric_limits<Index>::max())
       : parts_(parts),
         equal_size_(equal_size),
+        movable_below_(movable_below),
         entries_(parts.size()),
         sums_(parts.size()),
         version_(parts.size(), 0),
@@ -228,13 +230,14 @@ class Refiner {
     const double gap = sums_[hi] - sums_[lo];
     const double half = gap / 2.0;
     Change best;
+    const auto& h = entries_[hi];
+    const auto& l = entries_[lo];
     const auto consider = [&](double delta, std::size_t hi_pos, std::size_t lo_pos, bool is_move) {
       if (!(delta > 0.0 && delta < gap)) return;
+      if (h[hi_pos].item >= movable_below_ || (!is_move && l[lo_pos].item >= movable_below_)) return;
       const double gain = delta * (gap - delta);
       if (gain > best.gain) best = {delta, gain, hi_pos, lo_pos, is_move};
     };
-    const auto& h = entries_[hi];
-    const auto& l = entries_[lo];
     // Swap: for each x in hi (ascending), the y in lo nearest cost(x) - gap/2 from either side:
     // j is the first y with cost(x) - cost(y) <= gap/2 (delta at most half the gap), j - 1 the
     // last one above it; the threshold rises with x, so one forward pointer does.
@@ -282,6 +285,7 @@ class Refiner {
 
   Parts& parts_;
   bool equal_size_;
+  Index movable_below_;  // items from here on are fixed to their parts
   std::vector<std::vector<Entry>> entries_;  // per part, ascending (cost, item)
   std::vector<double> sums_;
   std::set<std::pair<double, std::size_t>> order_;  // (cost, part): lightest first
@@ -304,8 +308,8 @@ std::size_t refine_pair_checks(std::size_t n, std::size_t k) { return 32 * (n + 
 
 }  // namespace
 
-void refine(const std::vector<double>& costs, Parts& parts, bool equal_size) {
-  Refiner(costs, parts, equal_size)
+void refine(const std::vector<double>& costs, Parts& parts, bool equal_size, Index movable_below) {
+  Refiner(costs, parts, equal_size, movable_below)
       .run(refine_iterations(costs.size(), parts.size()),
            refine_pair_checks(costs.size(), parts.size()));
 }
@@ -381,6 +385,62 @@ std::vector<Parts> free_count_candidates(const std::vector<double>& costs, std::
 
 std::size_t preferred_free_count(const std::vector<double>& costs, const std::vector<Parts>& candidates) {
   return candidates.size() > 1 && max_set_cost(costs, candidates[1]) < max_set_cost(costs, candidates[0]) ? 1 : 0;
+}
+
+Parts loaded_split(const std::vector<double>& costs, const std::vector<double>& loads) {
+  const std::size_t n = costs.size();
+  const std::size_t k = loads.size();
+  // The loads are items n..n+k-1 of one extended cost vector, so that the tuples and the refinement
+  // handle them like any item.
+  std::vector<double> all = costs;
+  all.insert(all.end(), loads.begin(), loads.end());
+  std::vector<Index> next(n + k, -1);
+  std::vector<Tuple> tuples;
+  tuples.reserve(2 * (n + 1));
+  TupleQueue queue;
+  auto add = [&](Tuple tuple) {
+    queue.add_initial(tuple.spread(k), tuples.size());
+    tuples.push_back(std::move(tuple));
+  };
+  Tuple seeded;
+  for (std::size_t r = 0; r < k; ++r) {
+    const auto item = static_cast<Index>(n + r);
+    seeded.push({loads[r], item, item});
+  }
+  add(std::move(seeded));
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto item = static_cast<Index>(i);
+    Tuple tuple;
+    tuple.push({costs[i], item, item});
+    add(std::move(tuple));
+  }
+  queue.start();
+  while (queue.size() > 1) {
+    Tuple a = std::move(tuples[queue.pop()]);
+    Tuple b = std::move(tuples[queue.pop()]);
+    if (b.heap.size() > a.heap.size()) std::swap(a, b);
+    merge_tuples(a, b, k, next);
+    queue.push(a.spread(k), tuples.size());
+    tuples.push_back(std::move(a));
+  }
+  Parts parts(k);
+  for (const Subset& subset : tuples[queue.pop()].take_sorted()) {
+    std::vector<Index> part;
+    std::size_t rank = k;
+    for (Index item = subset.head; item >= 0; item = next[as_size(item)]) {
+      part.push_back(item);
+      if (as_size(item) >= n) rank = as_size(item) - n;
+      if (item == subset.tail) break;
+    }
+    ODC_CHECK(rank < k, "loaded_split: a part without its rank's load");
+    std::sort(part.begin(), part.end());
+    parts[rank] = std::move(part);
+  }
+  refine(all, parts, false, static_cast<Index>(n));
+  for (auto& part : parts) {
+    part.erase(std::remove_if(part.begin(), part.end(), [&](Index item) { return as_size(item) >= n; }), part.end());
+  }
+  return parts;
 }
 
 }  // namespace odc::data::planner_detail

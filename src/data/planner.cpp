@@ -84,7 +84,9 @@ RankPlan in_order_rank(const std::vector<double>& costs, Parts microbatches) {
   return plan;
 }
 
-void validate(const PlanInput& input) {
+}  // namespace
+
+void planner_detail::validate(const PlanInput& input, bool check_cap) {
   if (input.world_size < 1) fail("planner: world size must be >= 1, got {}", input.world_size);
   if (input.lengths.empty()) fail("planner: the global minibatch is empty; expected >= 1 sequence");
   if (input.token_cap <= 0) {
@@ -104,10 +106,11 @@ void validate(const PlanInput& input) {
     if (length < 1) {
       fail("planner: sequence {} of the minibatch has length {}; expected >= 1", i, length);
     }
-    if (length > input.token_cap) {
+    if (check_cap && length > input.token_cap) {
       fail(
           "planner: sequence {} of the minibatch has length {}, longer than the token cap "
-          "data.max_tokens_per_microbatch = {}; raise the cap or filter out longer sequences",
+          "data.max_tokens_per_microbatch = {}; raise the cap or filter out longer sequences, or split such "
+          "sequences over several ranks (context parallelism: train.context_parallel)",
           i, length, input.token_cap);
     }
   }
@@ -122,8 +125,6 @@ void validate(const PlanInput& input) {
         balance_name(input.balance), n, ranks);
   }
 }
-
-}  // namespace
 
 // ---- public API ---------------------------------------------------------------------------------
 
@@ -280,12 +281,19 @@ Plan packed_plan(const PlanInput& input, const std::vector<double>& costs, const
 }  // namespace
 
 Plan make_plan(const PlanInput& input) {
-  validate(input);
+  // Split sequences: the context plans (context_groups.cpp) check their own caps (the static one
+  // validates the plan it makes for world / degree ranks).
+  if (input.context_degree != 1) return planner_detail::static_context_plan(input);
+  planner_detail::validate(input, !input.context_dynamic);
+  if (input.context_dynamic) return planner_detail::dynamic_context_plan(input);
+  std::vector<double> costs(input.lengths.size());
+  for (std::size_t i = 0; i < costs.size(); ++i) costs[i] = input.cost.cost(input.lengths[i]);
+  return planner_detail::plan_sequences(input, costs);
+}
+
+Plan planner_detail::plan_sequences(const PlanInput& input, const std::vector<double>& costs) {
   const auto n = input.lengths.size();
   const auto ranks = static_cast<std::size_t>(input.world_size);
-  std::vector<double> costs(n);
-  for (std::size_t i = 0; i < n; ++i) costs[i] = input.cost.cost(input.lengths[i]);
-
   Plan plan;
   plan.per_microbatch = input.cost.per_microbatch;
   plan.ranks.reserve(ranks);
@@ -313,7 +321,7 @@ Plan make_plan(const PlanInput& input) {
     PlanInput micro = input;
     micro.balance = Balance::lb_micro;
     Parts split;
-    for (const auto& rank : make_plan(micro).ranks) {
+    for (const auto& rank : plan_sequences(micro, costs).ranks) {
       std::vector<Index> items;
       for (const auto& mb : rank.microbatches) items.insert(items.end(), mb.begin(), mb.end());
       std::sort(items.begin(), items.end());
@@ -357,18 +365,63 @@ Plan make_plan(const PlanInput& input) {
   return clearly_shorter(reference.makespan_collective(), chosen.makespan_collective()) ? reference : chosen;
 }
 
+Plan planner_detail::plan_around(const PlanInput& input, const std::vector<double>& costs,
+                                 const std::vector<double>& loads) {
+  const auto ranks = static_cast<std::size_t>(input.world_size);
+  Plan plan;
+  plan.per_microbatch = input.cost.per_microbatch;
+  if (input.balance == Balance::local_sort || input.balance == Balance::round_robin) {
+    // No balancing: the loads change nothing.
+    for (const auto& items : round_robin(costs.size(), ranks)) {
+      if (input.balance == Balance::local_sort) {
+        plan.ranks.push_back(local_sort_rank(input.lengths, costs, items));
+      } else {
+        const RankItems rank{items, input.lengths, costs, input.token_cap};
+        plan.ranks.push_back(in_order_rank(costs, in_order_microbatches(rank)));
+      }
+    }
+    return plan;
+  }
+  ODC_CHECK(input.balance == Balance::lb_mini, "plan_around: balance {}", balance_name(input.balance));
+  // LB-Mini around the loads: Karmarkar-Karp with every rank's load as an item fixed to it, refined
+  // without moving them; each rank then packs its own sequences. (Neither the equal-count split nor
+  // the reference's plan is a candidate: both ignore the loads.)
+  return packed_plan(input, costs, loaded_split(costs, loads));
+}
+
 // Both bubbles are computed as 1 - S / (D * X) from the same S = sum_d (C_d + n_d c), with X =
 // max_d (C_d + n_d c) (odc) or sum_m (c + max_d c_{m,d}) (collective); c = per_microbatch. Mathematically the latter X is >= the former; taking
 // the max of the two guards the rounding of the differently ordered sums, so that the computed
 // bubble_collective >= bubble_odc holds exactly (rounding is monotone).
 double Plan::makespan_odc() const {
   double worst = 0.0;
+  if (groups.empty()) {
+    for (const auto& rank : ranks) worst = std::max(worst, busy(rank));
+    return worst;
+  }
+  // The schedule: the groups in order, each when its last member is ready, then every rank's own.
+  std::vector<double> ready(ranks.size(), 0.0);
+  std::vector<double> shares(ranks.size(), 0.0);
+  for (const auto& group : groups) {
+    double start = 0.0;
+    for (const int r : group.ranks) start = std::max(start, ready.at(static_cast<std::size_t>(r)));
+    for (const int r : group.ranks) {
+      ready[static_cast<std::size_t>(r)] = start + group.cost + per_microbatch;
+      shares[static_cast<std::size_t>(r)] += group.cost;
+    }
+  }
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const auto& rank = ranks[r];
+    const double own = rank.cost - shares[r] + static_cast<double>(rank.microbatches.size()) * per_microbatch;
+    worst = std::max(worst, ready[r] + own);
+  }
+  // Never below the busiest rank (rounding of the subtraction above).
   for (const auto& rank : ranks) worst = std::max(worst, busy(rank));
   return worst;
 }
 
 double Plan::busy(const RankPlan& rank) const {
-  return rank.cost + static_cast<double>(rank.microbatches.size()) * per_microbatch;
+  return rank.cost + static_cast<double>(rank.microbatches.size() + rank.groups.size()) * per_microbatch;
 }
 
 double Plan::makespan_collective() const {
@@ -379,6 +432,7 @@ double Plan::makespan_collective() const {
     steps = std::max(steps, rank.microbatch_costs.size());
   }
   double barriers = 0.0;
+  for (const auto& group : groups) barriers += group.cost + per_microbatch;  // a barrier step each
   for (std::size_t m = 0; m < steps; ++m) {
     double slowest = 0.0;
     for (const auto& rank : ranks) {
@@ -403,7 +457,7 @@ double Plan::bubble_collective() const { return bubble_of(makespan_collective())
 
 std::int64_t Plan::max_microbatches() const {
   std::size_t most = 0;
-  for (const auto& rank : ranks) most = std::max(most, rank.microbatches.size());
+  for (const auto& rank : ranks) most = std::max(most, rank.microbatches.size() + rank.groups.size());
   return static_cast<std::int64_t>(most);
 }
 
@@ -417,6 +471,16 @@ std::uint64_t Plan::hash() const {
       for (Index i : mb) h.add_value(i);
     }
   }
+  // Context parallelism, only when present (the hash of a plan without it is unchanged).
+  if (!groups.empty()) {
+    h.add_value(static_cast<std::int64_t>(groups.size()));
+    for (const auto& group : groups) {
+      h.add_value(group.sequence);
+      h.add_value(static_cast<std::int64_t>(group.ranks.size()));
+      for (const int r : group.ranks) h.add_value(static_cast<std::int64_t>(r));
+    }
+  }
+  if (context_degree != 1) h.add_value(static_cast<std::int64_t>(context_degree));
   return h.value();
 }
 

@@ -8,6 +8,7 @@
 // index, set_cost) wherever costs are compared across candidate plans.
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "odc/data/planner.h"
@@ -29,16 +30,41 @@ inline double set_cost(const std::vector<double>& costs, const std::vector<Index
 
 // ---- planner.cpp ---------------------------------------------------------------------------------
 
+// make_plan's checks (odc::Error); check_cap: every length <= the token cap (not when sequences
+// are split over ranks).
+void validate(const PlanInput& input, bool check_cap);
+// The plan of `input` (validated) by its balance with these costs per sequence: make_plan without
+// context parallelism.
+Plan plan_sequences(const PlanInput& input, const std::vector<double>& costs);
+// The sequences of `input` balanced around the ranks' loads (loads[r]: what rank r runs first, its
+// context groups): lb_mini balances the loads plus the sequences' costs; local_sort and
+// round_robin split as always. The ranks' costs are their own sequences' (loads not added).
+Plan plan_around(const PlanInput& input, const std::vector<double>& costs, const std::vector<double>& loads);
+
 // A rank's plan: its microbatches by decreasing cost (ties: smaller first index), each ascending,
 // their costs, and the cost of `items` (its sequences).
 RankPlan finish_rank(const std::vector<double>& costs, const std::vector<Index>& items, Parts microbatches);
+
+// ---- context_groups.cpp --------------------------------------------------------------------------
+
+// make_plan with dynamic context groups (PlanInput::context_dynamic) and with a static context
+// degree (PlanInput::context_degree > 1).
+Plan dynamic_context_plan(const PlanInput& input);
+Plan static_context_plan(const PlanInput& input);
 
 // ---- partition.cpp ------------------------------------------------------------------------------
 
 // Karmarkar-Karp into k parts (see karmarkar_karp in partition.h), without checking the costs.
 Parts karmarkar_karp_impl(const std::vector<double>& costs, std::size_t k, bool equal_size);
 // Swap refinement within the work bounds (see refine_partition), without checking the parts.
-void refine(const std::vector<double>& costs, Parts& parts, bool equal_size);
+// Items >= movable_below stay where they are (loaded_split's rank loads).
+void refine(const std::vector<double>& costs, Parts& parts, bool equal_size,
+            Index movable_below = std::numeric_limits<Index>::max());
+// The items split over loads.size() ranks that start with those loads: Karmarkar-Karp seeded with
+// one tuple holding every rank's load as its own subset (merges never unite two subsets of one
+// tuple, so every final part holds exactly one load and is that rank's), refined without moving
+// the loads. Part r is rank r's items, ascending.
+Parts loaded_split(const std::vector<double>& costs, const std::vector<double>& loads);
 // Rank r gets items r, r+N, ...: LocalSort's split (and round_robin's).
 Parts round_robin(std::size_t n, std::size_t ranks);
 // LB-Micro's split: equal counts per rank, the lowest max cost found.

@@ -18,6 +18,7 @@ struct Accumulator {
   double time = 0.0, barrier_span = 0.0, idle = 0.0, planned = 0.0, free_time = 0.0;
   double compute = 0.0, gather_wait = 0.0, push_wait = 0.0, barrier_wait = 0.0, optimizer = 0.0, accumulate = 0.0;
   double microbatches = 0.0, inter_node_bytes = 0.0, refresh = 0.0, replica_sum = 0.0;
+  double exchange = 0.0, context_groups = 0.0;
   bool recorded_first = false;
 };
 
@@ -36,6 +37,7 @@ void accumulate(Accumulator& acc, const MinibatchTimeline& timeline) {
     acc.gather_wait += device.gather_wait_s / d;
     acc.push_wait += device.push_wait_s / d;
     acc.accumulate += device.accumulate_s / d;
+    acc.exchange += device.exchange_s / d;
     acc.barrier_wait += timeline.barrier_wait_s(i) / d;
     acc.microbatches += device.microbatches / d;
   }
@@ -46,6 +48,12 @@ std::string sharding_text(const SimSetup& s) {
   const std::string name(distributed::sharding_name(s.sharding));
   if (s.sharding == Sharding::full || s.link.spans_nodes()) return name;
   return name + " (one node: as full)";
+}
+
+// How a method splits long sequences: "off", "dynamic" (odc) or "static D" (collective).
+std::string context_text(const SimSetup& s, const Method& method) {
+  if (!s.context_parallel) return "off";
+  return method.comm == CommKind::odc ? std::string("dynamic") : fmt::format("static {}", s.context_degree);
 }
 
 }  // namespace
@@ -75,6 +83,8 @@ SimResults run_simulation(const SimSetup& setup) {
   options.shared_link = setup.shared_link;
   options.accumulate_seconds_per_byte = setup.accumulate_seconds_per_byte;
   options.sharding = setup.sharding;
+  ExchangeModel free_exchange = setup.exchange;  // the zero-overhead bound's exchanges are free too
+  free_exchange.link = free_link;
   ScheduleOptions free_options = options;  // the zero-overhead bound: no transfer or accumulation costs
   free_options.accumulate_seconds_per_byte = 0.0;
   free_options.record_intervals = false;
@@ -100,13 +110,19 @@ SimResults run_simulation(const SimSetup& setup) {
       const bool reference = method.balance == data::Balance::ref_lb_micro || method.balance == data::Balance::ref_lb_mini;
       input.cost = reference ? setup.reference_cost : setup.cost;
       input.reference_split = setup.reference_split;
+      // Context parallelism: dynamic groups under ODC, the run's static degree under collectives.
+      input.context_dynamic = setup.context_parallel && method.comm == CommKind::odc;
+      input.max_context_degree = setup.max_context_degree;
+      input.context_degree = setup.context_parallel && method.comm == CommKind::collective ? setup.context_degree : 1;
       const data::Plan plan = data::make_plan(input);
-      const auto work = work_from_plan(plan, input.lengths);
+      const auto work = work_from_plan(plan, input.lengths, setup.exchange);
       const UnitBytes& bytes = method.comm == CommKind::odc ? setup.odc_bytes : setup.collective_bytes;
       options.record_intervals = step == 0;
       MinibatchTimeline timeline = simulate_minibatch(work, setup.compute, bytes, setup.link, method.comm, options);
       options.record_intervals = false;
-      const auto free = simulate_minibatch(work, setup.compute, bytes, free_link, method.comm, free_options);
+      const auto free_work = setup.context_parallel ? work_from_plan(plan, input.lengths, free_exchange) : work;
+      const auto free = simulate_minibatch(free_work, setup.compute, bytes, free_link, method.comm, free_options);
+      acc[k].context_groups += static_cast<double>(plan.groups.size());
       accumulate(acc[k], timeline);
       acc[k].free_time += free.total_s();
       acc[k].planned += method.comm == CommKind::odc ? plan.bubble_odc() : plan.bubble_collective();
@@ -139,6 +155,8 @@ SimResults run_simulation(const SimSetup& setup) {
     r.inter_node_bytes = a.inter_node_bytes / n;
     r.refresh_s = a.refresh / n;
     r.replica_sum_s = a.replica_sum / n;
+    r.exchange_s = a.exchange / n;
+    r.context_groups = a.context_groups / n;
     r.first = std::move(firsts[k]);
     results.methods.push_back(std::move(r));
   }
@@ -179,6 +197,9 @@ nlohmann::ordered_json method_json(const SimResults& results, const MethodResult
       {"inter_node_gb", rounded(r.inter_node_bytes / 1e9, 3)},
       {"refresh_s", rounded(r.refresh_s, 6)},
       {"replica_sum_s", rounded(r.replica_sum_s, 6)},
+      {"context_parallel", context_text(s, r.method)},
+      {"exchange_s", rounded(r.exchange_s, 6)},
+      {"context_groups", rounded(r.context_groups, 3)},
       {"baseline", s.baseline.name()},
       {"lengths", s.pool_stats.text()},
       {"length_median", rounded(s.pool_stats.median, 1)},
@@ -198,6 +219,13 @@ std::string markdown_table(const SimResults& results) {
   out += "Lengths: " + s.pool.description + ": " + s.pool_stats.text() +
          (s.published_lengths.empty() ? std::string() : "; published: " + s.published_lengths) + ".\n\n";
   if (!s.measured.empty()) out += "Calibration: " + s.measured + ".\n\n";
+  if (s.context_parallel) {
+    out += fmt::format(
+        "Context parallelism: sequences over the cap split over devices, odc methods by dynamic groups (at most {} "
+        "devices), collective methods by the static degree {}; keys and values exchanged at {:.0f} B per token "
+        "and layer.\n\n",
+        s.max_context_degree == 0 ? s.devices : s.max_context_degree, s.context_degree, s.exchange.kv_bytes_per_token);
+  }
   out += "| method | minibatch time (s) | samples/s/device | speedup | bubble (simulated) | bubble (planned) | "
          "zero-overhead bound | microbatches/device | inter-node GB |\n";
   out += "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";

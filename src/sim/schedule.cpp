@@ -15,29 +15,6 @@ double causal_pairs(std::int64_t length) {
   return s * (s + 1.0) / 2.0;
 }
 
-std::vector<DeviceWork> work_from_plan(const data::Plan& plan, const std::vector<std::int64_t>& lengths) {
-  std::vector<DeviceWork> out;
-  out.reserve(plan.ranks.size());
-  for (const auto& rank : plan.ranks) {
-    DeviceWork device;
-    for (const auto& microbatch : rank.microbatches) {
-      MicrobatchWork work;
-      for (const auto index : microbatch) {
-        if (index < 0 || static_cast<std::size_t>(index) >= lengths.size()) {
-          fail("plan refers to sequence {} of a minibatch of {}", index, lengths.size());
-        }
-        const auto length = lengths[static_cast<std::size_t>(index)];
-        work.tokens += length;
-        work.pairs += causal_pairs(length);
-        ++work.sequences;
-      }
-      device.push_back(work);
-    }
-    out.push_back(std::move(device));
-  }
-  return out;
-}
-
 double MinibatchTimeline::bubble() const {
   if (devices.empty() || barrier_s <= 0.0) return 0.0;
   double idle = 0.0;
@@ -58,15 +35,17 @@ struct DeviceState {
 };
 
 // Runs one step's compute once its parameters are there; returns the compute start.
+// `exchange`: a context-parallel step's exchange after its compute (0 otherwise).
 void compute_step(DeviceState& state, DeviceTimeline& timeline, double params_ready, double seconds, int microbatch,
-                  const Step& step, bool record) {
+                  const Step& step, bool record, double exchange = 0.0) {
   const double start = std::max(state.ready, params_ready);
   timeline.gather_wait_s += start - state.ready;
   const double end = start + seconds;
   timeline.compute_s += seconds;
+  timeline.exchange_s += exchange;
   if (record && seconds > 0.0) timeline.busy.push_back({start, end, microbatch, step});
   state.last_start = start;
-  state.ready = end;
+  state.ready = end + exchange;
 }
 
 // Waits, if needed, until fewer than `limit` hand-offs are in flight; returns the issue time.
@@ -103,15 +82,29 @@ struct FlatStep {
   Step step;
   std::int64_t tokens = 0;
   double pairs = 0.0;
+  double exchange = 0.0;  // context parallelism: the step's exchange (decoder layers only)
+  int group = -1;         // MicrobatchWork::group
 };
 
-std::vector<FlatStep> flatten(const DeviceWork& work, const std::vector<Step>& steps, bool skip_empty) {
+// The exchange of a step of `work`: decoder layers (units 1..L) in forward and backward.
+double step_exchange(const MicrobatchWork& work, const Step& step, int decoder_layers) {
+  if (step.unit < 1 || step.unit > decoder_layers) return 0.0;
+  if (step.phase == Phase::forward) return work.exchange_forward_s;
+  if (step.phase == Phase::backward) return work.exchange_backward_s;
+  return 0.0;
+}
+
+std::vector<FlatStep> flatten(const DeviceWork& work, const std::vector<Step>& steps, bool skip_empty,
+                              int decoder_layers) {
   std::vector<FlatStep> out;
   out.reserve(work.size() * steps.size());
   int index = 0;
   for (const auto& microbatch : work) {
     if (skip_empty && microbatch.tokens <= 0) continue;
-    for (const auto& step : steps) out.push_back({index, step, microbatch.tokens, microbatch.pairs});
+    for (const auto& step : steps) {
+      out.push_back({index, step, microbatch.tokens, microbatch.pairs, step_exchange(microbatch, step, decoder_layers),
+                     microbatch.group});
+    }
     ++index;
   }
   return out;
@@ -169,50 +162,116 @@ MinibatchTimeline simulate_odc(const std::vector<DeviceWork>& work, const Comput
   const double start = costs.refresh_s;
   out.refresh_s = costs.refresh_s;
   auto gather_time = [&](const Step& step) { return costs.gather.at(static_cast<std::size_t>(step.unit)); };
-  for (std::size_t d = 0; d < work.size(); ++d) {
+  const int decoder_layers = static_cast<int>(compute.forward.size()) - 1;
+  // Every device's replay state: devices are independent except in their context groups' steps.
+  struct Device {
     DeviceState state;
-    state.ready = start;
     DeviceTimeline timeline;
-    Channels channels{options.shared_link, start, start};
-    const auto flat = flatten(work[d], steps, true);
-    double inter = costs.refresh_inter_bytes;
-    std::vector<double> params_ready(flat.size(), 0.0);
+    Channels channels;
+    std::vector<FlatStep> flat;
+    std::vector<double> params_ready;
+    double inter = 0.0;
+    std::size_t next = 0;  // the next flat step to run
+  };
+  std::vector<Device> devices(work.size());
+  for (std::size_t d = 0; d < work.size(); ++d) {
+    Device& dev = devices[d];
+    dev.state.ready = start;
+    dev.channels = Channels{options.shared_link, start, start};
+    dev.flat = flatten(work[d], steps, true, decoder_layers);
+    dev.inter = costs.refresh_inter_bytes;
+    dev.params_ready.assign(dev.flat.size(), 0.0);
     // The first `depth` gathers are issued at the start, one after another.
-    for (std::size_t j = 0; j < flat.size() && static_cast<int>(j) < depth; ++j) {
-      params_ready[j] = Channels::reserve(channels.gather(), start, gather_time(flat[j].step));
-      inter += costs.gather_inter_bytes.at(static_cast<std::size_t>(flat[j].step.unit));
+    for (std::size_t j = 0; j < dev.flat.size() && static_cast<int>(j) < depth; ++j) {
+      dev.params_ready[j] = Channels::reserve(dev.channels.gather(), start, gather_time(dev.flat[j].step));
+      dev.inter += costs.gather_inter_bytes.at(static_cast<std::size_t>(dev.flat[j].step.unit));
     }
-    for (std::size_t j = 0; j < flat.size(); ++j) {
-      const auto& item = flat[j];
-      if (depth == 0) {
-        params_ready[j] = Channels::reserve(channels.gather(), state.ready, gather_time(item.step));
-        inter += costs.gather_inter_bytes.at(static_cast<std::size_t>(item.step.unit));
+  }
+  // Before step j computes: with depth 0 its gather is issued now.
+  auto prepare = [&](Device& dev, std::size_t j) {
+    if (depth != 0) return;
+    dev.params_ready[j] = Channels::reserve(dev.channels.gather(), dev.state.ready, gather_time(dev.flat[j].step));
+    dev.inter += costs.gather_inter_bytes.at(static_cast<std::size_t>(dev.flat[j].step.unit));
+  };
+  // After step j computed (started at state.last_start): the prefetch and the gradient hand-off.
+  auto finish_step = [&](Device& dev, std::size_t d, std::size_t j) {
+    const auto& item = dev.flat[j];
+    // Issued when this step starts: the gather `depth` steps ahead (before this step's hand-off,
+    // which is issued later, when it ends).
+    if (depth > 0 && j + static_cast<std::size_t>(depth) < dev.flat.size()) {
+      const auto ahead = j + static_cast<std::size_t>(depth);
+      dev.params_ready[ahead] =
+          Channels::reserve(dev.channels.gather(), dev.state.last_start, gather_time(dev.flat[ahead].step));
+      dev.inter += costs.gather_inter_bytes.at(static_cast<std::size_t>(dev.flat[ahead].step.unit));
+    }
+    if (!hands_off_gradient(item.step)) return;
+    const double issue = reserve_hand_off(dev.state, dev.timeline, options.max_outstanding_reductions);
+    const auto unit = static_cast<std::size_t>(item.step.unit);
+    const double done = Channels::reserve(dev.channels.push(), issue, costs.reduce.at(unit));
+    dev.inter += costs.reduce_inter_bytes.at(unit);
+    dev.state.outstanding.push_back(done);
+    dev.state.last_push_done = std::max(dev.state.last_push_done, done);
+    if (options.accumulate_seconds_per_byte > 0.0) {
+      accumulations[d / group].jobs.emplace_back(done, bytes.reduce.at(unit) / owners * options.accumulate_seconds_per_byte);
+    }
+  };
+  // Dynamic context groups first, in group order: a group's members run each step together.
+  int groups = 0;
+  for (const auto& device : work) {
+    for (const auto& mb : device) groups = std::max(groups, mb.group + 1);
+  }
+  for (int g = 0; g < groups; ++g) {
+    std::vector<std::size_t> members;
+    for (std::size_t d = 0; d < work.size(); ++d) {
+      const Device& dev = devices[d];
+      if (dev.next < dev.flat.size() && dev.flat[dev.next].group == g) members.push_back(d);
+    }
+    if (members.empty()) fail("simulate_minibatch: context group {} leads no device's remaining work", g);
+    for (std::size_t s = 0; s < steps.size(); ++s) {
+      double together = 0.0;  // the step starts when every member can start it
+      double slowest = 0.0;   // and lasts the slowest member's compute plus the exchange
+      double exchange = 0.0;
+      for (const std::size_t d : members) {
+        Device& dev = devices[d];
+        const auto& item = dev.flat[dev.next];
+        if (item.group != g) fail("simulate_minibatch: context group {} has members with different steps", g);
+        prepare(dev, dev.next);
+        together = std::max(together, std::max(dev.state.ready, dev.params_ready[dev.next]));
+        slowest = std::max(slowest, compute.time(item.step, item.tokens, item.pairs));
+        exchange = std::max(exchange, item.exchange);
       }
-      compute_step(state, timeline, params_ready[j], compute.time(item.step, item.tokens, item.pairs), item.microbatch,
-                   item.step, options.record_intervals);
-      // Issued when this step starts: the gather `depth` steps ahead (before this step's hand-off,
-      // which is issued later, when it ends).
-      if (depth > 0 && j + static_cast<std::size_t>(depth) < flat.size()) {
-        const auto ahead = j + static_cast<std::size_t>(depth);
-        params_ready[ahead] = Channels::reserve(channels.gather(), state.last_start, gather_time(flat[ahead].step));
-        inter += costs.gather_inter_bytes.at(static_cast<std::size_t>(flat[ahead].step.unit));
-      }
-      if (!hands_off_gradient(item.step)) continue;
-      const double issue = reserve_hand_off(state, timeline, options.max_outstanding_reductions);
-      const auto unit = static_cast<std::size_t>(item.step.unit);
-      const double done = Channels::reserve(channels.push(), issue, costs.reduce.at(unit));
-      inter += costs.reduce_inter_bytes.at(unit);
-      state.outstanding.push_back(done);
-      state.last_push_done = std::max(state.last_push_done, done);
-      if (options.accumulate_seconds_per_byte > 0.0) {
-        accumulations[d / group].jobs.emplace_back(done,
-                                                   bytes.reduce.at(unit) / owners * options.accumulate_seconds_per_byte);
+      for (const std::size_t d : members) {
+        Device& dev = devices[d];
+        const auto& item = dev.flat[dev.next];
+        const double own = std::max(dev.state.ready, dev.params_ready[dev.next]);
+        const double seconds = compute.time(item.step, item.tokens, item.pairs);
+        dev.timeline.gather_wait_s += own - dev.state.ready;
+        dev.timeline.exchange_s += (together - own) + (slowest - seconds) + exchange;
+        dev.timeline.compute_s += seconds;
+        if (options.record_intervals && seconds > 0.0) {
+          dev.timeline.busy.push_back({together, together + seconds, item.microbatch, item.step});
+        }
+        dev.state.last_start = together;
+        dev.state.ready = together + slowest + exchange;
+        finish_step(dev, d, dev.next);
+        ++dev.next;
       }
     }
-    timeline.microbatches = flat.empty() ? 0 : flat.back().microbatch + 1;
-    timeline.finish_s = std::max(state.ready, state.last_push_done);
-    out.inter_node_bytes += inter;
-    out.devices.push_back(std::move(timeline));
+  }
+  for (std::size_t d = 0; d < work.size(); ++d) {
+    Device& dev = devices[d];
+    for (std::size_t j = dev.next; j < dev.flat.size(); ++j) {
+      const auto& item = dev.flat[j];
+      if (item.group >= 0) fail("simulate_minibatch: device {} runs context group {} after its own work", d, item.group);
+      prepare(dev, j);
+      compute_step(dev.state, dev.timeline, dev.params_ready[j], compute.time(item.step, item.tokens, item.pairs),
+                   item.microbatch, item.step, options.record_intervals, item.exchange);
+      finish_step(dev, d, j);
+    }
+    dev.timeline.microbatches = dev.flat.empty() ? 0 : dev.flat.back().microbatch + 1;
+    dev.timeline.finish_s = std::max(dev.state.ready, dev.state.last_push_done);
+    out.inter_node_bytes += dev.inter;
+    out.devices.push_back(std::move(dev.timeline));
   }
   for (auto& jobs : accumulations) jobs.finalize();
   double slowest = 0.0;
@@ -245,7 +304,8 @@ void collective_domain(const std::vector<DeviceWork>& work, std::size_t first, s
   const int depth = options.prefetch_depth;
   // Every device runs the padded count: the step sequence of microbatch m is the same everywhere.
   DeviceWork padded_work(padded);
-  const auto flat = flatten(padded_work, steps, false);
+  const auto flat = flatten(padded_work, steps, false, 0);
+  const int decoder_layers = static_cast<int>(compute.forward.size()) - 1;
   const MicrobatchWork empty;
   // All-gathers run one after another on the ring, and so do reductions (on the same ring with a
   // shared link). A collective starts once the last device issued it.
@@ -271,7 +331,7 @@ void collective_domain(const std::vector<DeviceWork>& work, std::size_t first, s
       const auto& mb = m < mine.size() ? mine[m] : empty;
       compute_step(states[d], out.devices[first + d], params_ready[j],
                    compute.time(item.step, mb.tokens, mb.pairs) * options.collective_compute_factor, item.microbatch,
-                   item.step, options.record_intervals);
+                   item.step, options.record_intervals, step_exchange(mb, item.step, decoder_layers));
     }
     if (depth > 0 && j + static_cast<std::size_t>(depth) < flat.size()) {
       double issued = 0.0;

@@ -8,6 +8,7 @@
 
 #include "odc/core/device_specs.h"
 #include "odc/core/error.h"
+#include "odc/data/context_groups.h"
 #include "odc/data/data_config.h"
 #include "odc/data/data_keys.h"
 #include "odc/model/model_keys.h"
@@ -158,6 +159,21 @@ std::vector<TunableSpec> sim_tunables() {
       tunable("sim.max_outstanding_reductions", K::integer, "3",
               "gradient reductions/pushes in flight per device before backward waits",
               Range::at_least(1).and_at_most(std::numeric_limits<int>::max())),
+      tunable("sim.context_parallel", K::boolean, "false",
+              "split sequences longer than the microbatch token cap (data.max_tokens_per_microbatch) over several "
+              "devices: odc methods by groups the planner chooses per minibatch (dynamic; balances lb_mini, "
+              "local_sort, round_robin), collective methods by one static degree for the run (sim.context_degree); "
+              "every decoder layer exchanges the split sequences' keys and values between the group's members"),
+      tunable("sim.context_degree", K::integer, "0",
+              "context parallelism, collective methods: devices per static group (consecutive, dividing "
+              "sim.devices); 0 = the smallest whose share of the pool's longest sequence fits the token cap",
+              Range::at_least(0)),
+      tunable("sim.max_context_degree", K::integer, "0",
+              "context parallelism, odc methods: the most devices one dynamic group may span; 0 = all",
+              Range::at_least(0)),
+      tunable("sim.activation_bytes", K::number, "2",
+              "context parallelism: bytes per key/value element exchanged between a group's members (bf16)",
+              Range::above(0)),
       tunable("sim.collective_compute_factor", K::number, "1.0",
               "Collective's compute steps take this x their modeled time (CPU trainer: ranks busy-polling inside MPI "
               "collectives slow the computing ones; bench/e2e.py measures it from two traces of the same microbatches)",
@@ -227,6 +243,70 @@ std::vector<Method> parse_methods(const std::string& list, const std::string& ke
 }
 
 std::vector<Method> all_methods() { return parse_methods(kAllMethods, "all methods"); }
+
+namespace {
+
+// sim.context_parallel: the methods it can run, the static degree, the exchange and its price in
+// the planner's cost units.
+void set_context_parallel(const Config& config, SimSetup& s, std::int64_t longest) {
+  std::vector<Method> checked = s.methods;
+  checked.push_back(s.baseline);
+  for (const Method& m : checked) {
+    const bool dynamic_ok = m.balance == data::Balance::lb_mini || m.balance == data::Balance::local_sort ||
+                            m.balance == data::Balance::round_robin;
+    if (m.comm == CommKind::odc && !dynamic_ok) {
+      fail("sim.context_parallel: {} cannot plan dynamic context groups; with odc use lb_mini, local_sort or "
+           "round_robin (collective methods split by the static degree)",
+           m.name());
+    }
+  }
+  s.max_context_degree = static_cast<int>(config.get_int("sim.max_context_degree"));
+  const auto asked = static_cast<int>(config.get_int("sim.context_degree"));
+  auto fits = [&](int d) { return s.devices % d == 0 && data::context_max_rows(longest, d) <= s.token_cap; };
+  if (asked > 0) {
+    if (!fits(asked)) {
+      fail("sim.context_degree = {}: it must divide sim.devices = {} and split the longest sequence ({} tokens) into "
+           "shares within data.max_tokens_per_microbatch = {} (share: {} tokens)",
+           asked, s.devices, longest, s.token_cap, data::context_max_rows(longest, asked));
+    }
+    s.context_degree = asked;
+  } else {
+    s.context_degree = 0;
+    for (int d = 1; d <= s.devices && s.context_degree == 0; ++d) {
+      if (fits(d)) s.context_degree = d;
+    }
+    if (s.context_degree == 0) {
+      fail("sim.context_parallel: no static degree dividing sim.devices = {} splits the longest sequence ({} tokens) "
+           "within data.max_tokens_per_microbatch = {}",
+           s.devices, longest, s.token_cap);
+    }
+  }
+  s.exchange.kv_bytes_per_token =
+      2.0 * static_cast<double>(s.model.kv_dim()) * config.get_double("sim.activation_bytes");
+  s.exchange.recompute = config.get_bool("sim.gradient_checkpointing");
+  s.exchange.link = s.link;
+  // The planner's price of the exchange (CostModel::exchange_per_token): seconds per token of the
+  // whole sequence at the intra-node bandwidth (every layer, every pass), over the seconds of one
+  // cost unit, read off the compute model between two lengths (fixed costs cancel).
+  const double passes = s.exchange.recompute ? 3.0 : 2.0;
+  const double seconds_per_token = s.link.intra_bandwidth > 0.0 ? static_cast<double>(s.model.num_hidden_layers) *
+                                                                      passes * s.exchange.kv_bytes_per_token /
+                                                                      s.link.intra_bandwidth
+                                                                : 0.0;
+  const std::int64_t l0 = 4096;
+  const double dt = s.compute.microbatch_time(2 * l0, causal_pairs(2 * l0)) - s.compute.microbatch_time(l0, causal_pairs(l0));
+  const double dc = s.cost.cost(2 * l0) - s.cost.cost(l0);
+  const double seconds_per_unit = dc > 0.0 && dt > 0.0 ? dt / dc : 1.0;
+  s.cost.exchange_per_token = seconds_per_token / seconds_per_unit;
+  s.reference_cost.exchange_per_token = s.cost.exchange_per_token;
+  s.notes.push_back(fmt::format(
+      "context parallelism: odc methods dynamic groups (at most {} devices), collective methods static degree {}; "
+      "exchange {:.0f} B per token and layer, planner price {:.4g} cost units per token",
+      s.max_context_degree == 0 ? s.devices : s.max_context_degree, s.context_degree, s.exchange.kv_bytes_per_token,
+      s.cost.exchange_per_token));
+}
+
+}  // namespace
 
 SimSetup build_setup(const Config& config, const std::string& default_label) {
   SimSetup s;
@@ -364,8 +444,10 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
   // Planner inputs, as odc-train builds them.
   const std::int64_t longest = *std::max_element(s.pool.lengths.begin(), s.pool.lengths.end());
   s.token_cap = data::token_cap(config, longest);
-  if (longest > s.token_cap) {
-    fail("{}: a sequence of {} tokens exceeds the microbatch cap data.max_tokens_per_microbatch = {}",
+  s.context_parallel = config.get_bool("sim.context_parallel");
+  if (longest > s.token_cap && !s.context_parallel) {
+    fail("{}: a sequence of {} tokens exceeds the microbatch cap data.max_tokens_per_microbatch = {} (split such "
+         "sequences over several devices: sim.context_parallel = true)",
          s.pool.description, longest, s.token_cap);
   }
   s.cost = keys::data_cost_model_sim.read(config) == "fit"
@@ -375,6 +457,7 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
                                                                          : s.cost;
   s.reference_split = config.get_string("sim.reference_split") == "spread" ? data::ReferenceSplit::spread
                                                                            : data::ReferenceSplit::makespan;
+  if (s.context_parallel) set_context_parallel(config, s, longest);
   return s;
 }
 

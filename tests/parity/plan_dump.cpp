@@ -5,9 +5,14 @@
 //         "reference_split": "spread"}
 //        (cost = a*s^2 + b*s per sequence of s tokens, c per microbatch; c optional, default 0;
 //        balance any of data.balance's, the reference's ref_lb_micro and ref_lb_mini included;
-//        reference_split (ref_lb_mini's split choice) spread or makespan, optional, default spread)
+//        reference_split (ref_lb_mini's split choice) spread or makespan, optional, default spread;
+//        context parallelism, optional: "context_dynamic": true, "max_context_degree": K,
+//        "context_degree": D, "exchange": cost per token of the exchange)
 //   out: {"makespan_odc": .., "makespan_collective": .., "ranks": [{"cost": .., "microbatches":
-//        [[indices], ...], "microbatch_costs": [...]}, ...]}
+//        [[indices], ...], "microbatch_costs": [...]}, ...]}, and only when the plan splits
+//        sequences: "groups": [{"sequence": i, "length": L, "k": k, "ranks": [...], "cost": ..}, ...]
+//        (dynamic, in execution order; a rank's entry then has "groups": [indices]) or
+//        "context_degree": D (static)
 // Exit 1 with the message for a bad line (odc::Error).
 #include <cstdio>
 #include <iostream>
@@ -36,12 +41,27 @@ int main() {
         odc::fail("reference_split must be spread or makespan, got '{}'", split);
       }
       input.reference_split = split == "spread" ? odc::data::ReferenceSplit::spread : odc::data::ReferenceSplit::makespan;
+      input.context_dynamic = in.value("context_dynamic", false);
+      input.max_context_degree = in.value("max_context_degree", 0);
+      input.context_degree = in.value("context_degree", 1);
+      input.cost.exchange_per_token = in.value("exchange", 0.0);
       const odc::data::Plan plan = odc::data::make_plan(input);
       nlohmann::json out = {{"makespan_odc", plan.makespan_odc()}, {"makespan_collective", plan.makespan_collective()}};
       for (const auto& rank : plan.ranks) {
-        out["ranks"].push_back({{"cost", rank.cost}, {"microbatches", rank.microbatches},
-                                {"microbatch_costs", rank.microbatch_costs}});
+        nlohmann::json entry = {{"cost", rank.cost}, {"microbatches", rank.microbatches},
+                                {"microbatch_costs", rank.microbatch_costs}};
+        if (!rank.groups.empty()) entry["groups"] = rank.groups;
+        out["ranks"].push_back(std::move(entry));
       }
+      // Only plans that split sequences carry these: the output of the others is as before.
+      for (const auto& group : plan.groups) {
+        out["groups"].push_back({{"sequence", group.sequence},
+                                 {"length", input.lengths.at(static_cast<std::size_t>(group.sequence))},
+                                 {"k", group.ranks.size()},
+                                 {"ranks", group.ranks},
+                                 {"cost", group.cost}});
+      }
+      if (plan.context_degree != 1) out["context_degree"] = plan.context_degree;
       std::cout << out.dump() << "\n";
     }
   } catch (const std::exception& e) {

@@ -20,6 +20,17 @@ struct CostModel {
   // kind "measured": per-token seconds at increasing lengths (odc-train --calibrate-cost).
   std::vector<std::int64_t> lengths;
   std::vector<double> per_token;
+  // Context parallelism: the exchange's cost per token of a split sequence, in cost units (keys and
+  // values gathered from the group's other members and their gradients returned, per member). A
+  // member of a group of k exchanges (k-1)/k of the sequence's rows, so its share costs
+  // exchange_per_token * L * (k-1)/k on top of its compute (context_groups.h). Derivation, for a
+  // link of B bytes/s between the members and S seconds per cost unit (the model's time per unit):
+  //   per token and layer, K and V: 2 * kv_heads * head_dim * activation_bytes, moved `passes`
+  //   times: the forward's gather, the return of their gradients in the backward, and under
+  //   activation checkpointing the recomputed forward's gather again (passes 3, else 2), so
+  //   exchange_per_token = layers * passes * 2 * kv_heads * head_dim * bytes / B / S.
+  // 0 (the default): exchanges taken as free (hidden behind attention).
+  double exchange_per_token = 0.0;
   double cost(std::int64_t length) const {
     const auto s = static_cast<double>(length);
     if (!lengths.empty()) return measured_per_token(length) * s;

@@ -42,6 +42,12 @@
 // lb_mini_equal uses lb_micro's split, so its per-rank costs (and their max) equal lb_micro's; only
 // the microbatch counts differ.
 //
+// Context parallelism (context_groups.h: the share of a split sequence, its cost): a sequence too
+// long for one rank's token cap is split over a group of ranks. Dynamic (ODC; PlanInput::
+// context_dynamic): only those sequences, each over a group chosen for this minibatch, the groups
+// run first (Plan::groups), the other sequences balanced around them. Static (collective;
+// PlanInput::context_degree): every sequence over fixed groups of consecutive ranks.
+//
 // The cost model lives in cost_model.h and the partitioning building blocks in partition.h; this
 // header includes both, so it is the one to include for planning.
 #include <cstdint>
@@ -74,6 +80,27 @@ struct PlanInput {
   // rank r's (the ranks that run collectives together; hybrid sharding: a host). Empty: one group.
   std::vector<int> group_of_rank;
   ReferenceSplit reference_split = ReferenceSplit::spread;  // ref_lb_mini only
+  // Context parallelism. dynamic (ODC): a sequence whose share would not fit token_cap on one rank is
+  // split over a group of k ranks, k the smallest with the zig-zag share (max rows) <= token_cap, or
+  // larger (up to max_context_degree) where that shortens the ODC makespan; the groups run first on
+  // their members, in Plan::groups order; the other sequences are balanced around them. Balances
+  // lb_mini, local_sort, round_robin (lb_micro, lb_mini_equal and the reference's: odc::Error).
+  bool context_dynamic = false;
+  int max_context_degree = 0;     // 0: the world
+  // static (collective): every sequence split over groups of `context_degree` consecutive ranks
+  // (world % degree == 0): the plan is made for world/degree ranks with their members' caps
+  // combined, and every member of a group gets its group's microbatches.
+  int context_degree = 1;
+};
+
+// A sequence split over a group of ranks (dynamic context parallelism): one microbatch on every
+// member, run before the member's own microbatches.
+struct ContextGroup {
+  std::int64_t sequence = 0;   // index into PlanInput::lengths
+  std::vector<int> ranks;      // the members: member i = ranks[i] (ContextCut's member i)
+  double cost = 0.0;           // each member's planned cost for its share (attention pairs of its
+                               // chunks against their prefixes, its rows, the exchange): the
+                               // largest member's, since the members move in step at every layer
 };
 
 struct RankPlan {
@@ -85,38 +112,53 @@ struct RankPlan {
                                                          // (round_robin: the sum of its
                                                          // microbatch costs, in order)
   std::vector<double> microbatch_costs;                  // cost of each microbatch, same order
+  // Dynamic context parallelism: the Plan::groups this rank is a member of (indices, ascending =
+  // execution order), run before `microbatches`; each is one more microbatch of the rank, and
+  // `cost` includes their ContextGroup::cost (microbatches and microbatch_costs do not).
+  std::vector<int> groups = {};
 };
 
 struct Plan {
   std::vector<RankPlan> ranks;
   // The cost model's fixed cost per microbatch (CostModel::per_microbatch; 0 for most models).
   double per_microbatch = 0.0;
+  std::vector<ContextGroup> groups;  // dynamic: in execution order (every member runs its groups first, in this order)
+  int context_degree = 1;            // static: >1 when every microbatch is split over consecutive groups of this size
   // Estimated bubble rate (idle fraction) under each comm's barrier model, from planned costs:
   //   odc:        1 - mean_d(B_d) / max_d(B_d),      B_d = C_d + n_d c, the time rank d is busy
   //   collective: 1 - sum_d B_d / (D * sum_m (c + max_d c_{m,d}))  (barrier at every microbatch; a
   //               rank without an m-th microbatch contributes 0 to it); always >= bubble_odc
   // C_d is RankPlan::cost, n_d its microbatches, c_{m,d} RankPlan::microbatch_costs and c
-  // per_microbatch; an empty plan has bubble 0.
+  // per_microbatch; an empty plan has bubble 0. With context groups (Plan::groups) the ODC makespan
+  // follows the schedule instead (below) and both bubbles take S over it.
   double bubble_odc() const;
   double bubble_collective() const;
   // The planned minibatch time (in cost units) with free communication: max_d B_d under ODC (one
   // barrier), sum_m (c + max_d c_{m,d}) under collectives (a barrier per microbatch). The ratio of
   // two plans' makespans is the speedup their schedules allow: the zero-overhead bound.
+  // With context groups, ODC's follows the schedule: the groups in order, each starting when its
+  // last member is ready (start = max over members of their ready time) and keeping every member
+  // busy for its cost + c; then each rank its own microbatches. The collective's runs the groups
+  // as barrier steps of their own (sum of cost + c) before its microbatch steps.
   double makespan_odc() const;
   double makespan_collective() const;
-  // B_d: the rank's sequences' cost and its microbatches' fixed cost.
+  // B_d: the rank's sequences' cost (its group shares' included) and its microbatches' fixed cost
+  // (one per group it is a member of, too).
   double busy(const RankPlan& rank) const;
-  std::int64_t max_microbatches() const;
-  // Fingerprint of the structure (ranks, microbatches, indices) for cross-rank comparison.
+  std::int64_t max_microbatches() const;  // groups counted
+  // Fingerprint of the structure (ranks, microbatches, indices; the context groups and degree when
+  // present) for cross-rank comparison.
   std::uint64_t hash() const;
 
  private:
   double bubble_of(double makespan) const;
 };
 
-// Throws odc::Error for a sequence longer than the cap (naming length and cap), an empty
-// minibatch, world_size < 1, or lb_micro / lb_mini_equal / ref_lb_micro when the minibatch does not
-// divide evenly over the ranks.
+// Throws odc::Error for a sequence longer than the cap (naming length and cap; with context
+// parallelism: a sequence whose share over the largest group allowed is still over it, naming its
+// index, length, the cap and the group size it needs), an empty minibatch, world_size < 1, or
+// lb_micro / lb_mini_equal / ref_lb_micro when the minibatch does not divide evenly over the ranks
+// (static context degree: over world / degree groups).
 Plan make_plan(const PlanInput& input);
 
 }  // namespace odc::data

@@ -31,6 +31,8 @@ struct MethodResult {
   double inter_node_bytes = 0.0;          // per minibatch, mean: bytes that crossed node boundaries
   double refresh_s = 0.0;                 // hpz: the secondary copy's refresh, per minibatch
   double replica_sum_s = 0.0;             // hybrid: the cross-node gradient all-reduce, per minibatch
+  double exchange_s = 0.0;                // context parallelism: exchanges and group waits, per device and minibatch
+  double context_groups = 0.0;            // dynamic context groups per minibatch, mean
   MinibatchTimeline first;                // the first minibatch, with intervals (for plots)
 };
 

@@ -18,7 +18,10 @@
 //   odc: each device runs its own microbatches (skipping empty ones) with point-to-point gathers
 //     and pushes that involve nobody else; the only synchronization is one barrier at the end,
 //     after every device finished computing, its pushes drained and (with an accumulate cost) it
-//     added every client's pushed slices into its accumulators.
+//     added every client's pushed slices into its accumulators. Dynamic context groups
+//     (MicrobatchWork::group) run first: a group's members run its steps together, each step
+//     starting when the last member can start it and lasting the slowest member's compute plus the
+//     exchange; then every device its own microbatches.
 // Links: by default a device's gathers and its gradient hand-offs run on independent channels.
 // With `shared_link` they queue on one, in issue order: each direction of a device's (and node's)
 // links carries both kinds (inbound: its own gathers and its peers' pushes to it; outbound: the
@@ -52,11 +55,41 @@ struct MicrobatchWork {
   std::int64_t tokens = 0;
   double pairs = 0.0;
   std::int64_t sequences = 0;
+  // Context parallelism: a member's share of split sequences (tokens and pairs are the share's).
+  // group >= 0: the dynamic context group (data::Plan::groups index) it belongs to; its members'
+  // microbatches of that group move in step (every decoder layer waits for the slowest member),
+  // and lead each member's work in group order. The exchange's seconds are added to every decoder
+  // layer's forward and backward step (dynamic and static degree alike).
+  int group = -1;
+  double exchange_forward_s = 0.0;
+  double exchange_backward_s = 0.0;
 };
 using DeviceWork = std::vector<MicrobatchWork>;  // one device's microbatches, in execution order
 
-// Microbatch work of every device from a plan over `lengths` (the PlanInput's lengths).
-std::vector<DeviceWork> work_from_plan(const data::Plan& plan, const std::vector<std::int64_t>& lengths);
+// The per-layer exchange of a split sequence's keys and values between the members of its group:
+// each member receives the other members' rows, (k-1)/k of the sequence, in the forward; in the
+// backward it returns their gradients (the same bytes) and, under activation checkpointing, the
+// recomputed forward gathers them again. Over the intra-node links when the members share a node,
+// else over the node's network link shared by its devices (an assumption: members of one group
+// chosen on several nodes). Not overlapped with compute (an upper bound: ring attention hides part
+// of it behind the blocks already held).
+struct ExchangeModel {
+  double kv_bytes_per_token = 0.0;  // K and V of one token in one layer: 2 * kv_dim * activation bytes
+  bool recompute = true;            // the backward's recomputed forward gathers again
+  LinkModel link;
+  // Seconds of one layer's exchange of these sequences over `ranks` (latency once per exchange; 0
+  // for one rank or free links' latency).
+  double forward_s(double bytes, const std::vector<int>& ranks) const;
+  double backward_s(double bytes, const std::vector<int>& ranks) const;
+  // The bytes a member receives of one sequence per layer and pass: (k-1)/k of its K/V rows.
+  double bytes_of(std::int64_t length, int k) const;
+};
+
+// Microbatch work of every device from a plan over `lengths` (the PlanInput's lengths): each
+// rank's context groups first (dynamic), then its microbatches; under a static context degree
+// every microbatch is the member's share of each of its sequences.
+std::vector<DeviceWork> work_from_plan(const data::Plan& plan, const std::vector<std::int64_t>& lengths,
+                                       const ExchangeModel& exchange = {});
 // s(s+1)/2: the (query, key <= query) pairs of one causal sequence.
 double causal_pairs(std::int64_t length);
 
@@ -74,6 +107,7 @@ struct DeviceTimeline {
   double gather_wait_s = 0.0;      // waiting for parameters that had not arrived
   double push_wait_s = 0.0;        // waiting for a gradient hand-off slot
   double accumulate_s = 0.0;       // odc: adding the clients' pushed slices (owner side)
+  double exchange_s = 0.0;         // context parallelism: exchanges, and waits for the group's members
   double finish_s = 0.0;           // last compute done and own gradients delivered
   int microbatches = 0;            // run (odc: non-empty ones; collective: padded count)
 };

@@ -16,6 +16,7 @@
 #include "odc/sim/layout_costs.h"
 #include "odc/sim/lengths.h"
 #include "odc/sim/link_model.h"
+#include "odc/sim/schedule.h"
 
 namespace odc::sim {
 
@@ -65,6 +66,15 @@ struct SimSetup {
   double collective_compute_factor = 1.0;
   bool shared_link = true;                   // sim.link_contention
   double accumulate_seconds_per_byte = 0.0;  // ODC owner-side accumulation (sim.accumulate_bytes_per_element)
+  // Context parallelism (sim.context_parallel): sequences longer than the token cap split over
+  // several devices, odc methods by the planner's dynamic groups (data::PlanInput::context_dynamic,
+  // at most max_context_degree devices, 0 = all), collective methods by one static degree for the
+  // run (context_degree: sim.context_degree, or the smallest that fits the longest sequence and
+  // divides the devices). The planner's cost carries the exchange (CostModel::exchange_per_token).
+  bool context_parallel = false;
+  int context_degree = 1;
+  int max_context_degree = 0;
+  ExchangeModel exchange;
   std::vector<Method> methods;
   Method baseline;
   std::vector<std::string> notes;  // calibration fits and other facts worth reporting
