@@ -23,6 +23,13 @@ bool equal_sequence_counts(data::Balance balance) {
   return balance == data::Balance::lb_micro || balance == data::Balance::lb_mini_equal;
 }
 
+// The fewest members whose zig-zag share of a sequence of `length` tokens fits `cap` tokens.
+int members_needed(std::int64_t length, std::int64_t cap) {
+  int k = 1;
+  while (model::ContextCut{length, k}.max_rows() > cap && k < length) ++k;
+  return k;
+}
+
 }  // namespace
 
 std::string zero_advantages_reason(bool rounded) {
@@ -105,14 +112,31 @@ MinibatchSource::MinibatchSource(const RunSettings& settings, const Config& conf
                                        model.attention_window));
     // Token cap: explicit, or the longest sequence of the dataset scaled by packing_ratio.
     token_cap_ = data::token_cap(config, dataset_->max_length(), auto_token_cap);
+    plan_context(settings, comm, dataset_->max_length());
     for (std::int64_t i = 0; i < dataset_->size(); ++i) {
-      if (dataset_->length(i) > token_cap_) {
-        fail("{}: sequence {} has length {}, which exceeds the microbatch cap "
-             "data.max_tokens_per_microbatch = {}{}", dataset_->record(i), i, dataset_->length(i), token_cap_,
-             auto_token_cap > 0 ? " (auto: the most the memory plan fits; set train.recompute, data.max_length with "
-                                  "data.over_length, or train.memory_budget_gib)"
-                                : "");
+      const std::int64_t length = dataset_->length(i);
+      if (length <= token_cap_) continue;
+      const int needed = members_needed(length, token_cap_);
+      const int allowed = context_dynamic_ ? max_context_degree_ : context_degree_;
+      if (needed <= allowed) continue;
+      if (allowed > 1) {
+        fail("{}: sequence {} has length {}: split over {} ranks (train.context_parallel{}) a rank's share is still "
+             "{} tokens, more than the microbatch cap data.max_tokens_per_microbatch = {}; it needs {} ranks",
+             dataset_->record(i), i, length, allowed,
+             context_dynamic_ ? fmt::format(", at most {} ranks: the world or train.context_parallel_degree", allowed)
+                              : fmt::format("_degree {}", allowed),
+             model::ContextCut{length, allowed}.max_rows(), token_cap_, needed);
       }
+      fail("{}: sequence {} has length {}, which exceeds the microbatch cap data.max_tokens_per_microbatch = {}{}{}",
+           dataset_->record(i), i, length, token_cap_,
+           auto_token_cap > 0 ? " (auto: the most the memory plan fits; set train.recompute, data.max_length with "
+                                "data.over_length, or train.memory_budget_gib)"
+                              : "",
+           world_size_ > 1 && !settings.train.context_parallel
+               ? fmt::format("; train.context_parallel: auto would split it over {} ranks", needed)
+           : world_size_ == 1 && needed > 1
+               ? fmt::format("; split over {} ranks (context parallelism) its shares would fit", needed)
+               : std::string());
     }
     if (dataset_->max_length() > model.max_position_embeddings && rank_ == 0) {  // the same on every rank
       spdlog::warn("longest sequence ({} tokens) exceeds model.config.max_position_embeddings = {}",
@@ -126,6 +150,38 @@ MinibatchSource::MinibatchSource(const RunSettings& settings, const Config& conf
                  "step is planned with local_sort (every sequence trains)",
                  data::balance_name(balance_), dataset_->size() % global_batch_, world_size_);
   }
+}
+
+void MinibatchSource::plan_context(const RunSettings& settings, distributed::CommKind comm, std::int64_t longest) {
+  if (!settings.train.context_parallel || world_size_ == 1) return;
+  const auto degree = settings.train.context_degree;
+  const int needed = members_needed(longest, token_cap_);
+  if (comm == distributed::CommKind::odc) {
+    max_context_degree_ = degree == 0 ? world_size_ : static_cast<int>(std::min<std::int64_t>(degree, world_size_));
+    context_dynamic_ = needed > 1 && max_context_degree_ > 1;
+    if (context_dynamic_) max_split_rows_ = longest;
+    return;
+  }
+  // The collective: one degree for the run, groups of consecutive ranks, every sequence split.
+  if (degree == 0) {
+    if (needed == 1) return;
+    int k = needed;
+    while (k < world_size_ && world_size_ % k != 0) ++k;
+    context_degree_ = std::min(k, world_size_);
+  } else {
+    context_degree_ = static_cast<int>(degree);
+  }
+  if (context_degree_ <= 1) {
+    context_degree_ = 1;
+    return;
+  }
+  if (world_size_ % context_degree_ != 0) {
+    fail("train.context_parallel_degree {} does not divide the {} ranks: the collective's context-parallel groups are "
+         "consecutive ranks of equal size", context_degree_, world_size_);
+  }
+  if (!group_of_rank_.empty()) fail("context parallelism under the collective with hybrid sharding is not supported");
+  // A static group's microbatch holds up to its members' caps together.
+  max_split_rows_ = std::max<std::int64_t>(longest, token_cap_ * context_degree_);
 }
 
 void MinibatchSource::check_policy_records(const std::string& name) {
@@ -238,7 +294,11 @@ Minibatch MinibatchSource::next(bool equal_counts) {
   const bool even = count % world_size_ == 0;
   input.balance = equal_sequence_counts(balance_) && !even ? data::Balance::local_sort : balance_;
   for (auto index : out.global) input.lengths.push_back(dataset_->length(index));
+  input.context_dynamic = context_dynamic_;
+  input.max_context_degree = max_context_degree_;
+  input.context_degree = context_degree_;
   out.plan = data::make_plan(input);
+  out.lengths = input.lengths;
   out.weights.assign(out.global.size(), 0.0f);
   for (std::size_t i = 0; i < out.global.size(); ++i) {
     const auto targets = static_cast<double>(dataset_->target_count(out.global[i]));
@@ -262,7 +322,49 @@ Minibatch MinibatchSource::next(bool equal_counts) {
     out.padded = static_cast<int>(most - out.mine.size());
     out.mine.resize(most);
   }
+  split_microbatches(out);
   return out;
+}
+
+void MinibatchSource::split_microbatches(Minibatch& out) const {
+  out.context.assign(out.mine.size(), model::ContextSplit{});
+  if (context_degree_ > 1) {
+    // Static: this rank's group is its block of consecutive ranks; every member has the group's
+    // microbatches (and paddings), in the same order.
+    model::ContextSplit split;
+    const int first = rank_ / context_degree_ * context_degree_;
+    for (int r = first; r < first + context_degree_; ++r) split.ranks.push_back(r);
+    split.member = rank_ - first;
+    for (std::size_t m = 0; m < out.mine.size(); ++m) {
+      if (out.mine[m].empty()) continue;
+      out.context[m] = split;
+      out.context[m].tag = m + 1;
+      for (const auto i : out.mine[m]) out.context[m].lengths.push_back(out.plan_length(i));
+    }
+    return;
+  }
+  // Dynamic: the plan's groups this rank belongs to, in the plan's order, before its own.
+  std::vector<std::vector<std::int64_t>> mine;
+  std::vector<model::ContextSplit> context;
+  for (std::size_t g = 0; g < out.plan.groups.size(); ++g) {
+    const auto& group = out.plan.groups[g];
+    const auto at = std::find(group.ranks.begin(), group.ranks.end(), rank_);
+    if (at == group.ranks.end()) continue;
+    model::ContextSplit split;
+    split.ranks = group.ranks;
+    split.member = static_cast<int>(at - group.ranks.begin());
+    split.lengths = {out.plan_length(group.sequence)};
+    split.tag = g + 1;
+    mine.push_back({group.sequence});
+    context.push_back(std::move(split));
+  }
+  if (mine.empty()) return;
+  for (std::size_t m = 0; m < out.mine.size(); ++m) {
+    mine.push_back(std::move(out.mine[m]));
+    context.emplace_back();
+  }
+  out.mine = std::move(mine);
+  out.context = std::move(context);
 }
 
 void MinibatchSource::set_collective_groups(std::vector<int> group_of_rank) {
@@ -272,18 +374,36 @@ void MinibatchSource::set_collective_groups(std::vector<int> group_of_rank) {
   group_of_rank_ = std::move(group_of_rank);
 }
 
+void MinibatchSource::append_sequence(const Minibatch& minibatch, std::int64_t i, model::PackedBatch& out) const {
+  const auto index = minibatch.global[static_cast<std::size_t>(i)];
+  const auto seq = dataset_->get(index);
+  out.append(seq.tokens.data(), seq.target_mask.data(), static_cast<std::int64_t>(seq.tokens.size()),
+             minibatch.weights[static_cast<std::size_t>(i)]);
+  if (policy_) {
+    const auto policy = dataset_->policy(index);
+    out.append_policy(policy->logprobs, policy->ref_logprobs, policy->advantage);
+  }
+}
+
 void MinibatchSource::build(const Minibatch& minibatch, std::size_t m, model::PackedBatch& out) const {
   out.clear();
-  for (auto i : minibatch.mine[m]) {
-    const auto index = minibatch.global[static_cast<std::size_t>(i)];
-    const auto seq = dataset_->get(index);
-    out.append(seq.tokens.data(), seq.target_mask.data(), static_cast<std::int64_t>(seq.tokens.size()),
-               minibatch.weights[static_cast<std::size_t>(i)]);
-    if (policy_) {
-      const auto policy = dataset_->policy(index);
-      out.append_policy(policy->logprobs, policy->ref_logprobs, policy->advantage);
-    }
+  const bool split = m < minibatch.context.size() && minibatch.context[m].active();
+  if (!split) {
+    for (auto i : minibatch.mine[m]) append_sequence(minibatch, i, out);
+    return;
   }
+  // This member's share of every sequence: the whole sequence built as usual (targets, weights,
+  // policy inputs), then its two chunks taken from it.
+  const model::ContextSplit& context = minibatch.context[m];
+  model::PackedBatch whole;
+  for (auto i : minibatch.mine[m]) {
+    whole.clear();
+    append_sequence(minibatch, i, whole);
+    out.append_share(whole, context.k(), context.member);
+  }
+  out.context.ranks = context.ranks;
+  out.context.member = context.member;
+  out.context.tag = context.tag;
 }
 
 }  // namespace odc::train

@@ -123,6 +123,7 @@ Trainer::Trainer(const Config& config, std::unique_ptr<distributed::HostGroup> o
   // Weights that a checkpoint (the resume point, else model.checkpoint) will fill are not drawn
   // from the random initialization first.
   make_comm(!resume.empty() || !settings_.model.checkpoint.empty());
+  make_context_exchange();
   make_optimizer();
   const InitialState initial = initial_state(resume);
   make_report(initial);
@@ -232,6 +233,28 @@ void Trainer::make_comm(bool loads_weights) {
   // Where several hosts hold the same shards (hybrid), the first host's ranks write them.
   checkpointer_->set_shards(sharding_.shard_rank, sharding_.shard_world, sharding_.replica == 0);
   if (settings.debug.slow_rank == rank) delay_s_ = settings.debug.delay_ms / 1000.0;
+}
+
+// Context parallelism: where a microbatch may be split over several ranks (a sequence over the cap,
+// or the collective's static degree), every rank builds the exchange its groups' members meet
+// through (collective: every rank decides alike, from the same data), sized for the largest split.
+void Trainer::make_context_exchange() {
+  if (!data_->may_split()) return;
+  distributed::ContextExchangeOptions options;
+  options.timeout_s = settings_.comm.transport.timeout_s;
+  const auto row_bytes = static_cast<std::int64_t>(model_config_.num_key_value_heads) * model_config_.head_dim *
+                         static_cast<std::int64_t>(dtype_size(backend_->activation_dtype()));
+  // The largest a member exposes: its key segments' gradients, at most twice the whole rows.
+  options.max_exposed_bytes = 2 * data_->max_split_rows() * row_bytes;
+  context_exchange_ = distributed::make_context_exchange(group_, backend_.get(), options);
+  model_->set_context_exchange(context_exchange_.get());
+  if (group_.is_root()) {
+    spdlog::info("context parallelism: sequences over the microbatch cap of {} tokens are split over several ranks "
+                 "({}; exchanges over {})", data_->token_cap(),
+                 data_->context_degree() > 1 ? fmt::format("static groups of {} ranks", data_->context_degree())
+                                             : std::string("groups chosen per minibatch"),
+                 context_exchange_->name());
+  }
 }
 
 void Trainer::make_optimizer() {

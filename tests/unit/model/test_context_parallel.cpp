@@ -215,6 +215,6 @@ TEST_CASE("a split microbatch without an exchange, or inconsistent with its grou
   CHECK_THROWS_WITH(run_one(config, share, model::Recompute::none), Catch::Contains("no context exchange"));
   Meeting meeting(1);
   ThreadExchange exchange(meeting);
-  share.context.lengths = {30};  // the share was cut from 29 tokens
+  share.context.lengths = {33};  // the share was cut from 29 tokens (15 rows; 33 would give 17)
   CHECK_THROWS_WITH(run_one(config, share, model::Recompute::none, &exchange), Catch::Contains("split microbatch"));
 }

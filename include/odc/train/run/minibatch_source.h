@@ -29,9 +29,15 @@ struct Minibatch {
   // whose comm runs the same collectives (set_equal_count_ranks; all ranks unless set).
   std::vector<std::vector<std::int64_t>> mine;
   int padded = 0;                    // empty microbatches appended to `mine`
+  // Per microbatch of `mine`, its split over a context-parallel group (model/context_split.h;
+  // inactive: an ordinary microbatch). ODC: the plan's groups this rank belongs to come first, one
+  // sequence each; the collective's static degree: every microbatch, over this rank's group.
+  std::vector<model::ContextSplit> context;
   // grpo: every advantage of the minibatch is 0 (while the data has others; else one warning at load).
   bool zero_advantages = false;
   bool zero_advantages_rounded = false;  // some of them from rewards that differ (zero_advantages_reason)
+  std::vector<std::int64_t> lengths;     // per global item, its length (the plan's input)
+  std::int64_t plan_length(std::int64_t item) const { return lengths[static_cast<std::size_t>(item)]; }
 };
 
 // Why a minibatch (or a whole set of rollouts) whose advantages are all 0 trains nothing, for
@@ -81,10 +87,20 @@ class MinibatchSource {
   std::int64_t token_cap() const { return token_cap_; }
   data::Balance balance() const { return balance_; }
   const data::CostModel& cost_model() const { return cost_model_; }
+  // Context parallelism (train.context_parallel): whether a microbatch may be split over several
+  // ranks, and the most rows of whole sequences one split microbatch holds (what the exchange's
+  // buffers are sized for). The collective's static degree (1: none).
+  bool may_split() const { return max_split_rows_ > 0; }
+  std::int64_t max_split_rows() const { return max_split_rows_; }
+  int context_degree() const { return context_degree_; }
   // Fingerprint of every sequence's tokens and mask (reads the whole dataset).
   std::uint64_t fingerprint() const;
 
  private:
+  // Sets out.context from the plan (and, ODC, puts this rank's groups first in out.mine).
+  void split_microbatches(Minibatch& out) const;
+  // Appends item i of the minibatch (its whole sequence) to `out`.
+  void append_sequence(const Minibatch& minibatch, std::int64_t i, model::PackedBatch& out) const;
   // train.objective grpo: every record a rollout, of rl.temperature, with ref_logprobs for
   // rl.kl_beta, within dr_grpo's length; `name` is the data's in messages.
   void check_policy_records(const std::string& name);
@@ -112,6 +128,15 @@ class MinibatchSource {
   std::int64_t completion_length_ = 0;
   data::Balance balance_ = data::Balance::lb_mini;
   data::CostModel cost_model_;
+  // Context parallelism: dynamic groups (ODC) up to max_context_degree_ ranks, or the collective's
+  // static degree; max_split_rows_ as may_split() says.
+  bool context_dynamic_ = false;
+  int max_context_degree_ = 0;
+  int context_degree_ = 1;
+  std::int64_t max_split_rows_ = 0;
+  // Sets the above from train.context_parallel* once the longest sequence is known; odc::Error for
+  // a sequence no allowed group fits (`describe(i)` names sequence i).
+  void plan_context(const RunSettings& settings, distributed::CommKind comm, std::int64_t longest);
 };
 
 }  // namespace odc::train

@@ -22,6 +22,7 @@
 #include "odc/core/trace.h"
 #include "odc/distributed/comm/comm_factory.h"
 #include "odc/distributed/group/host_group.h"
+#include "odc/distributed/transport/context/context_exchange.h"
 #include "odc/model/llama_model.h"
 #include "odc/optim/lr_schedule.h"
 #include "odc/optim/sharded_adamw.h"
@@ -103,6 +104,7 @@ class Trainer {
   void make_model();
   void check_ranks_agree();        // the same configuration, model and data on every rank
   void make_comm(bool loads_weights);
+  void make_context_exchange();
   void make_optimizer();           // and the run's length and LR schedule
   InitialState initial_state(const std::string& resume);
   void make_report(const InitialState& initial);  // the MFU denominator, the RunReport, the tracer
@@ -134,6 +136,7 @@ class Trainer {
   std::unique_ptr<model::LlamaModel> model_;
   distributed::ShardingPlan sharding_;  // train.sharding over this job's hosts
   std::unique_ptr<distributed::CommStack> comm_;
+  std::unique_ptr<distributed::GroupContextExchange> context_exchange_;  // null unless a microbatch may be split
   std::unique_ptr<optim::ShardedAdamW> optimizer_;
   RunLength length_;  // train.steps, or train.epochs over this dataset and batch
   optim::LrSchedule schedule_;
