@@ -11,6 +11,7 @@
 #include "odc/core/error.h"
 #include "odc/core/planned_memory.h"
 #include "odc/distributed/comm/comm_buffers.h"
+#include "odc/distributed/transport/context/context_exchange.h"
 #include "odc/distributed/shard/shard_layout.h"
 #include "odc/model/kv_cache.h"
 #include "odc/model/units.h"
@@ -179,6 +180,21 @@ MemoryPlan plan_memory(const MemoryInputs& in) {
   workspaces.cudnn_attention = in.cudnn_attention;
   workspaces.cudnn_workspace_limit = in.cudnn_workspace_limit;
   b.add(backend::planned_workspaces(in.device, workspaces));
+  if (in.context_rows > 0 && in.world > 1) {
+    // A member's key segments attend to its chunks' prefixes: at most 1.25 x the whole rows (member
+    // 0 of a group of 2: its first chunk's quarter and the whole sequence), and it receives as many
+    // rows of gradient copies (each of its chunks once from every segment that reads it).
+    const std::int64_t row = in.model.kv_dim() * static_cast<std::int64_t>(dtype_size(act));
+    const std::int64_t key_rows = in.context_rows + (in.context_rows + 3) / 4 + 2;
+    b.add("context keys (split sequences)", 5 * key_rows * row,
+          fmt::format("keys, values, their gradients and the received copies over a member's key segments: 5 x {} "
+                      "rows (1.25 x {} whole rows) x {} B", key_rows, in.context_rows, row));
+    distributed::ContextExchangeOptions options;
+    options.timeout_s = in.comm_timeout_s > 0 ? in.comm_timeout_s : options.timeout_s;
+    options.max_exposed_bytes = 2 * in.context_rows * row;
+    b.add(distributed::planned_context_exchange(
+        options, distributed::choose_context_exchange(in.hosts, in.launched_with_mpi, options), in.world, gpu));
+  }
   if (in.rollout_sequences > 0) {
     b.add("rollout weights (online RL)", total_numel * kF32,
           fmt::format("every unit's full weights while sampling ({} elements) x 4 B", count_text(total_numel)));
@@ -254,6 +270,7 @@ MemoryInputs memory_inputs(const RunSettings& settings, const model::LlamaConfig
   in.host_staging = comm.host_staging;
   in.launched_with_mpi = launched_with_mpi;
   in.chunk_bytes = comm.transport.chunk_bytes;
+  in.comm_timeout_s = comm.transport.timeout_s;
   in.max_inflight = comm.transport.max_inflight;
   in.direct_load = comm.transport.direct_load;
   const std::string& attention = settings.model.attention;

@@ -167,13 +167,29 @@ void Trainer::make_data() {
   const RunSettings& settings = settings_;
   const int rank = group_.rank();
   const int world = group_.size();
-  const RunMemory memory = plan_run_memory(settings, model_config_, sharding_.shard_world,
-                                           backend_->memory_capacity(group_.ranks_on_host()),
-                                           group_.ranks_on_host(), group_.over_mpi(),
-                                           step_source_ ? step_source_->max_sequence_length() : 0,
-                                           distributed::shard_group_hosts(sharding_.kind, distributed::comm_hosts(group_)));
+  RunMemory memory = plan_run_memory(settings, model_config_, sharding_.shard_world,
+                                     backend_->memory_capacity(group_.ranks_on_host()),
+                                     group_.ranks_on_host(), group_.over_mpi(),
+                                     step_source_ ? step_source_->max_sequence_length() : 0,
+                                     distributed::shard_group_hosts(sharding_.kind, distributed::comm_hosts(group_)));
+  const std::int64_t online_length = step_source_ ? step_source_->max_sequence_length() : 0;
   data_ = std::make_unique<MinibatchSource>(settings, config_, model_config_, rank, world, settings.comm.kind,
-                                            memory.auto_token_cap, step_source_ ? step_source_->max_sequence_length() : 0);
+                                            memory.auto_token_cap, online_length);
+  if (data_->may_split()) {
+    // Split sequences add their key segments and the exchange's region, sized by the longest
+    // split: an automatic cap is planned again with them, and the data source follows the cap.
+    memory.inputs.context_rows = data_->max_split_rows();
+    if (memory.auto_token_cap > 0 && memory.budget > 0) {
+      MemoryInputs inputs = memory.inputs;
+      const std::int64_t cap = max_tokens_that_fit(inputs, memory.budget);
+      if (cap > 0 && cap < memory.auto_token_cap) {
+        memory.auto_token_cap = cap;
+        data_ = std::make_unique<MinibatchSource>(settings, config_, model_config_, rank, world, settings.comm.kind,
+                                                  memory.auto_token_cap, online_length);
+        memory.inputs.context_rows = data_->max_split_rows();
+      }
+    }
+  }
   if (Evaluator::configured(settings)) {
     evaluator_ = std::make_unique<Evaluator>(settings, model_config_, rank, world, data_->token_cap());
   }

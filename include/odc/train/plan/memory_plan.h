@@ -63,6 +63,12 @@ struct MemoryInputs {
   bool rollout_reference = false;
   // checkpoint.export_hf: the streamed export's buffers at the end of the run (model_export.h).
   bool export_hf = false;
+  // Context parallelism (model/context_split.h): the whole sequences' rows of the largest split
+  // microbatch (0: nothing is split). A member's share of it is within `tokens` (its activations
+  // are those of the cap); the split adds its key segments' keys, values and gradients, the
+  // gradient copies it receives, and the exchange's own region.
+  std::int64_t context_rows = 0;
+  double comm_timeout_s = 0.0;  // comm.timeout_s (the exchange's options)
 };
 
 // One item: its name, sizing rule, bytes and memory (planned_memory.h); the comm's and the
