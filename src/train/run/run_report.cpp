@@ -178,6 +178,8 @@ void RunReport::record(const StepResult& r, const StepContext& context) {
                   {"planned_makespan", r.planned_makespan},
                   {"bubble_measured", r.bubble_measured},
                   {"padded_microbatches", r.padded_microbatches},
+                  {"split_microbatches", r.split_microbatches},
+                  {"context_exchange_s", r.context_exchange_s},
                   {"rank", group_.rank()},
                   {"world_size", group_.size()},
                   {"param_state_bytes", context.param_state_bytes},

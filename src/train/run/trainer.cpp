@@ -78,6 +78,8 @@ StepResult Trainer::step() {
   kernels::PolicyLossSums policy;
   double policy_nll = 0.0;
   const std::size_t count = minibatch.mine.size();
+  const double exchange_before = timed_exchange_ ? timed_exchange_->seconds() : 0.0;
+  for (const auto& split : minibatch.context) r.split_microbatches += split.active() ? 1 : 0;
   for (std::size_t m = 0; m < count; ++m) {
     data_->build(minibatch, m, batch_);
     const double tokens = static_cast<double>(batch_.num_tokens());
@@ -109,6 +111,7 @@ StepResult Trainer::step() {
     r.wait_end_s = r.wait_barrier_s;
     r.comm_thread_cpu_s = comm.resources().thread_cpu_s;
     r.minibatch_s = seconds_since(minibatch_start);  // the minibatch's compute and communication
+    r.context_exchange_s = timed_exchange_ ? timed_exchange_->seconds() - exchange_before : 0.0;
     r.compute_s = std::max(0.0, r.minibatch_s - r.wait_in_loop_s - r.wait_end_s);
     // Replicated shards (hybrid) hold the same sums on every host: the first host's count once.
     const double grad_squares = sharding_.replica == 0 ? store().grad_sum_of_squares() : 0.0;

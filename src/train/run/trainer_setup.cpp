@@ -263,7 +263,8 @@ void Trainer::make_context_exchange() {
   // The largest a member exposes: its key segments' gradients, at most twice the whole rows.
   options.max_exposed_bytes = 2 * data_->max_split_rows() * row_bytes;
   context_exchange_ = distributed::make_context_exchange(group_, backend_.get(), options);
-  model_->set_context_exchange(context_exchange_.get());
+  timed_exchange_ = std::make_unique<TimedContextExchange>(*context_exchange_);
+  model_->set_context_exchange(timed_exchange_.get());
   if (group_.is_root()) {
     spdlog::info("context parallelism: sequences over the microbatch cap of {} tokens are split over several ranks "
                  "({}; exchanges over {})", data_->token_cap(),

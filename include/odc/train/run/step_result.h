@@ -36,6 +36,8 @@ struct StepResult {
   double minibatch_s = 0.0;            // this rank's minibatch (compute + waits), before the optimizer
   double seconds = 0.0;                // this rank's whole step
   double local_tokens = 0.0;           // this rank's tokens
+  int split_microbatches = 0;          // this rank's microbatches split over a context group
+  double context_exchange_s = 0.0;     // this rank's time in their exchanges (inside compute_s)
   // train.objective grpo, over the minibatch's completion tokens (all ranks): `loss` is then the
   // objective's value, and these its diagnostics.
   struct Policy {

@@ -31,6 +31,7 @@
 #include "odc/train/run/evaluation.h"
 #include "odc/train/plan/memory_plan.h"
 #include "odc/train/run/minibatch_source.h"
+#include "odc/train/run/timed_exchange.h"
 #include "odc/train/checkpoint/model_export.h"
 #include "odc/train/run/run_report.h"
 #include "odc/train/config/run_settings.h"
@@ -137,6 +138,7 @@ class Trainer {
   distributed::ShardingPlan sharding_;  // train.sharding over this job's hosts
   std::unique_ptr<distributed::CommStack> comm_;
   std::unique_ptr<distributed::GroupContextExchange> context_exchange_;  // null unless a microbatch may be split
+  std::unique_ptr<TimedContextExchange> timed_exchange_;                 // the model's view of it
   std::unique_ptr<optim::ShardedAdamW> optimizer_;
   RunLength length_;  // train.steps, or train.epochs over this dataset and batch
   optim::LrSchedule schedule_;
