@@ -120,11 +120,11 @@ MinibatchSource::MinibatchSource(const RunSettings& settings, const Config& conf
       const int allowed = context_dynamic_ ? max_context_degree_ : context_degree_;
       if (needed <= allowed) continue;
       if (allowed > 1) {
-        fail("{}: sequence {} has length {}: split over {} ranks (train.context_parallel{}) a rank's share is still "
-             "{} tokens, more than the microbatch cap data.max_tokens_per_microbatch = {}; it needs {} ranks",
+        fail("{}: sequence {} has length {}: split over {} ranks, the most {}, a rank's share is still {} tokens, "
+             "more than the microbatch cap data.max_tokens_per_microbatch = {}; it needs {} ranks",
              dataset_->record(i), i, length, allowed,
-             context_dynamic_ ? fmt::format(", at most {} ranks: the world or train.context_parallel_degree", allowed)
-                              : fmt::format("_degree {}", allowed),
+             context_dynamic_ ? "train.context_parallel allows (the world or train.context_parallel_degree)"
+                              : "train.context_parallel_degree gives",
              model::ContextCut{length, allowed}.max_rows(), token_cap_, needed);
       }
       fail("{}: sequence {} has length {}, which exceeds the microbatch cap data.max_tokens_per_microbatch = {}{}{}",
