@@ -38,7 +38,7 @@ done
 programs=(odc_cuda_tests gpu_ceilings gpu_nccl gpu_gemm gpu_attention gpu_model_parity gpu_model_throughput odc-train
           odc-run comm_bandwidth rollout_throughput)
 python_peers=(bench/gpu_attention_torch.py bench/gpu_model_torch.py scripts/gpu_check_summary.py
-              scripts/gpu_check_train.py scripts/gpu_check_ipc.py)
+              scripts/gpu_check_train.py scripts/gpu_check_ipc.py scripts/gpu_check_context.py)
 
 if [ ! -f "$build/CMakeCache.txt" ]; then
   ODC_BUILD_DIR="$build" ODC_BUILD_TARGETS="${programs[*]}" "$root/scripts/build.sh" -DODC_CUDA=ON
@@ -62,8 +62,10 @@ for p in "${programs[@]}"; do
 done
 for f in "${python_peers[@]}"; do cp "$root/$f" "$b/py/"; done
 cp "$root/scripts/gpu-check.sh" "$b/gpu-check.sh"
-# The trainer step's job: its config and synthetic SFT data (long-tailed lengths, 4 tasks).
-cp "$root/configs/gpu-check-train.yaml" "$root/configs/gpu-check-ipc.yaml" "$root/configs/gpu-check-rl.yaml" "$b/configs/"
+# The trainer step's job: its config and synthetic SFT data (long-tailed lengths, 4 tasks); the
+# ipc-train and context steps train the same data (context: its longest sequence fixes the caps).
+cp "$root/configs/gpu-check-train.yaml" "$root/configs/gpu-check-ipc.yaml" "$root/configs/gpu-check-rl.yaml" \
+  "$root/configs/gpu-check-context.yaml" "$b/configs/"
 "$build/bin/odc-data" synth --out "$b/data/gpu-train.jsonl" --num 512 --vocab 32 --min-length 16 \
   --max-length 512 --mean-length 96 --seed 7 >/dev/null || die "odc-data synth failed"
 

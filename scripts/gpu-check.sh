@@ -27,14 +27,15 @@
 #               env always run
 #   --dry-run   everything except the GPU work, on any machine: prints the GPU run's plan,
 #               unpacks and verifies the bundle, resolves every program's libraries and starts
-#               each one, runs the trainer, rl, ipc and profile steps on the CPU backend's bf16 mode
-#               at tiny shapes, plans the long-context cases' memory, compiles the Python peers,
-#               and writes OUT_DIR the same way (tested in CI)
+#               each one, runs the trainer, rl, ipc, context and profile steps on the CPU
+#               backend's bf16 mode at tiny shapes, plans the long-context cases' memory, compiles
+#               the Python peers, and writes OUT_DIR the same way (tested in CI)
 #
 # Steps, riskiest first (code that has never run on a GPU before what has): trainer (odc-train:
 # cuDNN attention, selective recomputation, kept weight copies; rerun and resume bit for bit, and
 # against the native kernels), rl (the online GRPO loop on the device), rollout (batched decode
-# throughput), ipc-train (1/2/4 processes over CUDA IPC), tests (odc_cuda_tests), comm-bandwidth,
+# throughput), ipc-train (1/2/4 processes over CUDA IPC), context (sequences over the cap split over
+# 2 and 4 processes, against one unsplit), tests (odc_cuda_tests), comm-bandwidth,
 # model-parity, throughput, long-context, attention, profile (per-op device time of a 1B step),
 # then the torch peers (throughput-torch, long-context-torch, attention-torch), nccl, ceilings and
 # the sanitizers (memcheck, racecheck, synccheck).
@@ -72,7 +73,7 @@ while [ $# -gt 0 ]; do
     --size) [ $# -ge 2 ] && [[ "$2" =~ ^[0-9]+$ ]] || usage; size="$2"; shift 2 ;;
     --rerun) rerun=1; shift ;;
     --only) [ $# -ge 2 ] && [[ "$2" =~ ^[a-z0-9_,-]+$ ]] || usage; only=",$2,"; shift 2 ;;
-    -h|--help) sed -n '2,51p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,54p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu-check: unknown option '$1'" >&2; usage ;;
     *) args+=("$1"); shift ;;
   esac
@@ -145,6 +146,7 @@ plan=(
   "rl 15 90 6 the online GRPO loop on the GPU, rerun and resume bit for bit"
   "rollout 20 60 4 sample_rollouts tok/s at 8, 64, 256 sequences, batched vs per-sequence"
   "ipc-train 25 120 6 1, 2, 4 processes over CUDA IPC"
+  "context 20 90 12 sequences over the cap split over 2 and 4 processes, vs 1 unsplit"
   "tests 45 150 3 odc_cuda_tests, one pass ([cudnn] included)"
   "comm-bandwidth 10 45 3 IPC gather / scatter-accumulate"
   "model-parity 5 30 3 GPU bf16 vs CPU bf16 vs fp32"
@@ -430,6 +432,14 @@ ipc_cmd() {
     "$1/configs/gpu-check-ipc.yaml" "$1/data/gpu-train.jsonl" "$3/ipc" "${@:5}" >"$4"' ipc-train "$b" "$bin" "$work" \
     "$logs/ipc-train.jsonl" "$@"
 }
+# Context parallelism (scripts/gpu_check_context.py): the bundle's SFT data, whose longest sequence
+# fixes the caps (the longest needs 2, then 4 ranks); the collective's static groups only where
+# every rank has a GPU of its own (NCCL refuses ranks sharing one): --gpus says how many there are.
+context_cmd() {
+  step context "$(lim context)" bash -c 'python3 "$1/py/gpu_check_context.py" "$2/odc-run" "$2/odc-train" \
+    "$1/configs/gpu-check-context.yaml" "$1/data/gpu-train.jsonl" "$3/context" "${@:5}" >"$4"' context "$b" "$bin" "$work" \
+    "$logs/context.jsonl" "$@"
+}
 if [ "$dry_run" -eq 1 ]; then
   # Each program starts with the bundle's libraries: without a device it exits 77 (SKIP) or, asked
   # for --help, 0.
@@ -450,6 +460,9 @@ if [ "$dry_run" -eq 1 ]; then
   # Several ranks without MPI (odc-run --local), ODC over the IPC transport: here host shared
   # memory, on the GPU CUDA IPC; and the comms' bandwidth bench, tiny.
   ipc_cmd --ranks 1,2 "${tiny[@]}" --set train.steps=4 --set train.threads=1 "${set_args[@]+"${set_args[@]}"}"
+  # (No collective here: on the CPU it runs over MPI, which odc-run --local does not start.)
+  context_cmd --ranks 2,4 --gpus 0 "${tiny[@]}" --set train.steps=4 --set train.threads=1 \
+    "${set_args[@]+"${set_args[@]}"}"
   step comm-bandwidth "$(lim comm-bandwidth)" bash -c '"$1/odc-run" --local 2 "$1/comm_bandwidth" --device cpu --unit-mib 1 \
     --units 2 --reps 1 --comms ipc,ipc-bf16 >"$2"' comm-bandwidth "$bin" "$logs/comm-bandwidth.jsonl"
   # The long-context step's cases as the GPU run gives them: their memory plans (a 139.8 GiB
@@ -474,6 +487,15 @@ step rollout "$(lim rollout)" bash -c '"$1/rollout_throughput" --device cuda --s
 # 1, 2 and 4 processes on the one GPU (odc-run --local: the machine has no MPI), ODC over CUDA IPC:
 # the 1-rank losses within bf16 rounding, bf16 gathers bit for bit.
 ipc_cmd "${set_args[@]+"${set_args[@]}"}"
+# Sequences over the cap split over 2 and 4 processes on the one GPU (k = 2..4), each run's losses
+# within the ipc-train step's 2% of one process holding every sequence whole; the collective's static
+# groups too when there is a GPU per rank (CUDA_VISIBLE_DEVICES narrows what nvidia-smi lists).
+gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)"
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+  visible="$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c . || true)"
+  [ "$visible" -lt "${gpus:-0}" ] && gpus=$visible
+fi
+context_cmd --gpus "${gpus:-0}" "${set_args[@]+"${set_args[@]}"}"
 tests_args=(--durations yes)
 [ -n "$tests_spec" ] && tests_args+=("$tests_spec")
 step tests "$(lim tests)" "$bin/odc_cuda_tests" "${tests_args[@]}"

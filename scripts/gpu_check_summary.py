@@ -6,7 +6,7 @@
 Reads LOGS_DIR/steps.tsv (a header, then per step: name, status, exit code, seconds, estimate,
 limit, the --only that reruns it), COMMIT, env.log, tests.log (the Catch2
 totals and the "[cuda]" parity lines of odc_cuda_tests), the sanitizer logs, and the JSON lines of
-trainer.jsonl, rl.jsonl, rollout.jsonl, ipc-train.jsonl, profile.json, comm-bandwidth.jsonl, ceilings.jsonl, nccl.jsonl, attention*.jsonl,
+trainer.jsonl, rl.jsonl, rollout.jsonl, ipc-train.jsonl, context.jsonl, profile.json, comm-bandwidth.jsonl, ceilings.jsonl, nccl.jsonl, attention*.jsonl,
 model-parity.jsonl, throughput*.jsonl, long-context*.jsonl, and switches.txt (the switches set away
 from their defaults). Missing results are reported as missing, never invented. Standard library only
 (it runs on the lent machine too).
@@ -346,6 +346,29 @@ def ipc_train_lines(logs):
             f"  bf16 gathers equal fp32 gathers bitwise: {'yes' if bitwise else 'NO' if bitwise is False else 'n/a'}"]
 
 
+def context_lines(logs):
+    """The context-parallel step: each split run's agreement with the unsplit one, or why it was skipped."""
+    r = next(iter(jsonl(os.path.join(logs, "context.jsonl"))), None)
+    if r is None:
+        return ["context parallelism (odc-run --local): no result"]
+    cells, skipped = [], []
+    for run in r.get("runs", [])[1:]:
+        head = f"{run.get('comm')} x{run.get('ranks')} cap {run.get('cap')}"
+        if "skipped" in run:
+            skipped.append(f"{run.get('comm')} x{run.get('ranks')}")
+            continue
+        diff = run.get("max_rel_diff")
+        cells.append(head + (f" FAILED ({run['error']})" if "error" in run else
+                             f" max diff {diff:.1e}" if isinstance(diff, (int, float)) else " no losses")
+                     + (f", {run['split_microbatches']} split" if "split_microbatches" in run else ""))
+    out = [f"context parallelism {'ok' if r.get('ok') else 'FAILED'} (tolerance {r.get('tolerance')} of 1 unsplit "
+           f"rank, longest {r.get('longest')} tok): " + "; ".join(cells)]
+    if skipped:
+        reason = next(run["skipped"] for run in r["runs"] if "skipped" in run)
+        out.append(f"  not run: {', '.join(skipped)} ({reason.split(':')[0]}: one GPU per rank)")
+    return out
+
+
 def comm_bandwidth_lines(logs):
     """comm_bandwidth under odc-run --local: gather and push GB/s of each comm against a copy."""
     rows = jsonl(os.path.join(logs, "comm-bandwidth.jsonl"))
@@ -436,6 +459,7 @@ def main():
         lines += rl_lines(logs)
         lines += rollout_lines(logs)
         lines += ipc_train_lines(logs)
+        lines += context_lines(logs)
         lines += comm_bandwidth_lines(logs)
         lines += long_context_lines(logs, dry)
         lines += profile_lines(logs)
@@ -446,6 +470,7 @@ def main():
         lines += rl_lines(logs)
         lines += rollout_lines(logs)
         lines += ipc_train_lines(logs)
+        lines += context_lines(logs)
         lines += tests_lines(logs)
         lines += comm_bandwidth_lines(logs)
         lines += parity_lines(logs)

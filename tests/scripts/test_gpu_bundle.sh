@@ -33,7 +33,8 @@ for p in odc_cuda_tests gpu_ceilings gpu_nccl gpu_gemm gpu_attention gpu_model_p
   [ -x "$b/bin/$p" ] || fail "the bundle lacks bin/$p"
 done
 for f in gpu-check.sh COMMIT BUNDLE.json MANIFEST.sha256 py/gpu_model_torch.py py/gpu_attention_torch.py \
-         py/gpu_check_summary.py py/gpu_check_train.py py/gpu_check_ipc.py configs/gpu-check-train.yaml configs/gpu-check-ipc.yaml configs/gpu-check-rl.yaml data/gpu-train.jsonl \
+         py/gpu_check_summary.py py/gpu_check_train.py py/gpu_check_ipc.py py/gpu_check_context.py configs/gpu-check-train.yaml configs/gpu-check-ipc.yaml \
+         configs/gpu-check-rl.yaml configs/gpu-check-context.yaml data/gpu-train.jsonl \
          data/rl-prompts.jsonl data/tokenizer/tokenizer.json; do
   [ -f "$b/$f" ] || fail "the bundle lacks $f"
 done
@@ -87,6 +88,11 @@ grep -Eq "^rollout tok/s .*8: [0-9]+ \([0-9.]+x per-sequence\)" "$work/out/summa
   || { cat "$work/out/summary.txt"; fail "no rollout throughput figures"; }
 grep -q "ipc training ok" "$work/out/summary.txt" && grep -q "bf16 gathers equal fp32 gathers bitwise: yes" "$work/out/summary.txt" \
   || { cat "$work/out/summary.txt"; fail "the ipc-train step did not give the 1-rank losses and bitwise bf16 gathers"; }
+# Sequences over the cap split over 2 and 4 processes (ODC), each within the tolerance of one
+# unsplit process; the collective's static groups are named as not run (no MPI under odc-run --local).
+grep -Eq "^context parallelism ok \(tolerance 0.02 of 1 unsplit rank, longest [0-9]+ tok\): odc x2 cap [0-9]+ max diff .*; odc x4 cap [0-9]+ max diff" \
+  "$work/out/summary.txt" && grep -q "^  not run: collective x2, collective x4" "$work/out/summary.txt" \
+  || { cat "$work/out/summary.txt"; fail "the context step did not give the unsplit run's losses on 2 and 4 ranks"; }
 grep -Eq "^comm ipc x2 .*gather [0-9]+ GB/s" "$work/out/summary.txt" || { cat "$work/out/summary.txt"; fail "no comm-bandwidth figures"; }
 grep -Eq "^profile \(.*\): step [0-9.]+ ms, ops [0-9.]+ ms" "$work/out/summary.txt" \
   || { cat "$work/out/summary.txt"; fail "no profile in the summary"; }
@@ -95,7 +101,7 @@ grep -Eq "^profile \(.*\): step [0-9.]+ ms, ops [0-9.]+ ms" "$work/out/summary.t
 grep -q "gpu-check plan of the GPU run" "$work/dry.log" && grep -Eq "^  long-context +[0-9]+ +[0-9]+ +[0-9]+ " "$work/dry.log" \
   && grep -Eq "first call: [0-9]+ steps in about [0-9]+s of 450s" "$work/dry.log" || { cat "$work/dry.log"; fail "no plan printed"; }
 order="$(awk '/^  [a-z-]+ +[0-9]+ +[0-9]+ +[0-9]+ / {print $1}' "$work/dry.log" | paste -sd, -)"
-[ "$order" = "trainer,rl,rollout,ipc-train,tests,comm-bandwidth,model-parity,throughput,long-context,attention,profile,throughput-torch,long-context-torch,attention-torch,nccl,ceilings,memcheck,racecheck,synccheck" ] \
+[ "$order" = "trainer,rl,rollout,ipc-train,context,tests,comm-bandwidth,model-parity,throughput,long-context,attention,profile,throughput-torch,long-context-torch,attention-torch,nccl,ceilings,memcheck,racecheck,synccheck" ] \
   || fail "the plan's order is $order"
 # The long-context cases' memory plans (Qwen2-1.5B, 32K and 64K tokens) in the summary.
 grep -Eq "^  65536 tok: plan [0-9.]+ GiB pooled, peak [0-9.]+ GiB; fits" "$work/out/summary.txt" \
