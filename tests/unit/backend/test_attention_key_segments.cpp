@@ -179,7 +179,7 @@ TEST_CASE("key segments bf16 mode: forward and dq bitwise, dk/dv at bf16 roundin
   }
 }
 
-TEST_CASE("key segments: identity bounds are the plain attention bit for bit; bad bounds are odc::Error",
+TEST_CASE("key segments: identity bounds are the plain attention bit for bit and bad bounds are odc::Error",
           "[backend][attention][key_segments]") {
   for (const DType dtype : {DType::f32, DType::bf16}) {
     CpuBackend be(1, dtype);

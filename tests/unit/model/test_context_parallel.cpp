@@ -171,7 +171,7 @@ bool bitwise(const Outcome& a, const Outcome& b) {
 
 }  // namespace
 
-TEST_CASE("a split microbatch gives the unsplit losses and gradients (k = 2, 3, 4; odd lengths; GQA)",
+TEST_CASE("a split microbatch gives the unsplit losses and gradients (k = 2 to 4 with odd lengths and GQA)",
           "[model][context]") {
   struct Case {
     std::vector<int> lengths;
