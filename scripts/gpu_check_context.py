@@ -25,8 +25,10 @@ and exits 0 when all hold, 1 otherwise (what differed on stderr). Standard libra
 """
 import json
 import os
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_check_ipc import median, run  # noqa: E402  (one launcher and metrics reader for both steps)
 
 
 def share(length, k):
@@ -38,33 +40,6 @@ def share(length, k):
 def longest(data):
     with open(data) as f:
         return max(len(json.loads(line)["input_ids"]) for line in f if line.strip())
-
-
-def run(odc_run, odc_train, config, data, work, name, ranks, sets):
-    folder = os.path.join(work, name)
-    os.makedirs(folder, exist_ok=True)
-    metrics = os.path.join(folder, "metrics.jsonl")
-    cmd = [odc_run, "--local", str(ranks), odc_train, config, "--set", f"data.train={data}",
-           "--set", f"train.metrics_file={metrics}"]
-    for s in sets:
-        cmd += ["--set", s]
-    with open(os.path.join(work, name + ".log"), "w") as log:
-        done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False)
-    if done.returncode != 0:
-        print(f"gpu_check_context: the {name} run exited {done.returncode} (log: {work}/{name}.log)", file=sys.stderr)
-        return None
-    rows = {}
-    with open(metrics) as f:
-        for line in f:
-            r = json.loads(line)
-            if "step" in r and "loss" in r:
-                rows[r["step"]] = r
-    return rows
-
-
-def median(values):
-    values = sorted(v for v in values if v is not None)
-    return values[len(values) // 2] if values else None
 
 
 def main():
@@ -91,7 +66,7 @@ def main():
     os.makedirs(work, exist_ok=True)
     length = longest(data)
     ok = True
-    base = run(odc_run, odc_train, config, data, work, "unsplit", 1,
+    base = run(odc_run, odc_train, config, data, work, "unsplit", 1, tool="gpu_check_context", sets=
                sets + [f"data.max_tokens_per_microbatch={length}"])
     ok &= base is not None
     base = base or {}
@@ -114,7 +89,7 @@ def main():
             extra = [f"data.max_tokens_per_microbatch={cap}", f"train.comm={comm}", "train.context_parallel=auto"]
             if comm == "collective":
                 extra.append("train.context_parallel_degree=0")
-            rows = run(odc_run, odc_train, config, data, work, name, n, sets + extra)
+            rows = run(odc_run, odc_train, config, data, work, name, n, sets + extra, tool="gpu_check_context")
             if rows is None:
                 ok = False
                 cell["error"] = f"exited non-zero ({name}.log)"

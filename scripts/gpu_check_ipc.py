@@ -23,7 +23,8 @@ import subprocess
 import sys
 
 
-def run(odc_run, odc_train, config, data, work, name, ranks, sets):
+def run(odc_run, odc_train, config, data, work, name, ranks, sets, tool="gpu_check_ipc"):
+    """Runs odc-train under `odc-run --local ranks` and returns its metrics rows by step (None: it failed)."""
     folder = os.path.join(work, name)
     os.makedirs(folder, exist_ok=True)
     metrics = os.path.join(folder, "metrics.jsonl")
@@ -34,7 +35,7 @@ def run(odc_run, odc_train, config, data, work, name, ranks, sets):
     with open(os.path.join(work, name + ".log"), "w") as log:
         done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False)
     if done.returncode != 0:
-        print(f"gpu_check_ipc: the {name} run exited {done.returncode} (log: {work}/{name}.log)", file=sys.stderr)
+        print(f"{tool}: the {name} run exited {done.returncode} (log: {work}/{name}.log)", file=sys.stderr)
         return None
     rows = {}
     with open(metrics) as f:

@@ -40,18 +40,33 @@ namespace {
 
 }  // namespace
 
+// Largest differencing over the initial tuples (ids in their order): the two of largest spread
+// merged, again and again, until one is left; its subsets, sorted, their items linked by `next`.
+std::vector<Subset> differencing(std::vector<Tuple> tuples, std::size_t k, std::vector<Index>& next) {
+  TupleQueue queue;  // by spread, then creation order (the deterministic tie-break)
+  for (std::size_t id = 0; id < tuples.size(); ++id) queue.add_initial(tuples[id].spread(k), id);
+  tuples.reserve(2 * tuples.size());  // merged-away tuples are left empty; ids stay indices
+  queue.start();
+  while (queue.size() > 1) {
+    Tuple a = std::move(tuples[queue.pop()]);
+    Tuple b = std::move(tuples[queue.pop()]);
+    // The pairing is symmetric, so the tuple with more subsets leads the united lists (its heads
+    // order the result's ties).
+    if (b.heap.size() > a.heap.size()) std::swap(a, b);
+    merge_tuples(a, b, k, next);
+    queue.push(a.spread(k), tuples.size());
+    tuples.push_back(std::move(a));
+  }
+  return tuples[queue.pop()].take_sorted();
+}
+
 Parts karmarkar_karp_impl(const std::vector<double>& costs, std::size_t k, bool equal_size) {
   const std::size_t n = costs.size();
   Parts parts(k);
   if (n == 0) return parts;
   std::vector<Index> next(n, -1);
-  std::vector<Tuple> tuples;  // indexed by id; merged-away tuples are left empty
-  tuples.reserve(2 * n);
-  TupleQueue queue;  // by spread, then creation order (the deterministic tie-break)
-  auto add = [&](Tuple tuple) {
-    queue.add_initial(tuple.spread(k), tuples.size());
-    tuples.push_back(std::move(tuple));
-  };
+  std::vector<Tuple> tuples;
+  auto add = [&](Tuple tuple) { tuples.push_back(std::move(tuple)); };
 
   if (equal_size) {
     std::vector<Index> order(n);
@@ -75,20 +90,7 @@ Parts karmarkar_karp_impl(const std::vector<double>& costs, std::size_t k, bool 
       add(std::move(tuple));
     }
   }
-  queue.start();
-
-  while (queue.size() > 1) {
-    Tuple a = std::move(tuples[queue.pop()]);
-    Tuple b = std::move(tuples[queue.pop()]);
-    // The pairing is symmetric, so the tuple with more subsets leads the united lists (its heads
-    // order the result's ties).
-    if (b.heap.size() > a.heap.size()) std::swap(a, b);
-    merge_tuples(a, b, k, next);
-    queue.push(a.spread(k), tuples.size());
-    tuples.push_back(std::move(a));
-  }
-
-  const std::vector<Subset> last = tuples[queue.pop()].take_sorted();
+  const std::vector<Subset> last = differencing(std::move(tuples), k, next);
   for (std::size_t p = 0; p < last.size(); ++p) {
     for (Index item = last[p].head; item >= 0; item = next[as_size(item)]) {
       parts[p].push_back(item);
@@ -396,12 +398,7 @@ Parts loaded_split(const std::vector<double>& costs, const std::vector<double>& 
   all.insert(all.end(), loads.begin(), loads.end());
   std::vector<Index> next(n + k, -1);
   std::vector<Tuple> tuples;
-  tuples.reserve(2 * (n + 1));
-  TupleQueue queue;
-  auto add = [&](Tuple tuple) {
-    queue.add_initial(tuple.spread(k), tuples.size());
-    tuples.push_back(std::move(tuple));
-  };
+  auto add = [&](Tuple tuple) { tuples.push_back(std::move(tuple)); };
   Tuple seeded;
   for (std::size_t r = 0; r < k; ++r) {
     const auto item = static_cast<Index>(n + r);
@@ -414,17 +411,8 @@ Parts loaded_split(const std::vector<double>& costs, const std::vector<double>& 
     tuple.push({costs[i], item, item});
     add(std::move(tuple));
   }
-  queue.start();
-  while (queue.size() > 1) {
-    Tuple a = std::move(tuples[queue.pop()]);
-    Tuple b = std::move(tuples[queue.pop()]);
-    if (b.heap.size() > a.heap.size()) std::swap(a, b);
-    merge_tuples(a, b, k, next);
-    queue.push(a.spread(k), tuples.size());
-    tuples.push_back(std::move(a));
-  }
   Parts parts(k);
-  for (const Subset& subset : tuples[queue.pop()].take_sorted()) {
+  for (const Subset& subset : differencing(std::move(tuples), k, next)) {
     std::vector<Index> part;
     std::size_t rank = k;
     for (Index item = subset.head; item >= 0; item = next[as_size(item)]) {
