@@ -42,9 +42,10 @@ double ExchangeModel::forward_s(double bytes, const std::vector<int>& ranks) con
 }
 
 double ExchangeModel::backward_s(double bytes, const std::vector<int>& ranks) const {
-  // The gradients returned, and the recomputed forward's gather.
+  // As the model runs it (decoder_layer.cpp): the keys and values gathered again (the forward's are
+  // not kept), their gradients returned, and under recomputation the recomputed forward's gather.
   const double once = exchange_time(link, bytes, ranks);
-  return recompute ? 2.0 * once : once;
+  return recompute ? 3.0 * once : 2.0 * once;
 }
 
 std::vector<DeviceWork> work_from_plan(const data::Plan& plan, const std::vector<std::int64_t>& lengths,

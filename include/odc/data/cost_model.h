@@ -26,8 +26,9 @@ struct CostModel {
   // exchange_per_token * L * (k-1)/k on top of its compute (context_groups.h). Derivation, for a
   // link of B bytes/s between the members and S seconds per cost unit (the model's time per unit):
   //   per token and layer, K and V: 2 * kv_heads * head_dim * activation_bytes, moved `passes`
-  //   times: the forward's gather, the return of their gradients in the backward, and under
-  //   activation checkpointing the recomputed forward's gather again (passes 3, else 2), so
+  //   times: the forward's gather, the backward's gather again (the model keeps one layer's
+  //   gathered keys at a time), the return of their gradients, and under activation
+  //   checkpointing the recomputed forward's gather (passes 4, else 3), so
   //   exchange_per_token = layers * passes * 2 * kv_heads * head_dim * bytes / B / S.
   // 0 (the default): exchanges taken as free (hidden behind attention).
   double exchange_per_token = 0.0;
