@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Training across 2 hosts x 2 ranks (network namespaces, scripts/netns-hosts.sh): ODC and the
-# collective baseline, with full, hybrid and hpz sharding, give one rank's losses; the parameter
+# collective baseline, with full, hybrid and hpz sharding, and with sequences over the cap split
+# over ranks of both hosts (context parallelism), give one rank's losses; the parameter
 # traffic really crosses the hosts' link (UCX and MPI take TCP between hosts, shared memory only
 # within one), and hybrid sharding moves less of it than full; a rate-limited link throttles the
 # run (the token bucket reports overlimits) and the losses stay the same.
@@ -43,6 +44,19 @@ run collective-full --set train.comm=collective && same_losses "collective, full
 run odc-hybrid --set train.comm=odc --set train.sharding=hybrid --set train.log_level=info && same_losses "ODC, hybrid sharding = 1 rank" "$work/odc-hybrid.jsonl" "$work/one.jsonl" 1e-5
 run collective-hybrid --set train.comm=collective --set train.sharding=hybrid && same_losses "collective, hybrid sharding = 1 rank" "$work/collective-hybrid.jsonl" "$work/one.jsonl" 1e-5
 run odc-hpz --set train.comm=odc --set train.sharding=hpz --set train.log_level=info && same_losses "ODC, hpz sharding = 1 rank" "$work/odc-hpz.jsonl" "$work/one.jsonl" 1e-5
+# Context parallelism across hosts: sequences over a cap of 48 tokens split over 2 ranks, ODC's
+# groups chosen per minibatch (members on either host) and the collective's static pairs, their
+# keys and values exchanged point to point over MPI (the hosts share no memory).
+run odc-context --set train.comm=odc --set data.max_tokens_per_microbatch=48 --set train.log_level=info \
+  && same_losses "ODC, sequences split over ranks of both hosts = 1 rank" "$work/odc-context.jsonl" "$work/one.jsonl" 1e-5
+run collective-context --set train.comm=collective --set data.max_tokens_per_microbatch=48 --set train.log_level=info \
+  && same_losses "collective, static context pairs = 1 rank" "$work/collective-context.jsonl" "$work/one.jsonl" 1e-5
+for name in odc-context collective-context; do
+  grep -q "context parallelism: sequences over the microbatch cap of 48 tokens .*exchanges over MPI" "$work/$name.log" \
+    || fail "$name exchanges over MPI" "$(grep -m2 'context parallelism\|error' "$work/$name.log")"
+  /usr/bin/python3 -c 'import json,sys; sys.exit(0 if sum(json.loads(l).get("split_microbatches", 0) for l in open(sys.argv[1])) > 0 else 1)' \
+    "$work/$name.jsonl" || fail "$name splits microbatches" "no split_microbatches in $work/$name.jsonl"
+done
 
 # The layouts were the ones asked for, on 2 real hosts.
 for name in odc-hybrid odc-hpz; do
