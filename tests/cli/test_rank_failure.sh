@@ -14,8 +14,10 @@
 #          (the ODC transport's per-operation timeout or the watchdog around MPI waits) and name it.
 # COMM (default odc): collective runs the same moments over the collective baseline, whose frozen-peer
 # detection in the microbatch loop is the watchdog around its all-gather / reduce-scatter waits;
-# ipc runs ODC over the IPC transport (shared memory), whose frozen owner stops freeing data slots.
-# Usage: test_rank_failure.sh BIN_DIR WORK_DIR microbatch|barrier|checkpoint [odc|collective|ipc]
+# ipc runs ODC over the IPC transport (shared memory), whose frozen owner stops freeing data slots;
+# context splits the long sequences over both ranks, whose frozen member stops coming to their
+# key/value exchanges.
+# Usage: test_rank_failure.sh BIN_DIR WORK_DIR microbatch|barrier|checkpoint [odc|collective|ipc|context]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 moment="$3"
 comm="${4:-odc}"
@@ -29,6 +31,9 @@ trap cleanup EXIT
 timeout_s=5
 comm_args=(--set "train.comm=$comm")
 [ "$comm" = ipc ] && comm_args=(--set train.comm=odc --set comm.transport=ipc)
+# context: ODC with a cap under the longest sequences, which are split over both ranks (context
+# parallelism): a frozen member leaves the other waiting in their key/value exchange.
+[ "$comm" = context ] && comm_args=(--set train.comm=odc --set data.max_tokens_per_microbatch=48)
 "$bin/odc-data" synth --out "$work/data.jsonl" --num 400 --max-length 96 --mean-length 40 --seed 3 >/dev/null
 ckpt="$work/ckpt"
 train() {  # extra --set arguments...
@@ -129,7 +134,7 @@ for signal in KILL STOP; do
   else
     # Frozen: only our timeouts can see it: the ODC transport's (an operation on rank 1 that never
     # completes) or the watchdog's (rank 1 does not answer). The error must name rank 1 and the moment.
-    name="to rank 1: no data slot freed|from rank\(s\) 1 after|missing from 1|rank\(s\) 1 did not answer"
+    name="to rank 1: no data slot freed|from rank\(s\) 1 after|missing from 1|rank\(s\) 1 did not answer|for rank 1 .*rank 1 \(pid [0-9]+\) is alive but has not come"
     case "$moment" in
       # Over ipc a push completes into the owner's free data slots without the owner: with slots
       # to spare, the survivor finishes its loop and names rank 1 at the minibatch end.
