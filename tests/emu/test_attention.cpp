@@ -14,38 +14,14 @@
 // interleaving sees the kernels; test_planted_faults.cpp shows which missing barrier each finds.
 #include <catch2/catch.hpp>
 
+#include "attention_checks.h"
 #include "attention_harness.h"
 #include "emu_block.h"
 
 using odc_emu_test::AttentionCase;
+using odc_emu_test::bounds;
+using odc_emu_test::check;
 using odc_emu_test::run_attention;
-
-namespace {
-
-constexpr double kTol = 5e-3;
-constexpr double kLseTol = 1e-3;
-
-void check(const AttentionCase& c, std::uint32_t seed) {
-  const auto order = static_cast<odc_emu::Schedule>(seed % 3);
-  const odc_emu::UseSchedule use(order);
-  const auto e = run_attention(c, seed);
-  INFO("heads " << c.n_heads << "/" << c.n_kv_heads << " d " << c.head_dim << " schedule "
-                << static_cast<int>(order) << ": " << e.describe());
-  CHECK(e.out < kTol);
-  CHECK(e.lse < kLseTol);
-  CHECK(e.dq < kTol);
-  CHECK(e.dk < kTol);
-  CHECK(e.dv < kTol);
-}
-
-// Sequence lengths -> cu_seqlens.
-std::vector<std::int32_t> bounds(std::initializer_list<int> lengths) {
-  std::vector<std::int32_t> cu{0};
-  for (int len : lengths) cu.push_back(cu.back() + len);
-  return cu;
-}
-
-}  // namespace
 
 TEST_CASE("attention d64: tile edges 63-65 and 127-129, empty sequences, GQA groups 1-8", "[emu][attention]") {
   // The forward tiles 128 query rows, dQ 64, dK/dV 64 keys with 64-query steps (d64): these

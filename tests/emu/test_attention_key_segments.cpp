@@ -8,38 +8,18 @@
 // mask off by one key, or keys taken from the wrong segment, gives errors of order 1 (or NaN).
 #include <catch2/catch.hpp>
 
+#include "attention_checks.h"
 #include "attention_harness.h"
 #include "emu_block.h"
 #include "odc/core/error.h"
 
 using odc_emu_test::AttentionCase;
+using odc_emu_test::bounds;
+using odc_emu_test::check;
 using odc_emu_test::run_attention;
 namespace kc = odc::kernels::cuda;
 
 namespace {
-
-constexpr double kTol = 5e-3;
-constexpr double kLseTol = 1e-3;
-
-void check(const AttentionCase& c, std::uint32_t seed) {
-  const auto order = static_cast<odc_emu::Schedule>(seed % 3);
-  const odc_emu::UseSchedule use(order);
-  const auto e = run_attention(c, seed);
-  INFO("heads " << c.n_heads << "/" << c.n_kv_heads << " d " << c.head_dim << " schedule " << static_cast<int>(order)
-                << ": " << e.describe());
-  CHECK(e.out < kTol);
-  CHECK(e.lse < kLseTol);
-  CHECK(e.dq < kTol);
-  CHECK(e.dk < kTol);
-  CHECK(e.dv < kTol);
-}
-
-// Lengths -> cumulative bounds.
-std::vector<std::int32_t> bounds(std::initializer_list<int> lengths) {
-  std::vector<std::int32_t> cu{0};
-  for (int len : lengths) cu.push_back(cu.back() + len);
-  return cu;
-}
 
 AttentionCase keyed(std::initializer_list<int> q_lens, std::initializer_list<int> k_lens, int heads, int kv, int d) {
   AttentionCase c{bounds(q_lens), heads, kv, d};
