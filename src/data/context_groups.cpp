@@ -24,14 +24,7 @@ std::int64_t context_rows(std::int64_t length, int k, int member) {
 }
 
 double context_share_pairs(std::int64_t length, int k, int member) {
-  const model::ContextCut cut{length, k};
-  double pairs = 0.0;
-  for (const int c : cut.chunks_of(member)) {
-    const auto begin = static_cast<double>(cut.chunk_begin(c));
-    const auto rows = static_cast<double>(cut.chunk_rows(c));
-    pairs += rows * begin + rows * (rows + 1.0) / 2.0;
-  }
-  return pairs;
+  return model::ContextCut{length, k}.pairs_of(member);
 }
 
 double context_share_cost(const CostModel& cost, std::int64_t length, int k, int member) {

@@ -19,6 +19,15 @@ std::int64_t ContextCut::rows_of(int member) const {
   return chunk_rows(a) + chunk_rows(b);
 }
 
+double ContextCut::pairs_of(int member) const {
+  double pairs = 0.0;
+  for (const int c : chunks_of(member)) {
+    const auto rows = static_cast<double>(chunk_rows(c));
+    pairs += rows * static_cast<double>(chunk_begin(c)) + rows * (rows + 1.0) / 2.0;
+  }
+  return pairs;
+}
+
 std::int64_t ContextSplit::local_rows() const {
   std::int64_t rows = 0;
   for (std::size_t s = 0; s < lengths.size(); ++s) rows += cut(s).rows_of(member);
@@ -183,13 +192,7 @@ KeyScatter key_scatter(const ContextSplit& split, std::int64_t row_bytes) {
 
 double split_causal_pairs(const ContextSplit& split) {
   double pairs = 0.0;
-  for (std::size_t s = 0; s < split.lengths.size(); ++s) {
-    const ContextCut cut = split.cut(s);
-    for (const int c : cut.chunks_of(split.member)) {
-      const auto rows = static_cast<double>(cut.chunk_rows(c));
-      pairs += rows * static_cast<double>(cut.chunk_begin(c)) + rows * (rows + 1.0) / 2.0;
-    }
-  }
+  for (std::size_t s = 0; s < split.lengths.size(); ++s) pairs += split.cut(s).pairs_of(split.member);
   return pairs;
 }
 

@@ -1,8 +1,5 @@
 #include "decoder_layer.h"
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
 #include "odc/core/error.h"
 
 namespace odc::model::detail {
@@ -205,24 +202,19 @@ std::int64_t bytes_of(ConstView v) { return v.count * static_cast<std::int64_t>(
 // A split microbatch's keys and values, every member's rows, gathered into this member's key
 // segments.
 void gather_keys(const LayerContext& ctx, ConstView k, ConstView v, View k_keys, View v_keys) {
-  const auto what = [&](const char* part) {
-    return fmt::format("the {} of split microbatch {} (context parallelism over ranks {})", part, ctx.split->tag,
-                       fmt::join(ctx.split->ranks, ","));
-  };
-  ctx.exchange->exchange(*ctx.split, ctx.key_gather, k.data, bytes_of(k), k_keys.data, bytes_of(k_keys), what("keys"));
-  ctx.exchange->exchange(*ctx.split, ctx.key_gather, v.data, bytes_of(v), v_keys.data, bytes_of(v_keys), what("values"));
+  ctx.exchange->exchange(*ctx.split, ctx.key_gather, k.data, bytes_of(k), k_keys.data, bytes_of(k_keys), ctx.keys_what);
+  ctx.exchange->exchange(*ctx.split, ctx.key_gather, v.data, bytes_of(v), v_keys.data, bytes_of(v_keys),
+                         ctx.values_what);
 }
 
 // The gradient of the key segments' rows back to the members holding them: `local` (this member's
 // rows) becomes the sum of every member's copy, added in the pieces' fixed order.
 void return_key_grads(backend::Backend& b, const LayerContext& ctx, ConstView keys_grad, View local, Scratch& s,
-                      const char* part) {
+                      const std::string& what) {
   const std::int64_t width = ctx.d.kv;
   const View received = s.received.get(ctx.key_scatter.received_rows * width);
   ctx.exchange->exchange(*ctx.split, ctx.key_scatter.pieces, keys_grad.data, bytes_of(keys_grad), received.data,
-                         bytes_of(received),
-                         fmt::format("the {} gradients of split microbatch {} (context parallelism over ranks {})", part,
-                                     ctx.split->tag, fmt::join(ctx.split->ranks, ",")));
+                         bytes_of(received), what);
   b.zero(local);
   for (const RowSum& sum : ctx.key_scatter.sums) {
     b.add(received.at(sum.from_row * width, sum.rows * width), local.at(sum.to_row * width, sum.rows * width));
@@ -362,8 +354,8 @@ void layer_backward(backend::Backend& b, const LayerContext& ctx, const LayerSli
     const View dv_keys = s.dv_keys.get(ctx.key_rows * d.kv);
     gather_keys(ctx, saved.k, saved.v, k_keys, v_keys);
     b.attention_backward(ctx.shape, saved.q, k_keys, v_keys, attn, saved.lse, dattn, dq, dk_keys, dv_keys);
-    return_key_grads(b, ctx, dk_keys, dk, s, "key");
-    return_key_grads(b, ctx, dv_keys, dv, s, "value");
+    return_key_grads(b, ctx, dk_keys, dk, s, ctx.key_grads_what);
+    return_key_grads(b, ctx, dv_keys, dv, s, ctx.value_grads_what);
   } else {
     b.attention_backward(ctx.shape, saved.q, saved.k, saved.v, attn, saved.lse, dattn, dq, dk, dv);
   }

@@ -6,6 +6,7 @@
 // and with train.recompute (recompute.h) the forward itself, in part or whole.
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "odc/backend/backend.h"
@@ -94,6 +95,9 @@ struct LayerContext {
   std::vector<ExchangePiece> key_gather;
   KeyScatter key_scatter;
   std::int64_t key_rows = 0;
+  // What each exchange moves, for its errors (named once per microbatch): the keys, the values,
+  // and their gradients.
+  std::string keys_what, values_what, key_grads_what, value_grads_what;
 };
 
 // Scratch of an incremental forward (LlamaModel::forward_cached), owned by the KvCache it runs

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "decoder_layer.h"
 #include "policy_head.h"
 #include "odc/core/error.h"
@@ -114,6 +117,12 @@ void LlamaModel::begin_split(const PackedBatch& batch) {
   a.context.key_gather = key_gather_pieces(split, row_bytes);
   a.context.key_scatter = key_scatter(split, row_bytes);
   a.context.key_rows = a.key_bounds.back();
+  const std::string group = fmt::format("split microbatch {} (context parallelism over ranks {})", split.tag,
+                                        fmt::join(split.ranks, ","));
+  a.context.keys_what = "the keys of " + group;
+  a.context.values_what = "the values of " + group;
+  a.context.key_grads_what = "the key gradients of " + group;
+  a.context.value_grads_what = "the value gradients of " + group;
   a.context.shape.cu_seqlens_k = b.upload(std::span<const std::int32_t>(a.key_bounds), a.scratch.cu_seqlens_k);
   a.context.shape.host_cu_seqlens_k = a.key_bounds;
   a.context.shape.key_tokens = a.context.key_rows;

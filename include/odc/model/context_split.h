@@ -34,6 +34,9 @@ struct ContextCut {
   // Member i's chunks, in position order.
   std::array<int, 2> chunks_of(int member) const { return {member, 2 * k - 1 - member}; }
   std::int64_t rows_of(int member) const;
+  // Causal (query, key <= query) pairs of member's chunks against their prefixes: a chunk [b, e)
+  // of r rows has r*b + r*(r+1)/2. Over the members they sum to L*(L+1)/2.
+  double pairs_of(int member) const;
   // The most rows any member holds (the first member's; its chunks are the longest).
   std::int64_t max_rows() const { return rows_of(0); }
 };
@@ -97,6 +100,13 @@ struct KeyScatter {
 KeyScatter key_scatter(const ContextSplit& split, std::int64_t row_bytes);
 // Causal (query, key) pairs of a member's share: its chunks against their prefixes.
 double split_causal_pairs(const ContextSplit& split);
+
+// The most rows a member's key segments hold, and the most gradient copies it receives, for a split
+// microbatch of `whole_rows` rows of whole sequences, whatever the group: twice them (each of its
+// two chunks attends to at most its whole sequence, and each of its rows comes back at most once
+// per segment that reads it; a short sequence comes near: 7 key rows of a 5-token one over 2).
+// What a member exposes to one exchange is at most its key segments' gradients.
+inline std::int64_t max_key_rows(std::int64_t whole_rows) { return 2 * whole_rows; }
 
 // Moves rows between a group's members. Implementations live in the distributed layer (over one
 // host's peer memory, or point to point between hosts); a one-rank run never needs one.

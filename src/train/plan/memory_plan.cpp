@@ -128,6 +128,14 @@ nlohmann::json MemoryPlan::to_json() const {
           {"pooled_bytes", pooled_bytes()}, {"notes", notes}};
 }
 
+distributed::ContextExchangeOptions context_exchange_options(const model::LlamaConfig& model, DType activation,
+                                                             std::int64_t whole_rows, double timeout_s) {
+  distributed::ContextExchangeOptions options;
+  if (timeout_s > 0) options.timeout_s = timeout_s;
+  options.max_exposed_bytes = model::max_key_rows(whole_rows) * model.kv_dim() * static_cast<std::int64_t>(dtype_size(activation));
+  return options;
+}
+
 MemoryPlan plan_memory(const MemoryInputs& in) {
   ODC_CHECK(in.world >= 1 && in.tokens >= 0, "plan_memory: world {} tokens {}", in.world, in.tokens);
   MemoryPlan plan;
@@ -189,9 +197,7 @@ MemoryPlan plan_memory(const MemoryInputs& in) {
     b.add("context keys (split sequences)", 5 * key_rows * row,
           fmt::format("keys, values, their gradients and the received copies over a member's key segments: 5 x {} "
                       "rows (1.25 x {} whole rows) x {} B", key_rows, in.context_rows, row));
-    distributed::ContextExchangeOptions options;
-    options.timeout_s = in.comm_timeout_s > 0 ? in.comm_timeout_s : options.timeout_s;
-    options.max_exposed_bytes = 2 * in.context_rows * row;
+    const auto options = context_exchange_options(in.model, act, in.context_rows, in.comm_timeout_s);
     b.add(distributed::planned_context_exchange(
         options, distributed::choose_context_exchange(in.hosts, in.launched_with_mpi, options), in.world, gpu));
   }

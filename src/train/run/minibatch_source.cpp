@@ -8,6 +8,7 @@
 #include "odc/core/error.h"
 #include "odc/core/hash.h"
 #include "odc/data/attention_window.h"
+#include "odc/data/context_groups.h"
 #include "odc/data/data_config.h"
 #include "odc/data/length_limit.h"
 #include "odc/data/text_dataset.h"
@@ -21,13 +22,6 @@ namespace {
 // that does not divide over the ranks).
 bool equal_sequence_counts(data::Balance balance) {
   return balance == data::Balance::lb_micro || balance == data::Balance::lb_mini_equal;
-}
-
-// The fewest members whose zig-zag share of a sequence of `length` tokens fits `cap` tokens.
-int members_needed(std::int64_t length, std::int64_t cap) {
-  int k = 1;
-  while (model::ContextCut{length, k}.max_rows() > cap && k < length) ++k;
-  return k;
 }
 
 }  // namespace
@@ -116,7 +110,7 @@ MinibatchSource::MinibatchSource(const RunSettings& settings, const Config& conf
     for (std::int64_t i = 0; i < dataset_->size(); ++i) {
       const std::int64_t length = dataset_->length(i);
       if (length <= token_cap_) continue;
-      const int needed = members_needed(length, token_cap_);
+      const int needed = data::smallest_context_degree(length, token_cap_);
       const int allowed = context_dynamic_ ? max_context_degree_ : context_degree_;
       if (needed <= allowed) continue;
       if (allowed > 1) {
@@ -155,7 +149,7 @@ MinibatchSource::MinibatchSource(const RunSettings& settings, const Config& conf
 void MinibatchSource::plan_context(const RunSettings& settings, distributed::CommKind comm, std::int64_t longest) {
   if (!settings.train.context_parallel || world_size_ == 1) return;
   const auto degree = settings.train.context_degree;
-  const int needed = members_needed(longest, token_cap_);
+  const int needed = data::smallest_context_degree(longest, token_cap_);
   if (comm == distributed::CommKind::odc) {
     max_context_degree_ = degree == 0 ? world_size_ : static_cast<int>(std::min<std::int64_t>(degree, world_size_));
     context_dynamic_ = needed > 1 && max_context_degree_ > 1;
@@ -298,7 +292,6 @@ Minibatch MinibatchSource::next(bool equal_counts) {
   input.max_context_degree = max_context_degree_;
   input.context_degree = context_degree_;
   out.plan = data::make_plan(input);
-  out.lengths = input.lengths;
   out.weights.assign(out.global.size(), 0.0f);
   for (std::size_t i = 0; i < out.global.size(); ++i) {
     const auto targets = static_cast<double>(dataset_->target_count(out.global[i]));
@@ -339,7 +332,7 @@ void MinibatchSource::split_microbatches(Minibatch& out) const {
       if (out.mine[m].empty()) continue;
       out.context[m] = split;
       out.context[m].tag = m + 1;
-      for (const auto i : out.mine[m]) out.context[m].lengths.push_back(out.plan_length(i));
+      for (const auto i : out.mine[m]) out.context[m].lengths.push_back(dataset_->length(out.global[static_cast<std::size_t>(i)]));
     }
     return;
   }
@@ -353,7 +346,7 @@ void MinibatchSource::split_microbatches(Minibatch& out) const {
     model::ContextSplit split;
     split.ranks = group.ranks;
     split.member = static_cast<int>(at - group.ranks.begin());
-    split.lengths = {out.plan_length(group.sequence)};
+    split.lengths = {dataset_->length(out.global[static_cast<std::size_t>(group.sequence)])};
     split.tag = g + 1;
     mine.push_back({group.sequence});
     context.push_back(std::move(split));

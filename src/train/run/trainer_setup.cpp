@@ -256,13 +256,10 @@ void Trainer::make_comm(bool loads_weights) {
 // through (collective: every rank decides alike, from the same data), sized for the largest split.
 void Trainer::make_context_exchange() {
   if (!data_->may_split()) return;
-  distributed::ContextExchangeOptions options;
-  options.timeout_s = settings_.comm.transport.timeout_s;
-  const auto row_bytes = static_cast<std::int64_t>(model_config_.num_key_value_heads) * model_config_.head_dim *
-                         static_cast<std::int64_t>(dtype_size(backend_->activation_dtype()));
-  // The largest a member exposes: its key segments' gradients, at most twice the whole rows.
-  options.max_exposed_bytes = 2 * data_->max_split_rows() * row_bytes;
-  context_exchange_ = distributed::make_context_exchange(group_, backend_.get(), options);
+  context_exchange_ = distributed::make_context_exchange(
+      group_, backend_.get(),
+      context_exchange_options(model_config_, backend_->activation_dtype(), data_->max_split_rows(),
+                               settings_.comm.transport.timeout_s));
   timed_exchange_ = std::make_unique<TimedContextExchange>(*context_exchange_);
   model_->set_context_exchange(timed_exchange_.get());
   if (group_.is_root()) {

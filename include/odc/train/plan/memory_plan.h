@@ -22,6 +22,7 @@
 #include "odc/distributed/comm/comm.h"
 #include "odc/distributed/comm/comm_factory.h"
 #include "odc/model/llama_config.h"
+#include "odc/distributed/transport/context/context_exchange.h"
 #include "odc/model/recompute.h"
 #include "odc/train/config/run_settings.h"
 
@@ -92,6 +93,13 @@ struct MemoryPlan {
 };
 
 MemoryPlan plan_memory(const MemoryInputs& inputs);
+
+// The context exchange a run whose split microbatches hold up to `whole_rows` rows of whole
+// sequences builds (the trainer) and plans (below): its region holds the most a member exposes
+// (model::max_key_rows rows of keys or values at the activation size); `timeout_s`: comm.timeout_s
+// (0: the options' default).
+distributed::ContextExchangeOptions context_exchange_options(const model::LlamaConfig& model, DType activation,
+                                                             std::int64_t whole_rows, double timeout_s);
 
 // The largest token count (a multiple of `granule`, at least `granule`) whose plan fits in
 // `budget_bytes`; 0 when not even `granule` tokens fit.

@@ -36,8 +36,6 @@ struct Minibatch {
   // grpo: every advantage of the minibatch is 0 (while the data has others; else one warning at load).
   bool zero_advantages = false;
   bool zero_advantages_rounded = false;  // some of them from rewards that differ (zero_advantages_reason)
-  std::vector<std::int64_t> lengths;     // per global item, its length (the plan's input)
-  std::int64_t plan_length(std::int64_t item) const { return lengths[static_cast<std::size_t>(item)]; }
 };
 
 // Why a minibatch (or a whole set of rollouts) whose advantages are all 0 trains nothing, for
