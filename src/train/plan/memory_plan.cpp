@@ -189,14 +189,14 @@ MemoryPlan plan_memory(const MemoryInputs& in) {
   workspaces.cudnn_workspace_limit = in.cudnn_workspace_limit;
   b.add(backend::planned_workspaces(in.device, workspaces));
   if (in.context_rows > 0 && in.world > 1) {
-    // A member's key segments attend to its chunks' prefixes: at most 1.25 x the whole rows (member
-    // 0 of a group of 2: its first chunk's quarter and the whole sequence), and it receives as many
-    // rows of gradient copies (each of its chunks once from every segment that reads it).
+    // A member's key segments attend to its chunks' prefixes, and it receives its rows' gradient
+    // copies: at most model::max_key_rows each (1.25 x the whole rows for one long sequence over
+    // 2 members, up to 2 x for short sequences in a static group's microbatch).
     const std::int64_t row = in.model.kv_dim() * static_cast<std::int64_t>(dtype_size(act));
-    const std::int64_t key_rows = in.context_rows + (in.context_rows + 3) / 4 + 2;
+    const std::int64_t key_rows = model::max_key_rows(in.context_rows);
     b.add("context keys (split sequences)", 5 * key_rows * row,
           fmt::format("keys, values, their gradients and the received copies over a member's key segments: 5 x {} "
-                      "rows (1.25 x {} whole rows) x {} B", key_rows, in.context_rows, row));
+                      "rows (at most 2 x {} whole rows) x {} B", key_rows, in.context_rows, row));
     const auto options = context_exchange_options(in.model, act, in.context_rows, in.comm_timeout_s);
     b.add(distributed::planned_context_exchange(
         options, distributed::choose_context_exchange(in.hosts, in.launched_with_mpi, options), in.world, gpu));

@@ -218,3 +218,27 @@ TEST_CASE("a split microbatch without an exchange, or inconsistent with its grou
   share.context.lengths = {33};  // the share was cut from 29 tokens (15 rows; 33 would give 17)
   CHECK_THROWS_WITH(run_one(config, share, model::Recompute::none, &exchange), Catch::Contains("split microbatch"));
 }
+
+TEST_CASE("a member's key rows and received gradient copies stay within max_key_rows", "[model][context]") {
+  // Long sequences take about 1.25 x their rows at k = 2; short ones in a static group's
+  // microbatch come near 2 x (5 tokens over 2 members: 7 key rows on each).
+  const std::vector<std::vector<std::int64_t>> microbatches = {{3500}, {5}, {3}, {5, 5, 5, 7, 2, 1}, {29, 31, 7}, {91}};
+  for (const auto& lengths : microbatches) {
+    for (int k = 2; k <= 5; ++k) {
+      model::ContextSplit split;
+      for (int r = 0; r < k; ++r) split.ranks.push_back(r);
+      split.lengths = lengths;
+      for (int m = 0; m < k; ++m) {
+        split.member = m;
+        INFO(lengths.size() << " sequences, first " << lengths[0] << ", k " << k << ", member " << m);
+        const std::int64_t bound = model::max_key_rows(split.full_rows());
+        CHECK(model::key_bounds(split).back() <= bound);
+        CHECK(model::key_scatter(split, 4).received_rows <= bound);
+      }
+    }
+  }
+  model::ContextSplit five;
+  five.ranks = {0, 1};
+  five.lengths = {5};
+  CHECK(model::key_bounds(five).back() == 7);
+}
