@@ -17,12 +17,25 @@ CommKind parse_comm(const std::string& name) {
   fail("unknown comm '{}' (expected odc or collective)", name);
 }
 
+const char* collective_model_name(CollectiveModel model) {
+  return model == CollectiveModel::nccl ? "nccl" : "bandwidth";
+}
+
+CollectiveModel parse_collective_model(const std::string& name, const std::string& key) {
+  if (name == "bandwidth") return CollectiveModel::bandwidth;
+  if (name == "nccl") return CollectiveModel::nccl;
+  fail("{} must be bandwidth or nccl, found '{}'", key, name);
+}
+
 double LinkModel::transfer_time(CommKind comm, double bytes) const {
   if (devices <= 1 || bytes <= 0.0) return 0.0;
   const auto d = static_cast<double>(devices);
   if (intra_bandwidth <= 0.0 && inter_bandwidth <= 0.0) return latency;  // free links
   if (comm == CommKind::collective) {
     const double bottleneck = spans_nodes() ? std::min(intra_bandwidth, inter_bandwidth) : intra_bandwidth;
+    if (collective == CollectiveModel::nccl) {
+      return nccl_ring_time(nccl, devices, devices_per_node, bottleneck, bytes).seconds;
+    }
     return latency + bytes * (d - 1.0) / d / bottleneck;
   }
   const int local = std::min(devices, devices_per_node);
@@ -73,6 +86,7 @@ void LinkModel::validate() const {
     fail("sim.odc_inter_node_efficiency must be in (0, 1], found {}", odc_inter_efficiency);
   }
   if (!(latency >= 0.0) || !std::isfinite(latency)) fail("sim.latency_us must be >= 0, found {}", latency * 1e6);
+  if (collective == CollectiveModel::nccl) nccl.validate();
 }
 
 UnitBytes unit_bytes(const model::LlamaConfig& config, double param_bytes, double grad_bytes) {

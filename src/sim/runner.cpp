@@ -18,7 +18,7 @@ struct Accumulator {
   double time = 0.0, barrier_span = 0.0, idle = 0.0, planned = 0.0, free_time = 0.0;
   double compute = 0.0, gather_wait = 0.0, push_wait = 0.0, barrier_wait = 0.0, optimizer = 0.0, accumulate = 0.0;
   double microbatches = 0.0, inter_node_bytes = 0.0, refresh = 0.0, replica_sum = 0.0;
-  double exchange = 0.0, context_groups = 0.0;
+  double exchange = 0.0, context_groups = 0.0, padding = 0.0;
   bool recorded_first = false;
 };
 
@@ -38,6 +38,7 @@ void accumulate(Accumulator& acc, const MinibatchTimeline& timeline) {
     acc.push_wait += device.push_wait_s / d;
     acc.accumulate += device.accumulate_s / d;
     acc.exchange += device.exchange_s / d;
+    acc.padding += device.padding_s / d;
     acc.barrier_wait += timeline.barrier_wait_s(i) / d;
     acc.microbatches += device.microbatches / d;
   }
@@ -83,6 +84,7 @@ SimResults run_simulation(const SimSetup& setup) {
   options.shared_link = setup.shared_link;
   options.accumulate_seconds_per_byte = setup.accumulate_seconds_per_byte;
   options.sharding = setup.sharding;
+  options.dummy_padding = setup.dummy_padding;
   ExchangeModel free_exchange = setup.exchange;  // the zero-overhead bound's exchanges are free too
   free_exchange.link = free_link;
   ScheduleOptions free_options = options;  // the zero-overhead bound: no transfer or accumulation costs
@@ -156,6 +158,7 @@ SimResults run_simulation(const SimSetup& setup) {
     r.refresh_s = a.refresh / n;
     r.replica_sum_s = a.replica_sum / n;
     r.exchange_s = a.exchange / n;
+    r.padding_s = a.padding / n;
     r.context_groups = a.context_groups / n;
     r.first = std::move(firsts[k]);
     results.methods.push_back(std::move(r));
@@ -199,6 +202,9 @@ nlohmann::ordered_json method_json(const SimResults& results, const MethodResult
       {"replica_sum_s", rounded(r.replica_sum_s, 6)},
       {"context_parallel", context_text(s, r.method)},
       {"exchange_s", rounded(r.exchange_s, 6)},
+      {"padding_s", rounded(r.padding_s, 6)},
+      {"collective_model", collective_model_name(s.link.collective)},
+      {"collective_padding", s.dummy_padding ? "dummy" : "empty"},
       {"context_groups", rounded(r.context_groups, 3)},
       {"baseline", s.baseline.name()},
       {"lengths", s.pool_stats.text()},
@@ -212,10 +218,11 @@ nlohmann::ordered_json method_json(const SimResults& results, const MethodResult
 std::string markdown_table(const SimResults& results) {
   const auto& s = results.setup;
   std::string out = fmt::format(
-      "### {}: {} layers x hidden {}, {} devices ({} per node), sharding {}, {} seq/device/step, cap {} tokens, mean "
-      "length {:.0f}, {} minibatches; compute: {}\n\n",
+      "### {}: {} layers x hidden {}, {} devices ({} per node), sharding {}, collectives {} ({} padding), {} "
+      "seq/device/step, cap {} tokens, mean length {:.0f}, {} minibatches; compute: {}\n\n",
       s.label, s.model.num_hidden_layers, s.model.hidden_size, s.devices, s.link.devices_per_node,
-      sharding_text(s), s.minibatch_size, s.token_cap, results.mean_length, s.minibatches, s.compute.description);
+      sharding_text(s), collective_model_name(s.link.collective), s.dummy_padding ? "dummy" : "empty",
+      s.minibatch_size, s.token_cap, results.mean_length, s.minibatches, s.compute.description);
   out += "Lengths: " + s.pool.description + ": " + s.pool_stats.text() +
          (s.published_lengths.empty() ? std::string() : "; published: " + s.published_lengths) + ".\n\n";
   if (!s.measured.empty()) out += "Calibration: " + s.measured + ".\n\n";

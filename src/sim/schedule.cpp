@@ -35,13 +35,14 @@ struct DeviceState {
 };
 
 // Runs one step's compute once its parameters are there; returns the compute start.
-// `exchange`: a context-parallel step's exchange after its compute (0 otherwise).
+// `exchange`: a context-parallel step's exchange after its compute (0 otherwise); `padding`: a dummy
+// microbatch's step, busy but not useful work (DeviceTimeline::padding_s, not compute_s).
 void compute_step(DeviceState& state, DeviceTimeline& timeline, double params_ready, double seconds, int microbatch,
-                  const Step& step, bool record, double exchange = 0.0) {
+                  const Step& step, bool record, double exchange = 0.0, bool padding = false) {
   const double start = std::max(state.ready, params_ready);
   timeline.gather_wait_s += start - state.ready;
   const double end = start + seconds;
-  timeline.compute_s += seconds;
+  (padding ? timeline.padding_s : timeline.compute_s) += seconds;
   timeline.exchange_s += exchange;
   if (record && seconds > 0.0) timeline.busy.push_back({start, end, microbatch, step});
   state.last_start = start;
@@ -306,7 +307,9 @@ void collective_domain(const std::vector<DeviceWork>& work, std::size_t first, s
   DeviceWork padded_work(padded);
   const auto flat = flatten(padded_work, steps, false, 0);
   const int decoder_layers = static_cast<int>(compute.forward.size()) - 1;
-  const MicrobatchWork empty;
+  // A device without microbatch m runs nothing, or (FSDP) a one-token dummy to join the collectives.
+  MicrobatchWork empty;
+  if (options.dummy_padding) empty = {.tokens = 1, .pairs = 1.0, .sequences = 1};
   // All-gathers run one after another on the ring, and so do reductions (on the same ring with a
   // shared link). A collective starts once the last device issued it.
   Channels ring{options.shared_link, start, start};
@@ -328,10 +331,11 @@ void collective_domain(const std::vector<DeviceWork>& work, std::size_t first, s
     }
     for (std::size_t d = 0; d < count; ++d) {
       const auto& mine = work[first + d];
-      const auto& mb = m < mine.size() ? mine[m] : empty;
+      const bool padding = m >= mine.size();
+      const auto& mb = padding ? empty : mine[m];
       compute_step(states[d], out.devices[first + d], params_ready[j],
                    compute.time(item.step, mb.tokens, mb.pairs) * options.collective_compute_factor, item.microbatch,
-                   item.step, options.record_intervals, step_exchange(mb, item.step, decoder_layers));
+                   item.step, options.record_intervals, step_exchange(mb, item.step, decoder_layers), padding);
     }
     if (depth > 0 && j + static_cast<std::size_t>(depth) < flat.size()) {
       double issued = 0.0;

@@ -154,8 +154,29 @@ std::vector<TunableSpec> sim_tunables() {
       tunable("sim.latency_us", K::number, "20", "fixed cost of every gather, reduction and barrier, microseconds",
               Range::at_least(0)),
       tunable("sim.prefetch_depth", K::integer, "1",
-              "gathers are issued this many steps (units) ahead of their use; 0 = no overlap of gathers with compute",
+              "gathers are issued this many steps (units) ahead of their use; 0 = no overlap of gathers with compute. "
+              "1 is FSDP's: FSDP2 prefetches one all-gather ahead in forward and backward (FSDP1: backward_prefetch "
+              "BACKWARD_PRE, limit_all_gathers), which the reference's ODC keeps",
               Range::at_least(0).and_at_most(64)),
+      tunable("sim.collective_model", K::string, "bandwidth",
+              "how a collective's time is modeled: bandwidth = sim.latency_us + the ring's bytes over its slowest "
+              "link; nccl = NCCL's own tuning model of a ring all-gather / reduce-scatter (src/graph/tuning.cc): "
+              "latency per hop (NVLink, network), its protocols' bandwidths by message size, the bus bandwidth "
+              "capped (sim.nccl_max_bus_gbps); named devices only",
+              {"bandwidth", "nccl"}),
+      tunable("sim.nccl_max_bus_gbps", K::number, "0",
+              "collective_model nccl: cap on the ring's bus bandwidth, Gb/s; 0 = the device's as NCCL's tuning caps "
+              "it (A100, compute capability 8.0: 235 GB/s = 1880 Gb/s; others: uncapped, the link's)",
+              Range::at_least(0)),
+      tunable("sim.nccl_protocols", K::string, "ll,ll128,simple",
+              "collective_model nccl: the protocols NCCL's tuner may choose from, as NCCL_PROTO (LL128 is on by "
+              "default on NVLink with compute capability 7.0 and 8.0)"),
+      tunable("sim.collective_padding", K::string, "empty",
+              "collective: what a device runs for a microbatch step it has no microbatch for (it still joins the "
+              "step's collectives): empty = nothing (the trainer's collective comm); dummy = a one-token microbatch, "
+              "as FSDP must run (its collectives are issued by the module's forward and backward hooks), costing the "
+              "per-step fixed costs (the fit's c)",
+              {"empty", "dummy"}),
       tunable("sim.max_outstanding_reductions", K::integer, "3",
               "gradient reductions/pushes in flight per device before backward waits",
               Range::at_least(1).and_at_most(std::numeric_limits<int>::max())),
@@ -335,6 +356,10 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
     fail("sim.compute_model = fit models a named device (sim.device, e.g. a100-80gb); sim.device = calibrated fits "
          "its own per-unit times from sim.calibration");
   }
+  if (calibrated && config.get_string("sim.collective_model") == "nccl") {
+    fail("sim.collective_model = nccl models NCCL's collectives on GPUs; sim.device = calibrated replays a traced "
+         "trainer (use sim.collective_model = bandwidth with its sim.intra_node_gbps)");
+  }
   // The fit of the simulated model, derived on first use (a calibrated model may be any shape).
   std::optional<CostFit> fit_cache;
   auto fit = [&config, &s, &fit_cache]() -> const CostFit& {
@@ -397,6 +422,13 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
   s.link.inter_bandwidth = config.get_double("sim.inter_node_gbps") * gbps;
   s.link.odc_inter_efficiency = config.get_double("sim.odc_inter_node_efficiency");
   s.link.latency = config.get_double("sim.latency_us") * 1e-6;
+  s.link.collective = parse_collective_model(config.get_string("sim.collective_model"), "sim.collective_model");
+  if (s.link.collective == CollectiveModel::nccl) {
+    s.link.nccl = NcclRing::with_protocols(config.get_string("sim.nccl_protocols"), "sim.nccl_protocols");
+    const double cap = config.get_double("sim.nccl_max_bus_gbps");
+    s.link.nccl.max_bus_bandwidth = cap > 0.0 ? cap * gbps : nccl_bus_cap(device_spec(device));
+  }
+  s.dummy_padding = config.get_string("sim.collective_padding") == "dummy";
   s.sharding = distributed::parse_sharding(config.get_string("sim.sharding"));
   if (s.sharding != Sharding::full && s.link.spans_nodes() && s.devices % s.link.devices_per_node != 0) {
     fail("sim.sharding = {} needs whole nodes (every node holds a whole {}): sim.devices = {} is not a multiple of "

@@ -196,6 +196,15 @@ expect_in bad_sharding err "config key 'sim.sharding' in --set expects one of fu
 run_tool hybrid_partial_node "$config" --set sim.sharding=hybrid --set sim.devices=12
 expect_rc hybrid_partial_node 1
 expect_in hybrid_partial_node err "sim.sharding = hybrid needs whole nodes (every node holds a whole copy of the shards): sim.devices = 12 is not a multiple of sim.devices_per_node = 8"
+run_tool bad_nccl_protocol "$config" --set sim.collective_model=nccl --set sim.nccl_protocols=ll,tree
+expect_rc bad_nccl_protocol 1
+expect_in bad_nccl_protocol err "sim.nccl_protocols: 'tree' is not an NCCL protocol (expected a comma-separated subset of ll, ll128, simple)"
+run_tool nccl_calibrated "$config" --set sim.collective_model=nccl --set sim.device=calibrated --set sim.calibration=$work/nope.json
+expect_rc nccl_calibrated 1
+expect_in nccl_calibrated err "sim.collective_model = nccl models NCCL's collectives on GPUs"
+run_tool bad_padding "$config" --set sim.collective_padding=zeros
+expect_rc bad_padding 1
+expect_in bad_padding err "config key 'sim.collective_padding' in --set expects one of empty, dummy, found 'zeros'"
 run_tool unknown_key "$config" --set sim.devcies=4
 expect_rc unknown_key 1
 expect_in unknown_key err "sim.devcies"

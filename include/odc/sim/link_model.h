@@ -15,19 +15,28 @@
 //     pattern thus moves devices_per_node times more bytes across the node boundary than a ring
 //     (the paper's "several times slower across nodes at 16+ GPUs"); `odc_inter_efficiency`
 //     additionally scales the bandwidth point-to-point traffic achieves (an assumption).
-// Both add `latency` per operation. Gathers (inbound) and pushes (outbound) use opposite
+// Both add `latency` per operation. With `collective = nccl` a collective instead takes NCCL's own
+// cost model of a ring (odc/sim/nccl_ring.h: its latency per hop and its protocols' bandwidths by
+// message size, capped bus bandwidth), as its tuner predicts the calls FSDP makes. Gathers (inbound) and pushes (outbound) use opposite
 // directions of the links and are modeled as independent channels; compute does not slow them.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "odc/model/llama_config.h"
+#include "odc/sim/nccl_ring.h"
 
 namespace odc::sim {
 
 enum class CommKind : std::uint8_t { collective, odc };
 const char* comm_name(CommKind comm);
 CommKind parse_comm(const std::string& name);  // "collective" | "odc", else odc::Error
+
+// How a collective's time is modeled (sim.collective_model): bandwidth = latency + the ring's bytes
+// over its slowest link; nccl = NCCL's tuning model (NcclRing).
+enum class CollectiveModel : std::uint8_t { bandwidth, nccl };
+const char* collective_model_name(CollectiveModel model);
+CollectiveModel parse_collective_model(const std::string& name, const std::string& key);
 
 struct LinkModel {
   int devices = 1;
@@ -36,6 +45,8 @@ struct LinkModel {
   double inter_bandwidth = 0.0;  // bytes/s per node per direction
   double odc_inter_efficiency = 1.0;
   double latency = 0.0;          // seconds per operation
+  CollectiveModel collective = CollectiveModel::bandwidth;
+  NcclRing nccl;                 // with collective = nccl
 
   // Time of one all-gather (collective) or gather (odc) of a unit whose full size is `bytes`;
   // the same for reduce-scatter / scatter-accumulate of `bytes` of gradient.

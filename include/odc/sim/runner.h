@@ -33,6 +33,7 @@ struct MethodResult {
   double replica_sum_s = 0.0;             // hybrid: the cross-node gradient all-reduce, per minibatch
   double exchange_s = 0.0;                // context parallelism: exchanges and group waits, per device and minibatch
   double context_groups = 0.0;            // dynamic context groups per minibatch, mean
+  double padding_s = 0.0;                 // collective, dummy padding: dummy microbatches' steps, per device and minibatch
   MinibatchTimeline first;                // the first minibatch, with intervals (for plots)
 };
 

@@ -8,7 +8,8 @@
 // gradient off (at most 3 outstanding: issuing a 4th waits for the oldest).
 //
 //   collective: every device runs max_d M_d microbatches (missing ones are empty: no compute, but
-//     they still join every collective). Each gather and each reduction is a collective: it
+//     they still join every collective; with ScheduleOptions::dummy_padding a one-token microbatch,
+//     as FSDP runs). Each gather and each reduction is a collective: it
 //     starts when the last device issues it (and the previous one of its kind finished) and
 //     completes for everybody at once, so the slowest device of each step sets the pace. With
 //     prefetch a device that finished a step early may start the next one as soon as every
@@ -108,6 +109,7 @@ struct DeviceTimeline {
   double push_wait_s = 0.0;        // waiting for a gradient hand-off slot
   double accumulate_s = 0.0;       // odc: adding the clients' pushed slices (owner side)
   double exchange_s = 0.0;         // context parallelism: exchanges, and waits for the group's members
+  double padding_s = 0.0;          // collective with dummy padding: running dummy microbatches (idle in bubble())
   double finish_s = 0.0;           // last compute done and own gradients delivered
   int microbatches = 0;            // run (odc: non-empty ones; collective: padded count)
 };
@@ -145,6 +147,12 @@ struct ScheduleOptions {
   double accumulate_seconds_per_byte = 0.0;
   // Where the shards live (full: over every device; see odc/sim/layout_costs.h).
   Sharding sharding = Sharding::full;
+  // Collective: what a device runs for a microbatch it does not have (it still joins every
+  // collective of that step). false: nothing (the trainer's collective comm calls the collectives
+  // without running the model); true: a one-token microbatch, as FSDP must run (its all-gathers and
+  // reduce-scatters are issued by the module's forward and backward hooks), which costs the
+  // per-step fixed costs (the fit's c).
+  bool dummy_padding = false;
 };
 
 MinibatchTimeline simulate_minibatch(const std::vector<DeviceWork>& work, const ComputeModel& compute,

@@ -64,6 +64,7 @@ struct SimSetup {
   int prefetch_depth = 1;
   int max_outstanding_reductions = 3;
   double collective_compute_factor = 1.0;
+  bool dummy_padding = false;                // sim.collective_padding = dummy (ScheduleOptions::dummy_padding)
   bool shared_link = true;                   // sim.link_contention
   double accumulate_seconds_per_byte = 0.0;  // ODC owner-side accumulation (sim.accumulate_bytes_per_element)
   // Context parallelism (sim.context_parallel): sequences longer than the token cap split over
