@@ -8,6 +8,7 @@
 
 #include "odc/core/error.h"
 #include "odc/data/packing.h"
+#include "odc/sim/cost_fit.h"
 
 namespace odc::sim {
 
@@ -18,7 +19,8 @@ struct Accumulator {
   double time = 0.0, barrier_span = 0.0, idle = 0.0, planned = 0.0, free_time = 0.0;
   double compute = 0.0, gather_wait = 0.0, push_wait = 0.0, barrier_wait = 0.0, optimizer = 0.0, accumulate = 0.0;
   double microbatches = 0.0, inter_node_bytes = 0.0, refresh = 0.0, replica_sum = 0.0;
-  double exchange = 0.0, context_groups = 0.0, padding = 0.0;
+  double exchange = 0.0, context_groups = 0.0, padding = 0.0, reference_estimate = 0.0;
+  bool reference_estimate_missing = false;
   bool recorded_first = false;
 };
 
@@ -42,6 +44,27 @@ void accumulate(Accumulator& acc, const MinibatchTimeline& timeline) {
     acc.barrier_wait += timeline.barrier_wait_s(i) / d;
     acc.microbatches += device.microbatches / d;
   }
+}
+
+// The bubble the reference's own packing would estimate for `plan` (the paper's bubble figures are
+// "estimated by the packing algorithm"): every microbatch costed by its get_seq_costs_fit (the 7B
+// a*u^2 + b*u whatever the model), without the per-microbatch c it never sees. Plans with context
+// groups are not costed (the reference has none): -1.
+double reference_estimate(data::Plan plan, const std::vector<std::int64_t>& lengths, CommKind comm) {
+  if (!plan.groups.empty() || plan.context_degree > 1) return -1.0;
+  data::CostModel cost = planner_cost_from_fit(reference_packing_fit());
+  cost.per_microbatch = 0.0;
+  plan.per_microbatch = 0.0;
+  for (auto& rank : plan.ranks) {
+    rank.cost = 0.0;
+    for (std::size_t m = 0; m < rank.microbatches.size(); ++m) {
+      double microbatch = 0.0;
+      for (const auto i : rank.microbatches[m]) microbatch += cost.cost(lengths[static_cast<std::size_t>(i)]);
+      rank.microbatch_costs[m] = microbatch;
+      rank.cost += microbatch;
+    }
+  }
+  return comm == CommKind::odc ? plan.bubble_odc() : plan.bubble_collective();
 }
 
 // The layout as the table's heading names it; on one node hybrid and hpz cost what full does.
@@ -128,6 +151,9 @@ SimResults run_simulation(const SimSetup& setup) {
       accumulate(acc[k], timeline);
       acc[k].free_time += free.total_s();
       acc[k].planned += method.comm == CommKind::odc ? plan.bubble_odc() : plan.bubble_collective();
+      const double estimate = reference_estimate(plan, input.lengths, method.comm);
+      if (estimate < 0.0) acc[k].reference_estimate_missing = true;
+      acc[k].reference_estimate += estimate;
       if (step == 0) firsts[k] = std::move(timeline);
     }
   }
@@ -159,6 +185,7 @@ SimResults run_simulation(const SimSetup& setup) {
     r.replica_sum_s = a.replica_sum / n;
     r.exchange_s = a.exchange / n;
     r.padding_s = a.padding / n;
+    r.bubble_reference_estimate = a.reference_estimate_missing ? -1.0 : a.reference_estimate / n;
     r.context_groups = a.context_groups / n;
     r.first = std::move(firsts[k]);
     results.methods.push_back(std::move(r));
@@ -189,6 +216,8 @@ nlohmann::ordered_json method_json(const SimResults& results, const MethodResult
       {"speedup", rounded(r.speedup, 4)},
       {"bubble_simulated", rounded(r.bubble_simulated, 4)},
       {"bubble_planned", rounded(r.bubble_planned, 4)},
+      {"bubble_reference_estimate", r.bubble_reference_estimate < 0.0 ? nlohmann::ordered_json(nullptr)
+                                                                       : nlohmann::ordered_json(rounded(r.bubble_reference_estimate, 4))},
       {"zero_overhead_bound", rounded(r.zero_overhead_bound, 4)},
       {"compute_s", rounded(r.compute_s, 6)},
       {"gather_wait_s", rounded(r.gather_wait_s, 6)},

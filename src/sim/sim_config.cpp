@@ -487,6 +487,9 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
                : data::cost_model(config, s.model.linear_flops_per_token(), s.model.attention_flops_per_pair());
   s.reference_cost = config.get_string("sim.reference_cost") == "fit_7b" ? planner_cost_from_fit(reference_packing_fit())
                                                                          : s.cost;
+  // The reference balances its own cost but never sees c; its plans' makespans and planned bubbles
+  // (and the makespan split choice) count the simulated model's c, as ours do.
+  s.reference_cost.per_microbatch = s.cost.per_microbatch;
   s.reference_split = config.get_string("sim.reference_split") == "spread" ? data::ReferenceSplit::spread
                                                                            : data::ReferenceSplit::makespan;
   if (s.context_parallel) set_context_parallel(config, s, longest);

@@ -20,6 +20,9 @@ struct MethodResult {
   double speedup = 0.0;                   // baseline minibatch time / this one
   double bubble_simulated = 0.0;          // sum idle / sum (D * time to the barrier), all minibatches
   double bubble_planned = 0.0;            // mean of the planner's estimate for this comm
+  // The same plans' bubble as the reference's packing would estimate it (its 7B fit, no per-microbatch
+  // cost): the kind of figure the paper reports. -1 when not defined (context-parallel plans).
+  double bubble_reference_estimate = 0.0;
   double zero_overhead_bound = 0.0;       // the speedup over the baseline if communication were free
   double compute_s = 0.0;                 // per device and minibatch, mean
   double gather_wait_s = 0.0;             // per device and minibatch, mean

@@ -233,3 +233,31 @@ TEST_CASE("a small end-to-end simulation", "[sim]") {
   CHECK(timelines_json(results)["methods"].size() == 5);
   std::filesystem::remove(lengths);
 }
+
+TEST_CASE("the reference's own bubble estimate: its 7B fit without c, of every method's plans", "[sim]") {
+  // With the planner's cost the reference's (7B fit) and no per-microbatch c, the estimate is the
+  // planned bubble itself; with c it differs (the planned bubble counts c, the reference never sees it).
+  const std::vector<std::string> common = {"sim.compute_model=fit", "data.cost_model=fit", "sim.minibatches=6",
+                                           "sim.methods=collective+lb_micro,collective+ref_lb_micro,odc+ref_lb_mini"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), common.begin(), common.end());
+    return run_simulation(build_setup(load_sim_config("", extra), "unit"));
+  };
+  const auto no_c = with({"sim.fit=4.348357,8.768377,0"});
+  for (const auto& r : no_c.methods) {
+    CHECK(r.bubble_reference_estimate == Approx(r.bubble_planned).margin(1e-12));
+    CHECK(method_json(no_c, r)["bubble_reference_estimate"].is_number());
+  }
+  const auto with_c = with({"sim.fit=4.348357,8.768377,0.951"});
+  for (const auto& r : with_c.methods) {
+    CHECK(r.bubble_reference_estimate > 0.0);
+    CHECK(r.bubble_reference_estimate != Approx(r.bubble_planned).margin(1e-6));
+  }
+  // Context-parallel plans have no reference counterpart: null.
+  const auto split = run_simulation(build_setup(
+      load_sim_config("", {"sim.context_parallel=true", "data.max_tokens_per_microbatch=32768", "sim.minibatches=2",
+                           "sim.methods=odc+lb_mini"}),
+      "unit"));
+  CHECK(split.methods[0].bubble_reference_estimate < 0.0);
+  CHECK(method_json(split, split.methods[0])["bubble_reference_estimate"].is_null());
+}
