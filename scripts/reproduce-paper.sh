@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Reproduces the shape of the paper's throughput study with odc-sim (a simulation, not training):
 #   1. the main table: every configs/paper/*.yaml setting (3 length distributions x 4 models at
-#      their device counts) at 1, 2, 4 and 8 sequences per device -> OUT/main.jsonl, OUT/table.md
-#      (with each length stand-in's statistics next to the published ones)
+#      their device counts) at 1, 2, 4 and 8 sequences per device, every method against the paper's
+#      baseline (collective+ref_lb_micro: Collective with the reference implementation's LB-Micro
+#      packing) and beside ours (collective+lb_micro) -> OUT/main.jsonl, OUT/table.md (ODC over both
+#      baselines, speedup and bubble per method, each length stand-in's statistics next to the
+#      published ones)
 #   2. parametric sweeps around the golden setting (1.5B, LongAlign-like, 4 seq/device, 8 devices,
 #      packing ratio 1): minibatch size, maximum length (longer sequences dropped, as the reference's
 #      dataset filter does), packing ratio, devices
@@ -18,7 +21,7 @@
 #      the sequences beyond 64K dropped (today's setting) -> OUT/context.jsonl, OUT/context.md
 # Usage: scripts/reproduce-paper.sh [BUILD_DIR (default build)] [OUT_DIR (default paper-out)]
 # scripts/paper-sensitivity.sh shows how each modelling choice moves every cell.
-# Takes under a minute on 2 cores (simulated minibatches: 800 / minibatch size per setting, 400 per sweep point). Plots need /usr/bin/python3 with matplotlib.
+# Takes about a minute on 2 cores (simulated minibatches: 800 / minibatch size per setting, 400 per sweep point). Plots need /usr/bin/python3 with matplotlib.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,13 +33,20 @@ python=${PYTHON:-/usr/bin/python3}
 mkdir -p "$out_dir"
 
 # --- 1. main table ---
+# Both baselines (the paper's: the reference's packing; ours), ODC with the reference's LB-Mini and
+# ours; RL also LB-Mini with equal counts per device (verl). The list is passed explicitly: the RL
+# configs set their own sim.methods. Speedups are over the paper's baseline.
+methods=collective+local_sort,collective+ref_lb_micro,collective+lb_micro,odc+local_sort,odc+lb_micro,odc+ref_lb_mini,odc+lb_mini
 : >"$out_dir/main.jsonl"
 for name in sft-longalign-{1.5b,7b,14b,32b} sft-swesmith-{1.5b,7b,14b,32b} rl-aime-{1.5b,7b,14b,32b}; do
   config="$root/configs/paper/$name.yaml"
+  setting_methods=$methods
+  case $name in rl-*) setting_methods=$methods,odc+lb_mini_equal ;; esac
   for minibatch in 1 2 4 8; do
     # More minibatches for small ones: each is short and noisy.
     steps=$((800 / minibatch))
     "$sim" "$config" --set data.minibatch_size=$minibatch --set sim.minibatches=$steps \
+      --set sim.methods=$setting_methods --set sim.baseline=collective+ref_lb_micro \
       --set "sim.label=$name/mb$minibatch" | grep '^{' >>"$out_dir/main.jsonl"
   done
   echo "  $name done" >&2

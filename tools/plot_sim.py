@@ -1,13 +1,22 @@
 #!/usr/bin/python3
 """Tables and plots of odc-sim results (JSON lines, one object per method and setting).
 
-  plot_sim.py table MAIN.jsonl              markdown tables: speedup and bubble per method, one row
-                                            per setting (label "CONFIG/mbN")
+  plot_sim.py table MAIN.jsonl              markdown tables, one row per setting (label "CONFIG/mbN"):
+                                            "ODC over both baselines": the best ODC schedule's throughput
+                                            over the paper's baseline (Collective with the reference's
+                                            LB-Micro packing) and over ours (Collective LB-Micro), our
+                                            baseline's over the paper's (ratios of samples/s per device, so
+                                            independent of sim.baseline), and the three schedules' bubbles,
+                                            simulated and planned; then speedup over the rows' baseline
+                                            (sim.baseline) and bubble per method
   plot_sim.py lengths MAIN.jsonl            markdown table: each setting's simulated length statistics next to
                                             the published ones it stands in for
-  plot_sim.py sensitivity SENS.jsonl        markdown table: the best ODC speedup of every cell (labels
+  plot_sim.py sensitivity SENS.jsonl        markdown table: the best ODC schedule's speedup in every cell (labels
                                             "CONFIG/mbN/VARIANT") under each model variant, in points from
-                                            the first variant
+                                            the first variant: its samples/s per device over the paper's
+                                            baseline's (collective+ref_lb_micro) where that ran, over ours
+                                            (collective+lb_micro) in a variant named "ours-baseline", else the
+                                            rows' speedup field (over their sim.baseline; older files)
   plot_sim.py sharding SHARD.jsonl          markdown table: every method under each sharding layout (the rows'
                                             "sharding" field, one run per layout of one setting): minibatch
                                             time, throughput relative to Collective LB-Micro with full sharding,
@@ -22,19 +31,30 @@
                                             per-device busy intervals of the first minibatch (odc-sim
                                             --out DIR writes DIR/timeline.json)
 
+Methods are "COMM+BALANCE": collective+ref_lb_micro is the paper's baseline (the reference
+implementation's DynamicSameMicro packing), collective+lb_micro ours (our LB-Micro, which plans no
+minibatch worse), odc+ref_lb_mini ODC with the reference's LB-Mini packing, odc+lb_mini ODC with
+ours, odc+lb_mini_equal LB-Mini with equal sequence counts per device (what verl allows in RL). A
+method a file lacks prints "-".
+
 Uses only the standard library for tables; matplotlib (Agg backend) for plots.
 """
 import json
 import sys
 from collections import OrderedDict
 
-METHODS = ["collective+local_sort", "collective+lb_micro", "odc+local_sort", "odc+lb_micro", "odc+lb_mini_equal",
-           "odc+lb_mini"]
+METHODS = ["collective+local_sort", "collective+ref_lb_micro", "collective+lb_micro", "odc+local_sort",
+           "odc+ref_lb_micro", "odc+lb_micro", "odc+ref_lb_mini", "odc+lb_mini_equal", "odc+lb_mini"]
+PAPER_BASELINE = "collective+ref_lb_micro"  # the paper's: the reference implementation's LB-Micro packing
+OUR_BASELINE = "collective+lb_micro"
 SHORT = {
     "collective+local_sort": "Coll LocalSort",
+    "collective+ref_lb_micro": "Coll LB-Micro (paper)",
     "collective+lb_micro": "Coll LB-Micro",
     "odc+local_sort": "ODC LocalSort",
+    "odc+ref_lb_micro": "ODC LB-Micro (paper's planner)",
     "odc+lb_micro": "ODC LB-Micro",
+    "odc+ref_lb_mini": "ODC LB-Mini (paper's planner)",
     "odc+lb_mini_equal": "ODC LB-Mini (equal counts)",
     "odc+lb_mini": "ODC LB-Mini",
 }
@@ -72,18 +92,61 @@ def by_label(rows):
     return groups
 
 
+def setting_cells(label, group):
+    """The leading cells of a setting's row: setting, devices, sequences per device, mean length."""
+    any_row = next(iter(group.values()))
+    return (f"| {label.split('/')[0]} | {any_row['devices']} | {any_row['minibatch_size']} | "
+            f"{any_row['mean_length'] / 1000:.1f}K |")
+
+
+def bubble_cell(row):
+    """ "simulated% (planned%)", or "-" without a row."""
+    if row is None:
+        return " - |"
+    return f" {100 * row['bubble_simulated']:.1f}% ({100 * row['bubble_planned']:.1f}%) |"
+
+
+def throughput_ratio(row, reference):
+    """row's samples/s per device over reference's (independent of sim.baseline); None if either is missing."""
+    if row is None or reference is None:
+        return None
+    return row["samples_per_s_per_device"] / reference["samples_per_s_per_device"]
+
+
+def ratio_cell(value):
+    return " - |" if value is None else f" {value:.3f} |"
+
+
 def table(path):
     groups = by_label(read_lines(path))
     methods = [m for m in METHODS if any(m in g for g in groups.values())]
     head = "| setting | devices | seq/device | mean len |"
     rule = "|---|---:|---:|---:|"
-    out = ["#### Throughput speedup over the baseline (samples/s per device, ratio)", ""]
+    out = ["#### ODC over both baselines (throughput: samples/s per device, ratio)", "",
+           f"The paper's baseline: {SHORT[PAPER_BASELINE]}, Collective with the reference implementation's "
+           f"LB-Micro packing (its DynamicSameMicro); ours: {SHORT[OUR_BASELINE]}, our LB-Micro. Best ODC: "
+           f"{SHORT['odc+lb_mini_equal']} where the setting has it (RL: verl's equal counts), else "
+           f"{SHORT['odc+lb_mini']}. Bubbles: simulated (the planner's estimate in parentheses).", ""]
+    out.append(head + " best ODC | ODC / paper's baseline | ODC / our baseline | our / paper's baseline |"
+               " bubble: paper's baseline | bubble: our baseline | bubble: best ODC |")
+    out.append(rule + "---|" + "---:|" * 6)
+    for label, group in groups.items():
+        method, best = best_odc(group)
+        paper, ours = group.get(PAPER_BASELINE), group.get(OUR_BASELINE)
+        cells = [setting_cells(label, group), f" {SHORT[method]} |" if method else " - |",
+                 ratio_cell(throughput_ratio(best, paper)), ratio_cell(throughput_ratio(best, ours)),
+                 ratio_cell(throughput_ratio(ours, paper)), bubble_cell(paper), bubble_cell(ours), bubble_cell(best)]
+        out.append("".join(cells))
+    baselines = list(OrderedDict.fromkeys(r.get("baseline") for g in groups.values() for r in g.values()))
+    if len(baselines) == 1 and baselines[0]:
+        over = f"the baseline, {SHORT.get(baselines[0], baselines[0])}"
+    else:
+        over = "each row's baseline (sim.baseline)"
+    out += ["", f"#### Throughput speedup over {over} (samples/s per device, ratio)", ""]
     out.append(head + "".join(f" {SHORT[m]} |" for m in methods) + " best ODC bound |")
     out.append(rule + "---:|" * len(methods) + "---:|")
     for label, group in groups.items():
-        any_row = next(iter(group.values()))
-        cells = [f"| {label.split('/')[0]} | {any_row['devices']} | {any_row['minibatch_size']} | "
-                 f"{any_row['mean_length'] / 1000:.1f}K |"]
+        cells = [setting_cells(label, group)]
         for m in methods:
             cells.append(f" {group[m]['speedup']:.3f} |" if m in group else " - |")
         best = max((group[m]["zero_overhead_bound"] for m in group if m.startswith("odc")), default=float("nan"))
@@ -93,15 +156,7 @@ def table(path):
     out.append(head + "".join(f" {SHORT[m]} |" for m in methods))
     out.append(rule + "---:|" * len(methods))
     for label, group in groups.items():
-        any_row = next(iter(group.values()))
-        cells = [f"| {label.split('/')[0]} | {any_row['devices']} | {any_row['minibatch_size']} | "
-                 f"{any_row['mean_length'] / 1000:.1f}K |"]
-        for m in methods:
-            if m in group:
-                cells.append(f" {100 * group[m]['bubble_simulated']:.1f}% ({100 * group[m]['bubble_planned']:.1f}%) |")
-            else:
-                cells.append(" - |")
-        out.append("".join(cells))
+        out.append(setting_cells(label, group) + "".join(bubble_cell(group.get(m)) for m in methods))
     print("\n".join(out))
 
 
@@ -117,6 +172,11 @@ def lengths(path):
     print("\n".join(out))
 
 
+def sensitivity_reference(variant):
+    """The baseline a variant's speedups are over: ours in the variant "ours-baseline", else the paper's."""
+    return OUR_BASELINE if variant == "ours-baseline" else PAPER_BASELINE
+
+
 def sensitivity(path):
     cells = OrderedDict()
     variants = []
@@ -129,14 +189,30 @@ def sensitivity(path):
             variants.append(variant)
         cells.setdefault(cell, {}).setdefault(variant, {})[row["method"]] = row
     base = variants[0]
-    out = ["| cell | ODC schedule | " + " | ".join(variants) + " |",
-           "|---|---|" + "---:|" * len(variants)]
+    over = {v: [] for v in variants}  # per variant, what its speedups are over (for the header)
+
+    def speedup(group, method, variant):
+        """The best ODC schedule's samples/s per device over the variant's reference row where the group
+        has it, else the row's own speedup field (over its sim.baseline: files without the reference)."""
+        reference = sensitivity_reference(variant)
+        if reference in group:
+            what = SHORT[reference]
+            value = throughput_ratio(group[method], group[reference])
+        else:
+            baseline = group[method].get("baseline")
+            what = f"{SHORT.get(baseline, baseline or 'sim.baseline')} (speedup field)"
+            value = group[method]["speedup"]
+        if what not in over[variant]:
+            over[variant].append(what)
+        return value
+
+    rows = []
     for cell, by_variant in cells.items():
         method, _ = best_odc(by_variant.get(base, {}))
         if method is None:
             continue
         row = [f"| {cell} | {SHORT[method]} |"]
-        reference = by_variant[base][method]["speedup"]
+        reference = speedup(by_variant[base], method, base)
         for variant in variants:
             group = by_variant.get(variant, {})
             if method not in group:
@@ -144,9 +220,13 @@ def sensitivity(path):
             elif variant == base:
                 row.append(f" {reference:.3f} |")
             else:
-                value = group[method]["speedup"]
+                value = speedup(group, method, variant)
                 row.append(f" {value:.3f} ({100 * (value - reference):+.1f}) |")
-        out.append("".join(row))
+        rows.append("".join(row))
+    main = " / ".join(over[base]) or "the baseline"
+    heads = [v if over[v] in ([], over[base]) else f"{v} (over {' / '.join(over[v])})" for v in variants]
+    out = [f"| cell | ODC schedule: speedup over {main} | " + " | ".join(heads) + " |",
+           "|---|---|" + "---:|" * len(variants)] + rows
     print("\n".join(out))
 
 

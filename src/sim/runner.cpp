@@ -46,15 +46,12 @@ void accumulate(Accumulator& acc, const MinibatchTimeline& timeline) {
   }
 }
 
-// The bubble the reference's own packing would estimate for `plan` (the paper's bubble figures are
-// "estimated by the packing algorithm"): every microbatch costed by its get_seq_costs_fit (the 7B
-// a*u^2 + b*u whatever the model), without the per-microbatch c it never sees. Plans with context
-// groups are not costed (the reference has none): -1.
-double reference_estimate(data::Plan plan, const std::vector<std::int64_t>& lengths, CommKind comm) {
+// The bubble of `plan` with every microbatch costed by `cost` (its per_microbatch as c). Plans with
+// context groups or a static degree are not recosted (their shares' costs are the planner's): -1.
+double bubble_under(data::Plan plan, const std::vector<std::int64_t>& lengths, const data::CostModel& cost,
+                    CommKind comm) {
   if (!plan.groups.empty() || plan.context_degree > 1) return -1.0;
-  data::CostModel cost = planner_cost_from_fit(reference_packing_fit());
-  cost.per_microbatch = 0.0;
-  plan.per_microbatch = 0.0;
+  plan.per_microbatch = cost.per_microbatch;
   for (auto& rank : plan.ranks) {
     rank.cost = 0.0;
     for (std::size_t m = 0; m < rank.microbatches.size(); ++m) {
@@ -65,6 +62,15 @@ double reference_estimate(data::Plan plan, const std::vector<std::int64_t>& leng
     }
   }
   return comm == CommKind::odc ? plan.bubble_odc() : plan.bubble_collective();
+}
+
+// The reference's own packing cost (the paper's bubble figures are "estimated by the packing
+// algorithm"): its get_seq_costs_fit (the 7B a*u^2 + b*u whatever the model), without the
+// per-microbatch c it never sees.
+data::CostModel reference_estimate_cost() {
+  data::CostModel cost = planner_cost_from_fit(reference_packing_fit());
+  cost.per_microbatch = 0.0;
+  return cost;
 }
 
 // The layout as the table's heading names it; on one node hybrid and hpz cost what full does.
@@ -113,6 +119,7 @@ SimResults run_simulation(const SimSetup& setup) {
   ScheduleOptions free_options = options;  // the zero-overhead bound: no transfer or accumulation costs
   free_options.accumulate_seconds_per_byte = 0.0;
   free_options.record_intervals = false;
+  const data::CostModel estimate_cost = reference_estimate_cost();
   for (std::int64_t step = 0; step < setup.skip_minibatches; ++step) sampler.next(setup.minibatch_size * devices);
   for (std::int64_t step = 0; step < setup.minibatches; ++step) {
     data::PlanInput input;
@@ -150,8 +157,12 @@ SimResults run_simulation(const SimSetup& setup) {
       acc[k].context_groups += static_cast<double>(plan.groups.size());
       accumulate(acc[k], timeline);
       acc[k].free_time += free.total_s();
-      acc[k].planned += method.comm == CommKind::odc ? plan.bubble_odc() : plan.bubble_collective();
-      const double estimate = reference_estimate(plan, input.lengths, method.comm);
+      // Planned bubbles in the simulated cost model for every method (the reference's plans are made
+      // with its own cost, so they are costed again to compare).
+      const double own = method.comm == CommKind::odc ? plan.bubble_odc() : plan.bubble_collective();
+      const double recosted = reference ? bubble_under(plan, input.lengths, setup.cost, method.comm) : own;
+      acc[k].planned += recosted < 0.0 ? own : recosted;
+      const double estimate = bubble_under(plan, input.lengths, estimate_cost, method.comm);
       if (estimate < 0.0) acc[k].reference_estimate_missing = true;
       acc[k].reference_estimate += estimate;
       if (step == 0) firsts[k] = std::move(timeline);

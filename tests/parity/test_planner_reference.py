@@ -20,14 +20,21 @@ collective = sum over microbatch steps of (c + the slowest device's microbatch),
 per-microbatch constant (0.951 s for 7B). Ours is told c (CostModel::per_microbatch) and weighs it
 when it chooses LB-Mini's split; the reference's packing cannot (it never sees c).
 
-Minibatches: LongAlign-like lengths (log-normal, sigma 1, mean about a quarter of 64K before
-clipping to [64, 65536]), cap 65536, the reference's fitted 7B cost (a s'^2 + b s', s' = s/32000);
-8 and 16 devices, 1, 2, 4 and 8 sequences per device, 24 seeded minibatches per setting.
-Requires, per setting: our mean makespan <= the reference's (LB-Mini under ODC's makespan, LB-Micro
-under the collective's); per minibatch: ours <= the reference's x (1 + tolerance), tolerance 2% for
-LB-Mini and 12% for LB-Micro (a common microbatch count one apart moves a single minibatch's
-collective makespan by 10-17% either way; the means must still not lose). Prints the side-by-side
-table (mean makespans, microbatches per device, imbalance = max/mean device cost - 1).
+Minibatches, cap 65536, the reference's fitted 7B cost (a s'^2 + b s', s' = s/32000):
+  * LongAlign-like lengths (log-normal, sigma 1, untruncated mean a quarter of 64K, clipped to
+    [64, 65536]): 8 and 16 devices x 1, 2, 4 and 8 sequences per device;
+  * SWE-Smith-like lengths (log-normal, untruncated mean 34700, sigma 0.642, so mu = ln(34700) -
+    sigma^2/2; rounded, clipped below at 64, lengths beyond 65536 dropped and drawn again, as the
+    reference's dataset filter drops them): 8 and 16 devices x 2 and 4 sequences per device;
+  these 12 paper settings with 24 seeded minibatches each; beyond them, two LongAlign-like settings
+  with many parts (64 devices x 2, 1 device x 256), 4 minibatches each.
+Requires, on every minibatch: our plan's makespan <= the reference's, to rounding (TOLERANCE: our
+planners take the reference's plan as a candidate and keep the shorter), LB-Mini under ODC's makespan
+and LB-Micro under the collective's; the simulator's own reference planners (odc_plan_dump with
+balance ref_lb_micro, ref_lb_mini, and ref_lb_mini with reference_split makespan) equal to the
+re-derivation here, device by device and microbatch by microbatch. Prints the side-by-side table
+per setting (mean makespans, the worst single ours/ref, microbatches per device, imbalance = max/mean
+device cost - 1).
 
   test_planner_reference.py --dump PATH/odc_parity_dump --workdir DIR   (odc_plan_dump is found beside it)
 """
@@ -210,6 +217,25 @@ def longalign_like(rng, count):
     return [min(max(int(round(math.exp(rng.gauss(mu, 1.0)))), 64), CAP) for _ in range(count)]
 
 
+SWE_SIGMA = 0.642
+SWE_MU = math.log(34700.0) - SWE_SIGMA ** 2 / 2  # untruncated mean 34700
+
+
+def swesmith_like(rng, count):
+    """Rounded, clipped below at 64; a draw beyond the cap is dropped and drawn again (the reference's
+    dataset filter keeps only sequences within the maximum length)."""
+    lengths = []
+    while len(lengths) < count:
+        length = max(int(round(math.exp(rng.gauss(SWE_MU, SWE_SIGMA)))), 64)
+        if length <= CAP:
+            lengths.append(length)
+    return lengths
+
+
+DATASETS = {"longalign": longalign_like, "swesmith": swesmith_like}
+SEED_BASE = {"longalign": 0, "swesmith": 500000}  # distinct rng seeds per dataset
+
+
 def check_equal(case, ref_plan, dumped, failures):
     """The simulator's reference planner (odc_plan_dump, balance ref_*) must equal the re-derivation:
     the same devices in the same order, each with the same microbatches (as sets of sequences), and
@@ -233,21 +259,24 @@ def main():
     parser.add_argument("--workdir", required=True)
     args = parser.parse_args()
     tool = os.path.join(os.path.dirname(os.path.abspath(args.dump)), "odc_plan_dump")
-    cases = []
-    settings = [(world, per_device, SEEDS) for world in (8, 16) for per_device in (1, 2, 4, 8)]
+    cases, where = [], []  # where: per case, its dataset and seed (for the failure messages)
+    settings = [("longalign", world, per_device, SEEDS) for world in (8, 16) for per_device in (1, 2, 4, 8)]
+    settings += [("swesmith", world, per_device, SEEDS) for world in (8, 16) for per_device in (2, 4)]
     # Beyond the paper's settings, a few with many parts (devices, or microbatches per device), where
     # the C++ swap search takes its shortcut for 32 parts or more.
-    settings += [(64, 2, 4), (1, 256, 4)]
-    for world, per_device, seeds in settings:
-            for seed in range(seeds):
-                rng = random.Random(1000 * world + 100 * per_device + seed)
-                lengths = longalign_like(rng, world * per_device)
-                for balance in ("lb_mini", "lb_micro"):
-                    base = {"lengths": lengths, "world": world, "cap": CAP, "a": A, "b": B, "c": C}
-                    cases.append(dict(base, balance=balance))
-                    cases.append(dict(base, balance="ref_" + balance))
-                    if balance == "lb_mini":
-                        cases.append(dict(base, balance="ref_lb_mini", reference_split="makespan"))
+    settings += [("longalign", 64, 2, 4), ("longalign", 1, 256, 4)]
+    for dataset, world, per_device, seeds in settings:
+        for seed in range(seeds):
+            rng_seed = SEED_BASE[dataset] + 1000 * world + 100 * per_device + seed
+            lengths = DATASETS[dataset](random.Random(rng_seed), world * per_device)
+            for balance in ("lb_mini", "lb_micro"):
+                base = {"lengths": lengths, "world": world, "cap": CAP, "a": A, "b": B, "c": C}
+                cases.append(dict(base, balance=balance))
+                cases.append(dict(base, balance="ref_" + balance))
+                where += [(dataset, rng_seed)] * 2
+                if balance == "lb_mini":
+                    cases.append(dict(base, balance="ref_lb_mini", reference_split="makespan"))
+                    where.append((dataset, rng_seed))
     proc = subprocess.run([tool], input="".join(json.dumps(c) + "\n" for c in cases), capture_output=True,
                           text=True, check=False)
     if proc.returncode != 0:
@@ -256,36 +285,39 @@ def main():
     dumped_all = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(dumped_all) == len(cases)
     rows, failures, compared = {}, [], 0
-    for case, dumped in zip(cases, dumped_all):
+    for case, dumped, (dataset, rng_seed) in zip(cases, dumped_all, where):
         balance = case["balance"]
+        at = f"{dataset} lengths, rng seed {rng_seed}"
         if balance.startswith("ref_"):
+            before = len(failures)
             check_equal(case, reference_plan(case["lengths"], case["world"], balance[4:],
                                              case.get("reference_split", "spread")), dumped, failures)
+            failures[before:] = [f"{f} ({at})" for f in failures[before:]]
             compared += 1
             continue
-        key = (balance, case["world"], len(case["lengths"]) // case["world"])
+        key = (balance, dataset, case["world"], len(case["lengths"]) // case["world"])
         ref = makespans(plan_costs(reference_plan(case["lengths"], case["world"], balance)), C)
         mine = makespans([sorted(r["microbatch_costs"], reverse=True) for r in dumped["ranks"]], C)
         # Our planner's own makespans (with c) agree with the ones computed here.
         which_key = "makespan_odc" if balance == "lb_mini" else "makespan_collective"
         if abs(dumped[which_key] - mine[0 if balance == "lb_mini" else 1]) > 1e-9 * max(1.0, mine[0]):
-            failures.append(f"{balance}: odc_plan_dump's {which_key} {dumped[which_key]} vs {mine}")
+            failures.append(f"{balance}: odc_plan_dump's {which_key} {dumped[which_key]} vs {mine} ({at})")
         which = 0 if balance == "lb_mini" else 1
         rows.setdefault(key, []).append((ref, mine))
         if mine[which] > ref[which] * (1 + TOLERANCE):
-            failures.append(f"{balance} world {case['world']} x {key[2]}: a minibatch's makespan {mine[which]!r} "
-                            f"> the reference's {ref[which]!r}")
-    print("| planner | devices | seqs/device | makespan (ref) | makespan (ours) | ours/ref | worst single | "
+            failures.append(f"{balance} world {case['world']} x {key[3]} ({at}): a minibatch's makespan "
+                            f"{mine[which]!r} > the reference's {ref[which]!r}")
+    print("| planner | lengths | devices | seqs/device | makespan (ref) | makespan (ours) | ours/ref | worst single | "
           "microbatches/device (ref / ours) | imbalance (ref / ours) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for key in sorted(rows):
-        balance, world, per = key
+        balance, dataset, world, per = key
         which = 0 if balance == "lb_mini" else 1
         pairs = rows[key]
         mean = lambda xs: sum(xs) / len(xs)
         ref_m, our_m = mean([r[which] for r, _ in pairs]), mean([o[which] for _, o in pairs])
         worst = max(o[which] / r[which] for r, o in pairs)
-        print(f"| {balance} ({'odc' if which == 0 else 'collective'}) | {world} | {per} | {ref_m:.3f} | {our_m:.3f} | "
+        print(f"| {balance} ({'odc' if which == 0 else 'collective'}) | {dataset} | {world} | {per} | {ref_m:.3f} | {our_m:.3f} | "
               f"{our_m / ref_m:.4f} | {worst:.4f} | {mean([r[2] for r, _ in pairs]):.2f} / "
               f"{mean([o[2] for _, o in pairs]):.2f} | {mean([r[3] for r, _ in pairs]):.4f} / "
               f"{mean([o[3] for _, o in pairs]):.4f} |")

@@ -2,7 +2,7 @@
 # Every configs/paper setting simulates, its length stand-in has the statistics its header states
 # (pool of 20000 sequences: the sample mean is within ~0.5% of the distribution's), RL settings run
 # the equal-count LB-Mini verl allows, and the reproduction's tables (tools/plot_sim.py lengths,
-# sensitivity) come out of real odc-sim output.
+# table's "ODC over both baselines", sensitivity, sharding) come out of real odc-sim output.
 # Usage: test_paper_configs.sh BUILD_DIR WORK_DIR
 set -uo pipefail
 build="$(cd "$1" && pwd)"
@@ -60,15 +60,66 @@ done
 cat "$work"/*.jsonl >"$work/main.jsonl"
 rows=$("$python" "$root/tools/plot_sim.py" lengths "$work/main.jsonl" | grep -cE '^\| (rl|sft)-')
 [ "$rows" -eq 12 ] || fail "plot_sim.py lengths: $rows setting rows, expected 12"
+
+# The main table's "ODC over both baselines" (reproduce-paper.sh part 1, fewer minibatches): one
+# setting, both baselines (the paper's: the reference's packing; ours) and ODC with either LB-Mini.
+"$build/bin/odc-sim" "$root/configs/paper/sft-longalign-7b.yaml" --set sim.minibatches=4 \
+  --set sim.methods=collective+ref_lb_micro,collective+lb_micro,odc+lb_mini,odc+ref_lb_mini \
+  --set sim.baseline=collective+ref_lb_micro --set sim.label=sft-longalign-7b/mb4 | grep '^{' >"$work/both.jsonl"
+table=$("$python" "$root/tools/plot_sim.py" table "$work/both.jsonl")
+bubble=' [0-9]+\.[0-9]% \([0-9]+\.[0-9]%\) \|'
+row=$(echo "$table" | grep -E "^\| sft-longalign-7b \| 8 \| 4 \| [0-9]+\.[0-9]K \| ODC LB-Mini \|( [0-9]+\.[0-9]{3} \|){3}($bubble){3}\$")
+[ "$(echo "$row" | grep -c .)" -eq 1 ] || fail "plot_sim.py table: no single 'ODC over both baselines' row: $table"
+echo "$table" | grep -q '^#### ODC over both baselines' || fail "plot_sim.py table: no 'ODC over both baselines' heading"
+echo "$table" | grep -qE '^\| sft-longalign-7b \| 8 \| 4 \| [0-9.]+K \| 1\.000 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$' ||
+  fail "plot_sim.py table: the speedup row is not at 1.000 for the paper's baseline: $table"
+# Its ratio columns are samples/s per device ratios, its bubbles the rows' (recomputed from the JSON).
+"$python" - "$work/both.jsonl" "$row" <<'PY' || fail "plot_sim.py table: 'ODC over both baselines' disagrees with the JSON"
+import json, sys
+rows = {r["method"]: r for r in map(json.loads, open(sys.argv[1]))}
+cells = [c.strip() for c in sys.argv[2].strip().strip("|").split("|")]
+tput = lambda m: rows[m]["samples_per_s_per_device"]
+expected = [tput("odc+lb_mini") / tput("collective+ref_lb_micro"), tput("odc+lb_mini") / tput("collective+lb_micro"),
+            tput("collective+lb_micro") / tput("collective+ref_lb_micro")]
+problems = [f"column {5 + i}: {cells[5 + i]} vs {e:.6f}" for i, e in enumerate(expected)
+            if abs(float(cells[5 + i]) - e) > 1e-3]
+for i, m in enumerate(("collective+ref_lb_micro", "collective+lb_micro", "odc+lb_mini")):
+    want = f"{100 * rows[m]['bubble_simulated']:.1f}% ({100 * rows[m]['bubble_planned']:.1f}%)"
+    if cells[8 + i] != want:
+        problems.append(f"bubble of {m}: {cells[8 + i]} vs {want}")
+print(f"ODC over both baselines: {' | '.join(cells[4:8])} (expected ratios {', '.join(f'{e:.4f}' for e in expected)})")
+for p in problems:
+    print("FAIL:", p)
+sys.exit(1 if problems else 0)
+PY
+
+# The sensitivity table (paper-sensitivity.sh, fewer minibatches): speedups over the paper's baseline,
+# ours-baseline's over ours.
 config="$root/configs/paper/sft-longalign-1.5b.yaml"
-for v in "faithful:" "bf16-gathers:--set sim.odc_param_bytes=2"; do
+for v in "faithful:" "bf16-gathers:--set sim.odc_param_bytes=2" "ours-baseline:--set sim.baseline=collective+lb_micro"; do
   # shellcheck disable=SC2086
-  "$build/bin/odc-sim" "$config" --set sim.minibatches=4 --set sim.devices=16 --set sim.methods=collective+lb_micro,odc+lb_mini \
+  "$build/bin/odc-sim" "$config" --set sim.minibatches=4 --set sim.devices=16 \
+    --set sim.methods=collective+ref_lb_micro,collective+lb_micro,odc+lb_mini --set sim.baseline=collective+ref_lb_micro \
     --set "sim.label=la/mb4/${v%%:*}" ${v#*:} | grep '^{' >>"$work/sensitivity.jsonl"
 done
 table=$("$python" "$root/tools/plot_sim.py" sensitivity "$work/sensitivity.jsonl")
-echo "$table" | grep -q '^| la/mb4 | ODC LB-Mini | [0-9.]* | [0-9.]* ([-+][0-9.]*) |$' ||
+echo "$table" | grep -qE '^\| la/mb4 \| ODC LB-Mini \| [0-9.]+ \|( [0-9.]+ \([-+][0-9.]+\) \|){2}$' ||
   fail "plot_sim.py sensitivity: unexpected table: $table"
+echo "$table" | head -1 | grep -qF '| cell | ODC schedule: speedup over Coll LB-Micro (paper) | faithful | bf16-gathers | ours-baseline (over Coll LB-Micro) |' ||
+  fail "plot_sim.py sensitivity: the header does not say which baseline: $(echo "$table" | head -1)"
+"$python" - "$work/sensitivity.jsonl" "$(echo "$table" | grep '^| la/mb4 ')" <<'PY' || fail "plot_sim.py sensitivity disagrees with the JSON"
+import json, sys
+rows = {(r["sim"], r["method"]): r for r in map(json.loads, open(sys.argv[1]))}
+cells = [c.strip().split()[0] for c in sys.argv[2].strip().strip("|").split("|")[2:]]
+tput = lambda v, m: rows[(f"la/mb4/{v}", m)]["samples_per_s_per_device"]
+expected = [tput("faithful", "odc+lb_mini") / tput("faithful", "collective+ref_lb_micro"),
+            tput("bf16-gathers", "odc+lb_mini") / tput("bf16-gathers", "collective+ref_lb_micro"),
+            tput("ours-baseline", "odc+lb_mini") / tput("ours-baseline", "collective+lb_micro")]
+bad = [f"{c} vs {e:.6f}" for c, e in zip(cells, expected) if abs(float(c) - e) > 1e-3]
+for b in bad:
+    print("FAIL: sensitivity cell", b)
+sys.exit(1 if bad else 0)
+PY
 # Across 2 nodes, gathering fp32 instead of bf16 cannot make ODC faster.
 "$python" - "$work/sensitivity.jsonl" <<'PY' || fail "bf16 gathers slower than fp32 ones across nodes"
 import json, sys

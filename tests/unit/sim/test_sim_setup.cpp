@@ -253,6 +253,16 @@ TEST_CASE("the reference's own bubble estimate: its 7B fit without c, of every m
     CHECK(r.bubble_reference_estimate > 0.0);
     CHECK(r.bubble_reference_estimate != Approx(r.bubble_planned).margin(1e-6));
   }
+  // Planned bubbles are in the simulated model's cost for the reference's plans too: at one sequence
+  // per device both collectives plan one microbatch each, and their planned bubbles agree though the
+  // reference balanced the 7B fit and the model is 1.5B's.
+  const auto one = run_simulation(build_setup(
+      load_sim_config("", {"sim.compute_model=fit", "data.cost_model=fit", "sim.minibatches=4", "data.minibatch_size=1",
+                           "sim.methods=collective+lb_micro,collective+ref_lb_micro"}),
+      "unit"));
+  CHECK(one.methods[0].bubble_planned == Approx(one.methods[1].bubble_planned).margin(1e-12));
+  CHECK(one.methods[0].bubble_reference_estimate == Approx(one.methods[1].bubble_reference_estimate).margin(1e-12));
+  CHECK(one.methods[0].bubble_reference_estimate != Approx(one.methods[0].bubble_planned).margin(1e-6));
   // Context-parallel plans have no reference counterpart: null.
   const auto split = run_simulation(build_setup(
       load_sim_config("", {"sim.context_parallel=true", "data.max_tokens_per_microbatch=32768", "sim.minibatches=2",
