@@ -68,7 +68,7 @@ rows=$("$python" "$root/tools/plot_sim.py" lengths "$work/main.jsonl" | grep -cE
   --set sim.baseline=collective+ref_lb_micro --set sim.label=sft-longalign-7b/mb4 | grep '^{' >"$work/both.jsonl"
 table=$("$python" "$root/tools/plot_sim.py" table "$work/both.jsonl")
 bubble=' [0-9]+\.[0-9]% \([0-9]+\.[0-9]%\) \|'
-row=$(echo "$table" | grep -E "^\| sft-longalign-7b \| 8 \| 4 \| [0-9]+\.[0-9]K \| ODC LB-Mini \|( [0-9]+\.[0-9]{3} \|){3}($bubble){3}\$")
+row=$(echo "$table" | grep -E "^\| sft-longalign-7b \| 8 \| 4 \| [0-9]+\.[0-9]K \| ODC LB-Mini \|( [0-9]+\.[0-9]{3} \|){3}($bubble){3} [0-9]+\.[0-9]% \|\$")
 [ "$(echo "$row" | grep -c .)" -eq 1 ] || fail "plot_sim.py table: no single 'ODC over both baselines' row: $table"
 echo "$table" | grep -q '^#### ODC over both baselines' || fail "plot_sim.py table: no 'ODC over both baselines' heading"
 echo "$table" | grep -qE '^\| sft-longalign-7b \| 8 \| 4 \| [0-9.]+K \| 1\.000 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$' ||
@@ -87,6 +87,9 @@ for i, m in enumerate(("collective+ref_lb_micro", "collective+lb_micro", "odc+lb
     want = f"{100 * rows[m]['bubble_simulated']:.1f}% ({100 * rows[m]['bubble_planned']:.1f}%)"
     if cells[8 + i] != want:
         problems.append(f"bubble of {m}: {cells[8 + i]} vs {want}")
+want = f"{100 * rows['collective+ref_lb_micro']['bubble_reference_estimate']:.1f}%"
+if cells[11] != want:
+    problems.append(f"the paper's baseline as its packing estimates: {cells[11]} vs {want}")
 print(f"ODC over both baselines: {' | '.join(cells[4:8])} (expected ratios {', '.join(f'{e:.4f}' for e in expected)})")
 for p in problems:
     print("FAIL:", p)
