@@ -8,8 +8,9 @@
 #      published ones)
 #   2. parametric sweeps around the golden setting (1.5B, LongAlign-like, 4 seq/device, 8 devices,
 #      packing ratio 1): minibatch size, maximum length (longer sequences dropped, as the reference's
-#      dataset filter does), packing ratio, devices
-#      -> OUT/sweeps.jsonl, OUT/sweep-*.png
+#      dataset filter does), packing ratio, devices; speedups over the paper's baseline (the reference's
+#      LB-Micro packing), ours beside it
+#      -> OUT/sweeps.jsonl, OUT/sweeps.md, OUT/sweep-*.png
 #   3. a timeline of the golden setting's first minibatch -> OUT/timeline-golden.png
 #   4. sharding layouts across nodes (the paper's Appendix E: hybrid sharding at 8K): 7B, the
 #      SWE-Smith-like stand-in scaled to an 8K maximum (long-tailed, mean 3.6K), 16 devices of 8
@@ -66,7 +67,9 @@ sweep() {  # PARAM_NAME KEY VALUE...
   local param=$1 key=$2
   shift 2
   for value in "$@"; do
-    "$sim" "$golden" --set "$key=$value" --set sim.minibatches=400 --set "sim.label=sweep/$param=$value" |
+    "$sim" "$golden" --set "$key=$value" --set sim.minibatches=400 --set "sim.label=sweep/$param=$value" \
+      --set sim.methods=collective+local_sort,collective+ref_lb_micro,collective+lb_micro,odc+local_sort,odc+lb_micro,odc+lb_mini \
+      --set sim.baseline=collective+ref_lb_micro |
       grep '^{' >>"$out_dir/sweeps.jsonl"
   done
 }
@@ -75,6 +78,7 @@ sweep max_length data.max_length 16384 32768 65536
 sweep packing_ratio data.packing_ratio 1 2 4
 sweep devices sim.devices 8 16 32
 "$python" "$root/tools/plot_sim.py" sweeps "$out_dir/sweeps.jsonl" "$out_dir" >/dev/null
+"$python" "$root/tools/plot_sim.py" sweep-table "$out_dir/sweeps.jsonl" >"$out_dir/sweeps.md"
 
 # --- 3. the golden setting's first minibatch ---
 "$sim" "$golden" --set sim.minibatches=1 --out "$out_dir/golden" >/dev/null
@@ -93,7 +97,6 @@ for layout in full hybrid hpz; do
 done
 "$python" "$root/tools/plot_sim.py" sharding "$out_dir/sharding.jsonl" >"$out_dir/sharding.md"
 
-echo "wrote $out_dir/table.md, $out_dir/main.jsonl, $out_dir/sweeps.jsonl, $out_dir/sharding.md and $out_dir/*.png"
 
 # --- 5. context parallelism: SWE-Smith-like lengths up to 128K, the 64K cap kept ---
 : >"$out_dir/context.jsonl"
@@ -110,3 +113,4 @@ for name in sft-swesmith-1.5b sft-swesmith-7b; do
   done
 done
 "$python" "$root/tools/plot_sim.py" context "$out_dir/context.jsonl" >"$out_dir/context.md"
+echo "wrote $out_dir/table.md, $out_dir/main.jsonl, $out_dir/sweeps.md, $out_dir/sweeps.jsonl, $out_dir/sharding.md, $out_dir/context.md and $out_dir/*.png"

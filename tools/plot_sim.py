@@ -25,6 +25,9 @@
                                             "CONFIG/mbN/drop64k") vs kept up to 128K and split by context
                                             parallelism ("CONFIG/mbN/cp128k": collective static degree, ODC
                                             dynamic groups): tokens/s per device, their ratios, groups, exchanges
+  plot_sim.py sweep-table SWEEPS.jsonl      markdown table: one row per sweep point ("sweep/PARAM=VALUE"): every
+                                            method's speedup over the baseline, ODC LB-Mini over our baseline,
+                                            simulated bubbles
   plot_sim.py sweeps SWEEPS.jsonl OUT_DIR   one PNG per swept parameter (labels "sweep/PARAM=VALUE"):
                                             speedup over the baseline and simulated bubble per method
   plot_sim.py timeline TIMELINE.json OUT.png [METHOD...]
@@ -309,6 +312,33 @@ def pyplot():
     return plt
 
 
+def sweep_table(path):
+    """Markdown: one row per sweep point ("sweep/PARAM=VALUE"), every method's speedup over the rows'
+    baseline, ODC LB-Mini over our baseline, and the simulated bubbles of ODC LB-Mini and both
+    baselines."""
+    points = OrderedDict()
+    for row in read_lines(path):
+        if row["sim"].startswith("sweep/") and "=" in row["sim"]:
+            points.setdefault(row["sim"][len("sweep/"):], {})[row["method"]] = row
+    if not points:
+        sys.exit(f"plot_sim.py: {path} has no 'sweep/PARAM=VALUE' labels")
+    methods = [m for m in METHODS if any(m in g for g in points.values())]
+    baseline = next(iter(next(iter(points.values())).values())).get("baseline", OUR_BASELINE)
+    out = [f"Speedups over {SHORT.get(baseline, baseline)}; simulated bubbles.", "",
+           "| sweep point | mean length |" + "".join(f" {SHORT[m]} |" for m in methods) +
+           " ODC LB-Mini / our baseline | bubble: ODC LB-Mini | bubble: paper's baseline | bubble: our baseline |",
+           "|---|---:|" + "---:|" * (len(methods) + 4)]
+    for point, group in points.items():
+        any_row = next(iter(group.values()))
+        cells = [f"| {point.replace('=', ' ')} | {any_row['mean_length'] / 1000:.1f}K |"]
+        cells += [f" {group[m]['speedup']:.3f} |" if m in group else " - |" for m in methods]
+        cells.append(ratio_cell(throughput_ratio(group.get("odc+lb_mini"), group.get(OUR_BASELINE))))
+        for m in ("odc+lb_mini", PAPER_BASELINE, OUR_BASELINE):
+            cells.append(f" {100 * group[m]['bubble_simulated']:.1f}% |" if m in group else " - |")
+        out.append("".join(cells))
+    print("\n".join(out))
+
+
 def sweeps(path, out_dir):
     plt = pyplot()
     params = OrderedDict()
@@ -330,7 +360,8 @@ def sweeps(path, out_dir):
             ax_bubble.plot(xs, [100 * values[x][m]["bubble_simulated"] for x in xs], marker="o", label=SHORT[m])
         ax_speed.axhline(1.0, color="gray", linewidth=0.8)
         ax_speed.set_xlabel(param)
-        ax_speed.set_ylabel("speedup over Collective LB-Micro")
+        baseline = next(iter(values[xs[0]].values())).get("baseline", OUR_BASELINE)
+        ax_speed.set_ylabel(f"speedup over {SHORT.get(baseline, baseline)}")
         ax_bubble.set_xlabel(param)
         ax_bubble.set_ylabel("simulated bubble (%)")
         ax_speed.legend(fontsize=8)
@@ -382,6 +413,8 @@ def main(argv):
         sharding(argv[2])
     elif len(argv) == 3 and argv[1] == "context":
         context(argv[2])
+    elif len(argv) == 3 and argv[1] == "sweep-table":
+        sweep_table(argv[2])
     elif len(argv) == 4 and argv[1] == "sweeps":
         sweeps(argv[2], argv[3])
     elif len(argv) >= 4 and argv[1] == "timeline":

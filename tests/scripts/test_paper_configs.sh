@@ -133,6 +133,17 @@ print(f"odc+lb_mini minibatch: fp32 gathers {fp32:.4f} s, bf16 {bf16:.4f} s")
 sys.exit(0 if bf16 <= fp32 else 1)
 PY
 
+# The sweeps' table (reproduce-paper.sh part 2, fewer minibatches): one row per point, the paper's
+# baseline at 1.000 with it as the baseline.
+for value in 2 4; do
+  "$build/bin/odc-sim" "$root/configs/paper/sft-longalign-1.5b.yaml" --set data.minibatch_size=$value --set sim.minibatches=3 \
+    --set sim.methods=collective+ref_lb_micro,collective+lb_micro,odc+lb_mini --set sim.baseline=collective+ref_lb_micro \
+    --set "sim.label=sweep/minibatch_size=$value" | grep '^{' >>"$work/sweeps.jsonl"
+done
+table=$("$python" "$root/tools/plot_sim.py" sweep-table "$work/sweeps.jsonl")
+rows=$(echo "$table" | grep -cE '^\| minibatch_size [24] \| [0-9.]+K \| 1\.000 \|( [0-9]\.[0-9]{3} \|){3}( [0-9.]+% \|){3}$')
+[ "$rows" -eq 2 ] || fail "plot_sim.py sweep-table: $rows well-formed rows, expected 2: $table"
+
 # The sharding comparison's table (reproduce-paper.sh part 4, fewer minibatches) from real output.
 for layout in full hybrid hpz; do
   "$build/bin/odc-sim" "$root/configs/paper/sft-swesmith-7b.yaml" --set sim.devices=16 --set sim.devices_per_node=8 \
