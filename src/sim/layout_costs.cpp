@@ -24,6 +24,11 @@ double replica_all_reduce_time(const LinkModel& link, double shard_bytes) {
   const double nodes = static_cast<double>(link.devices) / static_cast<double>(link.devices_per_node);
   // The node's devices run their rings at once, so each gets 1/devices_per_node of the node's link.
   const double per_device = std::min(link.intra_bandwidth, link.inter_bandwidth / link.devices_per_node);
+  if (link.collective == CollectiveModel::nccl) {
+    // NCCL's all-reduce over one rank per node (every hop crosses the network).
+    const int rings_of = link.devices / link.devices_per_node;
+    return nccl_ring_time(link.nccl, rings_of, 1, per_device, shard_bytes, NcclCollective::all_reduce).seconds;
+  }
   return link.latency + 2.0 * shard_bytes * (nodes - 1.0) / nodes / per_device;
 }
 

@@ -74,13 +74,14 @@ void NcclRing::validate() const {
 }
 
 NcclTime nccl_ring_time(const NcclRing& ring, int devices, int devices_per_node, double link_bandwidth,
-                        double bytes) {
+                        double bytes, NcclCollective collective) {
   if (devices <= 1 || bytes <= 0.0) return {};
   if (!(link_bandwidth > 0.0)) fail("nccl_ring_time: the ring's link bandwidth must be positive");
   const int local = std::max(1, std::min(devices, devices_per_node));
   const int nodes = (devices + local - 1) / local;
-  const int steps = devices - 1;
-  const int net_steps = nodes - 1;
+  const bool all_reduce = collective == NcclCollective::all_reduce;
+  const int steps = all_reduce ? 2 * (devices - 1) : devices - 1;
+  const int net_steps = all_reduce ? 2 * (nodes - 1) : nodes - 1;
   const int nvlink_steps = steps - net_steps;
   const double ranks_per_node = static_cast<double>(devices) / static_cast<double>(nodes);
   const double bus = std::min(link_bandwidth, ring.max_bus_bandwidth);
@@ -93,13 +94,15 @@ NcclTime nccl_ring_time(const NcclRing& ring, int devices, int devices_per_node,
     if (!enabled[static_cast<std::size_t>(p)]) continue;
     const auto protocol = static_cast<NcclProtocol>(p);
     double protocol_bus = bus;
-    if (protocol == NcclProtocol::ll) protocol_bus = bus * (nodes > 1 ? 1.0 / 4.0 : 1.0 / 3.0);
+    if (protocol == NcclProtocol::ll) protocol_bus = bus * (nodes > 1 || all_reduce ? 1.0 / 4.0 : 1.0 / 3.0);
     if (protocol == NcclProtocol::ll128) protocol_bus = bus * (ranks_per_node < 2.0 ? 0.7 : 0.92);
     double nvlink_hop = kNvlinkHopUs[static_cast<std::size_t>(p)];
     if (nodes > 1 && protocol == NcclProtocol::ll) nvlink_hop *= 1.8;
     const double latency_us = kBaseLatencyUs[static_cast<std::size_t>(p)] + nvlink_steps * nvlink_hop +
                               net_steps * kNetHopUs[static_cast<std::size_t>(p)];
-    const double latency = latency_us * 1e-6;
+    const bool plateau = all_reduce && protocol == NcclProtocol::simple && nodes > 1 &&
+                         bytes >= static_cast<double>(devices) / 16.0 * 65536.0;
+    const double latency = latency_us * (plateau ? 1.9 : 1.0) * 1e-6;
     const double seconds = latency + bytes / (protocol_bus * to_algorithm);
     if (seconds < best.seconds) best = {seconds, protocol, latency, protocol_bus};
   }

@@ -48,7 +48,8 @@ LayoutCosts layout_costs(const UnitBytes& bytes, const LinkModel& link, CommKind
 
 // The ring all-reduce of hybrid: every device sums `shard_bytes` with its peers of the same local
 // index on the other nodes, the node's devices at once: latency + 2 * shard * (H-1)/H over the
-// per-device share of the node's link (or the device's own link if that is slower). 0 on one node.
+// per-device share of the node's link (or the device's own link if that is slower); with the nccl
+// collective model NCCL's all-reduce over one rank per node at that share. 0 on one node.
 double replica_all_reduce_time(const LinkModel& link, double shard_bytes);
 
 }  // namespace odc::sim

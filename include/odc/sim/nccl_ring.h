@@ -52,9 +52,16 @@ struct NcclTime {
 // (a100-80gb); the others uncapped (infinity: the link's bandwidth holds).
 double nccl_bus_cap(const DeviceSpec& device);
 
-// One all-gather or reduce-scatter of `bytes` over `devices` ranks, `devices_per_node` per node;
-// `link_bandwidth` is the ring's slowest hop before NCCL's cap (bytes/s). 0 for one rank or no bytes.
+// The ring collectives the simulator times. An all-reduce is a reduce-scatter then an all-gather:
+// 2(D-1) steps, 2(N-1) of them across nodes, algorithm bandwidth bus * D / (2(D-1)); LL at a
+// quarter of the bus bandwidth, and across nodes Simple's latency counts 1.9 times once the message
+// reaches D/16 * 64 KiB (the tuner's "plateau effect of ring").
+enum class NcclCollective : std::uint8_t { all_gather, reduce_scatter, all_reduce };
+
+// One collective of `bytes` over `devices` ranks, `devices_per_node` per node (`bytes`: an
+// all-gather's whole output, a reduce-scatter's whole input, an all-reduce's buffer); `link_bandwidth`
+// is the ring's slowest hop before NCCL's cap (bytes/s). 0 for one rank or no bytes.
 NcclTime nccl_ring_time(const NcclRing& ring, int devices, int devices_per_node, double link_bandwidth,
-                        double bytes);
+                        double bytes, NcclCollective collective = NcclCollective::all_gather);
 
 }  // namespace odc::sim

@@ -6,6 +6,7 @@
 
 #include "odc/core/device_specs.h"
 #include "odc/core/error.h"
+#include "odc/sim/layout_costs.h"
 #include "odc/sim/link_model.h"
 #include "odc/sim/nccl_ring.h"
 #include "odc/sim/schedule.h"
@@ -155,4 +156,34 @@ TEST_CASE("collective padding: a dummy microbatch costs its steps' fixed time, i
   const auto odc = simulate_minibatch(work, compute, bytes, LinkModel::free(2), CommKind::odc, dummy);
   CHECK(odc.devices[1].padding_s == 0.0);
   CHECK(odc.devices[1].microbatches == 1);
+}
+
+TEST_CASE("NCCL ring all-reduce: twice the steps, the ring plateau across nodes, hybrid's replica sum", "[sim][nccl]") {
+  const NcclRing ring;
+  const double shard = 3.8e9;  // a 7B fp32 gradient's 1/8
+  // 2 ranks on 2 nodes: 2 steps, both over the network; Simple's latency x 1.9 for a large message.
+  const auto t = nccl_ring_time(ring, 2, 1, 12.5e9, shard, NcclCollective::all_reduce);
+  CHECK(t.protocol == NcclProtocol::simple);
+  CHECK(t.latency == Approx((8.4 + 2 * 9.6) * 1.9e-6));
+  CHECK(t.seconds == Approx(t.latency + 2.0 * shard * 1.0 / 2.0 / 12.5e9));
+  // In one node: 2(D-1) NVLink steps, algorithm bandwidth bus * D / (2(D-1)), no plateau.
+  const auto node = nccl_ring_time(ring, 8, 8, 300e9, 1e9, NcclCollective::all_reduce);
+  CHECK(node.latency == Approx((8.4 + 14 * 3.4) * 1e-6));
+  CHECK(node.seconds == Approx(node.latency + 1e9 * 2.0 * 7.0 / 8.0 / 235e9));
+  // LL all-reduce: a quarter of the bus bandwidth even in one node.
+  CHECK(nccl_ring_time(NcclRing::with_protocols("ll", "k"), 8, 8, 300e9, 4096.0, NcclCollective::all_reduce)
+            .bus_bandwidth == Approx(235e9 / 4.0));
+  // Hybrid sharding's cross-node sum: the nccl model gives NCCL's all-reduce over one rank per node
+  // at the device's share of the node's link.
+  LinkModel link;
+  link.devices = 16;
+  link.devices_per_node = 8;
+  link.intra_bandwidth = 300e9;
+  link.inter_bandwidth = 100e9;
+  link.latency = 20e-6;
+  const double bandwidth_model = replica_all_reduce_time(link, shard);
+  CHECK(bandwidth_model == Approx(20e-6 + shard / 12.5e9));
+  link.collective = CollectiveModel::nccl;
+  CHECK(replica_all_reduce_time(link, shard) ==
+        Approx(nccl_ring_time(link.nccl, 2, 1, 12.5e9, shard, NcclCollective::all_reduce).seconds));
 }
