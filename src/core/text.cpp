@@ -53,6 +53,17 @@ std::string trim(std::string_view text, std::string_view blanks) {
   return std::string(text.substr(first, last - first + 1));
 }
 
+std::vector<std::string> split_trimmed(std::string_view text, char separator) {
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t end = text.find(separator, start);
+    items.push_back(trim(text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start)));
+    if (end == std::string_view::npos) return items;
+    start = end + 1;
+  }
+}
+
 std::size_t utf8_sequence_length(std::string_view text, std::size_t pos) {
   const LeadByte lead = classify_lead(byte_at(text, pos));
   if (lead.length == 0) return 0;

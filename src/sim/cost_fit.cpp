@@ -86,22 +86,16 @@ CostFit fit_for_model(const model::LlamaConfig& model) {
 CostFit parse_fit(const std::string& text, const std::string& key) {
   CostFit fit;
   double* fields[] = {&fit.a, &fit.b, &fit.c};
-  std::size_t start = 0;
-  for (int i = 0; i < 3; ++i) {
-    const auto comma = text.find(',', start);
-    if ((i < 2) != (comma != std::string::npos)) {
-      fail("{}: '{}' is not A,B,C (three numbers of seconds, e.g. 4.348,8.768,0.951)", key, text);
-    }
-    const std::string item = trim(std::string_view(text).substr(start, comma == std::string::npos ? std::string::npos
-                                                                                                 : comma - start),
-                                  " \t");
+  const auto items = split_trimmed(text);
+  if (items.size() != 3) fail("{}: '{}' is not A,B,C (three numbers of seconds, e.g. 4.348,8.768,0.951)", key, text);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const std::string& item = items[i];
     char* end = nullptr;
     const double value = std::strtod(item.c_str(), &end);
     if (item.empty() || end != item.c_str() + item.size() || !std::isfinite(value) || value < 0.0) {
       fail("{}: '{}' in '{}' is not a number of seconds >= 0", key, item, text);
     }
     *fields[i] = value;
-    start = comma + 1;
   }
   if (!(fit.a > 0.0 || fit.b > 0.0)) fail("{}: '{}' has neither a length term a nor b", key, text);
   fit.source = fmt::format("fit given in {}", key);

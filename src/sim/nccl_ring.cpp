@@ -8,6 +8,7 @@
 #include <string>
 
 #include "odc/core/error.h"
+#include "odc/core/text.h"
 
 namespace odc::sim {
 
@@ -41,13 +42,8 @@ double nccl_bus_cap(const DeviceSpec& device) {
 NcclRing NcclRing::with_protocols(const std::string& list, const std::string& key) {
   NcclRing ring;
   ring.ll = ring.ll128 = ring.simple = false;
-  std::size_t start = 0;
-  while (start <= list.size()) {
-    const auto comma = list.find(',', start);
-    std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
-    item = lower(item);
+  for (const auto& raw : split_trimmed(list)) {
+    const std::string item = lower(raw);
     if (item == "ll") {
       ring.ll = true;
     } else if (item == "ll128") {
@@ -55,10 +51,8 @@ NcclRing NcclRing::with_protocols(const std::string& list, const std::string& ke
     } else if (item == "simple") {
       ring.simple = true;
     } else if (!item.empty()) {
-      fail("{}: '{}' is not an NCCL protocol (expected a comma-separated subset of ll, ll128, simple)", key, item);
+      fail("{}: '{}' is not an NCCL protocol (expected a comma-separated subset of ll, ll128, simple)", key, raw);
     }
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   if (!ring.ll && !ring.ll128 && !ring.simple) {
     fail("{}: no protocol enabled in '{}' (expected a comma-separated subset of ll, ll128, simple)", key, list);

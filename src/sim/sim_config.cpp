@@ -8,6 +8,7 @@
 
 #include "odc/core/device_specs.h"
 #include "odc/core/error.h"
+#include "odc/core/text.h"
 #include "odc/data/context_groups.h"
 #include "odc/data/data_config.h"
 #include "odc/data/data_keys.h"
@@ -245,19 +246,11 @@ Method parse_method(const std::string& text, const std::string& key) {
 
 std::vector<Method> parse_methods(const std::string& list, const std::string& key) {
   std::vector<Method> out;
-  std::size_t start = 0;
-  while (start <= list.size()) {
-    const auto comma = list.find(',', start);
-    std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
-    if (!item.empty()) {
-      const Method method = parse_method(item, key);
-      if (std::find(out.begin(), out.end(), method) != out.end()) fail("{}: '{}' is listed twice", key, item);
-      out.push_back(method);
-    }
-    if (comma == std::string::npos) break;
-    start = comma + 1;
+  for (const auto& item : split_trimmed(list)) {
+    if (item.empty()) continue;
+    const Method method = parse_method(item, key);
+    if (std::find(out.begin(), out.end(), method) != out.end()) fail("{}: '{}' is listed twice", key, item);
+    out.push_back(method);
   }
   if (out.empty()) fail("{}: no schedules listed (e.g. {})", key, kAllMethods);
   return out;

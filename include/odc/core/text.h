@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace odc {
 
@@ -14,6 +15,10 @@ namespace odc {
 // text without its leading and trailing bytes that occur in `blanks` (a config line's spaces and
 // tabs by default).
 std::string trim(std::string_view text, std::string_view blanks = " \t");
+
+// A separated list's items, each trimmed of spaces and tabs; empty items are kept ("a,,b" has 3,
+// "" has 1: the caller decides what an empty one means).
+std::vector<std::string> split_trimmed(std::string_view text, char separator = ',');
 
 // Text a message quotes (a command line, a line of its output), its control bytes written as
 // escapes: a tab, newline and carriage return as \t \n \r, the others (NUL, DEL, ...) as

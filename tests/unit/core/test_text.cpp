@@ -3,6 +3,7 @@
 // and truncated sequences are rejected at their lead byte), maximal-subpart replacement, and
 // whitespace stripping by Unicode's and Python's rules.
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include <catch2/catch.hpp>
@@ -31,6 +32,15 @@ TEST_CASE("trim removes the given ASCII blanks at both ends only", "[text]") {
   CHECK(trim(" 42\r\n") == "42\r\n");  // spaces and tabs by default
   CHECK(trim(" 42 \r", " \t\r") == "42");
   CHECK(trim("\r\r", " \t\r") == "");
+}
+
+TEST_CASE("split_trimmed keeps every item, empty ones included, trimmed of spaces and tabs", "[text]") {
+  using V = std::vector<std::string>;
+  CHECK(odc::split_trimmed("a, b ,\tc") == V{"a", "b", "c"});
+  CHECK(odc::split_trimmed("a,,b") == V{"a", "", "b"});
+  CHECK(odc::split_trimmed("") == V{""});
+  CHECK(odc::split_trimmed(" , ") == V{"", ""});
+  CHECK(odc::split_trimmed("x;y z", ';') == V{"x", "y z"});
 }
 
 TEST_CASE("escape_control writes control bytes as escapes and keeps the rest", "[text]") {
