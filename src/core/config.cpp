@@ -53,6 +53,22 @@ bool is_file_source(std::string_view source) {
          !source.starts_with(kEnvironmentPrefix);
 }
 
+// The comment that follows `key:` on the key's line of `text` ('#' and what follows, trimmed), or ""
+// when the line holds none there (or the mark or text is unknown). A value YAML read as a comment
+// (`stop: ### Answer`) leaves the key empty, which is valid YAML and so not refused.
+std::string comment_after_key(std::string_view text, const YAML::Mark& mark, const std::string& key) {
+  if (text.empty() || mark.is_null() || mark.pos < 0) return {};
+  const auto start = static_cast<std::size_t>(mark.pos);
+  if (start >= text.size()) return {};
+  const std::size_t end = std::min(text.find('\n', start), text.size());
+  const std::string_view line = text.substr(start, end - start);
+  if (!line.starts_with(key)) return {};
+  const std::size_t colon = line.find(':', key.size());
+  if (colon == std::string_view::npos) return {};
+  const std::string rest = trim(line.substr(colon + 1), " \t\r");
+  return rest.starts_with('#') ? rest : std::string();
+}
+
 std::string location(const std::string& source, const YAML::Mark& mark) {
   if (is_file_source(source) && !mark.is_null()) return fmt::format("{}:{}", source, mark.line + 1);
   return source;
@@ -152,7 +168,7 @@ void Config::load_yaml_text(const std::string& text, const std::string& source) 
   // All or nothing: a file with one bad key leaves the config as it was.
   std::map<std::string, Value> before = values_;
   try {
-    merge_node(root, "", source);
+    merge_node(root, "", source, text);
   } catch (...) {
     values_.swap(before);
     throw;
@@ -417,7 +433,7 @@ void Config::set_value(const TunableSpec& target, const YAML::Node& node,
 }
 
 void Config::merge_node(const YAML::Node& node, const std::string& prefix,
-                        const std::string& source) {
+                        const std::string& source, std::string_view text) {
   const bool top = prefix.empty();
   if (node.IsNull()) return;  // an empty file, or a section whose keys are all commented out
   if (!node.IsMap()) {
@@ -449,11 +465,19 @@ void Config::merge_node(const YAML::Node& node, const std::string& prefix,
         }
         fail("unknown config section '{}' in {}{}", name, where, hint);
       }
-      merge_node(entry.second, name, source);
+      merge_node(entry.second, name, source, text);
       continue;
     }
     const TunableSpec* target = find_spec(specs_, path);
     if (target == nullptr) throw Error(unknown_key_message(path, where, specs_));
+    if (entry.second.IsNull()) {
+      const std::string comment = comment_after_key(text, entry.first.Mark(), name);
+      if (!comment.empty()) {
+        spdlog::warn("config key '{}' in {} is empty: YAML reads the rest of its line ('{}') as a comment; if that "
+                     "is the value, quote it: {}: \"{}\"",
+                     path, where, comment, name, comment);
+      }
+    }
     set_value(*target, entry.second, source);
   }
 }

@@ -115,7 +115,9 @@ class Config {
   };
   const TunableSpec& spec(const std::string& path) const;
   void set_value(const TunableSpec& spec, const YAML::Node& node, const std::string& source);
-  void merge_node(const YAML::Node& node, const std::string& prefix, const std::string& source);
+  // `text`: the YAML text the node was parsed from (to name a value YAML read as a comment).
+  void merge_node(const YAML::Node& node, const std::string& prefix, const std::string& source,
+                  std::string_view text);
   std::vector<TunableSpec> specs_;
   std::map<std::string, Value> values_;
 };

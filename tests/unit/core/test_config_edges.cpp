@@ -7,6 +7,7 @@
 #include "odc/core/config.h"
 #include "odc/core/error.h"
 #include "unit/core/test_config_support.h"
+#include "unit/log_capture.h"
 #include "unit/scoped_env.h"
 
 #include <cstdlib>
@@ -215,6 +216,27 @@ TEST_CASE("config dump writes long map keys in the explicit form", "[config]") {
     CHECK(reloaded.get_map("model.config")[control][plain][0].as<int>() == 2);
     CHECK(reloaded.canonical() == config.canonical());
   }
+}
+
+// In a YAML file `stop: ### Answer` is valid YAML for an empty value (the rest is a comment), so it
+// is not refused, but a run whose stop string silently vanished is not what was meant: warned, naming
+// the key, the line and the quoted form.
+TEST_CASE("a key whose value YAML reads as a comment is warned about, naming the quoted form", "[config]") {
+  Config config(test_specs());
+  const odc::test::LogCapture log;
+  config.load_yaml_text("data:\n  train: ### Answer\ntrain:\n  metrics_file:\n  lr: 0.1  # a comment after a value\n",
+                        "stop.yaml");
+  CHECK(log.count("config key 'data.train' in stop.yaml:2 is empty: YAML reads the rest of its line ('### Answer') as "
+                  "a comment; if that is the value, quote it: train: \"### Answer\"") == 1);
+  CHECK(log.count("metrics_file") == 0);  // empty without a comment: as written
+  CHECK(log.count("train.lr") == 0);      // a value, then a comment
+  CHECK(log.count("[warning]") == 1);
+  // Quoted, it is the value, and nothing is said.
+  Config quoted(test_specs());
+  const odc::test::LogCapture quiet;
+  quoted.load_yaml_text("data:\n  train: \"### Answer\"\n", "stop.yaml");
+  CHECK(quoted.get_string("data.train") == "### Answer");
+  CHECK(quiet.count("[warning]") == 0);
 }
 
 // `--set 'rl.stop=###'` was read as a comment, so rl.stop became "" silently; `a #b` became `a`.
