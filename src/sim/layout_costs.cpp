@@ -32,9 +32,30 @@ double replica_all_reduce_time(const LinkModel& link, double shard_bytes) {
   return link.latency + 2.0 * shard_bytes * (nodes - 1.0) / nodes / per_device;
 }
 
-LayoutCosts layout_costs(const UnitBytes& bytes, const LinkModel& link, CommKind comm, Sharding sharding) {
+LayoutCosts::Transfer LayoutCosts::gather_of(const Step& step) const {
+  const auto unit = static_cast<std::size_t>(step.unit);
+  if (root_unit) {
+    if (step.unit == 0 && step.phase == Phase::forward) return {true, root_gather, root_gather_inter_bytes, 0.0};
+    if (step.unit == 0 || unit + 1 == gather.size()) return {};  // the root is still gathered
+  }
+  return {true, gather.at(unit), gather_inter_bytes.at(unit), 0.0};
+}
+
+LayoutCosts::Transfer LayoutCosts::hand_off_of(const Step& step) const {
+  if (step.phase == Phase::forward) return {};
+  const auto unit = static_cast<std::size_t>(step.unit);
+  if (root_unit) {
+    if (step.unit == 0) return {true, root_reduce, root_reduce_inter_bytes, root_reduce_bytes};
+    if (unit + 1 == reduce.size()) return {};  // the head's gradient waits for the embedding's
+  }
+  return {true, reduce.at(unit), reduce_inter_bytes.at(unit), reduce_bytes.at(unit)};
+}
+
+LayoutCosts layout_costs(const UnitBytes& bytes, const LinkModel& link, CommKind comm, Sharding sharding,
+                         bool root_unit) {
   LayoutCosts out;
   out.sharding = sharding;
+  out.root_unit = root_unit;
   out.shard_group = link.devices;
   const bool nodes = link.spans_nodes();
   if (sharding != Sharding::full && nodes && link.devices % link.devices_per_node != 0) {
@@ -49,9 +70,17 @@ LayoutCosts layout_costs(const UnitBytes& bytes, const LinkModel& link, CommKind
     out.gather.push_back(gather_link.transfer_time(comm, b));
     out.gather_inter_bytes.push_back(gather_link.inter_node_bytes(comm, b));
   }
+  out.reduce_bytes = bytes.reduce;
   for (const double b : bytes.reduce) {
     out.reduce.push_back(reduce_link.transfer_time(comm, b));
     out.reduce_inter_bytes.push_back(reduce_link.inter_node_bytes(comm, b));
+  }
+  if (root_unit) {
+    out.root_gather = gather_link.transfer_time(comm, bytes.root_gather);
+    out.root_gather_inter_bytes = gather_link.inter_node_bytes(comm, bytes.root_gather);
+    out.root_reduce = reduce_link.transfer_time(comm, bytes.root_reduce);
+    out.root_reduce_inter_bytes = reduce_link.inter_node_bytes(comm, bytes.root_reduce);
+    out.root_reduce_bytes = bytes.root_reduce;
   }
   if (sharding == Sharding::hybrid) {
     out.shard_group = node.devices;

@@ -98,6 +98,9 @@ UnitBytes unit_bytes(const model::LlamaConfig& config, double param_bytes, doubl
     out.gather.push_back(static_cast<double>(unit.numel) * param_bytes);
     out.reduce.push_back(static_cast<double>(unit.numel) * grad_bytes);
   }
+  // The root unit holds the embedding and the head's own parameters once.
+  out.root_gather = out.gather.front() + out.gather.back();
+  out.root_reduce = out.reduce.front() + out.reduce.back();
   if (config.tie_word_embeddings) {
     const auto embedding = static_cast<double>(layouts.front().numel);
     out.gather.back() += embedding * param_bytes;

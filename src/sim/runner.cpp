@@ -114,6 +114,7 @@ SimResults run_simulation(const SimSetup& setup) {
   options.accumulate_seconds_per_byte = setup.accumulate_seconds_per_byte;
   options.sharding = setup.sharding;
   options.dummy_padding = setup.dummy_padding;
+  options.fsdp_root_unit = setup.fsdp_root_unit;
   ExchangeModel free_exchange = setup.exchange;  // the zero-overhead bound's exchanges are free too
   free_exchange.link = free_link;
   ScheduleOptions free_options = options;  // the zero-overhead bound: no transfer or accumulation costs
@@ -245,6 +246,7 @@ nlohmann::ordered_json method_json(const SimResults& results, const MethodResult
       {"padding_s", rounded(r.padding_s, 6)},
       {"collective_model", collective_model_name(s.link.collective)},
       {"collective_padding", s.dummy_padding ? "dummy" : "empty"},
+      {"fsdp_root_unit", s.fsdp_root_unit},
       {"context_groups", rounded(r.context_groups, 3)},
       {"baseline", s.baseline.name()},
       {"lengths", s.pool_stats.text()},

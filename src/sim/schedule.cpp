@@ -24,8 +24,6 @@ double MinibatchTimeline::bubble() const {
 
 namespace {
 
-bool hands_off_gradient(const Step& step) { return step.phase != Phase::forward; }
-
 // One device's state while its steps are replayed.
 struct DeviceState {
   double ready = 0.0;               // the device may start its next step (compute done, hand-off issued)
@@ -154,7 +152,7 @@ MinibatchTimeline simulate_odc(const std::vector<DeviceWork>& work, const Comput
   out.comm = CommKind::odc;
   const auto steps = compute.steps();
   const int depth = options.prefetch_depth;
-  const LayoutCosts costs = layout_costs(bytes, link, CommKind::odc, options.sharding);
+  const LayoutCosts costs = layout_costs(bytes, link, CommKind::odc, options.sharding, options.fsdp_root_unit);
   const std::size_t group = shard_group(costs, work.size(), link);
   // Every owner of a device's shard group receives a slice of each of its pushes.
   const auto owners = static_cast<double>(group);
@@ -162,7 +160,14 @@ MinibatchTimeline simulate_odc(const std::vector<DeviceWork>& work, const Comput
   // hpz: the refresh of the node's copy comes first (devices without work take part too).
   const double start = costs.refresh_s;
   out.refresh_s = costs.refresh_s;
-  auto gather_time = [&](const Step& step) { return costs.gather.at(static_cast<std::size_t>(step.unit)); };
+  // Reserves the gather of `step` on `dev`'s channel from `issued`; returns when its parameters are
+  // there (at once when the step gathers nothing: FSDP's root unit is still gathered).
+  auto gather = [&](auto& dev, const Step& step, double issued) {
+    const auto transfer = costs.gather_of(step);
+    if (!transfer.happens) return 0.0;
+    dev.inter += transfer.inter_bytes;
+    return Channels::reserve(dev.channels.gather(), issued, transfer.seconds);
+  };
   const int decoder_layers = static_cast<int>(compute.forward.size()) - 1;
   // Every device's replay state: devices are independent except in their context groups' steps.
   struct Device {
@@ -184,15 +189,13 @@ MinibatchTimeline simulate_odc(const std::vector<DeviceWork>& work, const Comput
     dev.params_ready.assign(dev.flat.size(), 0.0);
     // The first `depth` gathers are issued at the start, one after another.
     for (std::size_t j = 0; j < dev.flat.size() && static_cast<int>(j) < depth; ++j) {
-      dev.params_ready[j] = Channels::reserve(dev.channels.gather(), start, gather_time(dev.flat[j].step));
-      dev.inter += costs.gather_inter_bytes.at(static_cast<std::size_t>(dev.flat[j].step.unit));
+      dev.params_ready[j] = gather(dev, dev.flat[j].step, start);
     }
   }
   // Before step j computes: with depth 0 its gather is issued now.
   auto prepare = [&](Device& dev, std::size_t j) {
     if (depth != 0) return;
-    dev.params_ready[j] = Channels::reserve(dev.channels.gather(), dev.state.ready, gather_time(dev.flat[j].step));
-    dev.inter += costs.gather_inter_bytes.at(static_cast<std::size_t>(dev.flat[j].step.unit));
+    dev.params_ready[j] = gather(dev, dev.flat[j].step, dev.state.ready);
   };
   // After step j computed (started at state.last_start): the prefetch and the gradient hand-off.
   auto finish_step = [&](Device& dev, std::size_t d, std::size_t j) {
@@ -201,19 +204,17 @@ MinibatchTimeline simulate_odc(const std::vector<DeviceWork>& work, const Comput
     // which is issued later, when it ends).
     if (depth > 0 && j + static_cast<std::size_t>(depth) < dev.flat.size()) {
       const auto ahead = j + static_cast<std::size_t>(depth);
-      dev.params_ready[ahead] =
-          Channels::reserve(dev.channels.gather(), dev.state.last_start, gather_time(dev.flat[ahead].step));
-      dev.inter += costs.gather_inter_bytes.at(static_cast<std::size_t>(dev.flat[ahead].step.unit));
+      dev.params_ready[ahead] = gather(dev, dev.flat[ahead].step, dev.state.last_start);
     }
-    if (!hands_off_gradient(item.step)) return;
+    const auto hand_off = costs.hand_off_of(item.step);
+    if (!hand_off.happens) return;
     const double issue = reserve_hand_off(dev.state, dev.timeline, options.max_outstanding_reductions);
-    const auto unit = static_cast<std::size_t>(item.step.unit);
-    const double done = Channels::reserve(dev.channels.push(), issue, costs.reduce.at(unit));
-    dev.inter += costs.reduce_inter_bytes.at(unit);
+    const double done = Channels::reserve(dev.channels.push(), issue, hand_off.seconds);
+    dev.inter += hand_off.inter_bytes;
     dev.state.outstanding.push_back(done);
     dev.state.last_push_done = std::max(dev.state.last_push_done, done);
     if (options.accumulate_seconds_per_byte > 0.0) {
-      accumulations[d / group].jobs.emplace_back(done, bytes.reduce.at(unit) / owners * options.accumulate_seconds_per_byte);
+      accumulations[d / group].jobs.emplace_back(done, hand_off.bytes / owners * options.accumulate_seconds_per_byte);
     }
   };
   // Dynamic context groups first, in group order: a group's members run each step together.
@@ -315,9 +316,10 @@ void collective_domain(const std::vector<DeviceWork>& work, std::size_t first, s
   Channels ring{options.shared_link, start, start};
   out.inter_node_bytes += costs.refresh_inter_bytes;
   auto all_gather = [&](std::size_t j, double issued) {
-    const auto unit = static_cast<std::size_t>(flat[j].step.unit);
-    out.inter_node_bytes += costs.gather_inter_bytes.at(unit);
-    return Channels::reserve(ring.gather(), issued, costs.gather.at(unit));
+    const auto transfer = costs.gather_of(flat[j].step);
+    if (!transfer.happens) return 0.0;  // FSDP's root unit, still gathered
+    out.inter_node_bytes += transfer.inter_bytes;
+    return Channels::reserve(ring.gather(), issued, transfer.seconds);
   };
   std::vector<double> params_ready(flat.size(), 0.0);
   for (std::size_t j = 0; j < flat.size() && static_cast<int>(j) < depth; ++j) params_ready[j] = all_gather(j, start);
@@ -342,15 +344,15 @@ void collective_domain(const std::vector<DeviceWork>& work, std::size_t first, s
       for (const auto& state : states) issued = std::max(issued, state.last_start);
       params_ready[j + static_cast<std::size_t>(depth)] = all_gather(j + static_cast<std::size_t>(depth), issued);
     }
-    if (!hands_off_gradient(item.step)) continue;
+    const auto hand_off = costs.hand_off_of(item.step);
+    if (!hand_off.happens) continue;
     double all_issued = 0.0;
     for (std::size_t d = 0; d < count; ++d) {
       all_issued =
           std::max(all_issued, reserve_hand_off(states[d], out.devices[first + d], options.max_outstanding_reductions));
     }
-    const auto unit = static_cast<std::size_t>(item.step.unit);
-    const double done = Channels::reserve(ring.push(), all_issued, costs.reduce.at(unit));
-    out.inter_node_bytes += costs.reduce_inter_bytes.at(unit);
+    const double done = Channels::reserve(ring.push(), all_issued, hand_off.seconds);
+    out.inter_node_bytes += hand_off.inter_bytes;
     for (auto& state : states) {
       state.outstanding.push_back(done);
       state.last_push_done = std::max(state.last_push_done, done);
@@ -369,7 +371,7 @@ MinibatchTimeline simulate_collective(const std::vector<DeviceWork>& work, const
   out.comm = CommKind::collective;
   const auto devices = work.size();
   out.devices.resize(devices);
-  const LayoutCosts costs = layout_costs(bytes, link, CommKind::collective, options.sharding);
+  const LayoutCosts costs = layout_costs(bytes, link, CommKind::collective, options.sharding, options.fsdp_root_unit);
   // hybrid: every node's collectives involve only its devices; full and hpz: one domain (hpz's
   // world-wide reduce-scatters join every device at each backward step anyway).
   const std::size_t domain = costs.sharding == Sharding::hybrid ? shard_group(costs, devices, link) : devices;

@@ -172,6 +172,11 @@ std::vector<TunableSpec> sim_tunables() {
       tunable("sim.nccl_protocols", K::string, "ll,ll128,simple",
               "collective_model nccl: the protocols NCCL's tuner may choose from, as NCCL_PROTO (LL128 is on by "
               "default on NVLink with compute capability 7.0 and 8.0)"),
+      tunable("sim.fsdp_root_unit", K::boolean, "false",
+              "FSDP's wrapping (per decoder layer, the rest in the root): the embedding and the head (final norm, "
+              "LM head) are one unit, gathered at the embedding's forward and kept until the embedding's backward, "
+              "its gradient handed off once then; false = each its own unit, as the trainer shards them. For both "
+              "comms (the reference's ODC runs inside the same wrapping)"),
       tunable("sim.collective_padding", K::string, "empty",
               "collective: what a device runs for a microbatch step it has no microbatch for (it still joins the "
               "step's collectives): empty = nothing (the trainer's collective comm); dummy = a one-token microbatch, "
@@ -422,6 +427,7 @@ SimSetup build_setup(const Config& config, const std::string& default_label) {
     s.link.nccl.max_bus_bandwidth = cap > 0.0 ? cap * gbps : nccl_bus_cap(device_spec(device));
   }
   s.dummy_padding = config.get_string("sim.collective_padding") == "dummy";
+  s.fsdp_root_unit = config.get_bool("sim.fsdp_root_unit");
   s.sharding = distributed::parse_sharding(config.get_string("sim.sharding"));
   if (s.sharding != Sharding::full && s.link.spans_nodes() && s.devices % s.link.devices_per_node != 0) {
     fail("sim.sharding = {} needs whole nodes (every node holds a whole {}): sim.devices = {} is not a multiple of "

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "odc/distributed/shard/sharding.h"
+#include "odc/sim/compute_model.h"
 #include "odc/sim/link_model.h"
 
 namespace odc::sim {
@@ -32,6 +33,7 @@ struct LayoutCosts {
   int shard_group = 1;
   std::vector<double> gather;  // seconds per gather of unit u (hpz: from the node's secondary copy)
   std::vector<double> reduce;  // seconds per gradient hand-off of unit u
+  std::vector<double> reduce_bytes;  // gradient bytes of unit u (UnitBytes::reduce)
   // Bytes crossing node boundaries per operation (LinkModel::inter_node_bytes: odc one device's,
   // collective the whole group's).
   std::vector<double> gather_inter_bytes;
@@ -40,11 +42,29 @@ struct LayoutCosts {
   double refresh_inter_bytes = 0.0;   // of one device (odc) or of the group (collective)
   double replica_sum_s = 0.0;         // hybrid: the cross-node gradient all-reduce, once per minibatch
   double replica_sum_inter_bytes = 0.0;  // all devices together
+  // FSDP's root unit (layout_costs' root_unit): the embedding and the head wrapped as one unit,
+  // gathered at the embedding's forward, kept through the head and the embedding's backward, and
+  // handed off once, after the embedding's backward.
+  bool root_unit = false;
+  double root_gather = 0.0, root_reduce = 0.0, root_gather_inter_bytes = 0.0, root_reduce_inter_bytes = 0.0;
+  double root_reduce_bytes = 0.0;
+
+  // What one step moves: its unit's gather before it, its gradient hand-off after it.
+  struct Transfer {
+    bool happens = false;
+    double seconds = 0.0;
+    double inter_bytes = 0.0;
+    double bytes = 0.0;  // hand-offs: the gradient bytes (the owners' accumulation)
+  };
+  Transfer gather_of(const Step& step) const;
+  Transfer hand_off_of(const Step& step) const;
 };
 
 // The costs of `comm` under `sharding` on `link`. odc::Error when hybrid or hpz spans nodes that
 // do not hold devices_per_node devices each.
-LayoutCosts layout_costs(const UnitBytes& bytes, const LinkModel& link, CommKind comm, Sharding sharding);
+// `root_unit`: FSDP's wrapping, the embedding and head as one root unit (LayoutCosts::root_unit).
+LayoutCosts layout_costs(const UnitBytes& bytes, const LinkModel& link, CommKind comm, Sharding sharding,
+                         bool root_unit = false);
 
 // The ring all-reduce of hybrid: every device sums `shard_bytes` with its peers of the same local
 // index on the other nodes, the node's devices at once: latency + 2 * shard * (H-1)/H over the

@@ -66,6 +66,10 @@ struct LinkModel {
 struct UnitBytes {
   std::vector<double> gather;  // full (unsharded) parameters of the unit
   std::vector<double> reduce;  // full gradient of the unit
+  // FSDP's root unit (ScheduleOptions::fsdp_root_unit): the embedding and the head's parameters (the
+  // final norm and LM head; a tied embedding counted once), as one unit.
+  double root_gather = 0.0;
+  double root_reduce = 0.0;
 };
 // param_bytes / grad_bytes: bytes per element moved. With tied embeddings the head also needs
 // (and produces a gradient for) the embedding matrix, which it then gathers and pushes itself.

@@ -153,6 +153,11 @@ struct ScheduleOptions {
   // reduce-scatters are issued by the module's forward and backward hooks), which costs the
   // per-step fixed costs (the fit's c).
   bool dummy_padding = false;
+  // FSDP's wrapping: each decoder layer its own unit, the embedding and the head (final norm, LM
+  // head) one root unit, gathered at the embedding's forward and kept until the embedding's backward
+  // ends, its gradient handed off once then (LayoutCosts::root_unit). For both comms: the reference's
+  // ODC runs inside the same FSDP wrapping.
+  bool fsdp_root_unit = false;
 };
 
 MinibatchTimeline simulate_minibatch(const std::vector<DeviceWork>& work, const ComputeModel& compute,

@@ -65,6 +65,7 @@ struct SimSetup {
   int max_outstanding_reductions = 3;
   double collective_compute_factor = 1.0;
   bool dummy_padding = false;                // sim.collective_padding = dummy (ScheduleOptions::dummy_padding)
+  bool fsdp_root_unit = false;               // sim.fsdp_root_unit (ScheduleOptions::fsdp_root_unit)
   bool shared_link = true;                   // sim.link_contention
   double accumulate_seconds_per_byte = 0.0;  // ODC owner-side accumulation (sim.accumulate_bytes_per_element)
   // Context parallelism (sim.context_parallel): sequences longer than the token cap split over

@@ -112,18 +112,20 @@ TEST_CASE("the link model's collectives take NCCL's time with collective_model n
   CHECK_THROWS_WITH(parse_collective_model("mpi", "sim.collective_model"), Contains("sim.collective_model"));
 }
 
-TEST_CASE("odc-sim's NCCL and padding keys", "[sim][nccl]") {
+TEST_CASE("odc-sim's NCCL, padding and root-unit keys", "[sim][nccl]") {
   const auto a100 = build_setup(load_sim_config("", {"sim.collective_model=nccl"}), "");
   CHECK(a100.link.collective == CollectiveModel::nccl);
   CHECK(a100.link.nccl.max_bus_bandwidth == Approx(235e9));
   CHECK(!a100.dummy_padding);
   const auto h100 = build_setup(load_sim_config("", {"sim.collective_model=nccl", "sim.device=h100-sxm",
                                                      "sim.nccl_max_bus_gbps=2800", "sim.nccl_protocols=simple",
-                                                     "sim.collective_padding=dummy"}),
+                                                     "sim.collective_padding=dummy", "sim.fsdp_root_unit=true"}),
                                 "");
   CHECK(h100.link.nccl.max_bus_bandwidth == Approx(350e9));
   CHECK((!h100.link.nccl.ll && !h100.link.nccl.ll128 && h100.link.nccl.simple));
   CHECK(h100.dummy_padding);
+  CHECK(h100.fsdp_root_unit);
+  CHECK(!a100.fsdp_root_unit);
   CHECK(build_setup(load_sim_config("", {}), "").link.collective == CollectiveModel::bandwidth);
   CHECK_THROWS_WITH(build_setup(load_sim_config("", {"sim.collective_model=nccl", "sim.nccl_protocols=ll,fast"}), ""),
                     Contains("sim.nccl_protocols") && Contains("fast"));

@@ -313,3 +313,46 @@ TEST_CASE("owners pay for accumulating every client's pushes", "[sim]") {
   const auto collective = simulate_minibatch(work, compute, bytes, LinkModel::free(2), CommKind::collective, options);
   CHECK(collective.barrier_s == Approx(2.0));
 }
+
+TEST_CASE("FSDP's root unit: the embedding and head gathered once per microbatch, handed off once", "[sim]") {
+  // 2 nodes of 8 (bandwidth model); 2 decoder layers; every device one microbatch.
+  LinkModel link;
+  link.devices = 16;
+  link.devices_per_node = 8;
+  link.intra_bandwidth = 300e9;
+  link.inter_bandwidth = 100e9;
+  const auto compute = ComputeModel::uniform(2, 1e-6);
+  UnitBytes bytes;
+  bytes.gather = {4e8, 1e8, 1e8, 5e8};  // embedding, 2 layers, head
+  bytes.reduce = {8e8, 2e8, 2e8, 1e9};
+  bytes.root_gather = 9e8;
+  bytes.root_reduce = 1.8e9;
+  const std::vector<DeviceWork> work(16, microbatches({4000}));
+  ScheduleOptions per_unit;
+  per_unit.shared_link = true;
+  ScheduleOptions root = per_unit;
+  root.fsdp_root_unit = true;
+  for (const auto comm : {CommKind::collective, CommKind::odc}) {
+    const auto a = simulate_minibatch(work, compute, bytes, link, comm, per_unit);
+    const auto b = simulate_minibatch(work, compute, bytes, link, comm, root);
+    // Per unit: the embedding is gathered at its forward and again at its backward; the root keeps
+    // it, so one embedding gather fewer crosses the nodes; the hand-offs move the same bytes.
+    CHECK(b.inter_node_bytes ==
+          Approx(a.inter_node_bytes - (comm == CommKind::odc ? 16.0 : 1.0) * link.inter_node_bytes(comm, 4e8)));
+    // The same compute either way.
+    CHECK(b.devices[0].compute_s == Approx(a.devices[0].compute_s));
+  }
+  // The schedule's transfers, step by step: the root's gather at the embedding's forward, none at the
+  // head or the embedding's backward; its hand-off after the embedding's backward only.
+  const auto costs = layout_costs(bytes, link, CommKind::collective, Sharding::full, true);
+  CHECK(costs.gather_of({0, Phase::forward}).seconds == Approx(link.transfer_time(CommKind::collective, 9e8)));
+  CHECK(!costs.gather_of({3, Phase::head}).happens);
+  CHECK(!costs.gather_of({0, Phase::backward}).happens);
+  CHECK(costs.gather_of({1, Phase::backward}).happens);
+  CHECK(!costs.hand_off_of({3, Phase::head}).happens);
+  CHECK(costs.hand_off_of({0, Phase::backward}).bytes == Approx(1.8e9));
+  CHECK(!costs.hand_off_of({1, Phase::forward}).happens);
+  const auto plain = layout_costs(bytes, link, CommKind::collective, Sharding::full, false);
+  CHECK(plain.gather_of({0, Phase::backward}).happens);
+  CHECK(plain.hand_off_of({3, Phase::head}).bytes == Approx(1e9));
+}

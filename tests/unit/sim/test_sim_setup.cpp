@@ -271,3 +271,23 @@ TEST_CASE("the reference's own bubble estimate: its 7B fit without c, of every m
   CHECK(split.methods[0].bubble_reference_estimate < 0.0);
   CHECK(method_json(split, split.methods[0])["bubble_reference_estimate"].is_null());
 }
+
+TEST_CASE("the root unit's bytes hold the embedding and the head's own parameters once", "[sim]") {
+  odc::model::LlamaConfig config;
+  config.vocab_size = 1000;
+  config.hidden_size = 64;
+  config.intermediate_size = 128;
+  config.num_hidden_layers = 2;
+  config.num_attention_heads = 4;
+  config.num_key_value_heads = 4;
+  config.tie_word_embeddings = false;
+  const auto untied = unit_bytes(config, 2.0, 4.0);
+  CHECK(untied.root_gather == Approx(untied.gather.front() + untied.gather.back()));
+  CHECK(untied.root_reduce == Approx(untied.reduce.front() + untied.reduce.back()));
+  config.tie_word_embeddings = true;
+  const auto tied = unit_bytes(config, 2.0, 4.0);
+  // Tied: the head gathers the embedding itself as a unit; the root holds it once (embedding + norm).
+  CHECK(tied.gather.back() == Approx(tied.gather.front() + 64 * 2.0));
+  CHECK(tied.root_gather == Approx(tied.gather.back()));
+  CHECK(tied.root_reduce == Approx(tied.reduce.back()));
+}
