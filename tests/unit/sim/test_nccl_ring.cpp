@@ -11,24 +11,11 @@
 #include "odc/sim/nccl_ring.h"
 #include "odc/sim/schedule.h"
 #include "odc/sim/sim_config.h"
+#include "unit/sim/sim_links.h"
 
 using namespace odc::sim;
 using Catch::Matchers::Contains;
 
-namespace {
-
-// 16 devices on 2 nodes of 8: NVLink 300 GB/s per device, 800 Gb/s per node, 20 us per operation.
-LinkModel two_a100_nodes() {
-  LinkModel link;
-  link.devices = 16;
-  link.devices_per_node = 8;
-  link.intra_bandwidth = 300e9;
-  link.inter_bandwidth = 100e9;
-  link.latency = 20e-6;
-  return link;
-}
-
-}  // namespace
 
 TEST_CASE("NCCL ring: a decoder layer in one node takes Simple at the capped bus bandwidth", "[sim][nccl]") {
   const NcclRing ring;  // 235 GB/s cap, every protocol
@@ -98,7 +85,7 @@ TEST_CASE("NCCL ring: protocol lists and caps are checked", "[sim][nccl]") {
 }
 
 TEST_CASE("the link model's collectives take NCCL's time with collective_model nccl, ODC's do not", "[sim][nccl]") {
-  LinkModel link = two_a100_nodes();
+  LinkModel link = test::a100_nodes(16, 20e-6);
   const double bytes = 1e9;
   const double ring = link.transfer_time(CommKind::collective, bytes);
   const double p2p = link.transfer_time(CommKind::odc, bytes);
@@ -187,7 +174,7 @@ TEST_CASE("NCCL ring all-reduce: twice the steps, the ring plateau across nodes,
             .bus_bandwidth == Approx(235e9 / 4.0));
   // Hybrid sharding's cross-node sum: the nccl model gives NCCL's all-reduce over one rank per node
   // at the device's share of the node's link.
-  LinkModel link = two_a100_nodes();
+  LinkModel link = test::a100_nodes(16, 20e-6);
   const double bandwidth_model = replica_all_reduce_time(link, shard);
   CHECK(bandwidth_model == Approx(20e-6 + shard / 12.5e9));
   link.collective = CollectiveModel::nccl;

@@ -11,6 +11,7 @@
 #include "odc/core/error.h"
 #include "odc/data/planner.h"
 #include "odc/sim/schedule.h"
+#include "unit/sim/sim_links.h"
 
 using namespace odc::sim;
 
@@ -316,11 +317,7 @@ TEST_CASE("owners pay for accumulating every client's pushes", "[sim]") {
 
 TEST_CASE("FSDP's root unit: the embedding and head gathered once per microbatch, handed off once", "[sim]") {
   // 2 nodes of 8 (bandwidth model); 2 decoder layers; every device one microbatch.
-  LinkModel link;
-  link.devices = 16;
-  link.devices_per_node = 8;
-  link.intra_bandwidth = 300e9;
-  link.inter_bandwidth = 100e9;
+  const LinkModel link = test::a100_nodes(16);
   const auto compute = ComputeModel::uniform(2, 1e-6);
   UnitBytes bytes;
   bytes.gather = {4e8, 1e8, 1e8, 5e8};  // embedding, 2 layers, head

@@ -12,6 +12,7 @@
 #include "odc/core/error.h"
 #include "odc/model/units.h"
 #include "odc/sim/runner.h"
+#include "unit/sim/sim_links.h"
 
 using namespace odc::sim;
 using Catch::Matchers::Contains;
@@ -22,6 +23,18 @@ std::filesystem::path temp_file(const std::string& name, const std::string& text
   const auto path = std::filesystem::temp_directory_path() / name;
   std::ofstream(path) << text;
   return path;
+}
+
+// A small 2-layer model with a vocabulary of 1000 and 4 attention heads.
+odc::model::LlamaConfig two_layer_config(std::int64_t hidden, std::int64_t intermediate, std::int64_t kv_heads) {
+  odc::model::LlamaConfig config;
+  config.vocab_size = 1000;
+  config.hidden_size = hidden;
+  config.intermediate_size = intermediate;
+  config.num_hidden_layers = 2;
+  config.num_attention_heads = 4;
+  config.num_key_value_heads = kv_heads;
+  return config;
 }
 
 }  // namespace
@@ -135,13 +148,7 @@ TEST_CASE("length statistics: mean, quantiles and the share at the maximum", "[s
 }
 
 TEST_CASE("named-device compute follows the FLOP formulas", "[sim]") {
-  odc::model::LlamaConfig config;
-  config.vocab_size = 1000;
-  config.hidden_size = 256;
-  config.intermediate_size = 512;
-  config.num_hidden_layers = 2;
-  config.num_attention_heads = 4;
-  config.num_key_value_heads = 2;
+  auto config = two_layer_config(256, 512, 2);
   config.head_dim = 64;
   const auto& device = odc::device_spec("a100-80gb");
   DeviceComputeOptions options;
@@ -169,11 +176,7 @@ TEST_CASE("named-device compute follows the FLOP formulas", "[sim]") {
 }
 
 TEST_CASE("links: ring and point-to-point agree within a node, ODC is slower across nodes", "[sim]") {
-  LinkModel link;
-  link.devices = 8;
-  link.devices_per_node = 8;
-  link.intra_bandwidth = 300e9;
-  link.inter_bandwidth = 100e9;
+  LinkModel link = test::a100_nodes(8);
   const double bytes = 1e9;
   CHECK(link.transfer_time(CommKind::collective, bytes) == Approx(bytes * 7 / 8 / 300e9));
   CHECK(link.transfer_time(CommKind::odc, bytes) == Approx(link.transfer_time(CommKind::collective, bytes)));
@@ -273,13 +276,7 @@ TEST_CASE("the reference's own bubble estimate: its 7B fit without c, of every m
 }
 
 TEST_CASE("the root unit's bytes hold the embedding and the head's own parameters once", "[sim]") {
-  odc::model::LlamaConfig config;
-  config.vocab_size = 1000;
-  config.hidden_size = 64;
-  config.intermediate_size = 128;
-  config.num_hidden_layers = 2;
-  config.num_attention_heads = 4;
-  config.num_key_value_heads = 4;
+  auto config = two_layer_config(64, 128, 4);
   config.tie_word_embeddings = false;
   const auto untied = unit_bytes(config, 2.0, 4.0);
   CHECK(untied.root_gather == Approx(untied.gather.front() + untied.gather.back()));
