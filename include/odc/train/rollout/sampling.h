@@ -50,14 +50,23 @@ class TokenSampler {
 
  private:
   std::int32_t sample(std::span<const float> logits);
+  // An upper bound on the nucleus size (the top-p set of most likely tokens whose mass reaches
+  // `target`), from one pass over the logits (`top` their largest); probs_ filled.
+  std::size_t nucleus_bound(std::span<const float> logits, double top, double target);
 
   GenerateOptions options_;
   std::int64_t vocab_;
   std::mt19937_64 rng_;
   std::vector<std::int32_t> seen_ids_;  // distinct ids observed, in order
   std::vector<std::uint8_t> seen_;      // per id: observed
-  std::vector<std::int32_t> order_;
+  struct Candidate {
+    double p;
+    std::int32_t id;
+  };
+  std::vector<Candidate> order_;  // the candidates, the most likely first once sorted
   std::vector<double> probs_;
+  std::vector<double> bucket_mass_;            // nucleus_bound's scratch
+  std::vector<std::size_t> bucket_count_;
 };
 
 }  // namespace odc::train

@@ -1,9 +1,13 @@
 // TokenSampler: the repetition penalty is Hugging Face's (logit / P when positive, logit * P
 // otherwise, for every token seen in the prompt or the output, greedy included), top-k restricts
-// sampling to the k most likely tokens (before top-p), a seed repeats its draws, and every
-// option out of range is an error naming it and the value.
+// sampling to the k most likely tokens (before top-p), a seed repeats its draws, every option out
+// of range is an error naming it and the value, and the nucleus found from a sorted prefix draws
+// exactly what a full sort of the vocabulary draws.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -116,4 +120,62 @@ TEST_CASE("sampling: options out of range are errors naming the option and the v
   fine.repetition_penalty = 1e-3;
   fine.stop = {"x"};
   CHECK_NOTHROW(train::check_generate_options(fine));
+}
+
+namespace {
+
+// The nucleus by a full sort of the vocabulary (more likely first, equal probabilities by id), then
+// the same draw: what TokenSampler must pick while sorting only a prefix.
+std::int32_t full_sort_draw(const std::vector<float>& logits, const train::GenerateOptions& o, std::mt19937_64& rng) {
+  const double top = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> probs(logits.size());
+  for (std::size_t v = 0; v < logits.size(); ++v) probs[v] = std::exp((logits[v] - top) / o.temperature);
+  std::vector<std::int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    const double pa = probs[static_cast<std::size_t>(a)], pb = probs[static_cast<std::size_t>(b)];
+    return pa != pb ? pa > pb : a < b;
+  });
+  const auto vocab = static_cast<std::int64_t>(logits.size());
+  const std::size_t candidates = o.top_k > 0 && o.top_k < vocab ? static_cast<std::size_t>(o.top_k) : order.size();
+  double total = 0.0;
+  if (candidates < order.size()) {
+    for (std::size_t i = 0; i < candidates; ++i) total += probs[static_cast<std::size_t>(order[i])];
+  } else {
+    for (const double p : probs) total += p;
+  }
+  double mass = 0.0;
+  std::size_t keep = 0;
+  while (keep < candidates && (keep == 0 || mass < o.top_p * total)) mass += probs[static_cast<std::size_t>(order[keep++])];
+  double pick = std::uniform_real_distribution<double>(0.0, mass)(rng);
+  for (std::size_t i = 0; i < keep; ++i) {
+    pick -= probs[static_cast<std::size_t>(order[i])];
+    if (pick <= 0) return order[i];
+  }
+  return order[keep - 1];
+}
+
+}  // namespace
+
+TEST_CASE("sampling: the nucleus from a sorted prefix draws what a full sort draws, ties included", "[train][sampling]") {
+  // A vocabulary of 5000 with logits on a coarse grid (bf16-like: many equal probabilities), peaked
+  // (a small nucleus) and flat (a nucleus of thousands, past several prefix growths).
+  std::mt19937_64 make(3);
+  for (const double spread : {8.0, 0.5}) {
+    std::vector<float> logits(5000);
+    for (auto& l : logits) l = static_cast<float>(std::round(std::normal_distribution<double>(0.0, spread)(make) * 8) / 8);
+    for (const std::int64_t top_k : {std::int64_t{0}, std::int64_t{40}, std::int64_t{3000}}) {
+      for (const double top_p : {0.3, 0.9, 0.999}) {
+        auto o = sampling(0.9, top_k, top_p);
+        o.seed = 11;
+        train::TokenSampler sampler(o, 5000);
+        std::mt19937_64 rng(o.seed);
+        for (int i = 0; i < 40; ++i) {
+          std::vector<float> copy = logits;
+          const auto expected = full_sort_draw(logits, o, rng);
+          CHECK(sampler.next(copy) == expected);
+        }
+      }
+    }
+  }
 }
