@@ -1,7 +1,7 @@
 // sampling_bench: host time per sampled token (TokenSampler::next: softmax, top-k / top-p, the draw)
 // over a vocabulary the size of Qwen2's (152064), beside a full sort of the vocabulary per token (the
 // sampler's earlier way, kept here as the baseline), in one run. Logits are normal with a given
-// spread: 3 gives a nucleus of tens to hundreds of tokens at top-p 0.9, 0.5 one of tens of thousands.
+// spread (the baseline: bench/support/full_sort_sampler.h): 3 gives a nucleus of tens to hundreds of tokens at top-p 0.9, 0.5 one of tens of thousands.
 // One JSON line per setting:
 //   {"bench":"sampling","vocab":152064,"temperature":0.8,"top_p":0.9,"top_k":0,"logit_spread":3,
 //    "ms_per_token":..,"full_sort_ms_per_token":..,"speedup":..}
@@ -21,6 +21,7 @@
 #include "cli/command_line.h"
 #include "cli/tool_main.h"
 #include "odc/train/rollout/sampling.h"
+#include "support/full_sort_sampler.h"
 
 namespace {
 
@@ -30,37 +31,6 @@ double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const std::size_t mid = values.size() / 2;
   return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2.0;
-}
-
-// The baseline: softmax, a full sort of the vocabulary (or a partial one of top-k), the nucleus,
-// the draw.
-std::int32_t full_sort_draw(const std::vector<float>& logits, const odc::train::GenerateOptions& o,
-                            std::vector<double>& probs, std::vector<std::int32_t>& order, std::mt19937_64& rng) {
-  const double top = *std::max_element(logits.begin(), logits.end());
-  for (std::size_t v = 0; v < logits.size(); ++v) probs[v] = std::exp((logits[v] - top) / o.temperature);
-  std::iota(order.begin(), order.end(), 0);
-  auto more_likely = [&](std::int32_t a, std::int32_t b) {
-    return probs[static_cast<std::size_t>(a)] > probs[static_cast<std::size_t>(b)];
-  };
-  std::size_t candidates = order.size();
-  double total = 0.0;
-  if (o.top_k > 0 && o.top_k < static_cast<std::int64_t>(order.size())) {
-    candidates = static_cast<std::size_t>(o.top_k);
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(candidates), order.end(), more_likely);
-    for (std::size_t i = 0; i < candidates; ++i) total += probs[static_cast<std::size_t>(order[i])];
-  } else {
-    for (const double p : probs) total += p;
-    std::sort(order.begin(), order.end(), more_likely);
-  }
-  double mass = 0.0;
-  std::size_t keep = 0;
-  while (keep < candidates && (keep == 0 || mass < o.top_p * total)) mass += probs[static_cast<std::size_t>(order[keep++])];
-  double pick = std::uniform_real_distribution<double>(0.0, mass)(rng);
-  for (std::size_t i = 0; i < keep; ++i) {
-    pick -= probs[static_cast<std::size_t>(order[i])];
-    if (pick <= 0) return order[i];
-  }
-  return order[keep - 1];
 }
 
 int run(int argc, char** argv) {
@@ -101,7 +71,7 @@ int run(int argc, char** argv) {
       checksum += sampler.next(copy);
       ours.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
       start = Clock::now();
-      checksum += full_sort_draw(logits, o, probs, order, rng);
+      checksum += odc::bench::full_sort_draw(logits, o, probs, order, rng);
       baseline.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
     }
     const double ms = median(ours);

@@ -15,6 +15,7 @@
 
 #include "odc/core/error.h"
 #include "odc/train/rollout/sampling.h"
+#include "support/full_sort_sampler.h"
 
 using namespace odc;
 
@@ -122,40 +123,6 @@ TEST_CASE("sampling: options out of range are errors naming the option and the v
   CHECK_NOTHROW(train::check_generate_options(fine));
 }
 
-namespace {
-
-// The nucleus by a full sort of the vocabulary (more likely first, equal probabilities by id), then
-// the same draw: what TokenSampler must pick while sorting only a prefix.
-std::int32_t full_sort_draw(const std::vector<float>& logits, const train::GenerateOptions& o, std::mt19937_64& rng) {
-  const double top = *std::max_element(logits.begin(), logits.end());
-  std::vector<double> probs(logits.size());
-  for (std::size_t v = 0; v < logits.size(); ++v) probs[v] = std::exp((logits[v] - top) / o.temperature);
-  std::vector<std::int32_t> order(logits.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
-    const double pa = probs[static_cast<std::size_t>(a)], pb = probs[static_cast<std::size_t>(b)];
-    return pa != pb ? pa > pb : a < b;
-  });
-  const auto vocab = static_cast<std::int64_t>(logits.size());
-  const std::size_t candidates = o.top_k > 0 && o.top_k < vocab ? static_cast<std::size_t>(o.top_k) : order.size();
-  double total = 0.0;
-  if (candidates < order.size()) {
-    for (std::size_t i = 0; i < candidates; ++i) total += probs[static_cast<std::size_t>(order[i])];
-  } else {
-    for (const double p : probs) total += p;
-  }
-  double mass = 0.0;
-  std::size_t keep = 0;
-  while (keep < candidates && (keep == 0 || mass < o.top_p * total)) mass += probs[static_cast<std::size_t>(order[keep++])];
-  double pick = std::uniform_real_distribution<double>(0.0, mass)(rng);
-  for (std::size_t i = 0; i < keep; ++i) {
-    pick -= probs[static_cast<std::size_t>(order[i])];
-    if (pick <= 0) return order[i];
-  }
-  return order[keep - 1];
-}
-
-}  // namespace
 
 TEST_CASE("sampling: the nucleus from a sorted prefix draws what a full sort draws, ties included", "[train][sampling]") {
   // A vocabulary of 5000 with logits on a coarse grid (bf16-like: many equal probabilities), peaked
@@ -170,9 +137,11 @@ TEST_CASE("sampling: the nucleus from a sorted prefix draws what a full sort dra
         o.seed = 11;
         train::TokenSampler sampler(o, 5000);
         std::mt19937_64 rng(o.seed);
+        std::vector<double> probs(logits.size());
+        std::vector<std::int32_t> order(logits.size());
         for (int i = 0; i < 40; ++i) {
           std::vector<float> copy = logits;
-          const auto expected = full_sort_draw(logits, o, rng);
+          const auto expected = bench::full_sort_draw(logits, o, probs, order, rng);
           CHECK(sampler.next(copy) == expected);
         }
       }
