@@ -167,6 +167,12 @@ train reward_hangs 2 "${odc[@]}" --set "rl.reward_command=$work/$marker 60 & $wo
 expect_rc reward_hangs 1
 expect_in reward_hangs err "rl.reward_command, iteration 1: reward command '$work/$marker 60 & $work/$marker 60' did not finish within 1 s (rl.reward_timeout_s): it was killed with every process it started"
 [ $(( $(date +%s) - start )) -le 60 ] || fail "reward_hangs: rl.reward_timeout_s 1 took $(( $(date +%s) - start )) s"
+# A reward command allowed longer than the other ranks may wait for its rewards is refused before
+# anything runs, naming both keys (it would otherwise end the run as a lost peer).
+train reward_outlasts_wait 2 "${odc[@]}" --set rl.reward_timeout_s=10 --set comm.timeout_s=5
+expect_rc reward_outlasts_wait 1
+expect_in reward_outlasts_wait err "rl.reward_command on 2 ranks: comm.timeout_s = 5 s must exceed rl.reward_timeout_s = 10 s by more than 3 s"
+expect_in reward_outlasts_wait err "raise comm.timeout_s above 13 or lower rl.reward_timeout_s"
 cat >"$work/second_hangs.sh" <<SH
 #!/bin/sh
 # Rewards as reward.py gives them; the second call (iteration 2) never returns.

@@ -11,6 +11,7 @@
 #include "odc/core/checked_math.h"
 #include "odc/core/error.h"
 #include "odc/core/random.h"
+#include "odc/core/shell_command.h"
 #include "odc/data/attention_window.h"
 #include "odc/data/packing.h"
 #include "odc/data/rollouts.h"
@@ -42,6 +43,10 @@ std::string prompts_tokenizer(const RunSettings& settings) {
 
 }  // namespace
 
+// What the reward command's end takes beyond rl.reward_timeout_s: its group's SIGTERM grace before
+// the SIGKILL, then a second for the kill, the reap and the rewards' broadcast.
+constexpr double kRewardMargin_s = std::chrono::duration<double>(kKillGrace).count() + 1.0;
+
 OnlineRollouts::OnlineRollouts(const RunSettings& settings, const model::LlamaConfig& model, int rank, int world_size)
     : rl_(settings.rl),
       temperature_(settings.objective.policy.temperature),
@@ -54,6 +59,16 @@ OnlineRollouts::OnlineRollouts(const RunSettings& settings, const model::LlamaCo
       context_(model.max_position_embeddings),
       prompts_(settings.rl.prompts, prompts_tokenizer(settings),
                settings.rl.chat ? settings.data.chat_template : std::string()) {
+  // While rank 0 runs the reward command the other ranks wait for its rewards, a wait the host
+  // group bounds by comm.timeout_s: a command allowed longer would end the run as a lost peer (and
+  // differently under each launcher's group) before its own limit is reached.
+  const double wait_s = settings.comm.transport.timeout_s;
+  if (!rl_.reward_command.empty() && world_size > 1 && !(wait_s > rl_.reward_timeout_s + kRewardMargin_s)) {
+    fail("rl.reward_command on {} ranks: comm.timeout_s = {:g} s must exceed rl.reward_timeout_s = {:g} s by more "
+         "than {:g} s (the other ranks wait that long for rank 0's rewards, and a wait past comm.timeout_s is an "
+         "error): raise comm.timeout_s above {:g} or lower rl.reward_timeout_s",
+         world_size, wait_s, rl_.reward_timeout_s, kRewardMargin_s, rl_.reward_timeout_s + kRewardMargin_s);
+  }
   if (!settings.model.checkpoint.empty()) eos_ = eos_token_ids(settings.model.checkpoint);
   for (const auto id : prompts_.end_of_turn()) eos_.push_back(id);
   for (const auto id : eos_) {
