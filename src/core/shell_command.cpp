@@ -36,9 +36,15 @@ constexpr auto kPoll = std::chrono::milliseconds(20);
 // cannot. Either way the watcher then kills the whole group: nothing the command started outlives
 // it. The command's stdin is saved on fd 3 first (an asynchronous list's would be /dev/null); its
 // exit status is the wrapper's (a signal's death there reads as 128 + N, as a shell reports it).
+// The command and everything it starts carry ODC_COMMAND_TAG=$4 (this call's own) in their
+// environment: when the caller died, the processes that left the group (setsid, a double fork:
+// while the caller lives its subreaper catches them, below) are found by it and killed too.
 constexpr const char* kWrapper =
-    "exec 3<&0; sh -c \"$1\" <&3 3<&- 4<&- & command=$!; exec 3<&-; "
-    "{ read -r _ <&4 || rm -f \"$2\" \"$3\"; kill -KILL 0; } & exec 4<&-; wait \"$command\"";
+    "exec 3<&0; ODC_COMMAND_TAG=\"$4\" sh -c \"$1\" <&3 3<&- 4<&- & command=$!; exec 3<&-; "
+    "{ read -r _ <&4 || { rm -f \"$2\" \"$3\"; for e in /proc/[0-9]*/environ; do "
+    "tr '\\000' '\\n' 2>/dev/null <\"$e\" | grep -qxF \"ODC_COMMAND_TAG=$4\" && "
+    "{ p=${e#/proc/}; kill -KILL \"${p%/environ}\" 2>/dev/null; }; done; }; kill -KILL 0; } & "
+    "exec 4<&-; wait \"$command\"";
 
 // The caller's end of the watcher's socket: "done" (a line, then closed) on every way out of the
 // call, so that only the caller's death reads as one. A socket, not a pipe: a send to a watcher
@@ -184,7 +190,10 @@ ShellCommandResult run_shell_command(const std::string& command, const std::stri
   posix_spawnattr_setflags(&setup.attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   std::string sh = "sh", dash_c = "-c", wrapper = kWrapper, name = "odc-shell-command", line = command;
   std::string in = stdin_path, out = stdout_path;
-  char* argv[] = {sh.data(), dash_c.data(), wrapper.data(), name.data(), line.data(), in.data(), out.data(), nullptr};
+  // This call's tag: the caller's pid and the time, unique among the calls of every process.
+  std::string tag = std::to_string(::getpid()) + "." + std::to_string(Clock::now().time_since_epoch().count());
+  char* argv[] = {sh.data(), dash_c.data(), wrapper.data(), name.data(), line.data(),
+                  in.data(), out.data(),    tag.data(),     nullptr};
   pid_t pid = 0;
   const auto start = Clock::now();
   if (const int error = posix_spawn(&pid, "/bin/sh", &setup.actions, &setup.attributes, argv, environ); error != 0) {

@@ -205,8 +205,10 @@ expect_in sigint err "stopped by SIGINT while the reward command ran: it was kil
 sleep 0.5
 ! pgrep -f "$marker" >/dev/null || fail "a reward command outlived odc-rollout: $(pgrep -af "$marker")"
 [ -z "$(ls "$work"/odc-rewards-* 2>/dev/null)" ] || fail "a reward command's files were left: $(ls "$work"/odc-rewards-*)"
-# Even odc-rollout's SIGKILL, which nothing in it sees, takes the command and its files with it.
-"$tool" "${roll[@]}" --out "$work/x.jsonl" --reward-command "$hang" >/dev/null 2>&1 &
+# Even odc-rollout's SIGKILL, which nothing in it sees, takes the command and its files with it,
+# and what the command started in a session of its own (setsid: out of the group, and with
+# odc-rollout dead no subreaper brings it back).
+"$tool" "${roll[@]}" --out "$work/x.jsonl" --reward-command "setsid $work/$marker 61 & $hang" >/dev/null 2>&1 &
 pid=$!
 for _ in $(seq 1 200); do pgrep -f "^$work/$marker" >/dev/null && break; sleep 0.1; done
 kill -KILL "$pid"

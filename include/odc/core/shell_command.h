@@ -9,7 +9,9 @@
 // nothing it started outlives the call. What left the group (`setsid cmd &`, a double fork) is
 // found as well: the caller is a child subreaper while the command runs (PR_SET_CHILD_SUBREAPER,
 // restored after), so such a process comes back to it as an orphan and is killed and reaped before
-// the call returns. (Only when the caller itself dies does a process that left the group escape.)
+// the call returns. When the caller itself dies, the group's watcher finds those by the tag in the
+// command's environment (ODC_COMMAND_TAG, unique to the call) and kills them; only one that both
+// left the group and cleared its environment can escape then.
 #include <chrono>
 #include <functional>
 #include <string>
