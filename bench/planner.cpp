@@ -26,6 +26,7 @@
 
 #include "cli/command_line.h"
 #include "cli/tool_main.h"
+#include "support/median.h"
 #include "odc/core/error.h"
 
 namespace {
@@ -63,11 +64,7 @@ std::vector<std::int64_t> longalign_like(std::size_t count, Rng& rng) {
   return lengths;
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t mid = values.size() / 2;
-  return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2.0;
-}
+using odc::bench::median;
 
 int run(int argc, char** argv) {
   const odc::cli::Command command{"planner_bench",

@@ -22,16 +22,13 @@
 #include "cli/tool_main.h"
 #include "odc/train/rollout/sampling.h"
 #include "support/full_sort_sampler.h"
+#include "support/median.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t mid = values.size() / 2;
-  return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2.0;
-}
+using odc::bench::median;
 
 int run(int argc, char** argv) {
   const odc::cli::Command command{"sampling_bench",

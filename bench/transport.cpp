@@ -34,6 +34,7 @@
 #include "odc/distributed/group/startup_deadline.h"
 #include "odc/distributed/transport/transport_keys.h"
 #include "odc/distributed/transport/ucx/ucx_transport.h"
+#include "support/median.h"
 
 namespace {
 
@@ -170,11 +171,7 @@ double now_s() { return MPI_Wtime(); }
 float shard_value(int owner, std::int64_t i) { return static_cast<float>((owner * 7919 + i) % 65521); }
 float grad_value(std::int64_t j) { return static_cast<float>(j % 65521); }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
+using odc::bench::median;
 
 // One unit size: S bytes padded to N equal shards of `shard` floats (ShardLayout's rule).
 struct Cell {

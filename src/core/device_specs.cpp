@@ -1,9 +1,7 @@
 #include "odc/core/device_specs.h"
 
-#include <algorithm>
-#include <cctype>
-
 #include "odc/core/error.h"
+#include "odc/core/text.h"
 
 namespace odc {
 
@@ -20,12 +18,7 @@ const std::vector<DeviceSpec>& device_specs() {
 }
 
 const DeviceSpec& device_spec(std::string_view name) {
-  auto lower = [](std::string_view s) {
-    std::string out(s);
-    std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    return out;
-  };
-  const std::string wanted = lower(name);
+  const std::string wanted = lower_ascii(name);
   std::string known;
   for (const auto& spec : device_specs()) {
     if (spec.name == wanted) return spec;

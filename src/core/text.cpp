@@ -1,5 +1,6 @@
 #include "odc/core/text.h"
 
+#include <cctype>
 #include <fmt/format.h>
 
 namespace odc {
@@ -51,6 +52,12 @@ std::string trim(std::string_view text, std::string_view blanks) {
   if (first == std::string_view::npos) return {};
   const std::size_t last = text.find_last_not_of(blanks);
   return std::string(text.substr(first, last - first + 1));
+}
+
+std::string lower_ascii(std::string_view text) {
+  std::string out(text);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
 }
 
 std::vector<std::string> split_trimmed(std::string_view text, char separator) {

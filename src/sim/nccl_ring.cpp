@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -18,11 +17,6 @@ namespace {
 constexpr std::array<double, 3> kBaseLatencyUs = {3.6, 10.0, 8.4};
 constexpr std::array<double, 3> kNvlinkHopUs = {0.47, 1.9, 3.4};
 constexpr std::array<double, 3> kNetHopUs = {2.7, 4.0, 9.6};
-
-std::string lower(std::string text) {
-  for (auto& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text;
-}
 
 }  // namespace
 
@@ -43,7 +37,7 @@ NcclRing NcclRing::with_protocols(const std::string& list, const std::string& ke
   NcclRing ring;
   ring.ll = ring.ll128 = ring.simple = false;
   for (const auto& raw : split_trimmed(list)) {
-    const std::string item = lower(raw);
+    const std::string item = lower_ascii(raw);
     if (item == "ll") {
       ring.ll = true;
     } else if (item == "ll128") {

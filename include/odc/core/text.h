@@ -16,6 +16,9 @@ namespace odc {
 // tabs by default).
 std::string trim(std::string_view text, std::string_view blanks = " \t");
 
+// `text` with ASCII letters in lower case (names compared without case: devices, protocols).
+std::string lower_ascii(std::string_view text);
+
 // A separated list's items, each trimmed of spaces and tabs; empty items are kept ("a,,b" has 3,
 // "" has 1: the caller decides what an empty one means).
 std::vector<std::string> split_trimmed(std::string_view text, char separator = ',');
